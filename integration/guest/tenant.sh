@@ -1,0 +1,89 @@
+#!/bin/bash
+# Tenant endpoints inside a testbed host (run by `integration/testbed tenant`).
+#   tenant.sh add NAME VNI VIP/NN   netns NAME, veth eth0 in it on bridge mbrVNI,
+#                                   VXLAN VNI to the peer host, cgroup tenants/NAME
+#   tenant.sh del NAME
+#   tenant.sh list
+#   tenant.sh exec NAME -- CMD...   run CMD in the endpoint's netns and cgroup
+set -euo pipefail
+. /run/masq-host.env
+STATE=/run/masq-testbed/tenants
+CG=/sys/fs/cgroup/tenants
+VNIC_MTU=1450   # 1500 underlay minus the VXLAN encapsulation (50 bytes)
+mkdir -p "$STATE"
+
+die() { echo "tenant: $*" >&2; exit 2; }
+
+ensure_vni() {
+    local vni=$1 vx="mvx$1" br="mbr$1"
+    ip link show "$br" >/dev/null 2>&1 && return 0
+    ip link add "$vx" type vxlan id "$vni" local "$MASQ_UNDERLAY_IP" remote "$MASQ_PEER_IP" \
+        dstport 4789 nolearning
+    ip link add "$br" type bridge
+    ip link set "$vx" master "$br"
+    ip link set "$vx" up
+    ip link set "$br" up
+}
+
+drop_vni_if_unused() {
+    local vni=$1
+    grep -qx "VNI=$vni" "$STATE"/* 2>/dev/null && return 0
+    ip link del "mvx$vni" 2>/dev/null || true
+    ip link del "mbr$vni" 2>/dev/null || true
+}
+
+add() {
+    local name=$1 vni=$2 vip=$3 hostif="ve-$1"
+    [ -e "$STATE/$name" ] && die "endpoint $name already exists on $MASQ_HOST"
+    ensure_vni "$vni"
+    ip netns add "$name"
+    ip link add "$hostif" mtu $VNIC_MTU type veth peer name eth0 netns "$name"
+    ip link set "$hostif" master "mbr$vni" up
+    ip -n "$name" link set lo up
+    ip -n "$name" link set eth0 mtu $VNIC_MTU up
+    ip -n "$name" addr add "$vip" dev eth0
+    mkdir -p "$CG/$name"
+    printf 'VNI=%s\nVIP=%s\nHOSTIF=%s\n' "$vni" "$vip" "$hostif" >"$STATE/$name"
+    echo "$MASQ_HOST: endpoint $name vni $vni vip $vip (vNIC $hostif)"
+}
+
+del() {
+    local name=$1
+    [ -e "$STATE/$name" ] || die "no endpoint $name on $MASQ_HOST"
+    . "$STATE/$name"
+    if [ -d "$CG/$name" ]; then
+        echo 1 >"$CG/$name/cgroup.kill"
+        for _ in $(seq 50); do [ -s "$CG/$name/cgroup.procs" ] || break; sleep 0.1; done
+        rmdir "$CG/$name"
+    fi
+    ip netns del "$name" 2>/dev/null || true
+    ip link del "$HOSTIF" 2>/dev/null || true
+    rm -f "$STATE/$name"
+    drop_vni_if_unused "$VNI"
+}
+
+list() {
+    local f
+    for f in "$STATE"/*; do
+        [ -e "$f" ] || continue
+        ( . "$f"; printf '%s vni=%s vip=%s vnic=%s\n' "$(basename "$f")" "$VNI" "$VIP" "$HOSTIF" )
+    done
+}
+
+run_in() {
+    local name=$1; shift
+    [ "${1:-}" = "--" ] && shift
+    [ -e "$STATE/$name" ] || die "no endpoint $name on $MASQ_HOST"
+    [ $# -gt 0 ] || die "exec: no command"
+    echo $$ >"$CG/$name/cgroup.procs"
+    exec ip netns exec "$name" "$@"
+}
+
+cmd=${1:-}; shift || true
+case "$cmd" in
+    add) [ $# -eq 3 ] || die "usage: add NAME VNI VIP/NN"; add "$@" ;;
+    del) [ $# -eq 1 ] || die "usage: del NAME"; del "$1" ;;
+    list) list ;;
+    exec) [ $# -ge 1 ] || die "usage: exec NAME -- CMD..."; run_in "$@" ;;
+    *) die "unknown command '$cmd' (add, del, list, exec)" ;;
+esac
