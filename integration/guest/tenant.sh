@@ -51,11 +51,15 @@ del() {
     local name=$1
     [ -e "$STATE/$name" ] || die "no endpoint $name on $MASQ_HOST"
     . "$STATE/$name"
-    if [ -d "$CG/$name" ]; then
+    # Kill until the group can be removed: a command that was just starting
+    # may join the group after the first kill.
+    local _
+    for _ in $(seq 100); do
+        [ -d "$CG/$name" ] || break
         echo 1 >"$CG/$name/cgroup.kill"
-        for _ in $(seq 50); do [ -s "$CG/$name/cgroup.procs" ] || break; sleep 0.1; done
-        rmdir "$CG/$name"
-    fi
+        rmdir "$CG/$name" 2>/dev/null || sleep 0.1
+    done
+    [ ! -d "$CG/$name" ] || die "cannot empty cgroup $CG/$name"
     ip netns del "$name" 2>/dev/null || true
     ip link del "$HOSTIF" 2>/dev/null || true
     rm -f "$STATE/$name"

@@ -1,0 +1,125 @@
+"""Python side of the testbed for tests and benchmarks: runs commands in
+hosts and tenant endpoints through the `integration/testbed` CLI, so the
+tests exercise the same tool a developer uses."""
+import os
+import re
+import subprocess
+import time
+
+CLI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testbed")
+UNDERLAY = {"host1": "198.18.0.1", "host2": "198.18.0.2"}
+
+
+class Testbed:
+    cli = CLI
+
+    def is_up(self):
+        return subprocess.run([CLI, "status"], capture_output=True).returncode == 0
+
+    # Commands in a host ---------------------------------------------------
+    def run(self, host, *cmd, check=True, timeout=300):
+        return self._run([CLI, "exec", host, "--", *cmd], check, timeout)
+
+    def spawn(self, host, *cmd):
+        return self._spawn([CLI, "exec", host, "--", *cmd])
+
+    # Commands in a tenant endpoint -----------------------------------------
+    def tenant_add(self, host, name, vni, vip):
+        self._run([CLI, "tenant", "add", host, name, "--vni", str(vni), "--vip", vip], True, 60)
+
+    def tenant_del(self, host, name, check=True):
+        self._run([CLI, "tenant", "del", host, name], check, 60)
+
+    def tenant_run(self, host, name, *cmd, check=True, timeout=300):
+        return self._run([CLI, "tenant", "exec", host, name, "--", *cmd], check, timeout)
+
+    def tenant_spawn(self, host, name, *cmd):
+        return self._spawn([CLI, "tenant", "exec", host, name, "--", *cmd])
+
+    def wait_listening(self, host, port, tenant=None, proto="tcp", timeout=60):
+        """Block until something listens on port (in the host or tenant)."""
+        flag = "-Hltn" if proto == "tcp" else "-Hlun"
+        cmd = ["ss", flag, f"sport = :{port}"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if tenant:
+                r = self.tenant_run(host, tenant, *cmd, check=False)
+            else:
+                r = self.run(host, *cmd, check=False)
+            if r.stdout.strip():
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"nothing listens on {proto}/{port} in {tenant or host}")
+
+    @staticmethod
+    def _run(argv, check, timeout):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(argv)} exited {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+            )
+        return r
+
+    @staticmethod
+    def _spawn(argv):
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc, timeout=300):
+    """Wait for a spawned command; return (returncode, stdout, stderr)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+# perftest / ibverbs-utils output ------------------------------------------
+
+_BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)
+_LAT_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", re.M)
+_PP_BYTES = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$", re.M)
+_PP_ITERS = re.compile(r"^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$", re.M)
+
+
+def parse_bw(text):
+    """The result row of ib_{write,read,send}_bw: bytes, iterations, MB/s."""
+    m = _BW_ROW.search(text)
+    if not m:
+        raise ValueError(f"no bandwidth row in perftest output:\n{text}")
+    return {
+        "bytes": int(m.group(1)),
+        "iterations": int(m.group(2)),
+        "bw_peak_mbps": float(m.group(3)),
+        "bw_avg_mbps": float(m.group(4)),
+        "msg_rate_mpps": float(m.group(5)),
+    }
+
+
+def parse_lat(text):
+    """The result row of ib_*_lat: bytes, iterations, latencies in usec."""
+    m = _LAT_ROW.search(text)
+    if not m:
+        raise ValueError(f"no latency row in perftest output:\n{text}")
+    return {
+        "bytes": int(m.group(1)),
+        "iterations": int(m.group(2)),
+        "t_min_us": float(m.group(3)),
+        "t_max_us": float(m.group(4)),
+        "t_typical_us": float(m.group(5)),
+        "t_avg_us": float(m.group(6)),
+        "t_stdev_us": float(m.group(7)),
+    }
+
+
+def parse_pingpong(text):
+    b, i = _PP_BYTES.search(text), _PP_ITERS.search(text)
+    if not (b and i):
+        raise ValueError(f"no result lines in ibv_rc_pingpong output:\n{text}")
+    return {
+        "bytes": int(b.group(1)),
+        "mbit_per_s": float(b.group(3)),
+        "iters": int(i.group(1)),
+        "usec_per_iter": float(i.group(3)),
+    }

@@ -1,0 +1,72 @@
+"""Native baseline: unmodified RDMA apps between the two hosts' rxe0 over
+the underlay. Later tests compare masq against exactly these runs."""
+from masq_testbed import UNDERLAY, finish, parse_bw, parse_lat, parse_pingpong
+
+PERFTEST = ["-d", "rxe0", "-x", "1", "-F"]  # GID 1 = ::ffff:<underlay IPv4>, RoCEv2
+
+
+def client_server(tb, argv, port, server="host2", client="host1"):
+    """Run argv as server on `server` and against it from `client`."""
+    srv = tb.spawn(server, *argv, "-p", str(port))
+    try:
+        tb.wait_listening(server, port)
+        cli = tb.run(client, *argv, "-p", str(port), UNDERLAY[server], check=False)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    if cli.returncode != 0:
+        srv.kill()  # a server still waiting for its client would never exit
+    rc, out, err = finish(srv)
+    assert cli.returncode == 0, f"client failed:\n{cli.stdout}\n{cli.stderr}"
+    assert rc == 0, f"server failed:\n{out}\n{err}"
+    return out, cli.stdout
+
+
+def test_rc_pingpong(testbed):
+    size, iters = 4096, 100
+    srv, cli = client_server(
+        testbed, ["ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-s", str(size), "-n", str(iters)],
+        18601,
+    )
+    for out in (srv, cli):
+        r = parse_pingpong(out)
+        assert r["iters"] == iters
+        assert r["bytes"] == 2 * size * iters
+        assert r["mbit_per_s"] > 0
+    # Each side saw the other's underlay GID: the native path carries host addresses.
+    assert "GID ::ffff:198.18.0.2" in cli and "GID ::ffff:198.18.0.1" in srv
+
+
+def _bw(testbed, tool, port, size=65536, iters=100):
+    _, cli = client_server(testbed, [tool, *PERFTEST, "-s", str(size), "-n", str(iters)], port)
+    r = parse_bw(cli)
+    assert r["bytes"] == size and r["iterations"] == iters
+    assert r["bw_avg_mbps"] > 0 and r["msg_rate_mpps"] > 0
+    return r
+
+
+def test_ib_write_bw(testbed):
+    _bw(testbed, "ib_write_bw", 18602)
+
+
+def test_ib_read_bw(testbed):
+    _bw(testbed, "ib_read_bw", 18603)
+
+
+def test_ib_write_bw_reverse_direction(testbed):
+    _, cli = client_server(
+        testbed, ["ib_write_bw", *PERFTEST, "-s", "4096", "-n", "100"], 18604,
+        server="host1", client="host2",
+    )
+    assert parse_bw(cli)["bw_avg_mbps"] > 0
+
+
+def test_ib_send_lat(testbed):
+    size, iters = 64, 200
+    _, cli = client_server(
+        testbed, ["ib_send_lat", *PERFTEST, "-s", str(size), "-n", str(iters)], 18605
+    )
+    r = parse_lat(cli)
+    assert r["bytes"] == size and r["iterations"] == iters
+    assert 0 < r["t_min_us"] <= r["t_typical_us"] <= r["t_max_us"]
