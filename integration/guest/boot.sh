@@ -24,7 +24,8 @@ echo "$host" >/run/hostname
 # crc32_generic: without it `rdma link add` fails with ENOENT on this kernel;
 # crc32c_generic must precede the nf_tables modules that pull libcrc32c.
 for m in virtio_net crc32_generic crc32c_generic rdma_rxe ib_uverbs rdma_ucm veth vxlan bridge \
-         nf_tables nft_socket nft_ct nf_conntrack_netlink nft_reject_inet nft_chain_nat; do
+         nf_tables nft_socket nft_ct nf_conntrack_netlink nft_reject_inet nft_chain_nat \
+         nf_conntrack_bridge nft_meta_bridge; do
     modprobe "$m" 2>/dev/null || log "modprobe $m failed"
 done
 

@@ -1,0 +1,379 @@
+//! masq-policy: security groups for masq tenants.
+//!
+//! Operators write security groups in YAML (format in this crate's
+//! README.md). [`Policy::parse`] validates a file against the schema and
+//! against masqd's endpoints, reporting every problem as
+//! `file:line:column: path: message`, and compiles it into a prefix-indexed
+//! matcher. A [`Policy`] is immutable: to change policy, parse the new file
+//! and swap it in only if it validated, so a bad file changes nothing.
+//!
+//! Meaning (DESIGN.md, "Security groups: meaning"): stateful; ingress is
+//! denied and egress allowed by default; an endpoint in several groups gets
+//! the union of their rules. An RDMA RC/UC connection between A and B is
+//! allowed when (egress of A allows B and ingress of B allows A) or (egress
+//! of B allows A and ingress of A allows B); see [`Policy::rdma_allowed`].
+
+mod compile;
+mod error;
+mod nft;
+mod schema;
+mod yaml;
+
+pub use error::{Location, PolicyError, PolicyErrors};
+pub use nft::{ct_zone, table_name, NftError};
+
+use compile::{Compiled, Want};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::Arc;
+
+/// An endpoint masqd knows from its configuration; policies name endpoints
+/// in `members` and must name only these.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EndpointRef {
+    pub name: String,
+    pub tenant: String,
+    pub vni: u32,
+    pub vip: Ipv4Addr,
+}
+
+impl EndpointRef {
+    pub fn new(
+        name: impl Into<String>,
+        tenant: impl Into<String>,
+        vni: u32,
+        vip: Ipv4Addr,
+    ) -> Self {
+        EndpointRef {
+            name: name.into(),
+            tenant: tenant.into(),
+            vni,
+            vip,
+        }
+    }
+}
+
+/// What happens to tracked connections when the policy changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnRuleChange {
+    /// Re-evaluate live connections and reset those no longer allowed.
+    #[default]
+    Reset,
+    /// Leave tracked connections alone; new ones follow the new policy
+    /// (AWS security group behaviour).
+    Keep,
+}
+
+impl fmt::Display for OnRuleChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OnRuleChange::Reset => "reset",
+            OnRuleChange::Keep => "keep",
+        })
+    }
+}
+
+/// Transport protocol for [`Policy::flow_allowed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum L4Proto {
+    Tcp,
+    Udp,
+}
+
+/// Why one side (egress of the initiator, or ingress of the responder)
+/// allowed or denied.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// An explicit rule, named `tenant/group/ingress[i]` or
+    /// `tenant/group/egress[i]` (the first allowing rule in file order).
+    Rule(Arc<str>),
+    /// The endpoint's group `tenant/group/egress` has no `egress` key, so it
+    /// allows all egress.
+    EgressUnrestricted(Arc<str>),
+    /// The endpoint is in no security group: egress is allowed by default.
+    DefaultEgressAllow,
+    /// No rule allows it.
+    DefaultDeny,
+    /// Both ends are the same endpoint; traffic never leaves it.
+    Loopback,
+}
+
+impl Decision {
+    pub fn allows(&self) -> bool {
+        !matches!(self, Decision::DefaultDeny)
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Rule(name) => f.write_str(name),
+            Decision::EgressUnrestricted(group) => write!(f, "{group}(all)"),
+            Decision::DefaultEgressAllow => f.write_str("default-egress-allow"),
+            Decision::DefaultDeny => f.write_str("default-deny"),
+            Decision::Loopback => f.write_str("loopback"),
+        }
+    }
+}
+
+/// The outcome of an admission check and the rules that decided it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    pub allowed: bool,
+    /// The direction the decisions below are about: `from`'s egress and
+    /// `to`'s ingress. For an allowed RDMA connection it is the direction
+    /// that held (a→b when both do); for a denial it is a→b (RDMA) or
+    /// src→dst (flows).
+    pub from: Ipv4Addr,
+    pub to: Ipv4Addr,
+    pub egress: Decision,
+    pub ingress: Decision,
+}
+
+impl Verdict {
+    fn new(from: Ipv4Addr, to: Ipv4Addr, egress: Decision, ingress: Decision) -> Verdict {
+        Verdict {
+            allowed: egress.allows() && ingress.allows(),
+            from,
+            to,
+            egress,
+            ingress,
+        }
+    }
+
+    /// A short label for connection tracking: `acme/web/egress[0]+acme/db/ingress[1]`,
+    /// `loopback`, or `default-deny`.
+    pub fn rule(&self) -> String {
+        if !self.allowed {
+            "default-deny".into()
+        } else if self.egress == Decision::Loopback {
+            "loopback".into()
+        } else {
+            format!("{}+{}", self.egress, self.ingress)
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} -> {}: egress {}, ingress {}",
+            if self.allowed { "allow" } else { "deny" },
+            self.from,
+            self.to,
+            self.egress,
+            self.ingress
+        )
+    }
+}
+
+/// A validated, compiled security-group policy.
+#[derive(Debug)]
+pub struct Policy {
+    file: String,
+    on_rule_change: OnRuleChange,
+    hash: String,
+    compiled: Compiled,
+    endpoints: HashMap<String, EndpointRef>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::empty()
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl Policy {
+    /// Policy files larger than this are refused unread.
+    pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+    /// No security groups: every ingress denied, every egress allowed.
+    pub fn empty() -> Policy {
+        let doc = schema::Document {
+            on_rule_change: OnRuleChange::Reset,
+            tenants: Vec::new(),
+        };
+        Policy {
+            file: String::new(),
+            on_rule_change: OnRuleChange::Reset,
+            hash: sha256_hex(&schema::canonical(&doc)),
+            compiled: Compiled::default(),
+            endpoints: HashMap::new(),
+        }
+    }
+
+    /// Validates and compiles policy text. `file_name` only labels errors.
+    /// `endpoints` are the endpoints masqd knows; `members` may name only
+    /// these (by name), and each only in its own tenant.
+    pub fn parse(
+        text: &str,
+        file_name: &str,
+        endpoints: &[EndpointRef],
+    ) -> Result<Policy, PolicyErrors> {
+        let root = yaml::parse(text).map_err(|(loc, message)| {
+            PolicyErrors::single(PolicyError {
+                file: file_name.to_string(),
+                location: Some(loc),
+                path: String::new(),
+                message,
+            })
+        })?;
+        let mut errs = error::Errors::new(file_name);
+        let doc = schema::walk(&root, &mut errs);
+        let compiled = compile::compile(&doc, endpoints, &mut errs);
+        if let Some(e) = errs.finish() {
+            return Err(e);
+        }
+        let mut by_name = HashMap::new();
+        for ep in endpoints {
+            by_name.entry(ep.name.clone()).or_insert_with(|| ep.clone());
+        }
+        Ok(Policy {
+            file: file_name.to_string(),
+            on_rule_change: doc.on_rule_change,
+            hash: sha256_hex(&schema::canonical(&doc)),
+            compiled,
+            endpoints: by_name,
+        })
+    }
+
+    /// Reads and parses a policy file; errors are labelled with `path`.
+    pub fn load(path: impl AsRef<Path>, endpoints: &[EndpointRef]) -> Result<Policy, PolicyErrors> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let fail = |message: String| {
+            PolicyErrors::single(PolicyError {
+                file: file.clone(),
+                location: None,
+                path: String::new(),
+                message,
+            })
+        };
+        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+        if meta.len() > Self::MAX_FILE_BYTES {
+            return Err(fail(format!(
+                "file is {} bytes; policy files are limited to {} bytes",
+                meta.len(),
+                Self::MAX_FILE_BYTES
+            )));
+        }
+        let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            fail(format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ))
+        })?;
+        Self::parse(&text, &file, endpoints)
+    }
+
+    /// The file name given to `parse` (or path given to `load`).
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// SHA-256 (hex) of the policy's canonical form: unchanged by comments,
+    /// layout, key order or member order; changed by any rule change.
+    pub fn version_hash(&self) -> &str {
+        &self.hash
+    }
+
+    pub fn on_rule_change(&self) -> OnRuleChange {
+        self.on_rule_change
+    }
+
+    /// Admission of an RDMA RC/UC connection between endpoints `a` and `b`
+    /// of `tenant` in VPC `vni` (the caller has checked both are there).
+    /// Symmetric in `a` and `b`, so both hosts reach the same answer. Also
+    /// used per destination for UD address handles.
+    pub fn rdma_allowed(&self, tenant: &str, vni: u32, a: Ipv4Addr, b: Ipv4Addr) -> Verdict {
+        if a == b {
+            return Verdict::new(a, b, Decision::Loopback, Decision::Loopback);
+        }
+        let Some(t) = self.compiled.tenants.get(tenant) else {
+            return Verdict::new(a, b, Decision::DefaultEgressAllow, Decision::DefaultDeny);
+        };
+        let (ua, ub) = (u32::from(a), u32::from(b));
+        let (e, i) = t.decide(vni, ua, ub, Want::Rdma);
+        if e.allows() && i.allows() {
+            return Verdict::new(a, b, e, i);
+        }
+        let (e2, i2) = t.decide(vni, ub, ua, Want::Rdma);
+        if e2.allows() && i2.allows() {
+            return Verdict::new(b, a, e2, i2);
+        }
+        Verdict::new(a, b, e, i)
+    }
+
+    /// Admission of a new tcp/udp flow initiated by `src` to `dst:dport`
+    /// (replies are allowed by state). The same answer as the rendered
+    /// nftables rules give.
+    pub fn flow_allowed(
+        &self,
+        tenant: &str,
+        vni: u32,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        proto: L4Proto,
+        dport: u16,
+    ) -> Verdict {
+        if src == dst {
+            return Verdict::new(src, dst, Decision::Loopback, Decision::Loopback);
+        }
+        let Some(t) = self.compiled.tenants.get(tenant) else {
+            return Verdict::new(
+                src,
+                dst,
+                Decision::DefaultEgressAllow,
+                Decision::DefaultDeny,
+            );
+        };
+        let (e, i) = t.decide(
+            vni,
+            u32::from(src),
+            u32::from(dst),
+            Want::Port(proto, dport),
+        );
+        Verdict::new(src, dst, e, i)
+    }
+
+    /// Names of the security groups `ip` belongs to in `tenant`/`vni`, in
+    /// file order.
+    pub fn groups_of(&self, tenant: &str, vni: u32, ip: Ipv4Addr) -> Vec<&str> {
+        self.compiled.tenants.get(tenant).map_or(Vec::new(), |t| {
+            t.groups_of(vni, u32::from(ip))
+                .iter()
+                .map(|&g| t.groups[g as usize].name.as_str())
+                .collect()
+        })
+    }
+
+    /// The nftables ruleset (for `nft -f`) enforcing this endpoint's tcp/udp
+    /// rules on the host side of its vNIC: `host_ifname` is the veth end
+    /// that is a port of `bridge_ifname`, the endpoint's per-VNI bridge.
+    /// Loading it replaces the endpoint's previous table atomically. Needs
+    /// nf_tables bridge support and nf_conntrack_bridge.
+    pub fn render_nft(
+        &self,
+        endpoint: &str,
+        host_ifname: &str,
+        bridge_ifname: &str,
+    ) -> Result<String, NftError> {
+        let ep = self
+            .endpoints
+            .get(endpoint)
+            .ok_or_else(|| NftError::UnknownEndpoint(endpoint.to_string()))?;
+        nft::render(self, ep, host_ifname, bridge_ifname)
+    }
+}
