@@ -1,0 +1,333 @@
+//! Decoder checks, one refusal at a time, and random input.
+
+use super::*;
+
+fn hello() -> Vec<u8> {
+    encode_request(
+        7,
+        &RequestBody::Hello(HelloReq {
+            features: 1,
+            app_name: "app".into(),
+        }),
+    )
+}
+
+fn modify() -> Vec<u8> {
+    encode_request(
+        8,
+        &RequestBody::ModifyQp(ModifyQpReq {
+            qp_type: 2,
+            ..Default::default()
+        }),
+    )
+}
+
+/// `b` with bytes from `at` replaced by `v`.
+fn patch(mut b: Vec<u8>, at: usize, v: &[u8]) -> Vec<u8> {
+    b[at..at + v.len()].copy_from_slice(v);
+    b
+}
+
+#[test]
+fn framing_errors_are_fatal_protocol_errors() {
+    let ok = hello();
+    assert!(decode_request(&ok).is_ok());
+    let cases = [
+        (ok[..15].to_vec(), ProtoError::TooShort { len: 15 }),
+        (
+            ok[..20].to_vec(),
+            ProtoError::BadLength {
+                header: 56,
+                actual: 20,
+            },
+        ),
+        (
+            patch(ok.clone(), 12, &1i32.to_le_bytes()),
+            ProtoError::BadStatus(1),
+        ),
+        (
+            patch(ok.clone(), 2, &0x8001u16.to_le_bytes()),
+            ProtoError::WrongKind(0x8001),
+        ),
+        (
+            patch(ok.clone(), 2, &0x4001u16.to_le_bytes()),
+            ProtoError::WrongKind(0x4001),
+        ),
+        (
+            patch(ok.clone(), 2, &2u16.to_le_bytes()),
+            ProtoError::BadSize {
+                opcode: 2,
+                expected: 16,
+                actual: 56,
+            },
+        ),
+    ];
+    for (bytes, want) in cases {
+        let e = decode_request(&bytes).unwrap_err();
+        assert_eq!(e, want);
+        assert_eq!(e.errno(), EPROTO);
+        assert!(e.is_fatal());
+    }
+}
+
+#[test]
+fn other_versions_get_eprotonosupport_even_with_other_sizes() {
+    let b = patch(hello()[..20].to_vec(), 0, &2u16.to_le_bytes());
+    let e = decode_request(&b).unwrap_err();
+    assert_eq!(e, ProtoError::BadVersion(2));
+    assert_eq!(e.errno(), EPROTONOSUPPORT);
+    assert!(e.is_fatal());
+}
+
+#[test]
+fn unknown_opcode_fails_only_that_request() {
+    let b = patch(hello(), 2, &0x77u16.to_le_bytes());
+    let e = decode_request(&b).unwrap_err();
+    assert_eq!(e, ProtoError::UnknownOpcode(0x77));
+    assert_eq!(e.errno(), EOPNOTSUPP);
+    assert!(!e.is_fatal());
+    assert_eq!(peek_ids(&b), (0x77, 7));
+}
+
+#[test]
+fn field_errors_are_einval() {
+    let h = hello();
+    let m = modify();
+    // Offsets: header 16; HelloReq reserved at 20, app_name at 24..56;
+    // ModifyQpReq qp_type at 24, attr at 32 (qp_state 32, reserved 67,
+    // ah_attr at 92: flow_label 108, is_global 115, reserved 122).
+    let cases = [
+        (
+            patch(h.clone(), 20, &[1]),
+            ProtoError::ReservedNotZero("HelloReq.reserved"),
+        ),
+        (
+            patch(h.clone(), 24, &[b'a'; 32]),
+            ProtoError::BadString("HelloReq.app_name"),
+        ),
+        (
+            patch(h.clone(), 40, b"x"),
+            ProtoError::BadString("HelloReq.app_name"),
+        ),
+        (
+            patch(h.clone(), 24, &[0xff, 0xfe]),
+            ProtoError::BadString("HelloReq.app_name"),
+        ),
+        (
+            patch(m.clone(), 24, &[5]),
+            ProtoError::BadValue("ModifyQpReq.qp_type"),
+        ),
+        (
+            patch(m.clone(), 32, &[7]),
+            ProtoError::BadValue("QpAttr.qp_state"),
+        ),
+        (
+            patch(m.clone(), 67, &[1]),
+            ProtoError::ReservedNotZero("QpAttr.reserved"),
+        ),
+        (
+            patch(m.clone(), 108, &[0, 0, 0x10]),
+            ProtoError::BadValue("AhAttr.flow_label"),
+        ),
+        (
+            patch(m.clone(), 115, &[2]),
+            ProtoError::BadValue("AhAttr.is_global"),
+        ),
+        (
+            patch(m.clone(), 122, &[0, 1]),
+            ProtoError::ReservedNotZero("AhAttr.reserved"),
+        ),
+    ];
+    for (bytes, want) in cases {
+        let e = decode_request(&bytes).unwrap_err();
+        assert_eq!(e, want);
+        assert_eq!(e.errno(), EINVAL);
+        assert!(!e.is_fatal());
+    }
+}
+
+#[test]
+fn gid_table_count_and_unused_slots() {
+    let table = |n: usize| {
+        let entries = (0..n)
+            .map(|i| GidEntry {
+                index: i as u32,
+                gid_type: GID_TYPE_ROCE_V2,
+                gid: [i as u8; 16],
+            })
+            .collect();
+        encode_reply(3, &ReplyBody::QueryGidTable(GidTable { entries }))
+    };
+    // Over capacity is truncated on encode, so the result still decodes.
+    let full = table(MAX_GIDS + 3);
+    match decode_reply(&full) {
+        Ok(Reply::Ok {
+            body: ReplyBody::QueryGidTable(t),
+            ..
+        }) => assert_eq!(t.entries.len(), MAX_GIDS),
+        other => panic!("{other:?}"),
+    }
+    let two = table(2);
+    assert_eq!(
+        decode_reply(&patch(two.clone(), 16, &17u32.to_le_bytes())),
+        Err(ProtoError::BadCount("GidTable.entries"))
+    );
+    // A used slot past the count must be zero.
+    assert_eq!(
+        decode_reply(&patch(two.clone(), 16, &1u32.to_le_bytes())),
+        Err(ProtoError::ReservedNotZero("GidTable.entries"))
+    );
+    assert_eq!(
+        decode_reply(&patch(two, 16 + 8 + 4, &[3])),
+        Err(ProtoError::BadValue("GidEntry.gid_type"))
+    );
+}
+
+#[test]
+fn hello_reply_gid_count_matches_capacity() {
+    let r = |n: u8| {
+        encode_reply(
+            1,
+            &ReplyBody::Hello(HelloReply {
+                gid_count: n,
+                ..Default::default()
+            }),
+        )
+    };
+    assert!(decode_reply(&r(MAX_GIDS as u8)).is_ok());
+    assert_eq!(
+        decode_reply(&r(MAX_GIDS as u8 + 1)),
+        Err(ProtoError::BadValue("HelloReply.gid_count"))
+    );
+}
+
+#[test]
+fn error_replies_are_header_only() {
+    let e = encode_error(4, 9, -13);
+    assert_eq!(
+        decode_reply(&e),
+        Ok(Reply::Err {
+            request_id: 9,
+            opcode: 4,
+            status: -13
+        })
+    );
+    // A status that is not an errno still yields a valid reply.
+    assert_eq!(&encode_error(4, 9, 5)[12..], &(-EPROTO).to_le_bytes());
+    // Error status with a body attached.
+    let mut b = encode_reply(5, &ReplyBody::QueryQp(QpAttr::default()));
+    b[12..16].copy_from_slice(&(-13i32).to_le_bytes());
+    assert!(matches!(decode_reply(&b), Err(ProtoError::BadSize { .. })));
+    // Unknown request opcode in an error reply.
+    assert_eq!(
+        decode_reply(&encode_error(0x99, 1, -22)),
+        Err(ProtoError::UnknownOpcode(0x99))
+    );
+}
+
+#[test]
+fn notices_have_no_request_id() {
+    let n = encode_notice(&NoticeBody::QpError(QpErrorNotice {
+        qp_num: 5,
+        reason: QP_ERROR_OPERATOR_TEARDOWN,
+    }));
+    assert!(decode_notice(&n).is_ok());
+    assert_eq!(
+        decode_notice(&patch(n.clone(), 8, &[1])),
+        Err(ProtoError::BadValue("Header.request_id"))
+    );
+    assert_eq!(
+        decode_notice(&patch(n.clone(), 20, &[3])),
+        Err(ProtoError::BadValue("QpErrorNotice.reason"))
+    );
+    assert_eq!(decode_request(&n), Err(ProtoError::WrongKind(0x4001)));
+}
+
+#[test]
+fn strings_are_cut_to_fit() {
+    let mut w = Vec::new();
+    wire::put_str(&mut w, &"é".repeat(20), 32); // 40 bytes of 2-byte chars
+    assert_eq!(w.len(), 32);
+    assert_eq!(w.iter().position(|&b| b == 0), Some(30));
+    let mut w = Vec::new();
+    wire::put_str(&mut w, "ab\0cd", 8);
+    assert_eq!(w, b"ab\0\0\0\0\0\0");
+}
+
+#[test]
+fn every_message_fits_and_has_no_holes() {
+    for d in ALL_STRUCTS {
+        assert!(d.naturally_packed(), "{}", d.name);
+    }
+    for m in MESSAGES.iter().chain(NOTICES) {
+        for d in [m.request, m.reply].into_iter().flatten() {
+            assert!(HEADER_SIZE + d.size() <= MAX_MESSAGE, "{}", m.name);
+        }
+    }
+    assert_eq!(Header::SIZE, HEADER_SIZE);
+}
+
+#[test]
+fn peek_ids_on_short_input() {
+    assert_eq!(peek_ids(&[]), (0, 0));
+    assert_eq!(peek_ids(&[1, 0, 5, 0]), (5, 0));
+}
+
+/// Deterministic random input, biased towards plausible headers so the
+/// body decoders run too: no panics, and accepted input is canonical.
+#[test]
+fn random_bytes_never_panic() {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let sizes: Vec<usize> = MESSAGES
+        .iter()
+        .chain(NOTICES)
+        .flat_map(|m| [m.request, m.reply])
+        .map(|d| HEADER_SIZE + d.map_or(0, |d| d.size()))
+        .collect();
+    let ops: Vec<u16> = MESSAGES
+        .iter()
+        .flat_map(|m| [m.opcode, m.opcode | REPLY])
+        .chain(NOTICES.iter().map(|n| n.opcode))
+        .collect();
+    for _ in 0..100_000 {
+        let r = next();
+        let len = match r % 4 {
+            0 => (r >> 8) as usize % 600,
+            _ => sizes[(r >> 8) as usize % sizes.len()],
+        };
+        // Mostly zero bytes with a few random ones, like real messages.
+        let mut b: Vec<u8> = (0..len)
+            .map(|_| {
+                let v = next();
+                if v % 8 == 0 {
+                    (v >> 8) as u8
+                } else {
+                    0
+                }
+            })
+            .collect();
+        if len >= HEADER_SIZE && r % 16 != 0 {
+            b[0..2].copy_from_slice(&VERSION.to_le_bytes());
+            b[2..4].copy_from_slice(&ops[(r >> 20) as usize % ops.len()].to_le_bytes());
+            b[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+            if r % 5 != 0 {
+                b[12..16].fill(0);
+            }
+        }
+        if let Ok(m) = decode_request(&b) {
+            assert_eq!(m.encode(), b);
+        }
+        if let Ok(m) = decode_reply(&b) {
+            assert_eq!(m.encode(), b);
+        }
+        if let Ok(m) = decode_notice(&b) {
+            assert_eq!(encode_notice(&m), b);
+        }
+    }
+}

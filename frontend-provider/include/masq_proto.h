@@ -1,0 +1,774 @@
+/*
+ * masq frontend <-> backend protocol.
+ *
+ * GENERATED from backend/proto/src/spec.rs by
+ *   cargo run -p masq-proto --bin masq-proto-gen-c > frontend-provider/include/masq_proto.h
+ * Do not edit; `cargo test -p masq-proto` fails when this file is stale.
+ *
+ * One message per SOCK_SEQPACKET datagram: struct masq_hdr, then a
+ * fixed-size little-endian body. The structs here are the wire layout
+ * (natural alignment, explicit reserved bytes), so a message is sent with
+ * write(fd, &m, sizeof(m)) after masq_msg_*_init() and received with
+ * masq_msg_*_decode(), which checks the framing and every field.
+ */
+#ifndef MASQ_PROTO_H
+#define MASQ_PROTO_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "masq structs are the little-endian wire layout");
+
+/* Protocol version carried in every header. */
+#define MASQ_VERSION 1
+/* Largest datagram either side sends or accepts. */
+#define MASQ_MAX_MESSAGE 4096
+/* Size of the common header. */
+#define MASQ_HEADER_SIZE 16
+/* Reply opcode = request opcode | REPLY. */
+#define MASQ_REPLY 0x8000
+/* Opcodes from here (below REPLY) are asynchronous notices. */
+#define MASQ_NOTICE_BASE 0x4000
+/* Feature bit: the frontend accepts asynchronous notices. */
+#define MASQ_FEATURE_NOTICES 1
+/* Features this implementation understands. */
+#define MASQ_SUPPORTED_FEATURES 1
+/* Capacity of the GID table reply. */
+#define MASQ_MAX_GIDS 16
+/* GID types, as in enum ibv_gid_type. */
+#define MASQ_GID_TYPE_IB 0
+#define MASQ_GID_TYPE_ROCE_V1 1
+#define MASQ_GID_TYPE_ROCE_V2 2
+/* QP_ERROR notice reasons. */
+#define MASQ_QP_ERROR_POLICY_RESET 1
+#define MASQ_QP_ERROR_OPERATOR_TEARDOWN 2
+
+#define MASQ_OP_HELLO 1
+#define MASQ_OP_OPEN_DEVICE 2
+#define MASQ_OP_QUERY_GID_TABLE 3
+#define MASQ_OP_MODIFY_QP 4
+#define MASQ_OP_QUERY_QP 5
+#define MASQ_OP_DESTROY_QP 6
+#define MASQ_NOTICE_QP_ERROR 0x4001
+
+static inline int masq__zero(const void *p, size_t n)
+{
+	const uint8_t *b = (const uint8_t *)p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (b[i])
+			return 0;
+	return 1;
+}
+
+/* A NUL within the field, and only zeros after it. */
+static inline int masq__str_ok(const char *s, size_t n)
+{
+	const char *nul = (const char *)memchr(s, 0, n);
+
+	return nul && masq__zero(nul, n - (size_t)(nul - s));
+}
+
+/*
+ * Fill a name field of size n from src: printable ASCII kept, other bytes
+ * turned into '?' (names must be UTF-8), cut at n - 1, zero tail.
+ */
+static inline void masq_copy_name(char *dst, size_t n, const char *src)
+{
+	size_t i = 0;
+
+	for (; i + 1 < n && src[i]; i++)
+		dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? src[i] : '?';
+	memset(dst + i, 0, n - i);
+}
+
+/* The common header of every message. */
+struct masq_hdr {
+	uint16_t version;
+	uint16_t opcode;
+	uint32_t length; /* Whole message, header included. */
+	uint32_t request_id;
+	int32_t status; /* 0, or a negative errno in a reply (which then has no body). */
+};
+_Static_assert(sizeof(struct masq_hdr) == 16, "masq_hdr: size");
+_Static_assert(offsetof(struct masq_hdr, version) == 0, "masq_hdr.version: offset");
+_Static_assert(offsetof(struct masq_hdr, opcode) == 2, "masq_hdr.opcode: offset");
+_Static_assert(offsetof(struct masq_hdr, length) == 4, "masq_hdr.length: offset");
+_Static_assert(offsetof(struct masq_hdr, request_id) == 8, "masq_hdr.request_id: offset");
+_Static_assert(offsetof(struct masq_hdr, status) == 12, "masq_hdr.status: offset");
+
+struct masq_hello_req {
+	uint32_t features; /* FEATURE_* bits the frontend supports. */
+	uint8_t reserved[4];
+	char app_name[32];
+};
+_Static_assert(sizeof(struct masq_hello_req) == 40, "masq_hello_req: size");
+_Static_assert(offsetof(struct masq_hello_req, features) == 0, "masq_hello_req.features: offset");
+_Static_assert(offsetof(struct masq_hello_req, reserved) == 4, "masq_hello_req.reserved: offset");
+_Static_assert(offsetof(struct masq_hello_req, app_name) == 8, "masq_hello_req.app_name: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_hello_req_validate(const struct masq_hello_req *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (!masq__str_ok(s->app_name, sizeof(s->app_name)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_hello_reply {
+	uint32_t features; /* The accepted subset of the requested features. */
+	uint32_t session_id;
+	char vdev_name[64];
+	char phys_dev_name[64];
+	uint64_t node_guid; /* GUIDs as numbers; verbs shows them big-endian (htobe64). */
+	uint64_t sys_image_guid;
+	uint8_t phys_port;
+	uint8_t gid_count;
+	uint8_t reserved[6];
+};
+_Static_assert(sizeof(struct masq_hello_reply) == 160, "masq_hello_reply: size");
+_Static_assert(offsetof(struct masq_hello_reply, features) == 0, "masq_hello_reply.features: offset");
+_Static_assert(offsetof(struct masq_hello_reply, session_id) == 4, "masq_hello_reply.session_id: offset");
+_Static_assert(offsetof(struct masq_hello_reply, vdev_name) == 8, "masq_hello_reply.vdev_name: offset");
+_Static_assert(offsetof(struct masq_hello_reply, phys_dev_name) == 72, "masq_hello_reply.phys_dev_name: offset");
+_Static_assert(offsetof(struct masq_hello_reply, node_guid) == 136, "masq_hello_reply.node_guid: offset");
+_Static_assert(offsetof(struct masq_hello_reply, sys_image_guid) == 144, "masq_hello_reply.sys_image_guid: offset");
+_Static_assert(offsetof(struct masq_hello_reply, phys_port) == 152, "masq_hello_reply.phys_port: offset");
+_Static_assert(offsetof(struct masq_hello_reply, gid_count) == 153, "masq_hello_reply.gid_count: offset");
+_Static_assert(offsetof(struct masq_hello_reply, reserved) == 154, "masq_hello_reply.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_hello_reply_validate(const struct masq_hello_reply *s)
+{
+	if (!masq__str_ok(s->vdev_name, sizeof(s->vdev_name)))
+		return -EINVAL;
+	if (!masq__str_ok(s->phys_dev_name, sizeof(s->phys_dev_name)))
+		return -EINVAL;
+	if (!(s->gid_count <= 16))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_query_gid_table_req {
+	uint8_t port;
+	uint8_t reserved[7];
+};
+_Static_assert(sizeof(struct masq_query_gid_table_req) == 8, "masq_query_gid_table_req: size");
+_Static_assert(offsetof(struct masq_query_gid_table_req, port) == 0, "masq_query_gid_table_req.port: offset");
+_Static_assert(offsetof(struct masq_query_gid_table_req, reserved) == 1, "masq_query_gid_table_req.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_query_gid_table_req_validate(const struct masq_query_gid_table_req *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_gid_entry {
+	uint32_t index;
+	uint32_t gid_type; /* enum ibv_gid_type */
+	uint8_t gid[16];
+};
+_Static_assert(sizeof(struct masq_gid_entry) == 24, "masq_gid_entry: size");
+_Static_assert(offsetof(struct masq_gid_entry, index) == 0, "masq_gid_entry.index: offset");
+_Static_assert(offsetof(struct masq_gid_entry, gid_type) == 4, "masq_gid_entry.gid_type: offset");
+_Static_assert(offsetof(struct masq_gid_entry, gid) == 8, "masq_gid_entry.gid: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_gid_entry_validate(const struct masq_gid_entry *s)
+{
+	if (!(s->gid_type <= 2))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_gid_table {
+	uint32_t count;
+	uint8_t reserved[4];
+	struct masq_gid_entry entries[16];
+};
+_Static_assert(sizeof(struct masq_gid_table) == 392, "masq_gid_table: size");
+_Static_assert(offsetof(struct masq_gid_table, count) == 0, "masq_gid_table.count: offset");
+_Static_assert(offsetof(struct masq_gid_table, reserved) == 4, "masq_gid_table.reserved: offset");
+_Static_assert(offsetof(struct masq_gid_table, entries) == 8, "masq_gid_table.entries: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_gid_table_validate(const struct masq_gid_table *s)
+{
+	uint32_t i;
+
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (s->count > 16)
+		return -EINVAL;
+	for (i = 0; i < s->count; i++)
+		if (masq_gid_entry_validate(&s->entries[i]))
+			return -EINVAL;
+	if (!masq__zero(&s->entries[s->count], (16 - s->count) * sizeof(s->entries[0])))
+		return -EINVAL;
+	return 0;
+}
+
+/* struct ibv_qp_cap */
+struct masq_qp_cap {
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+	uint32_t max_send_sge;
+	uint32_t max_recv_sge;
+	uint32_t max_inline_data;
+};
+_Static_assert(sizeof(struct masq_qp_cap) == 20, "masq_qp_cap: size");
+_Static_assert(offsetof(struct masq_qp_cap, max_send_wr) == 0, "masq_qp_cap.max_send_wr: offset");
+_Static_assert(offsetof(struct masq_qp_cap, max_recv_wr) == 4, "masq_qp_cap.max_recv_wr: offset");
+_Static_assert(offsetof(struct masq_qp_cap, max_send_sge) == 8, "masq_qp_cap.max_send_sge: offset");
+_Static_assert(offsetof(struct masq_qp_cap, max_recv_sge) == 12, "masq_qp_cap.max_recv_sge: offset");
+_Static_assert(offsetof(struct masq_qp_cap, max_inline_data) == 16, "masq_qp_cap.max_inline_data: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_qp_cap_validate(const struct masq_qp_cap *s)
+{
+	(void)s;
+	return 0;
+}
+
+/* struct ibv_ah_attr with its global route flattened in. */
+struct masq_ah_attr {
+	uint8_t dgid[16];
+	uint32_t flow_label;
+	uint8_t sgid_index;
+	uint8_t hop_limit;
+	uint8_t traffic_class;
+	uint8_t is_global;
+	uint16_t dlid;
+	uint8_t sl;
+	uint8_t src_path_bits;
+	uint8_t static_rate;
+	uint8_t port_num;
+	uint8_t reserved[2];
+};
+_Static_assert(sizeof(struct masq_ah_attr) == 32, "masq_ah_attr: size");
+_Static_assert(offsetof(struct masq_ah_attr, dgid) == 0, "masq_ah_attr.dgid: offset");
+_Static_assert(offsetof(struct masq_ah_attr, flow_label) == 16, "masq_ah_attr.flow_label: offset");
+_Static_assert(offsetof(struct masq_ah_attr, sgid_index) == 20, "masq_ah_attr.sgid_index: offset");
+_Static_assert(offsetof(struct masq_ah_attr, hop_limit) == 21, "masq_ah_attr.hop_limit: offset");
+_Static_assert(offsetof(struct masq_ah_attr, traffic_class) == 22, "masq_ah_attr.traffic_class: offset");
+_Static_assert(offsetof(struct masq_ah_attr, is_global) == 23, "masq_ah_attr.is_global: offset");
+_Static_assert(offsetof(struct masq_ah_attr, dlid) == 24, "masq_ah_attr.dlid: offset");
+_Static_assert(offsetof(struct masq_ah_attr, sl) == 26, "masq_ah_attr.sl: offset");
+_Static_assert(offsetof(struct masq_ah_attr, src_path_bits) == 27, "masq_ah_attr.src_path_bits: offset");
+_Static_assert(offsetof(struct masq_ah_attr, static_rate) == 28, "masq_ah_attr.static_rate: offset");
+_Static_assert(offsetof(struct masq_ah_attr, port_num) == 29, "masq_ah_attr.port_num: offset");
+_Static_assert(offsetof(struct masq_ah_attr, reserved) == 30, "masq_ah_attr.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_ah_attr_validate(const struct masq_ah_attr *s)
+{
+	if (!(s->flow_label <= 0xFFFFF))
+		return -EINVAL;
+	if (!(s->is_global <= 1))
+		return -EINVAL;
+	if (!(s->sl <= 15))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The fields of struct ibv_qp_attr that masq carries. A sender copies
+ * only the fields named in the attribute mask and zeroes the others.
+ */
+struct masq_qp_attr {
+	uint8_t qp_state; /* enum ibv_qp_state, RESET..ERR */
+	uint8_t cur_qp_state;
+	uint8_t path_mtu; /* enum ibv_mtu (0 when unset) */
+	uint8_t path_mig_state; /* enum ibv_mig_state */
+	uint32_t qkey;
+	uint32_t rq_psn;
+	uint32_t sq_psn;
+	uint32_t dest_qp_num;
+	uint32_t qp_access_flags;
+	uint16_t pkey_index;
+	uint8_t en_sqd_async_notify;
+	uint8_t sq_draining;
+	uint8_t max_rd_atomic;
+	uint8_t max_dest_rd_atomic;
+	uint8_t min_rnr_timer; /* 5-bit IB encoding */
+	uint8_t port_num;
+	uint8_t timeout; /* 5-bit IB encoding */
+	uint8_t retry_cnt;
+	uint8_t rnr_retry; /* 7 = retry forever */
+	uint8_t reserved[1];
+	uint32_t rate_limit;
+	struct masq_qp_cap cap;
+	struct masq_ah_attr ah_attr;
+};
+_Static_assert(sizeof(struct masq_qp_attr) == 92, "masq_qp_attr: size");
+_Static_assert(offsetof(struct masq_qp_attr, qp_state) == 0, "masq_qp_attr.qp_state: offset");
+_Static_assert(offsetof(struct masq_qp_attr, cur_qp_state) == 1, "masq_qp_attr.cur_qp_state: offset");
+_Static_assert(offsetof(struct masq_qp_attr, path_mtu) == 2, "masq_qp_attr.path_mtu: offset");
+_Static_assert(offsetof(struct masq_qp_attr, path_mig_state) == 3, "masq_qp_attr.path_mig_state: offset");
+_Static_assert(offsetof(struct masq_qp_attr, qkey) == 4, "masq_qp_attr.qkey: offset");
+_Static_assert(offsetof(struct masq_qp_attr, rq_psn) == 8, "masq_qp_attr.rq_psn: offset");
+_Static_assert(offsetof(struct masq_qp_attr, sq_psn) == 12, "masq_qp_attr.sq_psn: offset");
+_Static_assert(offsetof(struct masq_qp_attr, dest_qp_num) == 16, "masq_qp_attr.dest_qp_num: offset");
+_Static_assert(offsetof(struct masq_qp_attr, qp_access_flags) == 20, "masq_qp_attr.qp_access_flags: offset");
+_Static_assert(offsetof(struct masq_qp_attr, pkey_index) == 24, "masq_qp_attr.pkey_index: offset");
+_Static_assert(offsetof(struct masq_qp_attr, en_sqd_async_notify) == 26, "masq_qp_attr.en_sqd_async_notify: offset");
+_Static_assert(offsetof(struct masq_qp_attr, sq_draining) == 27, "masq_qp_attr.sq_draining: offset");
+_Static_assert(offsetof(struct masq_qp_attr, max_rd_atomic) == 28, "masq_qp_attr.max_rd_atomic: offset");
+_Static_assert(offsetof(struct masq_qp_attr, max_dest_rd_atomic) == 29, "masq_qp_attr.max_dest_rd_atomic: offset");
+_Static_assert(offsetof(struct masq_qp_attr, min_rnr_timer) == 30, "masq_qp_attr.min_rnr_timer: offset");
+_Static_assert(offsetof(struct masq_qp_attr, port_num) == 31, "masq_qp_attr.port_num: offset");
+_Static_assert(offsetof(struct masq_qp_attr, timeout) == 32, "masq_qp_attr.timeout: offset");
+_Static_assert(offsetof(struct masq_qp_attr, retry_cnt) == 33, "masq_qp_attr.retry_cnt: offset");
+_Static_assert(offsetof(struct masq_qp_attr, rnr_retry) == 34, "masq_qp_attr.rnr_retry: offset");
+_Static_assert(offsetof(struct masq_qp_attr, reserved) == 35, "masq_qp_attr.reserved: offset");
+_Static_assert(offsetof(struct masq_qp_attr, rate_limit) == 36, "masq_qp_attr.rate_limit: offset");
+_Static_assert(offsetof(struct masq_qp_attr, cap) == 40, "masq_qp_attr.cap: offset");
+_Static_assert(offsetof(struct masq_qp_attr, ah_attr) == 60, "masq_qp_attr.ah_attr: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_qp_attr_validate(const struct masq_qp_attr *s)
+{
+	if (!(s->qp_state <= 6))
+		return -EINVAL;
+	if (!(s->cur_qp_state <= 6))
+		return -EINVAL;
+	if (!(s->path_mtu <= 5))
+		return -EINVAL;
+	if (!(s->path_mig_state <= 2))
+		return -EINVAL;
+	if (!(s->en_sqd_async_notify <= 1))
+		return -EINVAL;
+	if (!(s->sq_draining <= 1))
+		return -EINVAL;
+	if (!(s->min_rnr_timer <= 31))
+		return -EINVAL;
+	if (!(s->timeout <= 31))
+		return -EINVAL;
+	if (!(s->retry_cnt <= 7))
+		return -EINVAL;
+	if (!(s->rnr_retry <= 7))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (masq_qp_cap_validate(&s->cap))
+		return -EINVAL;
+	if (masq_ah_attr_validate(&s->ah_attr))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_modify_qp_req {
+	uint32_t qp_handle;
+	uint32_t qp_num;
+	uint32_t qp_type; /* enum ibv_qp_type: RC, UC, UD, RAW_PACKET, XRC_SEND, XRC_RECV, DRIVER */
+	uint32_t attr_mask; /* enum ibv_qp_attr_mask bits */
+	struct masq_qp_attr attr;
+};
+_Static_assert(sizeof(struct masq_modify_qp_req) == 108, "masq_modify_qp_req: size");
+_Static_assert(offsetof(struct masq_modify_qp_req, qp_handle) == 0, "masq_modify_qp_req.qp_handle: offset");
+_Static_assert(offsetof(struct masq_modify_qp_req, qp_num) == 4, "masq_modify_qp_req.qp_num: offset");
+_Static_assert(offsetof(struct masq_modify_qp_req, qp_type) == 8, "masq_modify_qp_req.qp_type: offset");
+_Static_assert(offsetof(struct masq_modify_qp_req, attr_mask) == 12, "masq_modify_qp_req.attr_mask: offset");
+_Static_assert(offsetof(struct masq_modify_qp_req, attr) == 16, "masq_modify_qp_req.attr: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_modify_qp_req_validate(const struct masq_modify_qp_req *s)
+{
+	if (!((s->qp_type >= 2 && s->qp_type <= 4) || (s->qp_type >= 8 && s->qp_type <= 10) || s->qp_type == 255))
+		return -EINVAL;
+	if (masq_qp_attr_validate(&s->attr))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_query_qp_req {
+	uint32_t qp_handle;
+	uint32_t attr_mask;
+};
+_Static_assert(sizeof(struct masq_query_qp_req) == 8, "masq_query_qp_req: size");
+_Static_assert(offsetof(struct masq_query_qp_req, qp_handle) == 0, "masq_query_qp_req.qp_handle: offset");
+_Static_assert(offsetof(struct masq_query_qp_req, attr_mask) == 4, "masq_query_qp_req.attr_mask: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_query_qp_req_validate(const struct masq_query_qp_req *s)
+{
+	(void)s;
+	return 0;
+}
+
+struct masq_destroy_qp_req {
+	uint32_t qp_handle;
+	uint32_t qp_num;
+};
+_Static_assert(sizeof(struct masq_destroy_qp_req) == 8, "masq_destroy_qp_req: size");
+_Static_assert(offsetof(struct masq_destroy_qp_req, qp_handle) == 0, "masq_destroy_qp_req.qp_handle: offset");
+_Static_assert(offsetof(struct masq_destroy_qp_req, qp_num) == 4, "masq_destroy_qp_req.qp_num: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_destroy_qp_req_validate(const struct masq_destroy_qp_req *s)
+{
+	(void)s;
+	return 0;
+}
+
+struct masq_qp_error_notice {
+	uint32_t qp_num;
+	uint32_t reason; /* QP_ERROR_* reason */
+};
+_Static_assert(sizeof(struct masq_qp_error_notice) == 8, "masq_qp_error_notice: size");
+_Static_assert(offsetof(struct masq_qp_error_notice, qp_num) == 0, "masq_qp_error_notice.qp_num: offset");
+_Static_assert(offsetof(struct masq_qp_error_notice, reason) == 4, "masq_qp_error_notice.reason: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_qp_error_notice_validate(const struct masq_qp_error_notice *s)
+{
+	if (!((s->reason >= 1 && s->reason <= 2)))
+		return -EINVAL;
+	return 0;
+}
+
+static inline int masq_opcode_is_reply(uint16_t opcode)
+{
+	return (opcode & MASQ_REPLY) != 0;
+}
+
+static inline int masq_opcode_is_notice(uint16_t opcode)
+{
+	return opcode >= MASQ_NOTICE_BASE && opcode < MASQ_REPLY;
+}
+
+static inline void masq_hdr_init(struct masq_hdr *h, uint16_t opcode, uint32_t length)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = MASQ_VERSION;
+	h->opcode = opcode;
+	h->length = length;
+}
+
+/* Set the request id of a message that starts with a struct masq_hdr. */
+static inline void masq_hdr_set_request_id(void *msg, uint32_t request_id)
+{
+	memcpy((uint8_t *)msg + offsetof(struct masq_hdr, request_id), &request_id,
+	       sizeof(request_id));
+}
+
+/*
+ * Check the framing of a received datagram of len bytes and copy its
+ * header out. 0, -EPROTONOSUPPORT for another version, or -EPROTO.
+ */
+static inline int masq_hdr_decode(const void *buf, size_t len, struct masq_hdr *h)
+{
+	if (len < sizeof(*h) || len > MASQ_MAX_MESSAGE)
+		return -EPROTO;
+	memcpy(h, buf, sizeof(*h));
+	if (h->version != MASQ_VERSION)
+		return -EPROTONOSUPPORT;
+	if (h->length != len)
+		return -EPROTO;
+	if (h->status > 0 || (h->status < 0 && len != sizeof(*h)))
+		return -EPROTO;
+	return 0;
+}
+
+/*
+ * Framing checks for one expected opcode. Returns 0 with the message
+ * copied to out; an error reply's (negative) status with only its header
+ * copied; or -EPROTO / -EPROTONOSUPPORT.
+ */
+static inline int masq__decode(const void *buf, size_t len, uint16_t opcode, void *out,
+			       size_t size)
+{
+	struct masq_hdr h;
+	int err = masq_hdr_decode(buf, len, &h);
+
+	if (err)
+		return err;
+	if (h.opcode != opcode)
+		return -EPROTO;
+	if (h.status < 0) {
+		if (!masq_opcode_is_reply(opcode))
+			return -EPROTO;
+		memcpy(out, &h, sizeof(h));
+		return h.status;
+	}
+	if (masq_opcode_is_notice(opcode) && h.request_id != 0)
+		return -EPROTO;
+	if (len != size)
+		return -EPROTO;
+	memcpy(out, buf, size);
+	return 0;
+}
+
+/* HELLO req (opcode 0x0001) */
+struct masq_msg_hello_req {
+	struct masq_hdr hdr;
+	struct masq_hello_req body;
+};
+_Static_assert(sizeof(struct masq_msg_hello_req) == 56, "masq_msg_hello_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_hello_req_init(struct masq_msg_hello_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_HELLO, sizeof(*m));
+}
+
+static inline int masq_msg_hello_req_decode(const void *buf, size_t len, struct masq_msg_hello_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_HELLO, m, sizeof(*m));
+
+	return err ? err : masq_hello_req_validate(&m->body);
+}
+
+/* HELLO reply (opcode 0x0001) */
+struct masq_msg_hello_reply {
+	struct masq_hdr hdr;
+	struct masq_hello_reply body;
+};
+_Static_assert(sizeof(struct masq_msg_hello_reply) == 176, "masq_msg_hello_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_hello_reply_init(struct masq_msg_hello_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_HELLO | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_hello_reply_decode(const void *buf, size_t len, struct masq_msg_hello_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_HELLO | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_hello_reply_validate(&m->body);
+}
+
+/* OPEN_DEVICE req (opcode 0x0002) */
+struct masq_msg_open_device_req {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_open_device_req) == 16, "masq_msg_open_device_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_open_device_req_init(struct masq_msg_open_device_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_OPEN_DEVICE, sizeof(*m));
+}
+
+static inline int masq_msg_open_device_req_decode(const void *buf, size_t len, struct masq_msg_open_device_req *m)
+{
+	return masq__decode(buf, len, MASQ_OP_OPEN_DEVICE, m, sizeof(*m));
+}
+
+/* OPEN_DEVICE reply (opcode 0x0002) */
+struct masq_msg_open_device_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_open_device_reply) == 16, "masq_msg_open_device_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_open_device_reply_init(struct masq_msg_open_device_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_OPEN_DEVICE | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_open_device_reply_decode(const void *buf, size_t len, struct masq_msg_open_device_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_OPEN_DEVICE | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* QUERY_GID_TABLE req (opcode 0x0003) */
+struct masq_msg_query_gid_table_req {
+	struct masq_hdr hdr;
+	struct masq_query_gid_table_req body;
+};
+_Static_assert(sizeof(struct masq_msg_query_gid_table_req) == 24, "masq_msg_query_gid_table_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_query_gid_table_req_init(struct masq_msg_query_gid_table_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_QUERY_GID_TABLE, sizeof(*m));
+}
+
+static inline int masq_msg_query_gid_table_req_decode(const void *buf, size_t len, struct masq_msg_query_gid_table_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_QUERY_GID_TABLE, m, sizeof(*m));
+
+	return err ? err : masq_query_gid_table_req_validate(&m->body);
+}
+
+/* QUERY_GID_TABLE reply (opcode 0x0003) */
+struct masq_msg_query_gid_table_reply {
+	struct masq_hdr hdr;
+	struct masq_gid_table body;
+};
+_Static_assert(sizeof(struct masq_msg_query_gid_table_reply) == 408, "masq_msg_query_gid_table_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_query_gid_table_reply_init(struct masq_msg_query_gid_table_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_QUERY_GID_TABLE | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_query_gid_table_reply_decode(const void *buf, size_t len, struct masq_msg_query_gid_table_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_QUERY_GID_TABLE | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_gid_table_validate(&m->body);
+}
+
+/* MODIFY_QP req (opcode 0x0004) */
+struct masq_msg_modify_qp_req {
+	struct masq_hdr hdr;
+	struct masq_modify_qp_req body;
+};
+_Static_assert(sizeof(struct masq_msg_modify_qp_req) == 124, "masq_msg_modify_qp_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_modify_qp_req_init(struct masq_msg_modify_qp_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_MODIFY_QP, sizeof(*m));
+}
+
+static inline int masq_msg_modify_qp_req_decode(const void *buf, size_t len, struct masq_msg_modify_qp_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_MODIFY_QP, m, sizeof(*m));
+
+	return err ? err : masq_modify_qp_req_validate(&m->body);
+}
+
+/* MODIFY_QP reply (opcode 0x0004) */
+struct masq_msg_modify_qp_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_modify_qp_reply) == 16, "masq_msg_modify_qp_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_modify_qp_reply_init(struct masq_msg_modify_qp_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_MODIFY_QP | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_modify_qp_reply_decode(const void *buf, size_t len, struct masq_msg_modify_qp_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_MODIFY_QP | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* QUERY_QP req (opcode 0x0005) */
+struct masq_msg_query_qp_req {
+	struct masq_hdr hdr;
+	struct masq_query_qp_req body;
+};
+_Static_assert(sizeof(struct masq_msg_query_qp_req) == 24, "masq_msg_query_qp_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_query_qp_req_init(struct masq_msg_query_qp_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_QUERY_QP, sizeof(*m));
+}
+
+static inline int masq_msg_query_qp_req_decode(const void *buf, size_t len, struct masq_msg_query_qp_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_QUERY_QP, m, sizeof(*m));
+
+	return err ? err : masq_query_qp_req_validate(&m->body);
+}
+
+/* QUERY_QP reply (opcode 0x0005) */
+struct masq_msg_query_qp_reply {
+	struct masq_hdr hdr;
+	struct masq_qp_attr body;
+};
+_Static_assert(sizeof(struct masq_msg_query_qp_reply) == 108, "masq_msg_query_qp_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_query_qp_reply_init(struct masq_msg_query_qp_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_QUERY_QP | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_query_qp_reply_decode(const void *buf, size_t len, struct masq_msg_query_qp_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_QUERY_QP | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_qp_attr_validate(&m->body);
+}
+
+/* DESTROY_QP req (opcode 0x0006) */
+struct masq_msg_destroy_qp_req {
+	struct masq_hdr hdr;
+	struct masq_destroy_qp_req body;
+};
+_Static_assert(sizeof(struct masq_msg_destroy_qp_req) == 24, "masq_msg_destroy_qp_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_destroy_qp_req_init(struct masq_msg_destroy_qp_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_DESTROY_QP, sizeof(*m));
+}
+
+static inline int masq_msg_destroy_qp_req_decode(const void *buf, size_t len, struct masq_msg_destroy_qp_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_DESTROY_QP, m, sizeof(*m));
+
+	return err ? err : masq_destroy_qp_req_validate(&m->body);
+}
+
+/* DESTROY_QP reply (opcode 0x0006) */
+struct masq_msg_destroy_qp_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_destroy_qp_reply) == 16, "masq_msg_destroy_qp_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_destroy_qp_reply_init(struct masq_msg_destroy_qp_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_DESTROY_QP | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_destroy_qp_reply_decode(const void *buf, size_t len, struct masq_msg_destroy_qp_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_DESTROY_QP | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* QP_ERROR notice (opcode 0x4001) */
+struct masq_msg_qp_error_notice {
+	struct masq_hdr hdr;
+	struct masq_qp_error_notice body;
+};
+_Static_assert(sizeof(struct masq_msg_qp_error_notice) == 24, "masq_msg_qp_error_notice: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_qp_error_notice_init(struct masq_msg_qp_error_notice *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_NOTICE_QP_ERROR, sizeof(*m));
+}
+
+static inline int masq_msg_qp_error_notice_decode(const void *buf, size_t len, struct masq_msg_qp_error_notice *m)
+{
+	int err = masq__decode(buf, len, MASQ_NOTICE_QP_ERROR, m, sizeof(*m));
+
+	return err ? err : masq_qp_error_notice_validate(&m->body);
+}
+#endif /* MASQ_PROTO_H */
