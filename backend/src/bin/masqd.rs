@@ -1,0 +1,101 @@
+//! masqd: the masq host daemon.
+
+use clap::Parser;
+use masq_backend::config::Config;
+use masq_backend::daemon::Daemon;
+use nix::sys::signal::{SigSet, Signal};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tracing::{error, info};
+
+#[derive(Parser)]
+#[command(
+    name = "masqd",
+    version,
+    about = "The masq host daemon: virtual RDMA devices for tenant endpoints",
+    long_about = "masqd serves the endpoints of one RDMA host. Apps in an endpoint, \
+                  preloaded with libmasq.so, reach it on the endpoint's socket; masqd \
+                  shows them a virtual device built from their vNIC and executes their \
+                  QP state changes after translating virtual addresses to physical ones.",
+    after_help = "Exit status: 0 after SIGTERM/SIGINT, 1 on a bad config or a failed start. \
+                  Log level: --log-level or RUST_LOG (error, warn, info, debug, trace)."
+)]
+struct Cli {
+    /// Configuration file (YAML); see examples/host1.yaml.
+    #[arg(short, long)]
+    config: PathBuf,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    check: bool,
+    /// Log level or filter (overrides RUST_LOG).
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = cli
+        .log_level
+        .clone()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+
+    let cfg = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            error!("bad configuration: {e}");
+            eprintln!("masqd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if cli.check {
+        println!(
+            "{}: ok ({} local endpoints, {} in the VPC map)",
+            cli.config.display(),
+            cfg.endpoints.len(),
+            cfg.vpc.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+
+    // Block the signals we handle before any thread starts, so that only
+    // the main thread's sigwait sees them.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    if let Err(e) = signals.thread_block() {
+        eprintln!("masqd: cannot block signals: {e}");
+        return ExitCode::from(1);
+    }
+
+    let daemon = match Daemon::start(cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            error!("cannot start: {e}");
+            eprintln!("masqd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    info!("masqd ready");
+    loop {
+        match signals.wait() {
+            Ok(Signal::SIGHUP) => info!("SIGHUP: nothing to reload yet"),
+            Ok(sig) => {
+                info!("{sig}: shutting down");
+                break;
+            }
+            Err(e) => {
+                error!("sigwait: {e}");
+                break;
+            }
+        }
+    }
+    daemon.shutdown();
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,366 @@
+//! masqd's configuration file (YAML).
+//!
+//! One file per host: the RDMA device and underlay it serves, the endpoints
+//! that live on this host, and the VPC map of every endpoint in every VPC
+//! (which host each (VNI, vIP) lives on). Parse errors carry file:line:column;
+//! consistency errors name the field path and the offending value.
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_SOCKET_DIR: &str = "/run/masq";
+const MAX_VNI: u32 = 0xFF_FFFF;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// The RDMA device masqd serves (e.g. rxe0, mlx5_0).
+    pub device: String,
+    /// Its port (RoCE devices have one).
+    #[serde(default = "default_port")]
+    pub port: u8,
+    pub underlay: Underlay,
+    /// Where endpoint sockets and the control socket live.
+    #[serde(default = "default_socket_dir")]
+    pub socket_dir: PathBuf,
+    /// Security groups (YAML); none means the built-in defaults.
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
+    /// Endpoints on this host.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointConfig>,
+    /// Every endpoint of every VPC, on any host.
+    pub vpc: Vec<VpcEntry>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Underlay {
+    /// The netdev the RDMA device sits on.
+    pub netdev: String,
+    /// This host's underlay address; its RoCEv2 GID is ::ffff:ip.
+    pub ip: Ipv4Addr,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EndpointConfig {
+    pub name: String,
+    pub tenant: String,
+    pub vni: u32,
+    pub vip: Ipv4Addr,
+    /// The endpoint's network namespace, e.g. /run/netns/acme-a.
+    pub netns: PathBuf,
+    /// The vNIC inside that namespace.
+    #[serde(default = "default_vnic")]
+    pub vnic: String,
+    /// The socket the endpoint's apps reach masqd on; default
+    /// `<socketDir>/endpoints/<name>/masq.sock`. Its directory is what a
+    /// container runtime mounts at /run/masq in the endpoint.
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VpcEntry {
+    pub tenant: String,
+    pub vni: u32,
+    pub vip: Ipv4Addr,
+    /// Underlay IP of the host the endpoint lives on.
+    pub host: Ipv4Addr,
+    /// Endpoint name, for logs and listings.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+fn default_port() -> u8 {
+    1
+}
+fn default_socket_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_SOCKET_DIR)
+}
+fn default_vnic() -> String {
+    "eth0".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    /// 1-based line and column, when the YAML parser knows them.
+    pub position: Option<(usize, usize)>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, col)) => write!(f, "{}:{}:{}: {}", self.file, line, col, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl EndpointConfig {
+    pub fn socket_path(&self, socket_dir: &Path) -> PathBuf {
+        self.socket.clone().unwrap_or_else(|| {
+            socket_dir
+                .join("endpoints")
+                .join(&self.name)
+                .join("masq.sock")
+        })
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            position: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(&text, &file)
+    }
+
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| ConfigError {
+            file: file.to_string(),
+            position: e.location().map(|l| (l.line(), l.column())),
+            message: e.to_string(),
+        })?;
+        cfg.validate().map_err(|message| ConfigError {
+            file: file.to_string(),
+            position: None,
+            message,
+        })?;
+        Ok(cfg)
+    }
+
+    pub fn control_socket(&self) -> PathBuf {
+        self.socket_dir.join("control.sock")
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        check_name("device", &self.device, 64)?;
+        check_name("underlay.netdev", &self.underlay.netdev, 15)?;
+        if self.port == 0 {
+            return Err("port: must be 1 or more".into());
+        }
+        if !self.socket_dir.is_absolute() {
+            return Err(format!(
+                "socketDir: {:?} must be an absolute path",
+                self.socket_dir
+            ));
+        }
+        // Each VNI belongs to exactly one tenant; each (VNI, vIP) is one endpoint.
+        let mut vni_owner: HashMap<u32, &str> = HashMap::new();
+        let mut placed: BTreeMap<(u32, Ipv4Addr), Ipv4Addr> = BTreeMap::new();
+        for (i, v) in self.vpc.iter().enumerate() {
+            let at = format!("vpc[{i}]");
+            check_name(&format!("{at}.tenant"), &v.tenant, 64)?;
+            check_vni(&format!("{at}.vni"), v.vni)?;
+            if let Some(n) = &v.name {
+                check_name(&format!("{at}.name"), n, 64)?;
+            }
+            claim_vni(&mut vni_owner, v.vni, &v.tenant, &at)?;
+            if placed.insert((v.vni, v.vip), v.host).is_some() {
+                return Err(format!(
+                    "{at}: VNI {} vIP {} is listed twice in the VPC map",
+                    v.vni, v.vip
+                ));
+            }
+        }
+        let mut names = HashSet::new();
+        let mut sockets = HashSet::new();
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let at = format!("endpoints[{i}]");
+            check_name(&format!("{at}.name"), &e.name, 64)?;
+            check_name(&format!("{at}.tenant"), &e.tenant, 64)?;
+            check_name(&format!("{at}.vnic"), &e.vnic, 15)?;
+            check_vni(&format!("{at}.vni"), e.vni)?;
+            if !names.insert(e.name.as_str()) {
+                return Err(format!("{at}.name: endpoint {:?} is defined twice", e.name));
+            }
+            if !e.netns.is_absolute() {
+                return Err(format!(
+                    "{at}.netns: {:?} must be an absolute path",
+                    e.netns
+                ));
+            }
+            let sock = e.socket_path(&self.socket_dir);
+            if !sock.is_absolute() {
+                return Err(format!("{at}.socket: {sock:?} must be an absolute path"));
+            }
+            if !sockets.insert(sock.clone()) || sock == self.control_socket() {
+                return Err(format!("{at}.socket: {sock:?} is used twice"));
+            }
+            claim_vni(&mut vni_owner, e.vni, &e.tenant, &at)?;
+            match placed.get(&(e.vni, e.vip)) {
+                None => {
+                    return Err(format!(
+                        "{at}: {} (VNI {}, vIP {}) is missing from the VPC map",
+                        e.name, e.vni, e.vip
+                    ))
+                }
+                Some(host) if *host != self.underlay.ip => {
+                    return Err(format!(
+                        "{at}: {} is local, but the VPC map places VNI {} vIP {} on host {}, \
+                         not on this host ({})",
+                        e.name, e.vni, e.vip, host, self.underlay.ip
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_name(field: &str, value: &str, max: usize) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field}: {value:?} must be 1-{max} characters of A-Z, a-z, 0-9, '-', '_', '.'"
+        ))
+    }
+}
+
+fn check_vni(field: &str, vni: u32) -> Result<(), String> {
+    if (1..=MAX_VNI).contains(&vni) {
+        Ok(())
+    } else {
+        Err(format!("{field}: {vni} is not a VNI (1..={MAX_VNI})"))
+    }
+}
+
+fn claim_vni<'a>(
+    owners: &mut HashMap<u32, &'a str>,
+    vni: u32,
+    tenant: &'a str,
+    at: &str,
+) -> Result<(), String> {
+    match owners.insert(vni, tenant) {
+        Some(prev) if prev != tenant => Err(format!(
+            "{at}: VNI {vni} belongs to tenant {prev:?}, not {tenant:?}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "\
+device: rxe0
+underlay: { netdev: eth0, ip: 198.18.0.1 }
+endpoints:
+  - { name: acme-a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/acme-a }
+vpc:
+  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }
+  - { tenant: acme, vni: 100, vip: 10.0.0.2, host: 198.18.0.2, name: acme-b }
+";
+
+    #[test]
+    fn a_good_config_parses_with_defaults() {
+        let c = Config::parse(GOOD, "t.yaml").expect("valid");
+        assert_eq!(c.port, 1);
+        assert_eq!(c.socket_dir, PathBuf::from("/run/masq"));
+        assert_eq!(c.endpoints[0].vnic, "eth0");
+        assert_eq!(
+            c.endpoints[0].socket_path(&c.socket_dir),
+            PathBuf::from("/run/masq/endpoints/acme-a/masq.sock")
+        );
+    }
+
+    #[test]
+    fn the_shipped_examples_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        for host in ["host1.yaml", "host2.yaml"] {
+            Config::load(&dir.join(host)).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    #[test]
+    fn syntax_and_type_errors_carry_line_and_column() {
+        let bad = GOOD.replace("vip: 10.0.0.1, netns", "vip: 10.0.0.300, netns");
+        let e = Config::parse(&bad, "t.yaml").unwrap_err();
+        assert_eq!(e.position.map(|p| p.0), Some(4), "{e}");
+        assert!(e.to_string().starts_with("t.yaml:4:"), "{e}");
+        assert!(e.to_string().contains("vip"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let bad = GOOD.replace("device: rxe0", "device: rxe0\ndevcie: rxe1");
+        let e = Config::parse(&bad, "t.yaml").unwrap_err();
+        assert!(e.to_string().contains("devcie"), "{e}");
+        assert_eq!(e.position.map(|p| p.0), Some(2));
+    }
+
+    fn err_of(text: &str) -> String {
+        Config::parse(text, "t.yaml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn consistency_errors_name_the_field() {
+        let e = err_of(&GOOD.replace(
+            "vni: 100, vip: 10.0.0.1, netns",
+            "vni: 0, vip: 10.0.0.1, netns",
+        ));
+        assert!(e.contains("endpoints[0].vni: 0 is not a VNI"), "{e}");
+
+        let e = err_of(&GOOD.replace("host: 198.18.0.1, name", "host: 198.18.0.9, name"));
+        assert!(e.contains("endpoints[0]: acme-a is local"), "{e}");
+
+        let e = err_of(&GOOD.replace("vip: 10.0.0.2, host", "vip: 10.0.0.1, host"));
+        assert!(
+            e.contains("vpc[1]: VNI 100 vIP 10.0.0.1 is listed twice"),
+            "{e}"
+        );
+
+        let e = err_of(&GOOD.replace(
+            "tenant: acme, vni: 100, vip: 10.0.0.2",
+            "tenant: globex, vni: 100, vip: 10.0.0.2",
+        ));
+        assert!(
+            e.contains("vpc[1]: VNI 100 belongs to tenant \"acme\""),
+            "{e}"
+        );
+
+        let e = err_of(&GOOD.replace("netns: /run/netns/acme-a", "netns: run/netns/acme-a"));
+        assert!(e.contains("endpoints[0].netns"), "{e}");
+
+        let e = err_of(&GOOD.replace("name: acme-a, tenant", "name: \"acme a\", tenant"));
+        assert!(e.contains("endpoints[0].name"), "{e}");
+    }
+
+    #[test]
+    fn a_local_endpoint_missing_from_the_vpc_map_is_an_error() {
+        let e = err_of(&GOOD.replace(
+            "  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }\n",
+            "",
+        ));
+        assert!(e.contains("missing from the VPC map"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_is_reported_with_its_name() {
+        let e = Config::load(Path::new("/nonexistent/masq.yaml")).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("/nonexistent/masq.yaml: cannot read"));
+    }
+}

@@ -1,0 +1,457 @@
+//! The running daemon: endpoint sockets, sessions, the control socket.
+
+use crate::config::{Config, EndpointConfig};
+use crate::control::{self, Request};
+use crate::seqpacket::{Conn, Listener};
+use crate::session::{self, QpRecord, Session};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tracing::{debug, info, warn};
+
+/// The physical device masqd serves, as found in sysfs at start.
+pub struct HostDevice {
+    pub name: String,
+    pub port: u8,
+    /// dev_t of its uverbs character device: a tenant's fd must be one.
+    pub uverbs_rdev: u64,
+    /// The kernel's `enum rdma_driver_id` for it, needed in every ioctl.
+    pub driver_id: u32,
+    pub gids: Vec<vbond::HostGid>,
+}
+
+pub struct Endpoint {
+    pub cfg: EndpointConfig,
+    pub socket: PathBuf,
+}
+
+/// What the control socket shows of a live session.
+#[derive(Clone)]
+pub struct SessionView {
+    pub endpoint: String,
+    pub tenant: String,
+    pub pid: i32,
+    pub app: String,
+    pub started: u64,
+    /// Requests received: flat while an app only posts and polls.
+    pub requests: u64,
+    pub qps: BTreeMap<u32, QpRecord>,
+}
+
+pub struct Shared {
+    pub cfg: Config,
+    pub host: HostDevice,
+    pub vpc: vbond::VpcMap,
+    pub endpoints: Vec<Arc<Endpoint>>,
+    started: Instant,
+    sessions: Mutex<BTreeMap<u64, SessionView>>,
+    conns: Mutex<BTreeMap<u64, Conn>>,
+    next_session: AtomicU64,
+    stopping: AtomicBool,
+}
+
+pub struct Daemon {
+    shared: Arc<Shared>,
+    listeners: Vec<(PathBuf, Arc<Listener>)>,
+    control_path: PathBuf,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking session thread must not take the daemon down with it.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl HostDevice {
+    pub fn discover(sysfs: &Path, name: &str, port: u8) -> io::Result<HostDevice> {
+        let dev_dir = sysfs.join("class/infiniband").join(name);
+        if !dev_dir.exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no RDMA device {name} (nothing at {})", dev_dir.display()),
+            ));
+        }
+        let (uverbs, uverbs_rdev) = find_uverbs(sysfs, name)?;
+        let node = Path::new("/dev/infiniband").join(&uverbs);
+        let dev = std::fs::File::open(&node)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", node.display())))?;
+        use std::os::fd::AsFd;
+        let driver_id = crate::uverbs::probe_driver_id(dev.as_fd())
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", node.display())))?;
+        let gids = vbond::read_host_gids(sysfs, name, port)?;
+        debug!(uverbs = %node.display(), driver_id, "device found");
+        Ok(HostDevice {
+            name: name.to_string(),
+            port,
+            uverbs_rdev,
+            driver_id,
+            gids,
+        })
+    }
+}
+
+/// The uverbs character device of `ibdev` (name and dev_t), from
+/// /sys/class/infiniband_verbs/*/ibdev.
+fn find_uverbs(sysfs: &Path, ibdev: &str) -> io::Result<(String, u64)> {
+    let class = sysfs.join("class/infiniband_verbs");
+    for entry in std::fs::read_dir(&class)? {
+        let dir = entry?.path();
+        let Ok(owner) = std::fs::read_to_string(dir.join("ibdev")) else {
+            continue;
+        };
+        if owner.trim() != ibdev {
+            continue;
+        }
+        let dev = std::fs::read_to_string(dir.join("dev"))?;
+        let (maj, min) = dev.trim().split_once(':').ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad {}/dev", dir.display()),
+            )
+        })?;
+        let parse = |s: &str| {
+            s.parse::<u32>()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        };
+        let name = entry_name(&dir);
+        return Ok((name, libc::makedev(parse(maj)?, parse(min)?)));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{ibdev} has no uverbs device (is ib_uverbs loaded?)"),
+    ))
+}
+
+fn entry_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn build_vpc(cfg: &Config) -> vbond::VpcMap {
+    let mut vpc = vbond::VpcMap::default();
+    for v in &cfg.vpc {
+        let name = v
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", v.tenant, v.vip));
+        vpc.insert(v.vni, v.vip, name, v.host);
+    }
+    vpc
+}
+
+impl Daemon {
+    pub fn start(cfg: Config) -> io::Result<Daemon> {
+        let host = HostDevice::discover(Path::new("/sys"), &cfg.device, cfg.port)?;
+        let underlay_gid = vbond::ipv4_mapped_gid(cfg.underlay.ip);
+        if !host.gids.iter().any(|g| g.gid == underlay_gid && g.roce_v2) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{} port {} has no RoCE v2 GID for underlay.ip {} (check the config \
+                     and `rdma link`)",
+                    cfg.device, cfg.port, cfg.underlay.ip
+                ),
+            ));
+        }
+        info!(
+            device = %cfg.device, port = cfg.port, underlay = %cfg.underlay.ip,
+            "serving {} endpoint(s), VPC map of {}", cfg.endpoints.len(), cfg.vpc.len()
+        );
+        let endpoints: Vec<Arc<Endpoint>> = cfg
+            .endpoints
+            .iter()
+            .map(|e| {
+                Arc::new(Endpoint {
+                    socket: e.socket_path(&cfg.socket_dir),
+                    cfg: e.clone(),
+                })
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            vpc: build_vpc(&cfg),
+            host,
+            endpoints,
+            started: Instant::now(),
+            sessions: Mutex::new(BTreeMap::new()),
+            conns: Mutex::new(BTreeMap::new()),
+            next_session: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            cfg,
+        });
+
+        std::fs::create_dir_all(&shared.cfg.socket_dir)?;
+        let mut listeners = Vec::new();
+        let cleanup_on_error = |listeners: &Vec<(PathBuf, Arc<Listener>)>| {
+            for (p, _) in listeners {
+                let _ = std::fs::remove_file(p);
+            }
+        };
+        for ep in &shared.endpoints {
+            let bound = ep
+                .socket
+                .parent()
+                .map(std::fs::create_dir_all)
+                .unwrap_or(Ok(()))
+                // Any local process may connect: the endpoint's identity is
+                // checked against the peer's network namespace.
+                .and_then(|_| Listener::bind(&ep.socket, 0o666));
+            match bound {
+                Ok(l) => listeners.push((ep.socket.clone(), Arc::new(l))),
+                Err(e) => {
+                    cleanup_on_error(&listeners);
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "endpoint {}: cannot listen on {}: {e}",
+                            ep.cfg.name,
+                            ep.socket.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let control_path = shared.cfg.control_socket();
+        let _ = std::fs::remove_file(&control_path);
+        let control = match UnixListener::bind(&control_path) {
+            Ok(c) => c,
+            Err(e) => {
+                cleanup_on_error(&listeners);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot listen on {}: {e}", control_path.display()),
+                ));
+            }
+        };
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&control_path, std::fs::Permissions::from_mode(0o600))?;
+        }
+        for (ep, (_, l)) in shared.endpoints.iter().zip(&listeners) {
+            let (shared, ep, l) = (shared.clone(), ep.clone(), l.clone());
+            thread::Builder::new()
+                .name(format!("accept-{}", ep.cfg.name))
+                .spawn(move || accept_loop(shared, ep, l))?;
+            debug!("listening for endpoint");
+        }
+        {
+            let shared = shared.clone();
+            thread::Builder::new()
+                .name("control".into())
+                .spawn(move || control_loop(shared, control))?;
+        }
+        for ep in &shared.endpoints {
+            info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
+                  vip = %ep.cfg.vip, socket = %ep.socket.display(), "endpoint ready");
+        }
+        Ok(Daemon {
+            shared,
+            listeners,
+            control_path,
+        })
+    }
+
+    pub fn shutdown(self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        for (path, _) in &self.listeners {
+            let _ = std::fs::remove_file(path);
+        }
+        let _ = std::fs::remove_file(&self.control_path);
+        for conn in lock(&self.shared.conns).values() {
+            conn.shutdown();
+        }
+        info!("stopped; tenants' established QPs keep running on the NIC");
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
+    loop {
+        let conn = match listener.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                if shared.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                warn!(endpoint = %ep.cfg.name, "accept failed: {e}");
+                thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+        };
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let pid = match conn.peer_pid() {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(endpoint = %ep.cfg.name, "cannot identify peer: {e}");
+                continue;
+            }
+        };
+        if let Err(why) = same_netns(pid, &ep.cfg.netns) {
+            warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
+            continue;
+        }
+        let id = shared.next_session.fetch_add(1, Ordering::SeqCst);
+        let (shared, ep) = (shared.clone(), ep.clone());
+        let spawned = thread::Builder::new()
+            .name(format!("session-{id}"))
+            .spawn(move || run_session(shared, ep, conn, id, pid));
+        if let Err(e) = spawned {
+            warn!("cannot start a session thread: {e}");
+        }
+    }
+}
+
+/// An app belongs to an endpoint when it lives in that endpoint's network
+/// namespace: the socket path alone could be reached from elsewhere.
+fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
+    let want = std::fs::metadata(netns)
+        .map_err(|e| format!("endpoint namespace {}: {e}", netns.display()))?;
+    let have = std::fs::metadata(format!("/proc/{pid}/ns/net"))
+        .map_err(|e| format!("pid {pid} network namespace: {e}"))?;
+    if (want.dev(), want.ino()) == (have.dev(), have.ino()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "pid {pid} is not in the endpoint's network namespace {}",
+            netns.display()
+        ))
+    }
+}
+
+fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
+    if let Ok(c) = conn.try_clone() {
+        lock(&shared.conns).insert(id, c);
+    }
+    lock(&shared.sessions).insert(
+        id,
+        SessionView {
+            endpoint: ep.cfg.name.clone(),
+            tenant: ep.cfg.tenant.clone(),
+            pid,
+            app: String::new(),
+            started: now_secs(),
+            requests: 0,
+            qps: BTreeMap::new(),
+        },
+    );
+    let span = tracing::info_span!("session", id, endpoint = %ep.cfg.name, pid);
+    let _enter = span.enter();
+    debug!("connected");
+    let mut sess = Session::new(id, pid, ep.clone());
+    session::serve(&shared, &mut sess, &conn);
+    lock(&shared.sessions).remove(&id);
+    lock(&shared.conns).remove(&id);
+    if !sess.qps.is_empty() {
+        info!("app gone; forgetting {} QP(s)", sess.qps.len());
+    } else {
+        debug!("closed");
+    }
+}
+
+impl Shared {
+    /// Keep the control socket's view of a session current.
+    pub fn publish(&self, sess: &Session) {
+        if let Some(v) = lock(&self.sessions).get_mut(&sess.id) {
+            v.app = sess.app.clone();
+            v.requests = sess.requests;
+            v.qps = sess.qps.clone();
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
+    for stream in listener.incoming() {
+        if shared.is_stopping() {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+        let reply = match control::read_request(&stream) {
+            Ok(req) => answer(&shared, &req),
+            Err(e) => json!({ "error": e }),
+        };
+        let mut line = reply.to_string();
+        line.push('\n');
+        let _ = stream.write_all(line.as_bytes());
+    }
+}
+
+fn answer(shared: &Shared, req: &Request) -> Value {
+    let sessions = lock(&shared.sessions).clone();
+    match req {
+        Request::Status => json!({
+            "host": shared.cfg.underlay.ip.to_string(),
+            "device": shared.host.name,
+            "port": shared.host.port,
+            "endpoints": shared.endpoints.len(),
+            "sessions": sessions.len(),
+            "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
+            "uptime_s": shared.started.elapsed().as_secs(),
+        }),
+        Request::Endpoints => {
+            let eps: Vec<Value> = shared
+                .endpoints
+                .iter()
+                .map(|ep| {
+                    let n = sessions
+                        .values()
+                        .filter(|s| s.endpoint == ep.cfg.name)
+                        .count();
+                    let mut v = json!({
+                        "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
+                        "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
+                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": session::VDEV_NAME,
+                        "sessions": n,
+                    });
+                    match session::virtual_gids(ep) {
+                        Ok(t) => {
+                            v["gids"] = t
+                                .iter()
+                                .map(|g| {
+                                    json!({
+                                        "index": g.index, "gid": vbond::gid_to_string(&g.gid),
+                                        "type": if g.roce_v2 { "RoCE v2" } else { "RoCE v1" },
+                                    })
+                                })
+                                .collect();
+                        }
+                        Err(e) => v["gid_error"] = json!(e.to_string()),
+                    }
+                    v
+                })
+                .collect();
+            json!({ "endpoints": eps })
+        }
+        Request::Sessions => {
+            let list: Vec<Value> = sessions
+                .iter()
+                .map(|(id, s)| {
+                    json!({
+                        "id": id, "endpoint": s.endpoint, "tenant": s.tenant, "pid": s.pid,
+                        "app": s.app, "started": s.started, "requests": s.requests,
+                        "qps": s.qps.values().map(QpRecord::to_json).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({ "sessions": list })
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! masqd internals: configuration, the uverbs commands masqd runs on
+//! tenants' behalf, the per-endpoint session server and the control socket.
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod seqpacket;
+pub mod session;
+pub mod uverbs;

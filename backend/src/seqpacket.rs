@@ -1,0 +1,203 @@
+//! SOCK_SEQPACKET Unix sockets: one protocol message per datagram, file
+//! descriptors riding along as SCM_RIGHTS.
+
+use nix::sys::socket::{
+    self, sockopt, AddressFamily, Backlog, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+    UnixAddr,
+};
+use std::io::{self, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+pub struct Listener(OwnedFd);
+
+pub struct Conn(OwnedFd);
+
+/// One received datagram.
+pub struct Datagram {
+    /// Bytes of the message (at most the buffer size).
+    pub len: usize,
+    /// The sender's message was longer than the buffer (and was cut).
+    pub truncated: bool,
+    /// Descriptors passed with it; closed when dropped.
+    pub fds: Vec<OwnedFd>,
+}
+
+fn nix_io(e: nix::Error) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+impl Listener {
+    /// Bind a listening socket at `path`, replacing a stale socket file.
+    pub fn bind(path: &Path, mode: u32) -> io::Result<Listener> {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if meta.file_type().is_socket() {
+                std::fs::remove_file(path)?;
+            } else {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket", path.display()),
+                ));
+            }
+        }
+        let fd = socket::socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(nix_io)?;
+        let addr = UnixAddr::new(path).map_err(nix_io)?;
+        socket::bind(fd.as_raw_fd(), &addr).map_err(nix_io)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        socket::listen(&fd, Backlog::new(128).map_err(nix_io)?).map_err(nix_io)?;
+        Ok(Listener(fd))
+    }
+
+    pub fn accept(&self) -> io::Result<Conn> {
+        loop {
+            match socket::accept4(self.0.as_raw_fd(), SockFlag::SOCK_CLOEXEC) {
+                // SAFETY: accept4 returned a new descriptor that we now own.
+                Ok(fd) => return Ok(Conn(unsafe { OwnedFd::from_raw_fd(fd) })),
+                Err(nix::Error::EINTR) | Err(nix::Error::ECONNABORTED) => continue,
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+    }
+}
+
+impl Conn {
+    pub fn connect(path: &Path) -> io::Result<Conn> {
+        let fd = socket::socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(nix_io)?;
+        socket::connect(fd.as_raw_fd(), &UnixAddr::new(path).map_err(nix_io)?).map_err(nix_io)?;
+        Ok(Conn(fd))
+    }
+
+    /// The peer process's pid, as the kernel recorded it at connect time.
+    pub fn peer_pid(&self) -> io::Result<i32> {
+        let cred = socket::getsockopt(&self.0, sockopt::PeerCredentials).map_err(nix_io)?;
+        Ok(cred.pid())
+    }
+
+    /// Receive one datagram into `buf`; `Ok(None)` at end of stream.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
+        let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+        loop {
+            let mut iov = [IoSliceMut::new(buf)];
+            match socket::recvmsg::<()>(
+                self.0.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Ok(msg) => {
+                    let mut fds = Vec::new();
+                    if let Ok(cmsgs) = msg.cmsgs() {
+                        for c in cmsgs {
+                            if let ControlMessageOwned::ScmRights(raw) = c {
+                                // SAFETY: the kernel installed these descriptors for us.
+                                fds.extend(
+                                    raw.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }),
+                                );
+                            }
+                        }
+                    }
+                    let truncated = msg.flags.contains(MsgFlags::MSG_TRUNC)
+                        || msg.flags.contains(MsgFlags::MSG_CTRUNC);
+                    if msg.bytes == 0 && !truncated && fds.is_empty() {
+                        return Ok(None);
+                    }
+                    return Ok(Some(Datagram {
+                        len: msg.bytes,
+                        truncated,
+                        fds,
+                    }));
+                }
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+    }
+
+    /// Send one datagram, optionally with a descriptor.
+    pub fn send(&self, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+        let iov = [io::IoSlice::new(data)];
+        let fds;
+        let cmsgs: Vec<socket::ControlMessage> = match fd {
+            Some(f) => {
+                fds = [f];
+                vec![socket::ControlMessage::ScmRights(&fds)]
+            }
+            None => Vec::new(),
+        };
+        loop {
+            match socket::sendmsg::<()>(
+                self.0.as_raw_fd(),
+                &iov,
+                &cmsgs,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+    }
+
+    /// Wake a thread blocked in `recv` on this connection (it sees EOF).
+    pub fn shutdown(&self) {
+        let _ = socket::shutdown(self.0.as_raw_fd(), socket::Shutdown::Both);
+    }
+
+    pub fn try_clone(&self) -> io::Result<Conn> {
+        Ok(Conn(self.0.as_fd().try_clone_to_owned()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagrams_keep_boundaries_and_carry_descriptors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.sock");
+        let l = Listener::bind(&path, 0o600).expect("bind");
+        let c = Conn::connect(&path).expect("connect");
+        let s = l.accept().expect("accept");
+        assert_eq!(s.peer_pid().expect("pid"), std::process::id() as i32);
+
+        let f = std::fs::File::open("/dev/null").expect("open");
+        c.send(b"hello", Some(f.as_raw_fd())).expect("send");
+        c.send(&[7u8; 100], None).expect("send");
+        let mut buf = [0u8; 64];
+        let d = s.recv(&mut buf).expect("recv").expect("datagram");
+        assert_eq!(
+            (&buf[..d.len], d.truncated, d.fds.len()),
+            (&b"hello"[..], false, 1)
+        );
+        let d = s.recv(&mut buf).expect("recv").expect("datagram");
+        assert!(d.truncated, "a 100-byte datagram does not fit 64 bytes");
+        drop(c);
+        assert!(s.recv(&mut buf).expect("recv").is_none());
+    }
+
+    #[test]
+    fn bind_replaces_a_stale_socket_but_not_a_regular_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.sock");
+        drop(Listener::bind(&path, 0o600).expect("bind"));
+        Listener::bind(&path, 0o600).expect("rebind over a stale socket");
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").expect("write");
+        assert!(Listener::bind(&file, 0o600).is_err());
+    }
+}

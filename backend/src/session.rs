@@ -1,0 +1,470 @@
+//! One app context's session: validate each request, translate virtual
+//! addresses, run the verbs command on the tenant's own uverbs file.
+
+use crate::daemon::{Endpoint, Shared};
+use crate::seqpacket::Conn;
+use crate::uverbs;
+use masq_proto as proto;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use tracing::{debug, info, warn};
+
+/// The name every endpoint's virtual device has.
+pub const VDEV_NAME: &str = "vrdma0";
+
+const IBV_QP_STATE: u32 = 1 << 0;
+const IBV_QP_PORT: u32 = 1 << 5;
+const IBV_QP_AV: u32 = 1 << 7;
+const IBV_QP_ALT_PATH: u32 = 1 << 14;
+const IBV_QP_DEST_QPN: u32 = 1 << 20;
+const IBV_QPS_RESET: u8 = 0;
+
+/// What masqd knows of one of the session's QPs.
+#[derive(Debug, Clone, Serialize)]
+pub struct QpRecord {
+    pub handle: u32,
+    pub qpn: u32,
+    pub qp_type: &'static str,
+    pub state: &'static str,
+    pub remote_vip: Option<Ipv4Addr>,
+    pub remote_qpn: Option<u32>,
+    pub peer_host: Option<Ipv4Addr>,
+    #[serde(skip)]
+    pub virt_sgid_index: u8,
+}
+
+impl QpRecord {
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|_| json!({}))
+    }
+}
+
+pub struct Session {
+    pub id: u64,
+    pub pid: i32,
+    pub ep: Arc<Endpoint>,
+    pub app: String,
+    pub requests: u64,
+    hello: bool,
+    uverbs: Option<OwnedFd>,
+    pub qps: BTreeMap<u32, QpRecord>,
+}
+
+impl Session {
+    pub fn new(id: u64, pid: i32, ep: Arc<Endpoint>) -> Session {
+        Session {
+            id,
+            pid,
+            ep,
+            app: String::new(),
+            requests: 0,
+            hello: false,
+            uverbs: None,
+            qps: BTreeMap::new(),
+        }
+    }
+}
+
+/// A failed request: the errno the app will see, and why (for the log).
+struct Refusal {
+    errno: i32,
+    why: String,
+}
+
+fn refuse(errno: i32, why: impl Into<String>) -> Refusal {
+    Refusal {
+        errno,
+        why: why.into(),
+    }
+}
+
+fn from_io(e: io::Error, what: &str) -> Refusal {
+    refuse(
+        e.raw_os_error().unwrap_or(libc::EIO),
+        format!("{what}: {e}"),
+    )
+}
+
+/// The endpoint's virtual GID table, from its vNIC as it is right now.
+pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
+    let nic = vbond::read_vnic(&ep.cfg.netns, &ep.cfg.vnic)?;
+    Ok(vbond::virtual_gid_table(&nic))
+}
+
+/// Serve requests until the app closes the connection.
+pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
+    let mut buf = vec![0u8; proto::MAX_MESSAGE];
+    loop {
+        let dgram = match conn.recv(&mut buf) {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
+            Err(e) => {
+                if !shared.is_stopping() {
+                    warn!("receive failed: {e}");
+                }
+                return;
+            }
+        };
+        sess.requests += 1;
+        if dgram.truncated {
+            warn!("message longer than {} bytes; closing", proto::MAX_MESSAGE);
+            let _ = conn.send(&proto::encode_error(0, 0, -libc::EMSGSIZE), None);
+            return;
+        }
+        let bytes = &buf[..dgram.len];
+        let (reply, close) = match proto::decode_request(bytes) {
+            Ok(msg) => handle(shared, sess, msg, dgram.fds),
+            Err(e) => {
+                warn!("malformed request: {e}");
+                let (op, id) = proto::peek_ids(bytes);
+                (proto::encode_error(op, id, -e.errno()), e.is_fatal())
+            }
+        };
+        shared.publish(sess);
+        if let Err(e) = conn.send(&reply, None) {
+            debug!("reply not delivered: {e}");
+            return;
+        }
+        if close {
+            return;
+        }
+    }
+}
+
+/// Handle one decoded request; returns the encoded reply and whether the
+/// session must end.
+fn handle(
+    shared: &Shared,
+    sess: &mut Session,
+    msg: proto::Request,
+    mut fds: Vec<OwnedFd>,
+) -> (Vec<u8>, bool) {
+    let (op, id) = (msg.opcode(), msg.request_id());
+    let result = match (&msg.body, sess.hello) {
+        (proto::RequestBody::Hello(h), false) => hello(shared, sess, h).map(|r| (r, false)),
+        (proto::RequestBody::Hello(_), true) => Err(refuse(libc::EPROTO, "second HELLO")),
+        (_, false) => Err(refuse(libc::EPROTO, "request before HELLO")),
+        (proto::RequestBody::OpenDevice, true) => open_device(shared, sess, fds.pop(), fds.len())
+            .map(|_| (proto::ReplyBody::OpenDevice, false)),
+        (proto::RequestBody::QueryGidTable(q), true) => {
+            query_gids(shared, sess, q).map(|r| (r, false))
+        }
+        (proto::RequestBody::ModifyQp(m), true) => {
+            modify_qp(shared, sess, m).map(|_| (proto::ReplyBody::ModifyQp, false))
+        }
+        (proto::RequestBody::QueryQp(q), true) => query_qp(shared, sess, q).map(|r| (r, false)),
+        (proto::RequestBody::DestroyQp(d), true) => {
+            if let Some(qp) = sess.qps.remove(&d.qp_handle) {
+                debug!(qpn = qp.qpn, "QP destroyed");
+            }
+            Ok((proto::ReplyBody::DestroyQp, false))
+        }
+    };
+    match result {
+        Ok((body, close)) => (proto::encode_reply(id, &body), close),
+        Err(r) => {
+            warn!(op, errno = r.errno, "refused: {}", r.why);
+            (proto::encode_error(op, id, -r.errno), false)
+        }
+    }
+}
+
+fn hello(
+    shared: &Shared,
+    sess: &mut Session,
+    h: &proto::HelloReq,
+) -> Result<proto::ReplyBody, Refusal> {
+    let nic = vbond::read_vnic(&sess.ep.cfg.netns, &sess.ep.cfg.vnic)
+        .map_err(|e| from_io(e, "cannot read the endpoint's vNIC"))?;
+    let gids = vbond::virtual_gid_table(&nic);
+    sess.app = h.app_name.clone();
+    sess.hello = true;
+    info!(app = %sess.app, "session opened");
+    let guid = vbond::guid_from_mac(nic.mac);
+    Ok(proto::ReplyBody::Hello(proto::HelloReply {
+        features: h.features & proto::SUPPORTED_FEATURES,
+        session_id: sess.id as u32,
+        vdev_name: VDEV_NAME.into(),
+        phys_dev_name: shared.host.name.clone(),
+        node_guid: guid,
+        sys_image_guid: guid,
+        phys_port: shared.host.port,
+        gid_count: gids.len().min(proto::MAX_GIDS) as u8,
+    }))
+}
+
+fn open_device(
+    shared: &Shared,
+    sess: &mut Session,
+    fd: Option<OwnedFd>,
+    extra: usize,
+) -> Result<(), Refusal> {
+    let fd = fd.ok_or_else(|| refuse(libc::EBADF, "OPEN_DEVICE without a descriptor"))?;
+    if extra > 0 {
+        return Err(refuse(libc::EINVAL, "more than one descriptor"));
+    }
+    if sess.uverbs.is_some() {
+        return Err(refuse(libc::EBUSY, "the session already has a device"));
+    }
+    let meta = std::fs::File::from(fd.try_clone().map_err(|e| from_io(e, "dup"))?)
+        .metadata()
+        .map_err(|e| from_io(e, "fstat"))?;
+    use std::os::unix::fs::FileTypeExt;
+    if !meta.file_type().is_char_device() || meta.rdev() != shared.host.uverbs_rdev {
+        return Err(refuse(
+            libc::ENODEV,
+            format!("descriptor is not {}'s uverbs device", shared.host.name),
+        ));
+    }
+    sess.uverbs = Some(fd);
+    debug!("device opened");
+    Ok(())
+}
+
+fn query_gids(
+    shared: &Shared,
+    sess: &Session,
+    q: &proto::QueryGidTableReq,
+) -> Result<proto::ReplyBody, Refusal> {
+    if q.port != shared.host.port {
+        return Err(refuse(libc::EINVAL, format!("no port {}", q.port)));
+    }
+    let gids = virtual_gids(&sess.ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
+    Ok(proto::ReplyBody::QueryGidTable(proto::GidTable {
+        entries: gids
+            .iter()
+            .take(proto::MAX_GIDS)
+            .map(|g| proto::GidEntry {
+                index: g.index,
+                gid_type: if g.roce_v2 {
+                    proto::GID_TYPE_ROCE_V2
+                } else {
+                    proto::GID_TYPE_ROCE_V1
+                },
+                gid: g.gid,
+            })
+            .collect(),
+    }))
+}
+
+fn qp_type_name(t: u32) -> &'static str {
+    match t {
+        2 => "RC",
+        3 => "UC",
+        4 => "UD",
+        _ => "other",
+    }
+}
+
+fn state_name(s: u8) -> &'static str {
+    ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR"]
+        .get(s as usize)
+        .copied()
+        .unwrap_or("UNKNOWN")
+}
+
+fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Result<(), Refusal> {
+    let fd = sess
+        .uverbs
+        .as_ref()
+        .ok_or_else(|| refuse(libc::EPROTO, "MODIFY_QP before OPEN_DEVICE"))?;
+    let a = &m.attr;
+    let mask = m.attr_mask;
+    if mask & !uverbs::LEGACY_ATTR_MASK != 0 {
+        return Err(refuse(
+            libc::EOPNOTSUPP,
+            format!("attribute mask {mask:#x}"),
+        ));
+    }
+    if mask & IBV_QP_ALT_PATH != 0 {
+        return Err(refuse(
+            libc::EOPNOTSUPP,
+            "alternate paths are not virtualized",
+        ));
+    }
+    if mask & IBV_QP_PORT != 0 && a.port_num != shared.host.port {
+        return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
+    }
+    let mut cmd = uverbs::ModifyQp {
+        qp_handle: m.qp_handle,
+        attr_mask: mask,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags,
+        pkey_index: a.pkey_index,
+        qp_state: a.qp_state,
+        cur_qp_state: a.cur_qp_state,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        en_sqd_async_notify: a.en_sqd_async_notify,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        ..Default::default()
+    };
+    let mut route = None;
+    if mask & IBV_QP_AV != 0 {
+        let ah = &a.ah_attr;
+        if ah.is_global == 0 {
+            return Err(refuse(
+                libc::EINVAL,
+                "RoCE needs a global route (is_global)",
+            ));
+        }
+        if ah.port_num != 0 && ah.port_num != shared.host.port {
+            return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
+        }
+        let vni = sess.ep.cfg.vni;
+        let tr = |e: vbond::TranslateError| {
+            refuse(e.errno(), format!("{e} (tenant {})", sess.ep.cfg.tenant))
+        };
+        let dest = shared.vpc.translate_dgid(vni, &ah.dgid).map_err(tr)?;
+        let vgids = virtual_gids(&sess.ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
+        let psgid = vbond::translate_sgid_index(
+            &vgids,
+            &shared.host.gids,
+            u32::from(ah.sgid_index),
+            shared.cfg.underlay.ip,
+        )
+        .map_err(tr)?;
+        cmd.dest = uverbs::QpDest {
+            dgid: dest.phys_dgid,
+            flow_label: ah.flow_label,
+            dlid: ah.dlid,
+            sgid_index: psgid as u8,
+            hop_limit: ah.hop_limit,
+            traffic_class: shared.vpc.traffic_class(vni, ah.traffic_class),
+            sl: ah.sl,
+            src_path_bits: ah.src_path_bits,
+            static_rate: ah.static_rate,
+            is_global: 1,
+            port_num: shared.host.port,
+            ..Default::default()
+        };
+        route = Some((
+            dest.vip,
+            dest.peer.host,
+            dest.peer.name.clone(),
+            ah.sgid_index,
+        ));
+    }
+    uverbs::modify_qp(fd.as_fd(), shared.host.driver_id, &cmd)
+        .map_err(|e| from_io(e, "MODIFY_QP"))?;
+
+    let rec = sess.qps.entry(m.qp_handle).or_insert_with(|| QpRecord {
+        handle: m.qp_handle,
+        qpn: m.qp_num,
+        qp_type: qp_type_name(m.qp_type),
+        state: "RESET",
+        remote_vip: None,
+        remote_qpn: None,
+        peer_host: None,
+        virt_sgid_index: 0,
+    });
+    if mask & IBV_QP_STATE != 0 {
+        rec.state = state_name(a.qp_state);
+    }
+    if mask & IBV_QP_DEST_QPN != 0 {
+        rec.remote_qpn = Some(a.dest_qp_num);
+    }
+    if let Some((vip, host, name, vsgid)) = route {
+        rec.remote_vip = Some(vip);
+        rec.peer_host = Some(host);
+        rec.virt_sgid_index = vsgid;
+        info!(
+            qpn = rec.qpn,
+            "QP -> {}: {vip} ({name}) QPN {:#x} via host {host}",
+            state_name(a.qp_state),
+            a.dest_qp_num
+        );
+    }
+    if mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RESET {
+        rec.remote_vip = None;
+        rec.remote_qpn = None;
+    }
+    Ok(())
+}
+
+fn query_qp(
+    shared: &Shared,
+    sess: &Session,
+    q: &proto::QueryQpReq,
+) -> Result<proto::ReplyBody, Refusal> {
+    let fd = sess
+        .uverbs
+        .as_ref()
+        .ok_or_else(|| refuse(libc::EPROTO, "QUERY_QP before OPEN_DEVICE"))?;
+    let r = uverbs::query_qp(fd.as_fd(), shared.host.driver_id, q.qp_handle, q.attr_mask)
+        .map_err(|e| from_io(e, "QUERY_QP"))?;
+    // Only addresses masqd itself set are shown, translated back; anything
+    // else the kernel holds is physical and stays hidden.
+    let (dgid, sgid_index) = match sess.qps.get(&q.qp_handle) {
+        Some(QpRecord {
+            remote_vip: Some(vip),
+            peer_host: Some(host),
+            virt_sgid_index,
+            ..
+        }) => match vbond::reverse_dgid(&r.dest.dgid, *vip, *host) {
+            Ok(g) => (g, *virt_sgid_index),
+            Err(e) => {
+                warn!("QUERY_QP: {e}");
+                ([0; 16], 0)
+            }
+        },
+        _ => ([0; 16], 0),
+    };
+    Ok(proto::ReplyBody::QueryQp(proto::QpAttr {
+        qp_state: r.qp_state,
+        cur_qp_state: r.cur_qp_state,
+        path_mtu: r.path_mtu,
+        path_mig_state: r.path_mig_state,
+        qkey: r.qkey,
+        rq_psn: r.rq_psn,
+        sq_psn: r.sq_psn,
+        dest_qp_num: r.dest_qp_num,
+        qp_access_flags: r.qp_access_flags,
+        pkey_index: r.pkey_index,
+        en_sqd_async_notify: 0,
+        sq_draining: r.sq_draining,
+        max_rd_atomic: r.max_rd_atomic,
+        max_dest_rd_atomic: r.max_dest_rd_atomic,
+        min_rnr_timer: r.min_rnr_timer,
+        port_num: r.port_num,
+        timeout: r.timeout,
+        retry_cnt: r.retry_cnt,
+        rnr_retry: r.rnr_retry,
+        rate_limit: 0,
+        cap: proto::QpCap {
+            max_send_wr: r.max_send_wr,
+            max_recv_wr: r.max_recv_wr,
+            max_send_sge: r.max_send_sge,
+            max_recv_sge: r.max_recv_sge,
+            max_inline_data: r.max_inline_data,
+        },
+        ah_attr: proto::AhAttr {
+            dgid,
+            flow_label: r.dest.flow_label,
+            sgid_index,
+            hop_limit: r.dest.hop_limit,
+            traffic_class: r.dest.traffic_class,
+            is_global: r.dest.is_global,
+            dlid: r.dest.dlid,
+            sl: r.dest.sl,
+            src_path_bits: r.dest.src_path_bits,
+            static_rate: r.dest.static_rate,
+            port_num: r.dest.port_num,
+        },
+    }))
+}
