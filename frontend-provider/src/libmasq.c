@@ -1,0 +1,509 @@
+/*
+ * libmasq.so: the masq frontend, preloaded into unmodified verbs apps.
+ *
+ * It interposes the libibverbs entry points that carry identity or
+ * addresses and leaves everything else, above all post/poll, to the vendor
+ * provider. The physical device is opened through stock libibverbs; its
+ * uverbs fd goes to masqd, which answers device/GID queries with the
+ * endpoint's virtual view and executes every QP state change itself.
+ *
+ * Only the public libibverbs API and <infiniband/verbs.h> are used.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "masq_client.h"
+
+#define IBVERBS_VERSION "IBVERBS_1.1"
+
+/* One opened context = one masqd session. */
+struct masq_ctx {
+	struct ibv_context *ctx;
+	struct masq_session sess;
+	struct masq_gid gids[MASQ_MAX_GIDS];
+	unsigned int ngids;
+	int (*real_query_port)(struct ibv_context *, uint8_t, struct ibv_port_attr *, size_t);
+	int (*real_query_device_ex)(struct ibv_context *, const struct ibv_query_device_ex_input *,
+				    struct ibv_device_attr_ex *, size_t);
+	struct masq_ctx *next;
+};
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct masq_ctx *ctx_list;
+
+/* What HELLO told us about the virtual device. */
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct masq_device vdev;
+static struct ibv_device *vdev_phys; /* the physical device shown as vdev */
+
+static struct {
+	struct ibv_device **(*get_device_list)(int *);
+	void (*free_device_list)(struct ibv_device **);
+	struct ibv_context *(*open_device)(struct ibv_device *);
+	int (*close_device)(struct ibv_context *);
+	int (*query_device)(struct ibv_context *, struct ibv_device_attr *);
+	int (*query_port)(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *);
+	int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
+	int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
+	int (*query_qp)(struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *);
+	int (*destroy_qp)(struct ibv_qp *);
+	struct ibv_ah *(*create_ah)(struct ibv_pd *, struct ibv_ah_attr *);
+	__be64 (*get_device_guid)(struct ibv_device *);
+} real;
+
+static void masq_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void masq_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("libmasq: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void *real_sym(const char *name, const char *version)
+{
+	void *p = version ? dlvsym(RTLD_NEXT, name, version) : NULL;
+
+	if (!p)
+		p = dlsym(RTLD_NEXT, name);
+	if (!p) {
+		masq_log("libibverbs has no %s: is the app linked against libibverbs?", name);
+		abort();
+	}
+	return p;
+}
+
+static pthread_once_t real_once = PTHREAD_ONCE_INIT;
+
+static void resolve_real(void)
+{
+	real.get_device_list = real_sym("ibv_get_device_list", IBVERBS_VERSION);
+	real.free_device_list = real_sym("ibv_free_device_list", IBVERBS_VERSION);
+	real.open_device = real_sym("ibv_open_device", IBVERBS_VERSION);
+	real.close_device = real_sym("ibv_close_device", IBVERBS_VERSION);
+	real.query_device = real_sym("ibv_query_device", IBVERBS_VERSION);
+	real.query_port = real_sym("ibv_query_port", IBVERBS_VERSION);
+	real.query_gid = real_sym("ibv_query_gid", IBVERBS_VERSION);
+	real.modify_qp = real_sym("ibv_modify_qp", IBVERBS_VERSION);
+	real.query_qp = real_sym("ibv_query_qp", IBVERBS_VERSION);
+	real.destroy_qp = real_sym("ibv_destroy_qp", IBVERBS_VERSION);
+	real.create_ah = real_sym("ibv_create_ah", IBVERBS_VERSION);
+	real.get_device_guid = real_sym("ibv_get_device_guid", IBVERBS_VERSION);
+}
+
+static void init_real(void)
+{
+	pthread_once(&real_once, resolve_real);
+}
+
+static struct masq_ctx *find_ctx(struct ibv_context *ctx)
+{
+	struct masq_ctx *m;
+
+	pthread_mutex_lock(&ctx_lock);
+	for (m = ctx_list; m && m->ctx != ctx; m = m->next)
+		;
+	pthread_mutex_unlock(&ctx_lock);
+	return m;
+}
+
+/* ------------------------------------------------------------ devices */
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list, **others;
+	struct masq_device info;
+	int n = 0, i, j, keep = -1;
+
+	init_real();
+	list = real.get_device_list(&n);
+	if (!list)
+		return NULL;
+	if (masq_describe_device(&info) != 0) {
+		/* Fail closed: without masqd there is no virtual device to show. */
+		masq_log("cannot reach masqd at %s: %s", masq_socket_path(), strerror(errno));
+		n = 0;
+	}
+	for (i = 0; i < n; i++)
+		if (keep < 0 && strcmp(list[i]->name, info.phys_dev_name) == 0)
+			keep = i;
+	for (i = 0; i < n; i++)
+		if (vdev_phys && list[i] == vdev_phys)
+			keep = i; /* already renamed by an earlier call */
+	/* Drop our references to every other device: the real free puts each
+	 * device of the array it is given and frees that array. */
+	others = calloc((size_t)n + 1, sizeof(*others));
+	if (!others) {
+		real.free_device_list(list);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (i = 0, j = 0; i < n; i++)
+		if (i != keep)
+			others[j++] = list[i];
+	real.free_device_list(others);
+	if (keep >= 0) {
+		pthread_mutex_lock(&dev_lock);
+		vdev = info;
+		vdev_phys = list[keep];
+		/* The name is what apps match -d against and print. */
+		snprintf(list[keep]->name, sizeof(list[keep]->name), "%s", info.vdev_name);
+		pthread_mutex_unlock(&dev_lock);
+		list[0] = list[keep];
+		list[1] = NULL;
+		n = 1;
+	} else {
+		if (n)
+			masq_log("masqd serves %s, which this process cannot see",
+				 info.phys_dev_name);
+		list[0] = NULL;
+		n = 0;
+	}
+	if (num_devices)
+		*num_devices = n;
+	return list;
+}
+
+__be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	__be64 guid;
+
+	init_real();
+	pthread_mutex_lock(&dev_lock);
+	if (device && device == vdev_phys) {
+		guid = htobe64(vdev.node_guid);
+		pthread_mutex_unlock(&dev_lock);
+		return guid;
+	}
+	pthread_mutex_unlock(&dev_lock);
+	return real.get_device_guid(device);
+}
+
+/* ------------------------------------------------------------ context */
+
+static int masq_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,
+			   size_t attr_size)
+{
+	struct masq_ctx *m = find_ctx(ctx);
+	int rc;
+
+	if (!m)
+		return EINVAL;
+	rc = m->real_query_port(ctx, port, attr, attr_size);
+	if (rc == 0)
+		attr->gid_tbl_len = (int)m->ngids;
+	return rc;
+}
+
+static void virtualize_device_attr(struct ibv_device_attr *attr)
+{
+	pthread_mutex_lock(&dev_lock);
+	attr->node_guid = htobe64(vdev.node_guid);
+	attr->sys_image_guid = htobe64(vdev.sys_image_guid);
+	pthread_mutex_unlock(&dev_lock);
+}
+
+static int masq_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
+				struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct masq_ctx *m = find_ctx(ctx);
+	int rc;
+
+	if (!m)
+		return EINVAL;
+	rc = m->real_query_device_ex(ctx, in, attr, attr_size);
+	if (rc == 0)
+		virtualize_device_attr(&attr->orig_attr);
+	return rc;
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct verbs_context *vctx;
+	struct ibv_context *ctx;
+	struct masq_ctx *m;
+	int err;
+
+	init_real();
+	ctx = real.open_device(device);
+	if (!ctx)
+		return NULL;
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		real.close_device(ctx);
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->ctx = ctx;
+	err = masq_session_open(&m->sess, ctx->cmd_fd);
+	if (!err)
+		err = masq_query_gid_table(&m->sess, m->gids, &m->ngids);
+	if (err) {
+		masq_log("masqd refused the device: %s", strerror(err));
+		masq_session_close(&m->sess);
+		free(m);
+		real.close_device(ctx);
+		errno = err;
+		return NULL;
+	}
+	/* Port and extended device queries go through the context's op table
+	 * (inline helpers in verbs.h), so they are patched there. */
+	vctx = verbs_get_ctx(ctx);
+	if (vctx) {
+		if (vctx->query_port) {
+			m->real_query_port = vctx->query_port;
+			vctx->query_port = masq_query_port;
+		}
+		if (verbs_get_ctx_op(ctx, query_device_ex)) {
+			m->real_query_device_ex = vctx->query_device_ex;
+			vctx->query_device_ex = masq_query_device_ex;
+		}
+	}
+	pthread_mutex_lock(&ctx_lock);
+	m->next = ctx_list;
+	ctx_list = m;
+	pthread_mutex_unlock(&ctx_lock);
+	return ctx;
+}
+
+int ibv_close_device(struct ibv_context *ctx)
+{
+	struct masq_ctx **pp, *m = NULL;
+
+	init_real();
+	pthread_mutex_lock(&ctx_lock);
+	for (pp = &ctx_list; *pp; pp = &(*pp)->next)
+		if ((*pp)->ctx == ctx) {
+			m = *pp;
+			*pp = m->next;
+			break;
+		}
+	pthread_mutex_unlock(&ctx_lock);
+	if (m) {
+		masq_session_close(&m->sess);
+		free(m);
+	}
+	return real.close_device(ctx);
+}
+
+int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
+{
+	int rc;
+
+	init_real();
+	rc = real.query_device(ctx, attr);
+	if (rc == 0 && find_ctx(ctx))
+		virtualize_device_attr(attr);
+	return rc;
+}
+
+/* The exported (compat) entry point; verbs.h's inline normally calls the
+ * op-table function patched above. Its struct is a prefix of
+ * struct ibv_port_attr, which is where gid_tbl_len sits. */
+#undef ibv_query_port
+int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *cattr);
+int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *cattr)
+{
+	struct ibv_port_attr *attr = (struct ibv_port_attr *)cattr;
+	struct masq_ctx *m;
+	int rc;
+
+	init_real();
+	rc = real.query_port(ctx, port, cattr);
+	m = find_ctx(ctx);
+	if (rc == 0 && m)
+		attr->gid_tbl_len = (int)m->ngids;
+	return rc;
+}
+
+/* ------------------------------------------------------------ GIDs */
+
+static const struct masq_gid *lookup_gid(struct masq_ctx *m, uint32_t port, uint32_t index)
+{
+	if (port != m->sess.port || index >= m->ngids)
+		return NULL;
+	return &m->gids[index];
+}
+
+int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
+{
+	struct masq_ctx *m;
+	const struct masq_gid *g;
+
+	init_real();
+	m = find_ctx(ctx);
+	if (!m)
+		return real.query_gid(ctx, port, index, gid);
+	g = index < 0 ? NULL : lookup_gid(m, port, (uint32_t)index);
+	if (!g) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(gid->raw, g->gid, sizeof(gid->raw));
+	return 0;
+}
+
+static void fill_entry(struct ibv_gid_entry *e, const struct masq_gid *g, uint32_t port)
+{
+	memset(e, 0, sizeof(*e));
+	memcpy(e->gid.raw, g->gid, sizeof(e->gid.raw));
+	e->gid_index = g->index;
+	e->port_num = port;
+	e->gid_type = g->type;
+	e->ndev_ifindex = 0; /* the vNIC lives in the endpoint's namespace */
+}
+
+int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+		      struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size);
+int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+		      struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	int (*real_ex)(struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *, uint32_t,
+		       size_t);
+	struct masq_ctx *m = find_ctx(ctx);
+	const struct masq_gid *g;
+
+	if (!m) {
+		real_ex = real_sym("_ibv_query_gid_ex", "IBVERBS_1.11");
+		return real_ex(ctx, port, index, entry, flags, entry_size);
+	}
+	if (flags || entry_size < sizeof(*entry))
+		return EINVAL;
+	g = lookup_gid(m, port, index);
+	if (!g)
+		return ENODATA;
+	fill_entry(entry, g, port);
+	return 0;
+}
+
+ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+			     size_t max_entries, uint32_t flags, size_t entry_size);
+ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+			     size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	ssize_t (*real_tbl)(struct ibv_context *, struct ibv_gid_entry *, size_t, uint32_t,
+			    size_t);
+	struct masq_ctx *m = find_ctx(ctx);
+	unsigned int i;
+
+	if (!m) {
+		real_tbl = real_sym("_ibv_query_gid_table", "IBVERBS_1.11");
+		return real_tbl(ctx, entries, max_entries, flags, entry_size);
+	}
+	if (flags || entry_size < sizeof(*entries))
+		return -EINVAL;
+	if (max_entries < m->ngids)
+		return -EINVAL;
+	for (i = 0; i < m->ngids; i++)
+		fill_entry((struct ibv_gid_entry *)((char *)entries + i * entry_size), &m->gids[i],
+			   m->sess.port);
+	return (ssize_t)m->ngids;
+}
+
+/* rdma-core's private helper, used by ibv_devinfo to print GID types. */
+int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
+		       unsigned int *type);
+int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
+		       unsigned int *type)
+{
+	int (*real_type)(struct ibv_context *, uint8_t, unsigned int, unsigned int *);
+	struct masq_ctx *m = find_ctx(ctx);
+	const struct masq_gid *g;
+
+	if (!m) {
+		real_type = real_sym("ibv_query_gid_type", NULL);
+		return real_type(ctx, port, index, type);
+	}
+	g = lookup_gid(m, port, index);
+	if (!g) {
+		errno = EINVAL;
+		return -1;
+	}
+	/* enum ibv_gid_type_sysfs: 0 = IB/RoCE v1, 1 = RoCE v2 */
+	*type = g->type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------------ QPs */
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	struct masq_ctx *m;
+	int err;
+
+	init_real();
+	m = find_ctx(qp->context);
+	if (!m)
+		return real.modify_qp(qp, attr, attr_mask);
+	err = masq_modify_qp(&m->sess, qp, attr, attr_mask);
+	if (err) {
+		errno = err;
+		return err;
+	}
+	if (attr_mask & IBV_QP_STATE)
+		qp->state = attr->qp_state;
+	return 0;
+}
+
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+		 struct ibv_qp_init_attr *init_attr)
+{
+	struct masq_ctx *m;
+	int err;
+
+	init_real();
+	m = find_ctx(qp->context);
+	if (!m)
+		return real.query_qp(qp, attr, attr_mask, init_attr);
+	/* init_attr and the capabilities come from the provider; every
+	 * address comes from masqd, which translates them back to virtual. */
+	err = real.query_qp(qp, attr, attr_mask, init_attr);
+	if (err)
+		return err;
+	err = masq_query_qp(&m->sess, qp, attr, attr_mask);
+	if (err) {
+		memset(&attr->ah_attr, 0, sizeof(attr->ah_attr));
+		memset(&attr->alt_ah_attr, 0, sizeof(attr->alt_ah_attr));
+		errno = err;
+		return err;
+	}
+	qp->state = attr->qp_state;
+	return 0;
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	struct ibv_context *ctx = qp->context;
+	uint32_t handle = qp->handle, qpn = qp->qp_num;
+	struct masq_ctx *m;
+	int rc;
+
+	init_real();
+	rc = real.destroy_qp(qp);
+	m = find_ctx(ctx);
+	if (rc == 0 && m)
+		masq_destroy_qp(&m->sess, handle, qpn);
+	return rc;
+}
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	init_real();
+	if (!find_ctx(pd->context))
+		return real.create_ah(pd, attr);
+	/* UD address handles are built in user space by some providers (rxe
+	 * among them) from the physical GID; not virtualized yet. */
+	errno = EOPNOTSUPP;
+	return NULL;
+}

@@ -1,0 +1,58 @@
+/*
+ * The frontend's side of the masq protocol: one SOCK_SEQPACKET connection
+ * to masqd per opened device context (a session), synchronous request /
+ * reply, messages as defined in include/masq_proto.h.
+ */
+#ifndef MASQ_CLIENT_H
+#define MASQ_CLIENT_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define MASQ_MAX_GIDS 16
+#define MASQ_DEFAULT_SOCKET "/run/masq/masq.sock"
+
+/* What masqd says about the endpoint's virtual device. */
+struct masq_device {
+	char vdev_name[64];
+	char phys_dev_name[64];
+	uint64_t node_guid;
+	uint64_t sys_image_guid;
+	uint8_t phys_port;
+	uint8_t gid_count;
+};
+
+struct masq_gid {
+	uint32_t index;
+	uint32_t type; /* enum ibv_gid_type */
+	uint8_t gid[16];
+};
+
+struct masq_session {
+	int fd;
+	uint8_t port;
+	uint32_t session_id;
+	uint32_t next_request;
+	pthread_mutex_t lock;
+};
+
+/* $MASQ_SOCKET, or MASQ_DEFAULT_SOCKET. */
+const char *masq_socket_path(void);
+
+/* HELLO on a short-lived connection. 0, or -1 with errno set. */
+int masq_describe_device(struct masq_device *out);
+
+/* Connect, HELLO, and hand masqd the context's uverbs fd. 0 or an errno. */
+int masq_session_open(struct masq_session *s, int cmd_fd);
+void masq_session_close(struct masq_session *s);
+
+/* The rest return 0 or a positive errno value. */
+int masq_query_gid_table(struct masq_session *s, struct masq_gid *gids, unsigned int *n);
+int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
+		   int attr_mask);
+int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr *attr,
+		  int attr_mask);
+void masq_destroy_qp(struct masq_session *s, uint32_t qp_handle, uint32_t qp_num);
+
+#endif
