@@ -1,9 +1,9 @@
-# masq: `make` builds everything; `make test` runs every test (installing
-# what it needs first).
+# masq: `make` builds everything; `make demo` shows masq on the rxe pair;
+# `make test` runs every test. Each installs what it needs first.
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: all build deps lint test test-rust test-c test-fuzz test-integration \
+.PHONY: all build deps demo lint test test-rust test-c test-fuzz test-integration \
         testbed-up testbed-down clean
 
 all: build
@@ -14,6 +14,14 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace
 	$(MAKE) -C frontend-provider
+	$(MAKE) -C integration
+
+demo: build
+	integration/demo
+
+.PHONY: bench
+bench: build
+	integration/bench/run $(BENCH_ARGS)
 
 lint: deps
 	$(CARGO) fmt --all --check
@@ -42,3 +50,4 @@ testbed-down:
 clean:
 	$(CARGO) clean
 	$(MAKE) -C frontend-provider clean
+	$(MAKE) -C integration clean

@@ -5,6 +5,7 @@
 #   tenant.sh del NAME
 #   tenant.sh list
 #   tenant.sh exec NAME -- CMD...   run CMD in the endpoint's netns and cgroup
+#                                   (through masq when masqd serves NAME)
 set -euo pipefail
 . /run/masq-host.env
 STATE=/run/masq-testbed/tenants
@@ -80,6 +81,14 @@ run_in() {
     [ -e "$STATE/$name" ] || die "no endpoint $name on $MASQ_HOST"
     [ $# -gt 0 ] || die "exec: no command"
     echo $$ >"$CG/$name/cgroup.procs"
+    local sockdir=/run/masq/endpoints/$name
+    if [ -S "$sockdir/masq.sock" ]; then
+        # masqd serves this endpoint: like a container runtime, mount its
+        # socket directory at /run/masq (ip netns exec gives us a private
+        # mount namespace) and preload the frontend.
+        exec ip netns exec "$name" env LD_PRELOAD="$MASQ_REPO/frontend-provider/build/libmasq.so" \
+            /bin/sh -c 'mount --bind "$0" /run/masq && exec "$@"' "$sockdir" "$@"
+    fi
     exec ip netns exec "$name" "$@"
 }
 

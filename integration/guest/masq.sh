@@ -1,0 +1,50 @@
+#!/bin/bash
+# Start and stop masqd inside a testbed host (run by `integration/testbed masq`).
+#   masq.sh up CONFIG    start masqd --config CONFIG, wait until it serves
+#   masq.sh down         stop it
+#   masq.sh status       exit 0 if it runs
+set -euo pipefail
+. /run/masq-host.env
+RUN=/run/masq-testbed
+PIDFILE=$RUN/masqd.pid
+LOG=$RUN/masqd.log
+MASQD=$MASQ_REPO/target/release/masqd
+mkdir -p "$RUN"
+
+running() { [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+
+up() {
+    local config=$1
+    running && { echo "$MASQ_HOST: masqd already runs (pid $(cat "$PIDFILE"))"; return 0; }
+    [ -x "$MASQD" ] || { echo "masq: $MASQD is not built; run make" >&2; exit 2; }
+    setsid "$MASQD" --config "$config" >>"$LOG" 2>&1 </dev/null &
+    echo $! >"$PIDFILE"
+    for _ in $(seq 300); do
+        if ! running; then
+            echo "masq: masqd exited on $MASQ_HOST:" >&2
+            tail -n 20 "$LOG" >&2
+            exit 1
+        fi
+        grep -q "masqd ready" "$LOG" 2>/dev/null && break
+        sleep 0.1
+    done
+    grep -q "masqd ready" "$LOG" || { echo "masq: masqd did not get ready" >&2; tail -n 20 "$LOG" >&2; exit 1; }
+    echo "$MASQ_HOST: masqd up (pid $(cat "$PIDFILE")), log $LOG"
+}
+
+down() {
+    running || { rm -f "$PIDFILE"; return 0; }
+    local pid; pid=$(cat "$PIDFILE")
+    kill -TERM "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$PIDFILE"
+    echo "$MASQ_HOST: masqd stopped"
+}
+
+case "${1:-}" in
+    up) [ $# -eq 2 ] || { echo "usage: masq.sh up CONFIG" >&2; exit 2; }; up "$2" ;;
+    down) down ;;
+    status) running ;;
+    *) echo "usage: masq.sh up CONFIG | down | status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,217 @@
+"""Tenants run stock verbs apps through masq (libmasq + masqd) and connect
+by virtual IP; the physical device and addresses stay hidden."""
+import json
+import os
+import re
+import time
+
+import pytest
+
+from masq_testbed import CLI, finish, parse_bw, parse_lat, parse_pingpong
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "configs", "masq")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+QP_PROBE = os.path.join(REPO, "integration", "build", "qp_probe")
+PERF = ["-d", "vrdma0", "-x", "1", "-F"]
+PHYSICAL = re.compile(r"198\.18\.|c612:|rxe0")  # underlay addresses or the device
+
+
+@pytest.fixture(scope="module")
+def masq(testbed):
+    r = testbed._run([CLI, "masq", "up", "--config", CONFIG], True, 300)
+    print(r.stdout, r.stderr)
+    try:
+        yield testbed
+    finally:
+        testbed._run([CLI, "masq", "down"], False, 120)
+
+
+def masqctl(tb, host, *args):
+    r = tb.run(host, MASQCTL, "-o", "json", *args)
+    return json.loads(r.stdout)
+
+
+def pair(tb, server, client, argv, port, dest, timeout=300):
+    """Run argv in endpoint server (host, name) and against it from client."""
+    srv = tb.tenant_spawn(*server, *argv, "-p", str(port))
+    try:
+        tb.wait_listening(server[0], port, tenant=server[1])
+        cli = tb.tenant_run(*client, *argv, "-p", str(port), dest, check=False, timeout=timeout)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    if cli.returncode != 0:
+        srv.kill()
+    rc, out, err = finish(srv, timeout)
+    assert cli.returncode == 0, f"client failed:\n{cli.stdout}\n{cli.stderr}"
+    assert rc == 0, f"server failed:\n{out}\n{err}"
+    return out, cli.stdout
+
+
+def test_tenant_sees_one_virtual_device(masq):
+    r = masq.tenant_run("host1", "acme-a", "ibv_devices")
+    assert "vrdma0" in r.stdout and not PHYSICAL.search(r.stdout), r.stdout
+    devinfo = masq.tenant_run("host1", "acme-a", "ibv_devinfo", "-v").stdout
+    assert "hca_id:\tvrdma0" in devinfo
+    assert not PHYSICAL.search(devinfo), devinfo
+    mac = masq.tenant_run("host1", "acme-a", "cat", "/sys/class/net/eth0/address").stdout.strip()
+    b = [int(x, 16) for x in mac.split(":")]
+    eui = f"{b[0] ^ 2:02x}{b[1]:02x}:{b[2]:02x}ff:fe{b[3]:02x}:{b[4]:02x}{b[5]:02x}"
+    link_local = "fe80::" + ":".join(p.lstrip("0") or "0" for p in eui.split(":"))
+    gids = re.findall(r"GID\[\s*(\d+)\]:\s+(\S+), RoCE v2", devinfo)
+    assert gids == [("0", link_local), ("1", "::ffff:10.0.0.1")], devinfo
+
+
+def test_unmasked_host_still_sees_the_physical_device(masq):
+    r = masq.run("host1", "ibv_devices")
+    assert "rxe0" in r.stdout and "vrdma0" not in r.stdout
+
+
+def test_rc_pingpong_across_hosts_by_virtual_ip(masq):
+    argv = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "4096", "-n", "100", "-c"]
+    srv, cli = pair(masq, ("host2", "acme-b"), ("host1", "acme-a"), argv, 18701, "10.0.0.2")
+    for out in (srv, cli):
+        r = parse_pingpong(out)
+        assert r["iters"] == 100 and r["bytes"] == 2 * 4096 * 100
+        assert not PHYSICAL.search(out), out
+    assert "GID ::ffff:10.0.0.2" in cli and "GID ::ffff:10.0.0.1" in srv
+
+
+def test_rc_pingpong_between_endpoints_on_one_host(masq):
+    argv = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "1024", "-n", "50", "-c"]
+    srv, cli = pair(masq, ("host1", "acme-c"), ("host1", "acme-a"), argv, 18702, "10.0.0.3")
+    assert parse_pingpong(cli)["iters"] == 50
+    assert "GID ::ffff:10.0.0.3" in cli
+
+
+@pytest.mark.parametrize("tool,port", [("ib_write_bw", 18703), ("ib_read_bw", 18704)])
+def test_perftest_bandwidth_by_virtual_ip(masq, tool, port):
+    argv = [tool, *PERF, "-s", "65536", "-n", "100"]
+    _, cli = pair(masq, ("host2", "acme-b"), ("host1", "acme-a"), argv, port, "10.0.0.2")
+    r = parse_bw(cli)
+    assert r["bytes"] == 65536 and r["iterations"] == 100 and r["bw_avg_mbps"] > 0
+    assert not PHYSICAL.search(cli), cli
+
+
+def test_perftest_latency_by_virtual_ip(masq):
+    argv = ["ib_send_lat", *PERF, "-s", "64", "-n", "200"]
+    _, cli = pair(masq, ("host2", "acme-b"), ("host1", "acme-a"), argv, 18705, "10.0.0.2")
+    r = parse_lat(cli)
+    assert r["iterations"] == 200 and r["t_typical_us"] > 0
+
+
+def _qps(tb, host, endpoint):
+    return [
+        q
+        for s in masqctl(tb, host, "sessions")["sessions"]
+        if s["endpoint"] == endpoint
+        for q in s["qps"]
+    ]
+
+
+def test_two_vpcs_with_the_same_addresses_run_at_once_without_crosstalk(masq):
+    runs = []
+    for i, tenant in enumerate(("acme", "globex")):
+        port = 18710 + i
+        argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", "8"]
+        srv = masq.tenant_spawn("host2", f"{tenant}-b", *argv, "-p", str(port))
+        runs.append((tenant, port, argv, srv))
+    clients = []
+    for tenant, port, argv, _ in runs:
+        masq.wait_listening("host2", port, tenant=f"{tenant}-b")
+        clients.append(masq.tenant_spawn("host1", f"{tenant}-a", *argv, "-p", str(port), "10.0.0.2"))
+    time.sleep(4)
+    # While both run: each tenant's QP points at its own peer's QP.
+    seen = {}
+    for tenant in ("acme", "globex"):
+        a = _qps(masq, "host1", f"{tenant}-a")
+        b = _qps(masq, "host2", f"{tenant}-b")
+        assert a and b, (tenant, a, b)
+        assert {q["remote_qpn"] for q in a} <= {q["qpn"] for q in b}
+        assert {q["remote_qpn"] for q in b} <= {q["qpn"] for q in a}
+        assert all(q["remote_vip"] == "10.0.0.2" for q in a)
+        seen[tenant] = {q["qpn"] for q in a}
+    assert not seen["acme"] & seen["globex"]
+    for c in clients:
+        rc, out, err = finish(c)
+        assert rc == 0, out + err
+        assert parse_bw(out)["bw_avg_mbps"] > 0
+    for *_, srv in runs:
+        rc, out, err = finish(srv)
+        assert rc == 0, out + err
+
+
+def test_query_qp_shows_the_virtual_destination(masq):
+    r = masq.tenant_run("host1", "acme-a", QP_PROBE, "vrdma0", "1", "10.0.0.2")
+    out = dict(line.split("=", 1) for line in r.stdout.split())
+    assert out["dgid"] == "::ffff:10.0.0.2" and out["sgid_index"] == "1"
+    assert out["state"] == "2"  # IBV_QPS_RTR
+    # The data path is the provider's own code, not libmasq's.
+    assert "librxe" in out["post_send_lib"] and "librxe" in out["poll_cq_lib"], out
+
+
+def test_unknown_virtual_ip_is_unreachable(masq):
+    r = masq.tenant_run("host1", "acme-a", QP_PROBE, "vrdma0", "1", "10.0.0.99", check=False)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "modify_qp_rtr: errno=113" in r.stdout
+    assert "state_after_failure=1" in r.stdout  # still INIT
+    log = masq.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    assert "10.0.0.99" in log and "not in VNI 100" in log
+
+
+def test_masqctl_lists_endpoints_and_sessions(masq):
+    eps = masqctl(masq, "host1", "endpoints")["endpoints"]
+    names = {e["name"]: e for e in eps}
+    assert set(names) == {"acme-a", "acme-c", "globex-a"}
+    assert names["globex-a"]["vni"] == 200 and names["globex-a"]["vip"] == "10.0.0.1"
+    assert names["acme-a"]["gids"][1]["gid"] == "::ffff:10.0.0.1"
+    table = masq.run("host1", MASQCTL, "endpoints").stdout
+    assert "acme-a" in table and "vrdma0" in table
+    # A live app shows as a session of its endpoint.
+    sleeper = masq.tenant_spawn("host1", "globex-a", "ib_write_bw", *PERF, "-p", "18720")
+    try:
+        masq.wait_listening("host1", 18720, tenant="globex-a")
+        sessions = masqctl(masq, "host1", "sessions")["sessions"]
+        assert any(s["endpoint"] == "globex-a" and s["tenant"] == "globex" for s in sessions)
+    finally:
+        sleeper.kill()
+        finish(sleeper)
+    # The app is gone: its session goes with it.
+    deadline = time.monotonic() + 30
+    while any(s["endpoint"] == "globex-a" for s in masqctl(masq, "host1", "sessions")["sessions"]):
+        assert time.monotonic() < deadline, "session of a killed app was not cleaned up"
+        time.sleep(0.5)
+
+
+def test_no_masqd_traffic_during_a_bandwidth_run(masq):
+    port = 18730
+    argv = ["ib_write_bw", *PERF, "-s", "4096", "-D", "8"]
+    srv = masq.tenant_spawn("host2", "acme-b", *argv, "-p", str(port))
+    masq.wait_listening("host2", port, tenant="acme-b")
+    cli = masq.tenant_spawn("host1", "acme-a", *argv, "-p", str(port), "10.0.0.2")
+
+    def requests():
+        return sum(s["requests"] for s in masqctl(masq, "host1", "sessions")["sessions"]
+                   if s["endpoint"] == "acme-a")
+
+    time.sleep(4)  # connected and running
+    before = requests()
+    time.sleep(3)
+    after = requests()
+    for p in (cli, srv):
+        rc, out, err = finish(p)
+        assert rc == 0, out + err
+    assert before > 0 and after == before, (before, after)
+
+
+def test_a_process_outside_the_endpoint_is_refused(masq):
+    # The host's namespace is not acme-a's: masqd must refuse the session.
+    r = masq.run("host1", "env", "MASQ_SOCKET=/run/masq/endpoints/acme-a/masq.sock",
+                 f"LD_PRELOAD={REPO}/frontend-provider/build/libmasq.so", "ibv_devices",
+                 check=False)
+    assert "vrdma0" not in r.stdout
+    log = masq.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    assert "not in the endpoint's network namespace" in log
