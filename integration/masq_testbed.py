@@ -78,7 +78,9 @@ def finish(proc, timeout=300):
 # perftest / ibverbs-utils output ------------------------------------------
 
 _BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)
-_LAT_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", re.M)
+# perftest prints "-nan" for the deviation of some runs; keep it as NaN.
+_NUM = r"(-?nan|[\d.]+)"
+_LAT_ROW = re.compile(r"^\s*(\d+)\s+(\d+)" + (r"\s+" + _NUM) * 5, re.M)
 _PP_BYTES = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$", re.M)
 _PP_ITERS = re.compile(r"^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$", re.M)
 
