@@ -12,8 +12,8 @@ ul_mac=$(arg ulmac) ctl_mac=$(arg ctlmac) ctl_ip=$(arg ctlip) agent_port=$(arg a
 log() { echo "masq-boot[$host]: $*" >/dev/console; }
 
 mount -t tmpfs -o mode=755 tmpfs /run
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /var/tmp
+# /tmp stays the overlay's (writable, private to this guest): a tmpfs there
+# would hide a checkout that lives under /tmp, which the initramfs mounted.
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
