@@ -215,3 +215,38 @@ def test_a_process_outside_the_endpoint_is_refused(masq):
     assert "vrdma0" not in r.stdout
     log = masq.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
     assert "not in the endpoint's network namespace" in log
+
+
+RAW_CLIENT = os.path.join(REPO, "integration", "tools", "masq_raw_client.py")
+# case -> (reply status, session closed): framing and version errors close
+# the session, a bad field or an out-of-order request fails only itself.
+MALFORMED = {
+    "short": (-71, True),
+    "bad_version": (-93, True),
+    "length_mismatch": (-71, True),
+    "oversize": (-90, True),
+    "unknown_opcode": (-95, False),
+    "before_hello": (-71, False),
+    "unterminated_name": (-22, False),
+    "reserved_not_zero": (-22, False),
+    "second_hello": (-71, False),
+    "modify_before_open": (-71, False),
+    "open_without_fd": (-9, False),
+    "open_with_wrong_fd": (-19, False),
+    "bad_qp_state": (-22, False),
+    "bad_qp_type": (-22, False),
+    "bad_port": (-22, False),
+}
+
+
+def test_malformed_messages_get_errors_and_masqd_survives(masq):
+    pid = masq.run("host1", "pgrep", "-x", "masqd").stdout.strip()
+    r = masq.tenant_run("host1", "acme-a", "python3", RAW_CLIENT)
+    got = {}
+    for line in r.stdout.splitlines():
+        case = json.loads(line)
+        got[case["case"]] = (case["status"], case["closed"])
+    assert got == MALFORMED
+    assert masq.run("host1", "pgrep", "-x", "masqd").stdout.strip() == pid
+    # And a well-behaved app is served as before.
+    test_query_qp_shows_the_virtual_destination(masq)

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Send hand-made, mostly malformed protocol messages to masqd from inside
+an endpoint and print what comes back, one JSON line per case:
+{"case": ..., "status": <reply status or null>, "closed": <bool>}.
+Layouts follow backend/proto/src/spec.rs (header '<HHIIi', little-endian)."""
+import array
+import json
+import os
+import socket
+import struct
+import sys
+
+SOCK = os.environ.get("MASQ_SOCKET", "/run/masq/masq.sock")
+HELLO, OPEN_DEVICE, QUERY_GID_TABLE, MODIFY_QP, QUERY_QP = 1, 2, 3, 4, 5
+MODIFY_QP_BODY = 108
+
+
+def msg(opcode, body=b"", version=1, length=None, req_id=7):
+    n = 16 + len(body) if length is None else length
+    return struct.pack("<HHIIi", version, opcode, n, req_id, 0) + body
+
+
+def hello(name=b"raw-client"):
+    return msg(HELLO, struct.pack("<I4s32s", 0, b"", name))
+
+
+def connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    s.connect(SOCK)
+    return s
+
+
+def exchange(s, data, fds=()):
+    if fds:
+        s.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        s.send(data)
+    reply = s.recv(8192)
+    status = struct.unpack_from("<i", reply, 12)[0] if len(reply) >= 16 else None
+    try:
+        s.settimeout(0.5)
+        closed = s.recv(8192) == b""
+    except socket.timeout:
+        closed = False
+    finally:
+        s.settimeout(10)
+    return status, closed
+
+
+def run(case, *messages, fds=(), greet=False):
+    s = connect()
+    if greet:
+        exchange(s, hello())
+    status = closed = None
+    for m in messages:
+        status, closed = exchange(s, m, fds)
+    print(json.dumps({"case": case, "status": status, "closed": closed}), flush=True)
+    s.close()
+
+
+def main():
+    null = os.open("/dev/null", os.O_RDONLY)
+    run("short", b"\x01\x00\x01")
+    run("bad_version", msg(HELLO, struct.pack("<I4s32s", 0, b"", b"x"), version=9))
+    run("length_mismatch", msg(HELLO, struct.pack("<I4s32s", 0, b"", b"x"), length=999))
+    run("oversize", msg(HELLO, b"\x00" * 8000))
+    run("unknown_opcode", msg(0x77, b"\x00" * 8))
+    run("before_hello", msg(MODIFY_QP, struct.pack("<IIII", 1, 1, 2, 0) + b"\x00" * 92))
+    run("unterminated_name", hello(b"A" * 32))
+    run("reserved_not_zero", msg(HELLO, struct.pack("<I4s32s", 0, b"\x01", b"x")))
+    run("second_hello", hello(), greet=True)
+    run("modify_before_open", msg(MODIFY_QP, struct.pack("<IIII", 1, 1, 2, 0) + b"\x00" * 92),
+        greet=True)
+    run("open_without_fd", msg(OPEN_DEVICE), greet=True)
+    run("open_with_wrong_fd", msg(OPEN_DEVICE), fds=(null,), greet=True)
+    bad_state = struct.pack("<IIII", 1, 1, 2, 1) + bytes([9]) + b"\x00" * 91
+    run("bad_qp_state", msg(MODIFY_QP, bad_state), greet=True)
+    run("bad_qp_type", msg(MODIFY_QP, struct.pack("<IIII", 1, 1, 77, 0) + b"\x00" * 92),
+        greet=True)
+    run("bad_port", msg(QUERY_GID_TABLE, struct.pack("<B7s", 9, b"")), greet=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
