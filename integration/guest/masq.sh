@@ -15,10 +15,17 @@ running() { [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 up() {
     local config=$1
-    running && { echo "$MASQ_HOST: masqd already runs (pid $(cat "$PIDFILE"))"; return 0; }
+    if running; then
+        if [ "$(cat "$RUN/masqd.config" 2>/dev/null)" = "$config" ]; then
+            echo "$MASQ_HOST: masqd already runs (pid $(cat "$PIDFILE"))"
+            return 0
+        fi
+        down  # running with another configuration
+    fi
     [ -x "$MASQD" ] || { echo "masq: $MASQD is not built; run make" >&2; exit 2; }
     setsid "$MASQD" --config "$config" >>"$LOG" 2>&1 </dev/null &
     echo $! >"$PIDFILE"
+    echo "$config" >"$RUN/masqd.config"
     for _ in $(seq 300); do
         if ! running; then
             echo "masq: masqd exited on $MASQ_HOST:" >&2

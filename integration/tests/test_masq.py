@@ -112,33 +112,45 @@ def _qps(tb, host, endpoint):
     ]
 
 
+def _wait_connected(tb, host, endpoint, n=1, timeout=120):
+    """QPs of `endpoint` once n are connected (RTR or RTS: a passive
+    perftest server never moves its QP past RTR)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        qps = [q for q in _qps(tb, host, endpoint) if q["state"] in ("RTR", "RTS")]
+        if len(qps) >= n:
+            return qps
+        assert time.monotonic() < deadline, f"{endpoint}: no connected QP after {timeout}s"
+        time.sleep(0.5)
+
+
 def test_two_vpcs_with_the_same_addresses_run_at_once_without_crosstalk(masq):
     runs = []
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "600"]
     for i, tenant in enumerate(("acme", "globex")):
         port = 18710 + i
-        argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", "8"]
         srv = masq.tenant_spawn("host2", f"{tenant}-b", *argv, "-p", str(port))
-        runs.append((tenant, port, argv, srv))
+        runs.append((tenant, port, srv))
     clients = []
-    for tenant, port, argv, _ in runs:
+    for tenant, port, _ in runs:
         masq.wait_listening("host2", port, tenant=f"{tenant}-b")
         clients.append(masq.tenant_spawn("host1", f"{tenant}-a", *argv, "-p", str(port), "10.0.0.2"))
-    time.sleep(4)
     # While both run: each tenant's QP points at its own peer's QP.
     seen = {}
     for tenant in ("acme", "globex"):
-        a = _qps(masq, "host1", f"{tenant}-a")
-        b = _qps(masq, "host2", f"{tenant}-b")
-        assert a and b, (tenant, a, b)
+        a = _wait_connected(masq, "host1", f"{tenant}-a")
+        b = _wait_connected(masq, "host2", f"{tenant}-b")
         assert {q["remote_qpn"] for q in a} <= {q["qpn"] for q in b}
         assert {q["remote_qpn"] for q in b} <= {q["qpn"] for q in a}
         assert all(q["remote_vip"] == "10.0.0.2" for q in a)
+        assert all(q["remote_vip"] == "10.0.0.1" for q in b)
         seen[tenant] = {q["qpn"] for q in a}
     assert not seen["acme"] & seen["globex"]
     for c in clients:
         rc, out, err = finish(c)
         assert rc == 0, out + err
-        assert parse_bw(out)["bw_avg_mbps"] > 0
+        r = parse_bw(out)
+        assert r["iterations"] == 600 and r["bw_avg_mbps"] > 0
     for *_, srv in runs:
         rc, out, err = finish(srv)
         assert rc == 0, out + err
@@ -188,7 +200,7 @@ def test_masqctl_lists_endpoints_and_sessions(masq):
 
 def test_no_masqd_traffic_during_a_bandwidth_run(masq):
     port = 18730
-    argv = ["ib_write_bw", *PERF, "-s", "4096", "-D", "8"]
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "1500"]
     srv = masq.tenant_spawn("host2", "acme-b", *argv, "-p", str(port))
     masq.wait_listening("host2", port, tenant="acme-b")
     cli = masq.tenant_spawn("host1", "acme-a", *argv, "-p", str(port), "10.0.0.2")
@@ -197,13 +209,15 @@ def test_no_masqd_traffic_during_a_bandwidth_run(masq):
         return sum(s["requests"] for s in masqctl(masq, "host1", "sessions")["sessions"]
                    if s["endpoint"] == "acme-a")
 
-    time.sleep(4)  # connected and running
+    _wait_connected(masq, "host1", "acme-a")
     before = requests()
     time.sleep(3)
     after = requests()
+    still_running = cli.poll() is None
     for p in (cli, srv):
         rc, out, err = finish(p)
         assert rc == 0, out + err
+    assert still_running, "the run ended before the second sample; raise -n"
     assert before > 0 and after == before, (before, after)
 
 
