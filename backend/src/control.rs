@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -15,10 +15,83 @@ pub enum Request {
     Status,
     Endpoints,
     Sessions,
+    /// Validate a policy file without applying it.
+    PolicyCheck {
+        path: PathBuf,
+    },
+    /// Validate and apply a policy file, all or nothing.
+    PolicyApply {
+        path: PathBuf,
+    },
+    PolicyShow,
+    ConntrackList {
+        filter: CtFilter,
+    },
+    /// Reset the matching connections' QPs to ERROR and untrack them.
+    ConntrackDelete {
+        filter: CtFilter,
+    },
+    /// Stream NEW/UPDATE/DESTROY events, one JSON line each.
+    ConntrackEvents {
+        filter: CtFilter,
+    },
+}
+
+/// `conntrack`-style selection of tracked connections.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CtFilter {
+    pub tenant: Option<String>,
+    pub vni: Option<u32>,
+    /// Local vIP or CIDR.
+    pub src: Option<String>,
+    /// Remote vIP or CIDR.
+    pub dst: Option<String>,
+    /// Local or remote QPN.
+    pub qpn: Option<u32>,
+}
+
+impl CtFilter {
+    pub fn compile(&self) -> Result<rconntrack::Filter, String> {
+        let mut f = rconntrack::Filter::new();
+        if let Some(t) = &self.tenant {
+            f = f.tenant(t.clone());
+        }
+        if let Some(v) = self.vni {
+            f = f.vni(v);
+        }
+        if let Some(c) = &self.src {
+            f = f.src(c.parse().map_err(|e| format!("source {c:?}: {e}"))?);
+        }
+        if let Some(c) = &self.dst {
+            f = f.dst(c.parse().map_err(|e| format!("destination {c:?}: {e}"))?);
+        }
+        if let Some(q) = self.qpn {
+            f = f.qpn(q);
+        }
+        Ok(f)
+    }
 }
 
 /// Longest request line masqd reads; anything longer is refused.
 pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// Send a request and read line-delimited replies until the stream ends.
+pub fn stream(socket: &Path, req: &Request, mut each: impl FnMut(Value)) -> io::Result<()> {
+    let mut s = UnixStream::connect(socket)?;
+    let mut line = serde_json::to_string(req).map_err(io::Error::other)?;
+    line.push('\n');
+    s.write_all(line.as_bytes())?;
+    for l in BufReader::new(s).lines() {
+        let v = serde_json::from_str(&l?).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad event from masqd: {e}"),
+            )
+        })?;
+        each(v);
+    }
+    Ok(())
+}
 
 pub fn call(socket: &Path, req: &Request) -> io::Result<Value> {
     let mut s = UnixStream::connect(socket)?;
@@ -114,6 +187,51 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                     let _ = writeln!(out, "    (vNIC unreadable: {err})");
                 }
             }
+        }
+        Request::PolicyCheck { path } => {
+            let _ = writeln!(
+                out,
+                "{}: ok, version {}",
+                path.display(),
+                s(reply, "version")
+            );
+        }
+        Request::PolicyApply { path } => {
+            let _ = writeln!(
+                out,
+                "{}: applied, version {}; {} connection(s) reset{} in {} ms",
+                path.display(),
+                s(reply, "version"),
+                s(reply, "reset"),
+                if reply["keep"] == Value::Bool(true) {
+                    " (onRuleChange: keep)"
+                } else {
+                    ""
+                },
+                s(reply, "elapsed_ms")
+            );
+        }
+        Request::PolicyShow => {
+            let _ = writeln!(out, "file     {}", s(reply, "file"));
+            let _ = writeln!(out, "version  {}", s(reply, "version"));
+            let _ = writeln!(out, "onRuleChange {}", s(reply, "on_rule_change"));
+            if let Some(text) = reply.get("text").and_then(|t| t.as_str()) {
+                let _ = writeln!(out, "---\n{}", text.trim_end());
+            }
+        }
+        Request::ConntrackList { .. } | Request::ConntrackEvents { .. } => {
+            for line in reply["lines"].as_array().into_iter().flatten() {
+                let _ = writeln!(out, "{}", line.as_str().unwrap_or_default());
+            }
+            let n = reply["entries"].as_array().map(|e| e.len()).unwrap_or(0);
+            let _ = writeln!(out, "masqctl: {n} RDMA connection(s) shown.");
+        }
+        Request::ConntrackDelete { .. } => {
+            let _ = writeln!(
+                out,
+                "masqctl: {} RDMA connection(s) reset.",
+                s(reply, "reset")
+            );
         }
         Request::Sessions => {
             let _ = writeln!(

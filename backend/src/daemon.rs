@@ -1,5 +1,6 @@
 //! The running daemon: endpoint sockets, sessions, the control socket.
 
+use crate::admission::Admission;
 use crate::config::{Config, EndpointConfig};
 use crate::control::{self, Request};
 use crate::seqpacket::{Conn, Listener};
@@ -7,6 +8,7 @@ use crate::session::{self, QpRecord, Session};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,9 @@ pub struct SessionView {
 
 pub struct Shared {
     pub cfg: Config,
+    pub admission: Admission,
+    /// Each session's uverbs file, so policy can reset its QPs.
+    fds: Mutex<BTreeMap<u64, Arc<OwnedFd>>>,
     pub host: HostDevice,
     pub vpc: vbond::VpcMap,
     pub endpoints: Vec<Arc<Endpoint>>,
@@ -154,7 +159,15 @@ fn build_vpc(cfg: &Config) -> vbond::VpcMap {
 }
 
 impl Daemon {
-    pub fn start(cfg: Config) -> io::Result<Daemon> {
+    pub fn start(cfg: Config, config_dir: &Path) -> io::Result<Daemon> {
+        let admission = Admission::new(&cfg, config_dir)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("policy: {e}")))?;
+        match admission.active() {
+            Some(p) => {
+                info!(file = %p.file(), version = %p.version_hash(), "security groups loaded")
+            }
+            None => warn!("no policy configured: every pair of endpoints in a VPC may connect"),
+        }
         let host = HostDevice::discover(Path::new("/sys"), &cfg.device, cfg.port)?;
         let underlay_gid = vbond::ipv4_mapped_gid(cfg.underlay.ip);
         if !host.gids.iter().any(|g| g.gid == underlay_gid && g.roce_v2) {
@@ -182,6 +195,8 @@ impl Daemon {
             })
             .collect();
         let shared = Arc::new(Shared {
+            admission,
+            fds: Mutex::new(BTreeMap::new()),
             vpc: build_vpc(&cfg),
             host,
             endpoints,
@@ -262,6 +277,20 @@ impl Daemon {
             listeners,
             control_path,
         })
+    }
+
+    /// SIGHUP: re-read the configured policy file.
+    pub fn reload_policy(&self) {
+        let Some(path) = self.shared.admission.path.clone() else {
+            info!("SIGHUP: no policy file configured");
+            return;
+        };
+        match self.shared.admission.check(&path) {
+            Ok(p) => {
+                self.shared.apply_policy(p);
+            }
+            Err(e) => warn!("SIGHUP: policy not changed: {e}"),
+        }
     }
 
     pub fn shutdown(self) {
@@ -355,6 +384,10 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
     session::serve(&shared, &mut sess, &conn);
     lock(&shared.sessions).remove(&id);
     lock(&shared.conns).remove(&id);
+    lock(&shared.fds).remove(&id);
+    for e in shared.admission.table().remove_session(id) {
+        debug!(qpn = e.local_qpn, "connection untracked: app gone");
+    }
     if !sess.qps.is_empty() {
         info!("app gone; forgetting {} QP(s)", sess.qps.len());
     } else {
@@ -363,6 +396,48 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
 }
 
 impl Shared {
+    pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
+        lock(&self.fds).insert(session, fd);
+    }
+
+    /// Apply a validated policy and reset what it no longer allows.
+    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Value {
+        let started = Instant::now();
+        let file = policy.file().to_string();
+        let applied = self.admission.apply(policy);
+        let reset = self.reset(&applied.to_reset, "policy change");
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        info!(file = %file, version = %applied.version, reset, keep = applied.keep,
+              "policy applied in {ms:.2} ms");
+        json!({ "version": applied.version, "reset": reset, "keep": applied.keep,
+                "elapsed_ms": ms })
+    }
+
+    /// Move the QPs of these connections to ERROR and stop tracking them.
+    pub fn reset(&self, entries: &[rconntrack::Entry], why: &str) -> usize {
+        let mut done = 0;
+        for e in entries {
+            let fd = lock(&self.fds).get(&e.session).cloned();
+            let cmd = crate::uverbs::ModifyQp {
+                qp_handle: e.qp_handle,
+                attr_mask: 1, // IBV_QP_STATE
+                qp_state: 6,  // IBV_QPS_ERR
+                ..Default::default()
+            };
+            match fd.map(|fd| crate::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd)) {
+                Some(Ok(())) => {
+                    done += 1;
+                    info!(tenant = %e.tenant, src = %e.local_vip, sqpn = e.local_qpn,
+                          dst = %e.remote_vip, dqpn = e.remote_qpn, "QP moved to ERROR: {why}");
+                }
+                Some(Err(err)) => warn!(qpn = e.local_qpn, "cannot reset QP: {err}"),
+                None => debug!(qpn = e.local_qpn, "session already gone"),
+            }
+            self.admission.table().remove(e.key());
+        }
+        done
+    }
+
     /// Keep the control socket's view of a session current.
     pub fn publish(&self, sess: &Session) {
         if let Some(v) = lock(&self.sessions).get_mut(&sess.id) {
@@ -382,16 +457,53 @@ fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
         if shared.is_stopping() {
             return;
         }
-        let Ok(mut stream) = stream else { continue };
-        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-        let reply = match control::read_request(&stream) {
-            Ok(req) => answer(&shared, &req),
-            Err(e) => json!({ "error": e }),
-        };
-        let mut line = reply.to_string();
-        line.push('\n');
-        let _ = stream.write_all(line.as_bytes());
+        let Ok(stream) = stream else { continue };
+        let shared = shared.clone();
+        // A thread per connection: `conntrack -E` keeps its stream open.
+        let _ = thread::Builder::new()
+            .name("control-conn".into())
+            .spawn(move || control_conn(&shared, stream));
     }
+}
+
+fn control_conn(shared: &Shared, mut stream: std::os::unix::net::UnixStream) {
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let reply = match control::read_request(&stream) {
+        Ok(Request::ConntrackEvents { filter }) => match filter.compile() {
+            Ok(f) => return stream_events(shared, stream, f),
+            Err(e) => json!({ "error": e }),
+        },
+        Ok(req) => answer(shared, &req),
+        Err(e) => json!({ "error": e }),
+    };
+    let mut line = reply.to_string();
+    line.push('\n');
+    let _ = stream.write_all(line.as_bytes());
+}
+
+fn stream_events(
+    shared: &Shared,
+    mut stream: std::os::unix::net::UnixStream,
+    f: rconntrack::Filter,
+) {
+    let rx = shared.admission.table().subscribe(4096);
+    for ev in rx {
+        if !f.matches(&ev.entry) {
+            continue;
+        }
+        let mut line = json!({ "event": ev.to_string(), "data": ev }).to_string();
+        line.push('\n');
+        if stream.write_all(line.as_bytes()).is_err() || shared.is_stopping() {
+            return;
+        }
+    }
+}
+
+fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
+    json!({
+        "lines": entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        "entries": entries,
+    })
 }
 
 fn answer(shared: &Shared, req: &Request) -> Value {
@@ -440,6 +552,35 @@ fn answer(shared: &Shared, req: &Request) -> Value {
                 .collect();
             json!({ "endpoints": eps })
         }
+        Request::PolicyCheck { path } => match shared.admission.check(path) {
+            Ok(p) => json!({ "version": p.version_hash() }),
+            Err(e) => json!({ "error": e }),
+        },
+        Request::PolicyApply { path } => match shared.admission.check(path) {
+            Ok(p) => shared.apply_policy(p),
+            Err(e) => json!({ "error": format!("{e}\npolicy not changed") }),
+        },
+        Request::PolicyShow => match shared.admission.active() {
+            Some(p) => json!({
+                "file": p.file(), "version": p.version_hash(),
+                "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
+                "text": std::fs::read_to_string(p.file()).ok(),
+            }),
+            None => json!({ "file": null, "version": null,
+                            "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
+        },
+        Request::ConntrackList { filter } => match filter.compile() {
+            Ok(f) => conntrack_reply(shared.admission.table().list(&f).cloned().collect()),
+            Err(e) => json!({ "error": e }),
+        },
+        Request::ConntrackDelete { filter } => match filter.compile() {
+            Ok(f) => {
+                let victims: Vec<_> = shared.admission.table().list(&f).cloned().collect();
+                json!({ "reset": shared.reset(&victims, "deleted by the operator") })
+            }
+            Err(e) => json!({ "error": e }),
+        },
+        Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
         Request::Sessions => {
             let list: Vec<Value> = sessions
                 .iter()

@@ -24,6 +24,9 @@ const IBV_QP_AV: u32 = 1 << 7;
 const IBV_QP_ALT_PATH: u32 = 1 << 14;
 const IBV_QP_DEST_QPN: u32 = 1 << 20;
 const IBV_QPS_RESET: u8 = 0;
+const IBV_QPS_RTR: u8 = 2;
+const IBV_QPS_RTS: u8 = 3;
+const IBV_QPS_ERR: u8 = 6;
 
 /// What masqd knows of one of the session's QPs.
 #[derive(Debug, Clone, Serialize)]
@@ -52,7 +55,7 @@ pub struct Session {
     pub app: String,
     pub requests: u64,
     hello: bool,
-    uverbs: Option<OwnedFd>,
+    uverbs: Option<Arc<OwnedFd>>,
     pub qps: BTreeMap<u32, QpRecord>,
 }
 
@@ -163,6 +166,10 @@ fn handle(
             if let Some(qp) = sess.qps.remove(&d.qp_handle) {
                 debug!(qpn = qp.qpn, "QP destroyed");
             }
+            shared.admission.table().remove(rconntrack::QpKey {
+                session: sess.id,
+                qp_handle: d.qp_handle,
+            });
             Ok((proto::ReplyBody::DestroyQp, false))
         }
     };
@@ -222,6 +229,8 @@ fn open_device(
             format!("descriptor is not {}'s uverbs device", shared.host.name),
         ));
     }
+    let fd = Arc::new(fd);
+    shared.register_fd(sess.id, fd.clone());
     sess.uverbs = Some(fd);
     debug!("device opened");
     Ok(())
@@ -252,6 +261,9 @@ fn query_gids(
             .collect(),
     }))
 }
+
+const IBV_QPT_UC: u32 = 3;
+const IBV_QPT_UD: u32 = 4;
 
 fn qp_type_name(t: u32) -> &'static str {
     match t {
@@ -360,6 +372,26 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             ah.sgid_index,
         ));
     }
+    let to_rtr = mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RTR;
+    let remote_vip = route
+        .as_ref()
+        .map(|r| r.0)
+        .or_else(|| sess.qps.get(&m.qp_handle).and_then(|q| q.remote_vip));
+    let mut admitted_by = None;
+    if to_rtr && m.qp_type != IBV_QPT_UD {
+        let remote = remote_vip
+            .ok_or_else(|| refuse(libc::EINVAL, "RTR without a destination (IBV_QP_AV)"))?;
+        let ep = &sess.ep.cfg;
+        match shared.admission.decide(&ep.tenant, ep.vni, ep.vip, remote) {
+            Ok(rule) => admitted_by = Some(rule),
+            Err(why) => {
+                return Err(refuse(
+                    libc::EACCES,
+                    format!("security groups deny {} -> {remote}: {why}", ep.vip),
+                ))
+            }
+        }
+    }
     uverbs::modify_qp(fd.as_fd(), shared.host.driver_id, &cmd)
         .map_err(|e| from_io(e, "MODIFY_QP"))?;
 
@@ -390,9 +422,52 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             a.dest_qp_num
         );
     }
-    if mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RESET {
-        rec.remote_vip = None;
-        rec.remote_qpn = None;
+    let key = rconntrack::QpKey {
+        session: sess.id,
+        qp_handle: m.qp_handle,
+    };
+    if let (Some(rule), Some(remote_vip), Some(peer_host)) =
+        (admitted_by, rec.remote_vip, rec.peer_host)
+    {
+        let entry = rconntrack::Entry {
+            session: sess.id,
+            qp_handle: m.qp_handle,
+            tenant: Arc::from(sess.ep.cfg.tenant.as_str()),
+            vni: sess.ep.cfg.vni,
+            local_vip: sess.ep.cfg.vip,
+            local_qpn: rec.qpn,
+            remote_vip,
+            remote_qpn: rec.remote_qpn.unwrap_or(0),
+            peer_host,
+            qp_type: if m.qp_type == IBV_QPT_UC {
+                rconntrack::QpType::Uc
+            } else {
+                rconntrack::QpType::Rc
+            },
+            state: rconntrack::State::Admitted,
+            rule: rule.clone(),
+            ..Default::default()
+        };
+        if shared.admission.table().upsert(entry).is_err() {
+            warn!("connection table full; {} not tracked", rec.qpn);
+        }
+        info!(qpn = rec.qpn, rule = %rule, "connection admitted");
+    }
+    if mask & IBV_QP_STATE != 0 {
+        match a.qp_state {
+            IBV_QPS_RTS => {
+                shared
+                    .admission
+                    .table()
+                    .set_state(key, rconntrack::State::Established);
+            }
+            IBV_QPS_RESET | IBV_QPS_ERR => {
+                shared.admission.table().remove(key);
+                rec.remote_vip = None;
+                rec.remote_qpn = None;
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

@@ -112,11 +112,16 @@ def _qps(tb, host, endpoint):
     ]
 
 
-def _wait_connected(tb, host, endpoint, n=1, timeout=120):
+def _wait_connected(tb, host, endpoint, n=1, timeout=120, procs=()):
     """QPs of `endpoint` once n are connected (RTR or RTS: a passive
-    perftest server never moves its QP past RTR)."""
+    perftest server never moves its QP past RTR). Fails at once, with its
+    output, if one of `procs` (the apps) ends first."""
     deadline = time.monotonic() + timeout
     while True:
+        for p in procs:
+            if p.poll() is not None:
+                rc, out, err = finish(p)
+                raise AssertionError(f"app exited ({rc}) before connecting:\n{out}\n{err}")
         qps = [q for q in _qps(tb, host, endpoint) if q["state"] in ("RTR", "RTS")]
         if len(qps) >= n:
             return qps

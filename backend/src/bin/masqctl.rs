@@ -1,7 +1,7 @@
 //! masqctl: look at and steer a running masqd through its control socket.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use masq_backend::control::{self, Request};
+use masq_backend::control::{self, CtFilter, Request};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -38,6 +38,55 @@ enum Command {
     Endpoints,
     /// Live sessions (one per opened device context) and their QPs.
     Sessions,
+    /// Security groups: check, apply or show the policy.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+    /// The RConntrack table of admitted RDMA connections, like conntrack(8).
+    Conntrack(ConntrackArgs),
+}
+
+#[derive(Subcommand)]
+enum PolicyCmd {
+    /// Validate FILE against this host's VPC map without applying it.
+    Check { file: PathBuf },
+    /// Validate and apply FILE atomically; an invalid file changes nothing.
+    Apply { file: PathBuf },
+    /// Print the active policy, its file and version hash.
+    Show,
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["list", "event", "delete"])))]
+struct ConntrackArgs {
+    /// List tracked connections.
+    #[arg(short = 'L', long)]
+    list: bool,
+    /// Stream events (NEW, UPDATE, DESTROY) until interrupted.
+    #[arg(short = 'E', long)]
+    event: bool,
+    /// Reset the matching connections (their QPs go to ERROR).
+    #[arg(short = 'D', long)]
+    delete: bool,
+    /// Only this tenant.
+    #[arg(short = 't', long)]
+    tenant: Option<String>,
+    /// Only this VNI.
+    #[arg(long)]
+    vni: Option<u32>,
+    /// Local vIP or CIDR.
+    #[arg(short = 's', long = "src")]
+    src: Option<String>,
+    /// Remote vIP or CIDR.
+    #[arg(short = 'd', long = "dst")]
+    dst: Option<String>,
+    /// Local or remote QPN.
+    #[arg(short = 'q', long)]
+    qpn: Option<u32>,
+}
+
+/// A path masqd can open: it may run with another working directory.
+fn absolute(p: PathBuf) -> PathBuf {
+    std::fs::canonicalize(&p).unwrap_or(p)
 }
 
 fn main() -> ExitCode {
@@ -46,6 +95,29 @@ fn main() -> ExitCode {
         Command::Status => Request::Status,
         Command::Endpoints => Request::Endpoints,
         Command::Sessions => Request::Sessions,
+        Command::Policy(PolicyCmd::Check { file }) => Request::PolicyCheck {
+            path: absolute(file),
+        },
+        Command::Policy(PolicyCmd::Apply { file }) => Request::PolicyApply {
+            path: absolute(file),
+        },
+        Command::Policy(PolicyCmd::Show) => Request::PolicyShow,
+        Command::Conntrack(a) => {
+            let filter = CtFilter {
+                tenant: a.tenant,
+                vni: a.vni,
+                src: a.src,
+                dst: a.dst,
+                qpn: a.qpn,
+            };
+            if a.event {
+                return stream_events(&cli.socket, filter, cli.output);
+            } else if a.delete {
+                Request::ConntrackDelete { filter }
+            } else {
+                Request::ConntrackList { filter }
+            }
+        }
     };
     let reply = match control::call(&cli.socket, &req) {
         Ok(r) => r,
@@ -69,4 +141,30 @@ fn main() -> ExitCode {
         Format::Table => print!("{}", control::render_table(&req, &reply)),
     }
     ExitCode::SUCCESS
+}
+
+fn stream_events(socket: &std::path::Path, filter: CtFilter, output: Format) -> ExitCode {
+    let req = Request::ConntrackEvents { filter };
+    let mut failed = None;
+    let res = control::stream(socket, &req, |v| {
+        if let Some(err) = v.get("error").and_then(|e| e.as_str()) {
+            failed = Some(err.to_string());
+            return;
+        }
+        match output {
+            Format::Json => println!("{}", v["data"]),
+            Format::Table => println!("{}", v["event"].as_str().unwrap_or_default()),
+        }
+    });
+    if let Some(err) = failed {
+        eprintln!("masqctl: masqd: {err}");
+        return ExitCode::from(1);
+    }
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("masqctl: cannot reach masqd at {}: {e}", socket.display());
+            ExitCode::from(3)
+        }
+    }
 }

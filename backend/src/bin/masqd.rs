@@ -74,7 +74,12 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
 
-    let daemon = match Daemon::start(cfg) {
+    let config_dir = cli
+        .config
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
+    let daemon = match Daemon::start(cfg, &config_dir) {
         Ok(d) => d,
         Err(e) => {
             error!("cannot start: {e}");
@@ -85,7 +90,7 @@ fn main() -> ExitCode {
     info!("masqd ready");
     loop {
         match signals.wait() {
-            Ok(Signal::SIGHUP) => info!("SIGHUP: nothing to reload yet"),
+            Ok(Signal::SIGHUP) => daemon.reload_policy(),
             Ok(sig) => {
                 info!("{sig}: shutting down");
                 break;

@@ -1,0 +1,118 @@
+//! Security groups applied to RDMA connections: the decision at RTR, the
+//! RConntrack table of admitted connections, and policy changes (check,
+//! atomic apply, re-evaluation of what is tracked).
+
+use crate::config::Config;
+use masq_policy::{EndpointRef, OnRuleChange, Policy};
+use rconntrack::{Decision, Entry, Table};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+pub struct Admission {
+    /// The policy file named by the config, for SIGHUP.
+    pub path: Option<PathBuf>,
+    endpoints: Vec<EndpointRef>,
+    /// None: no policy configured, every pair in a VPC may connect.
+    policy: RwLock<Option<Arc<Policy>>>,
+    table: Mutex<Table>,
+}
+
+/// What a policy change did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub version: String,
+    pub keep: bool,
+    /// Connections the new policy no longer allows (already marked
+    /// RESET_BY_POLICY; the caller moves their QPs to ERROR).
+    pub to_reset: Vec<Entry>,
+}
+
+impl Admission {
+    /// Load the configured policy; an invalid one stops masqd from starting.
+    pub fn new(cfg: &Config, config_dir: &Path) -> Result<Admission, String> {
+        let endpoints = cfg
+            .vpc
+            .iter()
+            .filter_map(|v| {
+                let name = v.name.clone()?;
+                Some(EndpointRef::new(name, v.tenant.clone(), v.vni, v.vip))
+            })
+            .collect();
+        let path = cfg.policy.as_ref().map(|p| config_dir.join(p));
+        let a = Admission {
+            path: path.clone(),
+            endpoints,
+            policy: RwLock::new(None),
+            table: Mutex::new(Table::new()),
+        };
+        if let Some(p) = path {
+            let policy = a.check(&p)?;
+            *a.policy.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(policy));
+        }
+        Ok(a)
+    }
+
+    pub fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn active(&self) -> Option<Arc<Policy>> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Parse and compile a policy file against this host's VPC map,
+    /// without applying it. Errors are file:line:column lines.
+    pub fn check(&self, path: &Path) -> Result<Policy, String> {
+        Policy::load(path, &self.endpoints).map_err(|errs| errs.to_string())
+    }
+
+    /// The admitting rule for an RDMA connection local -> remote, or why not.
+    pub fn decide(
+        &self,
+        tenant: &str,
+        vni: u32,
+        local: Ipv4Addr,
+        remote: Ipv4Addr,
+    ) -> Result<Arc<str>, String> {
+        let Some(policy) = self.active() else {
+            return Ok(Arc::from("no-policy"));
+        };
+        let v = policy.rdma_allowed(tenant, vni, local, remote);
+        if v.allowed {
+            Ok(Arc::from(v.rule()))
+        } else {
+            Err(v.to_string())
+        }
+    }
+
+    /// Swap in a new policy (all or nothing: it is already valid) and
+    /// re-evaluate every tracked connection under it.
+    pub fn apply(&self, policy: Policy) -> Applied {
+        let policy = Arc::new(policy);
+        let keep = policy.on_rule_change() == OnRuleChange::Keep;
+        let version = policy.version_hash().to_string();
+        // Hold the table across the swap so no admission interleaves with
+        // the re-evaluation under the old rules.
+        let mut table = self.table();
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Some(policy.clone());
+        let to_reset = table.reevaluate(|e| {
+            let v = policy.rdma_allowed(&e.tenant, e.vni, e.local_vip, e.remote_vip);
+            if v.allowed {
+                Some(Decision::Allow(Arc::from(v.rule())))
+            } else if keep {
+                None
+            } else {
+                Some(Decision::Deny)
+            }
+        });
+        Applied {
+            version,
+            keep,
+            to_reset,
+        }
+    }
+}

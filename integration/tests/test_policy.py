@@ -1,0 +1,153 @@
+"""Security groups enforced by masqd: admission at RTR, the RConntrack
+table, and policy changes with reset/keep semantics."""
+import json
+import os
+import time
+
+import pytest
+
+from masq_testbed import CLI, finish, parse_bw
+from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG = os.path.join(HERE, "configs", "policy")
+POLICY = os.path.join(CONFIG, "policy.yaml")
+
+
+@pytest.fixture(scope="module")
+def secured(testbed):
+    testbed._run([CLI, "masq", "up", "--config", CONFIG], True, 300)
+    try:
+        yield testbed
+    finally:
+        testbed._run([CLI, "masq", "down"], False, 120)
+
+
+@pytest.fixture
+def policy(secured):
+    """Each test starts from policy.yaml on both hosts."""
+    apply(secured, POLICY)
+    yield secured
+    apply(secured, POLICY)
+
+
+def masqctl(tb, host, *args, check=True):
+    return tb.run(host, MASQCTL, *args, check=check)
+
+
+def apply(tb, path):
+    out = {}
+    for host in ("host2", "host1"):
+        r = masqctl(tb, host, "-o", "json", "policy", "apply", os.path.join(CONFIG, path))
+        out[host] = json.loads(r.stdout)
+    return out
+
+
+def probe(tb, endpoint, dest, host="host1"):
+    r = tb.tenant_run(host, endpoint, QP_PROBE, "vrdma0", "1", dest, check=False)
+    return r.returncode, r.stdout
+
+
+def conntrack(tb, host, *filters):
+    r = masqctl(tb, host, "-o", "json", "conntrack", "-L", *filters)
+    return json.loads(r.stdout)["entries"]
+
+
+def test_allowed_pair_is_admitted_and_denied_pair_gets_eacces(policy):
+    rc, out = probe(policy, "acme-a", "10.0.0.2")
+    assert rc == 0 and "state=2" in out, out
+    rc, out = probe(policy, "acme-a", "10.0.0.3")  # acme-c: in no group
+    assert rc == 3 and "modify_qp_rtr: errno=13" in out, out
+    assert "state_after_failure=1" in out  # the QP stayed in INIT
+    log = policy.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    assert "security groups deny 10.0.0.1 -> 10.0.0.3" in log
+    assert "ingress default-deny" in log
+
+
+def test_overlapping_vips_follow_their_own_vpc_groups(policy):
+    # globex allows 10.0.0.0/24 <-> 10.0.0.0/24; acme denies acme-c.
+    assert probe(policy, "globex-a", "10.0.0.2")[0] == 0
+    rc, out = probe(policy, "acme-c", "10.0.0.1")
+    assert rc == 3 and "errno=13" in out
+
+
+def _long_run(tb, tenant, port, n=4000):
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", str(n)]
+    srv = tb.tenant_spawn("host2", f"{tenant}-b", *argv, "-p", str(port))
+    tb.wait_listening("host2", port, tenant=f"{tenant}-b")
+    cli = tb.tenant_spawn("host1", f"{tenant}-a", *argv, "-p", str(port), "10.0.0.2")
+    _wait_connected(tb, "host1", f"{tenant}-a", procs=(srv, cli))
+    _wait_connected(tb, "host2", f"{tenant}-b", procs=(srv, cli))
+    return srv, cli
+
+
+def test_connections_are_tracked_on_both_hosts(policy):
+    srv, cli = _long_run(policy, "acme", 18901, n=800)
+    try:
+        a = conntrack(policy, "host1", "-t", "acme", "-d", "10.0.0.2")
+        b = conntrack(policy, "host2", "-t", "acme", "-s", "10.0.0.2")
+        assert len(a) == 1 and len(b) == 1, (a, b)
+        assert a[0]["local_qpn"] == b[0]["remote_qpn"] and a[0]["remote_qpn"] == b[0]["local_qpn"]
+        assert a[0]["rule"] == "acme/web/egress(all)+acme/db/ingress[0]"
+        assert a[0]["state"] == "ESTABLISHED" and a[0]["vni"] == 100
+        table = masqctl(policy, "host1", "conntrack", "-L").stdout
+        assert "rdma rc tenant=acme vni=100 src=10.0.0.1" in table
+        assert conntrack(policy, "host1", "-t", "globex") == []
+    finally:
+        for p in (cli, srv):
+            rc, out, err = finish(p)
+            assert rc == 0, out + err
+    # The apps are gone: so are their entries.
+    assert conntrack(policy, "host1", "-t", "acme") == []
+
+
+def test_rule_removal_resets_a_live_connection(policy):
+    srv, cli = _long_run(policy, "acme", 18902)
+    started = time.monotonic()
+    out = apply(policy, "policy-revoked.yaml")
+    assert out["host1"]["reset"] == 1 and out["host2"]["reset"] == 1, out
+    rc, stdout, stderr = finish(cli, timeout=120)
+    elapsed = time.monotonic() - started
+    finish(srv, timeout=120)
+    assert rc != 0, "the client should see its QP fail"
+    assert "completion" in (stdout + stderr).lower() or "failed" in (stdout + stderr).lower()
+    print(f"apply -> client exit: {elapsed:.1f}s; masqd reset in "
+          f"{out['host1']['elapsed_ms']:.2f} ms (host1)")
+    assert conntrack(policy, "host1", "-t", "acme") == []
+    # New connections are refused under the new rules.
+    assert probe(policy, "acme-a", "10.0.0.2")[0] == 3
+
+
+def test_keep_leaves_live_connections_alone(policy):
+    srv, cli = _long_run(policy, "acme", 18903, n=800)
+    out = apply(policy, "policy-revoked-keep.yaml")
+    assert out["host1"]["reset"] == 0 and out["host1"]["keep"] is True
+    rc, stdout, stderr = finish(cli)
+    assert rc == 0, stdout + stderr
+    assert parse_bw(stdout)["iterations"] == 800
+    rc, stdout, stderr = finish(srv)
+    assert rc == 0, stdout + stderr
+    # ...but new connections follow the new rules.
+    assert probe(policy, "acme-a", "10.0.0.2")[0] == 3
+
+
+def test_invalid_policy_changes_nothing(policy):
+    before = json.loads(masqctl(policy, "host1", "-o", "json", "policy", "show").stdout)
+    r = masqctl(policy, "host1", "policy", "apply", os.path.join(CONFIG, "policy-invalid.yaml"),
+                check=False)
+    assert r.returncode == 1
+    assert "policy-invalid.yaml:8:27:" in r.stderr and "invalid CIDR" in r.stderr
+    after = json.loads(masqctl(policy, "host1", "-o", "json", "policy", "show").stdout)
+    assert after["version"] == before["version"]
+    assert probe(policy, "acme-a", "10.0.0.2")[0] == 0
+
+
+def test_operator_delete_resets_matching_connections(policy):
+    srv, cli = _long_run(policy, "globex", 18904)
+    r = masqctl(policy, "host1", "-o", "json", "conntrack", "-D", "-t", "globex")
+    assert json.loads(r.stdout)["reset"] == 1
+    rc, *_ = finish(cli, timeout=120)
+    srv.kill()
+    finish(srv)
+    assert rc != 0
+    assert conntrack(policy, "host1", "-t", "globex") == []
