@@ -116,3 +116,85 @@ impl Admission {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn examples() -> (Config, PathBuf) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        (cfg, dir)
+    }
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().expect("ip")
+    }
+
+    #[test]
+    fn the_example_policy_admits_its_pairs_and_nothing_else() {
+        let (cfg, dir) = examples();
+        let a = Admission::new(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        let rule = a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.2"));
+        assert_eq!(
+            rule.as_deref(),
+            Ok("acme/clients/egress(all)+acme/servers/ingress[0]")
+        );
+        // The reverse direction holds too: the predicate is symmetric.
+        assert!(a
+            .decide("acme", 100, ip("10.0.0.2"), ip("10.0.0.1"))
+            .is_ok());
+        assert!(a
+            .decide("globex", 200, ip("10.0.0.1"), ip("10.0.0.2"))
+            .is_ok());
+        let denied = a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.9"));
+        assert!(denied.unwrap_err().contains("default-deny"));
+    }
+
+    #[test]
+    fn without_a_policy_every_pair_is_admitted() {
+        let (mut cfg, dir) = examples();
+        cfg.policy = None;
+        let a = Admission::new(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.9"))
+                .as_deref(),
+            Ok("no-policy")
+        );
+    }
+
+    #[test]
+    fn a_bad_policy_file_stops_the_start_with_its_position() {
+        let (mut cfg, _) = examples();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../integration/tests/configs/policy");
+        cfg.policy = Some(PathBuf::from("policy-invalid.yaml"));
+        let err = Admission::new(&cfg, &dir).err().expect("must fail");
+        assert!(err.contains("policy-invalid.yaml:8:27:"), "{err}");
+    }
+
+    #[test]
+    fn apply_resets_what_the_new_policy_denies_unless_keep() {
+        let (cfg, dir) = examples();
+        let a = Admission::new(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        a.table()
+            .upsert(Entry {
+                session: 1,
+                qp_handle: 7,
+                tenant: Arc::from("acme"),
+                vni: 100,
+                local_vip: ip("10.0.0.1"),
+                local_qpn: 17,
+                remote_vip: ip("10.0.0.2"),
+                remote_qpn: 18,
+                ..Default::default()
+            })
+            .expect("room");
+        let revoked = dir.join("../integration/tests/configs/policy/policy-revoked.yaml");
+        let keep = dir.join("../integration/tests/configs/policy/policy-revoked-keep.yaml");
+        let out = a.apply(a.check(&keep).expect("valid"));
+        assert!(out.keep && out.to_reset.is_empty());
+        let out = a.apply(a.check(&revoked).expect("valid"));
+        assert_eq!(out.to_reset.len(), 1);
+        assert_eq!(out.to_reset[0].local_qpn, 17);
+    }
+}

@@ -53,9 +53,24 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let config_dir = cli
+        .config
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
     if cli.check {
+        let policy = match masq_backend::admission::Admission::new(&cfg, &config_dir) {
+            Ok(a) => a
+                .active()
+                .map(|p| format!("policy {} version {}", p.file(), p.version_hash()))
+                .unwrap_or_else(|| "no policy".into()),
+            Err(e) => {
+                eprintln!("masqd: policy: {e}");
+                return ExitCode::from(1);
+            }
+        };
         println!(
-            "{}: ok ({} local endpoints, {} in the VPC map)",
+            "{}: ok ({} local endpoints, {} in the VPC map, {policy})",
             cli.config.display(),
             cfg.endpoints.len(),
             cfg.vpc.len()
@@ -74,11 +89,6 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
 
-    let config_dir = cli
-        .config
-        .parent()
-        .map(|p| p.to_path_buf())
-        .unwrap_or_default();
     let daemon = match Daemon::start(cfg, &config_dir) {
         Ok(d) => d,
         Err(e) => {
