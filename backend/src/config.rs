@@ -57,6 +57,13 @@ pub struct EndpointConfig {
     /// The vNIC inside that namespace.
     #[serde(default = "default_vnic")]
     pub vnic: String,
+    /// Host side of the vNIC (a bridge port) and its bridge: where masqd
+    /// applies the policy's tcp/udp rules with nftables. Without them the
+    /// endpoint gets RDMA rules only.
+    #[serde(default)]
+    pub host_if: Option<String>,
+    #[serde(default)]
+    pub bridge: Option<String>,
     /// The socket the endpoint's apps reach masqd on; default
     /// `<socketDir>/endpoints/<name>/masq.sock`. Its directory is what a
     /// container runtime mounts at /run/masq in the endpoint.
@@ -184,6 +191,15 @@ impl Config {
             check_name(&format!("{at}.tenant"), &e.tenant, 64)?;
             check_name(&format!("{at}.vnic"), &e.vnic, 15)?;
             check_vni(&format!("{at}.vni"), e.vni)?;
+            if let Some(i) = &e.host_if {
+                check_name(&format!("{at}.hostIf"), i, 15)?;
+            }
+            if let Some(b) = &e.bridge {
+                check_name(&format!("{at}.bridge"), b, 15)?;
+            }
+            if e.host_if.is_some() != e.bridge.is_some() {
+                return Err(format!("{at}: hostIf and bridge go together"));
+            }
             if !names.insert(e.name.as_str()) {
                 return Err(format!("{at}.name: endpoint {:?} is defined twice", e.name));
             }

@@ -164,6 +164,9 @@ impl Daemon {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("policy: {e}")))?;
         match admission.active() {
             Some(p) => {
+                let rules = crate::firewall::render(&p, &cfg.endpoints)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                crate::firewall::load(&rules)?;
                 info!(file = %p.file(), version = %p.version_hash(), "security groups loaded")
             }
             None => warn!("no policy configured: every pair of endpoints in a VPC may connect"),
@@ -287,7 +290,9 @@ impl Daemon {
         };
         match self.shared.admission.check(&path) {
             Ok(p) => {
-                self.shared.apply_policy(p);
+                if let Err(e) = self.shared.apply_policy(p) {
+                    warn!("SIGHUP: policy not changed: {e}");
+                }
             }
             Err(e) => warn!("SIGHUP: policy not changed: {e}"),
         }
@@ -299,6 +304,9 @@ impl Daemon {
             let _ = std::fs::remove_file(path);
         }
         let _ = std::fs::remove_file(&self.control_path);
+        if let Err(e) = crate::firewall::remove(&self.shared.cfg.endpoints) {
+            warn!("cannot remove the nftables rules: {e}");
+        }
         for conn in lock(&self.shared.conns).values() {
             conn.shutdown();
         }
@@ -400,17 +408,23 @@ impl Shared {
         lock(&self.fds).insert(session, fd);
     }
 
-    /// Apply a validated policy and reset what it no longer allows.
-    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Value {
+    /// Apply a validated policy: its tcp/udp rules first (one nftables
+    /// transaction; on failure nothing changes), then the RDMA side, and
+    /// reset what it no longer allows.
+    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
         let started = Instant::now();
+        crate::firewall::render(&policy, &self.cfg.endpoints)
+            .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy);
         let reset = self.reset(&applied.to_reset, "policy change");
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         info!(file = %file, version = %applied.version, reset, keep = applied.keep,
               "policy applied in {ms:.2} ms");
-        json!({ "version": applied.version, "reset": reset, "keep": applied.keep,
-                "elapsed_ms": ms })
+        Ok(
+            json!({ "version": applied.version, "reset": reset, "keep": applied.keep,
+                "elapsed_ms": ms }),
+        )
     }
 
     /// Move the QPs of these connections to ERROR and stop tracking them.
@@ -557,7 +571,9 @@ fn answer(shared: &Shared, req: &Request) -> Value {
             Err(e) => json!({ "error": e }),
         },
         Request::PolicyApply { path } => match shared.admission.check(path) {
-            Ok(p) => shared.apply_policy(p),
+            Ok(p) => shared
+                .apply_policy(p)
+                .unwrap_or_else(|e| json!({ "error": format!("{e}\npolicy not changed") })),
             Err(e) => json!({ "error": format!("{e}\npolicy not changed") }),
         },
         Request::PolicyShow => match shared.admission.active() {

@@ -4,6 +4,7 @@ pub mod admission;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod firewall;
 pub mod seqpacket;
 pub mod session;
 pub mod uverbs;

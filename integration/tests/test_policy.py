@@ -151,3 +151,25 @@ def test_operator_delete_resets_matching_connections(policy):
     finish(srv)
     assert rc != 0
     assert conntrack(policy, "host1", "-t", "globex") == []
+
+
+def _tcp_reaches(tb, host, endpoint, port):
+    r = tb.tenant_run(host, endpoint, "socat", "-t5", "-T5", "-",
+                      f"TCP:10.0.0.2:{port},connect-timeout=5", check=False, timeout=60)
+    return r.returncode == 0 and r.stdout.strip() == "db"
+
+
+def test_tcp_rules_guard_the_qp_info_exchange(policy):
+    port = 18950
+    srv = policy.tenant_spawn("host2", "acme-b", "socat", f"TCP-LISTEN:{port},reuseaddr,fork",
+                              "SYSTEM:echo db")
+    try:
+        policy.wait_listening("host2", port, tenant="acme-b")
+        assert _tcp_reaches(policy, "host1", "acme-a", port)      # web -> db tcp allowed
+        assert not _tcp_reaches(policy, "host1", "acme-c", port)  # in no group: dropped
+        assert not _tcp_reaches(policy, "host1", "acme-a", 7)     # outside the port range
+        tables = policy.run("host2", "nft", "list", "tables").stdout
+        assert "table bridge masq_acme-b" in tables, tables
+    finally:
+        srv.kill()
+        finish(srv)
