@@ -23,19 +23,23 @@ up() {
         down  # running with another configuration
     fi
     [ -x "$MASQD" ] || { echo "masq: $MASQD is not built; run make" >&2; exit 2; }
+    # The log is appended across runs: only lines after this point count.
+    local from
+    from=$(( $( { wc -l <"$LOG"; } 2>/dev/null || echo 0) + 1 ))
     setsid "$MASQD" --config "$config" >>"$LOG" 2>&1 </dev/null &
     echo $! >"$PIDFILE"
     echo "$config" >"$RUN/masqd.config"
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do
         if ! running; then
             echo "masq: masqd exited on $MASQ_HOST:" >&2
-            tail -n 20 "$LOG" >&2
+            tail -n +"$from" "$LOG" | tail -n 20 >&2
             exit 1
         fi
-        grep -q "masqd ready" "$LOG" 2>/dev/null && break
+        tail -n +"$from" "$LOG" | grep -q "masqd ready" && break
         sleep 0.1
     done
-    grep -q "masqd ready" "$LOG" || { echo "masq: masqd did not get ready" >&2; tail -n 20 "$LOG" >&2; exit 1; }
+    tail -n +"$from" "$LOG" | grep -q "masqd ready" ||
+        { echo "masq: masqd did not get ready" >&2; tail -n 20 "$LOG" >&2; exit 1; }
     echo "$MASQ_HOST: masqd up (pid $(cat "$PIDFILE")), log $LOG"
 }
 
