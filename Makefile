@@ -1,5 +1,6 @@
 # masq: `make` builds everything; `make demo` shows masq on the rxe pair;
-# `make test` runs every test. Each installs what it needs first.
+# `make test` runs every test; `make bench` measures native vs masq
+# (BENCH_ARGS=--quick for a short check). Each installs what it needs first.
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
