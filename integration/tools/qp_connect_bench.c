@@ -24,10 +24,12 @@
  * then modify to INIT, RTR, RTS; destroy = ibv_destroy_qp of them all. The
  * TCP exchange, opening the device and the PD/CQ are outside the timed
  * parts. The PROCS apps are separate processes (fork + exec of this
- * program, nothing shared) that open the device, exchange QPNs, and then
- * wait at a barrier, so their timed phases start together; destroy also
- * starts at a barrier. The rate is PROCS*QPS / (last app's end - first
- * app's start).
+ * program, nothing shared: through masq each has its own masqd session)
+ * that open the device and exchange QPNs, then pass four barriers: before
+ * and after the timed connect, before and after the timed destroy, so
+ * their timed phases start together and the server's work on the peer
+ * host (connecting and destroying its side) never overlaps them. The rate
+ * is PROCS*QPS / (last app's end - first app's start).
  *
  * Output: one JSON object on stdout (times in seconds). Exit: 0 ok,
  * 2 usage, 1 any failure (the reason on stderr).
