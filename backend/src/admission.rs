@@ -7,7 +7,7 @@ use masq_policy::{EndpointRef, OnRuleChange, Policy};
 use rconntrack::{Decision, Entry, Table};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 pub struct Admission {
     /// The policy file named by the config, for SIGHUP.
@@ -16,6 +16,11 @@ pub struct Admission {
     /// None: no policy configured, every pair in a VPC may connect.
     policy: RwLock<Option<Arc<Policy>>>,
     table: Mutex<Table>,
+    /// Held shared from an admission decision until its entry is in the
+    /// table, and exclusively by `apply`: a QP admitted under the old rules
+    /// is either in the table when they are re-evaluated or decided under
+    /// the new ones, never lost in between.
+    gate: RwLock<()>,
 }
 
 /// What a policy change did.
@@ -45,6 +50,7 @@ impl Admission {
             endpoints,
             policy: RwLock::new(None),
             table: Mutex::new(Table::new()),
+            gate: RwLock::new(()),
         };
         if let Some(p) = path {
             let policy = a.check(&p)?;
@@ -55,6 +61,11 @@ impl Admission {
 
     pub fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hold across decide -> MODIFY_QP -> table insert (see `gate`).
+    pub fn admitting(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn active(&self) -> Option<Arc<Policy>> {
@@ -95,6 +106,8 @@ impl Admission {
         let policy = Arc::new(policy);
         let keep = policy.on_rule_change() == OnRuleChange::Keep;
         let version = policy.version_hash().to_string();
+        // Wait for admissions in flight to land in the table.
+        let _gate = self.gate.write().unwrap_or_else(|e| e.into_inner());
         // Hold the table across the swap so no admission interleaves with
         // the re-evaluation under the old rules.
         let mut table = self.table();

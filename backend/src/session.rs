@@ -26,6 +26,7 @@ const IBV_QP_DEST_QPN: u32 = 1 << 20;
 const IBV_QPS_RESET: u8 = 0;
 const IBV_QPS_RTR: u8 = 2;
 const IBV_QPS_RTS: u8 = 3;
+const IBV_QPS_SQE: u8 = 5;
 const IBV_QPS_ERR: u8 = 6;
 
 /// What masqd knows of one of the session's QPs.
@@ -162,6 +163,7 @@ fn handle(
             modify_qp(shared, sess, m).map(|_| (proto::ReplyBody::ModifyQp, false))
         }
         (proto::RequestBody::QueryQp(q), true) => query_qp(shared, sess, q).map(|r| (r, false)),
+        (proto::RequestBody::ResyncQp(r), true) => resync_qp(shared, sess, r).map(|r| (r, false)),
         (proto::RequestBody::DestroyQp(d), true) => {
             if let Some(qp) = sess.qps.remove(&d.qp_handle) {
                 debug!(qpn = qp.qpn, "QP destroyed");
@@ -378,6 +380,8 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         .map(|r| r.0)
         .or_else(|| sess.qps.get(&m.qp_handle).and_then(|q| q.remote_vip));
     let mut admitted_by = None;
+    // Held until the entry is in the table: a policy change waits for it.
+    let _gate = (to_rtr && m.qp_type != IBV_QPT_UD).then(|| shared.admission.admitting());
     if to_rtr && m.qp_type != IBV_QPT_UD {
         let remote = remote_vip
             .ok_or_else(|| refuse(libc::EINVAL, "RTR without a destination (IBV_QP_AV)"))?;
@@ -542,4 +546,178 @@ fn query_qp(
             port_num: r.dest.port_num,
         },
     }))
+}
+
+/// RESYNC_QP: after a masqd restart the frontend names the QPs it had set
+/// up. Nothing it says is taken on trust: the kernel checks that the
+/// handle is a QP of this session's uverbs file and tells its state,
+/// destination QPN and physical destination; the claimed virtual
+/// destination must be the VPC address whose host that is; the current
+/// policy must allow the pair. A connected QP that fails a check is moved
+/// to ERROR (as a policy reset does); QPs never named stay untracked.
+/// The claimed QPN cannot be read back through uverbs: it is taken as
+/// MODIFY_QP takes it, but may not be another tracked QP's.
+fn resync_qp(
+    shared: &Shared,
+    sess: &mut Session,
+    r: &proto::ResyncQpReq,
+) -> Result<proto::ReplyBody, Refusal> {
+    let fd = sess
+        .uverbs
+        .clone()
+        .ok_or_else(|| refuse(libc::EPROTO, "RESYNC_QP before OPEN_DEVICE"))?;
+    if sess.qps.contains_key(&r.qp_handle) {
+        return Err(refuse(
+            libc::EEXIST,
+            format!("QP handle {} is already known", r.qp_handle),
+        ));
+    }
+    let _gate = shared.admission.admitting();
+    let k = uverbs::query_qp(
+        fd.as_fd(),
+        shared.host.driver_id,
+        r.qp_handle,
+        IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN,
+    )
+    .map_err(|e| from_io(e, "RESYNC_QP: QUERY_QP"))?;
+    let reply = |result: u32| {
+        Ok(proto::ReplyBody::ResyncQp(proto::ResyncQpReply {
+            qp_state: k.qp_state.min(IBV_QPS_ERR),
+            result: result as u8,
+        }))
+    };
+    let mut rec = QpRecord {
+        handle: r.qp_handle,
+        qpn: r.qp_num,
+        qp_type: qp_type_name(r.qp_type),
+        state: state_name(k.qp_state),
+        remote_vip: None,
+        remote_qpn: None,
+        peer_host: None,
+        virt_sgid_index: 0,
+    };
+    let connected = (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&k.qp_state);
+    if !connected || r.qp_type == IBV_QPT_UD {
+        debug!(
+            qpn = r.qp_num,
+            state = rec.state,
+            "QP resynced: nothing to track"
+        );
+        sess.qps.insert(r.qp_handle, rec);
+        return reply(proto::RESYNC_UNTRACKED);
+    }
+    let ep = &sess.ep.cfg;
+    let lk = rconntrack::LocalKey {
+        vni: ep.vni,
+        vip: ep.vip,
+        qpn: r.qp_num,
+    };
+    if shared.admission.table().get_local(lk).is_some() {
+        return Err(refuse(
+            libc::EEXIST,
+            format!("QPN {:#x} is already tracked for another QP", r.qp_num),
+        ));
+    }
+    match verify_resync(shared, sess, r, &k) {
+        Ok((vip, host, rule)) => {
+            let established = k.qp_state != IBV_QPS_RTR;
+            let entry = rconntrack::Entry {
+                session: sess.id,
+                qp_handle: r.qp_handle,
+                tenant: Arc::from(ep.tenant.as_str()),
+                vni: ep.vni,
+                local_vip: ep.vip,
+                local_qpn: r.qp_num,
+                remote_vip: vip,
+                remote_qpn: k.dest_qp_num,
+                peer_host: host,
+                qp_type: if r.qp_type == IBV_QPT_UC {
+                    rconntrack::QpType::Uc
+                } else {
+                    rconntrack::QpType::Rc
+                },
+                state: if established {
+                    rconntrack::State::Established
+                } else {
+                    rconntrack::State::Admitted
+                },
+                rule: rule.clone(),
+                ..Default::default()
+            };
+            if shared.admission.table().upsert(entry).is_err() {
+                warn!("connection table full; {} not tracked", r.qp_num);
+                sess.qps.insert(r.qp_handle, rec);
+                return reply(proto::RESYNC_UNTRACKED);
+            }
+            rec.remote_vip = Some(vip);
+            rec.remote_qpn = Some(k.dest_qp_num);
+            rec.peer_host = Some(host);
+            rec.virt_sgid_index = r.sgid_index;
+            info!(qpn = r.qp_num, rule = %rule,
+                  "QP resynced: {} -> {vip} QPN {:#x}, tracked again", rec.state, k.dest_qp_num);
+            sess.qps.insert(r.qp_handle, rec);
+            reply(proto::RESYNC_TRACKED)
+        }
+        Err(why) => {
+            let cmd = uverbs::ModifyQp {
+                qp_handle: r.qp_handle,
+                attr_mask: IBV_QP_STATE,
+                qp_state: IBV_QPS_ERR,
+                ..Default::default()
+            };
+            uverbs::modify_qp(fd.as_fd(), shared.host.driver_id, &cmd)
+                .map_err(|e| from_io(e, "RESYNC_QP: cannot move the QP to ERROR"))?;
+            warn!(qpn = r.qp_num, "QP moved to ERROR on resync: {why}");
+            rec.state = state_name(IBV_QPS_ERR);
+            sess.qps.insert(r.qp_handle, rec);
+            Ok(proto::ReplyBody::ResyncQp(proto::ResyncQpReply {
+                qp_state: IBV_QPS_ERR,
+                result: proto::RESYNC_RESET as u8,
+            }))
+        }
+    }
+}
+
+/// The claimed destination of a connected QP against the kernel's, and the
+/// current policy: (peer vIP, peer host, admitting rule) or why not.
+fn verify_resync(
+    shared: &Shared,
+    sess: &Session,
+    r: &proto::ResyncQpReq,
+    k: &uverbs::QueryQpResp,
+) -> Result<(Ipv4Addr, Ipv4Addr, Arc<str>), String> {
+    if r.has_route == 0 {
+        return Err("connected, but no destination was named".into());
+    }
+    let ep = &sess.ep.cfg;
+    let route = shared
+        .vpc
+        .translate_dgid(ep.vni, &r.dgid)
+        .map_err(|e| format!("claimed destination: {e}"))?;
+    if route.phys_dgid != k.dest.dgid {
+        return Err(format!(
+            "the kernel's destination {} is not the host of {}",
+            vbond::gid_to_string(&k.dest.dgid),
+            route.vip
+        ));
+    }
+    let vgids = virtual_gids(&sess.ep).map_err(|e| format!("cannot read the vNIC: {e}"))?;
+    let psgid = vbond::translate_sgid_index(
+        &vgids,
+        &shared.host.gids,
+        u32::from(r.sgid_index),
+        shared.cfg.underlay.ip,
+    )
+    .map_err(|e| format!("claimed sgid index: {e}"))?;
+    if psgid != u32::from(k.dest.sgid_index) {
+        return Err(format!(
+            "the kernel's sgid index {} is not virtual index {}'s",
+            k.dest.sgid_index, r.sgid_index
+        ));
+    }
+    let rule = shared
+        .admission
+        .decide(&ep.tenant, ep.vni, ep.vip, route.vip)
+        .map_err(|why| format!("security groups deny {} -> {}: {why}", ep.vip, route.vip))?;
+    Ok((route.vip, route.peer.host, rule))
 }

@@ -45,6 +45,15 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 /* QP_ERROR notice reasons. */
 #define MASQ_QP_ERROR_POLICY_RESET 1
 #define MASQ_QP_ERROR_OPERATOR_TEARDOWN 2
+/* RESYNC_QP results: the QP is not connected, nothing to track. */
+#define MASQ_RESYNC_UNTRACKED 0
+/* The QP is connected and tracked again. */
+#define MASQ_RESYNC_TRACKED 1
+/*
+ * masqd moved the QP to ERROR: the current policy denies it, or its
+ * destination in the kernel is not the one claimed.
+ */
+#define MASQ_RESYNC_RESET 2
 
 #define MASQ_OP_HELLO 1
 #define MASQ_OP_OPEN_DEVICE 2
@@ -52,6 +61,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_OP_MODIFY_QP 4
 #define MASQ_OP_QUERY_QP 5
 #define MASQ_OP_DESTROY_QP 6
+#define MASQ_OP_RESYNC_QP 7
 #define MASQ_NOTICE_QP_ERROR 0x4001
 
 static inline int masq__zero(const void *p, size_t n)
@@ -423,6 +433,65 @@ static inline int masq_destroy_qp_req_validate(const struct masq_destroy_qp_req 
 	return 0;
 }
 
+/*
+ * After masqd restarted: a QP the frontend had set up in an earlier
+ * session, named again so that masqd tracks it. Only the handle is
+ * checked by the kernel (QUERY_QP on the session's fd); masqd reads
+ * the state, destination QPN and physical dgid from there and treats
+ * the rest as claims to verify.
+ */
+struct masq_resync_qp_req {
+	uint32_t qp_handle;
+	uint32_t qp_num;
+	uint32_t qp_type; /* enum ibv_qp_type, as in ModifyQpReq */
+	uint8_t sgid_index; /* The virtual sgid index the app set with IBV_QP_AV. */
+	uint8_t has_route; /* 1 when the app set a destination (then dgid is its virtual dgid). */
+	uint8_t reserved[2];
+	uint8_t dgid[16];
+};
+_Static_assert(sizeof(struct masq_resync_qp_req) == 32, "masq_resync_qp_req: size");
+_Static_assert(offsetof(struct masq_resync_qp_req, qp_handle) == 0, "masq_resync_qp_req.qp_handle: offset");
+_Static_assert(offsetof(struct masq_resync_qp_req, qp_num) == 4, "masq_resync_qp_req.qp_num: offset");
+_Static_assert(offsetof(struct masq_resync_qp_req, qp_type) == 8, "masq_resync_qp_req.qp_type: offset");
+_Static_assert(offsetof(struct masq_resync_qp_req, sgid_index) == 12, "masq_resync_qp_req.sgid_index: offset");
+_Static_assert(offsetof(struct masq_resync_qp_req, has_route) == 13, "masq_resync_qp_req.has_route: offset");
+_Static_assert(offsetof(struct masq_resync_qp_req, reserved) == 14, "masq_resync_qp_req.reserved: offset");
+_Static_assert(offsetof(struct masq_resync_qp_req, dgid) == 16, "masq_resync_qp_req.dgid: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_resync_qp_req_validate(const struct masq_resync_qp_req *s)
+{
+	if (!((s->qp_type >= 2 && s->qp_type <= 4) || (s->qp_type >= 8 && s->qp_type <= 10) || s->qp_type == 255))
+		return -EINVAL;
+	if (!(s->has_route <= 1))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_resync_qp_reply {
+	uint8_t qp_state; /* enum ibv_qp_state, as the kernel reports it now */
+	uint8_t result; /* RESYNC_* result */
+	uint8_t reserved[6];
+};
+_Static_assert(sizeof(struct masq_resync_qp_reply) == 8, "masq_resync_qp_reply: size");
+_Static_assert(offsetof(struct masq_resync_qp_reply, qp_state) == 0, "masq_resync_qp_reply.qp_state: offset");
+_Static_assert(offsetof(struct masq_resync_qp_reply, result) == 1, "masq_resync_qp_reply.result: offset");
+_Static_assert(offsetof(struct masq_resync_qp_reply, reserved) == 2, "masq_resync_qp_reply.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_resync_qp_reply_validate(const struct masq_resync_qp_reply *s)
+{
+	if (!(s->qp_state <= 6))
+		return -EINVAL;
+	if (!(s->result <= 2))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
 struct masq_qp_error_notice {
 	uint32_t qp_num;
 	uint32_t reason; /* QP_ERROR_* reason */
@@ -749,6 +818,48 @@ static inline void masq_msg_destroy_qp_reply_init(struct masq_msg_destroy_qp_rep
 static inline int masq_msg_destroy_qp_reply_decode(const void *buf, size_t len, struct masq_msg_destroy_qp_reply *m)
 {
 	return masq__decode(buf, len, (MASQ_OP_DESTROY_QP | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* RESYNC_QP req (opcode 0x0007) */
+struct masq_msg_resync_qp_req {
+	struct masq_hdr hdr;
+	struct masq_resync_qp_req body;
+};
+_Static_assert(sizeof(struct masq_msg_resync_qp_req) == 48, "masq_msg_resync_qp_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_resync_qp_req_init(struct masq_msg_resync_qp_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_RESYNC_QP, sizeof(*m));
+}
+
+static inline int masq_msg_resync_qp_req_decode(const void *buf, size_t len, struct masq_msg_resync_qp_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_RESYNC_QP, m, sizeof(*m));
+
+	return err ? err : masq_resync_qp_req_validate(&m->body);
+}
+
+/* RESYNC_QP reply (opcode 0x0007) */
+struct masq_msg_resync_qp_reply {
+	struct masq_hdr hdr;
+	struct masq_resync_qp_reply body;
+};
+_Static_assert(sizeof(struct masq_msg_resync_qp_reply) == 24, "masq_msg_resync_qp_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_resync_qp_reply_init(struct masq_msg_resync_qp_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_RESYNC_QP | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_resync_qp_reply_decode(const void *buf, size_t len, struct masq_msg_resync_qp_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_RESYNC_QP | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_resync_qp_reply_validate(&m->body);
 }
 
 /* QP_ERROR notice (opcode 0x4001) */

@@ -246,7 +246,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	m->ctx = ctx;
-	err = masq_session_open(&m->sess, ctx->cmd_fd);
+	err = masq_session_open(&m->sess, ctx->cmd_fd, 1);
 	if (!err)
 		err = masq_query_gid_table(&m->sess, m->gids, &m->ngids);
 	if (err) {

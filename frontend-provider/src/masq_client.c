@@ -5,10 +5,15 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "masq_client.h"
@@ -21,10 +26,9 @@ const char *masq_socket_path(void)
 	return p && *p ? p : MASQ_DEFAULT_SOCKET;
 }
 
-static int connect_masqd(void)
+static int connect_masqd(const char *path)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	const char *path = masq_socket_path();
 	int fd;
 
 	if (strlen(path) >= sizeof(addr.sun_path)) {
@@ -77,20 +81,23 @@ static int send_msg(int sock, const void *buf, size_t len, int pass_fd)
 /*
  * Send a request and wait for the datagram answering it, skipping any
  * asynchronous notices that arrive first. Returns the reply's length in
- * buf (to be checked by the typed masq_msg_*_decode), or -errno.
+ * buf (to be checked by the typed masq_msg_*_decode), or -errno. *sent
+ * tells whether the request left (then masqd may have acted on it).
  */
 static ssize_t roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len, int pass_fd,
-			 uint8_t buf[MASQ_MAX_MESSAGE])
+			 uint8_t buf[MASQ_MAX_MESSAGE], int *sent)
 {
 	struct masq_hdr hdr;
 	uint32_t id = ++*next_id;
 	ssize_t n;
 	int err;
 
+	*sent = 0;
 	masq_hdr_set_request_id(req, id);
 	err = send_msg(sock, req, req_len, pass_fd);
 	if (err)
 		return -err;
+	*sent = 1;
 	for (;;) {
 		do
 			n = recv(sock, buf, MASQ_MAX_MESSAGE, 0);
@@ -110,13 +117,89 @@ static ssize_t roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len,
 	}
 }
 
-/* Call under s->lock; returns the reply length or -errno. */
-static ssize_t session_call(struct masq_session *s, void *req, size_t len, int pass_fd,
-			    uint8_t buf[MASQ_MAX_MESSAGE])
+/* The connection to masqd is gone (as opposed to a refused request). */
+static int lost(ssize_t n)
 {
-	if (s->fd < 0)
-		return -ENOTCONN;
-	return roundtrip(s->fd, &s->next_request, req, len, pass_fd, buf);
+	return n == -ECONNRESET || n == -EPIPE || n == -ENOTCONN || n == -ECONNREFUSED ||
+	       n == -ECONNABORTED;
+}
+
+static long wait_ms(void)
+{
+	const char *v = getenv("MASQ_RECONNECT_WAIT_MS");
+	char *end;
+	long ms;
+
+	if (!v || !*v)
+		return 10000;
+	ms = strtol(v, &end, 10);
+	return *end || ms < 0 ? 10000 : ms;
+}
+
+static int debug_on(void)
+{
+	const char *v = getenv("MASQ_DEBUG");
+
+	return v && *v && strcmp(v, "0") != 0;
+}
+
+static void wake_watcher(struct masq_session *s)
+{
+	uint64_t one = 1;
+
+	if (s->wake_fd >= 0 && write(s->wake_fd, &one, sizeof(one)) < 0) {
+		/* The counter is already non-zero: the watcher will wake. */
+	}
+}
+
+/* Call under s->lock: wait until the connection is usable. 0, -EAGAIN
+ * after `deadline`, or -ENOTCONN when there will be none. */
+static int wait_connected(struct masq_session *s, const struct timespec *deadline)
+{
+	while (s->fd < 0 || s->broken) {
+		if (s->closing || !s->has_watcher)
+			return -ENOTCONN;
+		if (pthread_cond_timedwait(&s->cond, &s->lock, deadline) == ETIMEDOUT &&
+		    (s->fd < 0 || s->broken))
+			return -EAGAIN;
+	}
+	return 0;
+}
+
+/*
+ * Call under s->lock; returns the reply length or -errno. When masqd goes
+ * away, a request that never left is sent again on the next connection;
+ * one that left is sent again only if `idempotent`, else the caller gets
+ * -ECONNRESET and decides (masqd may have acted on it).
+ */
+static ssize_t session_call(struct masq_session *s, void *req, size_t len, int pass_fd,
+			    uint8_t buf[MASQ_MAX_MESSAGE], int idempotent)
+{
+	struct timespec deadline;
+	long ms = wait_ms();
+	ssize_t n;
+	int sent, err;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += ms / 1000;
+	deadline.tv_nsec += (ms % 1000) * 1000000L;
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	for (;;) {
+		err = wait_connected(s, &deadline);
+		if (err)
+			return err;
+		n = roundtrip(s->fd, &s->next_request, req, len, pass_fd, buf, &sent);
+		if (n >= 0 || !lost(n))
+			return n;
+		/* Only the watcher closes the socket (it may be polling it). */
+		s->broken = 1;
+		wake_watcher(s);
+		if (sent && !idempotent)
+			return -ECONNRESET;
+	}
 }
 
 static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep)
@@ -125,13 +208,13 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep)
 	struct masq_msg_hello_req req;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
-	int err;
+	int err, sent;
 
 	masq_msg_hello_req_init(&req);
 	req.body.features = 0;
 	masq_copy_name(req.body.app_name, sizeof(req.body.app_name),
 		       program_invocation_short_name);
-	n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf);
+	n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent);
 	if (n < 0)
 		return (int)-n;
 	err = masq_msg_hello_reply_decode(buf, (size_t)n, rep);
@@ -155,7 +238,7 @@ int masq_describe_device(struct masq_device *out)
 	uint32_t id = 0;
 	int sock, err;
 
-	sock = connect_masqd();
+	sock = connect_masqd(masq_socket_path());
 	if (sock < 0)
 		return -1;
 	err = hello(sock, &id, &rep);
@@ -168,40 +251,280 @@ int masq_describe_device(struct masq_device *out)
 	return 0;
 }
 
-int masq_session_open(struct masq_session *s, int cmd_fd)
+/* Connect, HELLO, OPEN_DEVICE with cmd_fd: a new session socket, or -1
+ * with *err set. */
+static int open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t *session_id,
+			uint8_t *port, int *err)
 {
 	struct masq_msg_open_device_req req;
 	struct masq_msg_open_device_reply rep;
 	struct masq_msg_hello_reply hrep;
 	uint8_t buf[MASQ_MAX_MESSAGE];
+	int sock, sent;
 	ssize_t n;
+
+	sock = connect_masqd(path);
+	if (sock < 0) {
+		*err = errno;
+		return -1;
+	}
+	*next_id = 0;
+	*err = hello(sock, next_id, &hrep);
+	if (!*err) {
+		*session_id = hrep.body.session_id;
+		*port = hrep.body.phys_port;
+		masq_msg_open_device_req_init(&req);
+		n = roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent);
+		*err = n < 0 ? (int)-n : -masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
+	}
+	if (*err) {
+		close(sock);
+		return -1;
+	}
+	return sock;
+}
+
+static struct masq_qp_info *find_qp(struct masq_session *s, uint32_t handle)
+{
+	size_t i;
+
+	for (i = 0; i < s->nqps; i++)
+		if (s->qps[i].handle == handle)
+			return &s->qps[i];
+	return NULL;
+}
+
+/* Call under s->lock. NULL only when out of memory. */
+static struct masq_qp_info *remember_qp(struct masq_session *s, uint32_t handle)
+{
+	struct masq_qp_info *q = find_qp(s, handle), *more;
+	size_t cap;
+
+	if (q)
+		return q;
+	if (s->nqps == s->cap_qps) {
+		cap = s->cap_qps ? 2 * s->cap_qps : 8;
+		more = realloc(s->qps, cap * sizeof(*more));
+		if (!more)
+			return NULL;
+		s->qps = more;
+		s->cap_qps = cap;
+	}
+	q = &s->qps[s->nqps++];
+	memset(q, 0, sizeof(*q));
+	q->handle = handle;
+	return q;
+}
+
+static void forget_qp(struct masq_session *s, uint32_t handle)
+{
+	struct masq_qp_info *q = find_qp(s, handle);
+
+	if (q)
+		*q = s->qps[--s->nqps];
+}
+
+/*
+ * Call under s->lock, on a new session socket not yet published: name every
+ * known QP again. masqd checks each against the kernel and the policy; a
+ * refusal concerns that QP only. 0, or -errno if the connection failed.
+ */
+static int resync_all(struct masq_session *s, int sock, uint32_t *next_id, unsigned int *tracked)
+{
+	struct masq_msg_resync_qp_req req;
+	struct masq_msg_resync_qp_reply rep;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	ssize_t n;
+	size_t i;
+	int sent, err;
+
+	*tracked = 0;
+	for (i = 0; i < s->nqps; i++) {
+		const struct masq_qp_info *q = &s->qps[i];
+
+		masq_msg_resync_qp_req_init(&req);
+		req.body.qp_handle = q->handle;
+		req.body.qp_num = q->qpn;
+		req.body.qp_type = q->qp_type;
+		req.body.sgid_index = q->sgid_index;
+		req.body.has_route = q->has_route;
+		memcpy(req.body.dgid, q->dgid, sizeof(req.body.dgid));
+		if (masq_resync_qp_req_validate(&req.body))
+			continue;
+		n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent);
+		if (n < 0)
+			return (int)n; /* the new connection failed too: retry */
+		err = masq_msg_resync_qp_reply_decode(buf, (size_t)n, &rep);
+		if (!err && rep.body.result == MASQ_RESYNC_TRACKED)
+			(*tracked)++;
+		if (debug_on())
+			fprintf(stderr, "libmasq: QP %#x re-registered: %s\n", q->qpn,
+				err ? strerror(-err)
+				    : rep.body.result == MASQ_RESYNC_TRACKED ? "tracked"
+				    : rep.body.result == MASQ_RESYNC_RESET   ? "reset by masqd"
+									     : "not connected");
+	}
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Sleep up to ms, or until woken; drains the wake counter. */
+static void nap(struct masq_session *s, int ms)
+{
+	struct pollfd p = { .fd = s->wake_fd, .events = POLLIN };
+	uint64_t v;
+
+	if (poll(&p, 1, ms) > 0 && read(s->wake_fd, &v, sizeof(v)) < 0) {
+		/* nothing to drain */
+	}
+}
+
+static void *watcher_main(void *arg)
+{
+	struct masq_session *s = arg;
+	unsigned int tracked;
+	double lost_at = 0;
+	int backoff = 0, err, sock;
+	uint32_t next_id, sid;
+	uint8_t port;
+
+	pthread_mutex_lock(&s->lock);
+	while (!s->closing) {
+		if (s->fd >= 0 && !s->broken) {
+			struct pollfd p[2] = {
+				{ .fd = s->fd, .events = POLLRDHUP },
+				{ .fd = s->wake_fd, .events = POLLIN },
+			};
+			uint64_t v;
+
+			pthread_mutex_unlock(&s->lock);
+			/* Readiness only: replies are read by the callers. */
+			while (poll(p, 2, -1) < 0 && errno == EINTR)
+				;
+			if ((p[1].revents & POLLIN) && read(s->wake_fd, &v, sizeof(v)) < 0) {
+				/* already drained */
+			}
+			pthread_mutex_lock(&s->lock);
+			if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR))
+				s->broken = 1;
+			continue;
+		}
+		if (s->fd >= 0) {
+			close(s->fd);
+			s->fd = -1;
+			s->broken = 0;
+			lost_at = now_s();
+			if (debug_on())
+				fprintf(stderr, "libmasq: masqd went away; reconnecting\n");
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (backoff)
+			nap(s, backoff);
+		sock = open_session(s->path, s->cmd_fd, &next_id, &sid, &port, &err);
+		pthread_mutex_lock(&s->lock);
+		if (s->closing) {
+			if (sock >= 0)
+				close(sock);
+			break;
+		}
+		if (sock >= 0 && (err = -resync_all(s, sock, &next_id, &tracked)) != 0) {
+			close(sock);
+			sock = -1;
+		}
+		if (sock < 0) {
+			backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 10;
+			continue;
+		}
+		s->fd = sock;
+		s->next_request = next_id;
+		s->session_id = sid;
+		(void)port; /* the device's port: unchanged, and read without the lock */
+		s->reconnects++;
+		backoff = 0;
+		pthread_cond_broadcast(&s->cond);
+		if (debug_on())
+			fprintf(stderr,
+				"libmasq: reconnected to masqd (session %u) after %.3f s; "
+				"%u of %zu QP(s) tracked again\n",
+				sid, now_s() - lost_at, tracked, s->nqps);
+	}
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+static int start_watcher(struct masq_session *s)
+{
+	sigset_t all, old;
+	int err;
+
+	s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->wake_fd < 0)
+		return errno;
+	/* The app's signals (perftest's SIGALRM...) are for its own threads. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&s->watcher, NULL, watcher_main, s);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		close(s->wake_fd);
+		s->wake_fd = -1;
+		return err;
+	}
+	s->has_watcher = 1;
+	return 0;
+}
+
+int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
+{
+	const char *path = masq_socket_path();
 	int err;
 
 	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	s->wake_fd = -1;
+	s->cmd_fd = cmd_fd;
 	pthread_mutex_init(&s->lock, NULL);
-	s->fd = connect_masqd();
+	pthread_cond_init(&s->cond, NULL);
+	if (strlen(path) >= sizeof(s->path))
+		return ENAMETOOLONG;
+	strcpy(s->path, path);
+	s->fd = open_session(s->path, cmd_fd, &s->next_request, &s->session_id, &s->port, &err);
 	if (s->fd < 0)
-		return errno;
-	err = hello(s->fd, &s->next_request, &hrep);
-	if (!err) {
-		s->session_id = hrep.body.session_id;
-		s->port = hrep.body.phys_port;
-		masq_msg_open_device_req_init(&req);
-		n = roundtrip(s->fd, &s->next_request, &req, sizeof(req), cmd_fd, buf);
-		err = n < 0 ? (int)-n : -masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
-	}
-	if (err) {
-		close(s->fd);
-		s->fd = -1;
-	}
-	return err;
+		return err;
+	if (watch && (err = start_watcher(s)) != 0 && debug_on())
+		fprintf(stderr, "libmasq: no reconnection watcher: %s\n", strerror(err));
+	return 0;
 }
 
 void masq_session_close(struct masq_session *s)
 {
+	pthread_mutex_lock(&s->lock);
+	s->closing = 1;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	if (s->has_watcher) {
+		wake_watcher(s);
+		pthread_join(s->watcher, NULL);
+		s->has_watcher = 0;
+	}
+	if (s->wake_fd >= 0)
+		close(s->wake_fd);
+	s->wake_fd = -1;
 	if (s->fd >= 0)
 		close(s->fd);
 	s->fd = -1;
+	free(s->qps);
+	s->qps = NULL;
+	s->nqps = s->cap_qps = 0;
+	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
 }
 
@@ -215,9 +538,9 @@ int masq_query_gid_table(struct masq_session *s, struct masq_gid *gids, unsigned
 	int err;
 
 	masq_msg_query_gid_table_req_init(&req);
-	req.body.port = s->port;
 	pthread_mutex_lock(&s->lock);
-	n = session_call(s, &req, sizeof(req), -1, buf);
+	req.body.port = s->port;
+	n = session_call(s, &req, sizeof(req), -1, buf, 1);
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)
 		return (int)-n;
@@ -299,13 +622,34 @@ static void attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, in
 	}
 }
 
+/* Call under s->lock: the QP's state as the kernel has it now, or -errno. */
+static int current_state(struct masq_session *s, uint32_t handle)
+{
+	struct masq_msg_query_qp_req req;
+	struct masq_msg_query_qp_reply rep;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	ssize_t n;
+	int err;
+
+	masq_msg_query_qp_req_init(&req);
+	req.body.qp_handle = handle;
+	req.body.attr_mask = IBV_QP_STATE;
+	n = session_call(s, &req, sizeof(req), -1, buf, 1);
+	if (n < 0)
+		return (int)n;
+	err = masq_msg_query_qp_reply_decode(buf, (size_t)n, &rep);
+	return err ? err : rep.body.qp_state;
+}
+
 int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
 		   int attr_mask)
 {
 	struct masq_msg_modify_qp_req req;
 	struct masq_msg_modify_qp_reply rep;
+	struct masq_qp_info *q;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
+	int state;
 
 	masq_msg_modify_qp_req_init(&req);
 	req.body.qp_handle = qp->handle;
@@ -317,7 +661,30 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 	if (masq_modify_qp_req_validate(&req.body))
 		return EINVAL;
 	pthread_mutex_lock(&s->lock);
-	n = session_call(s, &req, sizeof(req), -1, buf);
+	/* Remembered before it is sent: if masqd dies while running it, the
+	 * next masqd is told about the QP whatever the kernel ended with. */
+	q = remember_qp(s, qp->handle);
+	if (q) {
+		q->qpn = qp->qp_num;
+		q->qp_type = (uint32_t)qp->qp_type;
+		if (attr_mask & IBV_QP_AV) {
+			q->has_route = 1;
+			q->sgid_index = req.body.attr.ah_attr.sgid_index;
+			memcpy(q->dgid, req.body.attr.ah_attr.dgid, sizeof(q->dgid));
+		}
+	}
+	n = session_call(s, &req, sizeof(req), -1, buf, 0);
+	if (n == -ECONNRESET) {
+		/* masqd went away after the request left. The QP is in the
+		 * kernel's state either way: ask the next masqd, and send the
+		 * request again only if it did not take effect. */
+		state = current_state(s, qp->handle);
+		if ((attr_mask & IBV_QP_STATE) && state == (int)attr->qp_state) {
+			pthread_mutex_unlock(&s->lock);
+			return 0;
+		}
+		n = state < 0 ? state : session_call(s, &req, sizeof(req), -1, buf, 0);
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)
 		return (int)-n;
@@ -339,7 +706,7 @@ int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr 
 	req.body.qp_handle = qp->handle;
 	req.body.attr_mask = (uint32_t)attr_mask;
 	pthread_mutex_lock(&s->lock);
-	n = session_call(s, &req, sizeof(req), -1, buf);
+	n = session_call(s, &req, sizeof(req), -1, buf, 1);
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)
 		return (int)-n;
@@ -389,7 +756,11 @@ void masq_destroy_qp(struct masq_session *s, uint32_t qp_handle, uint32_t qp_num
 	req.body.qp_handle = qp_handle;
 	req.body.qp_num = qp_num;
 	pthread_mutex_lock(&s->lock);
-	/* The QP is already gone; the reply only keeps requests in step. */
-	(void)session_call(s, &req, sizeof(req), -1, buf);
+	forget_qp(s, qp_handle);
+	/* The QP is already gone; the reply only keeps requests in step. While
+	 * masqd is away there is nothing to tell: the next one never hears of
+	 * the QP, as it is no longer remembered. */
+	if (s->fd >= 0 && !s->broken)
+		(void)session_call(s, &req, sizeof(req), -1, buf, 1);
 	pthread_mutex_unlock(&s->lock);
 }

@@ -2,6 +2,15 @@
  * The frontend's side of the masq protocol: one SOCK_SEQPACKET connection
  * to masqd per opened device context (a session), synchronous request /
  * reply, messages as defined in include/masq_proto.h.
+ *
+ * Recovery: a watcher thread per session waits (poll, no reads) for masqd
+ * to hang up, then reconnects with backoff, redoes HELLO + OPEN_DEVICE with
+ * the same uverbs fd and names every QP it has seen again (RESYNC_QP)
+ * before requests may use the new connection. Only the calling threads
+ * ever read the socket, one at a time under `lock`, so replies cannot be
+ * taken by the watcher. Control verbs that need masqd while it is away
+ * wait for the reconnection up to MASQ_RECONNECT_WAIT_MS (default 10000),
+ * then fail with EAGAIN; posting and polling never involve masqd.
  */
 #ifndef MASQ_CLIENT_H
 #define MASQ_CLIENT_H
@@ -29,12 +38,33 @@ struct masq_gid {
 	uint8_t gid[16];
 };
 
+/* What the frontend remembers of a QP, to name it again after a restart. */
+struct masq_qp_info {
+	uint32_t handle;
+	uint32_t qpn;
+	uint32_t qp_type;
+	uint8_t sgid_index; /* virtual, as the app set it */
+	uint8_t has_route;
+	uint8_t dgid[16]; /* virtual, as the app set it */
+};
+
 struct masq_session {
-	int fd;
+	int fd;		/* -1 while masqd is away */
+	int broken;	/* fd hung up; the watcher replaces it */
+	int closing;
+	int cmd_fd;	/* the context's uverbs fd, passed again on reconnection */
+	int wake_fd;	/* eventfd: wakes the watcher */
+	int has_watcher;
+	pthread_t watcher;
+	char path[108];
 	uint8_t port;
 	uint32_t session_id;
 	uint32_t next_request;
-	pthread_mutex_t lock;
+	unsigned long reconnects;
+	struct masq_qp_info *qps;
+	size_t nqps, cap_qps;
+	pthread_mutex_t lock; /* everything above; held across a request */
+	pthread_cond_t cond;  /* signalled when fd is usable again or closing */
 };
 
 /* $MASQ_SOCKET, or MASQ_DEFAULT_SOCKET. */
@@ -43,8 +73,9 @@ const char *masq_socket_path(void);
 /* HELLO on a short-lived connection. 0, or -1 with errno set. */
 int masq_describe_device(struct masq_device *out);
 
-/* Connect, HELLO, and hand masqd the context's uverbs fd. 0 or an errno. */
-int masq_session_open(struct masq_session *s, int cmd_fd);
+/* Connect, HELLO, and hand masqd the context's uverbs fd; start the
+ * watcher unless `watch` is 0. 0 or an errno. */
+int masq_session_open(struct masq_session *s, int cmd_fd, int watch);
 void masq_session_close(struct masq_session *s);
 
 /* The rest return 0 or a positive errno value. */

@@ -284,6 +284,26 @@ static void destroy_qp_reply(struct masq_msg_destroy_qp_reply *m)
 	m->hdr.request_id = 6;
 }
 
+static void resync_qp_req(struct masq_msg_resync_qp_req *m)
+{
+	masq_msg_resync_qp_req_init(m);
+	m->hdr.request_id = 7;
+	m->body.qp_handle = 1;
+	m->body.qp_num = 0x11;
+	m->body.qp_type = IBV_QPT_RC;
+	m->body.sgid_index = 1;
+	m->body.has_route = 1;
+	v4_mapped(m->body.dgid, 10, 0, 0, 6);
+}
+
+static void resync_qp_reply(struct masq_msg_resync_qp_reply *m)
+{
+	masq_msg_resync_qp_reply_init(m);
+	m->hdr.request_id = 7;
+	m->body.qp_state = IBV_QPS_RTS;
+	m->body.result = MASQ_RESYNC_TRACKED;
+}
+
 static void qp_error_notice(struct masq_msg_qp_error_notice *m)
 {
 	masq_msg_qp_error_notice_init(m);
@@ -325,6 +345,22 @@ static void test_golden_destroy_qp(void)
 {
 	GOLDEN("destroy_qp_req", masq_msg_destroy_qp_req, destroy_qp_req);
 	GOLDEN("destroy_qp_reply", masq_msg_destroy_qp_reply, destroy_qp_reply);
+}
+
+static void test_golden_resync_qp(void)
+{
+	struct masq_msg_resync_qp_req r;
+
+	GOLDEN("resync_qp_req", masq_msg_resync_qp_req, resync_qp_req);
+	GOLDEN("resync_qp_reply", masq_msg_resync_qp_reply, resync_qp_reply);
+	/* The frontend checks its own request like masqd does. */
+	resync_qp_req(&r);
+	CHECK_EQ(masq_resync_qp_req_validate(&r.body), 0);
+	r.body.has_route = 2;
+	CHECK_EQ(masq_resync_qp_req_validate(&r.body), -EINVAL);
+	resync_qp_req(&r);
+	r.body.reserved[1] = 1;
+	CHECK_EQ(masq_resync_qp_req_validate(&r.body), -EINVAL);
 }
 
 static void test_golden_notice(void)
@@ -557,6 +593,7 @@ int main(int argc, char **argv)
 	run("golden_modify_qp", test_golden_modify_qp);
 	run("golden_query_qp", test_golden_query_qp);
 	run("golden_destroy_qp", test_golden_destroy_qp);
+	run("golden_resync_qp", test_golden_resync_qp);
 	run("golden_notice", test_golden_notice);
 	run("golden_error_reply", test_golden_error_reply);
 	run("framing", test_framing);

@@ -2,6 +2,8 @@
 # Start and stop masqd inside a testbed host (run by `integration/testbed masq`).
 #   masq.sh up CONFIG    start masqd --config CONFIG, wait until it serves
 #   masq.sh down         stop it
+#   masq.sh kill         SIGKILL it, as a crash (sockets and nftables stay)
+#   masq.sh start        start it again on the config it last ran with
 #   masq.sh status       exit 0 if it runs
 set -euo pipefail
 . /run/masq-host.env
@@ -53,9 +55,21 @@ down() {
     echo "$MASQ_HOST: masqd stopped"
 }
 
+crash() {
+    running || { echo "masq: masqd does not run on $MASQ_HOST" >&2; exit 1; }
+    local pid; pid=$(cat "$PIDFILE")
+    kill -KILL "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    rm -f "$PIDFILE"
+    echo "$MASQ_HOST: masqd (pid $pid) killed with SIGKILL"
+}
+
 case "${1:-}" in
     up) [ $# -eq 2 ] || { echo "usage: masq.sh up CONFIG" >&2; exit 2; }; up "$2" ;;
     down) down ;;
+    kill) crash ;;
+    start) [ -s "$RUN/masqd.config" ] || { echo "masq: no earlier run" >&2; exit 1; }
+           up "$(cat "$RUN/masqd.config")" ;;
     status) running ;;
-    *) echo "usage: masq.sh up CONFIG | down | status" >&2; exit 2 ;;
+    *) echo "usage: masq.sh up CONFIG | down | kill | start | status" >&2; exit 2 ;;
 esac

@@ -33,6 +33,13 @@ constants! {
     /// QP_ERROR notice reasons.
     QP_ERROR_POLICY_RESET: u32 = 1;
     QP_ERROR_OPERATOR_TEARDOWN: u32 = 2;
+    /// RESYNC_QP results: the QP is not connected, nothing to track.
+    RESYNC_UNTRACKED: u32 = 0;
+    /// The QP is connected and tracked again.
+    RESYNC_TRACKED: u32 = 1;
+    /// masqd moved the QP to ERROR: the current policy denies it, or its
+    /// destination in the kernel is not the one claimed.
+    RESYNC_RESET: u32 = 2;
 }
 
 wire_structs! {
@@ -165,6 +172,32 @@ wire_structs! {
         qp_num: u32,
     }
 
+    /// After masqd restarted: a QP the frontend had set up in an earlier
+    /// session, named again so that masqd tracks it. Only the handle is
+    /// checked by the kernel (QUERY_QP on the session's fd); masqd reads
+    /// the state, destination QPN and physical dgid from there and treats
+    /// the rest as claims to verify.
+    pub struct ResyncQpReq {
+        qp_handle: u32,
+        qp_num: u32,
+        /// enum ibv_qp_type, as in ModifyQpReq
+        qp_type: u32 in 2..=4 | 8..=10 | 255,
+        /// The virtual sgid index the app set with IBV_QP_AV.
+        sgid_index: u8,
+        /// 1 when the app set a destination (then dgid is its virtual dgid).
+        has_route: u8 in 0..=1,
+        reserved: reserved[2],
+        dgid: bytes[16],
+    }
+
+    pub struct ResyncQpReply {
+        /// enum ibv_qp_state, as the kernel reports it now
+        qp_state: u8 in 0..=6,
+        /// RESYNC_* result
+        result: u8 in 0..=2,
+        reserved: reserved[6],
+    }
+
     pub struct QpErrorNotice {
         qp_num: u32,
         /// QP_ERROR_* reason
@@ -181,6 +214,8 @@ messages! {
         4 ModifyQp(ModifyQpReq) => (),
         5 QueryQp(QueryQpReq) => (QpAttr),
         6 DestroyQp(DestroyQpReq) => (),
+        // After a masqd restart, once per QP the frontend knows of.
+        7 ResyncQp(ResyncQpReq) => (ResyncQpReply),
     }
     notices {
         0x4001 QpError(QpErrorNotice),

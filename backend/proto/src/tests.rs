@@ -147,6 +147,48 @@ fn field_errors_are_einval() {
 }
 
 #[test]
+fn resync_qp_fields_are_checked() {
+    let good = encode_request(
+        9,
+        &RequestBody::ResyncQp(ResyncQpReq {
+            qp_handle: 3,
+            qp_num: 0x33,
+            qp_type: 2,
+            sgid_index: 1,
+            has_route: 1,
+            dgid: [0; 16],
+        }),
+    );
+    assert_eq!(good.len(), HEADER_SIZE + 32);
+    assert!(decode_request(&good).is_ok());
+    // Body at 16: qp_type 24, has_route 29, reserved 30..32.
+    let cases = [
+        (patch(good.clone(), 24, &[1]), "ResyncQpReq.qp_type"),
+        (patch(good.clone(), 29, &[2]), "ResyncQpReq.has_route"),
+    ];
+    for (bytes, field) in cases {
+        assert_eq!(decode_request(&bytes), Err(ProtoError::BadValue(field)));
+    }
+    assert_eq!(
+        decode_request(&patch(good.clone(), 31, &[1])),
+        Err(ProtoError::ReservedNotZero("ResyncQpReq.reserved"))
+    );
+    // A reply with an unknown result is refused.
+    let rep = encode_reply(
+        9,
+        &ReplyBody::ResyncQp(ResyncQpReply {
+            qp_state: 6,
+            result: RESYNC_RESET as u8,
+        }),
+    );
+    assert!(decode_reply(&rep).is_ok());
+    assert_eq!(
+        decode_reply(&patch(rep, 17, &[3])),
+        Err(ProtoError::BadValue("ResyncQpReply.result"))
+    );
+}
+
+#[test]
 fn gid_table_count_and_unused_slots() {
     let table = |n: usize| {
         let entries = (0..n)

@@ -206,6 +206,32 @@ fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
             rep(6, ReplyBody::DestroyQp),
         ),
         (
+            "resync_qp_req",
+            "RESYNC_QP request: RC QP 0x11 (handle 1) set towards 10.0.0.6 from sgid 1",
+            req(
+                7,
+                RequestBody::ResyncQp(ResyncQpReq {
+                    qp_handle: 1,
+                    qp_num: 0x11,
+                    qp_type: 2,
+                    sgid_index: 1,
+                    has_route: 1,
+                    dgid: v4_mapped([10, 0, 0, 6]),
+                }),
+            ),
+        ),
+        (
+            "resync_qp_reply",
+            "RESYNC_QP reply: RTS, tracked again",
+            rep(
+                7,
+                ReplyBody::ResyncQp(ResyncQpReply {
+                    qp_state: 3,
+                    result: RESYNC_TRACKED as u8,
+                }),
+            ),
+        ),
+        (
             "qp_error_notice",
             "QP_ERROR notice: QP 0x11 reset by policy",
             Msg::Notice(NoticeBody::QpError(QpErrorNotice {

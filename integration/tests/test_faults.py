@@ -1,0 +1,260 @@
+"""Faults: masqd killed and restarted under running tenants, apps killed
+mid-operation, policy applied during connection churn. The RConntrack
+table must end up matching the live QPs and the policy in force."""
+import json
+import os
+import time
+
+import pytest
+
+from masq_testbed import CLI, finish, parse_bw
+from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+POLICY_CONFIG = os.path.join(HERE, "configs", "policy")
+REVOKED_CONFIG = os.path.join(HERE, "configs", "faults")  # starts on policy-revoked.yaml
+HOSTS = ("host1", "host2")
+# What identifies a connection across a masqd restart (session ids change).
+CONN = ("tenant", "vni", "local_vip", "local_qpn", "remote_vip", "remote_qpn", "qp_type",
+        "state", "rule")
+
+
+def masq_cmd(tb, *args, timeout=300):
+    return tb._run([CLI, "masq", *args], True, timeout)
+
+
+@pytest.fixture(scope="module")
+def faults(testbed):
+    masq_cmd(testbed, "up", "--config", POLICY_CONFIG)
+    try:
+        yield testbed
+    finally:
+        testbed._run([CLI, "masq", "down"], False, 120)
+
+
+@pytest.fixture
+def tb(faults):
+    """Each test starts with masqd running on policy.yaml on both hosts."""
+    masq_cmd(faults, "up", "--config", POLICY_CONFIG)
+    for host in HOSTS:
+        faults.run(host, MASQCTL, "policy", "apply", os.path.join(POLICY_CONFIG, "policy.yaml"))
+    yield faults
+    masq_cmd(faults, "up", "--config", POLICY_CONFIG)
+
+
+def masqctl_json(tb, host, *args):
+    return json.loads(tb.run(host, MASQCTL, "-o", "json", *args).stdout)
+
+
+def conntrack(tb, host, *filters):
+    return masqctl_json(tb, host, "conntrack", "-L", *filters)["entries"]
+
+
+def conns(entries):
+    return sorted(tuple(e[k] for k in CONN) for e in entries)
+
+
+def apply(tb, name):
+    for host in ("host2", "host1"):
+        out = masqctl_json(tb, host, "policy", "apply", os.path.join(POLICY_CONFIG, name))
+        assert "error" not in out, out
+
+
+def sent_packets(tb, host):
+    path = "/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts"
+    return int(tb.run(host, "cat", path).stdout)
+
+
+def wait_for(what, fn, timeout=60, interval=0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        time.sleep(interval)
+
+
+def bw_run(tb, tenant, port, seconds):
+    """ib_write_bw for `seconds` (perftest's -D: SIGALRM in the app) from
+    TENANT-a on host1 to TENANT-b on host2, once both QPs are connected."""
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", str(seconds)]
+    srv = tb.tenant_spawn("host2", f"{tenant}-b", *argv, "-p", str(port))
+    tb.wait_listening("host2", port, tenant=f"{tenant}-b")
+    cli = tb.tenant_spawn("host1", f"{tenant}-a", *argv, "-p", str(port), "10.0.0.2")
+    _wait_connected(tb, "host1", f"{tenant}-a", procs=(srv, cli))
+    _wait_connected(tb, "host2", f"{tenant}-b", procs=(srv, cli))
+    return srv, cli
+
+
+def session_keys(tb, host):
+    """(session id, QP handle) of every QP masqd knows on host."""
+    return {(s["id"], q["handle"])
+            for s in masqctl_json(tb, host, "sessions")["sessions"] for q in s["qps"]}
+
+
+def assert_table_matches_sessions(tb, host):
+    """Every entry is a QP of a live session (no stale entry)."""
+    keys = session_keys(tb, host)
+    for e in conntrack(tb, host):
+        assert (e["session"], e["qp_handle"]) in keys, (e, keys)
+
+
+def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
+    srv, cli = bw_run(tb, "acme", 18960, seconds=60)
+    try:
+        before = {h: conns(conntrack(tb, h, "-t", "acme")) for h in HOSTS}
+        assert len(before["host1"]) == 1 and len(before["host2"]) == 1, before
+        masq_cmd(tb, "kill")
+        # No masqd anywhere: the QPs keep moving data on the NIC.
+        pkts = sent_packets(tb, "host1")
+        time.sleep(3)
+        assert sent_packets(tb, "host1") > pkts, "the data path stopped without masqd"
+        assert cli.poll() is None and srv.poll() is None, "an app noticed masqd's death"
+        started = time.monotonic()
+        masq_cmd(tb, "start")
+        restarted = time.monotonic()
+        # libmasq's watchers re-register the QPs: the same connections,
+        # same state and rule, within 30 s of the restart.
+        after = {}
+        for h in HOSTS:
+            after[h] = wait_for(f"{h}: connections tracked again",
+                                lambda h=h: conns(conntrack(tb, h, "-t", "acme")), timeout=30)
+        recovered = time.monotonic()
+        assert after == before, (before, after)
+        for h in HOSTS:
+            assert_table_matches_sessions(tb, h)
+        log = tb.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+        assert "tracked again" in log
+        for line in log.splitlines()[-40:]:
+            if "masqd ready" in line or "tracked again" in line:
+                print(line)
+        print(f"masq start on both hosts took {restarted - started:.1f}s; entries back "
+              f"{recovered - restarted:.1f}s after it returned")
+        # New connections work with the new masqd.
+        r = tb.tenant_run("host1", "acme-a", QP_PROBE, "vrdma0", "1", "10.0.0.2", check=False)
+        assert r.returncode == 0 and "state=2" in r.stdout, r.stdout + r.stderr
+    finally:
+        results = [finish(p, timeout=300) for p in (cli, srv)]
+    # The stock app saw nothing: it ran to its end and reports its result.
+    for rc, out, err in results:
+        assert rc == 0, out + err
+        assert parse_bw(out)["iterations"] > 0
+        assert "libmasq" not in err, err
+    for h in HOSTS:
+        wait_for(f"{h}: entries gone with the apps",
+                 lambda h=h: conntrack(tb, h, "-t", "acme") == [], timeout=60)
+
+
+def test_restart_under_a_stricter_policy_resets_what_it_denies(tb):
+    srv, cli = bw_run(tb, "acme", 18961, seconds=120)
+    g_srv, g_cli = bw_run(tb, "globex", 18962, seconds=60)
+    try:
+        masq_cmd(tb, "kill")
+        # Back on policy-revoked.yaml: acme's connection is no longer allowed.
+        started = time.monotonic()
+        masq_cmd(tb, "up", "--config", REVOKED_CONFIG)
+        # globex is still allowed: re-registered and tracked again.
+        for h in HOSTS:
+            wait_for(f"{h}: globex tracked again",
+                     lambda h=h: conntrack(tb, h, "-t", "globex"), timeout=30)
+        rc, out, err = finish(cli, timeout=180)
+        elapsed = time.monotonic() - started
+        assert rc != 0, "the client's QP should have been moved to ERROR"
+        print(f"restart on the stricter policy -> client exit: {elapsed:.1f}s")
+        finish(srv, timeout=180)
+        for h in HOSTS:
+            assert conntrack(tb, h, "-t", "acme") == []
+        log = tb.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+        assert "QP moved to ERROR on resync: security groups deny" in log
+        # ...and globex runs on to its end.
+        rc, out, err = finish(g_cli, timeout=180)
+        assert rc == 0, out + err
+    finally:
+        for p in (cli, srv, g_cli, g_srv):
+            if p.poll() is None:
+                p.kill()
+            finish(p)
+
+
+def _pid_of(tb, host, endpoint, app):
+    for s in masqctl_json(tb, host, "sessions")["sessions"]:
+        if s["endpoint"] == endpoint and s["app"] == app:
+            return s["pid"]
+    return None
+
+
+@pytest.mark.parametrize("when", ["transferring", "connecting"])
+def test_a_killed_app_leaves_no_entry_on_either_host(tb, when):
+    port = 18963 if when == "transferring" else 18964
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", "60"]
+    srv = tb.tenant_spawn("host2", "acme-b", *argv, "-p", str(port))
+    tb.wait_listening("host2", port, tenant="acme-b")
+    cli = tb.tenant_spawn("host1", "acme-a", *argv, "-p", str(port), "10.0.0.2")
+    try:
+        if when == "transferring":
+            _wait_connected(tb, "host1", "acme-a", procs=(srv, cli))
+            _wait_connected(tb, "host2", "acme-b", procs=(srv, cli))
+            assert len(conntrack(tb, "host1", "-t", "acme")) == 1
+        # The client's pid, from its masqd session (as soon as it has one).
+        pid = wait_for("client session", lambda: _pid_of(tb, "host1", "acme-a", "ib_write_bw"),
+                       interval=0.1)
+        tb.run("host1", "kill", "-9", str(pid))
+        rc, *_ = finish(cli, timeout=60)
+        assert rc != 0
+        # The server notices its peer is gone (TCP) and exits; one still
+        # waiting for a client that never came is stopped.
+        finish(srv, timeout=90 if when == "transferring" else 20)
+        for h in HOSTS:
+            wait_for(f"{h}: no entry left", lambda h=h: conntrack(tb, h, "-t", "acme") == [],
+                     timeout=60)
+            wait_for(f"{h}: no session left",
+                     lambda h=h: not [s for s in masqctl_json(tb, h, "sessions")["sessions"]
+                                      if s["tenant"] == "acme"], timeout=60)
+    finally:
+        for p in (cli, srv):
+            if p.poll() is None:
+                p.kill()
+                finish(p)
+
+
+def test_policy_applied_during_connection_churn_leaves_a_consistent_table(tb):
+    # A long globex connection, allowed by both policies, must survive.
+    g_srv, g_cli = bw_run(tb, "globex", 18965, seconds=150)
+    loop = f"for i in $(seq 30); do {QP_PROBE} vrdma0 1 10.0.0.2 >/dev/null; done; true"
+    churn = [tb.tenant_spawn("host1", "acme-a", "sh", "-c", loop) for _ in range(3)]
+    churn.append(tb.tenant_spawn("host2", "acme-b", "sh", "-c",
+                                 loop.replace("10.0.0.2", "10.0.0.1")))
+    rounds = 0
+    try:
+        while any(p.poll() is None for p in churn) and rounds < 12:
+            rounds += 1
+            apply(tb, "policy-revoked.yaml")
+            # Revoked on both hosts: no acme connection may be tracked,
+            # whatever was being admitted while it was applied.
+            for h in HOSTS:
+                assert conntrack(tb, h, "-t", "acme") == [], f"{h}: round {rounds}"
+            apply(tb, "policy.yaml")
+            for h in HOSTS:
+                assert_table_matches_sessions(tb, h)
+        for p in churn:
+            rc, out, err = finish(p, timeout=300)
+            assert rc == 0, out + err
+        assert rounds >= 2, "the churn ended before two policy changes"
+        # Churn over, policy.yaml in force: only the globex connection is
+        # left, on both hosts, and it is a live QP.
+        for h in HOSTS:
+            wait_for(f"{h}: table settles",
+                     lambda h=h: [e["tenant"] for e in conntrack(tb, h)] == ["globex"],
+                     timeout=60)
+            assert_table_matches_sessions(tb, h)
+        rc, out, err = finish(g_cli, timeout=300)
+        assert rc == 0, out + err
+        print(f"{rounds} policy changes during the churn")
+    finally:
+        for p in (*churn, g_cli, g_srv):
+            if p.poll() is None:
+                p.kill()
+            finish(p)
+    for h in HOSTS:
+        wait_for(f"{h}: empty at the end", lambda h=h: conntrack(tb, h) == [], timeout=60)
