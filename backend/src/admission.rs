@@ -6,8 +6,11 @@ use crate::config::Config;
 use masq_policy::{EndpointRef, OnRuleChange, Policy};
 use rconntrack::{Decision, Entry, Table};
 use std::net::Ipv4Addr;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use crate::backstop::Backstop;
 
 pub struct Admission {
     /// The policy file named by the config, for SIGHUP.
@@ -21,6 +24,37 @@ pub struct Admission {
     /// is either in the table when they are re-evaluated or decided under
     /// the new ones, never lost in between.
     gate: RwLock<()>,
+    /// Kernel sets that mirror the table (software RoCE).
+    backstop: Option<Backstop>,
+}
+
+/// The locked table. Dropping it mirrors what changed into the backstop,
+/// still under the lock, so the kernel sees changes in table order and no
+/// path that edits the table can forget to.
+pub struct TableGuard<'a> {
+    table: MutexGuard<'a, Table>,
+    backstop: Option<&'a Backstop>,
+}
+
+impl Deref for TableGuard<'_> {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        &self.table
+    }
+}
+
+impl DerefMut for TableGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Table {
+        &mut self.table
+    }
+}
+
+impl Drop for TableGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.backstop {
+            b.apply(&self.table.take_journal());
+        }
+    }
 }
 
 /// What a policy change did.
@@ -51,6 +85,7 @@ impl Admission {
             policy: RwLock::new(None),
             table: Mutex::new(Table::new()),
             gate: RwLock::new(()),
+            backstop: None,
         };
         if let Some(p) = path {
             let policy = a.check(&p)?;
@@ -59,8 +94,21 @@ impl Admission {
         Ok(a)
     }
 
-    pub fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn table(&self) -> TableGuard<'_> {
+        TableGuard {
+            table: self.table.lock().unwrap_or_else(|e| e.into_inner()),
+            backstop: self.backstop.as_ref(),
+        }
+    }
+
+    /// From now on every table change is mirrored into `b`.
+    pub fn set_backstop(&mut self, b: Backstop) {
+        self.table().enable_journal();
+        self.backstop = Some(b);
+    }
+
+    pub fn backstop(&self) -> Option<&Backstop> {
+        self.backstop.as_ref()
     }
 
     /// Hold across decide -> MODIFY_QP -> table insert (see `gate`).

@@ -34,6 +34,44 @@ pub struct Config {
     pub endpoints: Vec<EndpointConfig>,
     /// Every endpoint of every VPC, on any host.
     pub vpc: Vec<VpcEntry>,
+    /// The kernel backstop against tenants that skip libmasq.
+    #[serde(default)]
+    pub backstop: BackstopConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackstopConfig {
+    /// Default: on for software RoCE (rxe), whose packets cross the host's
+    /// netfilter; off for hardware RNICs, whose packets never do.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// cgroup v2 path (below /sys/fs/cgroup) holding one cgroup per
+    /// endpoint, named after it: endpoint NAME's processes must run in
+    /// `<cgroupParent>/NAME`.
+    #[serde(default = "default_cgroup_parent")]
+    pub cgroup_parent: String,
+    /// After a restart, how long sessions have to re-register before the
+    /// kernel sets are rewritten from what came back.
+    #[serde(default = "default_recovery_grace")]
+    pub recovery_grace_seconds: u64,
+}
+
+impl Default for BackstopConfig {
+    fn default() -> BackstopConfig {
+        BackstopConfig {
+            enabled: None,
+            cgroup_parent: default_cgroup_parent(),
+            recovery_grace_seconds: default_recovery_grace(),
+        }
+    }
+}
+
+fn default_cgroup_parent() -> String {
+    "tenants".into()
+}
+fn default_recovery_grace() -> u64 {
+    30
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
 /// The physical device masqd serves, as found in sysfs at start.
@@ -32,6 +32,10 @@ pub struct HostDevice {
 pub struct Endpoint {
     pub cfg: EndpointConfig,
     pub socket: PathBuf,
+    /// Connections refused (wrong namespace) and requests refused, for
+    /// `masqctl endpoints`: attempts to reach past the endpoint show here.
+    pub refused_connections: AtomicU64,
+    pub refused_requests: AtomicU64,
 }
 
 /// What the control socket shows of a live session.
@@ -160,7 +164,7 @@ fn build_vpc(cfg: &Config) -> vbond::VpcMap {
 
 impl Daemon {
     pub fn start(cfg: Config, config_dir: &Path) -> io::Result<Daemon> {
-        let admission = Admission::new(&cfg, config_dir)
+        let mut admission = Admission::new(&cfg, config_dir)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("policy: {e}")))?;
         match admission.active() {
             Some(p) => {
@@ -183,6 +187,16 @@ impl Daemon {
                 ),
             ));
         }
+        let is_rxe = host.driver_id == crate::uverbs::RDMA_DRIVER_RXE;
+        if crate::backstop::wanted(&cfg.backstop, is_rxe) {
+            let b = crate::backstop::Backstop::start(&cfg)
+                .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
+            admission.set_backstop(b);
+        } else if is_rxe {
+            warn!("backstop disabled: a tenant that skips libmasq can reach any QP");
+        } else {
+            info!("hardware RNIC: no kernel backstop (its packets bypass netfilter)");
+        }
         info!(
             device = %cfg.device, port = cfg.port, underlay = %cfg.underlay.ip,
             "serving {} endpoint(s), VPC map of {}", cfg.endpoints.len(), cfg.vpc.len()
@@ -194,6 +208,8 @@ impl Daemon {
                 Arc::new(Endpoint {
                     socket: e.socket_path(&cfg.socket_dir),
                     cfg: e.clone(),
+                    refused_connections: AtomicU64::new(0),
+                    refused_requests: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -271,6 +287,12 @@ impl Daemon {
                 .name("control".into())
                 .spawn(move || control_loop(shared, control))?;
         }
+        if shared.admission.backstop().is_some() {
+            let shared = shared.clone();
+            thread::Builder::new()
+                .name("backstop".into())
+                .spawn(move || backstop_loop(shared))?;
+        }
         for ep in &shared.endpoints {
             info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
                   vip = %ep.cfg.vip, socket = %ep.socket.display(), "endpoint ready");
@@ -338,8 +360,13 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
             }
         };
         if let Err(why) = same_netns(pid, &ep.cfg.netns) {
+            ep.refused_connections.fetch_add(1, Ordering::Relaxed);
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
             continue;
+        }
+        if let Some(b) = shared.admission.backstop() {
+            // The endpoint's cgroup may have appeared since the last look.
+            b.refresh_cgroups();
         }
         let id = shared.next_session.fetch_add(1, Ordering::SeqCst);
         let (shared, ep) = (shared.clone(), ep.clone());
@@ -348,6 +375,48 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
             .spawn(move || run_session(shared, ep, conn, id, pid));
         if let Err(e) = spawned {
             warn!("cannot start a session thread: {e}");
+        }
+    }
+}
+
+/// The backstop's housekeeping: pick up tenant cgroups created after
+/// masqd, log drops (the attempts of tenants that skip libmasq), and once,
+/// after the grace period, rewrite the sets from what sessions re-registered.
+fn backstop_loop(shared: Arc<Shared>) {
+    let Some(b) = shared.admission.backstop() else {
+        return;
+    };
+    let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
+    let mut reconciled = false;
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    while !shared.is_stopping() {
+        thread::sleep(Duration::from_secs(2));
+        b.refresh_cgroups();
+        if !reconciled && shared.started.elapsed() >= grace {
+            reconciled = true;
+            let entries: Vec<_> = shared.admission.table().iter().cloned().collect();
+            let qpns: Vec<u32> = lock(&shared.sessions)
+                .values()
+                .flat_map(|s| s.qps.values().map(|q| q.qpn))
+                .collect();
+            b.reconcile(&entries, &qpns);
+        }
+        match b.counters() {
+            Ok(counters) => {
+                for (name, packets, bytes) in counters {
+                    let before = last.insert(name.clone(), packets).unwrap_or(0);
+                    if packets > before {
+                        let who = b.counter_endpoint(&name).unwrap_or(&name);
+                        warn!(
+                            counter = %name, packets, bytes,
+                            "backstop dropped {} RoCE packet(s) ({who}): traffic no admitted \
+                             connection allows",
+                            packets - before
+                        );
+                    }
+                }
+            }
+            Err(e) => debug!("backstop counters: {e}"),
         }
     }
 }
@@ -395,6 +464,11 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
     lock(&shared.fds).remove(&id);
     for e in shared.admission.table().remove_session(id) {
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
+    }
+    if let Some(b) = shared.admission.backstop() {
+        for qp in sess.qps.values() {
+            b.qp_gone(qp.qpn);
+        }
     }
     if !sess.qps.is_empty() {
         info!("app gone; forgetting {} QP(s)", sess.qps.len());
@@ -513,6 +587,22 @@ fn stream_events(
     }
 }
 
+/// The backstop's drop counters, or null when it is off.
+fn backstop_status(shared: &Shared) -> Value {
+    let Some(b) = shared.admission.backstop() else {
+        return Value::Null;
+    };
+    match b.counters() {
+        Ok(c) => json!({
+            "table": format!("inet {}", crate::backstop::TABLE),
+            "drops": c.iter().map(|(name, packets, bytes)| {
+                json!({"counter": name, "packets": packets, "bytes": bytes})
+            }).collect::<Vec<_>>(),
+        }),
+        Err(e) => json!({"error": e}),
+    }
+}
+
 fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
     json!({
         "lines": entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
@@ -531,6 +621,7 @@ fn answer(shared: &Shared, req: &Request) -> Value {
             "sessions": sessions.len(),
             "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
             "uptime_s": shared.started.elapsed().as_secs(),
+            "backstop": backstop_status(shared),
         }),
         Request::Endpoints => {
             let eps: Vec<Value> = shared
@@ -546,6 +637,8 @@ fn answer(shared: &Shared, req: &Request) -> Value {
                         "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
                         "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": session::VDEV_NAME,
                         "sessions": n,
+                        "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
+                        "refused_requests": ep.refused_requests.load(Ordering::Relaxed),
                     });
                     match session::virtual_gids(ep) {
                         Ok(t) => {

@@ -1,10 +1,12 @@
 //! masqd internals: configuration, the uverbs commands masqd runs on
 //! tenants' behalf, the per-endpoint session server and the control socket.
 pub mod admission;
+pub mod backstop;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod firewall;
+pub mod nft;
 pub mod seqpacket;
 pub mod session;
 pub mod uverbs;

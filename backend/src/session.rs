@@ -12,6 +12,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tracing::{debug, info, warn};
 
@@ -117,6 +118,7 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
         };
         sess.requests += 1;
         if dgram.truncated {
+            sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
             warn!("message longer than {} bytes; closing", proto::MAX_MESSAGE);
             let _ = conn.send(&proto::encode_error(0, 0, -libc::EMSGSIZE), None);
             return;
@@ -125,6 +127,7 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
         let (reply, close) = match proto::decode_request(bytes) {
             Ok(msg) => handle(shared, sess, msg, dgram.fds),
             Err(e) => {
+                sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
                 warn!("malformed request: {e}");
                 let (op, id) = proto::peek_ids(bytes);
                 (proto::encode_error(op, id, -e.errno()), e.is_fatal())
@@ -163,10 +166,21 @@ fn handle(
             modify_qp(shared, sess, m).map(|_| (proto::ReplyBody::ModifyQp, false))
         }
         (proto::RequestBody::QueryQp(q), true) => query_qp(shared, sess, q).map(|r| (r, false)),
-        (proto::RequestBody::ResyncQp(r), true) => resync_qp(shared, sess, r).map(|r| (r, false)),
+        (proto::RequestBody::ResyncQp(r), true) => {
+            let res = resync_qp(shared, sess, r);
+            // Every success records the QP in the session (and so, at its
+            // end, qp_gone): the backstop guards it again.
+            if let (Ok(_), Some(b)) = (&res, shared.admission.backstop()) {
+                b.qp_seen(r.qp_num);
+            }
+            res.map(|r| (r, false))
+        }
         (proto::RequestBody::DestroyQp(d), true) => {
             if let Some(qp) = sess.qps.remove(&d.qp_handle) {
                 debug!(qpn = qp.qpn, "QP destroyed");
+                if let Some(b) = shared.admission.backstop() {
+                    b.qp_gone(qp.qpn);
+                }
             }
             shared.admission.table().remove(rconntrack::QpKey {
                 session: sess.id,
@@ -178,6 +192,7 @@ fn handle(
     match result {
         Ok((body, close)) => (proto::encode_reply(id, &body), close),
         Err(r) => {
+            sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
             warn!(op, errno = r.errno, "refused: {}", r.why);
             (proto::encode_error(op, id, -r.errno), false)
         }
@@ -399,6 +414,11 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
     uverbs::modify_qp(fd.as_fd(), shared.host.driver_id, &cmd)
         .map_err(|e| from_io(e, "MODIFY_QP"))?;
 
+    if !sess.qps.contains_key(&m.qp_handle) {
+        if let Some(b) = shared.admission.backstop() {
+            b.qp_seen(m.qp_num);
+        }
+    }
     let rec = sess.qps.entry(m.qp_handle).or_insert_with(|| QpRecord {
         handle: m.qp_handle,
         qpn: m.qp_num,

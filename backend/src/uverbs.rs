@@ -234,6 +234,9 @@ pub fn query_qp(
     Ok(resp)
 }
 
+/// `enum rdma_driver_id` of software RoCE (rdma_rxe).
+pub const RDMA_DRIVER_RXE: u32 = 14;
+
 /// Largest `enum rdma_driver_id` value tried; the kernel has about 25.
 const MAX_DRIVER_ID: u32 = 255;
 

@@ -52,6 +52,9 @@ down() {
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
     rm -f "$PIDFILE"
+    # masqd leaves its RoCE backstop in place when it stops (so a stopped
+    # masqd fails closed); the testbed starts every run from a clean host.
+    nft delete table inet masq_backstop 2>/dev/null || true
     echo "$MASQ_HOST: masqd stopped"
 }
 

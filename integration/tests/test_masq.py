@@ -255,6 +255,8 @@ MALFORMED = {
     "bad_qp_state": (-22, False),
     "bad_qp_type": (-22, False),
     "bad_port": (-22, False),
+    "forged_qp_handle": (-2, False),  # the kernel: no such object in this fd
+    "gid_index_outside_table": (-22, False),
 }
 
 
@@ -267,5 +269,11 @@ def test_malformed_messages_get_errors_and_masqd_survives(masq):
         got[case["case"]] = (case["status"], case["closed"])
     assert got == MALFORMED
     assert masq.run("host1", "pgrep", "-x", "masqd").stdout.strip() == pid
+    log = masq.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    assert "sgid index 99 is not in the GID table" in log
+    # Every case is one refused request (the malformed-message count of
+    # `masqctl endpoints`), on top of what earlier tests left there.
+    eps = json.loads(masq.run("host1", MASQCTL, "-o", "json", "endpoints").stdout)["endpoints"]
+    assert next(e for e in eps if e["name"] == "acme-a")["refused_requests"] >= len(MALFORMED)
     # And a well-behaved app is served as before.
     test_query_qp_shows_the_virtual_destination(masq)

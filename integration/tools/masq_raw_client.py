@@ -48,10 +48,32 @@ def exchange(s, data, fds=()):
     return status, closed
 
 
-def run(case, *messages, fds=(), greet=False):
+def uverbs_fd():
+    """The tenant's own uverbs file, as libmasq would pass it."""
+    name = sorted(os.listdir("/sys/class/infiniband_verbs"))
+    name = [n for n in name if n.startswith("uverbs")][0]
+    return os.open(f"/dev/infiniband/{name}", os.O_RDWR)
+
+
+def modify_qp(handle, mask, state, sgid_index=0, dgid=b"\x00" * 16):
+    """MODIFY_QP of an RC QP; attr layout per spec.rs (ah_attr at 60)."""
+    attr = bytearray(92)
+    attr[0] = state
+    attr[60:76] = dgid
+    attr[80] = sgid_index
+    attr[83] = 1  # is_global
+    attr[89] = 1  # port
+    return msg(MODIFY_QP, struct.pack("<IIII", handle, 17, 2, mask) + bytes(attr))
+
+
+def run(case, *messages, fds=(), greet=False, opened=False):
     s = connect()
-    if greet:
+    if greet or opened:
         exchange(s, hello())
+    if opened:
+        fd = uverbs_fd()
+        exchange(s, msg(OPEN_DEVICE), (fd,))
+        os.close(fd)
     status = closed = None
     for m in messages:
         status, closed = exchange(s, m, fds)
@@ -79,6 +101,13 @@ def main():
     run("bad_qp_type", msg(MODIFY_QP, struct.pack("<IIII", 1, 1, 77, 0) + b"\x00" * 92),
         greet=True)
     run("bad_port", msg(QUERY_GID_TABLE, struct.pack("<B7s", 9, b"")), greet=True)
+    # With the tenant's real uverbs fd: handles are per fd, so a handle the
+    # fd does not hold (forged, or another session's) is the kernel's ENOENT.
+    IBV_QP_STATE, IBV_QP_AV = 1, 1 << 7
+    run("forged_qp_handle", modify_qp(0x7FFF0000, IBV_QP_STATE, 1), opened=True)
+    vip_peer = b"\x00" * 10 + b"\xff\xff" + bytes([10, 0, 0, 2])
+    run("gid_index_outside_table",
+        modify_qp(0, IBV_QP_STATE | IBV_QP_AV, 2, sgid_index=99, dgid=vip_peer), opened=True)
     return 0
 
 

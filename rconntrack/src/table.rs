@@ -87,8 +87,18 @@ pub struct Table {
     by_key: BTreeMap<QpKey, u32>,
     by_local: HashMap<LocalKey, u32>,
     strings: HashSet<Arc<str>>,
-    subscribers: Vec<SyncSender<Event>>,
+    subscribers: Subscribers,
     max: usize,
+}
+
+/// Where events go: `conntrack -E` style listeners, which may fall behind
+/// and be dropped, and an optional journal that keeps every event until the
+/// owner takes it (masqd mirrors the table into the kernel from it, so it
+/// must never miss one).
+#[derive(Default)]
+struct Subscribers {
+    senders: Vec<SyncSender<Event>>,
+    journal: Option<Vec<Event>>,
 }
 
 impl Default for Table {
@@ -111,21 +121,26 @@ fn intern(strings: &mut HashSet<Arc<str>>, s: &Arc<str>) -> Arc<str> {
     s.clone()
 }
 
-fn emit(subscribers: &mut Vec<SyncSender<Event>>, event: EventKind, entry: &Entry) {
-    if subscribers.is_empty() {
+fn emit(subscribers: &mut Subscribers, event: EventKind, entry: &Entry) {
+    if subscribers.senders.is_empty() && subscribers.journal.is_none() {
         return;
     }
     let ev = Event {
         event,
         entry: entry.clone(),
     };
+    if let Some(j) = &mut subscribers.journal {
+        j.push(ev.clone());
+    }
     // A subscriber that fell behind is dropped rather than blocking masqd or
     // growing without bound (netlink's ENOBUFS, made final): its receiver
     // sees the end of the stream and must re-list to resynchronize.
-    subscribers.retain(|s| match s.try_send(ev.clone()) {
-        Ok(()) => true,
-        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
-    });
+    subscribers
+        .senders
+        .retain(|s| match s.try_send(ev.clone()) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        });
 }
 
 impl Table {
@@ -141,7 +156,7 @@ impl Table {
             by_key: BTreeMap::new(),
             by_local: HashMap::new(),
             strings: HashSet::new(),
-            subscribers: Vec::new(),
+            subscribers: Subscribers::default(),
             max: max.min(u32::MAX as usize),
         }
     }
@@ -356,12 +371,26 @@ impl Table {
     /// more than `capacity` pile up it is disconnected (see `emit`).
     pub fn subscribe(&mut self, capacity: usize) -> Receiver<Event> {
         let (tx, rx) = mpsc::sync_channel(capacity.max(1));
-        self.subscribers.push(tx);
+        self.subscribers.senders.push(tx);
         rx
     }
 
     pub fn subscriber_count(&self) -> usize {
-        self.subscribers.len()
+        self.subscribers.senders.len()
+    }
+
+    /// Start keeping every later event until `take_journal`.
+    pub fn enable_journal(&mut self) {
+        self.subscribers.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The events since the last call, oldest first (empty when the
+    /// journal is off).
+    pub fn take_journal(&mut self) -> Vec<Event> {
+        match &mut self.subscribers.journal {
+            Some(j) => std::mem::take(j),
+            None => Vec::new(),
+        }
     }
 }
 
@@ -628,6 +657,26 @@ mod tests {
         // The slow one got what fit, then was cut off.
         assert_eq!(slow.try_recv().unwrap().entry.key(), key(1, 1));
         assert_eq!(slow.try_recv(), Err(TryRecvError::Disconnected));
+    }
+
+    #[test]
+    fn the_journal_keeps_every_event_until_taken() {
+        let mut t = Table::new();
+        t.upsert(ent(1, 1, 17, 2)).unwrap();
+        assert!(t.take_journal().is_empty(), "off until enabled");
+        t.enable_journal();
+        for h in 0..10_000 {
+            t.upsert(ent(2, h, 100 + h, 2)).unwrap();
+        }
+        t.remove(key(1, 1)).unwrap();
+        let j = t.take_journal();
+        assert_eq!(j.len(), 10_001, "never dropped, unlike a slow listener");
+        assert_eq!(j[0].event, EventKind::New);
+        assert_eq!(
+            (j[10_000].event, j[10_000].entry.key()),
+            (EventKind::Destroy, key(1, 1))
+        );
+        assert!(t.take_journal().is_empty());
     }
 
     #[test]

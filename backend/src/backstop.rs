@@ -1,0 +1,453 @@
+//! The kernel backstop on software RoCE: nftables rules on UDP/4791 that
+//! let a tenant's RoCE packets through only for connections masqd admitted.
+//!
+//! A tenant owns its uverbs fd, so it can call MODIFY_QP without libmasq.
+//! On rxe every QP sends with a kernel socket of its own, created by
+//! ibv_create_qp in the calling process, so the socket carries that
+//! process's cgroup: nftables' `socket cgroupv2` tells the tenant apart on
+//! egress. Rules (table `inet masq_backstop`):
+//!
+//! - egress: a packet from a socket in `<cgroupParent>/<endpoint>` jumps to
+//!   the endpoint's chain and passes only if (peer host, destination QPN)
+//!   is in the endpoint's set `eg_<endpoint>`; a socket in any other cgroup
+//!   under `<cgroupParent>` (an unconfigured tenant) is dropped; the host's
+//!   own processes and the kernel (e.g. the CM's QP1) are not filtered.
+//! - ingress: a packet to a QPN that a tenant QP holds (set `tenant_qpns`,
+//!   the QPs masqd has seen) passes only from the peer host of an admitted
+//!   connection of that QPN (set `conn_in`).
+//! - RoCE is not connection-tracked (`notrack`): the sets are the only
+//!   state, so removing an element stops the traffic at once and no
+//!   "established" entry of the kernel's conntrack can keep it alive.
+//!
+//! The sets mirror the RConntrack table (its journal, drained after every
+//! change under the table's lock) element by element: one small netlink
+//! transaction per change, never a reload of the ruleset.
+//!
+//! The table outlives masqd on purpose: after a crash the admitted traffic
+//! keeps flowing and nothing new passes. A restarted masqd keeps the sets
+//! and, after a grace period for sessions to come back, rewrites them from
+//! its table in one transaction (`reconcile`).
+
+use crate::config::{BackstopConfig, Config};
+use crate::nft::Nft;
+use rconntrack::{Entry, Event, EventKind, QpKey, State};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tracing::{debug, info, warn};
+
+pub const TABLE: &str = "masq_backstop";
+/// RoCEv2's UDP port.
+const ROCE_PORT: u16 = 4791;
+/// The BTH's destination QPN: bits 104..128 of the UDP header plus payload
+/// (8 bytes of UDP header, then byte 5..8 of the BTH).
+const BTH_DEST_QPN: &str = "@th,104,24";
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Set elements as masqd keeps them: (peer host, QPN).
+type Pair = (Ipv4Addr, u32);
+/// What one live entry put in: (endpoint, egress pair, ingress pair).
+type Live = (usize, Pair, Pair);
+
+struct EndpointRules {
+    /// nft identifier part, from the endpoint name.
+    id: String,
+    /// Path below the cgroup v2 root, e.g. `tenants/acme-a`.
+    cgroup: String,
+}
+
+#[derive(Default)]
+struct Elements {
+    /// Entries whose elements are in, and which.
+    live: HashMap<QpKey, Live>,
+    /// endpoint index -> (peer host, peer QPN) -> references
+    egress: HashMap<usize, HashMap<Pair, u32>>,
+    /// (peer host, local QPN) -> references
+    conn_in: HashMap<Pair, u32>,
+    /// local QPN -> references
+    tenant_qpns: HashMap<u32, u32>,
+    /// cgroups in the verdict map, with the inode they had then.
+    cgroups: BTreeMap<usize, u64>,
+}
+
+pub struct Backstop {
+    nft: Nft,
+    endpoints: Vec<EndpointRules>,
+    /// (vni, vIP) -> endpoint index, to find an entry's endpoint.
+    by_vip: HashMap<(u32, Ipv4Addr), usize>,
+    level: usize,
+    parent: String,
+    elements: Mutex<Elements>,
+}
+
+fn nft_id(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Whether the backstop applies to this device: on by default for software
+/// RoCE (driver rxe), whose packets cross the host's netfilter; a hardware
+/// RNIC's never do.
+pub fn wanted(cfg: &BackstopConfig, is_rxe: bool) -> bool {
+    cfg.enabled.unwrap_or(is_rxe)
+}
+
+impl Backstop {
+    /// Install (or take over, after a crash) the table. Set elements that
+    /// are already there are kept until `reconcile`.
+    pub fn start(cfg: &Config) -> Result<Backstop, String> {
+        let parent = cfg.backstop.cgroup_parent.trim_matches('/').to_string();
+        if parent.is_empty() {
+            return Err("backstop.cgroupParent: must name a cgroup below the root".into());
+        }
+        let parent_dir = Path::new(CGROUP_ROOT).join(&parent);
+        std::fs::create_dir_all(&parent_dir).map_err(|e| {
+            format!(
+                "backstop.cgroupParent: cannot create {}: {e}",
+                parent_dir.display()
+            )
+        })?;
+        let mut endpoints = Vec::new();
+        let mut by_vip = HashMap::new();
+        let mut seen = HashMap::new();
+        for (i, e) in cfg.endpoints.iter().enumerate() {
+            let id = nft_id(&e.name);
+            if let Some(other) = seen.insert(id.clone(), e.name.clone()) {
+                return Err(format!(
+                    "endpoints {other} and {} map to the same nftables name {id}",
+                    e.name
+                ));
+            }
+            by_vip.insert((e.vni, e.vip), i);
+            endpoints.push(EndpointRules {
+                id,
+                cgroup: format!("{parent}/{}", e.name),
+            });
+        }
+        let b = Backstop {
+            nft: Nft::new()?,
+            endpoints,
+            by_vip,
+            level: parent.split('/').count() + 1,
+            parent,
+            elements: Mutex::new(Elements::default()),
+        };
+        b.nft.run(&b.render())?;
+        b.refresh_cgroups();
+        info!(table = TABLE, cgroups = %format!("{}/*", b.parent), "RoCE backstop installed");
+        Ok(b)
+    }
+
+    /// Tables, sets (kept if present), and chains (rewritten).
+    fn render(&self) -> String {
+        let t = format!("inet {TABLE}");
+        let mut s = String::new();
+        let _ = writeln!(s, "add table {t}");
+        let _ = writeln!(
+            s,
+            "add set {t} conn_in {{ typeof ip saddr . {BTH_DEST_QPN}; }}"
+        );
+        let _ = writeln!(s, "add set {t} tenant_qpns {{ typeof {BTH_DEST_QPN}; }}");
+        let _ = writeln!(
+            s,
+            "add map {t} endpoint_cgroup {{ typeof socket cgroupv2 level {} : verdict; }}",
+            self.level
+        );
+        for c in ["unknown_cgroup_drop", "ingress_drop"] {
+            let _ = writeln!(s, "add counter {t} {c}");
+        }
+        for ep in &self.endpoints {
+            let _ = writeln!(
+                s,
+                "add set {t} eg_{} {{ typeof ip daddr . {BTH_DEST_QPN}; }}",
+                ep.id
+            );
+            let _ = writeln!(s, "add counter {t} drop_{}", ep.id);
+        }
+        // Chains: created if missing, emptied, refilled, all in this one
+        // transaction. The verdict map is refilled by refresh_cgroups.
+        let _ = writeln!(s, "flush map {t} endpoint_cgroup");
+        for ep in &self.endpoints {
+            let c = format!("ep_{}", ep.id);
+            let _ = writeln!(s, "add chain {t} {c}\nflush chain {t} {c}");
+            let _ = writeln!(
+                s,
+                "add rule {t} {c} ip daddr . {BTH_DEST_QPN} @eg_{} accept",
+                ep.id
+            );
+            let _ = writeln!(s, "add rule {t} {c} counter name drop_{} drop", ep.id);
+        }
+        let hooks = [
+            ("prerouting", "prerouting", "raw"),
+            ("output", "output", "raw"),
+            ("input", "input", "filter"),
+        ];
+        for (name, hook, prio) in hooks {
+            let _ = writeln!(
+                s,
+                "add chain {t} {name} {{ type filter hook {hook} priority {prio}; policy accept; }}\n\
+                 flush chain {t} {name}"
+            );
+        }
+        let roce = format!("udp dport {ROCE_PORT}");
+        let _ = writeln!(s, "add rule {t} prerouting {roce} notrack");
+        let _ = writeln!(s, "add rule {t} output {roce} notrack");
+        let _ = writeln!(
+            s,
+            "add rule {t} output {roce} socket cgroupv2 level {} vmap @endpoint_cgroup",
+            self.level
+        );
+        let _ = writeln!(
+            s,
+            "add rule {t} output {roce} socket cgroupv2 level {} \"{}\" counter name unknown_cgroup_drop drop",
+            self.level - 1,
+            self.parent
+        );
+        let _ = writeln!(
+            s,
+            "add rule {t} input {roce} ip saddr . {BTH_DEST_QPN} @conn_in accept"
+        );
+        let _ = writeln!(
+            s,
+            "add rule {t} input {roce} {BTH_DEST_QPN} @tenant_qpns counter name ingress_drop drop"
+        );
+        s
+    }
+
+    /// Put every configured endpoint whose cgroup exists into the verdict
+    /// map (again, if it was recreated). Called at start, when a session
+    /// opens and periodically: a tenant's cgroup may appear after masqd.
+    pub fn refresh_cgroups(&self) {
+        let mut el = self.lock();
+        let t = format!("inet {TABLE}");
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            let ino = cgroup_inode(&Path::new(CGROUP_ROOT).join(&ep.cgroup));
+            if ino == el.cgroups.get(&i).copied() {
+                continue;
+            }
+            let mut cmd = String::new();
+            if el.cgroups.remove(&i).is_some() {
+                // The old id is gone with its cgroup; deleting by path
+                // would resolve the new one, so rebuild the map instead.
+                let _ = writeln!(cmd, "flush map {t} endpoint_cgroup");
+                el.cgroups.clear();
+            }
+            if let Some(ino) = ino {
+                let _ = writeln!(
+                    cmd,
+                    "add element {t} endpoint_cgroup {{ \"{}\" : jump ep_{} }}",
+                    ep.cgroup, ep.id
+                );
+                el.cgroups.insert(i, ino);
+            }
+            if let Err(e) = self.nft.run(&cmd) {
+                warn!(endpoint = %ep.cgroup, "backstop: cannot map the cgroup: {e}");
+                el.cgroups.remove(&i);
+            } else if ino.is_some() {
+                debug!(cgroup = %ep.cgroup, "backstop: egress filtered for this cgroup");
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Elements> {
+        self.elements.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Mirror table events into the sets. An entry passes while it is
+    /// ADMITTED or ESTABLISHED; RESET_BY_POLICY cuts it at once, before
+    /// masqd even moves the QP to ERROR.
+    pub fn apply(&self, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        let mut el = self.lock();
+        let mut cmd = String::new();
+        for ev in events {
+            let e = &ev.entry;
+            let want = (ev.event != EventKind::Destroy
+                && matches!(e.state, State::Admitted | State::Established))
+            .then(|| self.endpoint_of(e))
+            .flatten()
+            .map(|ep| (ep, egress_pair(e), ingress_pair(e)));
+            let have = el.live.get(&e.key()).copied();
+            if want == have {
+                continue;
+            }
+            if let Some(old) = have {
+                self.del(&mut el, &mut cmd, old);
+                el.live.remove(&e.key());
+            }
+            if let Some(new) = want {
+                self.add(&mut el, &mut cmd, new);
+                el.live.insert(e.key(), new);
+            }
+        }
+        if !cmd.is_empty() {
+            if let Err(e) = self.nft.run(&cmd) {
+                warn!("backstop: cannot update the sets: {e}");
+            }
+        }
+    }
+
+    fn endpoint_of(&self, e: &Entry) -> Option<usize> {
+        self.by_vip.get(&(e.vni, e.local_vip)).copied()
+    }
+
+    fn add(&self, el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
+        let t = format!("inet {TABLE}");
+        if bump(el.egress.entry(ep).or_default(), eg) {
+            let id = &self.endpoints[ep].id;
+            let _ = writeln!(cmd, "add element {t} eg_{id} {{ {} . {} }}", eg.0, eg.1);
+        }
+        if bump(&mut el.conn_in, ing) {
+            let _ = writeln!(cmd, "add element {t} conn_in {{ {} . {} }}", ing.0, ing.1);
+        }
+    }
+
+    fn del(&self, el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
+        let t = format!("inet {TABLE}");
+        if el.egress.get_mut(&ep).is_some_and(|m| drop_ref(m, eg)) {
+            let id = &self.endpoints[ep].id;
+            let _ = writeln!(cmd, "delete element {t} eg_{id} {{ {} . {} }}", eg.0, eg.1);
+        }
+        if drop_ref(&mut el.conn_in, ing) {
+            let _ = writeln!(
+                cmd,
+                "delete element {t} conn_in {{ {} . {} }}",
+                ing.0, ing.1
+            );
+        }
+    }
+
+    /// A tenant QP masqd has seen (its first MODIFY_QP): from now on only
+    /// admitted peers reach it.
+    pub fn qp_seen(&self, qpn: u32) {
+        let mut el = self.lock();
+        if bump(&mut el.tenant_qpns, qpn) {
+            self.run_logged(&format!("add element inet {TABLE} tenant_qpns {{ {qpn} }}"));
+        }
+    }
+
+    /// The QP is destroyed (or its session ended).
+    pub fn qp_gone(&self, qpn: u32) {
+        let mut el = self.lock();
+        if drop_ref(&mut el.tenant_qpns, qpn) {
+            self.run_logged(&format!(
+                "delete element inet {TABLE} tenant_qpns {{ {qpn} }}"
+            ));
+        }
+    }
+
+    fn run_logged(&self, cmd: &str) {
+        if let Err(e) = self.nft.run(cmd) {
+            warn!("backstop: {e}");
+        }
+    }
+
+    /// Rewrite every set from what masqd knows now, in one transaction:
+    /// after a restart, elements nobody re-registered go away.
+    pub fn reconcile(&self, entries: &[Entry], qpns: &[u32]) {
+        let mut el = self.lock();
+        let t = format!("inet {TABLE}");
+        let before = std::mem::take(&mut *el);
+        el.cgroups = before.cgroups.clone();
+        let mut cmd = format!("flush set {t} conn_in\nflush set {t} tenant_qpns\n");
+        for ep in &self.endpoints {
+            let _ = writeln!(cmd, "flush set {t} eg_{}", ep.id);
+        }
+        for e in entries
+            .iter()
+            .filter(|e| matches!(e.state, State::Admitted | State::Established))
+        {
+            if let Some(ep) = self.endpoint_of(e) {
+                let live = (ep, egress_pair(e), ingress_pair(e));
+                self.add(&mut el, &mut cmd, live);
+                el.live.insert(e.key(), live);
+            }
+        }
+        for &q in qpns {
+            if bump(&mut el.tenant_qpns, q) {
+                let _ = writeln!(cmd, "add element {t} tenant_qpns {{ {q} }}");
+            }
+        }
+        if let Err(e) = self.nft.run(&cmd) {
+            warn!("backstop: cannot reconcile the sets: {e}");
+            *el = before;
+        } else {
+            info!(
+                connections = el.conn_in.len(),
+                qps = el.tenant_qpns.len(),
+                "backstop sets reconciled"
+            );
+        }
+    }
+
+    /// The drop counters: (name, packets, bytes).
+    pub fn counters(&self) -> Result<Vec<(String, u64, u64)>, String> {
+        let out = self.nft.run(&format!("list counters table inet {TABLE}"))?;
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("nft JSON: {e}"))?;
+        let mut c = Vec::new();
+        for item in v["nftables"].as_array().into_iter().flatten() {
+            let k = &item["counter"];
+            if let Some(name) = k["name"].as_str() {
+                c.push((
+                    name.to_string(),
+                    k["packets"].as_u64().unwrap_or(0),
+                    k["bytes"].as_u64().unwrap_or(0),
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    /// Endpoint name for a `drop_<id>` counter.
+    pub fn counter_endpoint(&self, counter: &str) -> Option<&str> {
+        let id = counter.strip_prefix("drop_")?;
+        self.endpoints
+            .iter()
+            .find(|e| e.id == id)
+            .and_then(|e| e.cgroup.rsplit('/').next())
+    }
+}
+
+fn egress_pair(e: &Entry) -> Pair {
+    (e.peer_host, e.remote_qpn)
+}
+
+fn ingress_pair(e: &Entry) -> Pair {
+    (e.peer_host, e.local_qpn)
+}
+
+/// Count a reference; true when it is the first (the element must be added).
+fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K) -> bool {
+    let n = m.entry(k).or_insert(0);
+    *n += 1;
+    *n == 1
+}
+
+/// Drop a reference; true when it was the last (the element must go).
+fn drop_ref<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K) -> bool {
+    match m.get_mut(&k) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        Some(_) => {
+            m.remove(&k);
+            true
+        }
+        None => false,
+    }
+}
+
+fn cgroup_inode(dir: &PathBuf) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| m.ino())
+}

@@ -1,0 +1,110 @@
+//! nftables through its own library, libnftables (the code behind the `nft`
+//! command): masqd changes set elements per connection, and spawning `nft`
+//! for each would put a process start on every QP connect. One context,
+//! behind a mutex; every call is one netlink transaction, so a command
+//! buffer is applied whole or not at all, as with `nft -f`.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::Mutex;
+
+// libnftables1 ships only the versioned name; linking it verbatim means
+// building masqd needs no -dev package.
+#[link(name = "libnftables.so.1", kind = "dylib", modifiers = "+verbatim")]
+extern "C" {
+    fn nft_ctx_new(flags: u32) -> *mut c_void;
+    fn nft_ctx_free(ctx: *mut c_void);
+    fn nft_ctx_buffer_output(ctx: *mut c_void) -> c_int;
+    fn nft_ctx_buffer_error(ctx: *mut c_void) -> c_int;
+    fn nft_ctx_get_output_buffer(ctx: *mut c_void) -> *const c_char;
+    fn nft_ctx_get_error_buffer(ctx: *mut c_void) -> *const c_char;
+    fn nft_ctx_output_set_flags(ctx: *mut c_void, flags: u32);
+    fn nft_run_cmd_from_buffer(ctx: *mut c_void, buf: *const c_char) -> c_int;
+}
+
+/// enum nft_output_flags in libnftables.h.
+const NFT_CTX_OUTPUT_JSON: u32 = 1 << 4;
+
+struct Ctx(*mut c_void);
+
+// The context is only ever used under the mutex.
+unsafe impl Send for Ctx {}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: created by nft_ctx_new and freed once.
+        unsafe { nft_ctx_free(self.0) }
+    }
+}
+
+pub struct Nft {
+    ctx: Mutex<Ctx>,
+}
+
+impl Nft {
+    /// A context whose output is JSON (for listings) and whose output and
+    /// errors are captured rather than printed.
+    pub fn new() -> Result<Nft, String> {
+        // SAFETY: plain constructor; null means failure.
+        let ctx = unsafe { nft_ctx_new(0) };
+        if ctx.is_null() {
+            return Err("libnftables: cannot create a context".into());
+        }
+        let ctx = Ctx(ctx);
+        // SAFETY: valid context.
+        unsafe {
+            if nft_ctx_buffer_output(ctx.0) != 0 || nft_ctx_buffer_error(ctx.0) != 0 {
+                return Err("libnftables: cannot buffer output".into());
+            }
+            nft_ctx_output_set_flags(ctx.0, NFT_CTX_OUTPUT_JSON);
+        }
+        Ok(Nft {
+            ctx: Mutex::new(ctx),
+        })
+    }
+
+    /// Run a command buffer (nft syntax) as one transaction; returns what
+    /// nft printed (JSON for list commands).
+    pub fn run(&self, commands: &str) -> Result<String, String> {
+        let buf = CString::new(commands).map_err(|_| "nft commands contain a NUL byte")?;
+        let ctx = self.ctx.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: valid context and NUL-terminated buffer; the returned
+        // buffers stay valid until the next call on this context, and we
+        // copy them while holding the lock.
+        unsafe {
+            let rc = nft_run_cmd_from_buffer(ctx.0, buf.as_ptr());
+            let out = text(nft_ctx_get_output_buffer(ctx.0));
+            let err = text(nft_ctx_get_error_buffer(ctx.0));
+            if rc == 0 {
+                Ok(out)
+            } else {
+                Err(if err.trim().is_empty() {
+                    format!("nft failed (code {rc})")
+                } else {
+                    err.trim().to_string()
+                })
+            }
+        }
+    }
+}
+
+unsafe fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: libnftables returns NUL-terminated strings.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_syntax_error_comes_back_as_text() {
+        let nft = Nft::new().expect("libnftables context");
+        // Parsing fails before any netlink access, so this runs unprivileged.
+        let err = nft.run("this is not nft\n").expect_err("must fail");
+        assert!(err.contains("syntax error"), "{err}");
+    }
+}

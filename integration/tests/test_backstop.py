@@ -1,0 +1,170 @@
+"""The kernel backstop on software RoCE: a tenant that skips libmasq and
+drives rxe0 with plain libibverbs moves no data, and masqd counts it.
+
+integration/tools/rogue_qp is the tenant program: one RC QP, connected to
+whatever QPN and GID it is told, sending and receiving 8 messages."""
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from masq_testbed import CLI, UNDERLAY
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "configs", "masq")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+ROGUE = os.path.join(REPO, "integration", "build", "rogue_qp")
+LIBMASQ = os.path.join(REPO, "frontend-provider", "build", "libmasq.so")
+RESULT = re.compile(r"^sent (\d+) send_errors (\d+) \((.*)\) received (\d+)$", re.M)
+COUNT = 8
+
+
+@pytest.fixture(scope="module")
+def masq(testbed):
+    testbed._run([CLI, "masq", "up", "--config", CONFIG], True, 300)
+    try:
+        yield testbed
+    finally:
+        testbed._run([CLI, "masq", "down"], False, 120)
+
+
+class Side:
+    """rogue_qp in a host (tenant None) or an endpoint; through masq (the
+    virtual device) or around it (rxe0, LD_PRELOAD removed)."""
+
+    def __init__(self, host, tenant=None, via_masq=False):
+        self.host, self.tenant = host, tenant
+        if via_masq:
+            argv = [ROGUE, "vrdma0", "1", str(COUNT)]
+        else:
+            argv = ["env", "-u", "LD_PRELOAD", ROGUE, "rxe0", "1", str(COUNT)]
+        where = ["tenant", "exec", "-i", host, tenant] if tenant else ["exec", "-i", host]
+        self.proc = subprocess.Popen([CLI, *where, "--", *argv], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().split()
+        if line[:1] != ["QPN"]:
+            self.proc.kill()
+            raise AssertionError(f"rogue_qp did not start: {line} {self.proc.stderr.read()}")
+        self.qpn, self.gid = int(line[1]), line[3]
+
+    def connect(self, peer):
+        self.proc.stdin.write(f"{peer.qpn} {peer.gid}\n")
+        self.proc.stdin.flush()
+
+    def result(self):
+        """(sent, send_errors, first error, received); the QP stays alive."""
+        line = self.proc.stdout.readline()
+        m = RESULT.match(line.strip())
+        if not m:
+            self.close()
+            raise AssertionError(f"rogue_qp: {line!r} {self.proc.stderr.read()}")
+        return int(m[1]), int(m[2]), m[3], int(m[4])
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def exchange(a, b):
+    a.connect(b)
+    b.connect(a)
+    return a.result(), b.result()
+
+
+def counters(tb, host):
+    out = tb.run(host, "nft", "-j", "list", "counters", "table", "inet", "masq_backstop").stdout
+    return {c["counter"]["name"]: c["counter"]["packets"]
+            for c in json.loads(out)["nftables"] if "counter" in c}
+
+
+def set_elements(tb, host, name):
+    out = tb.run(host, "nft", "-j", "list", "set", "inet", "masq_backstop", name).stdout
+    sets = [x["set"] for x in json.loads(out)["nftables"] if "set" in x]
+    return [e["concat"] for e in sets[0].get("elem", [])]
+
+
+def masqd_log(tb, host):
+    return tb.run(host, "cat", "/run/masq-testbed/masqd.log").stdout
+
+
+def test_the_tool_moves_data_where_nothing_filters(masq):
+    # Host to host, outside any tenant cgroup: the path is open, so the
+    # zeros below come from the backstop and not from the tool.
+    a, b = Side("host1"), Side("host2")
+    try:
+        ra, rb = exchange(a, b)
+    finally:
+        a.close()
+        b.close()
+    assert ra == (COUNT, 0, "success", COUNT) and rb == ra, (ra, rb)
+
+
+def test_an_admitted_connection_passes_and_its_elements_come_and_go(masq):
+    a = Side("host1", "acme-a", via_masq=True)
+    b = Side("host2", "acme-b", via_masq=True)
+    try:
+        ra, rb = exchange(a, b)
+        assert ra == (COUNT, 0, "success", COUNT) and rb == ra, (ra, rb)
+        # While the QPs live: host1 lets acme-a send to (host2, b.qpn) and
+        # lets host2 reach a.qpn; and the other way round on host2.
+        assert [UNDERLAY["host2"], b.qpn] in set_elements(masq, "host1", "eg_acme_a")
+        assert [UNDERLAY["host2"], a.qpn] in set_elements(masq, "host1", "conn_in")
+        assert [UNDERLAY["host1"], a.qpn] in set_elements(masq, "host2", "eg_acme_b")
+        assert [UNDERLAY["host1"], b.qpn] in set_elements(masq, "host2", "conn_in")
+    finally:
+        a.close()
+        b.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not set_elements(masq, "host1", "eg_acme_a") and not set_elements(
+                masq, "host2", "conn_in"):
+            break
+        time.sleep(0.5)
+    assert set_elements(masq, "host1", "eg_acme_a") == []
+    assert set_elements(masq, "host2", "conn_in") == []
+
+
+@pytest.mark.parametrize("target", ["acme-b", "globex-b"], ids=["same-vni", "other-vni"])
+def test_a_tenant_skipping_libmasq_moves_no_data(masq, target):
+    before1, before2 = counters(masq, "host1"), counters(masq, "host2")
+    a, b = Side("host1", "acme-a"), Side("host2", target)
+    try:
+        ra, rb = exchange(a, b)
+    finally:
+        a.close()
+        b.close()
+    # Nothing delivered either way; the sends never complete successfully.
+    assert ra[0] == 0 and ra[3] == 0, ra
+    assert rb[0] == 0 and rb[3] == 0, rb
+    after1, after2 = counters(masq, "host1"), counters(masq, "host2")
+    assert after1["drop_acme_a"] > before1["drop_acme_a"]
+    drop_b = "drop_" + target.replace("-", "_")
+    assert after2[drop_b] > before2[drop_b]
+    # masqd reports the attempt in its log (it polls the counters).
+    deadline = time.monotonic() + 30
+    while "backstop dropped" not in masqd_log(masq, "host1"):
+        assert time.monotonic() < deadline, "no backstop line in host1's masqd log"
+        time.sleep(1)
+    assert re.search(r"backstop dropped \d+ RoCE packet\(s\) \(acme-a\)", masqd_log(masq, "host1"))
+
+
+def test_another_tenants_socket_is_refused_and_counted(masq):
+    def refused():
+        r = masq.run("host1", MASQCTL, "-o", "json", "endpoints")
+        return {e["name"]: e["refused_connections"] for e in json.loads(r.stdout)["endpoints"]}
+
+    before = refused()["acme-a"]
+    # globex-a's network namespace knocking on acme-a's socket.
+    r = masq.run("host1", "ip", "netns", "exec", "globex-a", "env",
+                 "MASQ_SOCKET=/run/masq/endpoints/acme-a/masq.sock", f"LD_PRELOAD={LIBMASQ}",
+                 "ibv_devices", check=False)
+    assert "vrdma0" not in r.stdout
+    assert refused()["acme-a"] == before + 1

@@ -1,0 +1,187 @@
+/*
+ * rogue_qp: an RC QP driven with plain libibverbs, the way a tenant that
+ * skips libmasq would: it opens the physical device itself and connects to
+ * whatever QPN and GID it is told, with no masqd in the loop.
+ *
+ *   rogue_qp DEVICE GID_INDEX [COUNT]
+ *
+ * Prints "QPN <n> GID <gid>", reads "<peer qpn> <peer gid>" from stdin,
+ * connects, posts COUNT receives and COUNT 64-byte SENDs, and polls for up
+ * to ~10 s. Prints "sent <ok> send_errors <n> (<status>) received <n>",
+ * then keeps the QP until stdin reaches EOF.
+ * Two instances pointed at each other move COUNT messages each way when
+ * the path is open; the integration tests run it where masq must stop it.
+ * Exit: 0 ran to the end, 2 usage, 3 setup failed.
+ */
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MSG 64
+#define MAX_COUNT 64
+
+static int fail(const char *what)
+{
+    perror(what);
+    return 3;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3 || argc > 4) {
+        fprintf(stderr, "usage: rogue_qp DEVICE GID_INDEX [COUNT]\n");
+        return 2;
+    }
+    int gid_index = atoi(argv[2]);
+    int count = argc == 4 ? atoi(argv[3]) : 8;
+    if (count < 1 || count > MAX_COUNT) {
+        fprintf(stderr, "rogue_qp: COUNT must be 1..%d\n", MAX_COUNT);
+        return 2;
+    }
+
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    struct ibv_device *dev = NULL;
+    for (int i = 0; list && i < n; i++)
+        if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
+            dev = list[i];
+    if (!dev) {
+        fprintf(stderr, "rogue_qp: no device %s\n", argv[1]);
+        return 3;
+    }
+    struct ibv_context *ctx = ibv_open_device(dev);
+    if (!ctx)
+        return fail("ibv_open_device");
+    struct ibv_pd *pd = ibv_alloc_pd(ctx);
+    static char buf[2 * MAX_COUNT * MSG];
+    struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
+    struct ibv_cq *cq = ibv_create_cq(ctx, 4 * MAX_COUNT, NULL, NULL, 0);
+    if (!pd || !mr || !cq)
+        return fail("pd/mr/cq");
+    struct ibv_qp_init_attr qia = {
+        .send_cq = cq,
+        .recv_cq = cq,
+        .qp_type = IBV_QPT_RC,
+        .cap = {.max_send_wr = MAX_COUNT, .max_recv_wr = MAX_COUNT,
+                .max_send_sge = 1, .max_recv_sge = 1},
+    };
+    struct ibv_qp *qp = ibv_create_qp(pd, &qia);
+    if (!qp)
+        return fail("ibv_create_qp");
+    union ibv_gid gid;
+    if (ibv_query_gid(ctx, 1, gid_index, &gid))
+        return fail("ibv_query_gid");
+    char text[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, gid.raw, text, sizeof text);
+    printf("QPN %u GID %s\n", qp->qp_num, text);
+    fflush(stdout);
+
+    unsigned peer_qpn;
+    char peer_text[64];
+    union ibv_gid peer;
+    if (scanf("%u %63s", &peer_qpn, peer_text) != 2 ||
+        inet_pton(AF_INET6, peer_text, peer.raw) != 1) {
+        fprintf(stderr, "rogue_qp: expected '<peer qpn> <peer gid>' on stdin\n");
+        return 2;
+    }
+
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+                            .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                  IBV_QP_ACCESS_FLAGS))
+        return fail("modify INIT");
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = peer_qpn;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = peer;
+    a.ah_attr.grh.sgid_index = gid_index;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = 1;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+        return fail("modify RTR");
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14; /* ~67 ms per try */
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                  IBV_QP_MAX_QP_RD_ATOMIC))
+        return fail("modify RTS");
+
+    for (int i = 0; i < count; i++) {
+        struct ibv_sge sge = {(uintptr_t)(buf + i * MSG), MSG, mr->lkey};
+        struct ibv_recv_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1}, *bad;
+        if (ibv_post_recv(qp, &wr, &bad))
+            return fail("ibv_post_recv");
+    }
+    for (int i = 0; i < count; i++) {
+        char *m = buf + (MAX_COUNT + i) * MSG;
+        snprintf(m, MSG, "rogue message %d", i);
+        struct ibv_sge sge = {(uintptr_t)m, MSG, mr->lkey};
+        struct ibv_send_wr wr = {.wr_id = MAX_COUNT + i, .sg_list = &sge, .num_sge = 1,
+                                 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+                           *bad;
+        if (ibv_post_send(qp, &wr, &bad))
+            return fail("ibv_post_send");
+    }
+
+    int sent = 0, send_errors = 0, received = 0;
+    enum ibv_wc_status first_error = IBV_WC_SUCCESS;
+    /* Long enough for the peer to answer late and for the retries
+     * (7 x ~67 ms, longer under emulation) to run out. */
+    double deadline = now() + 10;
+    while (now() < deadline && (sent + send_errors < count || received < count)) {
+        struct ibv_wc wc[16];
+        int got = ibv_poll_cq(cq, 16, wc);
+        if (got < 0)
+            return fail("ibv_poll_cq");
+        for (int i = 0; i < got; i++) {
+            if (wc[i].wr_id >= MAX_COUNT) {
+                if (wc[i].status == IBV_WC_SUCCESS) {
+                    sent++;
+                } else {
+                    if (!send_errors)
+                        first_error = wc[i].status;
+                    send_errors++;
+                }
+            } else if (wc[i].status == IBV_WC_SUCCESS) {
+                received++;
+            }
+        }
+        if (!got) {
+            struct timespec pause = {0, 1000000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    printf("sent %d send_errors %d (%s) received %d\n", sent, send_errors,
+           ibv_wc_status_str(first_error), received);
+    fflush(stdout);
+    /* Keep the QP until stdin closes, so a test can look at it alive. */
+    while (getchar() != EOF)
+        ;
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+    ibv_dereg_mr(mr);
+    ibv_dealloc_pd(pd);
+    ibv_close_device(ctx);
+    ibv_free_device_list(list);
+    return 0;
+}
