@@ -38,6 +38,7 @@ test-c: deps
 
 test-fuzz: deps
 	backend/proto/fuzz/run.sh $(FUZZ_SECONDS)
+	policy/fuzz/run.sh $(FUZZ_SECONDS)
 
 test-integration: build
 	integration/run-tests
