@@ -137,6 +137,7 @@ impl Backstop {
             elements: Mutex::new(Elements::default()),
         };
         b.nft.run(&b.render())?;
+        crate::kconntrack::forget_roce();
         b.refresh_cgroups();
         info!(table = TABLE, cgroups = %format!("{}/*", b.parent), "RoCE backstop installed");
         Ok(b)

@@ -199,10 +199,11 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
         Request::PolicyApply { path } => {
             let _ = writeln!(
                 out,
-                "{}: applied, version {}; {} connection(s) reset{} in {} ms",
+                "{}: applied, version {}; {} RDMA connection(s) and {} tcp/udp flow(s) reset{} in {} ms",
                 path.display(),
                 s(reply, "version"),
                 s(reply, "reset"),
+                s(reply, "flows_reset"),
                 if reply["keep"] == Value::Bool(true) {
                     " (onRuleChange: keep)"
                 } else {

@@ -492,12 +492,18 @@ impl Shared {
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy);
         let reset = self.reset(&applied.to_reset, "policy change");
+        // Under `keep`, established tcp/udp flows stay too (stateful
+        // security groups); otherwise their kernel entries go.
+        let flows = match (applied.keep, self.admission.active()) {
+            (false, Some(p)) => crate::kconntrack::drop_denied(&p, &self.cfg.endpoints),
+            _ => 0,
+        };
         let ms = started.elapsed().as_secs_f64() * 1000.0;
-        info!(file = %file, version = %applied.version, reset, keep = applied.keep,
+        info!(file = %file, version = %applied.version, reset, flows, keep = applied.keep,
               "policy applied in {ms:.2} ms");
         Ok(
-            json!({ "version": applied.version, "reset": reset, "keep": applied.keep,
-                "elapsed_ms": ms }),
+            json!({ "version": applied.version, "reset": reset, "flows_reset": flows,
+                "keep": applied.keep, "elapsed_ms": ms }),
         )
     }
 

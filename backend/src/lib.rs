@@ -6,6 +6,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod firewall;
+pub mod kconntrack;
 pub mod nft;
 pub mod seqpacket;
 pub mod session;
