@@ -7,6 +7,7 @@ import time
 import pytest
 
 from masq_testbed import CLI, finish, parse_bw
+from test_backstop import masqd_log
 from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -172,6 +173,61 @@ def test_tcp_rules_guard_the_qp_info_exchange(policy):
         tables = policy.run("host2", "nft", "list", "tables").stdout
         assert "table bridge masq_acme-b" in tables, tables
     finally:
+        srv.kill()
+        finish(srv)
+
+
+# A tcp client that keeps one connection and wants an echo every 0.3 s.
+ECHO_CLIENT = r"""
+import socket, sys, time
+s = socket.create_connection(("10.0.0.2", int(sys.argv[1])), timeout=5)
+s.settimeout(3)
+for n in range(1, 400):
+    s.sendall(b"ping\n")
+    try:
+        if not s.recv(64):
+            print("closed", flush=True)
+            sys.exit(2)
+    except socket.timeout:
+        print("no echo", flush=True)
+        sys.exit(1)
+    print("echo", n, flush=True)
+    time.sleep(0.3)
+"""
+
+
+def _kernel_entries(tb, host, port):
+    """ESTABLISHED kernel conntrack entries to acme's port in VNI 100's zone."""
+    r = tb.run(host, "conntrack", "-L", "-w", "101", "-p", "tcp", "--dport", str(port),
+               check=False)
+    return [l for l in r.stdout.splitlines() if "ESTABLISHED" in l]
+
+
+def test_a_narrowed_tcp_rule_ends_established_flows(policy):
+    """The vNIC rules accept established flows first: without deleting the
+    kernel's conntrack entry, a flow the new policy denies would go on."""
+    port = 18960
+    srv = policy.tenant_spawn("host2", "acme-b", "socat", f"TCP-LISTEN:{port},reuseaddr,fork",
+                              "PIPE")
+    cli = None
+    try:
+        policy.wait_listening("host2", port, tenant="acme-b")
+        cli = policy.tenant_spawn("host1", "acme-a", "python3", "-c", ECHO_CLIENT, str(port))
+        for _ in range(3):
+            line = cli.stdout.readline()
+            assert line.startswith("echo"), line + cli.stderr.read()
+        assert _kernel_entries(policy, "host2", port), "the flow should be tracked"
+        out = apply(policy, "policy-tcp-narrowed.yaml")
+        assert out["host2"]["flows_reset"] >= 1, out
+        assert out["host2"]["reset"] == 0, "RDMA rules did not change"
+        rc, stdout, stderr = finish(cli, timeout=60)
+        assert rc == 1 and "no echo" in stdout, (rc, stdout, stderr)
+        assert _kernel_entries(policy, "host2", port) == []
+        assert f"10.0.0.2:{port} is no longer allowed" in masqd_log(policy, "host2")
+    finally:
+        if cli and cli.poll() is None:
+            cli.kill()
+            finish(cli)
         srv.kill()
         finish(srv)
 
