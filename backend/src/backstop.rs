@@ -136,9 +136,13 @@ impl Backstop {
             parent,
             elements: Mutex::new(Elements::default()),
         };
-        b.nft.run(&b.render())?;
+        // One transaction: chains and the verdict map are replaced whole, so
+        // a restart never lets a running tenant's packet miss its chain.
+        let cgroups = b.cgroups_now();
+        b.nft
+            .run(&format!("{}{}", b.render(), b.map_elements(&cgroups)))?;
+        b.lock().cgroups = cgroups;
         crate::kconntrack::forget_roce();
-        b.refresh_cgroups();
         info!(table = TABLE, cgroups = %format!("{}/*", b.parent), "RoCE backstop installed");
         Ok(b)
     }
@@ -170,7 +174,7 @@ impl Backstop {
             let _ = writeln!(s, "add counter {t} drop_{}", ep.id);
         }
         // Chains: created if missing, emptied, refilled, all in this one
-        // transaction. The verdict map is refilled by refresh_cgroups.
+        // transaction. The caller refills the verdict map after them.
         let _ = writeln!(s, "flush map {t} endpoint_cgroup");
         for ep in &self.endpoints {
             let c = format!("ep_{}", ep.id);
@@ -219,38 +223,66 @@ impl Backstop {
         s
     }
 
+    /// The endpoints whose cgroup exists now, with its inode.
+    fn cgroups_now(&self) -> BTreeMap<usize, u64> {
+        self.endpoints
+            .iter()
+            .enumerate()
+            .filter_map(|(i, ep)| {
+                Some((i, cgroup_inode(&Path::new(CGROUP_ROOT).join(&ep.cgroup))?))
+            })
+            .collect()
+    }
+
+    /// Verdict-map elements for these endpoints.
+    fn map_elements(&self, cgroups: &BTreeMap<usize, u64>) -> String {
+        let mut cmd = String::new();
+        for &i in cgroups.keys() {
+            let ep = &self.endpoints[i];
+            let _ = writeln!(
+                cmd,
+                "add element inet {TABLE} endpoint_cgroup {{ \"{}\" : jump ep_{} }}",
+                ep.cgroup, ep.id
+            );
+        }
+        cmd
+    }
+
     /// Put every configured endpoint whose cgroup exists into the verdict
-    /// map (again, if it was recreated). Called at start, when a session
-    /// opens and periodically: a tenant's cgroup may appear after masqd.
+    /// map (again, if it was recreated). Called when a session opens and
+    /// periodically: a tenant's cgroup may appear after masqd.
     pub fn refresh_cgroups(&self) {
         let mut el = self.lock();
-        let t = format!("inet {TABLE}");
-        for (i, ep) in self.endpoints.iter().enumerate() {
-            let ino = cgroup_inode(&Path::new(CGROUP_ROOT).join(&ep.cgroup));
-            if ino == el.cgroups.get(&i).copied() {
-                continue;
-            }
-            let mut cmd = String::new();
-            if el.cgroups.remove(&i).is_some() {
-                // The old id is gone with its cgroup; deleting by path
-                // would resolve the new one, so rebuild the map instead.
-                let _ = writeln!(cmd, "flush map {t} endpoint_cgroup");
-                el.cgroups.clear();
-            }
-            if let Some(ino) = ino {
-                let _ = writeln!(
-                    cmd,
-                    "add element {t} endpoint_cgroup {{ \"{}\" : jump ep_{} }}",
-                    ep.cgroup, ep.id
+        let now = self.cgroups_now();
+        if now == el.cgroups {
+            return;
+        }
+        let only_added = el.cgroups.iter().all(|(i, ino)| now.get(i) == Some(ino));
+        let cmd = if only_added {
+            let new = now
+                .iter()
+                .filter(|(i, _)| !el.cgroups.contains_key(i))
+                .map(|(&i, &ino)| (i, ino))
+                .collect();
+            self.map_elements(&new)
+        } else {
+            // A cgroup went or was recreated: its old id cannot be deleted
+            // by path (that resolves the new one), so rebuild the map, in
+            // one transaction so the others never miss a packet.
+            format!(
+                "flush map inet {TABLE} endpoint_cgroup\n{}",
+                self.map_elements(&now)
+            )
+        };
+        match self.nft.run(&cmd) {
+            Ok(_) => {
+                debug!(
+                    cgroups = now.len(),
+                    "backstop: egress filtered for the endpoints' cgroups"
                 );
-                el.cgroups.insert(i, ino);
+                el.cgroups = now;
             }
-            if let Err(e) = self.nft.run(&cmd) {
-                warn!(endpoint = %ep.cgroup, "backstop: cannot map the cgroup: {e}");
-                el.cgroups.remove(&i);
-            } else if ino.is_some() {
-                debug!(cgroup = %ep.cgroup, "backstop: egress filtered for this cgroup");
-            }
+            Err(e) => warn!("backstop: cannot map the endpoints' cgroups: {e}"),
         }
     }
 
@@ -405,13 +437,23 @@ impl Backstop {
         Ok(c)
     }
 
-    /// Endpoint name for a `drop_<id>` counter.
-    pub fn counter_endpoint(&self, counter: &str) -> Option<&str> {
-        let id = counter.strip_prefix("drop_")?;
-        self.endpoints
-            .iter()
-            .find(|e| e.id == id)
-            .and_then(|e| e.cgroup.rsplit('/').next())
+    /// What a drop counter counts, for the log.
+    pub fn describe_counter(&self, counter: &str) -> String {
+        match counter {
+            "unknown_cgroup_drop" => format!(
+                "sent from a cgroup under {}/ that is no configured endpoint",
+                self.parent
+            ),
+            "ingress_drop" => {
+                "to a tenant QP from a host no admitted connection of it names".into()
+            }
+            _ => {
+                let id = counter.strip_prefix("drop_").unwrap_or(counter);
+                let ep = self.endpoints.iter().find(|e| e.id == id);
+                let name = ep.and_then(|e| e.cgroup.rsplit('/').next()).unwrap_or(id);
+                format!("sent by {name} to a (host, QPN) no admitted connection of it names")
+            }
+        }
     }
 }
 

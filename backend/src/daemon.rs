@@ -406,12 +406,11 @@ fn backstop_loop(shared: Arc<Shared>) {
                 for (name, packets, bytes) in counters {
                     let before = last.insert(name.clone(), packets).unwrap_or(0);
                     if packets > before {
-                        let who = b.counter_endpoint(&name).unwrap_or(&name);
                         warn!(
                             counter = %name, packets, bytes,
-                            "backstop dropped {} RoCE packet(s) ({who}): traffic no admitted \
-                             connection allows",
-                            packets - before
+                            "backstop dropped {} RoCE packet(s) {}",
+                            packets - before,
+                            b.describe_counter(&name)
                         );
                     }
                 }
