@@ -277,3 +277,28 @@ def test_malformed_messages_get_errors_and_masqd_survives(masq):
     assert next(e for e in eps if e["name"] == "acme-a")["refused_requests"] >= len(MALFORMED)
     # And a well-behaved app is served as before.
     test_query_qp_shows_the_virtual_destination(masq)
+
+
+PINGPONG = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1"]
+
+
+def test_another_sessions_qp_cannot_be_touched(masq):
+    """Handles are per uverbs fd: naming another app's QP from a session of
+    one's own reaches nothing, and that app runs on undisturbed."""
+    port = 18740
+    srv = masq.tenant_spawn("host2", "acme-b", *PINGPONG, "-p", str(port), "-n", "20")
+    try:
+        masq.wait_listening("host2", port, tenant="acme-b")
+        sessions = json.loads(masq.run("host2", MASQCTL, "-o", "json", "sessions").stdout)
+        qp = next(q for s in sessions["sessions"] if s["endpoint"] == "acme-b"
+                  for q in s["qps"])
+        r = masq.tenant_run("host2", "acme-b", "python3", RAW_CLIENT, "--foreign",
+                            str(qp["handle"]), str(qp["qpn"]))
+        got = {c["case"]: c["status"] for c in map(json.loads, r.stdout.splitlines())}
+        assert got == {"foreign_modify": -2, "foreign_resync": -2}, got
+        cli = masq.tenant_run("host1", "acme-a", *PINGPONG, "-p", str(port), "-n", "20",
+                              "10.0.0.2", check=False)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+    finally:
+        rc, out, err = finish(srv, timeout=120)
+    assert rc == 0, out + err

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Send hand-made, mostly malformed protocol messages to masqd from inside
-an endpoint and print what comes back, one JSON line per case:
+an endpoint and print what comes back, one JSON line per case
+(`--foreign HANDLE QPN`: only the cases naming another session's QP):
 {"case": ..., "status": <reply status or null>, "closed": <bool>}.
 Layouts follow backend/proto/src/spec.rs (header '<HHIIi', little-endian)."""
 import array
@@ -11,7 +12,7 @@ import struct
 import sys
 
 SOCK = os.environ.get("MASQ_SOCKET", "/run/masq/masq.sock")
-HELLO, OPEN_DEVICE, QUERY_GID_TABLE, MODIFY_QP, QUERY_QP = 1, 2, 3, 4, 5
+HELLO, OPEN_DEVICE, QUERY_GID_TABLE, MODIFY_QP, QUERY_QP, RESYNC_QP = 1, 2, 3, 4, 5, 7
 MODIFY_QP_BODY = 108
 
 
@@ -66,6 +67,12 @@ def modify_qp(handle, mask, state, sgid_index=0, dgid=b"\x00" * 16):
     return msg(MODIFY_QP, struct.pack("<IIII", handle, 17, 2, mask) + bytes(attr))
 
 
+def resync_qp(handle, qpn):
+    """RESYNC_QP of an RC QP said to be set towards 10.0.0.2."""
+    dgid = b"\x00" * 10 + b"\xff\xff" + bytes([10, 0, 0, 2])
+    return msg(RESYNC_QP, struct.pack("<IIIBBH", handle, qpn, 2, 1, 1, 0) + dgid)
+
+
 def run(case, *messages, fds=(), greet=False, opened=False):
     s = connect()
     if greet or opened:
@@ -81,7 +88,18 @@ def run(case, *messages, fds=(), greet=False, opened=False):
     s.close()
 
 
+def foreign(handle, qpn):
+    """Name another session's QP (its handle and QPN, from masqctl) from a
+    session of our own: ERROR it, claim it after a 'restart'."""
+    IBV_QP_STATE, IBV_QPS_ERR = 1, 6
+    run("foreign_modify", modify_qp(handle, IBV_QP_STATE, IBV_QPS_ERR), opened=True)
+    run("foreign_resync", resync_qp(handle, qpn), opened=True)
+    return 0
+
+
 def main():
+    if sys.argv[1:2] == ["--foreign"]:
+        return foreign(int(sys.argv[2]), int(sys.argv[3], 0))
     null = os.open("/dev/null", os.O_RDONLY)
     run("short", b"\x01\x00\x01")
     run("bad_version", msg(HELLO, struct.pack("<I4s32s", 0, b"", b"x"), version=9))
