@@ -36,7 +36,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 use tracing::{debug, info, warn};
 
 pub const TABLE: &str = "masq_backstop";
@@ -81,6 +82,11 @@ pub struct Backstop {
     level: usize,
     parent: String,
     elements: Mutex<Elements>,
+    /// Set updates not yet in the kernel, in order (see `flush_updates`).
+    pending: Mutex<Vec<String>>,
+    wake: Condvar,
+    /// Held while updates are taken and run, so batches stay in order.
+    sending: Mutex<()>,
 }
 
 fn nft_id(name: &str) -> String {
@@ -135,6 +141,9 @@ impl Backstop {
             level: parent.split('/').count() + 1,
             parent,
             elements: Mutex::new(Elements::default()),
+            pending: Mutex::new(Vec::new()),
+            wake: Condvar::new(),
+            sending: Mutex::new(()),
         };
         // One transaction: chains and the verdict map are replaced whole, so
         // a restart never lets a running tenant's packet miss its chain.
@@ -286,8 +295,8 @@ impl Backstop {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Elements> {
-        self.elements.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Elements> {
+        lock(&self.elements)
     }
 
     /// Mirror table events into the sets. An entry passes while it is
@@ -319,11 +328,7 @@ impl Backstop {
                 el.live.insert(e.key(), new);
             }
         }
-        if !cmd.is_empty() {
-            if let Err(e) = self.nft.run(&cmd) {
-                warn!("backstop: cannot update the sets: {e}");
-            }
-        }
+        self.submit(cmd);
     }
 
     fn endpoint_of(&self, e: &Entry) -> Option<usize> {
@@ -361,7 +366,9 @@ impl Backstop {
     pub fn qp_seen(&self, qpn: u32) {
         let mut el = self.lock();
         if bump(&mut el.tenant_qpns, qpn) {
-            self.run_logged(&format!("add element inet {TABLE} tenant_qpns {{ {qpn} }}"));
+            self.submit(format!(
+                "add element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
+            ));
         }
     }
 
@@ -369,53 +376,96 @@ impl Backstop {
     pub fn qp_gone(&self, qpn: u32) {
         let mut el = self.lock();
         if drop_ref(&mut el.tenant_qpns, qpn) {
-            self.run_logged(&format!(
-                "delete element inet {TABLE} tenant_qpns {{ {qpn} }}"
+            self.submit(format!(
+                "delete element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
             ));
         }
     }
 
-    fn run_logged(&self, cmd: &str) {
-        if let Err(e) = self.nft.run(cmd) {
-            warn!("backstop: {e}");
+    /// Queue a set update (called under the elements lock, so updates are
+    /// queued in the order the table changed). One libnftables call costs
+    /// milliseconds, as much as the whole admission under emulation, so
+    /// `flush_updates` runs them off the request path, many per
+    /// transaction. Until it has, a new connection's first packets are
+    /// dropped and rxe sends them again; a removed one passes a moment
+    /// longer (its QP is already in ERROR for apps that use libmasq).
+    fn submit(&self, cmd: String) {
+        if cmd.is_empty() {
+            return;
+        }
+        lock(&self.pending).push(cmd);
+        self.wake.notify_one();
+    }
+
+    /// Wait up to `timeout` for queued updates and run them: all in one
+    /// transaction, or one by one if that fails (an update whose element
+    /// changed meanwhile must not take the others down with it).
+    pub fn flush_updates(&self, timeout: Duration) {
+        let _sending = lock(&self.sending);
+        let cmds = {
+            let mut q = lock(&self.pending);
+            if q.is_empty() {
+                q = self
+                    .wake
+                    .wait_timeout(q, timeout)
+                    .map(|(q, _)| q)
+                    .unwrap_or_else(|e| e.into_inner().0);
+            }
+            std::mem::take(&mut *q)
+        };
+        if cmds.is_empty() {
+            return;
+        }
+        if self.nft.run(&cmds.concat()).is_ok() {
+            debug!(updates = cmds.len(), "backstop sets updated");
+            return;
+        }
+        for c in &cmds {
+            if let Err(e) = self.nft.run(c) {
+                warn!("backstop: cannot update the sets: {e}");
+            }
         }
     }
 
-    /// Rewrite every set from what masqd knows now, in one transaction:
-    /// after a restart, elements nobody re-registered go away.
-    pub fn reconcile(&self, entries: &[Entry], qpns: &[u32]) {
-        let mut el = self.lock();
+    /// Rewrite every set from what masqd tracks now (its mirror of the
+    /// table and the QPs seen since it started), in one transaction: after
+    /// a restart, elements nobody re-registered go away. Queued updates are
+    /// part of that state already and are dropped, unless this fails.
+    pub fn reconcile(&self) {
+        let el = self.lock();
+        let _sending = lock(&self.sending);
+        let queued = std::mem::take(&mut *lock(&self.pending));
         let t = format!("inet {TABLE}");
-        let before = std::mem::take(&mut *el);
-        el.cgroups = before.cgroups.clone();
         let mut cmd = format!("flush set {t} conn_in\nflush set {t} tenant_qpns\n");
         for ep in &self.endpoints {
             let _ = writeln!(cmd, "flush set {t} eg_{}", ep.id);
         }
-        for e in entries
-            .iter()
-            .filter(|e| matches!(e.state, State::Admitted | State::Established))
-        {
-            if let Some(ep) = self.endpoint_of(e) {
-                let live = (ep, egress_pair(e), ingress_pair(e));
-                self.add(&mut el, &mut cmd, live);
-                el.live.insert(e.key(), live);
+        for (ep, pairs) in &el.egress {
+            for (host, qpn) in pairs.keys() {
+                let id = &self.endpoints[*ep].id;
+                let _ = writeln!(cmd, "add element {t} eg_{id} {{ {host} . {qpn} }}");
             }
         }
-        for &q in qpns {
-            if bump(&mut el.tenant_qpns, q) {
-                let _ = writeln!(cmd, "add element {t} tenant_qpns {{ {q} }}");
-            }
+        for (host, qpn) in el.conn_in.keys() {
+            let _ = writeln!(cmd, "add element {t} conn_in {{ {host} . {qpn} }}");
         }
-        if let Err(e) = self.nft.run(&cmd) {
-            warn!("backstop: cannot reconcile the sets: {e}");
-            *el = before;
-        } else {
-            info!(
+        for q in el.tenant_qpns.keys() {
+            let _ = writeln!(cmd, "add element {t} tenant_qpns {{ {q} }}");
+        }
+        match self.nft.run(&cmd) {
+            Ok(_) => info!(
                 connections = el.conn_in.len(),
                 qps = el.tenant_qpns.len(),
                 "backstop sets reconciled"
-            );
+            ),
+            Err(e) => {
+                warn!("backstop: cannot reconcile the sets: {e}");
+                for c in &queued {
+                    if let Err(e) = self.nft.run(c) {
+                        warn!("backstop: cannot update the sets: {e}");
+                    }
+                }
+            }
         }
     }
 
@@ -493,4 +543,8 @@ fn cgroup_inode(dir: &PathBuf) -> Option<u64> {
         .ok()
         .filter(|m| m.is_dir())
         .map(|m| m.ino())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -36,6 +36,9 @@ pub struct Endpoint {
     /// `masqctl endpoints`: attempts to reach past the endpoint show here.
     pub refused_connections: AtomicU64,
     pub refused_requests: AtomicU64,
+    /// The vNIC as last read, with the inode of the namespace it was read
+    /// in (see `session::virtual_gids`).
+    pub binding: Mutex<Option<(u64, vbond::Binding)>>,
 }
 
 /// What the control socket shows of a live session.
@@ -210,6 +213,7 @@ impl Daemon {
                     cfg: e.clone(),
                     refused_connections: AtomicU64::new(0),
                     refused_requests: AtomicU64::new(0),
+                    binding: Mutex::new(None),
                 })
             })
             .collect();
@@ -288,10 +292,21 @@ impl Daemon {
                 .spawn(move || control_loop(shared, control))?;
         }
         if shared.admission.backstop().is_some() {
-            let shared = shared.clone();
+            let s = shared.clone();
             thread::Builder::new()
                 .name("backstop".into())
-                .spawn(move || backstop_loop(shared))?;
+                .spawn(move || backstop_loop(s))?;
+            let s = shared.clone();
+            thread::Builder::new()
+                .name("backstop-sets".into())
+                .spawn(move || {
+                    if let Some(b) = s.admission.backstop() {
+                        while !s.is_stopping() {
+                            b.flush_updates(Duration::from_millis(500));
+                        }
+                        b.flush_updates(Duration::ZERO);
+                    }
+                })?;
         }
         for ep in &shared.endpoints {
             info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
@@ -394,12 +409,7 @@ fn backstop_loop(shared: Arc<Shared>) {
         b.refresh_cgroups();
         if !reconciled && shared.started.elapsed() >= grace {
             reconciled = true;
-            let entries: Vec<_> = shared.admission.table().iter().cloned().collect();
-            let qpns: Vec<u32> = lock(&shared.sessions)
-                .values()
-                .flat_map(|s| s.qps.values().map(|q| q.qpn))
-                .collect();
-            b.reconcile(&entries, &qpns);
+            b.reconcile();
         }
         match b.counters() {
             Ok(counters) => {

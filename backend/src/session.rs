@@ -14,6 +14,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::{debug, info, warn};
 
 /// The name every endpoint's virtual device has.
@@ -97,9 +98,25 @@ fn from_io(e: io::Error, what: &str) -> Refusal {
 }
 
 /// The endpoint's virtual GID table, from its vNIC as it is right now.
+/// The endpoint's virtual GID table, as its vNIC is now. Entering the
+/// namespace and dumping its links and addresses costs milliseconds, so
+/// the view is kept with a netlink subscription in that namespace and
+/// re-read only when a notification arrived, or when the namespace file
+/// names another namespace (the container was recreated).
 pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
-    let nic = vbond::read_vnic(&ep.cfg.netns, &ep.cfg.vnic)?;
-    Ok(vbond::virtual_gid_table(&nic))
+    let ns = std::fs::metadata(&ep.cfg.netns)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", ep.cfg.netns.display())))?
+        .ino();
+    let mut slot = ep.binding.lock().unwrap_or_else(|e| e.into_inner());
+    let current = match slot.take() {
+        Some((ino, mut b)) if ino == ns => b.wait_change(Some(Duration::ZERO)).map(|_| b),
+        _ => vbond::Binding::open(&ep.cfg.netns, &ep.cfg.vnic),
+    };
+    // On error the slot stays empty: the next call opens it afresh.
+    let b = current?;
+    let gids = b.gids().to_vec();
+    *slot = Some((ns, b));
+    Ok(gids)
 }
 
 /// Serve requests until the app closes the connection.
