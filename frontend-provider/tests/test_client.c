@@ -27,6 +27,7 @@
 
 #include "masq_client.h"
 #include "masq_proto.h"
+#include "check.h"
 
 #define MAX_HANDLES 16
 
@@ -37,30 +38,10 @@ struct shared {
 	struct masq_resync_qp_req resynced[64];
 };
 
-static int passed, failed, cur_failed;
 static struct shared *sh;
 static int shm_fd;
 static char sock_path[108];
 static pid_t server_pid;
-
-#define CHECK(cond)                                                                     \
-	do {                                                                            \
-		if (!(cond)) {                                                          \
-			fprintf(stderr, "%s:%d: %s: check failed: %s\n", __FILE__,      \
-				__LINE__, __func__, #cond);                             \
-			cur_failed = 1;                                                 \
-		}                                                                       \
-	} while (0)
-
-#define CHECK_EQ(a, b)                                                                  \
-	do {                                                                            \
-		long long a_ = (long long)(a), b_ = (long long)(b);                     \
-		if (a_ != b_) {                                                         \
-			fprintf(stderr, "%s:%d: %s: %s = %lld, want %lld\n", __FILE__,  \
-				__LINE__, __func__, #a, a_, b_);                        \
-			cur_failed = 1;                                                 \
-		}                                                                       \
-	} while (0)
 
 /* ------------------------------------------------------------ fake masqd */
 
@@ -255,18 +236,14 @@ static int until(int *counter, int want, int ms)
 
 /* ------------------------------------------------------------ tests */
 
+static void clear_shared(void)
+{
+	memset(sh, 0, sizeof(*sh));
+}
+
 static void run(const char *name, void (*fn)(void))
 {
-	cur_failed = 0;
-	memset(sh, 0, sizeof(*sh));
-	fn();
-	if (cur_failed) {
-		failed++;
-		printf("FAIL %s\n", name);
-	} else {
-		passed++;
-		printf("ok   %s\n", name);
-	}
+	run_with(name, clear_shared, fn);
 }
 
 static struct ibv_qp fake_qp(uint32_t handle)

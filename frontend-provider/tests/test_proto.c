@@ -21,45 +21,18 @@
 #include <string.h>
 
 #include "masq_proto.h"
+#include "check.h"
 
 /* The protocol uses libibverbs' numbering. */
 _Static_assert(MASQ_GID_TYPE_IB == IBV_GID_TYPE_IB, "gid type");
 _Static_assert(MASQ_GID_TYPE_ROCE_V1 == IBV_GID_TYPE_ROCE_V1, "gid type");
 _Static_assert(MASQ_GID_TYPE_ROCE_V2 == IBV_GID_TYPE_ROCE_V2, "gid type");
 
-static int passed, failed, cur_failed;
 static char golden_dir[4096];
-
-#define CHECK(cond)                                                              \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "%s:%d: %s: check failed: %s\n", __FILE__, \
-				__LINE__, __func__, #cond);                      \
-			cur_failed = 1;                                          \
-		}                                                                \
-	} while (0)
-
-#define CHECK_EQ(a, b)                                                           \
-	do {                                                                     \
-		long long a_ = (long long)(a), b_ = (long long)(b);              \
-		if (a_ != b_) {                                                  \
-			fprintf(stderr, "%s:%d: %s: %s = %lld, want %lld\n",     \
-				__FILE__, __LINE__, __func__, #a, a_, b_);       \
-			cur_failed = 1;                                          \
-		}                                                                \
-	} while (0)
 
 static void run(const char *name, void (*fn)(void))
 {
-	cur_failed = 0;
-	fn();
-	if (cur_failed) {
-		failed++;
-		printf("FAIL %s\n", name);
-	} else {
-		passed++;
-		printf("ok   %s\n", name);
-	}
+	run_with(name, NULL, fn);
 }
 
 /* The bytes of golden/NAME.hex: hex pairs, '#' starts a comment. */
