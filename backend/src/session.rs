@@ -315,6 +315,31 @@ fn state_name(s: u8) -> &'static str {
         .unwrap_or("UNKNOWN")
 }
 
+/// The local half of an RConntrack entry for this session's QP; the caller
+/// fills in the peer, the state and the rule.
+fn local_entry(
+    session: u64,
+    ep: &Endpoint,
+    qp_handle: u32,
+    qpn: u32,
+    qp_type: u32,
+) -> rconntrack::Entry {
+    rconntrack::Entry {
+        session,
+        qp_handle,
+        tenant: Arc::from(ep.cfg.tenant.as_str()),
+        vni: ep.cfg.vni,
+        local_vip: ep.cfg.vip,
+        local_qpn: qpn,
+        qp_type: if qp_type == IBV_QPT_UC {
+            rconntrack::QpType::Uc
+        } else {
+            rconntrack::QpType::Rc
+        },
+        ..Default::default()
+    }
+}
+
 fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Result<(), Refusal> {
     let fd = sess
         .uverbs
@@ -471,23 +496,12 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         (admitted_by, rec.remote_vip, rec.peer_host)
     {
         let entry = rconntrack::Entry {
-            session: sess.id,
-            qp_handle: m.qp_handle,
-            tenant: Arc::from(sess.ep.cfg.tenant.as_str()),
-            vni: sess.ep.cfg.vni,
-            local_vip: sess.ep.cfg.vip,
-            local_qpn: rec.qpn,
             remote_vip,
             remote_qpn: rec.remote_qpn.unwrap_or(0),
             peer_host,
-            qp_type: if m.qp_type == IBV_QPT_UC {
-                rconntrack::QpType::Uc
-            } else {
-                rconntrack::QpType::Rc
-            },
             state: rconntrack::State::Admitted,
             rule: rule.clone(),
-            ..Default::default()
+            ..local_entry(sess.id, &sess.ep, m.qp_handle, rec.qpn, m.qp_type)
         };
         if shared.admission.table().upsert(entry).is_err() {
             warn!("connection table full; {} not tracked", rec.qpn);
@@ -659,27 +673,16 @@ fn resync_qp(
         Ok((vip, host, rule)) => {
             let established = k.qp_state != IBV_QPS_RTR;
             let entry = rconntrack::Entry {
-                session: sess.id,
-                qp_handle: r.qp_handle,
-                tenant: Arc::from(ep.tenant.as_str()),
-                vni: ep.vni,
-                local_vip: ep.vip,
-                local_qpn: r.qp_num,
                 remote_vip: vip,
                 remote_qpn: k.dest_qp_num,
                 peer_host: host,
-                qp_type: if r.qp_type == IBV_QPT_UC {
-                    rconntrack::QpType::Uc
-                } else {
-                    rconntrack::QpType::Rc
-                },
                 state: if established {
                     rconntrack::State::Established
                 } else {
                     rconntrack::State::Admitted
                 },
                 rule: rule.clone(),
-                ..Default::default()
+                ..local_entry(sess.id, &sess.ep, r.qp_handle, r.qp_num, r.qp_type)
             };
             if shared.admission.table().upsert(entry).is_err() {
                 warn!("connection table full; {} not tracked", r.qp_num);
