@@ -1,6 +1,7 @@
 """Python side of the testbed for tests and benchmarks: runs commands in
 hosts and tenant endpoints through the `integration/testbed` CLI, so the
 tests exercise the same tool a developer uses."""
+import contextlib
 import os
 import re
 import subprocess
@@ -22,6 +23,19 @@ class Testbed:
 
     def spawn(self, host, *cmd):
         return self._spawn([CLI, "exec", host, "--", *cmd])
+
+    # masqd on both hosts ---------------------------------------------------
+    @contextlib.contextmanager
+    def masq_running(self, config):
+        """masqd on both hosts from the configs in `config` for the block."""
+        self._run([CLI, "masq", "up", "--config", config], True, 300)
+        try:
+            yield self
+        finally:
+            self._run([CLI, "masq", "down"], False, 120)
+
+    def masqd_log(self, host):
+        return self.run(host, "cat", "/run/masq-testbed/masqd.log").stdout
 
     # Commands in a tenant endpoint -----------------------------------------
     def tenant_add(self, host, name, vni, vip):

@@ -25,11 +25,8 @@ COUNT = 8
 
 @pytest.fixture(scope="module")
 def masq(testbed):
-    testbed._run([CLI, "masq", "up", "--config", CONFIG], True, 300)
-    try:
+    with testbed.masq_running(CONFIG):
         yield testbed
-    finally:
-        testbed._run([CLI, "masq", "down"], False, 120)
 
 
 class Side:
@@ -91,10 +88,6 @@ def set_elements(tb, host, name):
     return [e["concat"] for e in sets[0].get("elem", [])]
 
 
-def masqd_log(tb, host):
-    return tb.run(host, "cat", "/run/masq-testbed/masqd.log").stdout
-
-
 def test_the_tool_moves_data_where_nothing_filters(masq):
     # Host to host, outside any tenant cgroup: the path is open, so the
     # zeros below come from the backstop and not from the tool.
@@ -151,7 +144,7 @@ def test_a_tenant_skipping_libmasq_moves_no_data(masq, target):
     # masqd reports the attempt in its log (it polls the counters).
     deadline = time.monotonic() + 30
     line = re.compile(r"backstop dropped \d+ RoCE packet\(s\) sent by acme-a to")
-    while not line.search(masqd_log(masq, "host1")):
+    while not line.search(masq.masqd_log("host1")):
         assert time.monotonic() < deadline, "no backstop line in host1's masqd log"
         time.sleep(1)
 

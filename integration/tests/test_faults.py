@@ -25,11 +25,8 @@ def masq_cmd(tb, *args, timeout=300):
 
 @pytest.fixture(scope="module")
 def faults(testbed):
-    masq_cmd(testbed, "up", "--config", POLICY_CONFIG)
-    try:
+    with testbed.masq_running(POLICY_CONFIG):
         yield testbed
-    finally:
-        testbed._run([CLI, "masq", "down"], False, 120)
 
 
 @pytest.fixture
@@ -135,7 +132,7 @@ def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
         assert after == before, (before, after)
         for h in HOSTS:
             assert_table_matches_sessions(tb, h)
-        log = tb.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+        log = tb.masqd_log("host1")
         assert "tracked again" in log
         for line in log.splitlines()[-40:]:
             if "masqd ready" in line or "tracked again" in line:
@@ -176,7 +173,7 @@ def test_restart_under_a_stricter_policy_resets_what_it_denies(tb):
         finish(srv, timeout=180)
         for h in HOSTS:
             assert conntrack(tb, h, "-t", "acme") == []
-        log = tb.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+        log = tb.masqd_log("host1")
         assert "QP moved to ERROR on resync: security groups deny" in log
         # ...and globex runs on to its end.
         rc, out, err = finish(g_cli, timeout=180)

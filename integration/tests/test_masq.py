@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from masq_testbed import CLI, finish, parse_bw, parse_lat, parse_pingpong
+from masq_testbed import finish, parse_bw, parse_lat, parse_pingpong
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -20,12 +20,8 @@ PHYSICAL = re.compile(r"198\.18\.|c612:|rxe0")  # underlay addresses or the devi
 
 @pytest.fixture(scope="module")
 def masq(testbed):
-    r = testbed._run([CLI, "masq", "up", "--config", CONFIG], True, 300)
-    print(r.stdout, r.stderr)
-    try:
+    with testbed.masq_running(CONFIG):
         yield testbed
-    finally:
-        testbed._run([CLI, "masq", "down"], False, 120)
 
 
 def masqctl(tb, host, *args):
@@ -179,7 +175,7 @@ def test_unknown_virtual_ip_is_unreachable(masq):
     assert r.returncode == 3, r.stdout + r.stderr
     assert "modify_qp_rtr: errno=113" in r.stdout
     assert "state_after_failure=1" in r.stdout  # still INIT
-    log = masq.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    log = masq.masqd_log("host1")
     assert "10.0.0.99" in log and "not in VNI 100" in log
 
 
@@ -236,7 +232,7 @@ def test_a_process_outside_the_endpoint_is_refused(masq):
                  f"LD_PRELOAD={REPO}/frontend-provider/build/libmasq.so", "ibv_devices",
                  check=False)
     assert "vrdma0" not in r.stdout
-    log = masq.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    log = masq.masqd_log("host1")
     assert "not in the endpoint's network namespace" in log
 
 
@@ -273,7 +269,7 @@ def test_malformed_messages_get_errors_and_masqd_survives(masq):
         got[case["case"]] = (case["status"], case["closed"])
     assert got == MALFORMED
     assert masq.run("host1", "pgrep", "-x", "masqd").stdout.strip() == pid
-    log = masq.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    log = masq.masqd_log("host1")
     assert "sgid index 99 is not in the GID table" in log
     # Every case is one refused request (the malformed-message count of
     # `masqctl endpoints`), on top of what earlier tests left there.

@@ -6,8 +6,7 @@ import time
 
 import pytest
 
-from masq_testbed import CLI, finish, parse_bw
-from test_backstop import masqd_log
+from masq_testbed import finish, parse_bw
 from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,11 +16,8 @@ POLICY = os.path.join(CONFIG, "policy.yaml")
 
 @pytest.fixture(scope="module")
 def secured(testbed):
-    testbed._run([CLI, "masq", "up", "--config", CONFIG], True, 300)
-    try:
+    with testbed.masq_running(CONFIG):
         yield testbed
-    finally:
-        testbed._run([CLI, "masq", "down"], False, 120)
 
 
 @pytest.fixture
@@ -60,7 +56,7 @@ def test_allowed_pair_is_admitted_and_denied_pair_gets_eacces(policy):
     rc, out = probe(policy, "acme-a", "10.0.0.3")  # acme-c: in no group
     assert rc == 3 and "modify_qp_rtr: errno=13" in out, out
     assert "state_after_failure=1" in out  # the QP stayed in INIT
-    log = policy.run("host1", "cat", "/run/masq-testbed/masqd.log").stdout
+    log = policy.masqd_log("host1")
     assert "security groups deny 10.0.0.1 -> 10.0.0.3" in log
     assert "ingress default-deny" in log
 
@@ -223,7 +219,7 @@ def test_a_narrowed_tcp_rule_ends_established_flows(policy):
         rc, stdout, stderr = finish(cli, timeout=60)
         assert rc == 1 and "no echo" in stdout, (rc, stdout, stderr)
         assert _kernel_entries(policy, "host2", port) == []
-        assert f"10.0.0.2:{port} is no longer allowed" in masqd_log(policy, "host2")
+        assert f"10.0.0.2:{port} is no longer allowed" in policy.masqd_log("host2")
     finally:
         if cli and cli.poll() is None:
             cli.kill()
