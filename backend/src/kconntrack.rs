@@ -9,6 +9,7 @@
 
 use crate::config::EndpointConfig;
 use masq_policy::{ct_zone, L4Proto, Policy};
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::process::Command;
 use tracing::{info, warn};
@@ -99,18 +100,25 @@ pub fn delete(zone: u16, flow: &Flow) -> Result<(), String> {
 /// `policy` denies; returns how many. Errors are logged, not fatal: the
 /// policy is in force for new flows either way.
 pub fn drop_denied(policy: &Policy, endpoints: &[EndpointConfig]) -> usize {
-    let mut dropped = 0;
+    // Endpoints of one VNI share its zone: list each zone once.
+    let mut zones: BTreeMap<u16, Vec<&EndpointConfig>> = BTreeMap::new();
     for ep in endpoints.iter().filter(|e| e.host_if.is_some()) {
-        let zone = ct_zone(ep.vni);
+        zones.entry(ct_zone(ep.vni)).or_default().push(ep);
+    }
+    let mut dropped = 0;
+    for (zone, eps) in zones {
         for proto in [L4Proto::Tcp, L4Proto::Udp] {
             let flows = match list(zone, proto) {
                 Ok(f) => f,
                 Err(e) => {
-                    warn!(endpoint = %ep.name, "cannot list kernel conntrack entries: {e}");
+                    warn!(zone, "cannot list kernel conntrack entries: {e}");
                     continue;
                 }
             };
-            for f in flows.iter().filter(|f| f.src == ep.vip || f.dst == ep.vip) {
+            for f in &flows {
+                let Some(ep) = eps.iter().find(|e| f.src == e.vip || f.dst == e.vip) else {
+                    continue;
+                };
                 let v = policy.flow_allowed(&ep.tenant, ep.vni, f.src, f.dst, f.proto, f.dport);
                 if v.allowed {
                     continue;
