@@ -20,8 +20,9 @@
 //!   "established" entry of the kernel's conntrack can keep it alive.
 //!
 //! The sets mirror the RConntrack table (its journal, drained after every
-//! change under the table's lock) element by element: one small netlink
-//! transaction per change, never a reload of the ruleset.
+//! change under the table's lock) element by element, never by reloading
+//! the ruleset; the element updates are queued in table order and applied
+//! off the request path, batched (`flush_updates`).
 //!
 //! The table outlives masqd on purpose: after a crash the admitted traffic
 //! keeps flowing and nothing new passes. A restarted masqd keeps the sets
