@@ -54,6 +54,34 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
  * destination in the kernel is not the one claimed.
  */
 #define MASQ_RESYNC_RESET 2
+/* RDMA CM: the one port space masq serves (RDMA_PS_TCP, RC QPs). */
+#define MASQ_CM_PS_TCP 262
+/*
+ * Private data a CM message can carry (the IB CM limits once the
+ * RDMA CM header is taken out): REQ, REJ, and REP/the cap.
+ */
+#define MASQ_CM_REQ_PRIVATE_DATA 56
+#define MASQ_CM_REJ_PRIVATE_DATA 148
+#define MASQ_CM_MAX_PRIVATE_DATA 196
+/* enum rdma_cm_event_type, as librdmacm numbers it. */
+#define MASQ_CM_EVENT_ADDR_RESOLVED 0
+#define MASQ_CM_EVENT_ADDR_ERROR 1
+#define MASQ_CM_EVENT_ROUTE_RESOLVED 2
+#define MASQ_CM_EVENT_ROUTE_ERROR 3
+#define MASQ_CM_EVENT_CONNECT_REQUEST 4
+#define MASQ_CM_EVENT_CONNECT_RESPONSE 5
+#define MASQ_CM_EVENT_CONNECT_ERROR 6
+#define MASQ_CM_EVENT_UNREACHABLE 7
+#define MASQ_CM_EVENT_REJECTED 8
+#define MASQ_CM_EVENT_ESTABLISHED 9
+#define MASQ_CM_EVENT_DISCONNECTED 10
+#define MASQ_CM_EVENT_TIMEWAIT_EXIT 15
+/*
+ * IB CM reject reasons carried as the REJECTED event's status: no
+ * listener on the port, and a reject by the peer app.
+ */
+#define MASQ_CM_REJ_INVALID_SERVICE_ID 8
+#define MASQ_CM_REJ_CONSUMER_DEFINED 28
 
 #define MASQ_OP_HELLO 1
 #define MASQ_OP_OPEN_DEVICE 2
@@ -62,7 +90,23 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_OP_QUERY_QP 5
 #define MASQ_OP_DESTROY_QP 6
 #define MASQ_OP_RESYNC_QP 7
+#define MASQ_OP_CM_CREATE_CHANNEL 16
+#define MASQ_OP_CM_DESTROY_CHANNEL 17
+#define MASQ_OP_CM_CREATE_ID 18
+#define MASQ_OP_CM_DESTROY_ID 19
+#define MASQ_OP_CM_MIGRATE_ID 20
+#define MASQ_OP_CM_BIND_ADDR 21
+#define MASQ_OP_CM_RESOLVE_ADDR 22
+#define MASQ_OP_CM_RESOLVE_ROUTE 23
+#define MASQ_OP_CM_LISTEN 24
+#define MASQ_OP_CM_CONNECT 25
+#define MASQ_OP_CM_ACCEPT 26
+#define MASQ_OP_CM_REJECT 27
+#define MASQ_OP_CM_DISCONNECT 28
+#define MASQ_OP_CM_INIT_QP_ATTR 29
+#define MASQ_OP_CM_ESTABLISH 30
 #define MASQ_NOTICE_QP_ERROR 0x4001
+#define MASQ_NOTICE_CM_EVENT 0x4002
 
 static inline int masq__zero(const void *p, size_t n)
 {
@@ -492,6 +536,331 @@ static inline int masq_resync_qp_reply_validate(const struct masq_resync_qp_repl
 	return 0;
 }
 
+/*
+ * A CM event channel; its event socket rides along as SCM_RIGHTS in
+ * the CM_CREATE_CHANNEL reply.
+ */
+struct masq_cm_channel {
+	uint32_t channel;
+	uint8_t reserved[4];
+};
+_Static_assert(sizeof(struct masq_cm_channel) == 8, "masq_cm_channel: size");
+_Static_assert(offsetof(struct masq_cm_channel, channel) == 0, "masq_cm_channel.channel: offset");
+_Static_assert(offsetof(struct masq_cm_channel, reserved) == 4, "masq_cm_channel.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_channel_validate(const struct masq_cm_channel *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_create_id_req {
+	uint32_t channel;
+	uint32_t port_space; /* enum rdma_port_space; only RDMA_PS_TCP */
+};
+_Static_assert(sizeof(struct masq_cm_create_id_req) == 8, "masq_cm_create_id_req: size");
+_Static_assert(offsetof(struct masq_cm_create_id_req, channel) == 0, "masq_cm_create_id_req.channel: offset");
+_Static_assert(offsetof(struct masq_cm_create_id_req, port_space) == 4, "masq_cm_create_id_req.port_space: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_create_id_req_validate(const struct masq_cm_create_id_req *s)
+{
+	if (!(s->port_space == 0x0106))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_id {
+	uint32_t id;
+	uint8_t reserved[4];
+};
+_Static_assert(sizeof(struct masq_cm_id) == 8, "masq_cm_id: size");
+_Static_assert(offsetof(struct masq_cm_id, id) == 0, "masq_cm_id.id: offset");
+_Static_assert(offsetof(struct masq_cm_id, reserved) == 4, "masq_cm_id.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_id_validate(const struct masq_cm_id *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_migrate_req {
+	uint32_t id;
+	uint32_t channel;
+};
+_Static_assert(sizeof(struct masq_cm_migrate_req) == 8, "masq_cm_migrate_req: size");
+_Static_assert(offsetof(struct masq_cm_migrate_req, id) == 0, "masq_cm_migrate_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_migrate_req, channel) == 4, "masq_cm_migrate_req.channel: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_migrate_req_validate(const struct masq_cm_migrate_req *s)
+{
+	(void)s;
+	return 0;
+}
+
+/* An IPv4 socket address: addr in network byte order, port as a number. */
+struct masq_cm_addr {
+	uint8_t addr[4];
+	uint16_t port;
+	uint8_t reserved[2];
+};
+_Static_assert(sizeof(struct masq_cm_addr) == 8, "masq_cm_addr: size");
+_Static_assert(offsetof(struct masq_cm_addr, addr) == 0, "masq_cm_addr.addr: offset");
+_Static_assert(offsetof(struct masq_cm_addr, port) == 4, "masq_cm_addr.port: offset");
+_Static_assert(offsetof(struct masq_cm_addr, reserved) == 6, "masq_cm_addr.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_addr_validate(const struct masq_cm_addr *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_bind_req {
+	uint32_t id;
+	uint8_t reserved[4];
+	struct masq_cm_addr addr;
+};
+_Static_assert(sizeof(struct masq_cm_bind_req) == 16, "masq_cm_bind_req: size");
+_Static_assert(offsetof(struct masq_cm_bind_req, id) == 0, "masq_cm_bind_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_bind_req, reserved) == 4, "masq_cm_bind_req.reserved: offset");
+_Static_assert(offsetof(struct masq_cm_bind_req, addr) == 8, "masq_cm_bind_req.addr: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_bind_req_validate(const struct masq_cm_bind_req *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (masq_cm_addr_validate(&s->addr))
+		return -EINVAL;
+	return 0;
+}
+
+/* The id's addresses as they are now (port 0 and 0.0.0.0 when unset). */
+struct masq_cm_addrs {
+	struct masq_cm_addr src;
+	struct masq_cm_addr dst;
+};
+_Static_assert(sizeof(struct masq_cm_addrs) == 16, "masq_cm_addrs: size");
+_Static_assert(offsetof(struct masq_cm_addrs, src) == 0, "masq_cm_addrs.src: offset");
+_Static_assert(offsetof(struct masq_cm_addrs, dst) == 8, "masq_cm_addrs.dst: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_addrs_validate(const struct masq_cm_addrs *s)
+{
+	if (masq_cm_addr_validate(&s->src))
+		return -EINVAL;
+	if (masq_cm_addr_validate(&s->dst))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_resolve_addr_req {
+	uint32_t id;
+	uint32_t timeout_ms;
+	uint8_t has_src; /* 1 when the app named a source address. */
+	uint8_t reserved[3];
+	struct masq_cm_addr src;
+	struct masq_cm_addr dst;
+};
+_Static_assert(sizeof(struct masq_cm_resolve_addr_req) == 28, "masq_cm_resolve_addr_req: size");
+_Static_assert(offsetof(struct masq_cm_resolve_addr_req, id) == 0, "masq_cm_resolve_addr_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_resolve_addr_req, timeout_ms) == 4, "masq_cm_resolve_addr_req.timeout_ms: offset");
+_Static_assert(offsetof(struct masq_cm_resolve_addr_req, has_src) == 8, "masq_cm_resolve_addr_req.has_src: offset");
+_Static_assert(offsetof(struct masq_cm_resolve_addr_req, reserved) == 9, "masq_cm_resolve_addr_req.reserved: offset");
+_Static_assert(offsetof(struct masq_cm_resolve_addr_req, src) == 12, "masq_cm_resolve_addr_req.src: offset");
+_Static_assert(offsetof(struct masq_cm_resolve_addr_req, dst) == 20, "masq_cm_resolve_addr_req.dst: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_resolve_addr_req_validate(const struct masq_cm_resolve_addr_req *s)
+{
+	if (!(s->has_src <= 1))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (masq_cm_addr_validate(&s->src))
+		return -EINVAL;
+	if (masq_cm_addr_validate(&s->dst))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_listen_req {
+	uint32_t id;
+	uint32_t backlog;
+};
+_Static_assert(sizeof(struct masq_cm_listen_req) == 8, "masq_cm_listen_req: size");
+_Static_assert(offsetof(struct masq_cm_listen_req, id) == 0, "masq_cm_listen_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_listen_req, backlog) == 4, "masq_cm_listen_req.backlog: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_listen_req_validate(const struct masq_cm_listen_req *s)
+{
+	(void)s;
+	return 0;
+}
+
+/*
+ * struct rdma_conn_param. In a CONNECT_REQUEST event qp_num is the
+ * peer's QP and the depths are from this side's point of view.
+ */
+struct masq_cm_conn_param {
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	uint8_t flow_control;
+	uint8_t retry_count;
+	uint8_t rnr_retry_count; /* 7 = retry forever */
+	uint8_t srq;
+	uint8_t reserved[2];
+	uint32_t qp_num;
+	uint32_t private_data_len;
+	uint8_t private_data[196];
+};
+_Static_assert(sizeof(struct masq_cm_conn_param) == 212, "masq_cm_conn_param: size");
+_Static_assert(offsetof(struct masq_cm_conn_param, responder_resources) == 0, "masq_cm_conn_param.responder_resources: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, initiator_depth) == 1, "masq_cm_conn_param.initiator_depth: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, flow_control) == 2, "masq_cm_conn_param.flow_control: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, retry_count) == 3, "masq_cm_conn_param.retry_count: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, rnr_retry_count) == 4, "masq_cm_conn_param.rnr_retry_count: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, srq) == 5, "masq_cm_conn_param.srq: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, reserved) == 6, "masq_cm_conn_param.reserved: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, qp_num) == 8, "masq_cm_conn_param.qp_num: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, private_data_len) == 12, "masq_cm_conn_param.private_data_len: offset");
+_Static_assert(offsetof(struct masq_cm_conn_param, private_data) == 16, "masq_cm_conn_param.private_data: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_conn_param_validate(const struct masq_cm_conn_param *s)
+{
+	if (!(s->flow_control <= 1))
+		return -EINVAL;
+	if (!(s->retry_count <= 7))
+		return -EINVAL;
+	if (!(s->rnr_retry_count <= 7))
+		return -EINVAL;
+	if (!(s->srq <= 1))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (!(s->qp_num <= 0xFFFFFF))
+		return -EINVAL;
+	if (s->private_data_len > 196)
+		return -EINVAL;
+	if (!masq__zero(&s->private_data[s->private_data_len], 196 - s->private_data_len))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_connect_req {
+	uint32_t id;
+	uint8_t reserved[4];
+	struct masq_cm_conn_param param;
+};
+_Static_assert(sizeof(struct masq_cm_connect_req) == 220, "masq_cm_connect_req: size");
+_Static_assert(offsetof(struct masq_cm_connect_req, id) == 0, "masq_cm_connect_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_connect_req, reserved) == 4, "masq_cm_connect_req.reserved: offset");
+_Static_assert(offsetof(struct masq_cm_connect_req, param) == 8, "masq_cm_connect_req.param: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_connect_req_validate(const struct masq_cm_connect_req *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (masq_cm_conn_param_validate(&s->param))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_reject_req {
+	uint32_t id;
+	uint32_t private_data_len;
+	uint8_t private_data[148];
+};
+_Static_assert(sizeof(struct masq_cm_reject_req) == 156, "masq_cm_reject_req: size");
+_Static_assert(offsetof(struct masq_cm_reject_req, id) == 0, "masq_cm_reject_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_reject_req, private_data_len) == 4, "masq_cm_reject_req.private_data_len: offset");
+_Static_assert(offsetof(struct masq_cm_reject_req, private_data) == 8, "masq_cm_reject_req.private_data: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_reject_req_validate(const struct masq_cm_reject_req *s)
+{
+	if (s->private_data_len > 148)
+		return -EINVAL;
+	if (!masq__zero(&s->private_data[s->private_data_len], 148 - s->private_data_len))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_init_qp_attr_req {
+	uint32_t id;
+	uint32_t qp_state; /* enum ibv_qp_state: INIT, RTR or RTS */
+};
+_Static_assert(sizeof(struct masq_cm_init_qp_attr_req) == 8, "masq_cm_init_qp_attr_req: size");
+_Static_assert(offsetof(struct masq_cm_init_qp_attr_req, id) == 0, "masq_cm_init_qp_attr_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_init_qp_attr_req, qp_state) == 4, "masq_cm_init_qp_attr_req.qp_state: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_init_qp_attr_req_validate(const struct masq_cm_init_qp_attr_req *s)
+{
+	if (!((s->qp_state >= 1 && s->qp_state <= 3)))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_cm_qp_attr {
+	uint32_t attr_mask; /* enum ibv_qp_attr_mask bits of the fields set */
+	uint8_t reserved[4];
+	struct masq_qp_attr attr;
+};
+_Static_assert(sizeof(struct masq_cm_qp_attr) == 100, "masq_cm_qp_attr: size");
+_Static_assert(offsetof(struct masq_cm_qp_attr, attr_mask) == 0, "masq_cm_qp_attr.attr_mask: offset");
+_Static_assert(offsetof(struct masq_cm_qp_attr, reserved) == 4, "masq_cm_qp_attr.reserved: offset");
+_Static_assert(offsetof(struct masq_cm_qp_attr, attr) == 8, "masq_cm_qp_attr.attr: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_qp_attr_validate(const struct masq_cm_qp_attr *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (masq_qp_attr_validate(&s->attr))
+		return -EINVAL;
+	return 0;
+}
+
+/* One RDMA CM event, pushed on the channel's event socket. */
+struct masq_cm_event {
+	uint32_t id; /* The id the event is for; for CONNECT_REQUEST the new id. */
+	uint32_t listen_id; /* For CONNECT_REQUEST the listening id, else 0. */
+	uint32_t event; /* enum rdma_cm_event_type */
+	int32_t status; /* 0, a negative errno, or for REJECTED the IB CM reject reason */
+	struct masq_cm_addrs addrs; /* The id's addresses once the event is applied. */
+	struct masq_cm_conn_param param; /* CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED: the peer's parameters and private data. */
+};
+_Static_assert(sizeof(struct masq_cm_event) == 244, "masq_cm_event: size");
+_Static_assert(offsetof(struct masq_cm_event, id) == 0, "masq_cm_event.id: offset");
+_Static_assert(offsetof(struct masq_cm_event, listen_id) == 4, "masq_cm_event.listen_id: offset");
+_Static_assert(offsetof(struct masq_cm_event, event) == 8, "masq_cm_event.event: offset");
+_Static_assert(offsetof(struct masq_cm_event, status) == 12, "masq_cm_event.status: offset");
+_Static_assert(offsetof(struct masq_cm_event, addrs) == 16, "masq_cm_event.addrs: offset");
+_Static_assert(offsetof(struct masq_cm_event, param) == 32, "masq_cm_event.param: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_event_validate(const struct masq_cm_event *s)
+{
+	if (!(s->event <= 15))
+		return -EINVAL;
+	if (masq_cm_addrs_validate(&s->addrs))
+		return -EINVAL;
+	if (masq_cm_conn_param_validate(&s->param))
+		return -EINVAL;
+	return 0;
+}
+
 struct masq_qp_error_notice {
 	uint32_t qp_num;
 	uint32_t reason; /* QP_ERROR_* reason */
@@ -862,6 +1231,603 @@ static inline int masq_msg_resync_qp_reply_decode(const void *buf, size_t len, s
 	return err ? err : masq_resync_qp_reply_validate(&m->body);
 }
 
+/* CM_CREATE_CHANNEL req (opcode 0x0010) */
+struct masq_msg_cm_create_channel_req {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_create_channel_req) == 16, "masq_msg_cm_create_channel_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_create_channel_req_init(struct masq_msg_cm_create_channel_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_CREATE_CHANNEL, sizeof(*m));
+}
+
+static inline int masq_msg_cm_create_channel_req_decode(const void *buf, size_t len, struct masq_msg_cm_create_channel_req *m)
+{
+	return masq__decode(buf, len, MASQ_OP_CM_CREATE_CHANNEL, m, sizeof(*m));
+}
+
+/* CM_CREATE_CHANNEL reply (opcode 0x0010) */
+struct masq_msg_cm_create_channel_reply {
+	struct masq_hdr hdr;
+	struct masq_cm_channel body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_create_channel_reply) == 24, "masq_msg_cm_create_channel_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_create_channel_reply_init(struct masq_msg_cm_create_channel_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_CREATE_CHANNEL | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_create_channel_reply_decode(const void *buf, size_t len, struct masq_msg_cm_create_channel_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_CM_CREATE_CHANNEL | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_cm_channel_validate(&m->body);
+}
+
+/* CM_DESTROY_CHANNEL req (opcode 0x0011) */
+struct masq_msg_cm_destroy_channel_req {
+	struct masq_hdr hdr;
+	struct masq_cm_channel body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_destroy_channel_req) == 24, "masq_msg_cm_destroy_channel_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_destroy_channel_req_init(struct masq_msg_cm_destroy_channel_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_DESTROY_CHANNEL, sizeof(*m));
+}
+
+static inline int masq_msg_cm_destroy_channel_req_decode(const void *buf, size_t len, struct masq_msg_cm_destroy_channel_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_DESTROY_CHANNEL, m, sizeof(*m));
+
+	return err ? err : masq_cm_channel_validate(&m->body);
+}
+
+/* CM_DESTROY_CHANNEL reply (opcode 0x0011) */
+struct masq_msg_cm_destroy_channel_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_destroy_channel_reply) == 16, "masq_msg_cm_destroy_channel_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_destroy_channel_reply_init(struct masq_msg_cm_destroy_channel_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_DESTROY_CHANNEL | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_destroy_channel_reply_decode(const void *buf, size_t len, struct masq_msg_cm_destroy_channel_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_DESTROY_CHANNEL | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_CREATE_ID req (opcode 0x0012) */
+struct masq_msg_cm_create_id_req {
+	struct masq_hdr hdr;
+	struct masq_cm_create_id_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_create_id_req) == 24, "masq_msg_cm_create_id_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_create_id_req_init(struct masq_msg_cm_create_id_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_CREATE_ID, sizeof(*m));
+}
+
+static inline int masq_msg_cm_create_id_req_decode(const void *buf, size_t len, struct masq_msg_cm_create_id_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_CREATE_ID, m, sizeof(*m));
+
+	return err ? err : masq_cm_create_id_req_validate(&m->body);
+}
+
+/* CM_CREATE_ID reply (opcode 0x0012) */
+struct masq_msg_cm_create_id_reply {
+	struct masq_hdr hdr;
+	struct masq_cm_id body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_create_id_reply) == 24, "masq_msg_cm_create_id_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_create_id_reply_init(struct masq_msg_cm_create_id_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_CREATE_ID | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_create_id_reply_decode(const void *buf, size_t len, struct masq_msg_cm_create_id_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_CM_CREATE_ID | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_cm_id_validate(&m->body);
+}
+
+/* CM_DESTROY_ID req (opcode 0x0013) */
+struct masq_msg_cm_destroy_id_req {
+	struct masq_hdr hdr;
+	struct masq_cm_id body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_destroy_id_req) == 24, "masq_msg_cm_destroy_id_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_destroy_id_req_init(struct masq_msg_cm_destroy_id_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_DESTROY_ID, sizeof(*m));
+}
+
+static inline int masq_msg_cm_destroy_id_req_decode(const void *buf, size_t len, struct masq_msg_cm_destroy_id_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_DESTROY_ID, m, sizeof(*m));
+
+	return err ? err : masq_cm_id_validate(&m->body);
+}
+
+/* CM_DESTROY_ID reply (opcode 0x0013) */
+struct masq_msg_cm_destroy_id_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_destroy_id_reply) == 16, "masq_msg_cm_destroy_id_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_destroy_id_reply_init(struct masq_msg_cm_destroy_id_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_DESTROY_ID | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_destroy_id_reply_decode(const void *buf, size_t len, struct masq_msg_cm_destroy_id_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_DESTROY_ID | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_MIGRATE_ID req (opcode 0x0014) */
+struct masq_msg_cm_migrate_id_req {
+	struct masq_hdr hdr;
+	struct masq_cm_migrate_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_migrate_id_req) == 24, "masq_msg_cm_migrate_id_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_migrate_id_req_init(struct masq_msg_cm_migrate_id_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_MIGRATE_ID, sizeof(*m));
+}
+
+static inline int masq_msg_cm_migrate_id_req_decode(const void *buf, size_t len, struct masq_msg_cm_migrate_id_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_MIGRATE_ID, m, sizeof(*m));
+
+	return err ? err : masq_cm_migrate_req_validate(&m->body);
+}
+
+/* CM_MIGRATE_ID reply (opcode 0x0014) */
+struct masq_msg_cm_migrate_id_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_migrate_id_reply) == 16, "masq_msg_cm_migrate_id_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_migrate_id_reply_init(struct masq_msg_cm_migrate_id_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_MIGRATE_ID | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_migrate_id_reply_decode(const void *buf, size_t len, struct masq_msg_cm_migrate_id_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_MIGRATE_ID | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_BIND_ADDR req (opcode 0x0015) */
+struct masq_msg_cm_bind_addr_req {
+	struct masq_hdr hdr;
+	struct masq_cm_bind_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_bind_addr_req) == 32, "masq_msg_cm_bind_addr_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_bind_addr_req_init(struct masq_msg_cm_bind_addr_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_BIND_ADDR, sizeof(*m));
+}
+
+static inline int masq_msg_cm_bind_addr_req_decode(const void *buf, size_t len, struct masq_msg_cm_bind_addr_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_BIND_ADDR, m, sizeof(*m));
+
+	return err ? err : masq_cm_bind_req_validate(&m->body);
+}
+
+/* CM_BIND_ADDR reply (opcode 0x0015) */
+struct masq_msg_cm_bind_addr_reply {
+	struct masq_hdr hdr;
+	struct masq_cm_addrs body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_bind_addr_reply) == 32, "masq_msg_cm_bind_addr_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_bind_addr_reply_init(struct masq_msg_cm_bind_addr_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_BIND_ADDR | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_bind_addr_reply_decode(const void *buf, size_t len, struct masq_msg_cm_bind_addr_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_CM_BIND_ADDR | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_cm_addrs_validate(&m->body);
+}
+
+/* CM_RESOLVE_ADDR req (opcode 0x0016) */
+struct masq_msg_cm_resolve_addr_req {
+	struct masq_hdr hdr;
+	struct masq_cm_resolve_addr_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_resolve_addr_req) == 44, "masq_msg_cm_resolve_addr_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_resolve_addr_req_init(struct masq_msg_cm_resolve_addr_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_RESOLVE_ADDR, sizeof(*m));
+}
+
+static inline int masq_msg_cm_resolve_addr_req_decode(const void *buf, size_t len, struct masq_msg_cm_resolve_addr_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_RESOLVE_ADDR, m, sizeof(*m));
+
+	return err ? err : masq_cm_resolve_addr_req_validate(&m->body);
+}
+
+/* CM_RESOLVE_ADDR reply (opcode 0x0016) */
+struct masq_msg_cm_resolve_addr_reply {
+	struct masq_hdr hdr;
+	struct masq_cm_addrs body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_resolve_addr_reply) == 32, "masq_msg_cm_resolve_addr_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_resolve_addr_reply_init(struct masq_msg_cm_resolve_addr_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_RESOLVE_ADDR | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_resolve_addr_reply_decode(const void *buf, size_t len, struct masq_msg_cm_resolve_addr_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_CM_RESOLVE_ADDR | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_cm_addrs_validate(&m->body);
+}
+
+/* CM_RESOLVE_ROUTE req (opcode 0x0017) */
+struct masq_msg_cm_resolve_route_req {
+	struct masq_hdr hdr;
+	struct masq_cm_id body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_resolve_route_req) == 24, "masq_msg_cm_resolve_route_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_resolve_route_req_init(struct masq_msg_cm_resolve_route_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_RESOLVE_ROUTE, sizeof(*m));
+}
+
+static inline int masq_msg_cm_resolve_route_req_decode(const void *buf, size_t len, struct masq_msg_cm_resolve_route_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_RESOLVE_ROUTE, m, sizeof(*m));
+
+	return err ? err : masq_cm_id_validate(&m->body);
+}
+
+/* CM_RESOLVE_ROUTE reply (opcode 0x0017) */
+struct masq_msg_cm_resolve_route_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_resolve_route_reply) == 16, "masq_msg_cm_resolve_route_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_resolve_route_reply_init(struct masq_msg_cm_resolve_route_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_RESOLVE_ROUTE | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_resolve_route_reply_decode(const void *buf, size_t len, struct masq_msg_cm_resolve_route_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_RESOLVE_ROUTE | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_LISTEN req (opcode 0x0018) */
+struct masq_msg_cm_listen_req {
+	struct masq_hdr hdr;
+	struct masq_cm_listen_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_listen_req) == 24, "masq_msg_cm_listen_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_listen_req_init(struct masq_msg_cm_listen_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_LISTEN, sizeof(*m));
+}
+
+static inline int masq_msg_cm_listen_req_decode(const void *buf, size_t len, struct masq_msg_cm_listen_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_LISTEN, m, sizeof(*m));
+
+	return err ? err : masq_cm_listen_req_validate(&m->body);
+}
+
+/* CM_LISTEN reply (opcode 0x0018) */
+struct masq_msg_cm_listen_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_listen_reply) == 16, "masq_msg_cm_listen_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_listen_reply_init(struct masq_msg_cm_listen_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_LISTEN | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_listen_reply_decode(const void *buf, size_t len, struct masq_msg_cm_listen_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_LISTEN | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_CONNECT req (opcode 0x0019) */
+struct masq_msg_cm_connect_req {
+	struct masq_hdr hdr;
+	struct masq_cm_connect_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_connect_req) == 236, "masq_msg_cm_connect_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_connect_req_init(struct masq_msg_cm_connect_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_CONNECT, sizeof(*m));
+}
+
+static inline int masq_msg_cm_connect_req_decode(const void *buf, size_t len, struct masq_msg_cm_connect_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_CONNECT, m, sizeof(*m));
+
+	return err ? err : masq_cm_connect_req_validate(&m->body);
+}
+
+/* CM_CONNECT reply (opcode 0x0019) */
+struct masq_msg_cm_connect_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_connect_reply) == 16, "masq_msg_cm_connect_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_connect_reply_init(struct masq_msg_cm_connect_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_CONNECT | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_connect_reply_decode(const void *buf, size_t len, struct masq_msg_cm_connect_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_CONNECT | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_ACCEPT req (opcode 0x001a) */
+struct masq_msg_cm_accept_req {
+	struct masq_hdr hdr;
+	struct masq_cm_connect_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_accept_req) == 236, "masq_msg_cm_accept_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_accept_req_init(struct masq_msg_cm_accept_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_ACCEPT, sizeof(*m));
+}
+
+static inline int masq_msg_cm_accept_req_decode(const void *buf, size_t len, struct masq_msg_cm_accept_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_ACCEPT, m, sizeof(*m));
+
+	return err ? err : masq_cm_connect_req_validate(&m->body);
+}
+
+/* CM_ACCEPT reply (opcode 0x001a) */
+struct masq_msg_cm_accept_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_accept_reply) == 16, "masq_msg_cm_accept_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_accept_reply_init(struct masq_msg_cm_accept_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_ACCEPT | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_accept_reply_decode(const void *buf, size_t len, struct masq_msg_cm_accept_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_ACCEPT | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_REJECT req (opcode 0x001b) */
+struct masq_msg_cm_reject_req {
+	struct masq_hdr hdr;
+	struct masq_cm_reject_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_reject_req) == 172, "masq_msg_cm_reject_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_reject_req_init(struct masq_msg_cm_reject_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_REJECT, sizeof(*m));
+}
+
+static inline int masq_msg_cm_reject_req_decode(const void *buf, size_t len, struct masq_msg_cm_reject_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_REJECT, m, sizeof(*m));
+
+	return err ? err : masq_cm_reject_req_validate(&m->body);
+}
+
+/* CM_REJECT reply (opcode 0x001b) */
+struct masq_msg_cm_reject_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_reject_reply) == 16, "masq_msg_cm_reject_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_reject_reply_init(struct masq_msg_cm_reject_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_REJECT | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_reject_reply_decode(const void *buf, size_t len, struct masq_msg_cm_reject_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_REJECT | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_DISCONNECT req (opcode 0x001c) */
+struct masq_msg_cm_disconnect_req {
+	struct masq_hdr hdr;
+	struct masq_cm_id body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_disconnect_req) == 24, "masq_msg_cm_disconnect_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_disconnect_req_init(struct masq_msg_cm_disconnect_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_DISCONNECT, sizeof(*m));
+}
+
+static inline int masq_msg_cm_disconnect_req_decode(const void *buf, size_t len, struct masq_msg_cm_disconnect_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_DISCONNECT, m, sizeof(*m));
+
+	return err ? err : masq_cm_id_validate(&m->body);
+}
+
+/* CM_DISCONNECT reply (opcode 0x001c) */
+struct masq_msg_cm_disconnect_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_disconnect_reply) == 16, "masq_msg_cm_disconnect_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_disconnect_reply_init(struct masq_msg_cm_disconnect_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_DISCONNECT | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_disconnect_reply_decode(const void *buf, size_t len, struct masq_msg_cm_disconnect_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_DISCONNECT | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_INIT_QP_ATTR req (opcode 0x001d) */
+struct masq_msg_cm_init_qp_attr_req {
+	struct masq_hdr hdr;
+	struct masq_cm_init_qp_attr_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_init_qp_attr_req) == 24, "masq_msg_cm_init_qp_attr_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_init_qp_attr_req_init(struct masq_msg_cm_init_qp_attr_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_INIT_QP_ATTR, sizeof(*m));
+}
+
+static inline int masq_msg_cm_init_qp_attr_req_decode(const void *buf, size_t len, struct masq_msg_cm_init_qp_attr_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_INIT_QP_ATTR, m, sizeof(*m));
+
+	return err ? err : masq_cm_init_qp_attr_req_validate(&m->body);
+}
+
+/* CM_INIT_QP_ATTR reply (opcode 0x001d) */
+struct masq_msg_cm_init_qp_attr_reply {
+	struct masq_hdr hdr;
+	struct masq_cm_qp_attr body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_init_qp_attr_reply) == 116, "masq_msg_cm_init_qp_attr_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_init_qp_attr_reply_init(struct masq_msg_cm_init_qp_attr_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_INIT_QP_ATTR | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_init_qp_attr_reply_decode(const void *buf, size_t len, struct masq_msg_cm_init_qp_attr_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_CM_INIT_QP_ATTR | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_cm_qp_attr_validate(&m->body);
+}
+
+/* CM_ESTABLISH req (opcode 0x001e) */
+struct masq_msg_cm_establish_req {
+	struct masq_hdr hdr;
+	struct masq_cm_id body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_establish_req) == 24, "masq_msg_cm_establish_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_establish_req_init(struct masq_msg_cm_establish_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_ESTABLISH, sizeof(*m));
+}
+
+static inline int masq_msg_cm_establish_req_decode(const void *buf, size_t len, struct masq_msg_cm_establish_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_ESTABLISH, m, sizeof(*m));
+
+	return err ? err : masq_cm_id_validate(&m->body);
+}
+
+/* CM_ESTABLISH reply (opcode 0x001e) */
+struct masq_msg_cm_establish_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_establish_reply) == 16, "masq_msg_cm_establish_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_establish_reply_init(struct masq_msg_cm_establish_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_ESTABLISH | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_establish_reply_decode(const void *buf, size_t len, struct masq_msg_cm_establish_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_ESTABLISH | MASQ_REPLY), m, sizeof(*m));
+}
+
 /* QP_ERROR notice (opcode 0x4001) */
 struct masq_msg_qp_error_notice {
 	struct masq_hdr hdr;
@@ -881,5 +1847,26 @@ static inline int masq_msg_qp_error_notice_decode(const void *buf, size_t len, s
 	int err = masq__decode(buf, len, MASQ_NOTICE_QP_ERROR, m, sizeof(*m));
 
 	return err ? err : masq_qp_error_notice_validate(&m->body);
+}
+
+/* CM_EVENT notice (opcode 0x4002) */
+struct masq_msg_cm_event_notice {
+	struct masq_hdr hdr;
+	struct masq_cm_event body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_event_notice) == 260, "masq_msg_cm_event_notice: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_event_notice_init(struct masq_msg_cm_event_notice *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_NOTICE_CM_EVENT, sizeof(*m));
+}
+
+static inline int masq_msg_cm_event_notice_decode(const void *buf, size_t len, struct masq_msg_cm_event_notice *m)
+{
+	int err = masq__decode(buf, len, MASQ_NOTICE_CM_EVENT, m, sizeof(*m));
+
+	return err ? err : masq_cm_event_validate(&m->body);
 }
 #endif /* MASQ_PROTO_H */

@@ -98,6 +98,7 @@ fn c_decl(kind: &Kind, name: &str) -> String {
         Kind::Str(n) => format!("char {name}[{n}]"),
         Kind::Len => format!("uint32_t {name}"),
         Kind::Array { elem, cap, .. } => format!("struct {} {name}[{cap}]", tag(elem)),
+        Kind::Blob { cap, .. } => format!("uint8_t {name}[{cap}]"),
     }
 }
 
@@ -196,6 +197,14 @@ fn c_struct(s: &mut String, d: &StructDesc) {
                 );
             }
             Kind::Bytes(_) | Kind::Len => {}
+            Kind::Blob { cap, len } => {
+                let n = format!("s->{len}");
+                let _ = writeln!(body, "\tif ({n} > {cap})\n\t\treturn -EINVAL;");
+                let _ = writeln!(
+                    body,
+                    "\tif (!masq__zero(&{v}[{n}], {cap} - {n}))\n\t\treturn -EINVAL;"
+                );
+            }
             Kind::Array { elem, cap, len } => {
                 let n = format!("s->{len}");
                 let _ = writeln!(body, "\tif ({n} > {cap})\n\t\treturn -EINVAL;");

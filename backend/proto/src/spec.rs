@@ -40,6 +40,30 @@ constants! {
     /// masqd moved the QP to ERROR: the current policy denies it, or its
     /// destination in the kernel is not the one claimed.
     RESYNC_RESET: u32 = 2;
+    /// RDMA CM: the one port space masq serves (RDMA_PS_TCP, RC QPs).
+    CM_PS_TCP: u32 = 0x0106;
+    /// Private data a CM message can carry (the IB CM limits once the
+    /// RDMA CM header is taken out): REQ, REJ, and REP/the cap.
+    CM_REQ_PRIVATE_DATA: usize = 56;
+    CM_REJ_PRIVATE_DATA: usize = 148;
+    CM_MAX_PRIVATE_DATA: usize = 196;
+    /// enum rdma_cm_event_type, as librdmacm numbers it.
+    CM_EVENT_ADDR_RESOLVED: u32 = 0;
+    CM_EVENT_ADDR_ERROR: u32 = 1;
+    CM_EVENT_ROUTE_RESOLVED: u32 = 2;
+    CM_EVENT_ROUTE_ERROR: u32 = 3;
+    CM_EVENT_CONNECT_REQUEST: u32 = 4;
+    CM_EVENT_CONNECT_RESPONSE: u32 = 5;
+    CM_EVENT_CONNECT_ERROR: u32 = 6;
+    CM_EVENT_UNREACHABLE: u32 = 7;
+    CM_EVENT_REJECTED: u32 = 8;
+    CM_EVENT_ESTABLISHED: u32 = 9;
+    CM_EVENT_DISCONNECTED: u32 = 10;
+    CM_EVENT_TIMEWAIT_EXIT: u32 = 15;
+    /// IB CM reject reasons carried as the REJECTED event's status: no
+    /// listener on the port, and a reject by the peer app.
+    CM_REJ_INVALID_SERVICE_ID: i32 = 8;
+    CM_REJ_CONSUMER_DEFINED: i32 = 28;
 }
 
 wire_structs! {
@@ -198,6 +222,121 @@ wire_structs! {
         reserved: reserved[6],
     }
 
+    /// A CM event channel; its event socket rides along as SCM_RIGHTS in
+    /// the CM_CREATE_CHANNEL reply.
+    pub struct CmChannel {
+        channel: u32,
+        reserved: reserved[4],
+    }
+
+    pub struct CmCreateIdReq {
+        channel: u32,
+        /// enum rdma_port_space; only RDMA_PS_TCP
+        port_space: u32 in 0x0106,
+    }
+
+    pub struct CmId {
+        id: u32,
+        reserved: reserved[4],
+    }
+
+    pub struct CmMigrateReq {
+        id: u32,
+        channel: u32,
+    }
+
+    /// An IPv4 socket address: addr in network byte order, port as a number.
+    pub struct CmAddr {
+        addr: bytes[4],
+        port: u16,
+        reserved: reserved[2],
+    }
+
+    pub struct CmBindReq {
+        id: u32,
+        reserved: reserved[4],
+        addr: CmAddr,
+    }
+
+    /// The id's addresses as they are now (port 0 and 0.0.0.0 when unset).
+    pub struct CmAddrs {
+        src: CmAddr,
+        dst: CmAddr,
+    }
+
+    pub struct CmResolveAddrReq {
+        id: u32,
+        timeout_ms: u32,
+        /// 1 when the app named a source address.
+        has_src: u8 in 0..=1,
+        reserved: reserved[3],
+        src: CmAddr,
+        dst: CmAddr,
+    }
+
+    pub struct CmListenReq {
+        id: u32,
+        backlog: u32,
+    }
+
+    /// struct rdma_conn_param. In a CONNECT_REQUEST event qp_num is the
+    /// peer's QP and the depths are from this side's point of view.
+    pub struct CmConnParam {
+        responder_resources: u8,
+        initiator_depth: u8,
+        flow_control: u8 in 0..=1,
+        retry_count: u8 in 0..=7,
+        /// 7 = retry forever
+        rnr_retry_count: u8 in 0..=7,
+        srq: u8 in 0..=1,
+        reserved: reserved[2],
+        qp_num: u32 in 0..=0xFFFFFF,
+        private_data_len: len,
+        private_data: blob[196; private_data_len],
+    }
+
+    pub struct CmConnectReq {
+        id: u32,
+        reserved: reserved[4],
+        param: CmConnParam,
+    }
+
+    pub struct CmRejectReq {
+        id: u32,
+        private_data_len: len,
+        private_data: blob[148; private_data_len],
+    }
+
+    pub struct CmInitQpAttrReq {
+        id: u32,
+        /// enum ibv_qp_state: INIT, RTR or RTS
+        qp_state: u32 in 1..=3,
+    }
+
+    pub struct CmQpAttr {
+        /// enum ibv_qp_attr_mask bits of the fields set
+        attr_mask: u32,
+        reserved: reserved[4],
+        attr: QpAttr,
+    }
+
+    /// One RDMA CM event, pushed on the channel's event socket.
+    pub struct CmEvent {
+        /// The id the event is for; for CONNECT_REQUEST the new id.
+        id: u32,
+        /// For CONNECT_REQUEST the listening id, else 0.
+        listen_id: u32,
+        /// enum rdma_cm_event_type
+        event: u32 in 0..=15,
+        /// 0, a negative errno, or for REJECTED the IB CM reject reason
+        status: i32,
+        /// The id's addresses once the event is applied.
+        addrs: CmAddrs,
+        /// CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED:
+        /// the peer's parameters and private data.
+        param: CmConnParam,
+    }
+
     pub struct QpErrorNotice {
         qp_num: u32,
         /// QP_ERROR_* reason
@@ -216,8 +355,27 @@ messages! {
         6 DestroyQp(DestroyQpReq) => (),
         // After a masqd restart, once per QP the frontend knows of.
         7 ResyncQp(ResyncQpReq) => (ResyncQpReply),
+        // RDMA CM, the kernel's rdma_ucm commands carried to masqd.
+        16 CmCreateChannel() => (CmChannel),
+        17 CmDestroyChannel(CmChannel) => (),
+        18 CmCreateId(CmCreateIdReq) => (CmId),
+        19 CmDestroyId(CmId) => (),
+        20 CmMigrateId(CmMigrateReq) => (),
+        21 CmBindAddr(CmBindReq) => (CmAddrs),
+        22 CmResolveAddr(CmResolveAddrReq) => (CmAddrs),
+        23 CmResolveRoute(CmId) => (),
+        24 CmListen(CmListenReq) => (),
+        25 CmConnect(CmConnectReq) => (),
+        // On the passive side: accept a CONNECT_REQUEST.
+        26 CmAccept(CmConnectReq) => (),
+        27 CmReject(CmRejectReq) => (),
+        28 CmDisconnect(CmId) => (),
+        29 CmInitQpAttr(CmInitQpAttrReq) => (CmQpAttr),
+        // On the active side, after CONNECT_RESPONSE: the QP is at RTS (RTU).
+        30 CmEstablish(CmId) => (),
     }
     notices {
         0x4001 QpError(QpErrorNotice),
+        0x4002 CmEvent(CmEvent),
     }
 }

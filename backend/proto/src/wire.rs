@@ -13,6 +13,7 @@
 //! | `reserved[N]`        | N zero bytes                          | (absent)    |
 //! | `len`                | u32 count of the array that names it  | (absent)    |
 //! | `T[N; COUNT]`        | N slots of T, the first COUNT used    | `Vec<T>`    |
+//! | `blob[N; COUNT]`     | N bytes, the first COUNT used         | `Vec<u8>`   |
 //!
 //! Decoding is canonical: anything `get` accepts, `put` writes back
 //! byte for byte (reserved bytes, string tails and unused slots are zero).
@@ -33,6 +34,11 @@ pub enum Kind {
     Len,
     Array {
         elem: &'static StructDesc,
+        cap: usize,
+        len: &'static str,
+    },
+    /// Opaque bytes, of which the `len` field names how many are used.
+    Blob {
         cap: usize,
         len: &'static str,
     },
@@ -62,6 +68,7 @@ impl Kind {
             Kind::Bytes(n) | Kind::Str(n) | Kind::Reserved(n) => *n,
             Kind::Len => 4,
             Kind::Array { elem, cap, .. } => elem.size() * *cap,
+            Kind::Blob { cap, .. } => *cap,
         }
     }
 
@@ -72,6 +79,7 @@ impl Kind {
             Kind::Bytes(_) | Kind::Str(_) | Kind::Reserved(_) => 1,
             Kind::Len => 4,
             Kind::Array { elem, .. } => elem.align(),
+            Kind::Blob { .. } => 1,
         }
     }
 
@@ -218,6 +226,32 @@ pub fn put_array<T: Wire>(w: &mut Vec<u8>, items: &[T], cap: usize, len_at: usiz
     }
 }
 
+/// Writes up to `cap` bytes, zero-fills the rest, and patches the byte
+/// count into the `len` field written earlier at offset `len_at`.
+pub fn put_blob(w: &mut Vec<u8>, data: &[u8], cap: usize, len_at: usize) {
+    let used = data.len().min(cap);
+    w.extend_from_slice(&data[..used]);
+    w.resize(w.len() + (cap - used), 0);
+    if let Some(slot) = w.get_mut(len_at..len_at + 4) {
+        slot.copy_from_slice(&(used as u32).to_le_bytes());
+    }
+}
+
+pub fn get_blob(
+    r: &mut Reader<'_>,
+    cap: usize,
+    count: u32,
+    what: &'static str,
+) -> Result<Vec<u8>, ProtoError> {
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    if count > cap {
+        return Err(ProtoError::BadCount(what));
+    }
+    let data = r.take(count)?.to_vec();
+    get_reserved(r, cap - count, what)?;
+    Ok(data)
+}
+
 pub fn get_array<T: Wire>(
     r: &mut Reader<'_>,
     cap: usize,
@@ -307,6 +341,7 @@ macro_rules! wire_structs {
 
     (@ty (str [$n:literal])) => { String };
     (@ty (bytes [$n:literal])) => { [u8; $n] };
+    (@ty (blob [$n:expr; $c:ident])) => { Vec<u8> };
     (@ty ($t:ident [$n:expr; $c:ident])) => { Vec<$t> };
     (@ty ($t:ident)) => { $t };
 
@@ -314,6 +349,9 @@ macro_rules! wire_structs {
     (@kind bytes [$n:literal]) => { $crate::wire::Kind::Bytes($n) };
     (@kind reserved [$n:literal]) => { $crate::wire::Kind::Reserved($n) };
     (@kind len) => { $crate::wire::Kind::Len };
+    (@kind blob [$n:expr; $c:ident]) => {
+        $crate::wire::Kind::Blob { cap: $n, len: stringify!($c) }
+    };
     (@kind $t:ident [$n:expr; $c:ident]) => {
         $crate::wire::Kind::Array {
             elem: <$t as $crate::wire::Wire>::KIND.struct_desc(),
@@ -330,6 +368,9 @@ macro_rules! wire_structs {
     (@put $w:ident, $s:ident, $f:ident, bytes [$n:literal]) => { $w.extend_from_slice(&$s.$f) };
     (@put $w:ident, $s:ident, $f:ident, reserved [$n:literal]) => { $w.resize($w.len() + $n, 0) };
     (@put $w:ident, $s:ident, $f:ident, len) => { $w.extend_from_slice(&[0; 4]) };
+    (@put $w:ident, $s:ident, $f:ident, blob [$n:expr; $c:ident]) => {
+        $crate::wire::put_blob($w, &$s.$f, $n, $c)
+    };
     (@put $w:ident, $s:ident, $f:ident, $t:ident [$n:expr; $c:ident]) => {
         $crate::wire::put_array($w, &$s.$f, $n, $c)
     };
@@ -341,6 +382,9 @@ macro_rules! wire_structs {
         $crate::wire::get_reserved($r, $n, $what)?
     };
     (@get $r:ident, $what:expr, len) => { <u32 as $crate::wire::Wire>::get($r)? };
+    (@get $r:ident, $what:expr, blob [$n:expr; $c:ident]) => {
+        $crate::wire::get_blob($r, $n, $c, $what)?
+    };
     (@get $r:ident, $what:expr, $t:ident [$n:expr; $c:ident]) => {
         $crate::wire::get_array::<$t>($r, $n, $c, $what)?
     };

@@ -43,7 +43,7 @@ fn ah_to_peer() -> AhAttr {
 }
 
 fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
-    vec![
+    let mut v = vec![
         (
             "hello_req",
             "HELLO request from ib_write_bw",
@@ -237,6 +237,277 @@ fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
             Msg::Notice(NoticeBody::QpError(QpErrorNotice {
                 qp_num: 0x11,
                 reason: QP_ERROR_POLICY_RESET,
+            })),
+        ),
+    ];
+    v.extend(cm_goldens());
+    v
+}
+
+fn cm_addr(a: [u8; 4], port: u16) -> CmAddr {
+    CmAddr { addr: a, port }
+}
+
+fn conn_param(qp_num: u32, private_data: &[u8]) -> CmConnParam {
+    CmConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        qp_num,
+        private_data: private_data.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// RDMA CM: rping's client (10.0.0.5) connecting to its server at
+/// 10.0.0.6:7174, id 3 on channel 1.
+fn cm_goldens() -> Vec<(&'static str, &'static str, Msg)> {
+    let addrs = CmAddrs {
+        src: cm_addr([10, 0, 0, 5], 40001),
+        dst: cm_addr([10, 0, 0, 6], 7174),
+    };
+    let id = |id| CmId { id };
+    vec![
+        (
+            "cm_create_channel_req",
+            "CM_CREATE_CHANNEL request",
+            req(16, RequestBody::CmCreateChannel),
+        ),
+        (
+            "cm_create_channel_reply",
+            "CM_CREATE_CHANNEL reply: channel 1 (its socket as SCM_RIGHTS)",
+            rep(16, ReplyBody::CmCreateChannel(CmChannel { channel: 1 })),
+        ),
+        (
+            "cm_destroy_channel_req",
+            "CM_DESTROY_CHANNEL request: channel 1",
+            req(17, RequestBody::CmDestroyChannel(CmChannel { channel: 1 })),
+        ),
+        (
+            "cm_destroy_channel_reply",
+            "CM_DESTROY_CHANNEL reply",
+            rep(17, ReplyBody::CmDestroyChannel),
+        ),
+        (
+            "cm_create_id_req",
+            "CM_CREATE_ID request: RDMA_PS_TCP on channel 1",
+            req(
+                18,
+                RequestBody::CmCreateId(CmCreateIdReq {
+                    channel: 1,
+                    port_space: CM_PS_TCP,
+                }),
+            ),
+        ),
+        (
+            "cm_create_id_reply",
+            "CM_CREATE_ID reply: id 3",
+            rep(18, ReplyBody::CmCreateId(id(3))),
+        ),
+        (
+            "cm_destroy_id_req",
+            "CM_DESTROY_ID request: id 3",
+            req(19, RequestBody::CmDestroyId(id(3))),
+        ),
+        (
+            "cm_destroy_id_reply",
+            "CM_DESTROY_ID reply",
+            rep(19, ReplyBody::CmDestroyId),
+        ),
+        (
+            "cm_migrate_id_req",
+            "CM_MIGRATE_ID request: id 3 to channel 2",
+            req(
+                20,
+                RequestBody::CmMigrateId(CmMigrateReq { id: 3, channel: 2 }),
+            ),
+        ),
+        (
+            "cm_migrate_id_reply",
+            "CM_MIGRATE_ID reply",
+            rep(20, ReplyBody::CmMigrateId),
+        ),
+        (
+            "cm_bind_addr_req",
+            "CM_BIND_ADDR request: id 3 on 0.0.0.0:7174",
+            req(
+                21,
+                RequestBody::CmBindAddr(CmBindReq {
+                    id: 3,
+                    addr: cm_addr([0; 4], 7174),
+                }),
+            ),
+        ),
+        (
+            "cm_bind_addr_reply",
+            "CM_BIND_ADDR reply: bound to 0.0.0.0:7174",
+            rep(
+                21,
+                ReplyBody::CmBindAddr(CmAddrs {
+                    src: cm_addr([0; 4], 7174),
+                    ..Default::default()
+                }),
+            ),
+        ),
+        (
+            "cm_resolve_addr_req",
+            "CM_RESOLVE_ADDR request: id 3 to 10.0.0.6:7174 within 2 s",
+            req(
+                22,
+                RequestBody::CmResolveAddr(CmResolveAddrReq {
+                    id: 3,
+                    timeout_ms: 2000,
+                    has_src: 0,
+                    src: CmAddr::default(),
+                    dst: addrs.dst.clone(),
+                }),
+            ),
+        ),
+        (
+            "cm_resolve_addr_reply",
+            "CM_RESOLVE_ADDR reply: from 10.0.0.5:40001",
+            rep(22, ReplyBody::CmResolveAddr(addrs.clone())),
+        ),
+        (
+            "cm_resolve_route_req",
+            "CM_RESOLVE_ROUTE request: id 3",
+            req(23, RequestBody::CmResolveRoute(id(3))),
+        ),
+        (
+            "cm_resolve_route_reply",
+            "CM_RESOLVE_ROUTE reply",
+            rep(23, ReplyBody::CmResolveRoute),
+        ),
+        (
+            "cm_listen_req",
+            "CM_LISTEN request: id 3, backlog 1024",
+            req(
+                24,
+                RequestBody::CmListen(CmListenReq {
+                    id: 3,
+                    backlog: 1024,
+                }),
+            ),
+        ),
+        (
+            "cm_listen_reply",
+            "CM_LISTEN reply",
+            rep(24, ReplyBody::CmListen),
+        ),
+        (
+            "cm_connect_req",
+            "CM_CONNECT request: id 3 with QP 0x11 and 4 bytes of private data",
+            req(
+                25,
+                RequestBody::CmConnect(CmConnectReq {
+                    id: 3,
+                    param: conn_param(0x11, b"ping"),
+                }),
+            ),
+        ),
+        (
+            "cm_connect_reply",
+            "CM_CONNECT reply",
+            rep(25, ReplyBody::CmConnect),
+        ),
+        (
+            "cm_accept_req",
+            "CM_ACCEPT request: id 4 with QP 0x12",
+            req(
+                26,
+                RequestBody::CmAccept(CmConnectReq {
+                    id: 4,
+                    param: conn_param(0x12, b""),
+                }),
+            ),
+        ),
+        (
+            "cm_accept_reply",
+            "CM_ACCEPT reply",
+            rep(26, ReplyBody::CmAccept),
+        ),
+        (
+            "cm_reject_req",
+            "CM_REJECT request: id 4 with 2 bytes of private data",
+            req(
+                27,
+                RequestBody::CmReject(CmRejectReq {
+                    id: 4,
+                    private_data: b"no".to_vec(),
+                }),
+            ),
+        ),
+        (
+            "cm_reject_reply",
+            "CM_REJECT reply",
+            rep(27, ReplyBody::CmReject),
+        ),
+        (
+            "cm_disconnect_req",
+            "CM_DISCONNECT request: id 3",
+            req(28, RequestBody::CmDisconnect(id(3))),
+        ),
+        (
+            "cm_disconnect_reply",
+            "CM_DISCONNECT reply",
+            rep(28, ReplyBody::CmDisconnect),
+        ),
+        (
+            "cm_init_qp_attr_req",
+            "CM_INIT_QP_ATTR request: id 3, RTR",
+            req(
+                29,
+                RequestBody::CmInitQpAttr(CmInitQpAttrReq { id: 3, qp_state: 2 }),
+            ),
+        ),
+        (
+            "cm_init_qp_attr_reply",
+            "CM_INIT_QP_ATTR reply: RTR towards 10.0.0.6's QP 0x12",
+            rep(
+                29,
+                ReplyBody::CmInitQpAttr(CmQpAttr {
+                    // IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+                    attr_mask: 1
+                        | (1 << 7)
+                        | (1 << 8)
+                        | (1 << 20)
+                        | (1 << 12)
+                        | (1 << 17)
+                        | (1 << 15),
+                    attr: QpAttr {
+                        qp_state: 2,
+                        path_mtu: 3,
+                        dest_qp_num: 0x12,
+                        rq_psn: 0x1234,
+                        max_dest_rd_atomic: 1,
+                        min_rnr_timer: 12,
+                        ah_attr: ah_to_peer(),
+                        ..Default::default()
+                    },
+                }),
+            ),
+        ),
+        (
+            "cm_establish_req",
+            "CM_ESTABLISH request: id 3",
+            req(30, RequestBody::CmEstablish(id(3))),
+        ),
+        (
+            "cm_establish_reply",
+            "CM_ESTABLISH reply",
+            rep(30, ReplyBody::CmEstablish),
+        ),
+        (
+            "cm_event_notice",
+            "CM_EVENT notice: CONNECT_RESPONSE for id 3 from QP 0x12",
+            Msg::Notice(NoticeBody::CmEvent(CmEvent {
+                id: 3,
+                listen_id: 0,
+                event: CM_EVENT_CONNECT_RESPONSE,
+                status: 0,
+                addrs,
+                param: conn_param(0x12, b"pong"),
             })),
         ),
     ]
