@@ -37,6 +37,39 @@ pub struct Config {
     /// The kernel backstop against tenants that skip libmasq.
     #[serde(default)]
     pub backstop: BackstopConfig,
+    /// RDMA CM for librdmacm apps: the masqd-to-masqd exchange.
+    #[serde(default)]
+    pub cm: CmConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CmConfig {
+    /// TCP port on underlay.ip where masqds exchange CM messages; every
+    /// host uses the same one.
+    #[serde(default = "default_cm_port")]
+    pub port: u16,
+    /// How long a connect waits for an answer (and a passive side for
+    /// the ready-to-use) before the app gets UNREACHABLE / ETIMEDOUT. A
+    /// connect the security groups deny waits this long too.
+    #[serde(default = "default_cm_timeout")]
+    pub timeout_ms: u64,
+}
+
+impl Default for CmConfig {
+    fn default() -> CmConfig {
+        CmConfig {
+            port: default_cm_port(),
+            timeout_ms: default_cm_timeout(),
+        }
+    }
+}
+
+fn default_cm_port() -> u16 {
+    4792
+}
+fn default_cm_timeout() -> u64 {
+    5000
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -196,6 +229,15 @@ impl Config {
         check_name("underlay.netdev", &self.underlay.netdev, 15)?;
         if self.port == 0 {
             return Err("port: must be 1 or more".into());
+        }
+        if self.cm.port == 0 {
+            return Err("cm.port: must be 1 or more".into());
+        }
+        if !(100..=600_000).contains(&self.cm.timeout_ms) {
+            return Err(format!(
+                "cm.timeoutMs: {} is outside 100..=600000",
+                self.cm.timeout_ms
+            ));
         }
         if !self.socket_dir.is_absolute() {
             return Err(format!(

@@ -67,6 +67,8 @@ pub struct Shared {
     conns: Mutex<BTreeMap<u64, Conn>>,
     next_session: AtomicU64,
     stopping: AtomicBool,
+    /// RDMA CM ids, listeners and connections of every endpoint.
+    pub cm: crate::cm::Cm,
 }
 
 pub struct Daemon {
@@ -228,6 +230,7 @@ impl Daemon {
             conns: Mutex::new(BTreeMap::new()),
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
+            cm: crate::cm::Cm::new(Duration::from_millis(cfg.cm.timeout_ms)),
             cfg,
         });
 
@@ -261,6 +264,10 @@ impl Daemon {
                     ));
                 }
             }
+        }
+        if let Err(e) = crate::cm_link::start(&shared) {
+            cleanup_on_error(&listeners);
+            return Err(e);
         }
         let control_path = shared.cfg.control_socket();
         let _ = std::fs::remove_file(&control_path);
@@ -471,6 +478,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
     lock(&shared.sessions).remove(&id);
     lock(&shared.conns).remove(&id);
     lock(&shared.fds).remove(&id);
+    shared.cm.session_gone(id);
     for e in shared.admission.table().remove_session(id) {
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }

@@ -2,6 +2,8 @@
 //! tenants' behalf, the per-endpoint session server and the control socket.
 pub mod admission;
 pub mod backstop;
+pub mod cm;
+pub mod cm_link;
 pub mod config;
 pub mod control;
 pub mod daemon;

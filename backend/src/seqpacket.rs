@@ -152,6 +152,37 @@ impl Conn {
         }
     }
 
+    /// A connected pair: ours, and the other end to hand to an app.
+    pub fn pair() -> io::Result<(Conn, OwnedFd)> {
+        let (a, b) = socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(nix_io)?;
+        Ok((Conn(a), b))
+    }
+
+    /// Send one datagram without waiting for room (EAGAIN if the reader
+    /// has fallen behind).
+    pub fn send_nowait(&self, data: &[u8]) -> io::Result<()> {
+        let iov = [io::IoSlice::new(data)];
+        loop {
+            match socket::sendmsg::<()>(
+                self.0.as_raw_fd(),
+                &iov,
+                &[],
+                MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                None,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(nix_io(e)),
+            }
+        }
+    }
+
     /// Wake a thread blocked in `recv` on this connection (it sees EOF).
     pub fn shutdown(&self) {
         let _ = socket::shutdown(self.0.as_raw_fd(), socket::Shutdown::Both);

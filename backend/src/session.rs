@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -141,8 +141,9 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
             return;
         }
         let bytes = &buf[..dgram.len];
+        let mut reply_fd = None;
         let (reply, close) = match proto::decode_request(bytes) {
-            Ok(msg) => handle(shared, sess, msg, dgram.fds),
+            Ok(msg) => handle(shared, sess, msg, dgram.fds, &mut reply_fd),
             Err(e) => {
                 sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
                 warn!("malformed request: {e}");
@@ -151,7 +152,8 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
             }
         };
         shared.publish(sess);
-        if let Err(e) = conn.send(&reply, None) {
+        let fd = reply_fd.as_ref().map(|f| f.as_raw_fd());
+        if let Err(e) = conn.send(&reply, fd) {
             debug!("reply not delivered: {e}");
             return;
         }
@@ -168,6 +170,7 @@ fn handle(
     sess: &mut Session,
     msg: proto::Request,
     mut fds: Vec<OwnedFd>,
+    reply_fd: &mut Option<OwnedFd>,
 ) -> (Vec<u8>, bool) {
     let (op, id) = (msg.opcode(), msg.request_id());
     let result = match (&msg.body, sess.hello) {
@@ -192,6 +195,30 @@ fn handle(
             }
             res.map(|r| (r, false))
         }
+        (
+            body @ (proto::RequestBody::CmCreateChannel
+            | proto::RequestBody::CmDestroyChannel(_)
+            | proto::RequestBody::CmCreateId(_)
+            | proto::RequestBody::CmDestroyId(_)
+            | proto::RequestBody::CmMigrateId(_)
+            | proto::RequestBody::CmBindAddr(_)
+            | proto::RequestBody::CmResolveAddr(_)
+            | proto::RequestBody::CmResolveRoute(_)
+            | proto::RequestBody::CmListen(_)
+            | proto::RequestBody::CmConnect(_)
+            | proto::RequestBody::CmAccept(_)
+            | proto::RequestBody::CmReject(_)
+            | proto::RequestBody::CmDisconnect(_)
+            | proto::RequestBody::CmInitQpAttr(_)
+            | proto::RequestBody::CmEstablish(_)),
+            true,
+        ) => match shared.cm.request(shared, sess.id, &sess.ep, body) {
+            Ok((reply, fd)) => {
+                *reply_fd = fd;
+                Ok((reply, false))
+            }
+            Err((errno, why)) => Err(refuse(errno, why)),
+        },
         (proto::RequestBody::DestroyQp(d), true) => {
             if let Some(qp) = sess.qps.remove(&d.qp_handle) {
                 debug!(qpn = qp.qpn, "QP destroyed");
@@ -495,12 +522,21 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
     if let (Some(rule), Some(remote_vip), Some(peer_host)) =
         (admitted_by, rec.remote_vip, rec.peer_host)
     {
+        let cm = shared
+            .cm
+            .role_of(&sess.ep.cfg.name, rec.qpn)
+            .map(|r| rconntrack::CmSide {
+                active: r.active,
+                local_port: r.local_port,
+                remote_port: r.remote_port,
+            });
         let entry = rconntrack::Entry {
             remote_vip,
             remote_qpn: rec.remote_qpn.unwrap_or(0),
             peer_host,
             state: rconntrack::State::Admitted,
             rule: rule.clone(),
+            cm,
             ..local_entry(sess.id, &sess.ep, m.qp_handle, rec.qpn, m.qp_type)
         };
         if shared.admission.table().upsert(entry).is_err() {

@@ -110,6 +110,18 @@ pub struct Entry {
     /// Unix time in milliseconds; set by the table.
     pub created_ms: u64,
     pub updated_ms: u64,
+    /// Set when the connection was made through the RDMA CM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cm: Option<CmSide>,
+}
+
+/// Which side of an RDMA CM connection this QP is, and the CM ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CmSide {
+    /// true: this endpoint connected (rdma_connect); false: it accepted.
+    pub active: bool,
+    pub local_port: u16,
+    pub remote_port: u16,
 }
 
 impl Default for Entry {
@@ -129,6 +141,7 @@ impl Default for Entry {
             rule: Arc::from(""),
             created_ms: 0,
             updated_ms: 0,
+            cm: None,
         }
     }
 }
@@ -160,6 +173,7 @@ impl Entry {
             && self.state == other.state
             && self.tenant == other.tenant
             && self.rule == other.rule
+            && self.cm == other.cm
     }
 }
 
@@ -188,7 +202,17 @@ impl fmt::Display for Entry {
             self.created_ms % 1000,
             self.updated_ms / 1000,
             self.updated_ms % 1000,
-        )
+        )?;
+        if let Some(c) = self.cm {
+            write!(
+                f,
+                " cm={} sport={} dport={}",
+                if c.active { "active" } else { "passive" },
+                c.local_port,
+                c.remote_port
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -218,7 +242,27 @@ mod tests {
             rule: "acme/db/ingress[0]".into(),
             created_ms: 1_700_000_000_042,
             updated_ms: 1_700_000_001_500,
+            cm: None,
         }
+    }
+
+    #[test]
+    fn cm_side_shows_in_text_and_json() {
+        let e = Entry {
+            cm: Some(CmSide {
+                active: false,
+                local_port: 7174,
+                remote_port: 40001,
+            }),
+            ..sample()
+        };
+        assert!(e
+            .to_string()
+            .ends_with(" cm=passive sport=7174 dport=40001"));
+        let back: Entry =
+            serde_json::from_str(&serde_json::to_string(&e).expect("json")).expect("parse");
+        assert_eq!(back, e);
+        assert!(!sample().same_content(&e));
     }
 
     #[test]

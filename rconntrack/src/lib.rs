@@ -12,6 +12,6 @@ mod filter;
 mod slab;
 mod table;
 
-pub use entry::{now_ms, Entry, LocalKey, QpKey, QpType, State};
+pub use entry::{now_ms, CmSide, Entry, LocalKey, QpKey, QpType, State};
 pub use filter::{Cidr, Filter};
 pub use table::{Decision, Event, EventKind, Table, TableFull, Upsert, DEFAULT_MAX};

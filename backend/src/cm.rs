@@ -1,0 +1,1261 @@
+//! RDMA CM for tenants: masqd plays the part of the kernel's rdma_ucm.
+//!
+//! libmasq carries librdmacm's calls here (the CM_* requests); ids, ports
+//! and listeners live per endpoint, so two tenants may listen on the same
+//! vIP:port in different VNIs. The CM exchange itself (REQ, REP, REJ, RTU,
+//! DREQ) goes to the peer's masqd over the underlay (`cm_link`), never
+//! through the tenant's network. A connect the security groups deny is
+//! dropped, so it looks as a firewall makes it look: nothing answers, and
+//! the app gets UNREACHABLE (ETIMEDOUT) after `cm.timeoutMs`.
+//!
+//! The QP itself still moves through MODIFY_QP, where admission and
+//! RConntrack see it as any verbs connection; INIT_QP_ATTR hands libmasq
+//! the virtual addresses to put there, and `role_of` tells RConntrack
+//! which side connected.
+
+use crate::daemon::{Endpoint, Shared};
+use crate::seqpacket::Conn;
+use masq_proto as proto;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::os::fd::OwnedFd;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tracing::{debug, info, warn};
+
+/// What a refused CM request returns: errno and the reason for the log.
+pub type CmResult<T> = Result<T, (i32, String)>;
+
+fn fail<T>(errno: i32, why: impl Into<String>) -> CmResult<T> {
+    Err((errno, why.into()))
+}
+
+/// Ids one app may hold at once: a bound on what a tenant can make masqd keep.
+const MAX_IDS_PER_SESSION: usize = 4096;
+const MAX_CHANNELS_PER_SESSION: usize = 256;
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
+
+// libibverbs numbering.
+const IBV_QP_STATE: u32 = 1 << 0;
+const IBV_QP_ACCESS_FLAGS: u32 = 1 << 3;
+const IBV_QP_PKEY_INDEX: u32 = 1 << 4;
+const IBV_QP_PORT: u32 = 1 << 5;
+const IBV_QP_AV: u32 = 1 << 7;
+const IBV_QP_PATH_MTU: u32 = 1 << 8;
+const IBV_QP_TIMEOUT: u32 = 1 << 9;
+const IBV_QP_RETRY_CNT: u32 = 1 << 10;
+const IBV_QP_RNR_RETRY: u32 = 1 << 11;
+const IBV_QP_RQ_PSN: u32 = 1 << 12;
+const IBV_QP_MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+const IBV_QP_MIN_RNR_TIMER: u32 = 1 << 15;
+const IBV_QP_SQ_PSN: u32 = 1 << 16;
+const IBV_QP_MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+const IBV_QP_DEST_QPN: u32 = 1 << 20;
+const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
+const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+/// The kernel CM's defaults for RoCE: ~67 ms local ACK timeout, 12 (0.64 ms)
+/// minimum RNR timer.
+const ACK_TIMEOUT: u8 = 14;
+const MIN_RNR_TIMER: u8 = 12;
+
+/// Where an id is in its life, as the kernel's CM would have it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    /// Active: REQ sent (or dropped by policy), waiting for REP.
+    Connecting,
+    /// Passive: CONNECT_REQUEST delivered, waiting for accept or reject.
+    ReqReceived,
+    /// Passive: REP sent, waiting for RTU.
+    RepSent,
+    /// Active: REP received, waiting for the app's QP to reach RTS.
+    RepReceived,
+    Established,
+    Closed,
+}
+
+/// One side's connection parameters as the CM carries them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Params {
+    pub qpn: u32,
+    pub psn: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: u8,
+    pub private_data: Vec<u8>,
+}
+
+impl Params {
+    fn from_proto(p: &proto::CmConnParam, psn: u32) -> Params {
+        Params {
+            qpn: p.qp_num,
+            psn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            flow_control: p.flow_control,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: p.srq,
+            private_data: p.private_data.clone(),
+        }
+    }
+
+    /// The peer's parameters as this side's app sees them in an event:
+    /// its initiator depth is our responder resources and the reverse.
+    fn to_event(&self) -> proto::CmConnParam {
+        proto::CmConnParam {
+            responder_resources: self.initiator_depth,
+            initiator_depth: self.responder_resources,
+            flow_control: self.flow_control.min(1),
+            retry_count: self.retry_count.min(7),
+            rnr_retry_count: self.rnr_retry_count.min(7),
+            srq: self.srq.min(1),
+            qp_num: self.qpn & 0xFF_FFFF,
+            private_data: self.private_data.clone(),
+        }
+    }
+}
+
+/// A CM message between masqds. Ids are each host's own numbers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum PeerMsg {
+    Req {
+        from_id: u32,
+        vni: u32,
+        src: Ipv4Addr,
+        src_port: u16,
+        dst: Ipv4Addr,
+        dst_port: u16,
+        params: Params,
+    },
+    Rep {
+        to_id: u32,
+        from_id: u32,
+        params: Params,
+    },
+    Rej {
+        to_id: u32,
+        from_id: u32,
+        reason: i32,
+        private_data: Vec<u8>,
+    },
+    Rtu {
+        to_id: u32,
+        from_id: u32,
+    },
+    Dreq {
+        to_id: u32,
+        from_id: u32,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PeerRef {
+    host: Ipv4Addr,
+    id: u32,
+}
+
+struct Id {
+    session: u64,
+    channel: u32,
+    ep: Arc<Endpoint>,
+    /// 0.0.0.0 (wildcard bind) or the endpoint's vIP.
+    src_ip: Ipv4Addr,
+    /// 0 while unbound. Passive ids share their listener's port.
+    port: u16,
+    /// Whether `port` is held in the port table by this id.
+    owns_port: bool,
+    dst: Option<(Ipv4Addr, u16)>,
+    phase: Phase,
+    active: bool,
+    listen_id: u32,
+    local: Params,
+    peer: Option<PeerRef>,
+    peer_host: Ipv4Addr,
+    remote: Params,
+    deadline: Option<Instant>,
+}
+
+impl Id {
+    fn addrs(&self) -> proto::CmAddrs {
+        let (dip, dport) = self.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
+        proto::CmAddrs {
+            src: proto::CmAddr {
+                addr: self.src_ip.octets(),
+                port: self.port,
+            },
+            dst: proto::CmAddr {
+                addr: dip.octets(),
+                port: dport,
+            },
+        }
+    }
+
+    fn connected_or_connecting(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::ReqReceived | Phase::RepSent | Phase::RepReceived | Phase::Established
+        )
+    }
+}
+
+struct Channel {
+    session: u64,
+    sock: Conn,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u32,
+    next_channel: u32,
+    channels: BTreeMap<u32, Channel>,
+    ids: BTreeMap<u32, Id>,
+    /// (endpoint, port) -> the id holding it.
+    ports: BTreeMap<(String, u16), u32>,
+}
+
+/// Which side of a CM connection a QP is, for RConntrack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role {
+    pub active: bool,
+    pub local_port: u16,
+    pub remote_port: u16,
+}
+
+pub struct Cm {
+    state: Mutex<State>,
+    out: Mutex<Option<mpsc::Sender<(Ipv4Addr, PeerMsg)>>>,
+    pub timeout: Duration,
+}
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 4 {
+        // Never fails for 4 bytes once the pool is up; a clock is enough
+        // for a starting PSN if it somehow does.
+        return std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.subsec_nanos());
+    }
+    u32::from_ne_bytes(b)
+}
+
+/// The largest IB MTU whose packets fit a netdev MTU, as the kernel's
+/// iboe_get_mtu computes it (GRH, BTH, extended headers and ICRC taken out).
+fn ib_mtu(netdev_mtu: u32) -> u8 {
+    let room = netdev_mtu.saturating_sub(88);
+    match room {
+        4096.. => 5,
+        2048.. => 4,
+        1024.. => 3,
+        512.. => 2,
+        _ => 1,
+    }
+}
+
+impl Cm {
+    pub fn new(timeout: Duration) -> Cm {
+        Cm {
+            state: Mutex::new(State {
+                next_id: 1,
+                next_channel: 1,
+                ..Default::default()
+            }),
+            out: Mutex::new(None),
+            timeout,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where messages to peer masqds go (see `cm_link`).
+    pub fn set_link(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
+        *self.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+
+    fn send(&self, host: Ipv4Addr, msg: PeerMsg) {
+        debug!(%host, ?msg, "CM message out");
+        if let Some(tx) = self.out.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = tx.send((host, msg));
+        }
+    }
+
+    fn emit(st: &State, id: u32, event: u32, status: i32, param: proto::CmConnParam) {
+        let Some(i) = st.ids.get(&id) else { return };
+        let ev = proto::CmEvent {
+            id,
+            listen_id: if event == proto::CM_EVENT_CONNECT_REQUEST {
+                i.listen_id
+            } else {
+                0
+            },
+            event,
+            status,
+            addrs: i.addrs(),
+            param,
+        };
+        let Some(ch) = st.channels.get(&i.channel) else {
+            return;
+        };
+        let bytes = proto::encode_notice(&proto::NoticeBody::CmEvent(ev));
+        if let Err(e) = ch.sock.send_nowait(&bytes) {
+            // The app stopped reading its channel: losing this event is its
+            // doing, and masqd must not block on it.
+            warn!(
+                session = i.session,
+                id, event, "CM event not delivered: {e}"
+            );
+        }
+    }
+
+    fn own(st: &mut State, session: u64, id: u32) -> CmResult<&mut Id> {
+        match st.ids.get_mut(&id) {
+            Some(i) if i.session == session => Ok(i),
+            _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
+        }
+    }
+
+    fn free_port(st: &mut State, ep: &str, port: u16, id: u32) {
+        let key = (ep.to_string(), port);
+        if st.ports.get(&key) == Some(&id) {
+            st.ports.remove(&key);
+        }
+    }
+
+    fn bind_port(st: &mut State, id: u32, ep: &str, want: u16) -> CmResult<u16> {
+        if want != 0 {
+            let key = (ep.to_string(), want);
+            if st.ports.contains_key(&key) {
+                return fail(libc::EADDRINUSE, format!("port {want} is in use"));
+            }
+            st.ports.insert(key, id);
+            return Ok(want);
+        }
+        let span = u32::from(EPHEMERAL.end() - EPHEMERAL.start()) + 1;
+        let start = random_u32() % span;
+        for k in 0..span {
+            let port = EPHEMERAL.start() + ((start + k) % span) as u16;
+            let key = (ep.to_string(), port);
+            if let std::collections::btree_map::Entry::Vacant(v) = st.ports.entry(key) {
+                v.insert(id);
+                return Ok(port);
+            }
+        }
+        fail(libc::EADDRINUSE, "no free ephemeral port")
+    }
+
+    fn bind(st: &mut State, id: u32, addr: Ipv4Addr, port: u16) -> CmResult<()> {
+        let (ep_name, vip) = {
+            let i = st.ids.get(&id).ok_or((libc::ENOENT, "id".to_string()))?;
+            if i.port != 0 {
+                return fail(libc::EINVAL, "id already bound");
+            }
+            (i.ep.cfg.name.clone(), i.ep.cfg.vip)
+        };
+        if addr != Ipv4Addr::UNSPECIFIED && addr != vip {
+            return fail(
+                libc::EADDRNOTAVAIL,
+                format!("{addr} is not this endpoint's address ({vip})"),
+            );
+        }
+        let port = Self::bind_port(st, id, &ep_name, port)?;
+        if let Some(i) = st.ids.get_mut(&id) {
+            i.src_ip = addr;
+            i.port = port;
+            i.owns_port = true;
+        }
+        Ok(())
+    }
+
+    /// Tear an id down as the kernel does when it is destroyed: tell the
+    /// peer (DREQ, or REJ for a request never answered), free its port.
+    fn teardown(&self, st: &mut State, id: u32) {
+        let Some(i) = st.ids.remove(&id) else { return };
+        if let Some(p) = i.peer {
+            match i.phase {
+                Phase::ReqReceived => self.send(
+                    p.host,
+                    PeerMsg::Rej {
+                        to_id: p.id,
+                        from_id: id,
+                        reason: proto::CM_REJ_CONSUMER_DEFINED,
+                        private_data: Vec::new(),
+                    },
+                ),
+                Phase::RepSent | Phase::RepReceived | Phase::Established => self.send(
+                    p.host,
+                    PeerMsg::Dreq {
+                        to_id: p.id,
+                        from_id: id,
+                    },
+                ),
+                _ => {}
+            }
+        }
+        if i.owns_port {
+            Self::free_port(st, &i.ep.cfg.name, i.port, id);
+        }
+    }
+
+    /// A session ended (the app exited or closed its CM connection).
+    pub fn session_gone(&self, session: u64) {
+        let mut st = self.lock();
+        let ids: Vec<u32> = st
+            .ids
+            .iter()
+            .filter(|(_, i)| i.session == session)
+            .map(|(k, _)| *k)
+            .collect();
+        if !ids.is_empty() {
+            info!("app gone; closing {} CM id(s)", ids.len());
+        }
+        for id in ids {
+            self.teardown(&mut st, id);
+        }
+        st.channels.retain(|_, c| c.session != session);
+    }
+
+    /// The CM role of a QP whose connection this endpoint set up through
+    /// the CM, for its RConntrack entry.
+    pub fn role_of(&self, endpoint: &str, qpn: u32) -> Option<Role> {
+        let st = self.lock();
+        st.ids
+            .values()
+            .find(|i| {
+                i.ep.cfg.name == endpoint && i.local.qpn == qpn && i.connected_or_connecting()
+            })
+            .map(|i| Role {
+                active: i.active,
+                local_port: i.port,
+                remote_port: i.dst.map_or(0, |d| d.1),
+            })
+    }
+
+    /// Serve one CM request from a session of endpoint `ep`.
+    pub fn request(
+        &self,
+        shared: &Shared,
+        session: u64,
+        ep: &Arc<Endpoint>,
+        body: &proto::RequestBody,
+    ) -> CmResult<(proto::ReplyBody, Option<OwnedFd>)> {
+        use proto::RequestBody as R;
+        let mut st = self.lock();
+        let st = &mut *st;
+        let reply = match body {
+            R::CmCreateChannel => {
+                if st
+                    .channels
+                    .values()
+                    .filter(|c| c.session == session)
+                    .count()
+                    >= MAX_CHANNELS_PER_SESSION
+                {
+                    return fail(libc::EMFILE, "too many CM channels");
+                }
+                let (ours, theirs) =
+                    Conn::pair().map_err(|e| (libc::EMFILE, format!("socketpair: {e}")))?;
+                let channel = st.next_channel;
+                st.next_channel = st.next_channel.wrapping_add(1).max(1);
+                st.channels.insert(
+                    channel,
+                    Channel {
+                        session,
+                        sock: ours,
+                    },
+                );
+                return Ok((
+                    proto::ReplyBody::CmCreateChannel(proto::CmChannel { channel }),
+                    Some(theirs),
+                ));
+            }
+            R::CmDestroyChannel(c) => {
+                match st.channels.get(&c.channel) {
+                    Some(ch) if ch.session == session => {}
+                    _ => return fail(libc::ENOENT, format!("no channel {}", c.channel)),
+                }
+                // Like closing an rdma_cm file: its ids go with it.
+                let ids: Vec<u32> = st
+                    .ids
+                    .iter()
+                    .filter(|(_, i)| i.channel == c.channel)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for id in ids {
+                    self.teardown(st, id);
+                }
+                st.channels.remove(&c.channel);
+                proto::ReplyBody::CmDestroyChannel
+            }
+            R::CmCreateId(c) => {
+                match st.channels.get(&c.channel) {
+                    Some(ch) if ch.session == session => {}
+                    _ => return fail(libc::ENOENT, format!("no channel {}", c.channel)),
+                }
+                if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
+                    return fail(libc::ENOMEM, "too many CM ids");
+                }
+                let id = self.new_id(st, session, c.channel, ep.clone());
+                proto::ReplyBody::CmCreateId(proto::CmId { id })
+            }
+            R::CmDestroyId(c) => {
+                Self::own(st, session, c.id)?;
+                self.teardown(st, c.id);
+                proto::ReplyBody::CmDestroyId
+            }
+            R::CmMigrateId(m) => {
+                match st.channels.get(&m.channel) {
+                    Some(ch) if ch.session == session => {}
+                    _ => return fail(libc::ENOENT, format!("no channel {}", m.channel)),
+                }
+                Self::own(st, session, m.id)?.channel = m.channel;
+                proto::ReplyBody::CmMigrateId
+            }
+            R::CmBindAddr(b) => {
+                Self::own(st, session, b.id)?;
+                Self::bind(st, b.id, Ipv4Addr::from(b.addr.addr), b.addr.port)?;
+                proto::ReplyBody::CmBindAddr(Self::own(st, session, b.id)?.addrs())
+            }
+            R::CmResolveAddr(r) => {
+                self.resolve_addr(shared, st, session, r)?;
+                proto::ReplyBody::CmResolveAddr(Self::own(st, session, r.id)?.addrs())
+            }
+            R::CmResolveRoute(c) => {
+                let i = Self::own(st, session, c.id)?;
+                if i.phase != Phase::AddrResolved && i.phase != Phase::RouteResolved {
+                    return fail(libc::EINVAL, "route before address resolution");
+                }
+                i.phase = Phase::RouteResolved;
+                Self::emit(
+                    st,
+                    c.id,
+                    proto::CM_EVENT_ROUTE_RESOLVED,
+                    0,
+                    Default::default(),
+                );
+                proto::ReplyBody::CmResolveRoute
+            }
+            R::CmListen(l) => {
+                let (port, phase) = {
+                    let i = Self::own(st, session, l.id)?;
+                    (i.port, i.phase)
+                };
+                if phase != Phase::Idle && phase != Phase::Listening {
+                    return fail(libc::EINVAL, "listen on a connected id");
+                }
+                if port == 0 {
+                    Self::bind(st, l.id, Ipv4Addr::UNSPECIFIED, 0)?;
+                }
+                let i = Self::own(st, session, l.id)?;
+                i.phase = Phase::Listening;
+                info!(port = i.port, "CM listening on {}:{}", i.src_ip, i.port);
+                proto::ReplyBody::CmListen
+            }
+            R::CmConnect(c) => {
+                self.connect(shared, st, session, c)?;
+                proto::ReplyBody::CmConnect
+            }
+            R::CmAccept(c) => {
+                self.accept(shared, st, session, c)?;
+                proto::ReplyBody::CmAccept
+            }
+            R::CmReject(r) => {
+                let i = Self::own(st, session, r.id)?;
+                if !matches!(i.phase, Phase::ReqReceived | Phase::RepReceived) {
+                    return fail(libc::EINVAL, "reject without a pending connection");
+                }
+                let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+                i.phase = Phase::Closed;
+                self.send(
+                    p.host,
+                    PeerMsg::Rej {
+                        to_id: p.id,
+                        from_id: r.id,
+                        reason: proto::CM_REJ_CONSUMER_DEFINED,
+                        private_data: r.private_data.clone(),
+                    },
+                );
+                proto::ReplyBody::CmReject
+            }
+            R::CmDisconnect(c) => {
+                let i = Self::own(st, session, c.id)?;
+                if !matches!(
+                    i.phase,
+                    Phase::Established | Phase::RepSent | Phase::RepReceived
+                ) {
+                    return fail(libc::EINVAL, "disconnect without a connection");
+                }
+                i.phase = Phase::Closed;
+                if let Some(p) = i.peer {
+                    self.send(
+                        p.host,
+                        PeerMsg::Dreq {
+                            to_id: p.id,
+                            from_id: c.id,
+                        },
+                    );
+                }
+                Self::emit(
+                    st,
+                    c.id,
+                    proto::CM_EVENT_DISCONNECTED,
+                    0,
+                    Default::default(),
+                );
+                proto::ReplyBody::CmDisconnect
+            }
+            R::CmInitQpAttr(q) => {
+                let i = Self::own(st, session, q.id)?;
+                proto::ReplyBody::CmInitQpAttr(Self::qp_attr(shared, i, q.qp_state)?)
+            }
+            R::CmEstablish(c) => {
+                let i = Self::own(st, session, c.id)?;
+                if i.phase != Phase::RepReceived {
+                    return fail(libc::EINVAL, "establish without a connect response");
+                }
+                let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+                i.phase = Phase::Established;
+                info!(
+                    qpn = i.local.qpn,
+                    "CM connection established: {}:{} -> {}:{} (active)",
+                    i.src_ip,
+                    i.port,
+                    i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+                    i.dst.map_or(0, |d| d.1)
+                );
+                self.send(
+                    p.host,
+                    PeerMsg::Rtu {
+                        to_id: p.id,
+                        from_id: c.id,
+                    },
+                );
+                proto::ReplyBody::CmEstablish
+            }
+            _ => return fail(libc::EPROTO, "not a CM request"),
+        };
+        Ok((reply, None))
+    }
+
+    fn new_id(&self, st: &mut State, session: u64, channel: u32, ep: Arc<Endpoint>) -> u32 {
+        let mut id = st.next_id;
+        while id == 0 || st.ids.contains_key(&id) {
+            id = id.wrapping_add(1);
+        }
+        st.next_id = id.wrapping_add(1);
+        st.ids.insert(
+            id,
+            Id {
+                session,
+                channel,
+                ep,
+                src_ip: Ipv4Addr::UNSPECIFIED,
+                port: 0,
+                owns_port: false,
+                dst: None,
+                phase: Phase::Idle,
+                active: false,
+                listen_id: 0,
+                local: Params::default(),
+                peer: None,
+                peer_host: Ipv4Addr::UNSPECIFIED,
+                remote: Params::default(),
+                deadline: None,
+            },
+        );
+        id
+    }
+
+    fn resolve_addr(
+        &self,
+        shared: &Shared,
+        st: &mut State,
+        session: u64,
+        r: &proto::CmResolveAddrReq,
+    ) -> CmResult<()> {
+        let (port, phase, vni, vip) = {
+            let i = Self::own(st, session, r.id)?;
+            (i.port, i.phase, i.ep.cfg.vni, i.ep.cfg.vip)
+        };
+        if phase != Phase::Idle && phase != Phase::AddrResolved {
+            return fail(libc::EINVAL, "address resolution on a busy id");
+        }
+        if port == 0 {
+            let src = if r.has_src == 1 {
+                Ipv4Addr::from(r.src.addr)
+            } else {
+                Ipv4Addr::UNSPECIFIED
+            };
+            let want = if r.has_src == 1 { r.src.port } else { 0 };
+            Self::bind(st, r.id, src, want)?;
+        }
+        let dst = Ipv4Addr::from(r.dst.addr);
+        let i = Self::own(st, session, r.id)?;
+        i.src_ip = vip;
+        i.dst = Some((dst, r.dst.port));
+        match shared.vpc.lookup(vni, dst) {
+            Some(peer) => {
+                i.phase = Phase::AddrResolved;
+                i.peer_host = peer.host;
+                Self::emit(
+                    st,
+                    r.id,
+                    proto::CM_EVENT_ADDR_RESOLVED,
+                    0,
+                    Default::default(),
+                );
+            }
+            None => {
+                debug!(%dst, vni, "CM address not in the VPC");
+                Self::emit(
+                    st,
+                    r.id,
+                    proto::CM_EVENT_ADDR_ERROR,
+                    -libc::EHOSTUNREACH,
+                    Default::default(),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        shared: &Shared,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> CmResult<()> {
+        let timeout = self.timeout;
+        let i = Self::own(st, session, c.id)?;
+        if i.phase != Phase::RouteResolved {
+            return fail(libc::EINVAL, "connect before route resolution");
+        }
+        if c.param.private_data.len() > proto::CM_REQ_PRIVATE_DATA {
+            return fail(libc::EINVAL, "more than 56 bytes of private data");
+        }
+        if c.param.qp_num == 0 {
+            return fail(libc::EINVAL, "connect without a QP number");
+        }
+        let Some((dst, dst_port)) = i.dst else {
+            return fail(libc::EINVAL, "no destination");
+        };
+        i.local = Params::from_proto(&c.param, random_u32() & 0xFF_FFFF);
+        i.active = true;
+        i.phase = Phase::Connecting;
+        i.deadline = Some(Instant::now() + timeout);
+        let cfg = &i.ep.cfg;
+        match shared.admission.decide(&cfg.tenant, cfg.vni, cfg.vip, dst) {
+            Ok(rule) => {
+                info!(
+                    qpn = c.param.qp_num, %rule,
+                    "CM connect {}:{} -> {dst}:{dst_port}", cfg.vip, i.port
+                );
+                let msg = PeerMsg::Req {
+                    from_id: c.id,
+                    vni: cfg.vni,
+                    src: cfg.vip,
+                    src_port: i.port,
+                    dst,
+                    dst_port,
+                    params: i.local.clone(),
+                };
+                self.send(i.peer_host, msg);
+            }
+            Err(why) => {
+                // Dropped, as a firewall drops it: the app times out.
+                warn!(
+                    "CM connect {}:{} -> {dst}:{dst_port} denied by security groups: {why}",
+                    cfg.vip, i.port
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(
+        &self,
+        shared: &Shared,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> CmResult<()> {
+        let timeout = self.timeout;
+        let i = Self::own(st, session, c.id)?;
+        if i.phase != Phase::ReqReceived {
+            return fail(libc::EINVAL, "accept without a connect request");
+        }
+        if c.param.qp_num == 0 {
+            return fail(libc::EINVAL, "accept without a QP number");
+        }
+        let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+        let psn = i.local.psn;
+        i.local = Params::from_proto(&c.param, psn);
+        i.phase = Phase::RepSent;
+        i.deadline = Some(Instant::now() + timeout);
+        // The QP reached RTR (and was admitted) before the app called
+        // accept, when its number was not known here yet: mark it now.
+        let lk = rconntrack::LocalKey {
+            vni: i.ep.cfg.vni,
+            vip: i.ep.cfg.vip,
+            qpn: c.param.qp_num,
+        };
+        let side = rconntrack::CmSide {
+            active: false,
+            local_port: i.port,
+            remote_port: i.dst.map_or(0, |d| d.1),
+        };
+        {
+            let mut table = shared.admission.table();
+            if let Some(mut e) = table.get_local(lk).cloned() {
+                e.cm = Some(side);
+                let _ = table.upsert(e);
+            }
+        }
+        self.send(
+            p.host,
+            PeerMsg::Rep {
+                to_id: p.id,
+                from_id: c.id,
+                params: i.local.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// What librdmacm gets from the kernel's INIT_QP_ATTR, in virtual
+    /// terms: libmasq passes it to MODIFY_QP, which translates and admits.
+    fn qp_attr(shared: &Shared, i: &Id, state: u32) -> CmResult<proto::CmQpAttr> {
+        let mut a = proto::QpAttr {
+            qp_state: state as u8,
+            ..Default::default()
+        };
+        let mask;
+        // Passive ids answer before the app's accept: take the depths the
+        // request offered, as the kernel does.
+        let (resp_res, init_depth) = if i.active {
+            (i.local.responder_resources, i.local.initiator_depth)
+        } else {
+            (i.remote.initiator_depth, i.remote.responder_resources)
+        };
+        match state {
+            1 => {
+                mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+                a.port_num = shared.host.port;
+                a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+            }
+            2 => {
+                if !matches!(
+                    i.phase,
+                    Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established
+                ) {
+                    return fail(libc::EINVAL, "RTR attributes before the peer is known");
+                }
+                let (dst, _) = i.dst.ok_or((libc::EINVAL, "no destination".to_string()))?;
+                let vgids = crate::session::virtual_gids(&i.ep)
+                    .map_err(|e| (libc::EIO, format!("cannot read the vNIC: {e}")))?;
+                let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
+                let sgid = vgids
+                    .iter()
+                    .find(|g| g.gid == own)
+                    .ok_or((libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
+                let mtu = vbond::read_vnic(&i.ep.cfg.netns, &i.ep.cfg.vnic)
+                    .map(|n| n.mtu)
+                    .unwrap_or(1500);
+                mask = IBV_QP_STATE
+                    | IBV_QP_AV
+                    | IBV_QP_PATH_MTU
+                    | IBV_QP_DEST_QPN
+                    | IBV_QP_RQ_PSN
+                    | IBV_QP_MAX_DEST_RD_ATOMIC
+                    | IBV_QP_MIN_RNR_TIMER
+                    | IBV_QP_ACCESS_FLAGS;
+                a.path_mtu = ib_mtu(mtu);
+                a.dest_qp_num = i.remote.qpn;
+                a.rq_psn = i.remote.psn;
+                a.max_dest_rd_atomic = resp_res;
+                a.min_rnr_timer = MIN_RNR_TIMER;
+                a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
+                    | if resp_res > 0 {
+                        IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+                    } else {
+                        0
+                    };
+                a.ah_attr = proto::AhAttr {
+                    dgid: vbond::ipv4_mapped_gid(dst),
+                    sgid_index: sgid.index as u8,
+                    hop_limit: 64,
+                    is_global: 1,
+                    port_num: shared.host.port,
+                    ..Default::default()
+                };
+            }
+            3 => {
+                if !matches!(
+                    i.phase,
+                    Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established
+                ) {
+                    return fail(libc::EINVAL, "RTS attributes before the peer is known");
+                }
+                let (retry, rnr) = if i.active {
+                    (i.local.retry_count, i.local.rnr_retry_count)
+                } else {
+                    (i.remote.retry_count, i.remote.rnr_retry_count)
+                };
+                mask = IBV_QP_STATE
+                    | IBV_QP_TIMEOUT
+                    | IBV_QP_RETRY_CNT
+                    | IBV_QP_RNR_RETRY
+                    | IBV_QP_SQ_PSN
+                    | IBV_QP_MAX_QP_RD_ATOMIC;
+                a.timeout = ACK_TIMEOUT;
+                a.retry_cnt = retry.min(7);
+                a.rnr_retry = rnr.min(7);
+                a.sq_psn = i.local.psn;
+                a.max_rd_atomic = init_depth;
+            }
+            _ => return fail(libc::EINVAL, format!("QP state {state}")),
+        }
+        Ok(proto::CmQpAttr {
+            attr_mask: mask,
+            attr: a,
+        })
+    }
+
+    /// A CM message from the masqd at `from` (already known to be a host
+    /// of the VPC map). Anything that does not fit is logged and dropped.
+    pub fn on_peer(&self, shared: &Shared, from: Ipv4Addr, msg: PeerMsg) {
+        debug!(%from, ?msg, "CM message in");
+        let mut st = self.lock();
+        let st = &mut *st;
+        match msg {
+            PeerMsg::Req {
+                from_id,
+                vni,
+                src,
+                src_port,
+                dst,
+                dst_port,
+                params,
+            } => self.on_req(
+                shared,
+                st,
+                from,
+                from_id,
+                vni,
+                (src, src_port),
+                (dst, dst_port),
+                params,
+            ),
+            PeerMsg::Rep {
+                to_id,
+                from_id,
+                params,
+            } => {
+                let ok = st.ids.get(&to_id).is_some_and(|i| {
+                    i.phase == Phase::Connecting && i.peer_host == from && i.peer.is_none()
+                });
+                if !ok {
+                    // Too late (timed out) or unknown: tell the peer, so its
+                    // side does not wait for an RTU that will not come.
+                    self.send(
+                        from,
+                        PeerMsg::Rej {
+                            to_id: from_id,
+                            from_id: to_id,
+                            reason: proto::CM_REJ_CONSUMER_DEFINED,
+                            private_data: Vec::new(),
+                        },
+                    );
+                    return;
+                }
+                if params.private_data.len() > proto::CM_MAX_PRIVATE_DATA {
+                    return;
+                }
+                if let Some(i) = st.ids.get_mut(&to_id) {
+                    i.peer = Some(PeerRef {
+                        host: from,
+                        id: from_id,
+                    });
+                    i.remote = params;
+                    i.phase = Phase::RepReceived;
+                    i.deadline = None;
+                    let param = i.remote.to_event();
+                    Self::emit(st, to_id, proto::CM_EVENT_CONNECT_RESPONSE, 0, param);
+                }
+            }
+            PeerMsg::Rej {
+                to_id,
+                from_id,
+                reason,
+                private_data,
+            } => {
+                let Some(i) = st.ids.get_mut(&to_id) else {
+                    return;
+                };
+                let from_peer = i.peer
+                    == Some(PeerRef {
+                        host: from,
+                        id: from_id,
+                    })
+                    || (i.phase == Phase::Connecting && i.peer_host == from);
+                if !from_peer
+                    || !matches!(
+                        i.phase,
+                        Phase::Connecting
+                            | Phase::RepSent
+                            | Phase::ReqReceived
+                            | Phase::RepReceived
+                    )
+                {
+                    return;
+                }
+                i.phase = Phase::Closed;
+                i.deadline = None;
+                let mut data = private_data;
+                data.truncate(proto::CM_REJ_PRIVATE_DATA);
+                let param = proto::CmConnParam {
+                    private_data: data,
+                    ..Default::default()
+                };
+                Self::emit(st, to_id, proto::CM_EVENT_REJECTED, reason, param);
+            }
+            PeerMsg::Rtu { to_id, from_id } => {
+                let Some(i) = st.ids.get_mut(&to_id) else {
+                    return;
+                };
+                if i.peer
+                    != Some(PeerRef {
+                        host: from,
+                        id: from_id,
+                    })
+                    || i.phase != Phase::RepSent
+                {
+                    return;
+                }
+                i.phase = Phase::Established;
+                i.deadline = None;
+                info!(
+                    qpn = i.local.qpn,
+                    "CM connection established: {}:{} <- {}:{} (passive)",
+                    i.src_ip,
+                    i.port,
+                    i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+                    i.dst.map_or(0, |d| d.1)
+                );
+                Self::emit(
+                    st,
+                    to_id,
+                    proto::CM_EVENT_ESTABLISHED,
+                    0,
+                    Default::default(),
+                );
+            }
+            PeerMsg::Dreq { to_id, from_id } => {
+                let Some(i) = st.ids.get_mut(&to_id) else {
+                    return;
+                };
+                if i.peer
+                    != Some(PeerRef {
+                        host: from,
+                        id: from_id,
+                    })
+                    || !matches!(
+                        i.phase,
+                        Phase::Established | Phase::RepSent | Phase::RepReceived
+                    )
+                {
+                    return;
+                }
+                i.phase = Phase::Closed;
+                i.deadline = None;
+                Self::emit(
+                    st,
+                    to_id,
+                    proto::CM_EVENT_DISCONNECTED,
+                    0,
+                    Default::default(),
+                );
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_req(
+        &self,
+        shared: &Shared,
+        st: &mut State,
+        from: Ipv4Addr,
+        from_id: u32,
+        vni: u32,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        params: Params,
+    ) {
+        // The sending host must be where the VPC map puts the source.
+        match shared.vpc.lookup(vni, src.0) {
+            Some(p) if p.host == from => {}
+            _ => {
+                warn!(%from, vni, src = %src.0, "CM request from a host that does not hold its source; dropped");
+                return;
+            }
+        }
+        let Some(ep) = shared
+            .endpoints
+            .iter()
+            .find(|e| e.cfg.vni == vni && e.cfg.vip == dst.0)
+            .cloned()
+        else {
+            warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
+            return;
+        };
+        if params.private_data.len() > proto::CM_REQ_PRIVATE_DATA || params.qpn == 0 {
+            warn!(%from, "malformed CM request; dropped");
+            return;
+        }
+        // A repeated REQ for a connection already under way changes nothing.
+        if st.ids.values().any(|i| {
+            i.peer
+                == Some(PeerRef {
+                    host: from,
+                    id: from_id,
+                })
+        }) {
+            return;
+        }
+        if let Err(why) = shared.admission.decide(&ep.cfg.tenant, vni, dst.0, src.0) {
+            warn!(
+                "CM connect {}:{} -> {}:{} denied by security groups: {why}",
+                src.0, src.1, dst.0, dst.1
+            );
+            return;
+        }
+        let listener = st
+            .ports
+            .get(&(ep.cfg.name.clone(), dst.1))
+            .copied()
+            .filter(|l| st.ids.get(l).is_some_and(|i| i.phase == Phase::Listening));
+        let Some(listener) = listener else {
+            debug!(port = dst.1, "CM request for a port nobody listens on");
+            self.send(
+                from,
+                PeerMsg::Rej {
+                    to_id: from_id,
+                    from_id: 0,
+                    reason: proto::CM_REJ_INVALID_SERVICE_ID,
+                    private_data: Vec::new(),
+                },
+            );
+            return;
+        };
+        let (session, channel) = match st.ids.get(&listener) {
+            Some(l) => (l.session, l.channel),
+            None => return,
+        };
+        let id = self.new_id(st, session, channel, ep.clone());
+        if let Some(i) = st.ids.get_mut(&id) {
+            i.src_ip = ep.cfg.vip;
+            i.port = dst.1;
+            i.dst = Some(src);
+            i.phase = Phase::ReqReceived;
+            i.listen_id = listener;
+            i.peer = Some(PeerRef {
+                host: from,
+                id: from_id,
+            });
+            i.peer_host = from;
+            i.local.psn = random_u32() & 0xFF_FFFF;
+            i.remote = params;
+            info!(
+                "CM connect request {}:{} -> {}:{}",
+                src.0, src.1, dst.0, dst.1
+            );
+            let param = i.remote.to_event();
+            Self::emit(st, id, proto::CM_EVENT_CONNECT_REQUEST, 0, param);
+        }
+    }
+
+    /// Time out what waited too long; called a few times a second.
+    pub fn expire(&self) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let late: Vec<u32> = st
+            .ids
+            .iter()
+            .filter(|(_, i)| i.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for id in late {
+            if let Some(i) = st.ids.get_mut(&id) {
+                i.deadline = None;
+                i.phase = Phase::Closed;
+                info!(id, "CM connection timed out");
+            }
+            Self::emit(
+                &st,
+                id,
+                proto::CM_EVENT_UNREACHABLE,
+                -libc::ETIMEDOUT,
+                Default::default(),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ib_mtu_follows_the_netdev() {
+        assert_eq!(ib_mtu(1500), 3);
+        assert_eq!(ib_mtu(1450), 3);
+        assert_eq!(ib_mtu(9000), 5);
+        assert_eq!(ib_mtu(1100), 2);
+    }
+
+    #[test]
+    fn peer_messages_round_trip_as_json() {
+        let m = PeerMsg::Req {
+            from_id: 3,
+            vni: 100,
+            src: Ipv4Addr::new(10, 0, 0, 5),
+            src_port: 40001,
+            dst: Ipv4Addr::new(10, 0, 0, 6),
+            dst_port: 7174,
+            params: Params {
+                qpn: 0x11,
+                psn: 5,
+                private_data: b"ping".to_vec(),
+                ..Default::default()
+            },
+        };
+        let s = serde_json::to_string(&m).expect("encode");
+        assert_eq!(serde_json::from_str::<PeerMsg>(&s).expect("decode"), m);
+        assert!(serde_json::from_str::<PeerMsg>("{\"type\":\"rep\"}").is_err());
+    }
+
+    #[test]
+    fn event_params_swap_the_depths() {
+        let p = Params {
+            responder_resources: 4,
+            initiator_depth: 1,
+            ..Default::default()
+        };
+        let e = p.to_event();
+        assert_eq!((e.responder_resources, e.initiator_depth), (1, 4));
+    }
+}
