@@ -444,6 +444,36 @@ impl Cm {
             })
     }
 
+    /// Every id, for `masqctl cm`.
+    pub fn list(&self) -> Vec<serde_json::Value> {
+        let st = self.lock();
+        st.ids
+            .iter()
+            .map(|(id, i)| {
+                let (dip, dport) = i.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
+                let side = match i.phase {
+                    Phase::Listening => "listen",
+                    Phase::Idle | Phase::AddrResolved | Phase::RouteResolved => "-",
+                    _ if i.active => "active",
+                    _ => "passive",
+                };
+                serde_json::json!({
+                    "id": id,
+                    "endpoint": i.ep.cfg.name,
+                    "tenant": i.ep.cfg.tenant,
+                    "vni": i.ep.cfg.vni,
+                    "session": i.session,
+                    "state": format!("{:?}", i.phase).to_lowercase(),
+                    "side": side,
+                    "local": format!("{}:{}", i.src_ip, i.port),
+                    "peer": format!("{dip}:{dport}"),
+                    "qpn": i.local.qpn,
+                    "peer_qpn": i.remote.qpn,
+                })
+            })
+            .collect()
+    }
+
     /// Serve one CM request from a session of endpoint `ep`.
     pub fn request(
         &self,

@@ -15,6 +15,8 @@ pub enum Request {
     Status,
     Endpoints,
     Sessions,
+    /// RDMA CM ids: listeners and connections, like ss(8).
+    Cm,
     /// Validate a policy file without applying it.
     PolicyCheck {
         path: PathBuf,
@@ -154,6 +156,26 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 "uptime_s",
             ] {
                 let _ = writeln!(out, "{k:<10} {}", s(reply, k));
+            }
+        }
+        Request::Cm => {
+            let _ = writeln!(
+                out,
+                "{:<12} {:>6} {:<13} {:<7} {:<21} {:<21} {:>8}",
+                "ENDPOINT", "ID", "STATE", "SIDE", "LOCAL", "PEER", "QPN"
+            );
+            for i in reply["ids"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "{:<12} {:>6} {:<13} {:<7} {:<21} {:<21} {:>8}",
+                    s(i, "endpoint"),
+                    s(i, "id"),
+                    s(i, "state"),
+                    s(i, "side"),
+                    s(i, "local"),
+                    s(i, "peer"),
+                    s(i, "qpn")
+                );
             }
         }
         Request::Endpoints => {

@@ -713,6 +713,7 @@ fn answer(shared: &Shared, req: &Request) -> Value {
             Err(e) => json!({ "error": e }),
         },
         Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
+        Request::Cm => json!({ "ids": shared.cm.list() }),
         Request::Sessions => {
             let list: Vec<Value> = sessions
                 .iter()

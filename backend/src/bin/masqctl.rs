@@ -38,6 +38,8 @@ enum Command {
     Endpoints,
     /// Live sessions (one per opened device context) and their QPs.
     Sessions,
+    /// RDMA CM ids of librdmacm apps: listeners and connections.
+    Cm,
     /// Security groups: check, apply or show the policy.
     #[command(subcommand)]
     Policy(PolicyCmd),
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
         Command::Status => Request::Status,
         Command::Endpoints => Request::Endpoints,
         Command::Sessions => Request::Sessions,
+        Command::Cm => Request::Cm,
         Command::Policy(PolicyCmd::Check { file }) => Request::PolicyCheck {
             path: absolute(file),
         },

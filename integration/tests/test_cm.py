@@ -1,0 +1,234 @@
+"""Stock librdmacm apps (rping, perftest -R, rdma_server/rdma_client)
+connect by virtual IP and port through masq's RDMA CM: listeners per
+endpoint, the CM exchange between the hosts' masqds, security groups at
+connect time, and RConntrack entries that know which side connected."""
+import json
+import os
+import time
+
+import pytest
+
+from masq_testbed import finish, parse_bw, parse_lat
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "configs", "cm")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+CM_PDATA = os.path.join(REPO, "integration", "build", "cm_pdata")
+PERF = ["-d", "vrdma0", "-R", "-F"]
+
+
+@pytest.fixture(scope="module")
+def cm(testbed):
+    with testbed.masq_running(CONFIG):
+        yield testbed
+
+
+def masqctl(tb, host, *args):
+    return json.loads(tb.run(host, MASQCTL, "-o", "json", *args).stdout)
+
+
+def conntrack(tb, host, *filters):
+    return masqctl(tb, host, "conntrack", "-L", *filters)["entries"]
+
+
+def _fail_if_exited(procs):
+    for p in procs:
+        if p.poll() is not None:
+            rc, out, err = finish(p)
+            raise AssertionError(f"app exited ({rc}) too early:\n{out}\n{err}")
+
+
+def wait_cm_listening(tb, host, endpoint, port, procs=(), timeout=60):
+    """Block until endpoint has a CM listener on port (masqctl cm)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for i in masqctl(tb, host, "cm")["ids"]:
+            if i["endpoint"] == endpoint and i["side"] == "listen" and i["local"].endswith(f":{port}"):
+                return
+        _fail_if_exited(procs)
+        time.sleep(0.3)
+    raise TimeoutError(f"no CM listener on port {port} in {endpoint}")
+
+
+def serve(tb, host, endpoint, port, *argv):
+    srv = tb.tenant_spawn(host, endpoint, *argv)
+    try:
+        wait_cm_listening(tb, host, endpoint, port, procs=(srv,))
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    return srv
+
+
+def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300):
+    """Run srv_argv in endpoint server (host, name), then cli_argv in client."""
+    srv = serve(tb, *server, port, *srv_argv)
+    cli = tb.tenant_run(*client, *cli_argv, check=False, timeout=timeout)
+    if cli.returncode != 0:
+        srv.kill()
+    rc, out, err = finish(srv, timeout)
+    assert cli.returncode == 0, f"client failed:\n{cli.stdout}\n{cli.stderr}"
+    assert rc == 0, f"server failed:\n{out}\n{err}"
+    return out, cli.stdout
+
+
+def rping(role, addr, port, count):
+    return ["rping", f"-{role}", "-a", addr, "-p", str(port), "-C", str(count), "-v"]
+
+
+def test_rping_across_hosts_by_virtual_ip(cm):
+    srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
+                    rping("s", "10.0.0.2", 7174, 20), rping("c", "10.0.0.2", 7174, 20), 7174)
+    assert cli.count("ping data: rdma-ping-") == 20, cli
+    assert srv.count("server ping data: rdma-ping-") == 20, srv
+
+
+def test_rping_between_endpoints_on_one_host(cm):
+    _, cli = pair(cm, ("host1", "acme-c"), ("host1", "acme-a"),
+                  rping("s", "10.0.0.3", 7175, 10), rping("c", "10.0.0.3", 7175, 10), 7175)
+    assert cli.count("ping data: rdma-ping-") == 10, cli
+
+
+def test_rping_with_an_app_managed_qp(cm):
+    # rping -q creates its own QP and drives it with rdma_init_qp_attr and
+    # rdma_establish instead of letting the CM move it.
+    srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
+                    [*rping("s", "10.0.0.2", 7176, 5), "-q"],
+                    [*rping("c", "10.0.0.2", 7176, 5), "-q"], 7176)
+    assert cli.count("ping data: rdma-ping-") == 5, cli
+
+
+@pytest.mark.parametrize("tool,port", [("ib_write_bw", 7181), ("ib_read_bw", 7182)])
+def test_perftest_bandwidth_over_rdma_cm(cm, tool, port):
+    argv = [tool, *PERF, "-s", "65536", "-n", "100", "-p", str(port)]
+    _, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"), argv, [*argv, "10.0.0.2"], port)
+    r = parse_bw(cli)
+    assert r["bytes"] == 65536 and r["iterations"] == 100 and r["bw_avg_mbps"] > 0
+
+
+def test_perftest_latency_over_rdma_cm(cm):
+    argv = ["ib_send_lat", *PERF, "-s", "64", "-n", "200", "-p", "7183"]
+    _, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"), argv, [*argv, "10.0.0.2"], 7183)
+    r = parse_lat(cli)
+    assert r["iterations"] == 200 and r["t_typical_us"] > 0
+
+
+def test_rdma_server_and_client(cm):
+    srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
+                    ["rdma_server", "-p", "7184"], ["rdma_client", "-s", "10.0.0.2", "-p", "7184"],
+                    7184)
+    assert "rdma_client: end 0" in cli, cli
+    assert "rdma_server: end 0" in srv, srv
+
+
+def test_private_data_passes_both_ways_and_reject_reaches_the_client(cm):
+    srv = serve(cm, "host2", "acme-b", 7190, CM_PDATA, "server", "7190", "2")
+    try:
+        ok = cm.tenant_run("host1", "acme-a", CM_PDATA, "client", "10.0.0.2", "7190", "hello",
+                           check=False)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert "established private_data=welcome:hello" in ok.stdout
+        assert "event RDMA_CM_EVENT_DISCONNECTED" in ok.stdout
+        no = cm.tenant_run("host1", "acme-a", CM_PDATA, "client", "10.0.0.2", "7190", "reject-me",
+                           check=False)
+        assert no.returncode == 2, no.stdout + no.stderr
+        # IB CM reason 28: rejected by the consumer, with its private data.
+        assert "event RDMA_CM_EVENT_REJECTED status 28" in no.stdout
+        assert "rejected private_data=go-away" in no.stdout
+    finally:
+        rc, out, err = finish(srv, 60)
+    assert rc == 0, out + err
+    assert "request private_data=hello" in out and "request private_data=reject-me" in out
+    # The server saw the client leave.
+    assert "event RDMA_CM_EVENT_DISCONNECTED" in out
+
+
+def test_connect_to_a_port_nobody_listens_on_is_rejected(cm):
+    r = cm.tenant_run("host1", "acme-a", CM_PDATA, "client", "10.0.0.2", "7199", "x", check=False)
+    # As the kernel's CM answers it: REJECTED, reason 8 (invalid service ID).
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "event RDMA_CM_EVENT_REJECTED status 8" in r.stdout
+
+
+def test_address_outside_the_vpc_fails_to_resolve(cm):
+    r = cm.tenant_run("host1", "acme-a", CM_PDATA, "client", "10.0.0.9", "7190", "x", check=False)
+    assert r.returncode == 1
+    assert "event RDMA_CM_EVENT_ADDR_ERROR status -113" in r.stdout, r.stdout  # EHOSTUNREACH
+
+
+def test_denied_connect_looks_dropped(cm):
+    # acme-c (a server) may not reach acme-b: the REQ is dropped, so the
+    # client times out as behind a firewall, and no listener hears of it.
+    srv = serve(cm, "host2", "acme-b", 7191, CM_PDATA, "server", "7191", "1")
+    try:
+        t0 = time.monotonic()
+        r = cm.tenant_run("host1", "acme-c", CM_PDATA, "client", "10.0.0.2", "7191", "x",
+                          check=False)
+        waited = time.monotonic() - t0
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert "event RDMA_CM_EVENT_UNREACHABLE status -110" in r.stdout  # ETIMEDOUT
+        assert waited >= 4.5, waited  # cm.timeoutMs, 5 s by default
+        assert conntrack(cm, "host1", "-s", "10.0.0.3") == []
+        assert "denied by security groups" in cm.masqd_log("host1")
+    finally:
+        srv.kill()
+        _, out, _ = finish(srv, 60)
+    assert "request" not in out, out
+
+
+def test_same_vip_and_port_in_two_vnis(cm):
+    # acme-b and globex-b are both 10.0.0.2 on host2; both listen on 7192.
+    a = serve(cm, "host2", "acme-b", 7192, CM_PDATA, "server", "7192", "1")
+    g = serve(cm, "host2", "globex-b", 7192, CM_PDATA, "server", "7192", "1")
+    try:
+        listeners = {
+            i["endpoint"] for i in masqctl(cm, "host2", "cm")["ids"]
+            if i["side"] == "listen" and i["local"].endswith(":7192")
+        }
+        assert listeners == {"acme-b", "globex-b"}
+        for host, ep, data in [("host1", "globex-a", "globex"), ("host1", "acme-a", "acme")]:
+            r = cm.tenant_run(host, ep, CM_PDATA, "client", "10.0.0.2", "7192", data, check=False)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert f"established private_data=welcome:{data}" in r.stdout
+    finally:
+        outs = {}
+        for name, p in (("acme", a), ("globex", g)):
+            rc, out, err = finish(p, 60)
+            outs[name] = (rc, out + err)
+    assert outs["acme"][0] == 0 and "request private_data=acme\n" in outs["acme"][1], outs
+    assert outs["globex"][0] == 0 and "request private_data=globex\n" in outs["globex"][1], outs
+
+
+def _wait_entry(tb, host, *filters, procs=(), timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entries = [e for e in conntrack(tb, host, *filters) if e["state"] == "ESTABLISHED"]
+        if entries:
+            return entries
+        _fail_if_exited(procs)
+        time.sleep(0.3)
+    raise TimeoutError(f"no established connection on {host} for {filters}")
+
+
+def test_cm_connections_are_tracked_with_their_side(cm):
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "1500", "-p", "7193"]
+    srv = serve(cm, "host2", "acme-b", 7193, *argv)
+    cli = cm.tenant_spawn("host1", "acme-a", *argv, "10.0.0.2")
+    try:
+        a = _wait_entry(cm, "host1", "-t", "acme", "-d", "10.0.0.2", procs=(srv, cli))
+        b = _wait_entry(cm, "host2", "-t", "acme", "-s", "10.0.0.2", procs=(srv, cli))
+        assert len(a) == 1 and len(b) == 1, (a, b)
+        assert a[0]["cm"]["active"] is True and a[0]["cm"]["remote_port"] == 7193
+        assert b[0]["cm"]["active"] is False and b[0]["cm"]["local_port"] == 7193
+        assert a[0]["cm"]["local_port"] == b[0]["cm"]["remote_port"]
+        assert a[0]["local_qpn"] == b[0]["remote_qpn"]
+        assert a[0]["rule"] == "acme/clients/egress(all)+acme/servers/ingress[0]"
+        line = masqctl(cm, "host1", "conntrack", "-L")["lines"]
+        assert any(" cm=active sport=" in ln and "dport=7193" in ln for ln in line), line
+    finally:
+        for p in (cli, srv):
+            rc, out, err = finish(p)
+            assert rc == 0, out + err
+    assert conntrack(cm, "host1", "-t", "acme") == []
