@@ -78,41 +78,91 @@ static int send_msg(int sock, const void *buf, size_t len, int pass_fd)
 	return (size_t)n == len ? 0 : EPROTO;
 }
 
+/* Close every descriptor an SCM_RIGHTS message of mh carried, but hand the
+ * first to *keep when keep is not NULL. */
+static void take_fds(struct msghdr *mh, int *keep)
+{
+	struct cmsghdr *c;
+
+	for (c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		size_t i, n;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (keep && *keep < 0)
+				*keep = fd;
+			else
+				close(fd);
+		}
+	}
+}
+
 /*
  * Send a request and wait for the datagram answering it, skipping any
  * asynchronous notices that arrive first. Returns the reply's length in
  * buf (to be checked by the typed masq_msg_*_decode), or -errno. *sent
- * tells whether the request left (then masqd may have acted on it).
+ * tells whether the request left (then masqd may have acted on it). A
+ * descriptor the reply carries goes to *got_fd (-1 if none) when got_fd
+ * is not NULL, else it is closed.
  */
 static ssize_t roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len, int pass_fd,
-			 uint8_t buf[MASQ_MAX_MESSAGE], int *sent)
+			 uint8_t buf[MASQ_MAX_MESSAGE], int *sent, int *got_fd)
 {
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = MASQ_MAX_MESSAGE };
+	struct msghdr mh;
 	struct masq_hdr hdr;
 	uint32_t id = ++*next_id;
 	ssize_t n;
-	int err;
+	int err, fd;
 
 	*sent = 0;
+	if (got_fd)
+		*got_fd = -1;
 	masq_hdr_set_request_id(req, id);
 	err = send_msg(sock, req, req_len, pass_fd);
 	if (err)
 		return -err;
 	*sent = 1;
 	for (;;) {
+		memset(&mh, 0, sizeof(mh));
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
 		do
-			n = recv(sock, buf, MASQ_MAX_MESSAGE, 0);
+			n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
 		while (n < 0 && errno == EINTR);
 		if (n < 0)
 			return -errno;
 		if (n == 0)
 			return -ECONNRESET;
+		fd = -1;
+		take_fds(&mh, &fd);
 		err = masq_hdr_decode(buf, (size_t)n, &hdr);
-		if (err)
-			return err;
-		if (masq_opcode_is_notice(hdr.opcode))
+		if (!err && masq_opcode_is_notice(hdr.opcode)) {
+			if (fd >= 0)
+				close(fd);
 			continue; /* no notice needs the frontend's action yet */
-		if (hdr.request_id != id)
-			return -EPROTO;
+		}
+		if (!err && hdr.request_id != id)
+			err = -EPROTO;
+		if (err || !got_fd) {
+			if (fd >= 0)
+				close(fd);
+			if (err)
+				return err;
+		} else {
+			*got_fd = fd;
+		}
 		return n;
 	}
 }
@@ -191,7 +241,7 @@ static ssize_t session_call(struct masq_session *s, void *req, size_t len, int p
 		err = wait_connected(s, &deadline);
 		if (err)
 			return err;
-		n = roundtrip(s->fd, &s->next_request, req, len, pass_fd, buf, &sent);
+		n = roundtrip(s->fd, &s->next_request, req, len, pass_fd, buf, &sent, NULL);
 		if (n >= 0 || !lost(n))
 			return n;
 		/* Only the watcher closes the socket (it may be polling it). */
@@ -214,7 +264,7 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep)
 	req.body.features = 0;
 	masq_copy_name(req.body.app_name, sizeof(req.body.app_name),
 		       program_invocation_short_name);
-	n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent);
+	n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
 	if (n < 0)
 		return (int)-n;
 	err = masq_msg_hello_reply_decode(buf, (size_t)n, rep);
@@ -251,6 +301,48 @@ int masq_describe_device(struct masq_device *out)
 	return 0;
 }
 
+int masq_conn_open(struct masq_conn *c)
+{
+	struct masq_msg_hello_reply rep;
+	int err;
+
+	c->next_request = 0;
+	c->fd = connect_masqd(masq_socket_path());
+	if (c->fd < 0)
+		return errno;
+	err = hello(c->fd, &c->next_request, &rep);
+	if (err) {
+		close(c->fd);
+		c->fd = -1;
+	}
+	return err;
+}
+
+void masq_conn_close(struct masq_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+}
+
+ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE],
+		       int *got_fd)
+{
+	ssize_t n;
+	int sent;
+
+	if (got_fd)
+		*got_fd = -1;
+	if (c->fd < 0)
+		return -ENOTCONN;
+	n = roundtrip(c->fd, &c->next_request, req, len, -1, buf, &sent, got_fd);
+	if (n < 0 && lost(n)) {
+		masq_conn_close(c);
+		return -ECONNRESET;
+	}
+	return n;
+}
+
 /* Connect, HELLO, OPEN_DEVICE with cmd_fd: a new session socket, or -1
  * with *err set. */
 static int open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t *session_id,
@@ -274,7 +366,7 @@ static int open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_
 		*session_id = hrep.body.session_id;
 		*port = hrep.body.phys_port;
 		masq_msg_open_device_req_init(&req);
-		n = roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent);
+		n = roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent, NULL);
 		*err = n < 0 ? (int)-n : -masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
 	}
 	if (*err) {
@@ -351,7 +443,7 @@ static int resync_all(struct masq_session *s, int sock, uint32_t *next_id, unsig
 		memcpy(req.body.dgid, q->dgid, sizeof(req.body.dgid));
 		if (masq_resync_qp_req_validate(&req.body))
 			continue;
-		n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent);
+		n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
 		if (n < 0)
 			return (int)n; /* the new connection failed too: retry */
 		err = masq_msg_resync_qp_reply_decode(buf, (size_t)n, &rep);
@@ -557,7 +649,7 @@ int masq_query_gid_table(struct masq_session *s, struct masq_gid *gids, unsigned
 }
 
 /* Copy the fields an attribute mask names; the protocol wants the rest 0. */
-static void attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, int mask)
+void masq_qp_attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, int mask)
 {
 	const struct ibv_ah_attr *ah = &a->ah_attr;
 
@@ -622,6 +714,42 @@ static void attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, in
 	}
 }
 
+void masq_qp_attr_from_wire(struct ibv_qp_attr *attr, const struct masq_qp_attr *w)
+{
+	struct ibv_ah_attr *ah = &attr->ah_attr;
+
+	attr->qp_state = (enum ibv_qp_state)w->qp_state;
+	attr->cur_qp_state = (enum ibv_qp_state)w->cur_qp_state;
+	attr->path_mtu = (enum ibv_mtu)w->path_mtu;
+	attr->path_mig_state = (enum ibv_mig_state)w->path_mig_state;
+	attr->qkey = w->qkey;
+	attr->rq_psn = w->rq_psn;
+	attr->sq_psn = w->sq_psn;
+	attr->dest_qp_num = w->dest_qp_num;
+	attr->qp_access_flags = (unsigned int)w->qp_access_flags;
+	attr->pkey_index = w->pkey_index;
+	attr->sq_draining = w->sq_draining;
+	attr->max_rd_atomic = w->max_rd_atomic;
+	attr->max_dest_rd_atomic = w->max_dest_rd_atomic;
+	attr->min_rnr_timer = w->min_rnr_timer;
+	attr->port_num = w->port_num;
+	attr->timeout = w->timeout;
+	attr->retry_cnt = w->retry_cnt;
+	attr->rnr_retry = w->rnr_retry;
+	memset(ah, 0, sizeof(*ah));
+	memcpy(ah->grh.dgid.raw, w->ah_attr.dgid, sizeof(ah->grh.dgid.raw));
+	ah->grh.flow_label = w->ah_attr.flow_label;
+	ah->grh.sgid_index = w->ah_attr.sgid_index;
+	ah->grh.hop_limit = w->ah_attr.hop_limit;
+	ah->grh.traffic_class = w->ah_attr.traffic_class;
+	ah->is_global = w->ah_attr.is_global;
+	ah->dlid = w->ah_attr.dlid;
+	ah->sl = w->ah_attr.sl;
+	ah->src_path_bits = w->ah_attr.src_path_bits;
+	ah->static_rate = w->ah_attr.static_rate;
+	ah->port_num = w->ah_attr.port_num;
+}
+
 /* Call under s->lock: the QP's state as the kernel has it now, or -errno. */
 static int current_state(struct masq_session *s, uint32_t handle)
 {
@@ -656,7 +784,7 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 	req.body.qp_num = qp->qp_num;
 	req.body.qp_type = (uint32_t)qp->qp_type;
 	req.body.attr_mask = (uint32_t)attr_mask;
-	attr_to_wire(&req.body.attr, attr, attr_mask);
+	masq_qp_attr_to_wire(&req.body.attr, attr, attr_mask);
 	/* Values outside the protocol's ranges are the app's error. */
 	if (masq_modify_qp_req_validate(&req.body))
 		return EINVAL;
@@ -696,8 +824,6 @@ int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr 
 {
 	struct masq_msg_query_qp_req req;
 	struct masq_msg_query_qp_reply rep;
-	const struct masq_qp_attr *w = &rep.body;
-	struct ibv_ah_attr *ah = &attr->ah_attr;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
 	int err;
@@ -713,36 +839,7 @@ int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr 
 	err = masq_msg_query_qp_reply_decode(buf, (size_t)n, &rep);
 	if (err)
 		return -err;
-	attr->qp_state = (enum ibv_qp_state)w->qp_state;
-	attr->cur_qp_state = (enum ibv_qp_state)w->cur_qp_state;
-	attr->path_mtu = (enum ibv_mtu)w->path_mtu;
-	attr->path_mig_state = (enum ibv_mig_state)w->path_mig_state;
-	attr->qkey = w->qkey;
-	attr->rq_psn = w->rq_psn;
-	attr->sq_psn = w->sq_psn;
-	attr->dest_qp_num = w->dest_qp_num;
-	attr->qp_access_flags = (unsigned int)w->qp_access_flags;
-	attr->pkey_index = w->pkey_index;
-	attr->sq_draining = w->sq_draining;
-	attr->max_rd_atomic = w->max_rd_atomic;
-	attr->max_dest_rd_atomic = w->max_dest_rd_atomic;
-	attr->min_rnr_timer = w->min_rnr_timer;
-	attr->port_num = w->port_num;
-	attr->timeout = w->timeout;
-	attr->retry_cnt = w->retry_cnt;
-	attr->rnr_retry = w->rnr_retry;
-	memset(ah, 0, sizeof(*ah));
-	memcpy(ah->grh.dgid.raw, w->ah_attr.dgid, sizeof(ah->grh.dgid.raw));
-	ah->grh.flow_label = w->ah_attr.flow_label;
-	ah->grh.sgid_index = w->ah_attr.sgid_index;
-	ah->grh.hop_limit = w->ah_attr.hop_limit;
-	ah->grh.traffic_class = w->ah_attr.traffic_class;
-	ah->is_global = w->ah_attr.is_global;
-	ah->dlid = w->ah_attr.dlid;
-	ah->sl = w->ah_attr.sl;
-	ah->src_path_bits = w->ah_attr.src_path_bits;
-	ah->static_rate = w->ah_attr.static_rate;
-	ah->port_num = w->ah_attr.port_num;
+	masq_qp_attr_from_wire(attr, &rep.body);
 	memset(&attr->alt_ah_attr, 0, sizeof(attr->alt_ah_attr));
 	return 0;
 }

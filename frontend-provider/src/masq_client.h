@@ -18,6 +18,9 @@
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include "masq_proto.h"
 
 #define MASQ_MAX_GIDS 16
 #define MASQ_DEFAULT_SOCKET "/run/masq/masq.sock"
@@ -72,6 +75,34 @@ const char *masq_socket_path(void);
 
 /* HELLO on a short-lived connection. 0, or -1 with errno set. */
 int masq_describe_device(struct masq_device *out);
+
+/*
+ * A plain connection: HELLO and then the caller's requests (the RDMA CM's),
+ * no device, no watcher, no reconnection. The caller serializes calls.
+ */
+struct masq_conn {
+	int fd; /* -1 when closed */
+	uint32_t next_request;
+};
+
+/* Connect and HELLO. 0 or an errno. */
+int masq_conn_open(struct masq_conn *c);
+void masq_conn_close(struct masq_conn *c);
+
+/*
+ * Send req and receive its reply into buf: the reply's length (to check
+ * with its masq_msg_*_decode), or -errno; -ECONNRESET once masqd is gone,
+ * after which the connection is closed. got_fd (may be NULL) receives a
+ * descriptor the reply carried, or -1.
+ */
+ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE],
+		       int *got_fd);
+
+/* struct ibv_qp_attr <-> the wire: to_wire copies only the fields of mask
+ * and zeroes the rest; from_wire fills every field the wire carries except
+ * the capabilities, en_sqd_async_notify, rate_limit and the alternate path. */
+void masq_qp_attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, int mask);
+void masq_qp_attr_from_wire(struct ibv_qp_attr *a, const struct masq_qp_attr *w);
 
 /* Connect, HELLO, and hand masqd the context's uverbs fd; start the
  * watcher unless `watch` is 0. 0 or an errno. */

@@ -284,6 +284,204 @@ static void qp_error_notice(struct masq_msg_qp_error_notice *m)
 	m->body.reason = MASQ_QP_ERROR_POLICY_RESET;
 }
 
+/* RDMA CM: rping's client (10.0.0.5) connecting to its server at
+ * 10.0.0.6:7174, id 3 on channel 1 (cm_goldens() in golden.rs). */
+
+static struct masq_cm_addr cm_addr(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
+{
+	struct masq_cm_addr w;
+
+	memset(&w, 0, sizeof(w));
+	w.addr[0] = a;
+	w.addr[1] = b;
+	w.addr[2] = c;
+	w.addr[3] = d;
+	w.port = port;
+	return w;
+}
+
+static struct masq_cm_addrs cm_addrs(void)
+{
+	struct masq_cm_addrs a;
+
+	a.src = cm_addr(10, 0, 0, 5, 40001);
+	a.dst = cm_addr(10, 0, 0, 6, 7174);
+	return a;
+}
+
+static void cm_conn_param(struct masq_cm_conn_param *p, uint32_t qpn, const char *pdata)
+{
+	memset(p, 0, sizeof(*p));
+	p->responder_resources = 1;
+	p->initiator_depth = 1;
+	p->retry_count = 7;
+	p->rnr_retry_count = 7;
+	p->qp_num = qpn;
+	p->private_data_len = (uint32_t)strlen(pdata);
+	memcpy(p->private_data, pdata, p->private_data_len);
+}
+
+/* A request or reply whose body is just an id. */
+#define CM_ID_MSG(fn, type, rid, handle)            \
+	static void fn(struct type *m)              \
+	{                                           \
+		type##_init(m);                     \
+		m->hdr.request_id = (rid);          \
+		m->body.id = (handle);              \
+	}
+/* A reply with no body. */
+#define CM_EMPTY_MSG(fn, type, rid)                 \
+	static void fn(struct type *m)              \
+	{                                           \
+		type##_init(m);                     \
+		m->hdr.request_id = (rid);          \
+	}
+
+CM_EMPTY_MSG(cm_create_channel_req, masq_msg_cm_create_channel_req, 16)
+CM_EMPTY_MSG(cm_destroy_channel_reply, masq_msg_cm_destroy_channel_reply, 17)
+CM_ID_MSG(cm_create_id_reply, masq_msg_cm_create_id_reply, 18, 3)
+CM_ID_MSG(cm_destroy_id_req, masq_msg_cm_destroy_id_req, 19, 3)
+CM_EMPTY_MSG(cm_destroy_id_reply, masq_msg_cm_destroy_id_reply, 19)
+CM_EMPTY_MSG(cm_migrate_id_reply, masq_msg_cm_migrate_id_reply, 20)
+CM_ID_MSG(cm_resolve_route_req, masq_msg_cm_resolve_route_req, 23, 3)
+CM_EMPTY_MSG(cm_resolve_route_reply, masq_msg_cm_resolve_route_reply, 23)
+CM_EMPTY_MSG(cm_listen_reply, masq_msg_cm_listen_reply, 24)
+CM_EMPTY_MSG(cm_connect_reply, masq_msg_cm_connect_reply, 25)
+CM_EMPTY_MSG(cm_accept_reply, masq_msg_cm_accept_reply, 26)
+CM_EMPTY_MSG(cm_reject_reply, masq_msg_cm_reject_reply, 27)
+CM_ID_MSG(cm_disconnect_req, masq_msg_cm_disconnect_req, 28, 3)
+CM_EMPTY_MSG(cm_disconnect_reply, masq_msg_cm_disconnect_reply, 28)
+CM_ID_MSG(cm_establish_req, masq_msg_cm_establish_req, 30, 3)
+CM_EMPTY_MSG(cm_establish_reply, masq_msg_cm_establish_reply, 30)
+
+static void cm_create_channel_reply(struct masq_msg_cm_create_channel_reply *m)
+{
+	masq_msg_cm_create_channel_reply_init(m);
+	m->hdr.request_id = 16;
+	m->body.channel = 1;
+}
+
+static void cm_destroy_channel_req(struct masq_msg_cm_destroy_channel_req *m)
+{
+	masq_msg_cm_destroy_channel_req_init(m);
+	m->hdr.request_id = 17;
+	m->body.channel = 1;
+}
+
+static void cm_create_id_req(struct masq_msg_cm_create_id_req *m)
+{
+	masq_msg_cm_create_id_req_init(m);
+	m->hdr.request_id = 18;
+	m->body.channel = 1;
+	m->body.port_space = MASQ_CM_PS_TCP;
+}
+
+static void cm_migrate_id_req(struct masq_msg_cm_migrate_id_req *m)
+{
+	masq_msg_cm_migrate_id_req_init(m);
+	m->hdr.request_id = 20;
+	m->body.id = 3;
+	m->body.channel = 2;
+}
+
+static void cm_bind_addr_req(struct masq_msg_cm_bind_addr_req *m)
+{
+	masq_msg_cm_bind_addr_req_init(m);
+	m->hdr.request_id = 21;
+	m->body.id = 3;
+	m->body.addr = cm_addr(0, 0, 0, 0, 7174);
+}
+
+static void cm_bind_addr_reply(struct masq_msg_cm_bind_addr_reply *m)
+{
+	masq_msg_cm_bind_addr_reply_init(m);
+	m->hdr.request_id = 21;
+	m->body.src = cm_addr(0, 0, 0, 0, 7174);
+}
+
+static void cm_resolve_addr_req(struct masq_msg_cm_resolve_addr_req *m)
+{
+	masq_msg_cm_resolve_addr_req_init(m);
+	m->hdr.request_id = 22;
+	m->body.id = 3;
+	m->body.timeout_ms = 2000;
+	m->body.dst = cm_addrs().dst;
+}
+
+static void cm_resolve_addr_reply(struct masq_msg_cm_resolve_addr_reply *m)
+{
+	masq_msg_cm_resolve_addr_reply_init(m);
+	m->hdr.request_id = 22;
+	m->body = cm_addrs();
+}
+
+static void cm_listen_req(struct masq_msg_cm_listen_req *m)
+{
+	masq_msg_cm_listen_req_init(m);
+	m->hdr.request_id = 24;
+	m->body.id = 3;
+	m->body.backlog = 1024;
+}
+
+static void cm_connect_req(struct masq_msg_cm_connect_req *m)
+{
+	masq_msg_cm_connect_req_init(m);
+	m->hdr.request_id = 25;
+	m->body.id = 3;
+	cm_conn_param(&m->body.param, 0x11, "ping");
+}
+
+static void cm_accept_req(struct masq_msg_cm_accept_req *m)
+{
+	masq_msg_cm_accept_req_init(m);
+	m->hdr.request_id = 26;
+	m->body.id = 4;
+	cm_conn_param(&m->body.param, 0x12, "");
+}
+
+static void cm_reject_req(struct masq_msg_cm_reject_req *m)
+{
+	masq_msg_cm_reject_req_init(m);
+	m->hdr.request_id = 27;
+	m->body.id = 4;
+	m->body.private_data_len = 2;
+	memcpy(m->body.private_data, "no", 2);
+}
+
+static void cm_init_qp_attr_req(struct masq_msg_cm_init_qp_attr_req *m)
+{
+	masq_msg_cm_init_qp_attr_req_init(m);
+	m->hdr.request_id = 29;
+	m->body.id = 3;
+	m->body.qp_state = IBV_QPS_RTR;
+}
+
+static void cm_init_qp_attr_reply(struct masq_msg_cm_init_qp_attr_reply *m)
+{
+	struct masq_qp_attr *a = &m->body.attr;
+
+	masq_msg_cm_init_qp_attr_reply_init(m);
+	m->hdr.request_id = 29;
+	m->body.attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	a->qp_state = IBV_QPS_RTR;
+	a->path_mtu = IBV_MTU_1024;
+	a->dest_qp_num = 0x12;
+	a->rq_psn = 0x1234;
+	a->max_dest_rd_atomic = 1;
+	a->min_rnr_timer = 12;
+	ah_to_peer(&a->ah_attr);
+}
+
+static void cm_event_notice(struct masq_msg_cm_event_notice *m)
+{
+	masq_msg_cm_event_notice_init(m);
+	m->body.id = 3;
+	m->body.event = MASQ_CM_EVENT_CONNECT_RESPONSE;
+	m->body.addrs = cm_addrs();
+	cm_conn_param(&m->body.param, 0x12, "pong");
+}
+
 static void test_golden_hello(void)
 {
 	GOLDEN("hello_req", masq_msg_hello_req, hello_req);
@@ -363,6 +561,77 @@ static void test_golden_error_reply(void)
 		((struct masq_hdr *)buf)->opcode = MASQ_OP_QUERY_QP | MASQ_REPLY;
 		CHECK_EQ(masq_msg_query_qp_reply_decode(buf, n, &q), -EACCES);
 	}
+}
+
+#define GOLDEN_CM(name) GOLDEN(#name, masq_msg_##name, name)
+
+static void test_golden_cm(void)
+{
+	GOLDEN_CM(cm_create_channel_req);
+	GOLDEN_CM(cm_create_channel_reply);
+	GOLDEN_CM(cm_destroy_channel_req);
+	GOLDEN_CM(cm_destroy_channel_reply);
+	GOLDEN_CM(cm_create_id_req);
+	GOLDEN_CM(cm_create_id_reply);
+	GOLDEN_CM(cm_destroy_id_req);
+	GOLDEN_CM(cm_destroy_id_reply);
+	GOLDEN_CM(cm_migrate_id_req);
+	GOLDEN_CM(cm_migrate_id_reply);
+	GOLDEN_CM(cm_bind_addr_req);
+	GOLDEN_CM(cm_bind_addr_reply);
+	GOLDEN_CM(cm_resolve_addr_req);
+	GOLDEN_CM(cm_resolve_addr_reply);
+	GOLDEN_CM(cm_resolve_route_req);
+	GOLDEN_CM(cm_resolve_route_reply);
+	GOLDEN_CM(cm_listen_req);
+	GOLDEN_CM(cm_listen_reply);
+	GOLDEN_CM(cm_connect_req);
+	GOLDEN_CM(cm_connect_reply);
+	GOLDEN_CM(cm_accept_req);
+	GOLDEN_CM(cm_accept_reply);
+	GOLDEN_CM(cm_reject_req);
+	GOLDEN_CM(cm_reject_reply);
+	GOLDEN_CM(cm_disconnect_req);
+	GOLDEN_CM(cm_disconnect_reply);
+	GOLDEN_CM(cm_init_qp_attr_req);
+	GOLDEN_CM(cm_init_qp_attr_reply);
+	GOLDEN_CM(cm_establish_req);
+	GOLDEN_CM(cm_establish_reply);
+	GOLDEN("cm_event_notice", masq_msg_cm_event_notice, cm_event_notice);
+}
+
+/* What the frontend relies on when it reads CM replies and events. */
+static void test_cm_fields(void)
+{
+	struct masq_msg_cm_event_notice ev, e;
+	struct masq_msg_cm_create_id_req ci;
+	struct masq_msg_cm_init_qp_attr_req qa;
+
+	_Static_assert(MASQ_CM_PS_TCP == 0x0106, "RDMA_PS_TCP");
+	cm_event_notice(&ev);
+	CHECK_EQ(masq_msg_cm_event_notice_decode(&ev, sizeof(ev), &e), 0);
+	ev.body.param.private_data_len = MASQ_CM_MAX_PRIVATE_DATA + 1;
+	CHECK_EQ(masq_msg_cm_event_notice_decode(&ev, sizeof(ev), &e), -EINVAL);
+	cm_event_notice(&ev);
+	ev.body.param.private_data[10] = 1; /* beyond the 4 bytes in use */
+	CHECK_EQ(masq_msg_cm_event_notice_decode(&ev, sizeof(ev), &e), -EINVAL);
+	cm_event_notice(&ev);
+	ev.body.event = MASQ_CM_EVENT_TIMEWAIT_EXIT + 1;
+	CHECK_EQ(masq_msg_cm_event_notice_decode(&ev, sizeof(ev), &e), -EINVAL);
+	cm_event_notice(&ev);
+	ev.body.addrs.dst.reserved[0] = 1;
+	CHECK_EQ(masq_msg_cm_event_notice_decode(&ev, sizeof(ev), &e), -EINVAL);
+	cm_event_notice(&ev);
+	ev.hdr.request_id = 5; /* notices have none */
+	CHECK_EQ(masq_msg_cm_event_notice_decode(&ev, sizeof(ev), &e), -EPROTO);
+
+	cm_create_id_req(&ci);
+	CHECK_EQ(masq_cm_create_id_req_validate(&ci.body), 0);
+	ci.body.port_space = 0x0111; /* RDMA_PS_UDP: not served */
+	CHECK_EQ(masq_cm_create_id_req_validate(&ci.body), -EINVAL);
+	cm_init_qp_attr_req(&qa);
+	qa.body.qp_state = IBV_QPS_ERR;
+	CHECK_EQ(masq_cm_init_qp_attr_req_validate(&qa.body), -EINVAL);
 }
 
 static void test_framing(void)
@@ -501,7 +770,9 @@ static void test_corruption(void)
 		"open_device_reply", "query_gid_table_req", "query_gid_table_reply",
 		"modify_qp_req",     "modify_qp_reply",	   "modify_qp_reply_eacces",
 		"query_qp_req",	     "query_qp_reply",	   "destroy_qp_req",
-		"destroy_qp_reply",  "qp_error_notice",
+		"destroy_qp_reply",  "qp_error_notice",	   "cm_create_channel_reply",
+		"cm_create_id_reply", "cm_bind_addr_reply",  "cm_resolve_addr_reply",
+		"cm_init_qp_attr_reply", "cm_event_notice",
 	};
 	static const uint8_t flips[] = { 0x01, 0x80, 0xff };
 	union {
@@ -511,6 +782,11 @@ static void test_corruption(void)
 		struct masq_msg_query_qp_reply d;
 		struct masq_msg_modify_qp_req e;
 		struct masq_msg_qp_error_notice f;
+		struct masq_msg_cm_create_channel_reply g;
+		struct masq_msg_cm_create_id_reply h;
+		struct masq_msg_cm_bind_addr_reply i;
+		struct masq_msg_cm_init_qp_attr_reply j;
+		struct masq_msg_cm_event_notice k;
 	} out;
 	size_t fi, i, k;
 	unsigned long accepted = 0;
@@ -538,6 +814,11 @@ static void test_corruption(void)
 				accepted += !masq_msg_query_qp_reply_decode(b, l, &out.d);
 				accepted += !masq_msg_modify_qp_req_decode(b, l, &out.e);
 				accepted += !masq_msg_qp_error_notice_decode(b, l, &out.f);
+				accepted += !masq_msg_cm_create_channel_reply_decode(b, l, &out.g);
+				accepted += !masq_msg_cm_create_id_reply_decode(b, l, &out.h);
+				accepted += !masq_msg_cm_bind_addr_reply_decode(b, l, &out.i);
+				accepted += !masq_msg_cm_init_qp_attr_reply_decode(b, l, &out.j);
+				accepted += !masq_msg_cm_event_notice_decode(b, l, &out.k);
 			}
 			free(b);
 		}
@@ -569,6 +850,8 @@ int main(int argc, char **argv)
 	run("golden_resync_qp", test_golden_resync_qp);
 	run("golden_notice", test_golden_notice);
 	run("golden_error_reply", test_golden_error_reply);
+	run("golden_cm", test_golden_cm);
+	run("cm_fields", test_cm_fields);
 	run("framing", test_framing);
 	run("fields", test_fields);
 	run("copy_name", test_copy_name);

@@ -1,0 +1,1679 @@
+/*
+ * The RDMA CM for tenants: libmasq defines librdmacm's entry points itself.
+ *
+ * In a tenant the kernel's RDMA CM cannot resolve a virtual IP, and
+ * librdmacm's kernel device cannot be faked, so the preloaded libmasq's
+ * rdma_* definitions win over librdmacm's and carry each "ucma command" to
+ * masqd as a CM_* request, on one dedicated connection per process. Each
+ * event channel is a socket masqd hands over (SCM_RIGHTS) and pushes
+ * CM_EVENT notices on; rdma_get_cm_event turns them into struct
+ * rdma_cm_event, doing on the way what librdmacm does in user space (the
+ * active side's RTR/RTS/ESTABLISH, new ids for connection requests).
+ *
+ * QP transitions go through ibv_modify_qp, i.e. libmasq's own, to masqd.
+ * Only IPv4 and RDMA_PS_TCP (RC) are served; multicast, SRQs and ECE
+ * answer ENOSYS, so the stock librdmacm never sees a libmasq id.
+ *
+ * libibverbs is not linked: the verbs this file needs and libmasq does not
+ * define are looked up at run time, like libmasq.c does.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include "masq_client.h"
+#include "masq_cm.h"
+#include "masq_proto.h"
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+_Static_assert(MASQ_CM_PS_TCP == RDMA_PS_TCP, "port space");
+_Static_assert(MASQ_CM_EVENT_TIMEWAIT_EXIT == RDMA_CM_EVENT_TIMEWAIT_EXIT, "event numbers");
+_Static_assert(MASQ_CM_EVENT_DISCONNECTED == RDMA_CM_EVENT_DISCONNECTED, "event numbers");
+
+static void cm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void cm_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("libmasq: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/* ------------------------------------------------------------ verbs */
+
+static struct {
+	struct ibv_pd *(*alloc_pd)(struct ibv_context *);
+	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *);
+	int (*destroy_comp_channel)(struct ibv_comp_channel *);
+	struct ibv_cq *(*create_cq)(struct ibv_context *, int, void *, struct ibv_comp_channel *,
+				    int);
+	int (*destroy_cq)(struct ibv_cq *);
+	struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
+	void (*free_device_list)(struct ibv_device **);
+	int ok;
+} vb;
+
+static pthread_once_t vb_once = PTHREAD_ONCE_INIT;
+
+/* RTLD_DEFAULT: a verb libmasq ever interposes is then libmasq's. */
+static void *verb(const char *name)
+{
+	void *p = dlvsym(RTLD_DEFAULT, name, "IBVERBS_1.1");
+
+	if (!p)
+		p = dlvsym(RTLD_DEFAULT, name, "IBVERBS_1.0");
+	if (!p)
+		p = dlsym(RTLD_DEFAULT, name);
+	if (!p)
+		vb.ok = 0;
+	return p;
+}
+
+static void resolve_verbs(void)
+{
+	vb.ok = 1;
+	vb.alloc_pd = verb("ibv_alloc_pd");
+	vb.create_comp_channel = verb("ibv_create_comp_channel");
+	vb.destroy_comp_channel = verb("ibv_destroy_comp_channel");
+	vb.create_cq = verb("ibv_create_cq");
+	vb.destroy_cq = verb("ibv_destroy_cq");
+	vb.create_qp = verb("ibv_create_qp");
+	vb.free_device_list = verb("ibv_free_device_list");
+}
+
+static int have_verbs(void)
+{
+	pthread_once(&vb_once, resolve_verbs);
+	if (!vb.ok)
+		return fail(ENOSYS);
+	return 0;
+}
+
+/* ibv_create_qp_ex (an inline of verbs.h) without linking libibverbs. */
+static struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+	struct verbs_context *vctx;
+
+	if (attr->comp_mask == IBV_QP_INIT_ATTR_PD)
+		return vb.create_qp(attr->pd, (struct ibv_qp_init_attr *)attr);
+	vctx = verbs_get_ctx_op(ctx, create_qp_ex);
+	if (!vctx) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return vctx->create_qp_ex(ctx, attr);
+}
+
+/* ------------------------------------------------------------ device */
+
+/* Like librdmacm's cma_dev: opened once, kept for the process. */
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ibv_context *dev_ctx;
+static struct ibv_pd *dev_pd;
+static uint8_t dev_max_rd_atom = 1, dev_max_init_rd_atom = 1;
+
+void masq_cm_set_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
+			uint8_t max_init_rd_atom)
+{
+	pthread_mutex_lock(&dev_lock);
+	dev_ctx = ctx;
+	dev_pd = pd;
+	dev_max_rd_atom = max_rd_atom;
+	dev_max_init_rd_atom = max_init_rd_atom;
+	pthread_mutex_unlock(&dev_lock);
+}
+
+/* The masq virtual device (libmasq's own ibv_get_device_list and
+ * ibv_open_device), or NULL with errno set. */
+static struct ibv_context *cm_device(void)
+{
+	struct ibv_device_attr attr;
+	struct ibv_device **list;
+	struct ibv_context *ctx;
+	int n = 0;
+
+	pthread_mutex_lock(&dev_lock);
+	if (dev_ctx) {
+		ctx = dev_ctx;
+		pthread_mutex_unlock(&dev_lock);
+		return ctx;
+	}
+	if (have_verbs()) {
+		pthread_mutex_unlock(&dev_lock);
+		return NULL;
+	}
+	list = ibv_get_device_list(&n);
+	if (!list) {
+		pthread_mutex_unlock(&dev_lock);
+		return NULL;
+	}
+	ctx = n > 0 ? ibv_open_device(list[0]) : NULL;
+	if (n <= 0)
+		errno = ENODEV;
+	vb.free_device_list(list);
+	if (ctx) {
+		if (ibv_query_device(ctx, &attr) == 0) {
+			dev_max_rd_atom = (uint8_t)(attr.max_qp_rd_atom > 0xfe ? 0xfe
+							   : attr.max_qp_rd_atom);
+			dev_max_init_rd_atom = (uint8_t)(attr.max_qp_init_rd_atom > 0xfe
+								? 0xfe
+								: attr.max_qp_init_rd_atom);
+		}
+		dev_ctx = ctx;
+	}
+	pthread_mutex_unlock(&dev_lock);
+	return ctx;
+}
+
+/* The default PD of the CM device, for QPs created without one. */
+static struct ibv_pd *cm_default_pd(void)
+{
+	struct ibv_context *ctx = cm_device();
+	struct ibv_pd *pd;
+
+	if (!ctx)
+		return NULL;
+	pthread_mutex_lock(&dev_lock);
+	if (!dev_pd)
+		dev_pd = vb.alloc_pd(ctx);
+	pd = dev_pd;
+	pthread_mutex_unlock(&dev_lock);
+	return pd;
+}
+
+static void device_limits(uint8_t *rd_atom, uint8_t *init_rd_atom)
+{
+	pthread_mutex_lock(&dev_lock);
+	*rd_atom = dev_max_rd_atom;
+	*init_rd_atom = dev_max_init_rd_atom;
+	pthread_mutex_unlock(&dev_lock);
+}
+
+/* ------------------------------------------------------------ masqd */
+
+/* The process's one CM connection, opened on first use; requests are
+ * serialized on it. */
+static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct masq_conn conn = { .fd = -1 };
+
+/* Send req, get its reply into buf: the reply's length, or -errno. */
+static ssize_t cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd)
+{
+	ssize_t n;
+	int err;
+
+	if (got_fd)
+		*got_fd = -1;
+	pthread_mutex_lock(&conn_lock);
+	if (conn.fd < 0 && (err = masq_conn_open(&conn)) != 0) {
+		pthread_mutex_unlock(&conn_lock);
+		cm_log("cannot reach masqd at %s: %s", masq_socket_path(), strerror(err));
+		return -err;
+	}
+	n = masq_conn_call(&conn, req, len, buf, got_fd);
+	pthread_mutex_unlock(&conn_lock);
+	return n;
+}
+
+/* One request of kind KIND: 0, or a negative errno (masqd's status). */
+#define CM_CALL(KIND, req, rep, got_fd)                                                   \
+	({                                                                                \
+		uint8_t buf_[MASQ_MAX_MESSAGE];                                           \
+		ssize_t n_ = cm_roundtrip(&(req), sizeof(req), buf_, (got_fd));           \
+		n_ < 0 ? (int)n_ : masq_msg_##KIND##_reply_decode(buf_, (size_t)n_, &(rep)); \
+	})
+
+/* The same, for the requests that name an id and have no reply body. */
+#define CM_ID_CALL(KIND, handle)                                 \
+	({                                                       \
+		struct masq_msg_##KIND##_req r_;                 \
+		struct masq_msg_##KIND##_reply p_;               \
+		masq_msg_##KIND##_req_init(&r_);                 \
+		r_.body.id = (handle);                           \
+		CM_CALL(KIND, r_, p_, NULL);                     \
+	})
+
+/* ------------------------------------------------------------ addresses */
+
+void masq_cm_addr_to_wire(struct masq_cm_addr *w, const struct sockaddr_in *sin)
+{
+	memset(w, 0, sizeof(*w));
+	memcpy(w->addr, &sin->sin_addr.s_addr, sizeof(w->addr));
+	w->port = ntohs(sin->sin_port);
+}
+
+void masq_cm_addr_from_wire(struct sockaddr_in *sin, const struct masq_cm_addr *w)
+{
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	memcpy(&sin->sin_addr.s_addr, w->addr, sizeof(w->addr));
+	sin->sin_port = htons(w->port);
+}
+
+static int addr_unset(const struct masq_cm_addr *w)
+{
+	return !w->addr[0] && !w->addr[1] && !w->addr[2] && !w->addr[3] && !w->port;
+}
+
+/* ::ffff:a.b.c.d, the GID RoCE v2 gives an IPv4 address. */
+static void v4_gid(union ibv_gid *gid, const struct sockaddr_in *sin)
+{
+	memset(gid, 0, sizeof(*gid));
+	gid->raw[10] = gid->raw[11] = 0xff;
+	memcpy(&gid->raw[12], &sin->sin_addr.s_addr, 4);
+}
+
+/* ------------------------------------------------------------ channels, ids */
+
+struct cm_channel {
+	struct rdma_event_channel ch; /* what the app holds */
+	uint32_t handle;
+	uint64_t serial; /* process-unique, never reused */
+	struct cm_channel *next;
+};
+
+/*
+ * The channels not destroyed yet. The kernel never wakes a thread blocked
+ * reading a channel another thread destroys (rping's CM thread sits there
+ * until exit), but masqd closing its end of a destroyed channel wakes ours:
+ * a reader that wakes to a closed channel checks here whether the app
+ * destroyed it (then it blocks like the kernel's) or masqd went away.
+ */
+static pthread_mutex_t channels_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cm_channel *channels;
+static uint64_t next_channel_serial = 1;
+
+static int channel_live(uint64_t serial)
+{
+	struct cm_channel *c;
+
+	pthread_mutex_lock(&channels_lock);
+	for (c = channels; c && c->serial != serial; c = c->next)
+		;
+	pthread_mutex_unlock(&channels_lock);
+	return c != NULL;
+}
+
+struct cm_id {
+	struct rdma_cm_id id; /* what the app holds */
+	uint32_t handle;
+	int sync;	   /* private channel; calls wait for their event */
+	int connect_error; /* the later REJECTED/DISCONNECTED are ours, not the app's */
+	unsigned int unacked; /* events reported for this id and not acked yet */
+	uint8_t responder_resources, initiator_depth; /* from the connection request */
+	struct ibv_qp_init_attr *qp_init_attr;	       /* rdma_create_ep, passive */
+	struct ibv_sa_path_rec path;
+	struct cm_id *next;
+};
+
+struct cm_event {
+	struct rdma_cm_event ev; /* what the app holds */
+	struct cm_id *owner;	 /* whose unacked count it is in */
+	uint8_t private_data[MASQ_CM_MAX_PRIVATE_DATA];
+};
+
+/* handle -> id; the lock also covers every unacked count and ids_cond
+ * signals acks. */
+static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ids_cond = PTHREAD_COND_INITIALIZER;
+static struct cm_id *ids;
+
+static struct cm_id *lookup_id(uint32_t handle)
+{
+	struct cm_id *c;
+
+	for (c = ids; c && c->handle != handle; c = c->next)
+		;
+	return c;
+}
+
+static void insert_id(struct cm_id *c)
+{
+	pthread_mutex_lock(&ids_lock);
+	c->next = ids;
+	ids = c;
+	pthread_mutex_unlock(&ids_lock);
+}
+
+static void remove_id(struct cm_id *c)
+{
+	struct cm_id **pp;
+
+	pthread_mutex_lock(&ids_lock);
+	for (pp = &ids; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&ids_lock);
+}
+
+static struct cm_id *cm_of(struct rdma_cm_id *id)
+{
+	return container_of(id, struct cm_id, id);
+}
+
+static uint32_t channel_handle(struct rdma_event_channel *ch)
+{
+	return container_of(ch, struct cm_channel, ch)->handle;
+}
+
+struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	struct masq_msg_cm_create_channel_req req;
+	struct masq_msg_cm_create_channel_reply rep;
+	struct cm_channel *c;
+	int err, fd;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	masq_msg_cm_create_channel_req_init(&req);
+	err = CM_CALL(cm_create_channel, req, rep, &fd);
+	if (!err && fd < 0)
+		err = -EPROTO; /* no event socket came with the reply */
+	if (err) {
+		if (fd >= 0)
+			close(fd);
+		free(c);
+		errno = -err;
+		return NULL;
+	}
+	c->handle = rep.body.channel;
+	c->ch.fd = fd;
+	pthread_mutex_lock(&channels_lock);
+	c->serial = next_channel_serial++;
+	c->next = channels;
+	channels = c;
+	pthread_mutex_unlock(&channels_lock);
+	return &c->ch;
+}
+
+void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	struct masq_msg_cm_destroy_channel_req req;
+	struct masq_msg_cm_destroy_channel_reply rep;
+	struct cm_channel *c, **pp;
+
+	if (!channel)
+		return;
+	c = container_of(channel, struct cm_channel, ch);
+	pthread_mutex_lock(&channels_lock);
+	for (pp = &channels; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&channels_lock);
+	masq_msg_cm_destroy_channel_req_init(&req);
+	req.body.channel = c->handle;
+	(void)CM_CALL(cm_destroy_channel, req, rep, NULL);
+	close(c->ch.fd);
+	free(c);
+}
+
+static void attach_device(struct cm_id *c)
+{
+	struct ibv_context *ctx = cm_device();
+
+	if (ctx) {
+		c->id.verbs = ctx;
+		c->id.port_num = 1;
+	}
+}
+
+/* An id struct on channel (NULL: a private one, the id is then sync). */
+static struct cm_id *alloc_id(struct rdma_event_channel *channel, void *context,
+			      enum rdma_port_space ps, enum ibv_qp_type qp_type)
+{
+	struct cm_id *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	c->id.context = context;
+	c->id.ps = ps;
+	c->id.qp_type = qp_type;
+	if (!channel) {
+		channel = rdma_create_event_channel();
+		if (!channel) {
+			free(c);
+			return NULL;
+		}
+		c->sync = 1;
+	}
+	c->id.channel = channel;
+	return c;
+}
+
+static void free_id(struct cm_id *c)
+{
+	if (c->sync)
+		rdma_destroy_event_channel(c->id.channel);
+	free(c->qp_init_attr);
+	free(c);
+}
+
+static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		     enum rdma_port_space ps, enum ibv_qp_type qp_type)
+{
+	struct masq_msg_cm_create_id_req req;
+	struct masq_msg_cm_create_id_reply rep;
+	struct cm_id *c;
+	int err;
+
+	if (!id)
+		return fail(EINVAL);
+	c = alloc_id(channel, context, ps, qp_type);
+	if (!c)
+		return -1;
+	masq_msg_cm_create_id_req_init(&req);
+	req.body.channel = channel_handle(c->id.channel);
+	req.body.port_space = (uint32_t)ps;
+	err = CM_CALL(cm_create_id, req, rep, NULL);
+	if (err) {
+		free_id(c);
+		return fail(-err);
+	}
+	c->handle = rep.body.id;
+	insert_id(c);
+	*id = &c->id;
+	return 0;
+}
+
+int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		   enum rdma_port_space ps)
+{
+	enum ibv_qp_type qp_type =
+		(ps == RDMA_PS_IPOIB || ps == RDMA_PS_UDP) ? IBV_QPT_UD : IBV_QPT_RC;
+
+	return create_id(channel, id, context, ps, qp_type);
+}
+
+int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	struct cm_event *e;
+
+	if (!event)
+		return fail(EINVAL);
+	e = container_of(event, struct cm_event, ev);
+	pthread_mutex_lock(&ids_lock);
+	e->owner->unacked--;
+	pthread_cond_broadcast(&ids_cond);
+	pthread_mutex_unlock(&ids_lock);
+	free(e);
+	return 0;
+}
+
+int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct cm_id *c;
+	int err;
+
+	if (!id)
+		return fail(EINVAL);
+	c = cm_of(id);
+	/* Released here whatever masqd says: if it refuses (say, it restarted
+	 * and never heard of the id), nothing better can be done with it. */
+	err = CM_ID_CALL(cm_destroy_id, c->handle);
+	remove_id(c); /* its events still queued are dropped from here on */
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
+	/* As librdmacm: an event the app holds must not outlive its id. */
+	pthread_mutex_lock(&ids_lock);
+	while (c->unacked)
+		pthread_cond_wait(&ids_cond, &ids_lock);
+	pthread_mutex_unlock(&ids_lock);
+	free_id(c);
+	if (err && err != -ECONNRESET && err != -ENOTCONN)
+		return fail(-err);
+	return 0;
+}
+
+int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct masq_msg_cm_migrate_id_req req;
+	struct masq_msg_cm_migrate_id_reply rep;
+	struct cm_id *c;
+	int sync, err;
+
+	if (!id)
+		return fail(EINVAL);
+	c = cm_of(id);
+	if (c->sync && !channel)
+		return fail(EINVAL);
+	sync = !channel;
+	if (sync) {
+		channel = rdma_create_event_channel();
+		if (!channel)
+			return -1;
+	}
+	masq_msg_cm_migrate_id_req_init(&req);
+	req.body.id = c->handle;
+	req.body.channel = channel_handle(channel);
+	err = CM_CALL(cm_migrate_id, req, rep, NULL);
+	if (err) {
+		if (sync)
+			rdma_destroy_event_channel(channel);
+		return fail(-err);
+	}
+	if (c->sync) {
+		if (id->event) {
+			rdma_ack_cm_event(id->event);
+			id->event = NULL;
+		}
+		rdma_destroy_event_channel(id->channel);
+	}
+	c->sync = sync;
+	id->channel = channel;
+	return 0;
+}
+
+/* ------------------------------------------------------------ QP states */
+
+/* CM_INIT_QP_ATTR: the attributes masqd has for moving id's QP to state. */
+int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
+{
+	struct masq_msg_cm_init_qp_attr_req req;
+	struct masq_msg_cm_init_qp_attr_reply rep;
+	const struct masq_qp_attr *w = &rep.body.attr;
+	enum ibv_qp_state state;
+	int err, mask;
+
+	if (!id || !qp_attr || !qp_attr_mask)
+		return fail(EINVAL);
+	state = qp_attr->qp_state;
+	masq_msg_cm_init_qp_attr_req_init(&req);
+	req.body.id = cm_of(id)->handle;
+	req.body.qp_state = (uint32_t)state;
+	err = CM_CALL(cm_init_qp_attr, req, rep, NULL);
+	if (err)
+		return fail(-err);
+	mask = (int)rep.body.attr_mask;
+	memset(qp_attr, 0, sizeof(*qp_attr));
+	masq_qp_attr_from_wire(qp_attr, w);
+	if (!(mask & IBV_QP_STATE))
+		qp_attr->qp_state = state;
+	if (mask & IBV_QP_CAP) {
+		qp_attr->cap.max_send_wr = w->cap.max_send_wr;
+		qp_attr->cap.max_recv_wr = w->cap.max_recv_wr;
+		qp_attr->cap.max_send_sge = w->cap.max_send_sge;
+		qp_attr->cap.max_recv_sge = w->cap.max_recv_sge;
+		qp_attr->cap.max_inline_data = w->cap.max_inline_data;
+	}
+	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
+		qp_attr->en_sqd_async_notify = w->en_sqd_async_notify;
+	if (mask & IBV_QP_RATE_LIMIT)
+		qp_attr->rate_limit = w->rate_limit;
+	*qp_attr_mask = mask;
+	return 0;
+}
+
+/*
+ * Move id's QP to state with masqd's attributes; a depth other than 0xff
+ * replaces the RTR responder resources or the RTS initiator depth (as
+ * librdmacm does with the values the app accepted). 0, or -1 with errno.
+ */
+static int cm_modify_qp(struct rdma_cm_id *id, enum ibv_qp_state state, uint8_t depth)
+{
+	struct ibv_qp_attr attr;
+	int mask, err;
+
+	if (!id->qp)
+		return 0;
+	attr.qp_state = state;
+	if (rdma_init_qp_attr(id, &attr, &mask))
+		return -1;
+	if (depth != 0xff && state == IBV_QPS_RTR && (mask & IBV_QP_MAX_DEST_RD_ATOMIC))
+		attr.max_dest_rd_atomic = depth;
+	if (depth != 0xff && state == IBV_QPS_RTS && (mask & IBV_QP_MAX_QP_RD_ATOMIC))
+		attr.max_rd_atomic = depth;
+	err = ibv_modify_qp(id->qp, &attr, mask);
+	return err ? fail(err) : 0;
+}
+
+static int qp_to_error(struct rdma_cm_id *id)
+{
+	struct ibv_qp_attr attr;
+	int err;
+
+	if (!id->qp)
+		return 0;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_ERR;
+	err = ibv_modify_qp(id->qp, &attr, IBV_QP_STATE);
+	return err ? fail(err) : 0;
+}
+
+/* ------------------------------------------------------------ events */
+
+static void set_route_addrs(struct cm_id *c, const struct masq_cm_addrs *a)
+{
+	struct rdma_addr *ra = &c->id.route.addr;
+
+	/* An unset half says nothing new (and must not clobber a bound port). */
+	if (!addr_unset(&a->src))
+		masq_cm_addr_from_wire(&ra->src_sin, &a->src);
+	if (!addr_unset(&a->dst))
+		masq_cm_addr_from_wire(&ra->dst_sin, &a->dst);
+	if (ra->src_addr.sa_family == AF_INET)
+		v4_gid(&ra->addr.ibaddr.sgid, &ra->src_sin);
+	if (ra->dst_addr.sa_family == AF_INET)
+		v4_gid(&ra->addr.ibaddr.dgid, &ra->dst_sin);
+	ra->addr.ibaddr.pkey = htobe16(0xffff);
+}
+
+/* One path: RoCE has no SA; apps only look at the GIDs, if at all. */
+static void set_route_path(struct cm_id *c)
+{
+	struct ibv_sa_path_rec *p = &c->path;
+	struct rdma_addr *ra = &c->id.route.addr;
+
+	memset(p, 0, sizeof(*p));
+	p->sgid = ra->addr.ibaddr.sgid;
+	p->dgid = ra->addr.ibaddr.dgid;
+	p->pkey = htobe16(0xffff);
+	p->hop_limit = 64;
+	p->reversible = 1;
+	p->numb_path = 1;
+	p->mtu_selector = 2; /* exactly */
+	p->mtu = IBV_MTU_1024;
+	c->id.route.path_rec = p;
+	c->id.route.num_paths = 1;
+}
+
+static void copy_conn_param(struct cm_event *e, const struct masq_cm_conn_param *p)
+{
+	struct rdma_conn_param *d = &e->ev.param.conn;
+	uint32_t len = p->private_data_len; /* <= MASQ_CM_MAX_PRIVATE_DATA: validated */
+
+	memset(d, 0, sizeof(*d));
+	if (len) {
+		memcpy(e->private_data, p->private_data, len);
+		d->private_data = e->private_data;
+		d->private_data_len = (uint8_t)len;
+	}
+	d->responder_resources = p->responder_resources;
+	d->initiator_depth = p->initiator_depth;
+	d->flow_control = p->flow_control;
+	d->retry_count = p->retry_count;
+	d->rnr_retry_count = p->rnr_retry_count;
+	d->srq = p->srq;
+	d->qp_num = p->qp_num;
+}
+
+/* The active side's half of the handshake once the peer accepted (as
+ * librdmacm's ucma_process_conn_resp): 0, or -1 with errno. */
+static int finish_connect(struct cm_id *c)
+{
+	int err;
+
+	if (cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) || cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff))
+		return -1;
+	err = CM_ID_CALL(cm_establish, c->handle);
+	return err ? fail(-err) : 0;
+}
+
+static void reject_after_error(struct cm_id *c)
+{
+	struct masq_msg_cm_reject_req req;
+	struct masq_msg_cm_reject_reply rep;
+
+	masq_msg_cm_reject_req_init(&req);
+	req.body.id = c->handle;
+	(void)CM_CALL(cm_reject, req, rep, NULL);
+}
+
+/*
+ * A new id for a connection request: masqd's id n on the listener's
+ * channel; sync like its listener. NULL (the request dropped) on failure.
+ */
+static struct cm_id *accept_request(struct cm_id *listener, const struct masq_cm_event *n)
+{
+	struct cm_id *c = alloc_id(listener->id.channel, listener->id.context, listener->id.ps,
+				   listener->id.qp_type);
+
+	if (!c) {
+		(void)CM_ID_CALL(cm_destroy_id, n->id);
+		return NULL;
+	}
+	c->handle = n->id;
+	c->responder_resources = n->param.responder_resources;
+	c->initiator_depth = n->param.initiator_depth;
+	set_route_addrs(c, &n->addrs);
+	attach_device(c);
+	insert_id(c);
+	if (listener->sync && rdma_migrate_id(&c->id, NULL)) {
+		cm_log("cannot give the connection request a channel of its own: %s",
+		       strerror(errno));
+		rdma_destroy_id(&c->id);
+		return NULL;
+	}
+	return c;
+}
+
+/* Turn notice n into e, acting on it as librdmacm would. 1: deliver e;
+ * 0: nothing for the app (e unused). Call without ids_lock. */
+static int process_event(const struct masq_cm_event *n, struct cm_event *e)
+{
+	struct cm_id *c, *owner;
+
+	pthread_mutex_lock(&ids_lock);
+	owner = lookup_id(n->event == RDMA_CM_EVENT_CONNECT_REQUEST ? n->listen_id : n->id);
+	if (owner)
+		owner->unacked++; /* keeps owner alive while we work on it */
+	pthread_mutex_unlock(&ids_lock);
+	if (!owner) {
+		cm_log("dropping CM event %u for unknown id %u", n->event,
+		       n->event == RDMA_CM_EVENT_CONNECT_REQUEST ? n->listen_id : n->id);
+		return 0;
+	}
+	e->owner = owner;
+	e->ev.event = (enum rdma_cm_event_type)n->event;
+	e->ev.status = n->status;
+	e->ev.id = &owner->id;
+	c = owner;
+
+	switch (n->event) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+		c = accept_request(owner, n);
+		if (!c)
+			goto drop;
+		e->ev.id = &c->id;
+		e->ev.listen_id = &owner->id;
+		copy_conn_param(e, &n->param);
+		return 1;
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		set_route_addrs(c, &n->addrs);
+		if (!e->ev.status) {
+			attach_device(c);
+			if (!c->id.verbs) {
+				e->ev.event = RDMA_CM_EVENT_ADDR_ERROR;
+				e->ev.status = -errno;
+			}
+		}
+		return 1;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		set_route_addrs(c, &n->addrs);
+		if (!e->ev.status)
+			set_route_path(c);
+		return 1;
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		set_route_addrs(c, &n->addrs);
+		copy_conn_param(e, &n->param);
+		if (!c->id.qp)
+			return 1; /* the app modifies its QP and calls rdma_establish */
+		if (finish_connect(c) == 0) {
+			e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
+			return 1;
+		}
+		e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
+		e->ev.status = -errno;
+		c->connect_error = 1;
+		reject_after_error(c);
+		(void)qp_to_error(&c->id);
+		return 1;
+	case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (c->connect_error)
+			goto drop; /* the app already has its CONNECT_ERROR */
+		set_route_addrs(c, &n->addrs);
+		copy_conn_param(e, &n->param);
+		(void)qp_to_error(&c->id);
+		return 1;
+	default:
+		set_route_addrs(c, &n->addrs);
+		copy_conn_param(e, &n->param);
+		return 1;
+	}
+drop:
+	pthread_mutex_lock(&ids_lock);
+	owner->unacked--;
+	pthread_cond_broadcast(&ids_cond);
+	pthread_mutex_unlock(&ids_lock);
+	return 0;
+}
+
+int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct masq_msg_cm_event_notice m;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	struct cm_event *e;
+	uint64_t serial;
+	ssize_t n;
+	int err, fd;
+
+	if (!channel || !event)
+		return fail(EINVAL);
+	/* channel may be freed while recv blocks: only these are used after. */
+	serial = container_of(channel, struct cm_channel, ch)->serial;
+	fd = channel->fd;
+	for (;;) {
+		/* Blocks unless the app made the fd non-blocking: then EAGAIN. */
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n < 0)
+			return -1;
+		if (n == 0) {
+			if (channel_live(serial))
+				return fail(ECONNRESET); /* masqd went away */
+			for (;;)
+				pause(); /* destroyed under us: no event ever comes */
+		}
+		err = masq_msg_cm_event_notice_decode(buf, (size_t)n, &m);
+		if (err) {
+			cm_log("dropping a malformed CM event notice: %s", strerror(-err));
+			continue;
+		}
+		e = calloc(1, sizeof(*e));
+		if (!e)
+			return fail(ENOMEM);
+		if (process_event(&m.body, e)) {
+			*event = &e->ev;
+			return 0;
+		}
+		free(e);
+	}
+}
+
+/* A sync id's call waits for its outcome, kept in id->event until the
+ * next call or rdma_destroy_id (as librdmacm's ucma_complete). */
+static int complete(struct cm_id *c, enum rdma_cm_event_type want, enum rdma_cm_event_type or)
+{
+	struct rdma_cm_event *ev;
+
+	if (!c->sync)
+		return 0;
+	if (c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	if (rdma_get_cm_event(c->id.channel, &c->id.event))
+		return -1;
+	ev = c->id.event;
+	if (ev->event == RDMA_CM_EVENT_REJECTED)
+		return fail(ECONNREFUSED);
+	if (ev->status)
+		return fail(ev->status < 0 ? -ev->status : ev->status);
+	if (ev->event == want || ev->event == or)
+		return 0;
+	return fail(ev->event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET : EPROTO);
+}
+
+/* ------------------------------------------------------------ addressing */
+
+static int sin_of(const struct sockaddr *sa, struct masq_cm_addr *w)
+{
+	struct sockaddr_in sin;
+
+	if (sa->sa_family != AF_INET)
+		return fail(EAFNOSUPPORT);
+	memcpy(&sin, sa, sizeof(sin));
+	masq_cm_addr_to_wire(w, &sin);
+	return 0;
+}
+
+int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct masq_msg_cm_bind_addr_req req;
+	struct masq_msg_cm_bind_addr_reply rep;
+	struct cm_id *c;
+	int err;
+
+	if (!id || !addr)
+		return fail(EINVAL);
+	c = cm_of(id);
+	masq_msg_cm_bind_addr_req_init(&req);
+	req.body.id = c->handle;
+	if (sin_of(addr, &req.body.addr))
+		return -1;
+	err = CM_CALL(cm_bind_addr, req, rep, NULL);
+	if (err)
+		return fail(-err);
+	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
+	if (id->route.addr.src_sin.sin_addr.s_addr != htonl(INADDR_ANY)) {
+		attach_device(c);
+		if (!id->verbs)
+			return -1;
+	}
+	return 0;
+}
+
+int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
+		      int timeout_ms)
+{
+	struct masq_msg_cm_resolve_addr_req req;
+	struct masq_msg_cm_resolve_addr_reply rep;
+	struct cm_id *c;
+	int err;
+
+	if (!id || !dst_addr)
+		return fail(EINVAL);
+	c = cm_of(id);
+	masq_msg_cm_resolve_addr_req_init(&req);
+	req.body.id = c->handle;
+	req.body.timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 0;
+	if (sin_of(dst_addr, &req.body.dst))
+		return -1;
+	/* A zeroed source (family 0) is taken as none. */
+	if (src_addr && src_addr->sa_family != AF_UNSPEC) {
+		if (sin_of(src_addr, &req.body.src))
+			return -1;
+		req.body.has_src = 1;
+	}
+	err = CM_CALL(cm_resolve_addr, req, rep, NULL);
+	if (err)
+		return fail(-err);
+	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
+	masq_cm_addr_from_wire(&id->route.addr.dst_sin, &rep.body.dst);
+	return complete(c, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ADDR_RESOLVED);
+}
+
+int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	struct cm_id *c;
+	int err;
+
+	(void)timeout_ms; /* masqd's route is immediate */
+	if (!id)
+		return fail(EINVAL);
+	c = cm_of(id);
+	err = CM_ID_CALL(cm_resolve_route, c->handle);
+	if (err)
+		return fail(-err);
+	return complete(c, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_ROUTE_RESOLVED);
+}
+
+int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	struct masq_msg_cm_listen_req req;
+	struct masq_msg_cm_listen_reply rep;
+	int err;
+
+	if (!id)
+		return fail(EINVAL);
+	masq_msg_cm_listen_req_init(&req);
+	req.body.id = cm_of(id)->handle;
+	req.body.backlog = backlog > 0 ? (uint32_t)backlog : 0;
+	err = CM_CALL(cm_listen, req, rep, NULL);
+	return err ? fail(-err) : 0;
+}
+
+/* ------------------------------------------------------------ connecting */
+
+static uint8_t min_u8(uint8_t a, uint8_t b)
+{
+	return a < b ? a : b;
+}
+
+/* The wire's connection parameters: the depths chosen, the QP, at most
+ * max_pdata bytes of private data. 0, or -1 with errno. */
+static int conn_param_to_wire(struct masq_cm_conn_param *w, struct rdma_cm_id *id,
+			      const struct rdma_conn_param *p, uint8_t resp_res,
+			      uint8_t init_depth, size_t max_pdata)
+{
+	memset(w, 0, sizeof(*w));
+	w->responder_resources = resp_res;
+	w->initiator_depth = init_depth;
+	if (p) {
+		if (p->private_data_len > max_pdata ||
+		    (p->private_data_len && !p->private_data))
+			return fail(EINVAL);
+		w->flow_control = p->flow_control ? 1 : 0;
+		w->retry_count = min_u8(p->retry_count, 7);
+		w->rnr_retry_count = min_u8(p->rnr_retry_count, 7);
+		w->srq = p->srq ? 1 : 0;
+		w->qp_num = p->qp_num & 0xffffff;
+		w->private_data_len = p->private_data_len;
+		if (p->private_data_len)
+			memcpy(w->private_data, p->private_data, p->private_data_len);
+	} else {
+		w->retry_count = 7;
+		w->rnr_retry_count = 7;
+	}
+	if (id->qp) {
+		w->qp_num = id->qp->qp_num & 0xffffff;
+		w->srq = id->qp->srq ? 1 : 0;
+	}
+	return 0;
+}
+
+int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct masq_msg_cm_connect_req req;
+	struct masq_msg_cm_connect_reply rep;
+	uint8_t max_rd, max_init, resp_res, init_depth;
+	struct cm_id *c;
+	int err;
+
+	if (!id || (!id->qp && !conn_param))
+		return fail(EINVAL);
+	c = cm_of(id);
+	device_limits(&max_rd, &max_init);
+	resp_res = max_rd;
+	init_depth = max_init;
+	if (conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES) {
+		if (conn_param->responder_resources > max_rd)
+			return fail(EINVAL);
+		resp_res = conn_param->responder_resources;
+	}
+	if (conn_param && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH) {
+		if (conn_param->initiator_depth > max_init)
+			return fail(EINVAL);
+		init_depth = conn_param->initiator_depth;
+	}
+	masq_msg_cm_connect_req_init(&req);
+	req.body.id = c->handle;
+	if (conn_param_to_wire(&req.body.param, id, conn_param, resp_res, init_depth,
+			       MASQ_CM_REQ_PRIVATE_DATA))
+		return -1;
+	c->connect_error = 0;
+	err = CM_CALL(cm_connect, req, rep, NULL);
+	if (err)
+		return fail(-err);
+	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_CONNECT_RESPONSE);
+}
+
+int rdma_establish(struct rdma_cm_id *id)
+{
+	int err;
+
+	if (!id || id->qp)
+		return fail(EINVAL);
+	err = CM_ID_CALL(cm_establish, cm_of(id)->handle);
+	return err ? fail(-err) : 0;
+}
+
+int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct masq_msg_cm_accept_req req;
+	struct masq_msg_cm_accept_reply rep;
+	uint8_t max_rd, max_init, resp_res, init_depth;
+	struct cm_id *c;
+	int err;
+
+	if (!id || (!id->qp && !conn_param))
+		return fail(EINVAL);
+	c = cm_of(id);
+	device_limits(&max_rd, &max_init);
+	/* The request's depths, within the device's, unless the app chose. */
+	if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH)
+		init_depth = min_u8(c->initiator_depth, max_init);
+	else
+		init_depth = conn_param->initiator_depth;
+	if (!conn_param || conn_param->responder_resources == RDMA_MAX_RESP_RES)
+		resp_res = min_u8(c->responder_resources, max_rd);
+	else
+		resp_res = conn_param->responder_resources;
+	masq_msg_cm_accept_req_init(&req);
+	req.body.id = c->handle;
+	if (conn_param_to_wire(&req.body.param, id, conn_param, resp_res, init_depth,
+			       MASQ_CM_MAX_PRIVATE_DATA))
+		return -1;
+	if (cm_modify_qp(id, IBV_QPS_RTR, resp_res) || cm_modify_qp(id, IBV_QPS_RTS, init_depth))
+		return -1;
+	err = CM_CALL(cm_accept, req, rep, NULL);
+	if (err) {
+		(void)qp_to_error(id);
+		return fail(-err);
+	}
+	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	struct masq_msg_cm_reject_req req;
+	struct masq_msg_cm_reject_reply rep;
+	int err;
+
+	if (!id || private_data_len > MASQ_CM_REJ_PRIVATE_DATA ||
+	    (private_data_len && !private_data))
+		return fail(EINVAL);
+	masq_msg_cm_reject_req_init(&req);
+	req.body.id = cm_of(id)->handle;
+	req.body.private_data_len = private_data_len;
+	if (private_data_len)
+		memcpy(req.body.private_data, private_data, private_data_len);
+	err = CM_CALL(cm_reject, req, rep, NULL);
+	return err ? fail(-err) : 0;
+}
+
+int rdma_disconnect(struct rdma_cm_id *id)
+{
+	struct cm_id *c;
+	int err;
+
+	if (!id)
+		return fail(EINVAL);
+	c = cm_of(id);
+	if (qp_to_error(id))
+		return -1;
+	err = CM_ID_CALL(cm_disconnect, c->handle);
+	if (err)
+		return fail(-err);
+	return complete(c, RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
+}
+
+int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+{
+	struct rdma_cm_event *event;
+	struct cm_id *l;
+	int err;
+
+	if (!listen || !id)
+		return fail(EINVAL);
+	l = cm_of(listen);
+	if (!l->sync)
+		return fail(EINVAL);
+	if (listen->event) {
+		rdma_ack_cm_event(listen->event);
+		listen->event = NULL;
+	}
+	if (rdma_get_cm_event(listen->channel, &event))
+		return -1;
+	if (event->event == RDMA_CM_EVENT_REJECTED)
+		err = ECONNREFUSED;
+	else if (event->status)
+		err = event->status < 0 ? -event->status : event->status;
+	else if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+		err = EINVAL;
+	else
+		err = 0;
+	if (!err && l->qp_init_attr) {
+		struct ibv_qp_init_attr attr = *l->qp_init_attr;
+
+		if (rdma_create_qp(event->id, listen->pd, &attr))
+			err = errno;
+	}
+	if (err) {
+		listen->event = event;
+		return fail(err);
+	}
+	*id = event->id;
+	(*id)->event = event;
+	return 0;
+}
+
+/* ------------------------------------------------------------ QPs */
+
+static void destroy_cqs(struct rdma_cm_id *id)
+{
+	if (id->recv_cq) {
+		vb.destroy_cq(id->recv_cq);
+		if (id->send_cq && id->send_cq != id->recv_cq)
+			vb.destroy_cq(id->send_cq);
+	} else if (id->send_cq) {
+		vb.destroy_cq(id->send_cq);
+	}
+	id->recv_cq = id->send_cq = NULL;
+	if (id->recv_cq_channel) {
+		vb.destroy_comp_channel(id->recv_cq_channel);
+		if (id->send_cq_channel && id->send_cq_channel != id->recv_cq_channel)
+			vb.destroy_comp_channel(id->send_cq_channel);
+	} else if (id->send_cq_channel) {
+		vb.destroy_comp_channel(id->send_cq_channel);
+	}
+	id->recv_cq_channel = id->send_cq_channel = NULL;
+}
+
+/* A CQ with its own completion channel: rdma_get_send_comp and
+ * rdma_get_recv_comp (rdma_verbs.h) wait on that channel. */
+static int create_cq(struct rdma_cm_id *id, uint32_t size, struct ibv_cq **cq,
+		     struct ibv_comp_channel **ch)
+{
+	*ch = vb.create_comp_channel(id->verbs);
+	if (!*ch)
+		return -1;
+	*cq = vb.create_cq(id->verbs, (int)size, id, *ch, 0);
+	return *cq ? 0 : -1;
+}
+
+int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	struct ibv_qp_attr qp_attr;
+	struct ibv_qp *qp;
+	int mask, err;
+
+	if (!id || !attr || id->qp || !id->verbs)
+		return fail(EINVAL);
+	if (have_verbs())
+		return -1;
+	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+		attr->pd = id->pd ? id->pd : cm_default_pd();
+		if (!attr->pd)
+			return -1;
+	}
+	if (attr->pd->context != id->verbs)
+		return fail(EINVAL);
+	if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
+	    (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
+		return fail(EINVAL);
+	if (!attr->recv_cq && !id->recv_cq && attr->cap.max_recv_wr &&
+	    create_cq(id, attr->cap.max_recv_wr, &id->recv_cq, &id->recv_cq_channel))
+		goto err_cqs;
+	if (!attr->send_cq && !id->send_cq && attr->cap.max_send_wr &&
+	    create_cq(id, attr->cap.max_send_wr, &id->send_cq, &id->send_cq_channel))
+		goto err_cqs;
+	if (!attr->send_cq)
+		attr->send_cq = id->send_cq;
+	if (!attr->recv_cq)
+		attr->recv_cq = id->recv_cq;
+	if (id->srq && !attr->srq)
+		attr->srq = id->srq;
+	qp = create_qp_ex(id->verbs, attr);
+	if (!qp)
+		goto err_cqs;
+	/* RESET -> INIT with masqd's attributes (librdmacm's ucma_init_conn_qp). */
+	id->qp = qp;
+	qp_attr.qp_state = IBV_QPS_INIT;
+	if (rdma_init_qp_attr(id, &qp_attr, &mask))
+		goto err_qp;
+	err = ibv_modify_qp(qp, &qp_attr, mask);
+	if (err) {
+		errno = err;
+		goto err_qp;
+	}
+	id->pd = qp->pd;
+	return 0;
+
+err_qp:
+	err = errno;
+	id->qp = NULL;
+	ibv_destroy_qp(qp);
+	errno = err;
+err_cqs:
+	err = errno;
+	destroy_cqs(id);
+	return fail(err);
+}
+
+int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct ibv_qp_init_attr_ex attr;
+	int ret;
+
+	if (!id || !qp_init_attr)
+		return fail(EINVAL);
+	memset(&attr, 0, sizeof(attr));
+	memcpy(&attr, qp_init_attr, sizeof(*qp_init_attr));
+	attr.comp_mask = IBV_QP_INIT_ATTR_PD;
+	attr.pd = pd ? pd : id->pd;
+	ret = rdma_create_qp_ex(id, &attr);
+	/* The caps the provider granted, and the CQs used, go back. */
+	memcpy(qp_init_attr, &attr, sizeof(*qp_init_attr));
+	return ret;
+}
+
+void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	if (!id)
+		return;
+	if (id->qp)
+		ibv_destroy_qp(id->qp);
+	id->qp = NULL;
+	if (!have_verbs())
+		destroy_cqs(id);
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+		   struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_cm_id *cm_id;
+	struct cm_id *c;
+	int err;
+
+	if (!id || !res)
+		return fail(EINVAL);
+	if (create_id(NULL, &cm_id, NULL,
+		      res->ai_port_space ? (enum rdma_port_space)res->ai_port_space : RDMA_PS_TCP,
+		      res->ai_qp_type ? (enum ibv_qp_type)res->ai_qp_type : IBV_QPT_RC))
+		return -1;
+	c = cm_of(cm_id);
+	if (res->ai_flags & RAI_PASSIVE) {
+		if (!res->ai_src_addr) {
+			errno = EINVAL;
+			goto err;
+		}
+		if (rdma_bind_addr(cm_id, res->ai_src_addr))
+			goto err;
+		if (pd)
+			cm_id->pd = pd;
+		if (qp_init_attr) {
+			/* For each rdma_get_request's QP. */
+			c->qp_init_attr = malloc(sizeof(*qp_init_attr));
+			if (!c->qp_init_attr) {
+				errno = ENOMEM;
+				goto err;
+			}
+			*c->qp_init_attr = *qp_init_attr;
+			c->qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+		}
+	} else {
+		if (rdma_resolve_addr(cm_id, res->ai_src_addr, res->ai_dst_addr, 2000) ||
+		    rdma_resolve_route(cm_id, 2000))
+			goto err;
+		if (qp_init_attr) {
+			qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+			if (rdma_create_qp(cm_id, pd, qp_init_attr))
+				goto err;
+		}
+	}
+	*id = cm_id;
+	return 0;
+err:
+	err = errno;
+	rdma_destroy_ep(cm_id);
+	return fail(err);
+}
+
+void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (!id)
+		return;
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
+/* ------------------------------------------------------------ addrinfo */
+
+static int copy_sockaddr(struct sockaddr **dst, socklen_t *dst_len, const struct sockaddr *src,
+			 socklen_t len)
+{
+	*dst = malloc(len);
+	if (!*dst)
+		return fail(ENOMEM);
+	memcpy(*dst, src, len);
+	*dst_len = len;
+	return 0;
+}
+
+/*
+ * IPv4 only, on top of getaddrinfo(3). Like librdmacm, a resolver failure
+ * is returned as getaddrinfo's EAI_* code (for gai_strerror), and other
+ * failures as -1 with errno.
+ */
+int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
+		     struct rdma_addrinfo **res)
+{
+	static const struct rdma_addrinfo none;
+	struct rdma_addrinfo *rai;
+	struct addrinfo ai_hints, *ai = NULL, *a;
+	int ret;
+
+	if (!res || (!node && !service && !hints))
+		return fail(EINVAL);
+	if (!hints)
+		hints = &none;
+	if (hints->ai_family != AF_UNSPEC && hints->ai_family != AF_INET)
+		return EAI_FAMILY;
+	rai = calloc(1, sizeof(*rai));
+	if (!rai)
+		return fail(ENOMEM);
+	rai->ai_flags = hints->ai_flags & RAI_PASSIVE;
+	rai->ai_family = AF_INET;
+	rai->ai_qp_type = hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
+	rai->ai_port_space = hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+
+	if (node || service) {
+		memset(&ai_hints, 0, sizeof(ai_hints));
+		ai_hints.ai_family = AF_INET;
+		ai_hints.ai_socktype = SOCK_STREAM;
+		ai_hints.ai_protocol = IPPROTO_TCP;
+		if (hints->ai_flags & RAI_PASSIVE)
+			ai_hints.ai_flags |= AI_PASSIVE;
+		if (hints->ai_flags & RAI_NUMERICHOST)
+			ai_hints.ai_flags |= AI_NUMERICHOST;
+		ret = getaddrinfo(node, service, &ai_hints, &ai);
+		if (ret) {
+			free(rai);
+			return ret;
+		}
+		for (a = ai; a && a->ai_family != AF_INET; a = a->ai_next)
+			;
+		if (!a) {
+			freeaddrinfo(ai);
+			free(rai);
+			return EAI_FAMILY;
+		}
+		ret = rai->ai_flags & RAI_PASSIVE
+			      ? copy_sockaddr(&rai->ai_src_addr, &rai->ai_src_len, a->ai_addr,
+					      a->ai_addrlen)
+			      : copy_sockaddr(&rai->ai_dst_addr, &rai->ai_dst_len, a->ai_addr,
+					      a->ai_addrlen);
+		if (!ret && a->ai_canonname) {
+			char **name = rai->ai_flags & RAI_PASSIVE ? &rai->ai_src_canonname
+								  : &rai->ai_dst_canonname;
+
+			*name = strdup(a->ai_canonname);
+		}
+		freeaddrinfo(ai);
+		if (ret)
+			goto err;
+	} else if (hints->ai_dst_addr && hints->ai_dst_len) {
+		if (hints->ai_dst_addr->sa_family != AF_INET) {
+			rdma_freeaddrinfo(rai);
+			return EAI_FAMILY;
+		}
+		if (copy_sockaddr(&rai->ai_dst_addr, &rai->ai_dst_len, hints->ai_dst_addr,
+				  hints->ai_dst_len))
+			goto err;
+	}
+	if (!rai->ai_src_addr && hints->ai_src_addr && hints->ai_src_len) {
+		if (hints->ai_src_addr->sa_family != AF_INET) {
+			rdma_freeaddrinfo(rai);
+			return EAI_FAMILY;
+		}
+		if (copy_sockaddr(&rai->ai_src_addr, &rai->ai_src_len, hints->ai_src_addr,
+				  hints->ai_src_len))
+			goto err;
+	}
+	*res = rai;
+	return 0;
+err:
+	ret = errno;
+	rdma_freeaddrinfo(rai);
+	return fail(ret);
+}
+
+void rdma_freeaddrinfo(struct rdma_addrinfo *res)
+{
+	struct rdma_addrinfo *next;
+
+	for (; res; res = next) {
+		next = res->ai_next;
+		free(res->ai_src_addr);
+		free(res->ai_dst_addr);
+		free(res->ai_src_canonname);
+		free(res->ai_dst_canonname);
+		free(res->ai_route);
+		free(res->ai_connect);
+		free(res);
+	}
+}
+
+/* ------------------------------------------------------------ the rest */
+
+struct ibv_context **rdma_get_devices(int *num_devices)
+{
+	struct ibv_context **list = calloc(2, sizeof(*list));
+
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	list[0] = cm_device();
+	if (num_devices)
+		*num_devices = list[0] ? 1 : 0;
+	return list;
+}
+
+void rdma_free_devices(struct ibv_context **list)
+{
+	free(list); /* the device itself stays open for the process */
+}
+
+const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+	static const char *const names[] = {
+		[RDMA_CM_EVENT_ADDR_RESOLVED] = "RDMA_CM_EVENT_ADDR_RESOLVED",
+		[RDMA_CM_EVENT_ADDR_ERROR] = "RDMA_CM_EVENT_ADDR_ERROR",
+		[RDMA_CM_EVENT_ROUTE_RESOLVED] = "RDMA_CM_EVENT_ROUTE_RESOLVED",
+		[RDMA_CM_EVENT_ROUTE_ERROR] = "RDMA_CM_EVENT_ROUTE_ERROR",
+		[RDMA_CM_EVENT_CONNECT_REQUEST] = "RDMA_CM_EVENT_CONNECT_REQUEST",
+		[RDMA_CM_EVENT_CONNECT_RESPONSE] = "RDMA_CM_EVENT_CONNECT_RESPONSE",
+		[RDMA_CM_EVENT_CONNECT_ERROR] = "RDMA_CM_EVENT_CONNECT_ERROR",
+		[RDMA_CM_EVENT_UNREACHABLE] = "RDMA_CM_EVENT_UNREACHABLE",
+		[RDMA_CM_EVENT_REJECTED] = "RDMA_CM_EVENT_REJECTED",
+		[RDMA_CM_EVENT_ESTABLISHED] = "RDMA_CM_EVENT_ESTABLISHED",
+		[RDMA_CM_EVENT_DISCONNECTED] = "RDMA_CM_EVENT_DISCONNECTED",
+		[RDMA_CM_EVENT_DEVICE_REMOVAL] = "RDMA_CM_EVENT_DEVICE_REMOVAL",
+		[RDMA_CM_EVENT_MULTICAST_JOIN] = "RDMA_CM_EVENT_MULTICAST_JOIN",
+		[RDMA_CM_EVENT_MULTICAST_ERROR] = "RDMA_CM_EVENT_MULTICAST_ERROR",
+		[RDMA_CM_EVENT_ADDR_CHANGE] = "RDMA_CM_EVENT_ADDR_CHANGE",
+		[RDMA_CM_EVENT_TIMEWAIT_EXIT] = "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	};
+
+	if ((unsigned int)event < sizeof(names) / sizeof(names[0]) && names[event])
+		return names[event];
+	return "UNKNOWN EVENT";
+}
+
+int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	(void)optval;
+	(void)optlen;
+	if (!id)
+		return fail(EINVAL);
+	/* Accepted and ignored: masqd picks the traffic class and timeouts. */
+	if (level == RDMA_OPTION_ID &&
+	    (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR ||
+	     optname == RDMA_OPTION_ID_AFONLY || optname == RDMA_OPTION_ID_ACK_TIMEOUT))
+		return 0;
+	return fail(ENOSYS);
+}
+
+int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	(void)event;
+	return id ? 0 : fail(EINVAL);
+}
+
+static __be16 port_of(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_port;
+	if (sa->sa_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)sa)->sin6_port;
+	return 0;
+}
+
+__be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+	return port_of(&id->route.addr.src_addr);
+}
+
+__be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	return port_of(&id->route.addr.dst_addr);
+}
+
+/* Not served by masq; defined so that a libmasq id never reaches the stock
+ * librdmacm. */
+
+int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	(void)id;
+	(void)addr;
+	(void)context;
+	return fail(ENOSYS);
+}
+
+int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
+			   void *context)
+{
+	(void)id;
+	(void)mc_join_attr;
+	(void)context;
+	return fail(ENOSYS);
+}
+
+int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	(void)id;
+	(void)addr;
+	return fail(ENOSYS);
+}
+
+int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	(void)id;
+	(void)pd;
+	(void)attr;
+	return fail(ENOSYS);
+}
+
+int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	(void)id;
+	(void)attr;
+	return fail(ENOSYS);
+}
+
+void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	(void)id; /* there is never one */
+}
+
+int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	(void)id;
+	(void)private_data;
+	(void)private_data_len;
+	return fail(ENOSYS);
+}
+
+int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	(void)id;
+	(void)ece;
+	return fail(ENOSYS);
+}
+
+int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	(void)id;
+	(void)ece;
+	return fail(ENOSYS);
+}

@@ -1,0 +1,788 @@
+/*
+ * libmasq's RDMA CM (src/masq_cm.c) against a fake masqd thread: the
+ * requests it sends, the events it makes of the notices (addresses, route,
+ * private data, new ids for connection requests, sync ids waiting for
+ * their event), errno on refusals; then rdma_getaddrinfo and the address
+ * and QP attribute conversions. No RDMA device: the CM's device is a dummy
+ * context, and no QP is created.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <rdma/rdma_cma.h>
+
+#include "masq_client.h"
+#include "masq_cm.h"
+#include "masq_proto.h"
+#include "check.h"
+
+static void run(const char *name, void (*fn)(void))
+{
+	run_with(name, NULL, fn);
+}
+
+/* ------------------------------------------------------------ fake masqd */
+
+#define MAX_CHANNELS 16
+#define MAX_IDS 64
+
+static struct {
+	int chan_fd[MAX_CHANNELS + 1]; /* masqd's end of each channel socket */
+	uint32_t id_chan[MAX_IDS];     /* id -> its channel */
+	uint32_t next_id;
+	struct masq_cm_addrs addrs[MAX_IDS];
+	int ops[64];		       /* requests seen, by opcode */
+	uint32_t last_id[64];	       /* the id of the last request of each opcode */
+	uint32_t migrated_to;
+	struct masq_cm_conn_param connect_param, accept_param;
+	struct masq_cm_reject_req reject;
+	int junk_first; /* before the next event: garbage and an unknown id's event */
+} srv;
+
+static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ibv_context fake_ctx;
+
+static struct masq_cm_addr wire_addr(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
+{
+	struct masq_cm_addr w = { .addr = { a, b, c, d }, .port = port };
+
+	return w;
+}
+
+static void send_fd(int sock, const void *msg, size_t len, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *c;
+
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	(void)!sendmsg(sock, &mh, MSG_NOSIGNAL);
+}
+
+static void push(uint32_t id, uint32_t listen_id, uint32_t event, int32_t status,
+		 const struct masq_cm_conn_param *param)
+{
+	struct masq_msg_cm_event_notice m;
+	int fd = srv.chan_fd[srv.id_chan[listen_id ? listen_id : id]];
+
+	if (srv.junk_first) {
+		static const char junk[] = "not a masq message";
+
+		srv.junk_first = 0;
+		(void)!send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+		masq_msg_cm_event_notice_init(&m);
+		m.body.id = 999;
+		m.body.event = RDMA_CM_EVENT_ESTABLISHED;
+		(void)!send(fd, &m, sizeof(m), MSG_NOSIGNAL);
+	}
+	masq_msg_cm_event_notice_init(&m);
+	m.body.id = id;
+	m.body.listen_id = listen_id;
+	m.body.event = event;
+	m.body.status = status;
+	m.body.addrs = srv.addrs[id];
+	if (param)
+		m.body.param = *param;
+	(void)!send(fd, &m, sizeof(m), MSG_NOSIGNAL);
+}
+
+static struct masq_cm_conn_param conn_param(uint32_t qpn, const char *pdata)
+{
+	struct masq_cm_conn_param p = { .responder_resources = 1,
+					.initiator_depth = 1,
+					.retry_count = 7,
+					.rnr_retry_count = 7,
+					.qp_num = qpn };
+
+	p.private_data_len = (uint32_t)strlen(pdata);
+	memcpy(p.private_data, pdata, p.private_data_len);
+	return p;
+}
+
+/* Reply with just a header: status 0 or -errno. */
+static void reply_hdr(int c, uint16_t op, uint32_t req_id, int32_t status)
+{
+	struct masq_hdr h;
+
+	masq_hdr_init(&h, op | MASQ_REPLY, sizeof(h));
+	h.request_id = req_id;
+	h.status = status;
+	send_fd(c, &h, sizeof(h), -1);
+}
+
+#define REPLY(c, kind, req_id, fill)                       \
+	do {                                               \
+		struct masq_msg_##kind##_reply r_;         \
+		masq_msg_##kind##_reply_init(&r_);         \
+		r_.hdr.request_id = (req_id);              \
+		fill;                                      \
+		send_fd((c), &r_, sizeof(r_), -1);         \
+	} while (0)
+
+/* The body of the request in buf as a T (its framing checked by the caller). */
+#define BODY(T) (*(const T *)(buf + sizeof(struct masq_hdr)))
+
+static void serve(int c, const uint8_t *buf, size_t n)
+{
+	struct masq_hdr h;
+	uint32_t id = 0;
+
+	if (masq_hdr_decode(buf, n, &h)) {
+		fprintf(stderr, "fake masqd: bad request\n");
+		return;
+	}
+	pthread_mutex_lock(&srv_lock);
+	if (h.opcode < 64)
+		srv.ops[h.opcode]++;
+	if (n >= sizeof(h) + 4 && h.opcode != MASQ_OP_HELLO && h.opcode != MASQ_OP_CM_CREATE_CHANNEL &&
+	    h.opcode != MASQ_OP_CM_DESTROY_CHANNEL && h.opcode != MASQ_OP_CM_CREATE_ID) {
+		memcpy(&id, buf + sizeof(h), 4);
+		if (id >= MAX_IDS)
+			id = 0;
+		srv.last_id[h.opcode] = id;
+	}
+	switch (h.opcode) {
+	case MASQ_OP_HELLO:
+		REPLY(c, hello, h.request_id, (r_.body.session_id = 1));
+		break;
+	case MASQ_OP_CM_CREATE_CHANNEL: {
+		struct masq_msg_cm_create_channel_reply r;
+		int sv[2], ch;
+
+		for (ch = 1; ch <= MAX_CHANNELS && srv.chan_fd[ch] >= 0; ch++)
+			;
+		if (ch > MAX_CHANNELS ||
+		    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+			reply_hdr(c, h.opcode, h.request_id, -EMFILE);
+			break;
+		}
+		srv.chan_fd[ch] = sv[0];
+		masq_msg_cm_create_channel_reply_init(&r);
+		r.hdr.request_id = h.request_id;
+		r.body.channel = (uint32_t)ch;
+		send_fd(c, &r, sizeof(r), sv[1]);
+		close(sv[1]);
+		break;
+	}
+	case MASQ_OP_CM_DESTROY_CHANNEL: {
+		uint32_t ch = BODY(struct masq_cm_channel).channel;
+
+		if (ch >= 1 && ch <= MAX_CHANNELS && srv.chan_fd[ch] >= 0) {
+			close(srv.chan_fd[ch]);
+			srv.chan_fd[ch] = -1;
+		}
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		break;
+	}
+	case MASQ_OP_CM_CREATE_ID: {
+		struct masq_msg_cm_create_id_req q;
+
+		if (masq_msg_cm_create_id_req_decode(buf, n, &q) || srv.next_id >= MAX_IDS) {
+			reply_hdr(c, h.opcode, h.request_id, -EINVAL);
+			break;
+		}
+		id = srv.next_id++;
+		srv.id_chan[id] = q.body.channel;
+		memset(&srv.addrs[id], 0, sizeof(srv.addrs[id]));
+		REPLY(c, cm_create_id, h.request_id, (r_.body.id = id));
+		break;
+	}
+	case MASQ_OP_CM_MIGRATE_ID:
+		srv.id_chan[id] = BODY(struct masq_cm_migrate_req).channel;
+		srv.migrated_to = srv.id_chan[id];
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		break;
+	case MASQ_OP_CM_BIND_ADDR:
+		srv.addrs[id].src = BODY(struct masq_cm_bind_req).addr;
+		if (!srv.addrs[id].src.port)
+			srv.addrs[id].src.port = 40000;
+		REPLY(c, cm_bind_addr, h.request_id, (r_.body = srv.addrs[id]));
+		break;
+	case MASQ_OP_CM_RESOLVE_ADDR: {
+		const struct masq_cm_resolve_addr_req *q = &BODY(struct masq_cm_resolve_addr_req);
+		int unreachable = q->dst.addr[3] == 99;
+
+		srv.addrs[id].src = q->has_src ? q->src : wire_addr(10, 0, 0, 5, 40001);
+		srv.addrs[id].dst = q->dst;
+		REPLY(c, cm_resolve_addr, h.request_id, (r_.body = srv.addrs[id]));
+		push(id, 0, unreachable ? RDMA_CM_EVENT_ADDR_ERROR : RDMA_CM_EVENT_ADDR_RESOLVED,
+		     unreachable ? -EHOSTUNREACH : 0, NULL);
+		break;
+	}
+	case MASQ_OP_CM_RESOLVE_ROUTE:
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		push(id, 0, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL);
+		break;
+	case MASQ_OP_CM_LISTEN: {
+		/* A client shows up at once. */
+		struct masq_cm_conn_param p = conn_param(0x12, "ping");
+		uint32_t child = srv.next_id++;
+
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		srv.id_chan[child] = srv.id_chan[id];
+		srv.addrs[child].src = wire_addr(10, 0, 0, 6, 7174);
+		srv.addrs[child].dst = wire_addr(10, 0, 0, 5, 40001);
+		push(child, id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p);
+		break;
+	}
+	case MASQ_OP_CM_CONNECT: {
+		struct masq_cm_conn_param p = conn_param(0x12, "pong");
+
+		srv.connect_param = BODY(struct masq_cm_connect_req).param;
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		push(id, 0, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &p);
+		break;
+	}
+	case MASQ_OP_CM_ACCEPT:
+		srv.accept_param = BODY(struct masq_cm_connect_req).param;
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		push(id, 0, RDMA_CM_EVENT_ESTABLISHED, 0, NULL);
+		break;
+	case MASQ_OP_CM_REJECT:
+		srv.reject = BODY(struct masq_cm_reject_req);
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		break;
+	case MASQ_OP_CM_DISCONNECT:
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		push(id, 0, RDMA_CM_EVENT_DISCONNECTED, 0, NULL);
+		break;
+	case MASQ_OP_CM_INIT_QP_ATTR:
+		/* As golden/cm_init_qp_attr_reply.hex. */
+		REPLY(c, cm_init_qp_attr, h.request_id, ({
+			      struct masq_qp_attr *a = &r_.body.attr;
+
+			      r_.body.attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+						  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+						  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+			      a->qp_state = IBV_QPS_RTR;
+			      a->path_mtu = IBV_MTU_1024;
+			      a->dest_qp_num = 0x12;
+			      a->rq_psn = 0x1234;
+			      a->max_dest_rd_atomic = 1;
+			      a->min_rnr_timer = 12;
+			      a->ah_attr.dgid[10] = a->ah_attr.dgid[11] = 0xff;
+			      a->ah_attr.dgid[12] = 10;
+			      a->ah_attr.dgid[15] = 6;
+			      a->ah_attr.sgid_index = 1;
+			      a->ah_attr.hop_limit = 64;
+			      a->ah_attr.is_global = 1;
+			      a->ah_attr.port_num = 1;
+		      }));
+		break;
+	case MASQ_OP_CM_DESTROY_ID:
+	case MASQ_OP_CM_ESTABLISH:
+		reply_hdr(c, h.opcode, h.request_id, 0);
+		break;
+	default:
+		reply_hdr(c, h.opcode, h.request_id, -EOPNOTSUPP);
+	}
+	pthread_mutex_unlock(&srv_lock);
+}
+
+static void *server_main(void *arg)
+{
+	int lfd = *(int *)arg, c;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	ssize_t n;
+
+	/* One connection per process: the CM's. */
+	c = accept(lfd, NULL, NULL);
+	if (c < 0)
+		return NULL;
+	while ((n = recv(c, buf, sizeof(buf), 0)) > 0)
+		serve(c, buf, (size_t)n);
+	close(c);
+	return NULL;
+}
+
+static int ops(int op)
+{
+	int v;
+
+	pthread_mutex_lock(&srv_lock);
+	v = srv.ops[op];
+	pthread_mutex_unlock(&srv_lock);
+	return v;
+}
+
+static uint32_t last_id(int op)
+{
+	uint32_t v;
+
+	pthread_mutex_lock(&srv_lock);
+	v = srv.last_id[op];
+	pthread_mutex_unlock(&srv_lock);
+	return v;
+}
+
+static struct sockaddr_in sin4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
+{
+	struct sockaddr_in s = { .sin_family = AF_INET, .sin_port = htons(port) };
+	uint8_t ip[4] = { a, b, c, d };
+
+	memcpy(&s.sin_addr.s_addr, ip, 4);
+	return s;
+}
+
+static int is_sin(const struct sockaddr_in *s, uint8_t a, uint8_t b, uint8_t c, uint8_t d,
+		  uint16_t port)
+{
+	struct sockaddr_in w = sin4(a, b, c, d, port);
+
+	return s->sin_family == AF_INET && s->sin_addr.s_addr == w.sin_addr.s_addr &&
+	       s->sin_port == w.sin_port;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_active_side(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL, *udp = NULL;
+	struct sockaddr_in dst = sin4(10, 0, 0, 6, 7174);
+	struct rdma_conn_param param = { .private_data = "hi", .private_data_len = 2,
+					 .responder_resources = 1, .initiator_depth = 1,
+					 .retry_count = 9, .rnr_retry_count = 7, .qp_num = 0x11 };
+	struct rdma_cm_event *ev = NULL;
+	char big[57] = { 0 };
+	int ctx_tag;
+
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	CHECK(ch->fd >= 0);
+	CHECK_EQ(rdma_create_id(ch, &id, &ctx_tag, RDMA_PS_TCP), 0);
+	/* masqd's refusal, errno passed through. */
+	errno = 0;
+	CHECK_EQ(rdma_create_id(ch, &udp, NULL, RDMA_PS_UDP), -1);
+	CHECK_EQ(errno, EINVAL);
+	if (!id)
+		return;
+	CHECK(id->channel == ch && id->context == &ctx_tag && id->ps == RDMA_PS_TCP);
+	CHECK(id->qp_type == IBV_QPT_RC && id->verbs == NULL);
+
+	pthread_mutex_lock(&srv_lock);
+	srv.junk_first = 1; /* dropped on the way to the ADDR_RESOLVED */
+	pthread_mutex_unlock(&srv_lock);
+	CHECK_EQ(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000), 0);
+	CHECK(is_sin(&id->route.addr.src_sin, 10, 0, 0, 5, 40001));
+	CHECK(is_sin(&id->route.addr.dst_sin, 10, 0, 0, 6, 7174));
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(ev->id == id && ev->listen_id == NULL);
+	CHECK_EQ(ev->status, 0);
+	CHECK(id->verbs == &fake_ctx);
+	CHECK_EQ(id->port_num, 1);
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+
+	CHECK_EQ(rdma_resolve_route(id, 2000), 0);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK_EQ(id->route.num_paths, 1);
+	CHECK(id->route.path_rec != NULL);
+	if (id->route.path_rec) {
+		CHECK_EQ(id->route.path_rec->dgid.raw[11], 0xff);
+		CHECK_EQ(id->route.path_rec->dgid.raw[15], 6);
+		CHECK_EQ(id->route.path_rec->sgid.raw[15], 5);
+	}
+	CHECK_EQ(rdma_get_src_port(id), htons(40001));
+	CHECK_EQ(rdma_get_dst_port(id), htons(7174));
+	rdma_ack_cm_event(ev);
+
+	/* No QP: the app gets CONNECT_RESPONSE and calls rdma_establish. */
+	errno = 0;
+	big[0] = 1;
+	param.private_data = big;
+	param.private_data_len = sizeof(big);
+	CHECK_EQ(rdma_connect(id, &param), -1);
+	CHECK_EQ(errno, EINVAL);
+	param.private_data = "hi";
+	param.private_data_len = 2;
+	CHECK_EQ(rdma_connect(id, NULL), -1); /* neither a QP nor a QPN */
+	CHECK_EQ(rdma_connect(id, &param), 0);
+	pthread_mutex_lock(&srv_lock);
+	CHECK_EQ(srv.connect_param.qp_num, 0x11);
+	CHECK_EQ(srv.connect_param.retry_count, 7); /* clamped to the 3 bits the CM has */
+	CHECK_EQ(srv.connect_param.private_data_len, 2);
+	CHECK(memcmp(srv.connect_param.private_data, "hi", 2) == 0);
+	pthread_mutex_unlock(&srv_lock);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	CHECK_EQ(ev->param.conn.qp_num, 0x12);
+	CHECK_EQ(ev->param.conn.private_data_len, 4);
+	CHECK(ev->param.conn.private_data &&
+	      memcmp(ev->param.conn.private_data, "pong", 4) == 0);
+	rdma_ack_cm_event(ev);
+	CHECK_EQ(rdma_establish(id), 0);
+	CHECK_EQ(ops(MASQ_OP_CM_ESTABLISH), 1);
+
+	CHECK_EQ(rdma_disconnect(id), 0);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_DISCONNECTED);
+	rdma_ack_cm_event(ev);
+
+	/* Nothing queued: a non-blocking channel says so. */
+	CHECK_EQ(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
+	errno = 0;
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), -1);
+	CHECK_EQ(errno, EAGAIN);
+
+	CHECK_EQ(rdma_destroy_id(id), 0);
+	CHECK_EQ(ops(MASQ_OP_CM_DESTROY_ID), 1);
+	rdma_destroy_event_channel(ch);
+	CHECK_EQ(ops(MASQ_OP_CM_DESTROY_CHANNEL), 1);
+}
+
+static void test_passive_side(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *listen = NULL, *child;
+	struct sockaddr_in any = sin4(0, 0, 0, 0, 7174);
+	struct sockaddr_in6 v6 = { .sin6_family = AF_INET6 };
+	struct rdma_cm_event *ev = NULL;
+	char big[149] = { 0 };
+	int tag;
+
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	CHECK_EQ(rdma_create_id(ch, &listen, &tag, RDMA_PS_TCP), 0);
+	if (!listen)
+		return;
+	errno = 0;
+	CHECK_EQ(rdma_bind_addr(listen, (struct sockaddr *)&v6), -1);
+	CHECK_EQ(errno, EAFNOSUPPORT);
+	CHECK_EQ(rdma_bind_addr(listen, (struct sockaddr *)&any), 0);
+	CHECK(is_sin(&listen->route.addr.src_sin, 0, 0, 0, 0, 7174));
+	CHECK(listen->verbs == NULL); /* wildcard: no device yet */
+	CHECK_EQ(rdma_listen(listen, 8), 0);
+
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(ev->listen_id == listen);
+	child = ev->id;
+	CHECK(child != NULL && child != listen);
+	if (child) {
+		CHECK(child->context == &tag && child->channel == ch);
+		CHECK(child->verbs == &fake_ctx && child->port_num == 1);
+		CHECK(child->ps == RDMA_PS_TCP && child->qp_type == IBV_QPT_RC);
+		CHECK(is_sin(&child->route.addr.src_sin, 10, 0, 0, 6, 7174));
+		CHECK(is_sin(&child->route.addr.dst_sin, 10, 0, 0, 5, 40001));
+	}
+	CHECK_EQ(ev->param.conn.qp_num, 0x12);
+	CHECK_EQ(ev->param.conn.private_data_len, 4);
+	CHECK(ev->param.conn.private_data && memcmp(ev->param.conn.private_data, "ping", 4) == 0);
+	CHECK_EQ(rdma_ack_cm_event(ev), 0);
+	if (!child)
+		return;
+
+	errno = 0;
+	CHECK_EQ(rdma_reject(child, big, sizeof(big)), -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK_EQ(rdma_reject(child, "no", 2), 0);
+	pthread_mutex_lock(&srv_lock);
+	CHECK_EQ(srv.reject.private_data_len, 2);
+	CHECK(memcmp(srv.reject.private_data, "no", 2) == 0);
+	pthread_mutex_unlock(&srv_lock);
+
+	/* An accept without QP names the app's QPN; ESTABLISHED follows. */
+	{
+		struct rdma_conn_param p = { .qp_num = 0x21, .responder_resources = 0xff,
+					     .initiator_depth = 0xff };
+
+		CHECK_EQ(rdma_accept(child, &p), 0);
+		CHECK_EQ(last_id(MASQ_OP_CM_ACCEPT), last_id(MASQ_OP_CM_REJECT));
+		pthread_mutex_lock(&srv_lock);
+		CHECK_EQ(srv.accept_param.qp_num, 0x21);
+		CHECK_EQ(srv.accept_param.responder_resources, 1); /* the request's */
+		CHECK_EQ(srv.accept_param.rnr_retry_count, 0);
+		pthread_mutex_unlock(&srv_lock);
+		CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+		CHECK_EQ(ev->event, RDMA_CM_EVENT_ESTABLISHED);
+		CHECK(ev->id == child);
+		rdma_ack_cm_event(ev);
+	}
+	CHECK_EQ(rdma_destroy_id(child), 0);
+	CHECK_EQ(rdma_destroy_id(listen), 0);
+	rdma_destroy_event_channel(ch);
+}
+
+static void test_sync_id(void)
+{
+	struct rdma_cm_id *id = NULL;
+	struct sockaddr_in bad = sin4(10, 0, 0, 99, 7174), dst = sin4(10, 0, 0, 6, 7174);
+	struct sockaddr_in src = sin4(10, 0, 0, 5, 0);
+
+	CHECK_EQ(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP), 0);
+	if (!id)
+		return;
+	CHECK(id->channel != NULL);
+	errno = 0;
+	CHECK_EQ(rdma_resolve_addr(id, NULL, (struct sockaddr *)&bad, 2000), -1);
+	CHECK_EQ(errno, EHOSTUNREACH);
+	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ADDR_ERROR);
+	CHECK_EQ(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000), 0);
+	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(is_sin(&id->route.addr.src_sin, 10, 0, 0, 5, 0));
+	CHECK(id->verbs == &fake_ctx);
+	CHECK_EQ(rdma_resolve_route(id, 2000), 0);
+	CHECK_EQ(id->route.num_paths, 1);
+	CHECK_EQ(rdma_destroy_id(id), 0); /* acks id->event, drops its channel */
+}
+
+static void test_init_qp_attr(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	struct ibv_qp_attr attr;
+	int mask = 0;
+
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	CHECK_EQ(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	if (!id)
+		return;
+	memset(&attr, 0x5a, sizeof(attr));
+	attr.qp_state = IBV_QPS_RTR;
+	CHECK_EQ(rdma_init_qp_attr(id, &attr, &mask), 0);
+	CHECK_EQ(mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	CHECK_EQ(attr.qp_state, IBV_QPS_RTR);
+	CHECK_EQ(attr.path_mtu, IBV_MTU_1024);
+	CHECK_EQ(attr.dest_qp_num, 0x12);
+	CHECK_EQ(attr.rq_psn, 0x1234);
+	CHECK_EQ(attr.max_dest_rd_atomic, 1);
+	CHECK_EQ(attr.min_rnr_timer, 12);
+	CHECK_EQ(attr.ah_attr.is_global, 1);
+	CHECK_EQ(attr.ah_attr.grh.sgid_index, 1);
+	CHECK_EQ(attr.ah_attr.grh.hop_limit, 64);
+	CHECK_EQ(attr.ah_attr.grh.dgid.raw[15], 6);
+	CHECK_EQ(attr.ah_attr.port_num, 1);
+	CHECK_EQ(attr.cap.max_send_wr, 0); /* not in the mask: zero, not stale */
+	CHECK_EQ(attr.sq_psn, 0);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
+/* rdma_server's pattern: a passive endpoint and rdma_get_request. */
+static void test_get_request(void)
+{
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP },
+			     *res = NULL;
+	struct rdma_cm_id *listen = NULL, *child = NULL;
+	int migrations;
+
+	CHECK_EQ(rdma_getaddrinfo(NULL, "7471", &hints, &res), 0);
+	if (!res)
+		return;
+	CHECK_EQ(rdma_create_ep(&listen, res, NULL, NULL), 0);
+	rdma_freeaddrinfo(res);
+	if (!listen)
+		return;
+	CHECK(is_sin(&listen->route.addr.src_sin, 0, 0, 0, 0, 7471));
+	CHECK_EQ(rdma_listen(listen, 0), 0);
+	migrations = ops(MASQ_OP_CM_MIGRATE_ID);
+	CHECK_EQ(rdma_get_request(listen, &child), 0);
+	CHECK(child != NULL);
+	if (child) {
+		/* Sync like its listener: a channel of its own. */
+		CHECK(child->channel != NULL && child->channel != listen->channel);
+		CHECK_EQ(ops(MASQ_OP_CM_MIGRATE_ID), migrations + 1);
+		CHECK(child->event && child->event->event == RDMA_CM_EVENT_CONNECT_REQUEST);
+		CHECK(child->event && child->event->listen_id == listen);
+		rdma_destroy_ep(child);
+	}
+	rdma_destroy_ep(listen);
+}
+
+static void test_getaddrinfo(void)
+{
+	struct rdma_addrinfo hints, *res = NULL;
+	struct sockaddr_in src = sin4(10, 0, 0, 5, 0);
+	const struct sockaddr_in *s;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_PASSIVE;
+	CHECK_EQ(rdma_getaddrinfo(NULL, "7174", &hints, &res), 0);
+	if (res) {
+		CHECK_EQ(res->ai_family, AF_INET);
+		CHECK_EQ(res->ai_qp_type, IBV_QPT_RC);
+		CHECK_EQ(res->ai_port_space, RDMA_PS_TCP);
+		CHECK(res->ai_flags & RAI_PASSIVE);
+		CHECK_EQ(res->ai_src_len, sizeof(struct sockaddr_in));
+		CHECK(res->ai_dst_addr == NULL && res->ai_next == NULL);
+		s = (const struct sockaddr_in *)res->ai_src_addr;
+		CHECK(s && is_sin(s, 0, 0, 0, 0, 7174));
+		rdma_freeaddrinfo(res);
+	}
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_NUMERICHOST;
+	hints.ai_src_addr = (struct sockaddr *)&src;
+	hints.ai_src_len = sizeof(src);
+	res = NULL;
+	CHECK_EQ(rdma_getaddrinfo("10.0.0.6", "7174", &hints, &res), 0);
+	if (res) {
+		CHECK(!(res->ai_flags & RAI_PASSIVE));
+		CHECK_EQ(res->ai_dst_len, sizeof(struct sockaddr_in));
+		s = (const struct sockaddr_in *)res->ai_dst_addr;
+		CHECK(s && is_sin(s, 10, 0, 0, 6, 7174));
+		s = (const struct sockaddr_in *)res->ai_src_addr;
+		CHECK(s && is_sin(s, 10, 0, 0, 5, 0));
+		CHECK_EQ(res->ai_src_len, sizeof(src));
+		rdma_freeaddrinfo(res);
+	}
+
+	/* A name that is not numeric, with RAI_NUMERICHOST: the resolver's code. */
+	res = NULL;
+	CHECK_EQ(rdma_getaddrinfo("not-an-address", "7174", &hints, &res), EAI_NONAME);
+	CHECK(res == NULL);
+	hints.ai_family = AF_INET6;
+	CHECK_EQ(rdma_getaddrinfo("::1", "7174", &hints, &res), EAI_FAMILY);
+	errno = 0;
+	CHECK_EQ(rdma_getaddrinfo(NULL, NULL, NULL, &res), -1);
+	CHECK_EQ(errno, EINVAL);
+	rdma_freeaddrinfo(NULL);
+}
+
+static void test_addr_conversion(void)
+{
+	struct sockaddr_in in = sin4(192, 168, 1, 2, 4791), out;
+	struct masq_cm_addr w;
+
+	masq_cm_addr_to_wire(&w, &in);
+	CHECK(w.addr[0] == 192 && w.addr[1] == 168 && w.addr[2] == 1 && w.addr[3] == 2);
+	CHECK_EQ(w.port, 4791);
+	CHECK(w.reserved[0] == 0 && w.reserved[1] == 0);
+	CHECK_EQ(masq_cm_addr_validate(&w), 0);
+	memset(&out, 0xee, sizeof(out));
+	masq_cm_addr_from_wire(&out, &w);
+	CHECK(is_sin(&out, 192, 168, 1, 2, 4791));
+	CHECK(out.sin_zero[0] == 0 && out.sin_zero[7] == 0);
+}
+
+static void test_qp_attr_conversion(void)
+{
+	struct ibv_qp_attr a, b;
+	struct masq_qp_attr w;
+	int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+		   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_ACCESS_FLAGS;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_4096;
+	a.dest_qp_num = 0xabcdef;
+	a.rq_psn = 0x123456;
+	a.sq_psn = 77; /* not in the mask: not carried */
+	a.max_dest_rd_atomic = 16;
+	a.min_rnr_timer = 12;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid.raw[15] = 9;
+	a.ah_attr.grh.sgid_index = 3;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.grh.traffic_class = 106;
+	a.ah_attr.port_num = 1;
+	masq_qp_attr_to_wire(&w, &a, mask);
+	CHECK_EQ(masq_qp_attr_validate(&w), 0);
+	CHECK_EQ(w.sq_psn, 0);
+	memset(&b, 0, sizeof(b));
+	masq_qp_attr_from_wire(&b, &w);
+	CHECK_EQ(b.qp_state, a.qp_state);
+	CHECK_EQ(b.path_mtu, a.path_mtu);
+	CHECK_EQ(b.dest_qp_num, a.dest_qp_num);
+	CHECK_EQ(b.rq_psn, a.rq_psn);
+	CHECK_EQ(b.sq_psn, 0);
+	CHECK_EQ(b.max_dest_rd_atomic, 16);
+	CHECK_EQ(b.min_rnr_timer, 12);
+	CHECK_EQ(b.qp_access_flags, a.qp_access_flags);
+	CHECK(memcmp(&b.ah_attr, &a.ah_attr, sizeof(a.ah_attr)) == 0);
+}
+
+static void test_misc(void)
+{
+	struct rdma_cm_id *id = NULL;
+	struct ibv_context **devs;
+	uint8_t tos = 32;
+	int n = -1;
+
+	CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED") == 0);
+	CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT") ==
+	      0);
+	CHECK(strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT") == 0);
+	devs = rdma_get_devices(&n);
+	CHECK(devs && devs[0] == &fake_ctx && devs[1] == NULL);
+	CHECK_EQ(n, 1);
+	rdma_free_devices(devs);
+
+	CHECK_EQ(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP), 0);
+	if (!id)
+		return;
+	CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)), 0);
+	errno = 0;
+	CHECK_EQ(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, NULL, 0), -1);
+	CHECK_EQ(errno, ENOSYS);
+	errno = 0;
+	CHECK_EQ(rdma_join_multicast(id, NULL, NULL), -1);
+	CHECK_EQ(errno, ENOSYS);
+	CHECK_EQ(rdma_notify(id, IBV_EVENT_COMM_EST), 0);
+	rdma_destroy_id(id);
+}
+
+int main(void)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	pthread_t th;
+	int lfd, i;
+
+	for (i = 0; i <= MAX_CHANNELS; i++)
+		srv.chan_fd[i] = -1;
+	srv.next_id = 3;
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "/tmp/masq-test-cm.%d.sock", (int)getpid());
+	unlink(addr.sun_path);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(lfd, 4) < 0) {
+		perror("fake masqd");
+		return 1;
+	}
+	setenv("MASQ_SOCKET", addr.sun_path, 1);
+	pthread_create(&th, NULL, server_main, &lfd);
+	masq_cm_set_device(&fake_ctx, NULL, 16, 16);
+
+	run("getaddrinfo", test_getaddrinfo);
+	run("addr_conversion", test_addr_conversion);
+	run("qp_attr_conversion", test_qp_attr_conversion);
+	run("active_side", test_active_side);
+	run("passive_side", test_passive_side);
+	run("sync_id", test_sync_id);
+	run("init_qp_attr", test_init_qp_attr);
+	run("get_request", test_get_request);
+	run("misc", test_misc);
+
+	unlink(addr.sun_path);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
