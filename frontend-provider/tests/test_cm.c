@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <rdma/rdma_cma.h>
@@ -43,6 +44,7 @@ static struct {
 	int ops[64];		       /* requests seen, by opcode */
 	uint32_t last_id[64];	       /* the id of the last request of each opcode */
 	uint32_t migrated_to;
+	uint32_t last_channel;
 	struct masq_cm_conn_param connect_param, accept_param;
 	struct masq_cm_reject_req reject;
 	int junk_first; /* before the next event: garbage and an unknown id's event */
@@ -179,6 +181,7 @@ static void serve(int c, const uint8_t *buf, size_t n)
 			break;
 		}
 		srv.chan_fd[ch] = sv[0];
+		srv.last_channel = (uint32_t)ch;
 		masq_msg_cm_create_channel_reply_init(&r);
 		r.hdr.request_id = h.request_id;
 		r.body.channel = (uint32_t)ch;
@@ -752,6 +755,60 @@ static void test_misc(void)
 	rdma_destroy_id(id);
 }
 
+static void *blocked_reader(void *arg)
+{
+	struct rdma_event_channel *ch = arg;
+	struct rdma_cm_event *ev;
+	long r = rdma_get_cm_event(ch, &ev);
+
+	return (void *)r;
+}
+
+/* A channel destroyed under a blocked reader never wakes it (the kernel's
+ * does not: rping's CM thread relies on it); one masqd closes while the
+ * app still holds it fails with ECONNRESET. */
+static void test_channel_close(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+	struct timespec ts;
+	pthread_t th;
+	void *res;
+	uint32_t handle;
+
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	pthread_create(&th, NULL, blocked_reader, ch);
+	usleep(50 * 1000);
+	rdma_destroy_event_channel(ch);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 300 * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	CHECK_EQ(pthread_timedjoin_np(th, &res, &ts), ETIMEDOUT);
+	pthread_cancel(th);
+	pthread_join(th, NULL);
+
+	ch = rdma_create_event_channel();
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	pthread_mutex_lock(&srv_lock);
+	handle = srv.last_channel;
+	if (handle >= 1 && handle <= MAX_CHANNELS && srv.chan_fd[handle] >= 0) {
+		close(srv.chan_fd[handle]); /* as a masqd that went away */
+		srv.chan_fd[handle] = -1;
+	}
+	pthread_mutex_unlock(&srv_lock);
+	errno = 0;
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), -1);
+	CHECK_EQ(errno, ECONNRESET);
+	rdma_destroy_event_channel(ch);
+}
+
 int main(void)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -781,6 +838,7 @@ int main(void)
 	run("init_qp_attr", test_init_qp_attr);
 	run("get_request", test_get_request);
 	run("misc", test_misc);
+	run("channel_close", test_channel_close);
 
 	unlink(addr.sun_path);
 	printf("%d passed, %d failed\n", passed, failed);
