@@ -401,19 +401,24 @@ impl Backstop {
     /// Wait up to `timeout` for queued updates and run them: all in one
     /// transaction, or one by one if that fails (an update whose element
     /// changed meanwhile must not take the others down with it).
+    ///
+    /// `sending` is taken only after the wait: held across it, this loop
+    /// re-took it at once every round and starved `reconcile`, which then
+    /// waited holding the elements lock that accepting a session needs
+    /// (masqd accepted no app for a minute and more after a restart).
     pub fn flush_updates(&self, timeout: Duration) {
-        let _sending = lock(&self.sending);
-        let cmds = {
-            let mut q = lock(&self.pending);
+        {
+            let q = lock(&self.pending);
             if q.is_empty() {
-                q = self
-                    .wake
-                    .wait_timeout(q, timeout)
-                    .map(|(q, _)| q)
-                    .unwrap_or_else(|e| e.into_inner().0);
+                drop(
+                    self.wake
+                        .wait_timeout(q, timeout)
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
             }
-            std::mem::take(&mut *q)
-        };
+        }
+        let _sending = lock(&self.sending);
+        let cmds = std::mem::take(&mut *lock(&self.pending));
         if cmds.is_empty() {
             return;
         }
@@ -433,8 +438,9 @@ impl Backstop {
     /// a restart, elements nobody re-registered go away. Queued updates are
     /// part of that state already and are dropped, unless this fails.
     pub fn reconcile(&self) {
-        let el = self.lock();
+        // `sending` first: waiting for it must not hold the elements lock.
         let _sending = lock(&self.sending);
+        let el = self.lock();
         let queued = std::mem::take(&mut *lock(&self.pending));
         let t = format!("inet {TABLE}");
         let mut cmd = format!("flush set {t} conn_in\nflush set {t} tenant_qpns\n");
