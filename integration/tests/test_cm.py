@@ -201,15 +201,23 @@ def test_same_vip_and_port_in_two_vnis(cm):
     assert outs["globex"][0] == 0 and "request private_data=globex\n" in outs["globex"][1], outs
 
 
-def _wait_entry(tb, host, *filters, procs=(), timeout=120):
+def _wait_pairs(tb, procs=(), timeout=120):
+    """The established acme entries on host1 (to 10.0.0.2) and host2 (from
+    10.0.0.1), paired by CM port, once both hosts show the same ones.
+    perftest -R opens two CM connections (its own handshake channel, then
+    the test's), one after the other: wait until they settle."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        entries = [e for e in conntrack(tb, host, *filters) if e["state"] == "ESTABLISHED"]
-        if entries:
-            return entries
+        a = [e for e in conntrack(tb, "host1", "-t", "acme", "-d", "10.0.0.2")
+             if e["state"] == "ESTABLISHED"]
+        b = {e["cm"]["remote_port"]: e for e in conntrack(tb, "host2", "-t", "acme", "-d", "10.0.0.1")
+             if e["state"] == "ESTABLISHED" and e.get("cm")}
+        pairs = [(e, b.get(e["cm"]["local_port"])) for e in a if e.get("cm")]
+        if a and len(a) == len(b) and all(p for _, p in pairs) and len(pairs) == len(a):
+            return pairs
         _fail_if_exited(procs)
         time.sleep(0.3)
-    raise TimeoutError(f"no established connection on {host} for {filters}")
+    raise TimeoutError("the hosts' CM entries do not pair up")
 
 
 def test_cm_connections_are_tracked_with_their_side(cm):
@@ -217,14 +225,12 @@ def test_cm_connections_are_tracked_with_their_side(cm):
     srv = serve(cm, "host2", "acme-b", 7193, *argv)
     cli = cm.tenant_spawn("host1", "acme-a", *argv, "10.0.0.2")
     try:
-        a = _wait_entry(cm, "host1", "-t", "acme", "-d", "10.0.0.2", procs=(srv, cli))
-        b = _wait_entry(cm, "host2", "-t", "acme", "-s", "10.0.0.2", procs=(srv, cli))
-        assert len(a) == 1 and len(b) == 1, (a, b)
-        assert a[0]["cm"]["active"] is True and a[0]["cm"]["remote_port"] == 7193
-        assert b[0]["cm"]["active"] is False and b[0]["cm"]["local_port"] == 7193
-        assert a[0]["cm"]["local_port"] == b[0]["cm"]["remote_port"]
-        assert a[0]["local_qpn"] == b[0]["remote_qpn"]
-        assert a[0]["rule"] == "acme/clients/egress(all)+acme/servers/ingress[0]"
+        for a, b in _wait_pairs(cm, procs=(srv, cli)):
+            assert a["cm"]["active"] is True and a["cm"]["remote_port"] == 7193, a
+            assert b["cm"]["active"] is False and b["cm"]["local_port"] == 7193, b
+            assert a["local_qpn"] == b["remote_qpn"] and a["remote_qpn"] == b["local_qpn"]
+            assert a["rule"] == "acme/clients/egress(all)+acme/servers/ingress[0]"
+            assert b["rule"] == a["rule"]
         line = masqctl(cm, "host1", "conntrack", "-L")["lines"]
         assert any(" cm=active sport=" in ln and "dport=7193" in ln for ln in line), line
     finally:
