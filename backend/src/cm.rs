@@ -76,6 +76,9 @@ enum Phase {
     /// Active: REP received, waiting for the app's QP to reach RTS.
     RepReceived,
     Established,
+    /// The peer disconnected (DISCONNECTED delivered); the app's own
+    /// rdma_disconnect then succeeds, as the kernel's answers a DREQ.
+    PeerClosed,
     Closed,
 }
 
@@ -622,29 +625,30 @@ impl Cm {
             }
             R::CmDisconnect(c) => {
                 let i = Self::own(st, session, c.id)?;
-                if !matches!(
-                    i.phase,
-                    Phase::Established | Phase::RepSent | Phase::RepReceived
-                ) {
-                    return fail(libc::EINVAL, "disconnect without a connection");
+                match i.phase {
+                    // The peer's DREQ came first: answering it is all.
+                    Phase::PeerClosed => i.phase = Phase::Closed,
+                    Phase::Established | Phase::RepSent | Phase::RepReceived => {
+                        i.phase = Phase::Closed;
+                        if let Some(p) = i.peer {
+                            self.send(
+                                p.host,
+                                PeerMsg::Dreq {
+                                    to_id: p.id,
+                                    from_id: c.id,
+                                },
+                            );
+                        }
+                        Self::emit(
+                            st,
+                            c.id,
+                            proto::CM_EVENT_DISCONNECTED,
+                            0,
+                            Default::default(),
+                        );
+                    }
+                    _ => return fail(libc::EINVAL, "disconnect without a connection"),
                 }
-                i.phase = Phase::Closed;
-                if let Some(p) = i.peer {
-                    self.send(
-                        p.host,
-                        PeerMsg::Dreq {
-                            to_id: p.id,
-                            from_id: c.id,
-                        },
-                    );
-                }
-                Self::emit(
-                    st,
-                    c.id,
-                    proto::CM_EVENT_DISCONNECTED,
-                    0,
-                    Default::default(),
-                );
                 proto::ReplyBody::CmDisconnect
             }
             R::CmInitQpAttr(q) => {
@@ -1110,7 +1114,7 @@ impl Cm {
                 {
                     return;
                 }
-                i.phase = Phase::Closed;
+                i.phase = Phase::PeerClosed;
                 i.deadline = None;
                 Self::emit(
                     st,

@@ -78,11 +78,19 @@ def rping(role, addr, port, count):
     return ["rping", f"-{role}", "-a", addr, "-p", str(port), "-C", str(count), "-v"]
 
 
+def refused(tb, host, endpoint):
+    return {e["name"]: e["refused_requests"] for e in masqctl(tb, host, "endpoints")["endpoints"]}[endpoint]
+
+
 def test_rping_across_hosts_by_virtual_ip(cm):
+    before = refused(cm, "host2", "acme-b"), refused(cm, "host1", "acme-a")
     srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
                     rping("s", "10.0.0.2", 7174, 20), rping("c", "10.0.0.2", 7174, 20), 7174)
     assert cli.count("ping data: rdma-ping-") == 20, cli
     assert srv.count("server ping data: rdma-ping-") == 20, srv
+    # The server's rdma_disconnect after the client's is answered as the
+    # kernel answers it (success), not refused.
+    assert (refused(cm, "host2", "acme-b"), refused(cm, "host1", "acme-a")) == before
 
 
 def test_rping_between_endpoints_on_one_host(cm):
