@@ -899,16 +899,16 @@ impl Cm {
                     return fail(libc::EINVAL, "RTR attributes before the peer is known");
                 }
                 let (dst, _) = i.dst.ok_or((libc::EINVAL, "no destination".to_string()))?;
-                let vgids = crate::session::virtual_gids(&i.ep)
-                    .map_err(|e| (libc::EIO, format!("cannot read the vNIC: {e}")))?;
+                // The kept view, not a fresh netlink dump: that cost
+                // milliseconds on every connection.
+                let (vgids, mtu) =
+                    crate::session::with_vnic(&i.ep, |b| (b.gids().to_vec(), b.vnic().mtu))
+                        .map_err(|e| (libc::EIO, format!("cannot read the vNIC: {e}")))?;
                 let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
                 let sgid = vgids
                     .iter()
                     .find(|g| g.gid == own)
                     .ok_or((libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
-                let mtu = vbond::read_vnic(&i.ep.cfg.netns, &i.ep.cfg.vnic)
-                    .map(|n| n.mtu)
-                    .unwrap_or(1500);
                 mask = IBV_QP_STATE
                     | IBV_QP_AV
                     | IBV_QP_PATH_MTU

@@ -97,13 +97,12 @@ fn from_io(e: io::Error, what: &str) -> Refusal {
     )
 }
 
-/// The endpoint's virtual GID table, from its vNIC as it is right now.
-/// The endpoint's virtual GID table, as its vNIC is now. Entering the
+/// The endpoint's vNIC as it is now: `f` sees its binding. Entering the
 /// namespace and dumping its links and addresses costs milliseconds, so
 /// the view is kept with a netlink subscription in that namespace and
 /// re-read only when a notification arrived, or when the namespace file
 /// names another namespace (the container was recreated).
-pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
+pub fn with_vnic<T>(ep: &Endpoint, f: impl FnOnce(&vbond::Binding) -> T) -> io::Result<T> {
     let ns = std::fs::metadata(&ep.cfg.netns)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", ep.cfg.netns.display())))?
         .ino();
@@ -114,9 +113,14 @@ pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
     };
     // On error the slot stays empty: the next call opens it afresh.
     let b = current?;
-    let gids = b.gids().to_vec();
+    let out = f(&b);
     *slot = Some((ns, b));
-    Ok(gids)
+    Ok(out)
+}
+
+/// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
+pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
+    with_vnic(ep, |b| b.gids().to_vec())
 }
 
 /// Serve requests until the app closes the connection.
@@ -248,13 +252,11 @@ fn hello(
     sess: &mut Session,
     h: &proto::HelloReq,
 ) -> Result<proto::ReplyBody, Refusal> {
-    let nic = vbond::read_vnic(&sess.ep.cfg.netns, &sess.ep.cfg.vnic)
+    let (guid, gid_count) = with_vnic(&sess.ep, |b| (b.node_guid(), b.gids().len()))
         .map_err(|e| from_io(e, "cannot read the endpoint's vNIC"))?;
-    let gids = vbond::virtual_gid_table(&nic);
     sess.app = h.app_name.clone();
     sess.hello = true;
     info!(app = %sess.app, "session opened");
-    let guid = vbond::guid_from_mac(nic.mac);
     Ok(proto::ReplyBody::Hello(proto::HelloReply {
         features: h.features & proto::SUPPORTED_FEATURES,
         session_id: sess.id as u32,
@@ -263,7 +265,7 @@ fn hello(
         node_guid: guid,
         sys_image_guid: guid,
         phys_port: shared.host.port,
-        gid_count: gids.len().min(proto::MAX_GIDS) as u8,
+        gid_count: gid_count.min(proto::MAX_GIDS) as u8,
     }))
 }
 
