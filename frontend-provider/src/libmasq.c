@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,18 +57,6 @@ static struct {
 	struct ibv_ah *(*create_ah)(struct ibv_pd *, struct ibv_ah_attr *);
 	__be64 (*get_device_guid)(struct ibv_device *);
 } real;
-
-static void masq_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void masq_log(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("libmasq: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
 
 static void *real_sym(const char *name, const char *version)
 {

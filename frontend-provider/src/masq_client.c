@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,17 @@ static long wait_ms(void)
 		return 10000;
 	ms = strtol(v, &end, 10);
 	return *end || ms < 0 ? 10000 : ms;
+}
+
+void masq_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("libmasq: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
 }
 
 static int debug_on(void)
@@ -450,7 +462,7 @@ static int resync_all(struct masq_session *s, int sock, uint32_t *next_id, unsig
 		if (!err && rep.body.result == MASQ_RESYNC_TRACKED)
 			(*tracked)++;
 		if (debug_on())
-			fprintf(stderr, "libmasq: QP %#x re-registered: %s\n", q->qpn,
+			masq_log("QP %#x re-registered: %s", q->qpn,
 				err ? strerror(-err)
 				    : rep.body.result == MASQ_RESYNC_TRACKED ? "tracked"
 				    : rep.body.result == MASQ_RESYNC_RESET   ? "reset by masqd"
@@ -514,7 +526,7 @@ static void *watcher_main(void *arg)
 			s->broken = 0;
 			lost_at = now_s();
 			if (debug_on())
-				fprintf(stderr, "libmasq: masqd went away; reconnecting\n");
+				masq_log("masqd went away; reconnecting");
 		}
 		pthread_mutex_unlock(&s->lock);
 		if (backoff)
@@ -542,9 +554,8 @@ static void *watcher_main(void *arg)
 		backoff = 0;
 		pthread_cond_broadcast(&s->cond);
 		if (debug_on())
-			fprintf(stderr,
-				"libmasq: reconnected to masqd (session %u) after %.3f s; "
-				"%u of %zu QP(s) tracked again\n",
+			masq_log("reconnected to masqd (session %u) after %.3f s; "
+				 "%u of %zu QP(s) tracked again",
 				sid, now_s() - lost_at, tracked, s->nqps);
 	}
 	pthread_cond_broadcast(&s->cond);
@@ -592,7 +603,7 @@ int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
 	if (s->fd < 0)
 		return err;
 	if (watch && (err = start_watcher(s)) != 0 && debug_on())
-		fprintf(stderr, "libmasq: no reconnection watcher: %s\n", strerror(err));
+		masq_log("no reconnection watcher: %s", strerror(err));
 	return 0;
 }
 

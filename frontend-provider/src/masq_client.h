@@ -73,6 +73,9 @@ struct masq_session {
 /* $MASQ_SOCKET, or MASQ_DEFAULT_SOCKET. */
 const char *masq_socket_path(void);
 
+/* One line on stderr, prefixed "libmasq: ". */
+void masq_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* HELLO on a short-lived connection. 0, or -1 with errno set. */
 int masq_describe_device(struct masq_device *out);
 

@@ -23,7 +23,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,18 +43,6 @@
 _Static_assert(MASQ_CM_PS_TCP == RDMA_PS_TCP, "port space");
 _Static_assert(MASQ_CM_EVENT_TIMEWAIT_EXIT == RDMA_CM_EVENT_TIMEWAIT_EXIT, "event numbers");
 _Static_assert(MASQ_CM_EVENT_DISCONNECTED == RDMA_CM_EVENT_DISCONNECTED, "event numbers");
-
-static void cm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void cm_log(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("libmasq: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
 
 static int fail(int err)
 {
@@ -231,7 +218,7 @@ static ssize_t cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE]
 	pthread_mutex_lock(&conn_lock);
 	if (conn.fd < 0 && (err = masq_conn_open(&conn)) != 0) {
 		pthread_mutex_unlock(&conn_lock);
-		cm_log("cannot reach masqd at %s: %s", masq_socket_path(), strerror(err));
+		masq_log("cannot reach masqd at %s: %s", masq_socket_path(), strerror(err));
 		return -err;
 	}
 	n = masq_conn_call(&conn, req, len, buf, got_fd);
@@ -773,7 +760,7 @@ static struct cm_id *accept_request(struct cm_id *listener, const struct masq_cm
 	attach_device(c);
 	insert_id(c);
 	if (listener->sync && rdma_migrate_id(&c->id, NULL)) {
-		cm_log("cannot give the connection request a channel of its own: %s",
+		masq_log("cannot give the connection request a channel of its own: %s",
 		       strerror(errno));
 		rdma_destroy_id(&c->id);
 		return NULL;
@@ -793,7 +780,7 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		owner->unacked++; /* keeps owner alive while we work on it */
 	pthread_mutex_unlock(&ids_lock);
 	if (!owner) {
-		cm_log("dropping CM event %u for unknown id %u", n->event,
+		masq_log("dropping CM event %u for unknown id %u", n->event,
 		       n->event == RDMA_CM_EVENT_CONNECT_REQUEST ? n->listen_id : n->id);
 		return 0;
 	}
@@ -890,7 +877,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		}
 		err = masq_msg_cm_event_notice_decode(buf, (size_t)n, &m);
 		if (err) {
-			cm_log("dropping a malformed CM event notice: %s", strerror(-err));
+			masq_log("dropping a malformed CM event notice: %s", strerror(-err));
 			continue;
 		}
 		e = calloc(1, sizeof(*e));
