@@ -14,6 +14,7 @@
 //! which side connected.
 
 use crate::daemon::{Endpoint, Shared};
+use crate::ibv::*;
 use crate::seqpacket::Conn;
 use masq_proto as proto;
 use serde::{Deserialize, Serialize};
@@ -36,25 +37,6 @@ const MAX_IDS_PER_SESSION: usize = 4096;
 const MAX_CHANNELS_PER_SESSION: usize = 256;
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
-// libibverbs numbering.
-const IBV_QP_STATE: u32 = 1 << 0;
-const IBV_QP_ACCESS_FLAGS: u32 = 1 << 3;
-const IBV_QP_PKEY_INDEX: u32 = 1 << 4;
-const IBV_QP_PORT: u32 = 1 << 5;
-const IBV_QP_AV: u32 = 1 << 7;
-const IBV_QP_PATH_MTU: u32 = 1 << 8;
-const IBV_QP_TIMEOUT: u32 = 1 << 9;
-const IBV_QP_RETRY_CNT: u32 = 1 << 10;
-const IBV_QP_RNR_RETRY: u32 = 1 << 11;
-const IBV_QP_RQ_PSN: u32 = 1 << 12;
-const IBV_QP_MAX_QP_RD_ATOMIC: u32 = 1 << 13;
-const IBV_QP_MIN_RNR_TIMER: u32 = 1 << 15;
-const IBV_QP_SQ_PSN: u32 = 1 << 16;
-const IBV_QP_MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
-const IBV_QP_DEST_QPN: u32 = 1 << 20;
-const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
-const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
-const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
 /// The kernel CM's defaults for RoCE: ~67 ms local ACK timeout, 12 (0.64 ms)
 /// minimum RNR timer.
 const ACK_TIMEOUT: u8 = 14;

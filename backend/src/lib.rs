@@ -8,6 +8,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod firewall;
+pub mod ibv;
 pub mod kconntrack;
 pub mod nft;
 pub mod seqpacket;

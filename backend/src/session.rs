@@ -2,6 +2,7 @@
 //! addresses, run the verbs command on the tenant's own uverbs file.
 
 use crate::daemon::{Endpoint, Shared};
+use crate::ibv::{IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_STATE};
 use crate::seqpacket::Conn;
 use crate::uverbs;
 use masq_proto as proto;
@@ -20,11 +21,6 @@ use tracing::{debug, info, warn};
 /// The name every endpoint's virtual device has.
 pub const VDEV_NAME: &str = "vrdma0";
 
-const IBV_QP_STATE: u32 = 1 << 0;
-const IBV_QP_PORT: u32 = 1 << 5;
-const IBV_QP_AV: u32 = 1 << 7;
-const IBV_QP_ALT_PATH: u32 = 1 << 14;
-const IBV_QP_DEST_QPN: u32 = 1 << 20;
 const IBV_QPS_RESET: u8 = 0;
 const IBV_QPS_RTR: u8 = 2;
 const IBV_QPS_RTS: u8 = 3;

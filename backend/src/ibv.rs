@@ -1,0 +1,23 @@
+//! libibverbs' numbering (`infiniband/verbs.h`) of the QP attribute mask
+//! and access flags, as MODIFY_QP and the CM's INIT_QP_ATTR carry them.
+
+pub const IBV_QP_STATE: u32 = 1 << 0;
+pub const IBV_QP_ACCESS_FLAGS: u32 = 1 << 3;
+pub const IBV_QP_PKEY_INDEX: u32 = 1 << 4;
+pub const IBV_QP_PORT: u32 = 1 << 5;
+pub const IBV_QP_AV: u32 = 1 << 7;
+pub const IBV_QP_PATH_MTU: u32 = 1 << 8;
+pub const IBV_QP_TIMEOUT: u32 = 1 << 9;
+pub const IBV_QP_RETRY_CNT: u32 = 1 << 10;
+pub const IBV_QP_RNR_RETRY: u32 = 1 << 11;
+pub const IBV_QP_RQ_PSN: u32 = 1 << 12;
+pub const IBV_QP_MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+pub const IBV_QP_ALT_PATH: u32 = 1 << 14;
+pub const IBV_QP_MIN_RNR_TIMER: u32 = 1 << 15;
+pub const IBV_QP_SQ_PSN: u32 = 1 << 16;
+pub const IBV_QP_MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+pub const IBV_QP_DEST_QPN: u32 = 1 << 20;
+
+pub const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+pub const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
+pub const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
