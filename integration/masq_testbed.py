@@ -89,6 +89,18 @@ def finish(proc, timeout=300):
     return proc.returncode, out, err
 
 
+def finish_pair(srv, cli, timeout=300):
+    """Once the client (a CompletedProcess) ended: wait for its server (a
+    spawned command), stopping one still waiting for a client that failed;
+    fail unless both succeeded. Returns (server stdout, client stdout)."""
+    if cli.returncode != 0:
+        srv.kill()  # a server still waiting for its client would never exit
+    rc, out, err = finish(srv, timeout)
+    assert cli.returncode == 0, f"client failed:\n{cli.stdout}\n{cli.stderr}"
+    assert rc == 0, f"server failed:\n{out}\n{err}"
+    return out, cli.stdout
+
+
 # perftest / ibverbs-utils output ------------------------------------------
 
 _BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from masq_testbed import finish, parse_bw, parse_lat
+from masq_testbed import finish, finish_pair, parse_bw, parse_lat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -65,13 +65,13 @@ def serve(tb, host, endpoint, port, *argv):
 def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300):
     """Run srv_argv in endpoint server (host, name), then cli_argv in client."""
     srv = serve(tb, *server, port, *srv_argv)
-    cli = tb.tenant_run(*client, *cli_argv, check=False, timeout=timeout)
-    if cli.returncode != 0:
+    try:
+        cli = tb.tenant_run(*client, *cli_argv, check=False, timeout=timeout)
+    except BaseException:
         srv.kill()
-    rc, out, err = finish(srv, timeout)
-    assert cli.returncode == 0, f"client failed:\n{cli.stdout}\n{cli.stderr}"
-    assert rc == 0, f"server failed:\n{out}\n{err}"
-    return out, cli.stdout
+        finish(srv)
+        raise
+    return finish_pair(srv, cli, timeout)
 
 
 def rping(role, addr, port, count):

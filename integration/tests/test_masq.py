@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from masq_testbed import finish, parse_bw, parse_lat, parse_pingpong
+from masq_testbed import finish, finish_pair, parse_bw, parse_lat, parse_pingpong
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -39,12 +39,7 @@ def pair(tb, server, client, argv, port, dest, timeout=300):
         srv.kill()
         finish(srv)
         raise
-    if cli.returncode != 0:
-        srv.kill()
-    rc, out, err = finish(srv, timeout)
-    assert cli.returncode == 0, f"client failed:\n{cli.stdout}\n{cli.stderr}"
-    assert rc == 0, f"server failed:\n{out}\n{err}"
-    return out, cli.stdout
+    return finish_pair(srv, cli, timeout)
 
 
 def test_tenant_sees_one_virtual_device(masq):

@@ -1,6 +1,6 @@
 """Native baseline: unmodified RDMA apps between the two hosts' rxe0 over
 the underlay. Later tests compare masq against exactly these runs."""
-from masq_testbed import UNDERLAY, finish, parse_bw, parse_lat, parse_pingpong
+from masq_testbed import UNDERLAY, finish, finish_pair, parse_bw, parse_lat, parse_pingpong
 
 PERFTEST = ["-d", "rxe0", "-x", "1", "-F"]  # GID 1 = ::ffff:<underlay IPv4>, RoCEv2
 
@@ -15,12 +15,7 @@ def client_server(tb, argv, port, server="host2", client="host1"):
         srv.kill()
         finish(srv)
         raise
-    if cli.returncode != 0:
-        srv.kill()  # a server still waiting for its client would never exit
-    rc, out, err = finish(srv)
-    assert cli.returncode == 0, f"client failed:\n{cli.stdout}\n{cli.stderr}"
-    assert rc == 0, f"server failed:\n{out}\n{err}"
-    return out, cli.stdout
+    return finish_pair(srv, cli)
 
 
 def test_rc_pingpong(testbed):
