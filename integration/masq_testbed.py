@@ -79,6 +79,33 @@ class Testbed:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+HW_COUNTERS = "/sys/class/infiniband/rxe0/ports/1/hw_counters"
+
+
+def rxe_counters(tb, host):
+    """rxe0's packet counters on a host (sent_pkts, rcvd_pkts, retries...)."""
+    out = tb.run(host, "grep", "-r", ".", HW_COUNTERS).stdout
+    return {
+        path.rsplit("/", 1)[1]: int(value)
+        for path, value in (line.split(":", 1) for line in out.split())
+    }
+
+
+@contextlib.contextmanager
+def rdma_moved(tb, receiver, size, count):
+    """Around a run that moves `count` messages of `size` bytes into
+    `receiver`: checks rxe0 there received at least the packets that takes
+    (4096 B is the largest RoCE MTU). Perftest's own rates are not a correctness check: it prints 0.00
+    when its cycle-counter calibration fails under emulation load."""
+    before = rxe_counters(tb, receiver)
+    yield
+    after = rxe_counters(tb, receiver)
+    got = after["rcvd_pkts"] - before["rcvd_pkts"]
+    delta = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+    least = count * -(-size // 4096)
+    assert got >= least, f"{receiver} received {got} RoCE packets, want >= {least}: {delta}"
+
+
 def finish(proc, timeout=300):
     """Wait for a spawned command; return (returncode, stdout, stderr)."""
     try:

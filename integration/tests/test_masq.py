@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from masq_testbed import finish, finish_pair, parse_bw, parse_lat, parse_pingpong
+from masq_testbed import finish, finish_pair, parse_bw, parse_lat, parse_pingpong, rdma_moved, rxe_counters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -81,17 +81,19 @@ def test_rc_pingpong_between_endpoints_on_one_host(masq):
 @pytest.mark.parametrize("tool,port", [("ib_write_bw", 18703), ("ib_read_bw", 18704)])
 def test_perftest_bandwidth_by_virtual_ip(masq, tool, port):
     argv = [tool, *PERF, "-s", "65536", "-n", "100"]
-    _, cli = pair(masq, ("host2", "acme-b"), ("host1", "acme-a"), argv, port, "10.0.0.2")
+    receiver = "host2" if tool == "ib_write_bw" else "host1"  # the client reads
+    with rdma_moved(masq, receiver, 65536, 100):
+        _, cli = pair(masq, ("host2", "acme-b"), ("host1", "acme-a"), argv, port, "10.0.0.2")
     r = parse_bw(cli)
-    assert r["bytes"] == 65536 and r["iterations"] == 100 and r["bw_avg_mbps"] > 0
+    assert r["bytes"] == 65536 and r["iterations"] == 100
     assert not PHYSICAL.search(cli), cli
 
 
 def test_perftest_latency_by_virtual_ip(masq):
     argv = ["ib_send_lat", *PERF, "-s", "64", "-n", "200"]
-    _, cli = pair(masq, ("host2", "acme-b"), ("host1", "acme-a"), argv, 18705, "10.0.0.2")
-    r = parse_lat(cli)
-    assert r["iterations"] == 200 and r["t_typical_us"] > 0
+    with rdma_moved(masq, "host1", 64, 200), rdma_moved(masq, "host2", 64, 200):
+        _, cli = pair(masq, ("host2", "acme-b"), ("host1", "acme-a"), argv, 18705, "10.0.0.2")
+    assert parse_lat(cli)["iterations"] == 200
 
 
 def _qps(tb, host, endpoint):
@@ -121,6 +123,21 @@ def _wait_connected(tb, host, endpoint, n=1, timeout=120, procs=()):
 
 
 def test_two_vpcs_with_the_same_addresses_run_at_once_without_crosstalk(masq):
+    # A failure once showed a completion with status 9 (remote invalid
+    # request) after 173 writes, not reproduced since; the rxe counters of
+    # both hosts go into any failure message (retries, sequence errors,
+    # duplicates) to tell a lost-packet recovery in rxe from masq.
+    before = {h: rxe_counters(masq, h) for h in ("host1", "host2")}
+    try:
+        _two_vpcs_at_once(masq)
+    except AssertionError as e:
+        after = {h: rxe_counters(masq, h) for h in ("host1", "host2")}
+        delta = {h: {k: v - before[h][k] for k, v in after[h].items() if v != before[h][k]}
+                 for h in after}
+        raise AssertionError(f"{e}\nrxe0 counters moved: {delta}") from e
+
+
+def _two_vpcs_at_once(masq):
     runs = []
     argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "600"]
     for i, tenant in enumerate(("acme", "globex")):
