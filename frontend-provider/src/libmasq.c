@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "masq_client.h"
+#include "masq_loader.h"
 
 #define IBVERBS_VERSION "IBVERBS_1.1"
 
@@ -60,12 +61,11 @@ static struct {
 
 static void *real_sym(const char *name, const char *version)
 {
-	void *p = version ? dlvsym(RTLD_NEXT, name, version) : NULL;
+	void *p = masq_real_verb(name, version);
 
-	if (!p)
-		p = dlsym(RTLD_NEXT, name);
 	if (!p) {
-		masq_log("libibverbs has no %s: is the app linked against libibverbs?", name);
+		/* Only libibverbs hands out the functions that call this. */
+		masq_log("libibverbs is not loaded or has no %s", name);
 		abort();
 	}
 	return p;

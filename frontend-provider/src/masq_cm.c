@@ -36,6 +36,7 @@
 
 #include "masq_client.h"
 #include "masq_cm.h"
+#include "masq_loader.h"
 #include "masq_proto.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -66,15 +67,11 @@ static struct {
 
 static pthread_once_t vb_once = PTHREAD_ONCE_INIT;
 
-/* RTLD_DEFAULT: a verb libmasq ever interposes is then libmasq's. */
+/* As the app sees it: a verb libmasq ever interposes is then libmasq's. */
 static void *verb(const char *name)
 {
-	void *p = dlvsym(RTLD_DEFAULT, name, "IBVERBS_1.1");
+	void *p = masq_app_verb(name);
 
-	if (!p)
-		p = dlvsym(RTLD_DEFAULT, name, "IBVERBS_1.0");
-	if (!p)
-		p = dlsym(RTLD_DEFAULT, name);
 	if (!p)
 		vb.ok = 0;
 	return p;
