@@ -494,3 +494,16 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	errno = EOPNOTSUPP;
 	return NULL;
 }
+
+/* A context imported from a uverbs fd was never opened through masqd, so
+ * nothing would translate or admit its QPs. PDs, MRs and DMs are imported
+ * into a context the app already holds, which can only be one masqd opened,
+ * so ibv_import_pd/_mr/_dm stay the provider's. */
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	masq_log("ibv_import_device(fd %d) refused: a context masqd did not open would bypass "
+		 "it; open the device from ibv_get_device_list",
+		 cmd_fd);
+	errno = EOPNOTSUPP;
+	return NULL;
+}

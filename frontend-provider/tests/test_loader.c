@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,24 @@ static void test_dlopen_by_dev_name_and_global(void)
 {
 	/* NCCL tries the unversioned development name first. */
 	check_verbs_handle("libibverbs.so", RTLD_NOW | RTLD_GLOBAL);
+}
+
+static void test_import_device_is_refused(void)
+{
+	void *h = dlopen("libibverbs.so.1", RTLD_NOW);
+	struct ibv_context *(*import)(int);
+
+	CHECK(h != NULL);
+	if (!h)
+		return;
+	import = (struct ibv_context * (*)(int)) dlvsym(h, "ibv_import_device", "IBVERBS_1.10");
+	CHECK_FROM(import, "libmasq.so");
+	if (import) {
+		errno = 0;
+		CHECK(import(0) == NULL);
+		CHECK_EQ(errno, EOPNOTSUPP);
+	}
+	dlclose(h);
 }
 
 static void test_dlopen_librdmacm(void)
@@ -147,6 +166,7 @@ int main(int argc, char **argv)
 	run_with("dlopen_libibverbs_deepbind", NULL, test_dlopen_libibverbs_deepbind);
 	run_with("dlopen_by_dev_name_and_global", NULL, test_dlopen_by_dev_name_and_global);
 	run_with("dlopen_librdmacm", NULL, test_dlopen_librdmacm);
+	run_with("import_device_is_refused", NULL, test_import_device_is_refused);
 	run_with("noload_of_what_is_not_loaded", NULL, test_noload_of_what_is_not_loaded);
 	run_with("late_loaded_verbs_work_without_masqd", NULL,
 		 test_late_loaded_verbs_work_without_masqd);
