@@ -18,7 +18,10 @@
  * SEND each way through rdma_create_qp's QP, the client's rdma_disconnect,
  * DISCONNECTED on both (the server answering with its own rdma_disconnect,
  * as rping does), everything destroyed. The parent waits for its
- * children and starts the next round at once, on the same port.
+ * children and starts the next round at once, on the same port. Before the
+ * first round it creates an event channel and an id of its own and keeps
+ * them to the end, as an app that set up the CM before forking its workers
+ * (it opens no device: the children's QPs are their own).
  *
  * Prints "round N ok" per round and "ok: ROUNDS rounds" at the end; on a
  * failure, a line naming the round, the side, the step and the CM event or
@@ -408,6 +411,8 @@ static void wait_children(pid_t *pids, int n)
 
 int main(int argc, char **argv)
 {
+	struct rdma_event_channel *parent_ch;
+	struct rdma_cm_id *parent_id;
 	int rounds, both, srv, cli;
 	pid_t pids[2];
 
@@ -423,6 +428,10 @@ int main(int argc, char **argv)
 	both = strcmp(argv[1], "both") == 0;
 	srv = both || strcmp(argv[1], "server") == 0;
 	cli = both || strcmp(argv[1], "client") == 0;
+	parent_ch = rdma_create_event_channel();
+	if (!parent_ch)
+		failf("rdma_create_event_channel: %s", strerror(errno));
+	CHECK(rdma_create_id(parent_ch, &parent_id, NULL, RDMA_PS_TCP));
 	for (round_no = 1; round_no <= rounds; round_no++) {
 		int n = 0;
 
@@ -441,6 +450,8 @@ int main(int argc, char **argv)
 		printf("round %d ok\n", round_no);
 		fflush(stdout);
 	}
+	CHECK(rdma_destroy_id(parent_id));
+	rdma_destroy_event_channel(parent_ch);
 	printf("ok: %d rounds\n", rounds);
 	return 0;
 }
