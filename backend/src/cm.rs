@@ -342,7 +342,14 @@ impl Cm {
         fail(libc::EADDRINUSE, "no free ephemeral port")
     }
 
-    fn bind(st: &mut State, id: u32, addr: Ipv4Addr, port: u16) -> CmResult<()> {
+    fn bind(
+        &self,
+        shared: &Shared,
+        st: &mut State,
+        id: u32,
+        addr: Ipv4Addr,
+        port: u16,
+    ) -> CmResult<()> {
         let (ep_name, vip) = {
             let i = st.ids.get(&id).ok_or((libc::ENOENT, "id".to_string()))?;
             if i.port != 0 {
@@ -355,6 +362,9 @@ impl Cm {
                 libc::EADDRNOTAVAIL,
                 format!("{addr} is not this endpoint's address ({vip})"),
             );
+        }
+        if port != 0 {
+            self.reap_holder(shared, st, &ep_name, port);
         }
         let port = Self::bind_port(st, id, &ep_name, port)?;
         if let Some(i) = st.ids.get_mut(&id) {
@@ -398,6 +408,10 @@ impl Cm {
     /// A session ended (the app exited or closed its CM connection).
     pub fn session_gone(&self, session: u64) {
         let mut st = self.lock();
+        self.close_session(&mut st, session);
+    }
+
+    fn close_session(&self, st: &mut State, session: u64) {
         let ids: Vec<u32> = st
             .ids
             .iter()
@@ -408,9 +422,31 @@ impl Cm {
             info!("app gone; closing {} CM id(s)", ids.len());
         }
         for id in ids {
-            self.teardown(&mut st, id);
+            self.teardown(st, id);
         }
         st.channels.retain(|_, c| c.session != session);
+    }
+
+    /// If the id holding (ep, port) belongs to an app that has exited but
+    /// whose session thread has not closed it yet, close it now: the
+    /// kernel frees an exited process's CM ports before its parent can
+    /// reap it, so a next server may bind the port, or a client reach the
+    /// next listener, at once.
+    fn reap_holder(&self, shared: &Shared, st: &mut State, ep: &str, port: u16) {
+        let holder = st
+            .ports
+            .get(&(ep.to_string(), port))
+            .and_then(|h| st.ids.get(h))
+            .map(|i| i.session);
+        if let Some(session) = holder {
+            if shared.app_gone(session) {
+                info!(
+                    session,
+                    port, "app gone; closing its CM ids before reusing its port"
+                );
+                self.close_session(st, session);
+            }
+        }
     }
 
     /// The CM role of a QP whose connection this endpoint set up through
@@ -541,7 +577,7 @@ impl Cm {
             }
             R::CmBindAddr(b) => {
                 Self::own(st, session, b.id)?;
-                Self::bind(st, b.id, Ipv4Addr::from(b.addr.addr), b.addr.port)?;
+                self.bind(shared, st, b.id, Ipv4Addr::from(b.addr.addr), b.addr.port)?;
                 proto::ReplyBody::CmBindAddr(Self::own(st, session, b.id)?.addrs())
             }
             R::CmResolveAddr(r) => {
@@ -572,7 +608,7 @@ impl Cm {
                     return fail(libc::EINVAL, "listen on a connected id");
                 }
                 if port == 0 {
-                    Self::bind(st, l.id, Ipv4Addr::UNSPECIFIED, 0)?;
+                    self.bind(shared, st, l.id, Ipv4Addr::UNSPECIFIED, 0)?;
                 }
                 let i = Self::own(st, session, l.id)?;
                 i.phase = Phase::Listening;
@@ -716,7 +752,7 @@ impl Cm {
                 Ipv4Addr::UNSPECIFIED
             };
             let want = if r.has_src == 1 { r.src.port } else { 0 };
-            Self::bind(st, r.id, src, want)?;
+            self.bind(shared, st, r.id, src, want)?;
         }
         let dst = Ipv4Addr::from(r.dst.addr);
         let i = Self::own(st, session, r.id)?;
@@ -1159,6 +1195,7 @@ impl Cm {
             );
             return;
         }
+        self.reap_holder(shared, st, &ep.cfg.name, dst.1);
         let listener = st
             .ports
             .get(&(ep.cfg.name.clone(), dst.1))

@@ -495,6 +495,18 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
 }
 
 impl Shared {
+    /// Whether session's app has exited, even if its session thread has
+    /// not read the hang-up yet (the CM then frees its ports at once, as
+    /// the kernel does before the app's parent can see it exit).
+    pub fn app_gone(&self, session: u64) -> bool {
+        if !lock(&self.sessions).contains_key(&session) {
+            return true; // ended, or ending
+        }
+        lock(&self.conns)
+            .get(&session)
+            .is_some_and(Conn::peer_closed)
+    }
+
     pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
         lock(&self.fds).insert(session, fd);
     }

@@ -183,6 +183,19 @@ impl Conn {
         }
     }
 
+    /// Whether the peer closed its end (its process exited), without
+    /// reading: a thread blocked in `recv` may not have seen it yet.
+    pub fn peer_closed(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no waiting.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0
+    }
+
     /// Wake a thread blocked in `recv` on this connection (it sees EOF).
     pub fn shutdown(&self) {
         let _ = socket::shutdown(self.0.as_raw_fd(), socket::Shutdown::Both);
@@ -219,6 +232,16 @@ mod tests {
         assert!(d.truncated, "a 100-byte datagram does not fit 64 bytes");
         drop(c);
         assert!(s.recv(&mut buf).expect("recv").is_none());
+    }
+
+    #[test]
+    fn peer_closed_shows_a_hang_up_before_anyone_reads_it() {
+        let (ours, theirs) = Conn::pair().expect("pair");
+        let theirs = Conn(theirs);
+        theirs.send(b"unread", None).expect("send");
+        assert!(!ours.peer_closed());
+        drop(theirs);
+        assert!(ours.peer_closed(), "even with a datagram still queued");
     }
 
     #[test]

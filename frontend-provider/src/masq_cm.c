@@ -326,6 +326,45 @@ static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ids_cond = PTHREAD_COND_INITIALIZER;
 static struct cm_id *ids;
 
+/*
+ * fork(): masqd knows a process by its CM connection (ids, channels and
+ * ports belong to it), while the kernel's CM knows each event channel by
+ * its own rdma_cm file. A child that kept the parent's connection would
+ * share it with the parent and its siblings: their replies cross (each
+ * process holds its own copy of conn_lock), and the ids a child creates
+ * would outlive it, holding their ports until the parent exits. So the
+ * child drops its copy and opens a connection of its own on its first CM
+ * call, as a fresh rdma_cm file would be. The locks are taken across
+ * fork() so the child never inherits one held by a thread it does not
+ * have (masqd answers each request at once, so none is held for long).
+ */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&dev_lock);
+	pthread_mutex_lock(&channels_lock);
+	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&conn_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&conn_lock);
+	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_unlock(&channels_lock);
+	pthread_mutex_unlock(&dev_lock);
+}
+
+static void fork_child(void)
+{
+	masq_conn_close(&conn); /* the parent's stays open */
+	fork_parent();
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 static struct cm_id *lookup_id(uint32_t handle)
 {
 	struct cm_id *c;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -304,20 +305,46 @@ static void serve(int c, const uint8_t *buf, size_t n)
 	pthread_mutex_unlock(&srv_lock);
 }
 
-static void *server_main(void *arg)
+static int connections; /* accepted so far: one per process (srv_lock) */
+
+static void *serve_conn(void *arg)
 {
-	int lfd = *(int *)arg, c;
+	int c = (int)(intptr_t)arg;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
 
-	/* One connection per process: the CM's. */
-	c = accept(lfd, NULL, NULL);
-	if (c < 0)
-		return NULL;
 	while ((n = recv(c, buf, sizeof(buf), 0)) > 0)
 		serve(c, buf, (size_t)n);
 	close(c);
 	return NULL;
+}
+
+static void *server_main(void *arg)
+{
+	int lfd = *(int *)arg, c;
+	pthread_t th;
+
+	while ((c = accept(lfd, NULL, NULL)) >= 0) {
+		pthread_mutex_lock(&srv_lock);
+		connections++;
+		pthread_mutex_unlock(&srv_lock);
+		if (pthread_create(&th, NULL, serve_conn, (void *)(intptr_t)c)) {
+			close(c);
+			continue;
+		}
+		pthread_detach(th);
+	}
+	return NULL;
+}
+
+static int connections_seen(void)
+{
+	int v;
+
+	pthread_mutex_lock(&srv_lock);
+	v = connections;
+	pthread_mutex_unlock(&srv_lock);
+	return v;
 }
 
 static int ops(int op)
@@ -809,6 +836,40 @@ static void test_channel_close(void)
 	rdma_destroy_event_channel(ch);
 }
 
+/* A forked child talks to masqd over a connection of its own, as each of
+ * its rdma_cm files would be its own: sharing the parent's would cross
+ * their replies and keep the child's ids after it exits. */
+static void test_fork(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel(), *cch;
+	struct rdma_cm_id *id;
+	int before, status = -1;
+	pid_t pid;
+
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	before = connections_seen();
+	pid = fork();
+	if (pid == 0) {
+		/* No CHECK here: the counts live in the parent. */
+		cch = rdma_create_event_channel();
+		if (!cch || rdma_create_id(cch, &id, NULL, RDMA_PS_TCP) || rdma_destroy_id(id))
+			_exit(1);
+		rdma_destroy_event_channel(cch);
+		_exit(connections_seen() == before ? 0 : 2); /* the child's copy: not counted */
+	}
+	CHECK(pid > 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ(connections_seen(), before + 1);
+	/* The parent's connection is untouched by the child's leaving. */
+	CHECK_EQ(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	CHECK_EQ(rdma_destroy_id(id), 0);
+	CHECK_EQ(connections_seen(), before + 1);
+	rdma_destroy_event_channel(ch);
+}
+
 int main(void)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -839,6 +900,7 @@ int main(void)
 	run("get_request", test_get_request);
 	run("misc", test_misc);
 	run("channel_close", test_channel_close);
+	run("fork", test_fork);
 
 	unlink(addr.sun_path);
 	printf("%d passed, %d failed\n", passed, failed);

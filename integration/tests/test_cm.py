@@ -15,6 +15,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(HERE, "configs", "cm")
 MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
 CM_PDATA = os.path.join(REPO, "integration", "build", "cm_pdata")
+CM_FORK_PAIR = os.path.join(REPO, "integration", "build", "cm_fork_pair")
 PERF = ["-d", "vrdma0", "-R", "-F"]
 
 
@@ -248,3 +249,52 @@ def test_cm_connections_are_tracked_with_their_side(cm):
             rc, out, err = finish(p)
             assert rc == 0, out + err
     assert conntrack(cm, "host1", "-t", "acme") == []
+
+
+def fork_pair(mode, bind, peer, port, rounds):
+    """cm_fork_pair: a parent holding CM state of its own forks, round after
+    round on one port, a server and/or a client with channels of their own."""
+    return [CM_FORK_PAIR, mode, bind, peer, str(port), str(rounds)]
+
+
+def cm_ids(tb, host, endpoint):
+    return [i for i in masqctl(tb, host, "cm")["ids"] if i["endpoint"] == endpoint]
+
+
+def wait_no_cm_ids(tb, host, endpoint, timeout=20):
+    """Once the apps exited, masqd keeps none of their ids."""
+    deadline = time.monotonic() + timeout
+    while cm_ids(tb, host, endpoint) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert cm_ids(tb, host, endpoint) == []
+
+
+def test_forked_pair_across_hosts_right_after_another_pair_used_the_port(cm):
+    _, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
+                  [CM_PDATA, "server", "7194", "1"],
+                  [CM_PDATA, "client", "10.0.0.2", "7194", "first"], 7194)
+    assert "established private_data=welcome:first" in cli, cli
+    srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
+                    fork_pair("server", "10.0.0.2", "10.0.0.1", 7194, 2),
+                    fork_pair("client", "10.0.0.1", "10.0.0.2", 7194, 2), 7194)
+    assert "ok: 2 rounds" in srv and "ok: 2 rounds" in cli, (srv, cli)
+    wait_no_cm_ids(cm, "host2", "acme-b")
+    wait_no_cm_ids(cm, "host1", "acme-a")
+
+
+def test_twenty_forked_pairs_on_one_port_in_one_endpoint(cm):
+    # Server and client forked side by side from one parent: each child
+    # must talk to masqd on its own (issue 19: they shared the parent's
+    # connection and took each other's replies from the second pair on).
+    r = cm.tenant_run("host1", "acme-a", *fork_pair("both", "10.0.0.1", "10.0.0.1", 7195, 20),
+                      check=False, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "round 20 ok\nok: 20 rounds" in r.stdout, r.stdout
+    wait_no_cm_ids(cm, "host1", "acme-a")
+
+
+def test_twenty_forked_pairs_on_one_port_across_hosts(cm):
+    srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
+                    fork_pair("server", "10.0.0.2", "10.0.0.1", 7196, 20),
+                    fork_pair("client", "10.0.0.1", "10.0.0.2", 7196, 20), 7196, timeout=600)
+    assert "ok: 20 rounds" in srv and "ok: 20 rounds" in cli, (srv, cli)
