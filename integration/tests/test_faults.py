@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from masq_testbed import CLI, finish, parse_bw
+from masq_testbed import CLI, finish, rxe_counters
 from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,16 +72,42 @@ def wait_for(what, fn, timeout=60, interval=0.5):
         time.sleep(interval)
 
 
-def bw_run(tb, tenant, port, seconds):
-    """ib_write_bw for `seconds` (perftest's -D: SIGALRM in the app) from
-    TENANT-a on host1 to TENANT-b on host2, once both QPs are connected."""
-    argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", str(seconds)]
+# Runs that last until the test stops them (about 13 GB: tens of minutes
+# under TCG). Not perftest's -D: its duration is counted with its cycle
+# clock, whose calibration fails under emulation load, and a "60 s" run has
+# been seen to end after 1.4 s.
+LONG_RUN = ["ib_write_bw", *PERF, "-s", "65536", "-n", "200000"]
+
+
+def bw_run(tb, tenant, port):
+    """A LONG_RUN from TENANT-a on host1 to TENANT-b on host2, once both
+    QPs are connected."""
+    argv = LONG_RUN
     srv = tb.tenant_spawn("host2", f"{tenant}-b", *argv, "-p", str(port))
     tb.wait_listening("host2", port, tenant=f"{tenant}-b")
     cli = tb.tenant_spawn("host1", f"{tenant}-a", *argv, "-p", str(port), "10.0.0.2")
     _wait_connected(tb, "host1", f"{tenant}-a", procs=(srv, cli))
     _wait_connected(tb, "host2", f"{tenant}-b", procs=(srv, cli))
     return srv, cli
+
+
+def assert_still_moving(tb, procs, receiver="host2"):
+    """The apps are running and RDMA data still arrives at `receiver`."""
+    for p in procs:
+        if p.poll() is not None:
+            rc, out, err = finish(p)
+            raise AssertionError(f"app exited ({rc}):\n{out}\n{err}")
+    before = rxe_counters(tb, receiver)["rcvd_pkts"]
+    wait_for(f"{receiver}: RDMA data still arriving",
+             lambda: rxe_counters(tb, receiver)["rcvd_pkts"] > before, timeout=30)
+
+
+def stop(procs):
+    """Stop long runs; their (returncode, stdout, stderr)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    return [finish(p) for p in procs]
 
 
 def session_keys(tb, host):
@@ -109,7 +135,7 @@ def assert_table_matches_sessions(tb, host):
 
 
 def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
-    srv, cli = bw_run(tb, "acme", 18960, seconds=60)
+    srv, cli = bw_run(tb, "acme", 18960)
     try:
         before = {h: conns(conntrack(tb, h, "-t", "acme")) for h in HOSTS}
         assert len(before["host1"]) == 1 and len(before["host2"]) == 1, before
@@ -142,12 +168,12 @@ def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
         # New connections work with the new masqd.
         r = tb.tenant_run("host1", "acme-a", QP_PROBE, "vrdma0", "1", "10.0.0.2", check=False)
         assert r.returncode == 0 and "state=2" in r.stdout, r.stdout + r.stderr
+        # The stock app saw nothing: it still moves data.
+        assert_still_moving(tb, (cli, srv))
     finally:
-        results = [finish(p, timeout=300) for p in (cli, srv)]
-    # The stock app saw nothing: it ran to its end and reports its result.
-    for rc, out, err in results:
-        assert rc == 0, out + err
-        assert parse_bw(out)["iterations"] > 0
+        results = stop((cli, srv))
+    # ...and never complained.
+    for _, _, err in results:
         assert "libmasq" not in err, err
     for h in HOSTS:
         wait_for(f"{h}: entries gone with the apps",
@@ -155,8 +181,8 @@ def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
 
 
 def test_restart_under_a_stricter_policy_resets_what_it_denies(tb):
-    srv, cli = bw_run(tb, "acme", 18961, seconds=120)
-    g_srv, g_cli = bw_run(tb, "globex", 18962, seconds=60)
+    srv, cli = bw_run(tb, "acme", 18961)
+    g_srv, g_cli = bw_run(tb, "globex", 18962)
     try:
         masq_cmd(tb, "kill")
         # Back on policy-revoked.yaml: acme's connection is no longer allowed.
@@ -175,14 +201,10 @@ def test_restart_under_a_stricter_policy_resets_what_it_denies(tb):
             assert conntrack(tb, h, "-t", "acme") == []
         log = tb.masqd_log("host1")
         assert "QP moved to ERROR on resync: security groups deny" in log
-        # ...and globex runs on to its end.
-        rc, out, err = finish(g_cli, timeout=180)
-        assert rc == 0, out + err
+        # ...and globex runs on.
+        assert_still_moving(tb, (g_cli, g_srv))
     finally:
-        for p in (cli, srv, g_cli, g_srv):
-            if p.poll() is None:
-                p.kill()
-            finish(p)
+        stop((cli, srv, g_cli, g_srv))
 
 
 def _pid_of(tb, host, endpoint, app):
@@ -195,7 +217,7 @@ def _pid_of(tb, host, endpoint, app):
 @pytest.mark.parametrize("when", ["transferring", "connecting"])
 def test_a_killed_app_leaves_no_entry_on_either_host(tb, when):
     port = 18963 if when == "transferring" else 18964
-    argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", "60"]
+    argv = LONG_RUN
     srv = tb.tenant_spawn("host2", "acme-b", *argv, "-p", str(port))
     tb.wait_listening("host2", port, tenant="acme-b")
     cli = tb.tenant_spawn("host1", "acme-a", *argv, "-p", str(port), "10.0.0.2")
@@ -228,8 +250,7 @@ def test_a_killed_app_leaves_no_entry_on_either_host(tb, when):
 
 def test_policy_applied_during_connection_churn_leaves_a_consistent_table(tb):
     # A long globex connection, allowed by both policies, must survive.
-    g_srv, g_cli = bw_run(tb, "globex", 18965, seconds=150)
-    g_until = time.monotonic() + 140  # its run surely still goes on
+    g_srv, g_cli = bw_run(tb, "globex", 18965)
     loop = f"for i in $(seq 30); do {QP_PROBE} vrdma0 1 10.0.0.2 >/dev/null; done; true"
     churn = [tb.tenant_spawn("host1", "acme-a", "sh", "-c", loop) for _ in range(3)]
     churn.append(tb.tenant_spawn("host2", "acme-b", "sh", "-c",
@@ -246,30 +267,24 @@ def test_policy_applied_during_connection_churn_leaves_a_consistent_table(tb):
             apply(tb, "policy.yaml")
             for h in HOSTS:
                 assert_table_matches_sessions(tb, h)
-                if time.monotonic() < g_until:
-                    assert conntrack(tb, h, "-t", "globex"), f"{h}: globex untracked, round {rounds}"
+                assert conntrack(tb, h, "-t", "globex"), f"{h}: globex untracked, round {rounds}"
         for p in churn:
             rc, out, err = finish(p, timeout=300)
             assert rc == 0, out + err
         assert rounds >= 2, "the churn ended before two policy changes"
         # Churn over, policy.yaml in force: no acme entry is left, on either
-        # host, and what is left are live QPs: the globex connection, unless
-        # its 150 s already ran out (a slow, loaded machine).
+        # host, and what is left are live QPs: the globex connection.
         for h in HOSTS:
             wait_for(f"{h}: acme entries gone",
                      lambda h=h: not conntrack(tb, h, "-t", "acme"), timeout=60)
             left = conntrack(tb, h)
-            assert {e["tenant"] for e in left} <= {"globex"} and len(left) <= 1, left
+            assert [e["tenant"] for e in left] == ["globex"], left
             assert_table_matches_sessions(tb, h)
-        # The globex connection survived every change: its client ran to
-        # the end (a reset QP fails the run).
-        rc, out, err = finish(g_cli, timeout=300)
-        assert rc == 0, out + err
+        # The globex connection survived every change: it still moves data
+        # (a reset QP would have ended the run with an error).
+        assert_still_moving(tb, (g_cli, g_srv))
         print(f"{rounds} policy changes during the churn")
     finally:
-        for p in (*churn, g_cli, g_srv):
-            if p.poll() is None:
-                p.kill()
-            finish(p)
+        stop((*churn, g_cli, g_srv))
     for h in HOSTS:
         wait_for(f"{h}: empty at the end", lambda h=h: conntrack(tb, h) == [], timeout=60)
