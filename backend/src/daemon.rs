@@ -39,6 +39,9 @@ pub struct Endpoint {
     /// The vNIC as last read, with the inode of the namespace it was read
     /// in (see `session::virtual_gids`).
     pub binding: Mutex<Option<(u64, vbond::Binding)>>,
+    /// The endpoint's sysfs view (see `sysfs_view`); `None` when its
+    /// socket directory is shared with another endpoint's.
+    pub view: Option<crate::sysfs_view::View>,
 }
 
 /// What the control socket shows of a live session.
@@ -210,8 +213,10 @@ impl Daemon {
             .endpoints
             .iter()
             .map(|e| {
+                let socket = e.socket_path(&cfg.socket_dir);
                 Arc::new(Endpoint {
-                    socket: e.socket_path(&cfg.socket_dir),
+                    view: sysfs_view_for(&cfg, &socket, &host),
+                    socket,
                     cfg: e.clone(),
                     refused_connections: AtomicU64::new(0),
                     refused_requests: AtomicU64::new(0),
@@ -316,8 +321,19 @@ impl Daemon {
                 })?;
         }
         for ep in &shared.endpoints {
+            // Reading the vNIC writes the endpoint's sysfs view; a namespace
+            // that does not exist yet is picked up by the view's thread.
+            if let Err(e) = session::with_vnic(ep, |_| ()) {
+                debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
+            }
             info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
                   vip = %ep.cfg.vip, socket = %ep.socket.display(), "endpoint ready");
+        }
+        if shared.endpoints.iter().any(|ep| ep.view.is_some()) {
+            let s = shared.clone();
+            thread::Builder::new()
+                .name("sysfs-view".into())
+                .spawn(move || sysfs_view_loop(s))?;
         }
         Ok(Daemon {
             shared,
@@ -348,6 +364,11 @@ impl Daemon {
             let _ = std::fs::remove_file(path);
         }
         let _ = std::fs::remove_file(&self.control_path);
+        for ep in &self.shared.endpoints {
+            if let Some(v) = &ep.view {
+                v.remove();
+            }
+        }
         if let Err(e) = crate::firewall::remove(&self.shared.cfg.endpoints) {
             warn!("cannot remove the nftables rules: {e}");
         }
@@ -397,6 +418,78 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
             .spawn(move || run_session(shared, ep, conn, id, pid));
         if let Err(e) = spawned {
             warn!("cannot start a session thread: {e}");
+        }
+    }
+}
+
+/// The sysfs view of an endpoint, in its socket directory, unless another
+/// endpoint shares that directory (a configured `socket:` path can).
+fn sysfs_view_for(
+    cfg: &Config,
+    socket: &Path,
+    host: &HostDevice,
+) -> Option<crate::sysfs_view::View> {
+    let dir = socket.parent()?;
+    let shared_dir = cfg
+        .endpoints
+        .iter()
+        .filter(|e| e.socket_path(&cfg.socket_dir).parent() == Some(dir))
+        .count()
+        > 1;
+    if shared_dir {
+        warn!(dir = %dir.display(), "endpoints share a socket directory: no sysfs view");
+        return None;
+    }
+    match crate::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            warn!("no sysfs view: {e}");
+            None
+        }
+    }
+}
+
+/// Keep every endpoint's sysfs view current: wake on any vNIC's netlink
+/// notification (reading it through `with_vnic` rewrites the view), and
+/// every few seconds for the physical port's state and for namespaces that
+/// appeared or went away.
+fn sysfs_view_loop(shared: Arc<Shared>) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let mut lost: BTreeMap<String, bool> = BTreeMap::new();
+    while !shared.is_stopping() {
+        // Duplicates, so the poll holds no endpoint's lock.
+        let fds: Vec<OwnedFd> = shared
+            .endpoints
+            .iter()
+            .filter_map(|ep| {
+                let slot = lock(&ep.binding);
+                let (_, b) = slot.as_ref()?;
+                b.as_fd().try_clone_to_owned().ok()
+            })
+            .collect();
+        let mut pfds: Vec<PollFd> = fds
+            .iter()
+            .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
+            .collect();
+        let _ = nix::poll::poll(&mut pfds, PollTimeout::from(2000u16));
+        drop(pfds);
+        if shared.is_stopping() {
+            return;
+        }
+        for ep in &shared.endpoints {
+            let Some(view) = &ep.view else { continue };
+            view.refresh_phys();
+            let gone = match session::with_vnic(ep, |_| ()) {
+                Ok(()) => false,
+                Err(e) => {
+                    if lost.get(&ep.cfg.name) != Some(&true) {
+                        info!(endpoint = %ep.cfg.name, "vNIC not readable: {e}");
+                    }
+                    view.vnic_lost();
+                    true
+                }
+            };
+            lost.insert(ep.cfg.name.clone(), gone);
         }
     }
 }

@@ -13,4 +13,5 @@ pub mod kconntrack;
 pub mod nft;
 pub mod seqpacket;
 pub mod session;
+pub mod sysfs_view;
 pub mod uverbs;

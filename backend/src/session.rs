@@ -109,6 +109,9 @@ pub fn with_vnic<T>(ep: &Endpoint, f: impl FnOnce(&vbond::Binding) -> T) -> io::
     };
     // On error the slot stays empty: the next call opens it afresh.
     let b = current?;
+    if let Some(view) = &ep.view {
+        view.vnic_seen(&b, VDEV_NAME);
+    }
     let out = f(&b);
     *slot = Some((ns, b));
     Ok(out)

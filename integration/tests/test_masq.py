@@ -1,5 +1,6 @@
 """Tenants run stock verbs apps through masq (libmasq + masqd) and connect
 by virtual IP; the physical device and addresses stay hidden."""
+import ipaddress
 import json
 import os
 import re
@@ -54,6 +55,74 @@ def test_tenant_sees_one_virtual_device(masq):
     link_local = "fe80::" + ":".join(p.lstrip("0") or "0" for p in eui.split(":"))
     gids = re.findall(r"GID\[\s*(\d+)\]:\s+(\S+), RoCE v2", devinfo)
     assert gids == [("0", link_local), ("1", "::ffff:10.0.0.1")], devinfo
+
+
+SYSFS_DUMP = r"""
+cd /sys/class/infiniband/vrdma0 || exit 1
+printf 'node_guid|%s\n' "$(cat node_guid)"
+printf 'state|%s\n' "$(cat ports/1/state)"
+printf 'link_layer|%s\n' "$(cat ports/1/link_layer)"
+for g in ports/1/gids/*; do
+    i=${g##*/}
+    printf 'gid|%s|%s|%s|%s\n' "$i" "$(cat "$g")" "$(cat ports/1/gid_attrs/types/"$i")" \
+        "$(cat ports/1/gid_attrs/ndevs/"$i")"
+done
+"""
+
+
+def _sysfs_view(tb, host, endpoint):
+    out = tb.tenant_run(host, endpoint, "sh", "-c", SYSFS_DUMP).stdout
+    view = {"gids": {}}
+    for line in out.splitlines():
+        kind, *rest = line.split("|")
+        if kind == "gid":
+            i, gid, ty, ndev = rest
+            view["gids"][int(i)] = (ipaddress.IPv6Address(gid), ty, ndev)
+        else:
+            view[kind] = rest[0]
+    return view
+
+
+def test_tenant_sysfs_shows_the_virtual_device_as_verbs_do(masq):
+    ls = masq.tenant_run("host1", "acme-a", "ls", "/sys/class/infiniband").stdout.split()
+    assert ls == ["vrdma0"], ls
+    ibdev = masq.tenant_run("host1", "acme-a", "cat", "/sys/class/infiniband_verbs/uverbs0/ibdev")
+    assert ibdev.stdout == "vrdma0\n"
+    # libmasq still opens the physical device, through the sysfs it finds
+    # at /run/masq/phys-sys, and reports the same device as the view.
+    devinfo = masq.tenant_run("host1", "acme-a", "ibv_devinfo", "-v").stdout
+    assert "hca_id:\tvrdma0" in devinfo
+    view = _sysfs_view(masq, "host1", "acme-a")
+    sysfs_type = {"RoCE v2": "RoCE v2", "RoCE v1": "IB/RoCE v1"}
+    gids = {int(i): (ipaddress.IPv6Address(g), sysfs_type[ty], "eth0")
+            for i, g, ty in re.findall(r"GID\[\s*(\d+)\]:\s+(\S+), (RoCE v2|RoCE v1)", devinfo)}
+    assert view["gids"] == gids and 1 in gids, (view, devinfo)
+    assert re.search(rf"node_guid:\s+{view['node_guid']}\b", devinfo), (view, devinfo)
+    assert "PORT_ACTIVE" in devinfo and view["state"] == "4: ACTIVE"
+    assert re.search(rf"link_layer:\s+{view['link_layer']}\b", devinfo)
+    # Nothing of the host under the RDMA classes, whatever a reader follows.
+    everything = masq.tenant_run(
+        "host1", "acme-a", "grep", "-R", ".", "/sys/class/infiniband/",
+        "/sys/class/infiniband_verbs/").stdout
+    assert "gids/1:0000:0000:0000:0000:0000:ffff:0a00:0001" in everything, everything
+    assert not PHYSICAL.search(everything), everything
+
+
+def test_tenant_sysfs_follows_the_vnic_addresses(masq):
+    # One shell throughout: the view it mounted at the start must show the
+    # new GID and lose it again, as a long-running app's would.
+    script = r"""
+        g=/sys/class/infiniband/vrdma0/ports/1/gids/2
+        ip addr add 10.0.0.9/24 dev eth0 || exit 1
+        for i in $(seq 100); do [ -e $g ] && break; sleep 0.1; done
+        echo "added $(cat $g) $(cat ${g%/gids/2}/gid_attrs/ndevs/2)"
+        ip addr del 10.0.0.9/24 dev eth0
+        for i in $(seq 100); do [ -e $g ] || break; sleep 0.1; done
+        [ -e $g ] && echo still there || echo gone
+    """
+    out = masq.tenant_run("host1", "acme-a", "sh", "-c", script).stdout
+    assert "added 0000:0000:0000:0000:0000:ffff:0a00:0009 eth0" in out, out
+    assert out.strip().endswith("gone"), out
 
 
 def test_unmasked_host_still_sees_the_physical_device(masq):

@@ -1,0 +1,684 @@
+//! The tenant's view of sysfs: what `/sys/class/infiniband` shows inside an
+//! endpoint.
+//!
+//! sysfs RDMA classes are not per network namespace (shared mode), so a
+//! tenant's `/sys/class/infiniband` lists the physical device and its
+//! underlay GIDs. NCCL, UCX and others read that tree directly, so masqd
+//! writes a per-endpoint tree that describes the virtual device instead,
+//! and the tenant's runtime binds it over the real directories. Layout,
+//! under the endpoint's socket directory (mounted at /run/masq in the
+//! tenant):
+//!
+//! ```text
+//! sysfs/class/infiniband/           bound over /sys/class/infiniband
+//!     vrdma0 -> .vrdma0.N           the kernel's class entries are symlinks too
+//!     .vrdma0.N/node_guid ... ports/1/gids/0 ...
+//! sysfs/class/infiniband_verbs/     bound over /sys/class/infiniband_verbs
+//!     abi_version  uverbs0/{ibdev,abi_version}
+//! phys-sys/                         empty; the runtime mounts the real sysfs
+//!                                   here, for libmasq (see masq_sysfs.c)
+//! ```
+//!
+//! A bind mount pins the directory it was given, so the directories a
+//! tenant mounts are created once and never replaced: a new view is built
+//! in `.vrdma0.N+1` and a symlink renamed over `vrdma0`, so readers see the
+//! old tree or the new one, never a mix. For the same reason shutdown
+//! empties them but leaves them in place: tenants still running when masqd
+//! comes back see its new view.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tracing::{debug, info, warn};
+
+/// The class directories the tenant's runtime binds over /sys.
+pub const CLASS_DIRS: [&str; 2] = ["class/infiniband", "class/infiniband_verbs"];
+/// The mount point for the physical sysfs, inside the socket directory.
+pub const PHYS_SYSFS_DIR: &str = "phys-sys";
+const VERBS_DEV: &str = "uverbs0";
+
+/// Device attributes copied from the physical device: they describe the
+/// hardware, not the host (no GUID, no GID, no name). `node_desc` is not
+/// among them: rdma-ndd writes the host name into it.
+const DEVICE_FILES: &[&str] = &["node_type", "fw_ver", "hca_type", "hw_rev", "board_id"];
+/// Port attributes copied from the physical port. `active_mtu` is not a
+/// sysfs file (verbs report it), so there is nothing to copy.
+const PORT_FILES: &[&str] = &[
+    "state",
+    "phys_state",
+    "link_layer",
+    "rate",
+    "lid",
+    "sm_lid",
+    "sm_sl",
+    "lid_mask_count",
+    "cap_mask",
+];
+
+/// What is copied from the physical device: (path relative to the device
+/// directory, contents as the kernel wrote them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhysAttrs {
+    pub files: Vec<(String, String)>,
+    pub abi_version: Option<String>,
+}
+
+/// The virtual device as libmasq is told about it at HELLO and in the GID
+/// table: the view must agree with what verbs report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VirtualDevice {
+    pub name: String,
+    pub port: u8,
+    pub node_guid: u64,
+    /// The vNIC's name inside the endpoint (gid_attrs/ndevs).
+    pub ndev: String,
+    pub gids: Vec<vbond::VirtualGid>,
+}
+
+fn read_attr(path: &Path, phys_dev: &str) -> Option<String> {
+    let mut s = std::fs::read_to_string(path).ok()?;
+    // A value naming the physical device would give it away.
+    if s.contains(phys_dev) {
+        return None;
+    }
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    Some(s)
+}
+
+/// Read the attributes copied into every view from `SYSFS/class/infiniband/DEV`.
+/// Missing files are left out, as the kernel leaves out what a driver lacks.
+pub fn read_phys_attrs(sysfs: &Path, dev: &str, port: u8) -> PhysAttrs {
+    let dev_dir = sysfs.join("class/infiniband").join(dev);
+    let port_dir = format!("ports/{port}");
+    let mut files = Vec::new();
+    for f in DEVICE_FILES {
+        if let Some(v) = read_attr(&dev_dir.join(f), dev) {
+            files.push((f.to_string(), v));
+        }
+    }
+    for f in PORT_FILES {
+        let rel = format!("{port_dir}/{f}");
+        if let Some(v) = read_attr(&dev_dir.join(&rel), dev) {
+            files.push((rel, v));
+        }
+    }
+    // RoCE ports have one P_Key (0xffff); cap what a large IB table copies.
+    if let Ok(rd) = std::fs::read_dir(dev_dir.join(&port_dir).join("pkeys")) {
+        let mut idx: Vec<u32> = rd
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        idx.sort_unstable();
+        for i in idx.into_iter().take(128) {
+            let rel = format!("{port_dir}/pkeys/{i}");
+            if let Some(v) = read_attr(&dev_dir.join(&rel), dev) {
+                files.push((rel, v));
+            }
+        }
+    }
+    let abi_version = read_attr(&sysfs.join("class/infiniband_verbs/abi_version"), dev);
+    PhysAttrs { files, abi_version }
+}
+
+/// A GID as the kernel prints it (`%pI6`): eight 4-digit groups.
+pub fn sysfs_gid(gid: &vbond::Gid) -> String {
+    let groups: Vec<String> = gid
+        .chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect();
+    format!("{}\n", groups.join(":"))
+}
+
+/// A GUID as the kernel prints node_guid: four 4-digit groups.
+pub fn sysfs_guid(guid: u64) -> String {
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}\n",
+        (guid >> 48) & 0xffff,
+        (guid >> 32) & 0xffff,
+        (guid >> 16) & 0xffff,
+        guid & 0xffff
+    )
+}
+
+/// The view's files, as (path relative to the view root, contents).
+pub fn render(dev: &VirtualDevice, phys: &PhysAttrs) -> Vec<(PathBuf, String)> {
+    let d = Path::new("class/infiniband").join(&dev.name);
+    let port = d.join(format!("ports/{}", dev.port));
+    let mut out = vec![
+        (d.join("node_guid"), sysfs_guid(dev.node_guid)),
+        (d.join("sys_image_guid"), sysfs_guid(dev.node_guid)),
+        (d.join("node_desc"), format!("{}\n", dev.name)),
+    ];
+    for (rel, v) in &phys.files {
+        out.push((d.join(rel), v.clone()));
+    }
+    if !phys.files.iter().any(|(f, _)| f == "node_type") {
+        out.push((d.join("node_type"), "1: CA\n".into()));
+    }
+    for g in &dev.gids {
+        let i = g.index.to_string();
+        out.push((port.join("gids").join(&i), sysfs_gid(&g.gid)));
+        let ty = if g.roce_v2 { "RoCE v2" } else { "IB/RoCE v1" };
+        out.push((port.join("gid_attrs/types").join(&i), format!("{ty}\n")));
+        out.push((
+            port.join("gid_attrs/ndevs").join(&i),
+            format!("{}\n", dev.ndev),
+        ));
+    }
+    let abi = phys.abi_version.clone().unwrap_or_else(|| "6\n".into());
+    let verbs = Path::new("class/infiniband_verbs");
+    out.push((verbs.join("abi_version"), abi.clone()));
+    out.push((
+        verbs.join(VERBS_DEV).join("ibdev"),
+        format!("{}\n", dev.name),
+    ));
+    out.push((verbs.join(VERBS_DEV).join("abi_version"), abi));
+    out
+}
+
+struct State {
+    closed: bool,
+    generation: u64,
+    device: Option<VirtualDevice>,
+    phys: PhysAttrs,
+    written: Option<Vec<(PathBuf, String)>>,
+}
+
+/// One endpoint's view on disk, kept current with its vNIC and the
+/// physical port.
+pub struct View {
+    /// `<socket dir>/sysfs`
+    root: PathBuf,
+    phys_sysfs: PathBuf,
+    phys_dev: String,
+    port: u8,
+    state: Mutex<State>,
+}
+
+fn io_at(e: io::Error, p: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+}
+
+/// Remove everything inside `dir`, keeping `dir`.
+fn clear_dir(dir: &Path) -> io::Result<()> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_at(e, dir)),
+    };
+    for entry in rd {
+        let p = entry?.path();
+        // symlink_metadata: never follow a link out of the view.
+        let r = if std::fs::symlink_metadata(&p)?.is_dir() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        r.map_err(|e| io_at(e, &p))?;
+    }
+    Ok(())
+}
+
+/// Write `contents` to `path` through a temporary file and a rename.
+fn write_file_atomic(path: &Path, contents: &str) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, contents).map_err(|e| io_at(e, &tmp))?;
+    std::fs::rename(&tmp, path).map_err(|e| io_at(e, path))
+}
+
+impl View {
+    /// The view of the endpoint whose socket lives in `socket_dir`; leftovers
+    /// of an earlier masqd are cleared. Nothing shows until `vnic_seen`.
+    pub fn new(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> io::Result<View> {
+        let root = socket_dir.join("sysfs");
+        for c in CLASS_DIRS {
+            let dir = root.join(c);
+            std::fs::create_dir_all(&dir).map_err(|e| io_at(e, &dir))?;
+            clear_dir(&dir)?;
+        }
+        let phys_mnt = socket_dir.join(PHYS_SYSFS_DIR);
+        std::fs::create_dir_all(&phys_mnt).map_err(|e| io_at(e, &phys_mnt))?;
+        Ok(View {
+            root,
+            phys_sysfs: phys_sysfs.to_path_buf(),
+            phys_dev: phys_dev.to_string(),
+            port,
+            state: Mutex::new(State {
+                closed: false,
+                generation: 0,
+                device: None,
+                phys: read_phys_attrs(phys_sysfs, phys_dev, port),
+                written: None,
+            }),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The endpoint's vNIC as masqd now sees it (called wherever the
+    /// binding is refreshed): rewrite the view if the virtual device
+    /// changed. Cheap when nothing did, as it runs on request paths.
+    pub fn vnic_seen(&self, b: &vbond::Binding, vdev: &str) {
+        let mut st = self.lock();
+        let gids = &b.gids()[..b.gids().len().min(masq_proto::MAX_GIDS)];
+        let same = st.device.as_ref().is_some_and(|d| {
+            d.node_guid == b.node_guid()
+                && d.ndev == b.vnic().ifname
+                && d.gids == gids
+                && d.name == vdev
+        });
+        if same || st.closed {
+            return;
+        }
+        st.device = Some(VirtualDevice {
+            name: vdev.to_string(),
+            port: self.port,
+            node_guid: b.node_guid(),
+            ndev: b.vnic().ifname.clone(),
+            gids: gids.to_vec(),
+        });
+        self.write_locked(&mut st);
+    }
+
+    /// Re-read the physical port's attributes (its state may change) and
+    /// rewrite the view if they did.
+    pub fn refresh_phys(&self) {
+        let phys = read_phys_attrs(&self.phys_sysfs, &self.phys_dev, self.port);
+        let mut st = self.lock();
+        if st.phys != phys {
+            st.phys = phys;
+            self.write_locked(&mut st);
+        }
+    }
+
+    /// The vNIC cannot be read (namespace or interface gone): show no
+    /// device rather than stale GIDs.
+    pub fn vnic_lost(&self) {
+        let mut st = self.lock();
+        if st.device.take().is_some() {
+            st.written = None;
+            for c in CLASS_DIRS {
+                if let Err(e) = clear_dir(&self.root.join(c)) {
+                    warn!("sysfs view: {e}");
+                }
+            }
+            info!(view = %self.root.display(), "sysfs view emptied: the vNIC is gone");
+        }
+    }
+
+    /// masqd stops: empty the view for good (the directories stay as mount
+    /// points, see the module doc).
+    pub fn remove(&self) {
+        let mut st = self.lock();
+        st.closed = true;
+        st.device = None;
+        st.written = None;
+        for c in CLASS_DIRS {
+            if let Err(e) = clear_dir(&self.root.join(c)) {
+                warn!("sysfs view: {e}");
+            }
+        }
+    }
+
+    fn write_locked(&self, st: &mut State) {
+        let Some(dev) = st.device.as_ref() else {
+            return;
+        };
+        let files = render(dev, &st.phys);
+        if st.written.as_ref() == Some(&files) {
+            return;
+        }
+        match self.apply(&dev.name, st.generation + 1, &files) {
+            Ok(()) => {
+                st.generation += 1;
+                st.written = Some(files);
+                debug!(view = %self.root.display(), generation = st.generation,
+                       "sysfs view written");
+            }
+            Err(e) => warn!(view = %self.root.display(), "cannot write the sysfs view: {e}"),
+        }
+    }
+
+    /// Put `files` on disk: the device directory as a new generation behind
+    /// its symlink, the few other files one by one.
+    fn apply(&self, vdev: &str, generation: u64, files: &[(PathBuf, String)]) -> io::Result<()> {
+        let class = self.root.join("class/infiniband");
+        let dev_prefix = Path::new("class/infiniband").join(vdev);
+        let gen_name = format!(".{vdev}.{generation}");
+        let gen_dir = class.join(&gen_name);
+        if gen_dir.exists() {
+            std::fs::remove_dir_all(&gen_dir).map_err(|e| io_at(e, &gen_dir))?;
+        }
+        for (rel, contents) in files {
+            let path = match rel.strip_prefix(&dev_prefix) {
+                Ok(inside) => gen_dir.join(inside),
+                Err(_) => self.root.join(rel),
+            };
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io_at(e, parent))?;
+            }
+            if rel.starts_with(&dev_prefix) {
+                std::fs::write(&path, contents).map_err(|e| io_at(e, &path))?;
+            } else {
+                write_file_atomic(&path, contents)?;
+            }
+        }
+        std::fs::create_dir_all(&gen_dir).map_err(|e| io_at(e, &gen_dir))?;
+        let link_tmp = class.join(format!(".{vdev}.link"));
+        let _ = std::fs::remove_file(&link_tmp);
+        std::os::unix::fs::symlink(&gen_name, &link_tmp).map_err(|e| io_at(e, &link_tmp))?;
+        let link = class.join(vdev);
+        std::fs::rename(&link_tmp, &link).map_err(|e| io_at(e, &link))?;
+        // Older generations (and any other device an earlier view had).
+        for entry in std::fs::read_dir(&class).map_err(|e| io_at(e, &class))? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name == gen_name.as_str() || name == vdev {
+                continue;
+            }
+            let p = entry.path();
+            let r = if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            r.map_err(|e| io_at(e, &p))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::fs;
+    use std::net::Ipv4Addr;
+    use vbond::{ipv4_mapped_gid, link_local_gid, VirtualGid};
+
+    const MAC: [u8; 6] = [0xf2, 0x23, 0x2e, 0x35, 0x5d, 0x41];
+    const PHYS_GIDS: [&str; 2] = [
+        "fe80:0000:0000:0000:5054:00ff:fe00:0001",
+        "0000:0000:0000:0000:0000:ffff:c612:0001",
+    ];
+
+    /// A physical rxe0 as the kernel lays it out, with its underlay GIDs.
+    fn phys_fixture(root: &Path) {
+        let dev = root.join("class/infiniband/rxe0");
+        let port = dev.join("ports/1");
+        for d in ["gids", "gid_attrs/types", "gid_attrs/ndevs", "pkeys"] {
+            fs::create_dir_all(port.join(d)).unwrap();
+        }
+        for (f, v) in [
+            ("node_type", "1: CA\n"),
+            ("fw_ver", "0.0.0\n"),
+            ("node_desc", "rxe0 on host1\n"),
+            ("node_guid", "5054:00ff:fe00:0001\n"),
+            ("parent", "eth0\n"),
+            ("ports/1/state", "4: ACTIVE\n"),
+            ("ports/1/phys_state", "5: LinkUp\n"),
+            ("ports/1/link_layer", "Ethernet\n"),
+            ("ports/1/rate", "10 Gb/sec (1X QDR)\n"),
+            ("ports/1/lid", "0x0\n"),
+            ("ports/1/sm_lid", "0x0\n"),
+            ("ports/1/sm_sl", "0\n"),
+            ("ports/1/lid_mask_count", "0\n"),
+            ("ports/1/cap_mask", "0x00890000\n"),
+            ("ports/1/pkeys/0", "0xffff\n"),
+            ("ports/1/gid_attrs/ndevs/1", "eth0\n"),
+            ("ports/1/gid_attrs/types/1", "RoCE v2\n"),
+        ] {
+            fs::write(dev.join(f), v).unwrap();
+        }
+        for (i, g) in PHYS_GIDS.iter().enumerate() {
+            fs::write(port.join(format!("gids/{i}")), format!("{g}\n")).unwrap();
+        }
+        fs::create_dir_all(root.join("class/infiniband_verbs")).unwrap();
+        fs::write(root.join("class/infiniband_verbs/abi_version"), "6\n").unwrap();
+    }
+
+    fn device(vips: &[Ipv4Addr]) -> VirtualDevice {
+        let mut gids = vec![VirtualGid {
+            index: 0,
+            gid: link_local_gid(MAC),
+            roce_v2: true,
+        }];
+        for ip in vips {
+            gids.push(VirtualGid {
+                index: gids.len() as u32,
+                gid: ipv4_mapped_gid(*ip),
+                roce_v2: true,
+            });
+        }
+        VirtualDevice {
+            name: "vrdma0".into(),
+            port: 1,
+            node_guid: vbond::guid_from_mac(MAC),
+            ndev: "eth0".into(),
+            gids,
+        }
+    }
+
+    fn as_map(files: &[(PathBuf, String)]) -> BTreeMap<String, String> {
+        files
+            .iter()
+            .map(|(p, v)| (p.display().to_string(), v.clone()))
+            .collect()
+    }
+
+    /// Every file under `dir`, following the device symlink as a reader would.
+    fn tree(dir: &Path) -> BTreeMap<String, String> {
+        fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+            for e in fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                if p.is_dir() {
+                    walk(base, &p, out);
+                } else {
+                    let rel = p.strip_prefix(base).unwrap().display().to_string();
+                    out.insert(rel, fs::read_to_string(&p).unwrap());
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(dir, dir, &mut out);
+        out
+    }
+
+    #[test]
+    fn kernel_formats() {
+        assert_eq!(
+            sysfs_gid(&ipv4_mapped_gid(Ipv4Addr::new(10, 0, 0, 1))),
+            "0000:0000:0000:0000:0000:ffff:0a00:0001\n"
+        );
+        assert_eq!(
+            sysfs_gid(&link_local_gid(MAC)),
+            "fe80:0000:0000:0000:f023:2eff:fe35:5d41\n"
+        );
+        assert_eq!(
+            sysfs_guid(vbond::guid_from_mac(MAC)),
+            "f023:2eff:fe35:5d41\n"
+        );
+    }
+
+    #[test]
+    fn renders_the_virtual_device_with_the_physical_ports_attributes() {
+        let dir = tempfile::tempdir().unwrap();
+        phys_fixture(dir.path());
+        let phys = read_phys_attrs(dir.path(), "rxe0", 1);
+        let m = as_map(&render(&device(&[Ipv4Addr::new(10, 0, 0, 1)]), &phys));
+        let d = "class/infiniband/vrdma0";
+        let want = [
+            ("node_guid", "f023:2eff:fe35:5d41\n"),
+            ("sys_image_guid", "f023:2eff:fe35:5d41\n"),
+            ("node_type", "1: CA\n"),
+            ("node_desc", "vrdma0\n"),
+            ("fw_ver", "0.0.0\n"),
+            ("ports/1/state", "4: ACTIVE\n"),
+            ("ports/1/phys_state", "5: LinkUp\n"),
+            ("ports/1/link_layer", "Ethernet\n"),
+            ("ports/1/rate", "10 Gb/sec (1X QDR)\n"),
+            ("ports/1/lid", "0x0\n"),
+            ("ports/1/sm_lid", "0x0\n"),
+            ("ports/1/cap_mask", "0x00890000\n"),
+            ("ports/1/pkeys/0", "0xffff\n"),
+            (
+                "ports/1/gids/0",
+                "fe80:0000:0000:0000:f023:2eff:fe35:5d41\n",
+            ),
+            (
+                "ports/1/gids/1",
+                "0000:0000:0000:0000:0000:ffff:0a00:0001\n",
+            ),
+            ("ports/1/gid_attrs/types/0", "RoCE v2\n"),
+            ("ports/1/gid_attrs/types/1", "RoCE v2\n"),
+            ("ports/1/gid_attrs/ndevs/1", "eth0\n"),
+        ];
+        for (f, v) in want {
+            assert_eq!(
+                m.get(&format!("{d}/{f}")).map(String::as_str),
+                Some(v),
+                "{f}"
+            );
+        }
+        assert_eq!(m["class/infiniband_verbs/uverbs0/ibdev"], "vrdma0\n");
+        assert_eq!(m["class/infiniband_verbs/abi_version"], "6\n");
+        // Only the virtual table's entries, and nothing of the host.
+        assert!(!m.contains_key(&format!("{d}/ports/1/gids/2")));
+        assert!(!m.contains_key(&format!("{d}/parent")));
+        for (path, v) in &m {
+            assert!(!path.contains("rxe0") && !v.contains("rxe0"), "{path}");
+            for g in PHYS_GIDS {
+                assert!(!v.contains(g), "{path} has a physical GID");
+            }
+            assert!(!v.contains("c612"), "{path} has the underlay address");
+            assert!(v.ends_with('\n'), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_value_naming_the_physical_device_is_not_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        phys_fixture(dir.path());
+        fs::write(dir.path().join("class/infiniband/rxe0/fw_ver"), "rxe0 1.0").unwrap();
+        let phys = read_phys_attrs(dir.path(), "rxe0", 1);
+        assert!(phys.files.iter().all(|(f, _)| f != "fw_ver"));
+        // Missing device: nothing copied, the view still has its own files.
+        let none = read_phys_attrs(dir.path(), "mlx5_0", 1);
+        assert!(none.files.is_empty());
+        let m = as_map(&render(&device(&[]), &none));
+        assert_eq!(m["class/infiniband/vrdma0/node_type"], "1: CA\n");
+    }
+
+    #[test]
+    fn view_is_rewritten_behind_its_symlink_and_emptied_at_removal() {
+        let phys = tempfile::tempdir().unwrap();
+        phys_fixture(phys.path());
+        let sock = tempfile::tempdir().unwrap();
+        // Leftovers of an earlier masqd are cleared.
+        let stale = sock.path().join("sysfs/class/infiniband/rxe9");
+        fs::create_dir_all(&stale).unwrap();
+        let v = View::new(sock.path(), phys.path(), "rxe0", 1).unwrap();
+        assert!(!stale.exists());
+        assert!(sock.path().join(PHYS_SYSFS_DIR).is_dir());
+        let class = sock.path().join("sysfs/class/infiniband");
+        let write = |d: VirtualDevice| {
+            let mut st = v.lock();
+            st.device = Some(d);
+            v.write_locked(&mut st);
+        };
+
+        write(device(&[Ipv4Addr::new(10, 0, 0, 1)]));
+        let t = tree(&class);
+        assert_eq!(
+            t["vrdma0/ports/1/gids/1"],
+            "0000:0000:0000:0000:0000:ffff:0a00:0001\n"
+        );
+        assert_eq!(
+            fs::read_link(class.join("vrdma0")).unwrap(),
+            Path::new(".vrdma0.1")
+        );
+
+        write(device(&[
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 7),
+        ]));
+        let t = tree(&class);
+        assert_eq!(
+            t["vrdma0/ports/1/gids/2"],
+            "0000:0000:0000:0000:0000:ffff:0a00:0007\n"
+        );
+        let names: Vec<String> = fs::read_dir(&class)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let mut names = names;
+        names.sort();
+        assert_eq!(names, [".vrdma0.2", "vrdma0"], "the old generation is gone");
+
+        // The same view again writes nothing new.
+        write(device(&[
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 7),
+        ]));
+        assert_eq!(v.lock().generation, 2);
+
+        let verbs = sock.path().join("sysfs/class/infiniband_verbs");
+        assert_eq!(tree(&verbs)["uverbs0/ibdev"], "vrdma0\n");
+
+        v.vnic_lost();
+        assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
+        write(device(&[Ipv4Addr::new(10, 0, 0, 1)]));
+        assert!(class.join("vrdma0/node_guid").exists());
+
+        v.remove();
+        assert!(class.is_dir() && verbs.is_dir(), "mount points stay");
+        assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
+        assert_eq!(fs::read_dir(&verbs).unwrap().count(), 0);
+        // Closed: nothing is written any more.
+        v.refresh_phys();
+        fs::write(
+            phys.path().join("class/infiniband/rxe0/ports/1/state"),
+            "1: DOWN\n",
+        )
+        .unwrap();
+        v.refresh_phys();
+        assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn port_state_changes_reach_the_view() {
+        let phys = tempfile::tempdir().unwrap();
+        phys_fixture(phys.path());
+        let sock = tempfile::tempdir().unwrap();
+        let v = View::new(sock.path(), phys.path(), "rxe0", 1).unwrap();
+        {
+            let mut st = v.lock();
+            st.device = Some(device(&[]));
+            v.write_locked(&mut st);
+        }
+        let state = sock
+            .path()
+            .join("sysfs/class/infiniband/vrdma0/ports/1/state");
+        assert_eq!(fs::read_to_string(&state).unwrap(), "4: ACTIVE\n");
+        fs::write(
+            phys.path().join("class/infiniband/rxe0/ports/1/state"),
+            "1: DOWN\n",
+        )
+        .unwrap();
+        v.refresh_phys();
+        assert_eq!(fs::read_to_string(&state).unwrap(), "1: DOWN\n");
+    }
+}
