@@ -84,10 +84,20 @@ pub struct Backstop {
     parent: String,
     elements: Mutex<Elements>,
     /// Set updates not yet in the kernel, in order (see `flush_updates`).
-    pending: Mutex<Vec<String>>,
+    pending: Mutex<Queue>,
     wake: Condvar,
+    /// The number of the last update in the kernel (see `wait_applied`).
+    applied: Mutex<u64>,
+    applied_cv: Condvar,
     /// Held while updates are taken and run, so batches stay in order.
     sending: Mutex<()>,
+}
+
+/// Queued set updates; `last` numbers every update ever queued.
+#[derive(Default)]
+struct Queue {
+    cmds: Vec<String>,
+    last: u64,
 }
 
 fn nft_id(name: &str) -> String {
@@ -142,8 +152,10 @@ impl Backstop {
             level: parent.split('/').count() + 1,
             parent,
             elements: Mutex::new(Elements::default()),
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(Queue::default()),
             wake: Condvar::new(),
+            applied: Mutex::new(0),
+            applied_cv: Condvar::new(),
             sending: Mutex::new(()),
         };
         // One transaction: chains and the verdict map are replaced whole, so
@@ -386,16 +398,41 @@ impl Backstop {
     /// Queue a set update (called under the elements lock, so updates are
     /// queued in the order the table changed). One libnftables call costs
     /// milliseconds, as much as the whole admission under emulation, so
-    /// `flush_updates` runs them off the request path, many per
-    /// transaction. Until it has, a new connection's first packets are
-    /// dropped and rxe sends them again; a removed one passes a moment
-    /// longer (its QP is already in ERROR for apps that use libmasq).
+    /// `flush_updates` runs them in a thread of their own, many per
+    /// transaction, and an admission waits for its own (`wait_applied`): a
+    /// new connection whose first packets were dropped relies on rxe's
+    /// retries, which a loaded host can outlast (the connection then fails
+    /// with a retry error). A removed one passes a moment longer (its QP is
+    /// already in ERROR for apps that use libmasq).
     fn submit(&self, cmd: String) {
         if cmd.is_empty() {
             return;
         }
-        lock(&self.pending).push(cmd);
+        let mut q = lock(&self.pending);
+        q.cmds.push(cmd);
+        q.last += 1;
+        drop(q);
         self.wake.notify_one();
+    }
+
+    /// Block until every update queued so far is in the kernel, or
+    /// `timeout` passed; false on timeout. Waiting batches: the admissions
+    /// of many QPs at once share one transaction.
+    pub fn wait_applied(&self, timeout: Duration) -> bool {
+        let target = lock(&self.pending).last;
+        let applied = lock(&self.applied);
+        let (applied, _) = self
+            .applied_cv
+            .wait_timeout_while(applied, timeout, |a| *a < target)
+            .unwrap_or_else(|e| e.into_inner());
+        *applied >= target
+    }
+
+    /// Updates up to number `upto` are in the kernel (or were tried).
+    fn mark_applied(&self, upto: u64) {
+        let mut a = lock(&self.applied);
+        *a = (*a).max(upto);
+        self.applied_cv.notify_all();
     }
 
     /// Wait up to `timeout` for queued updates and run them: all in one
@@ -409,7 +446,7 @@ impl Backstop {
     pub fn flush_updates(&self, timeout: Duration) {
         {
             let q = lock(&self.pending);
-            if q.is_empty() {
+            if q.cmds.is_empty() {
                 drop(
                     self.wake
                         .wait_timeout(q, timeout)
@@ -418,19 +455,23 @@ impl Backstop {
             }
         }
         let _sending = lock(&self.sending);
-        let cmds = std::mem::take(&mut *lock(&self.pending));
+        let (cmds, upto) = {
+            let mut q = lock(&self.pending);
+            (std::mem::take(&mut q.cmds), q.last)
+        };
         if cmds.is_empty() {
             return;
         }
         if self.nft.run(&cmds.concat()).is_ok() {
             debug!(updates = cmds.len(), "backstop sets updated");
-            return;
-        }
-        for c in &cmds {
-            if let Err(e) = self.nft.run(c) {
-                warn!("backstop: cannot update the sets: {e}");
+        } else {
+            for c in &cmds {
+                if let Err(e) = self.nft.run(c) {
+                    warn!("backstop: cannot update the sets: {e}");
+                }
             }
         }
+        self.mark_applied(upto);
     }
 
     /// Rewrite every set from what masqd tracks now (its mirror of the
@@ -441,7 +482,10 @@ impl Backstop {
         // `sending` first: waiting for it must not hold the elements lock.
         let _sending = lock(&self.sending);
         let el = self.lock();
-        let queued = std::mem::take(&mut *lock(&self.pending));
+        let (queued, upto) = {
+            let mut q = lock(&self.pending);
+            (std::mem::take(&mut q.cmds), q.last)
+        };
         let t = format!("inet {TABLE}");
         let mut cmd = format!("flush set {t} conn_in\nflush set {t} tenant_qpns\n");
         for ep in &self.endpoints {
@@ -474,6 +518,7 @@ impl Backstop {
                 }
             }
         }
+        self.mark_applied(upto);
     }
 
     /// The drop counters: (name, packets, bytes).

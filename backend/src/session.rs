@@ -26,6 +26,8 @@ const IBV_QPS_RTR: u8 = 2;
 const IBV_QPS_RTS: u8 = 3;
 const IBV_QPS_SQE: u8 = 5;
 const IBV_QPS_ERR: u8 = 6;
+/// How long an admission waits for the backstop to let its packets through.
+const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
 
 /// What masqd knows of one of the session's QPs.
 #[derive(Debug, Clone, Serialize)]
@@ -544,6 +546,17 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             warn!("connection table full; {} not tracked", rec.qpn);
         }
         info!(qpn = rec.qpn, rule = %rule, "connection admitted");
+        // The app sends once RTR returns: the backstop must let it through
+        // by then (see Backstop::submit).
+        if let Some(b) = shared.admission.backstop() {
+            if !b.wait_applied(BACKSTOP_WAIT) {
+                warn!(
+                    qpn = rec.qpn,
+                    "backstop sets not updated within {BACKSTOP_WAIT:?}; \
+                      the connection's first packets may be dropped"
+                );
+            }
+        }
     }
     if mask & IBV_QP_STATE != 0 {
         match a.qp_state {
