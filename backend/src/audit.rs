@@ -116,6 +116,9 @@ pub struct Admitted {
 #[derive(Debug, Clone, Copy)]
 struct Vouch {
     session: u64,
+    /// The session's process: a QPN freed behind masqd's back and reused
+    /// by another process is not covered by this vouch.
+    pid: i32,
     /// Set when the session ended: vouched for until then.
     until: Option<Instant>,
 }
@@ -126,11 +129,12 @@ impl Admitted {
     }
 
     /// Called before masqd moves the QP (see the module doc).
-    pub fn vouch(&self, qpn: u32, session: u64) {
+    pub fn vouch(&self, qpn: u32, session: u64, pid: i32) {
         self.lock().insert(
             qpn,
             Vouch {
                 session,
+                pid,
                 until: None,
             },
         );
@@ -154,12 +158,13 @@ impl Admitted {
         }
     }
 
-    /// The QPNs vouched for now; expired lingers are dropped.
-    pub fn snapshot(&self) -> HashSet<u32> {
+    /// The QPNs vouched for now, with the process each is vouched for;
+    /// expired lingers are dropped.
+    pub fn snapshot(&self) -> HashMap<u32, i32> {
         let now = Instant::now();
         let mut m = self.lock();
         m.retain(|_, v| v.until.is_none_or(|t| t > now));
-        m.keys().copied().collect()
+        m.iter().map(|(q, v)| (*q, v.pid)).collect()
     }
 }
 
@@ -176,19 +181,22 @@ pub struct Bypass {
 
 /// The decision, without RDMA or /proc: `owner` tells a QP's creating
 /// task (as the kernel reports it) -> (endpoint, process), `None` when
-/// the task is not in any endpoint; `admitted` is what masqd vouches for.
+/// the task is not in any endpoint; `admitted` is what masqd vouches for
+/// (QPN -> process).
 pub fn find_bypasses(
     qps: &[QpInfo],
-    admitted: &HashSet<u32>,
+    admitted: &HashMap<u32, i32>,
     mut owner: impl FnMut(u32) -> Option<(String, i32)>,
 ) -> Vec<Bypass> {
     qps.iter()
-        .filter(|q| q.connected() && q.kern_name.is_none() && !admitted.contains(&q.lqpn))
+        .filter(|q| q.connected() && q.kern_name.is_none())
         .filter_map(|q| {
             // No pid: a kernel QP, or its creating task has exited (then
-            // nothing names a process to act on; the next round sees it
-            // again if it lives on under another thread).
+            // nothing names a process to act on).
             let (endpoint, pid) = owner(q.pid?)?;
+            if admitted.get(&q.lqpn) == Some(&pid) {
+                return None;
+            }
             Some(Bypass {
                 endpoint,
                 pid,
@@ -279,8 +287,11 @@ pub fn tgid_of(tid: u32) -> Option<i32> {
 /// (dev, inode) and cgroup path, read once per round (a namespace may be
 /// recreated).
 pub struct EndpointIds {
-    eps: Vec<(String, Option<(u64, u64)>, String)>,
+    /// (name, netns (dev, inode) if it exists now, cgroup path)
+    eps: Vec<(String, Option<NsId>, String)>,
 }
+
+type NsId = (u64, u64);
 
 impl EndpointIds {
     pub fn read(eps: &[crate::config::EndpointConfig], cgroup_parent: &str) -> EndpointIds {
@@ -391,7 +402,7 @@ mod tests {
     #[test]
     fn an_unadmitted_connected_tenant_qp_is_a_bypass() {
         let qps = [qp(0x11, 2, Some(100)), qp(0x12, 3, Some(101))];
-        let found = find_bypasses(&qps, &HashSet::new(), owner);
+        let found = find_bypasses(&qps, &HashMap::new(), owner);
         assert_eq!(
             found,
             vec![
@@ -426,19 +437,32 @@ mod tests {
             qp(0x16, 3, None),      // creating task gone
             kern,
         ];
-        let admitted: HashSet<u32> = [0x11].into();
+        let admitted: HashMap<u32, i32> = [(0x11, 100)].into();
         assert!(find_bypasses(&qps, &admitted, owner).is_empty());
+    }
+
+    #[test]
+    fn a_qpn_vouched_for_another_process_is_not_admitted() {
+        // acme-a's QPN 0x11 was freed behind masqd's back and reused by
+        // globex-a's process.
+        let admitted: HashMap<u32, i32> = [(0x11, 100)].into();
+        let found = find_bypasses(&[qp(0x11, 3, Some(200))], &admitted, owner);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].pid, found[0].endpoint.as_str()),
+            (200, "globex-a")
+        );
     }
 
     #[test]
     fn sqd_and_sqe_count_as_connected() {
         let qps = [qp(0x11, 4, Some(200)), qp(0x12, 5, Some(200))];
-        assert_eq!(find_bypasses(&qps, &HashSet::new(), owner).len(), 2);
+        assert_eq!(find_bypasses(&qps, &HashMap::new(), owner).len(), 2);
     }
 
     #[test]
     fn a_bypass_is_reported_once_and_again_if_its_qpn_comes_back() {
-        let b = find_bypasses(&[qp(0x11, 3, Some(100))], &HashSet::new(), owner);
+        let b = find_bypasses(&[qp(0x11, 3, Some(100))], &HashMap::new(), owner);
         let mut reported = HashSet::new();
         let p = plan(&b, &mut reported, AuditAction::Log, true);
         assert_eq!(p.new.len(), 1);
@@ -457,7 +481,7 @@ mod tests {
             qp(0x12, 3, Some(101)),
             qp(0x13, 2, Some(200)),
         ];
-        let b = find_bypasses(&qps, &HashSet::new(), owner);
+        let b = find_bypasses(&qps, &HashMap::new(), owner);
         let p = plan(&b, &mut HashSet::new(), AuditAction::KillProcess, true);
         assert_eq!(
             p.kill_pids,
@@ -473,13 +497,13 @@ mod tests {
     #[test]
     fn a_vouched_qpn_lingers_after_its_session_then_expires() {
         let a = Admitted::default();
-        a.vouch(0x11, 1);
-        a.vouch(0x12, 2);
+        a.vouch(0x11, 1, 100);
+        a.vouch(0x12, 2, 200);
         a.forget(0x12, 1); // another session's QPN: not forgotten
-        assert_eq!(a.snapshot(), [0x11, 0x12].into());
+        assert_eq!(a.snapshot(), [(0x11, 100), (0x12, 200)].into());
         a.forget(0x12, 2);
         a.session_gone(1, Duration::from_millis(50));
-        assert_eq!(a.snapshot(), [0x11].into());
+        assert_eq!(a.snapshot(), [(0x11, 100)].into());
         std::thread::sleep(Duration::from_millis(80));
         assert!(a.snapshot().is_empty());
     }

@@ -526,14 +526,14 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
     if !check_after {
         // Before the move: the audit must never catch masqd's own QP
         // between the kernel's state change and masqd's record.
-        shared.admitted.vouch(qpn, sess.id);
+        shared.admitted.vouch(qpn, sess.id, sess.pid);
     }
     uverbs::modify_qp(fd.as_fd(), shared.host.driver_id, &cmd)
         .map_err(|e| from_io(e, "MODIFY_QP"))?;
     let owner_checked = if check_after {
         match check_owner(shared, sess, m.qp_num, m.qp_type)? {
             ownership::Verdict::Owned(_) => {
-                shared.admitted.vouch(qpn, sess.id);
+                shared.admitted.vouch(qpn, sess.id, sess.pid);
                 true
             }
             ownership::Verdict::NoPortYet => false,
@@ -722,7 +722,7 @@ fn resync_qp(
     }
     let owner_checked = match check_owner(shared, sess, r.qp_num, r.qp_type)? {
         ownership::Verdict::Owned(_) => {
-            shared.admitted.vouch(r.qp_num, sess.id);
+            shared.admitted.vouch(r.qp_num, sess.id, sess.pid);
             true
         }
         ownership::Verdict::NoPortYet => false,
