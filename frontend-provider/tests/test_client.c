@@ -176,9 +176,14 @@ static int server_main(const char *path)
 	int l, n = 1, i;
 
 	unlink(path);
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	/* Bound and listening under a temporary name, then renamed: the
+	 * path appears only once connect() can succeed (server_start waits
+	 * for it; a loaded machine used to connect between bind and listen). */
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s.new", path);
+	unlink(a.sun_path);
 	l = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 16))
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 16) ||
+	    rename(a.sun_path, path))
 		return 2;
 	p[0].fd = l;
 	p[0].events = POLLIN;
