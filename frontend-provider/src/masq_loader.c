@@ -39,6 +39,18 @@ __attribute__((constructor)) static void loader_init(void)
 	resolve_dlopen();
 }
 
+/* The real dlopen, also when called from a constructor that ran before ours. */
+static void *(*dlopen_fn(void))(const char *, int)
+{
+	void *(*real)(const char *, int) = __atomic_load_n(&real_dlopen, __ATOMIC_ACQUIRE);
+
+	if (!real) {
+		resolve_dlopen();
+		real = real_dlopen;
+	}
+	return real;
+}
+
 static enum verbs_lib verbs_library(const char *file)
 {
 	const char *base = strrchr(file, '/');
@@ -68,7 +80,7 @@ static void *open_facade(enum verbs_lib lib, const char *file, int mode)
 	void *real, *facade;
 
 	/* The real library first, with the app's own flags and search rules. */
-	real = real_dlopen(file, mode);
+	real = dlopen_fn()(file, mode);
 	if (!real)
 		return NULL;
 	slash = self ? strrchr(self, '/') : NULL;
@@ -81,7 +93,7 @@ static void *open_facade(enum verbs_lib lib, const char *file, int mode)
 	/* The facade's dependencies resolve to the objects already loaded
 	 * (libmasq.so by its soname, the real library just opened). Fail
 	 * closed without it: the real handle would show the physical device. */
-	facade = real_dlopen(path, mode & ~RTLD_NOLOAD);
+	facade = dlopen_fn()(path, mode & ~RTLD_NOLOAD);
 	if (!facade)
 		masq_log("dlopen(\"%s\"): cannot open %s (%s); refused", file, path, dlerror());
 	dlclose(real); /* the facade holds it now */
@@ -100,18 +112,14 @@ void *masq_dlopen_compat(const char *file, int mode) __attribute__((alias("masq_
 
 void *masq_dlopen(const char *file, int mode)
 {
-	void *(*real)(const char *, int) = __atomic_load_n(&real_dlopen, __ATOMIC_ACQUIRE);
+	enum verbs_lib lib = file ? verbs_library(file) : LIB_OTHER;
 
-	if (!real) { /* called from a constructor that ran before ours */
-		resolve_dlopen();
-		real = real_dlopen;
-	}
-	if (!file || verbs_library(file) == LIB_OTHER)
+	if (lib == LIB_OTHER)
 		/* A sibling call: glibc takes its caller from the return
 		 * address, and the caller's RUNPATH and $ORIGIN decide where a
 		 * bare name is searched, so the app must stay the caller. */
-		return real(file, mode);
-	return open_facade(verbs_library(file), file, mode);
+		return dlopen_fn()(file, mode);
+	return open_facade(lib, file, mode);
 }
 
 /* A handle on the loaded libibverbs, once it is loaded; kept for good. */
@@ -123,9 +131,7 @@ static void *real_ibverbs(void)
 	h = __atomic_load_n(&kept, __ATOMIC_ACQUIRE);
 	if (h)
 		return h;
-	if (!__atomic_load_n(&real_dlopen, __ATOMIC_ACQUIRE))
-		resolve_dlopen();
-	h = real_dlopen("libibverbs.so.1", RTLD_NOLOAD | RTLD_LAZY);
+	h = dlopen_fn()("libibverbs.so.1", RTLD_NOLOAD | RTLD_LAZY);
 	if (!h)
 		return NULL;
 	if (!__atomic_compare_exchange_n(&kept, &expected, h, 0, __ATOMIC_ACQ_REL,
@@ -155,7 +161,7 @@ void *masq_app_verb(const char *name)
 	const char *path;
 
 	if (!h && (path = self_path()) != NULL) {
-		h = real_dlopen(path, RTLD_NOLOAD | RTLD_LAZY);
+		h = dlopen_fn()(path, RTLD_NOLOAD | RTLD_LAZY);
 		if (h)
 			__atomic_store_n(&self, h, __ATOMIC_RELEASE);
 	}
