@@ -40,6 +40,87 @@ pub struct Config {
     /// RDMA CM for librdmacm apps: the masqd-to-masqd exchange.
     #[serde(default)]
     pub cm: CmConfig,
+    /// The periodic audit of every QP on the device.
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+/// What the audit does with a tenant QP masqd did not admit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuditAction {
+    /// Log and count it.
+    Log,
+    /// Also SIGKILL the process that owns it.
+    KillProcess,
+    /// Also kill every process of the endpoint (its cgroup's cgroup.kill).
+    KillEndpoint,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuditConfig {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How often the device's QPs are listed: `500ms`, `2s`, `1m`.
+    #[serde(default = "default_audit_interval")]
+    pub interval: String,
+    #[serde(default = "default_audit_action")]
+    pub action: AuditAction,
+}
+
+impl Default for AuditConfig {
+    fn default() -> AuditConfig {
+        AuditConfig {
+            enabled: true,
+            interval: default_audit_interval(),
+            action: default_audit_action(),
+        }
+    }
+}
+
+impl AuditConfig {
+    /// The interval, validated (100 ms ..= 1 h).
+    pub fn interval(&self) -> Result<std::time::Duration, String> {
+        let s = self.interval.trim();
+        let (num, unit_ms) = if let Some(n) = s.strip_suffix("ms") {
+            (n, 1)
+        } else if let Some(n) = s.strip_suffix('s') {
+            (n, 1000)
+        } else if let Some(n) = s.strip_suffix('m') {
+            (n, 60_000)
+        } else {
+            (s, 1000)
+        };
+        let ms = num
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(unit_ms))
+            .ok_or_else(|| {
+                format!(
+                    "audit.interval: {:?} is not a duration (e.g. 500ms, 2s, 1m)",
+                    self.interval
+                )
+            })?;
+        if !(100..=3_600_000).contains(&ms) {
+            return Err(format!(
+                "audit.interval: {:?} is outside 100ms..=1h",
+                self.interval
+            ));
+        }
+        Ok(std::time::Duration::from_millis(ms))
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_audit_interval() -> String {
+    "2s".into()
+}
+fn default_audit_action() -> AuditAction {
+    AuditAction::Log
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -239,6 +320,7 @@ impl Config {
                 self.cm.timeout_ms
             ));
         }
+        self.audit.interval()?;
         if !self.socket_dir.is_absolute() {
             return Err(format!(
                 "socketDir: {:?} must be an absolute path",
@@ -450,6 +532,38 @@ vpc:
             "",
         ));
         assert!(e.contains("missing from the VPC map"), "{e}");
+    }
+
+    #[test]
+    fn the_audit_section_is_validated() {
+        let base = "device: rxe0\nunderlay: { netdev: eth0, ip: 198.18.0.1 }\nvpc: []\n";
+        let cfg = Config::parse(base, "m.yaml").unwrap();
+        assert!(cfg.audit.enabled);
+        assert_eq!(cfg.audit.action, AuditAction::Log);
+        assert_eq!(cfg.audit.interval(), Ok(std::time::Duration::from_secs(2)));
+        let with = |a: &str| Config::parse(&format!("{base}audit: {a}\n"), "m.yaml");
+        let c = with("{ interval: 500ms, action: kill-endpoint }").unwrap();
+        assert_eq!(c.audit.action, AuditAction::KillEndpoint);
+        assert_eq!(
+            c.audit.interval(),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        assert_eq!(
+            with("{ interval: 1m, action: kill-process }")
+                .unwrap()
+                .audit
+                .interval(),
+            Ok(std::time::Duration::from_secs(60))
+        );
+        let e = with("{ interval: 2x }").unwrap_err().to_string();
+        assert!(e.contains("audit.interval") && e.contains("2x"), "{e}");
+        let e = with("{ interval: 10ms }").unwrap_err().to_string();
+        assert!(e.contains("outside 100ms..=1h"), "{e}");
+        let e = with("{ action: kill-everything }").unwrap_err().to_string();
+        assert!(
+            e.contains("kill-everything") && e.starts_with("m.yaml:4:"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub struct Endpoint {
     /// `masqctl endpoints`: attempts to reach past the endpoint show here.
     pub refused_connections: AtomicU64,
     pub refused_requests: AtomicU64,
+    /// Connected QPs of the endpoint's processes that masqd never admitted
+    /// (found by the audit), and processes/cgroups killed for them.
+    pub audit_bypasses: AtomicU64,
+    pub audit_kills: AtomicU64,
     /// The vNIC as last read, with the inode of the namespace it was read
     /// in (see `session::virtual_gids`).
     pub binding: Mutex<Option<(u64, vbond::Binding)>>,
@@ -72,6 +76,11 @@ pub struct Shared {
     stopping: AtomicBool,
     /// RDMA CM ids, listeners and connections of every endpoint.
     pub cm: crate::cm::Cm,
+    /// The kernel's QP table (rdma netlink), for the sessions' ownership
+    /// checks; the audit has its own socket.
+    rdma: Mutex<crate::rdma_nl::RdmaNl>,
+    /// QPNs masqd answers for (what the audit does not flag).
+    pub admitted: crate::audit::Admitted,
 }
 
 pub struct Daemon {
@@ -195,6 +204,17 @@ impl Daemon {
                 ),
             ));
         }
+        let rdma_nl = |what: &str| {
+            crate::rdma_nl::RdmaNl::open(&cfg.device, cfg.port)
+                .map_err(|e| io::Error::new(e.kind(), format!("rdma netlink ({what}): {e}")))
+        };
+        let rdma = rdma_nl("QP ownership")?;
+        let audit_nl = if cfg.audit.enabled {
+            Some(rdma_nl("audit")?)
+        } else {
+            warn!("QP audit disabled: QPs moved without libmasq go unnoticed on hardware RNICs");
+            None
+        };
         let is_rxe = host.driver_id == crate::uverbs::RDMA_DRIVER_RXE;
         if crate::backstop::wanted(&cfg.backstop, is_rxe) {
             let b = crate::backstop::Backstop::start(&cfg)
@@ -220,6 +240,8 @@ impl Daemon {
                     cfg: e.clone(),
                     refused_connections: AtomicU64::new(0),
                     refused_requests: AtomicU64::new(0),
+                    audit_bypasses: AtomicU64::new(0),
+                    audit_kills: AtomicU64::new(0),
                     binding: Mutex::new(None),
                 })
             })
@@ -236,6 +258,8 @@ impl Daemon {
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             cm: crate::cm::Cm::new(Duration::from_millis(cfg.cm.timeout_ms)),
+            rdma: Mutex::new(rdma),
+            admitted: crate::audit::Admitted::default(),
             cfg,
         });
 
@@ -319,6 +343,12 @@ impl Daemon {
                         b.flush_updates(Duration::ZERO);
                     }
                 })?;
+        }
+        if let Some(nl) = audit_nl {
+            let s = shared.clone();
+            thread::Builder::new()
+                .name("audit".into())
+                .spawn(move || crate::audit::run(s, nl))?;
         }
         for ep in &shared.endpoints {
             // Reading the vNIC writes the endpoint's sysfs view; a namespace
@@ -572,6 +602,9 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
     lock(&shared.conns).remove(&id);
     lock(&shared.fds).remove(&id);
     shared.cm.session_gone(id);
+    shared
+        .admitted
+        .session_gone(id, 2 * shared.audit_interval());
     for e in shared.admission.table().remove_session(id) {
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }
@@ -598,6 +631,20 @@ impl Shared {
         lock(&self.conns)
             .get(&session)
             .is_some_and(Conn::peer_closed)
+    }
+
+    /// One QP as the kernel reports it (a single-QP query).
+    pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::rdma_nl::Lookup> {
+        lock(&self.rdma).qp(qpn)
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn audit_interval(&self) -> Duration {
+        // Validated when the config was read.
+        self.cfg.audit.interval().unwrap_or(Duration::from_secs(2))
     }
 
     pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
@@ -767,6 +814,8 @@ fn answer(shared: &Shared, req: &Request) -> Value {
                         "sessions": n,
                         "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
                         "refused_requests": ep.refused_requests.load(Ordering::Relaxed),
+                        "audit_bypasses": ep.audit_bypasses.load(Ordering::Relaxed),
+                        "audit_kills": ep.audit_kills.load(Ordering::Relaxed),
                     });
                     match session::virtual_gids(ep) {
                         Ok(t) => {

@@ -1,6 +1,7 @@
 //! masqd internals: configuration, the uverbs commands masqd runs on
 //! tenants' behalf, the per-endpoint session server and the control socket.
 pub mod admission;
+pub mod audit;
 pub mod backstop;
 pub mod cm;
 pub mod cm_link;
@@ -11,6 +12,8 @@ pub mod firewall;
 pub mod ibv;
 pub mod kconntrack;
 pub mod nft;
+pub mod ownership;
+pub mod rdma_nl;
 pub mod seqpacket;
 pub mod session;
 pub mod sysfs_view;

@@ -4,7 +4,7 @@
 use crate::daemon::{Endpoint, Shared};
 use crate::ibv::{IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_STATE};
 use crate::seqpacket::Conn;
-use crate::uverbs;
+use crate::{audit, ownership, uverbs};
 use masq_proto as proto;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 pub const VDEV_NAME: &str = "vrdma0";
 
 const IBV_QPS_RESET: u8 = 0;
+const IBV_QPS_INIT: u8 = 1;
 const IBV_QPS_RTR: u8 = 2;
 const IBV_QPS_RTS: u8 = 3;
 const IBV_QPS_SQE: u8 = 5;
@@ -41,6 +42,10 @@ pub struct QpRecord {
     pub peer_host: Option<Ipv4Addr>,
     #[serde(skip)]
     pub virt_sgid_index: u8,
+    /// The kernel confirmed `qpn` is this app's, of this type
+    /// (`ownership.rs`); false only while the QP is in RESET.
+    #[serde(skip)]
+    pub owner_checked: bool,
 }
 
 impl QpRecord {
@@ -227,6 +232,7 @@ fn handle(
         (proto::RequestBody::DestroyQp(d), true) => {
             if let Some(qp) = sess.qps.remove(&d.qp_handle) {
                 debug!(qpn = qp.qpn, "QP destroyed");
+                shared.admitted.forget(qp.qpn, sess.id);
                 if let Some(b) = shared.admission.backstop() {
                     b.qp_gone(qp.qpn);
                 }
@@ -370,6 +376,21 @@ fn local_entry(
     }
 }
 
+/// Asks the kernel whether QPN `qpn` is this app's QP of type `qp_type`
+/// (see `ownership.rs`): one single-QP netlink query, no dump.
+fn check_owner(
+    shared: &Shared,
+    sess: &Session,
+    qpn: u32,
+    qp_type: u32,
+) -> Result<ownership::Verdict, Refusal> {
+    let lookup = shared
+        .qp_lookup(qpn)
+        .map_err(|e| from_io(e, "rdma netlink QP query"))?;
+    ownership::judge(lookup, qpn, qp_type, sess.pid, audit::tgid_of)
+        .map_err(|(errno, why)| refuse(errno, format!("claimed QPN refused: {why}")))
+}
+
 fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Result<(), Refusal> {
     let fd = sess
         .uverbs
@@ -391,6 +412,29 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
     }
     if mask & IBV_QP_PORT != 0 && a.port_num != shared.host.port {
         return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
+    }
+    // The QPN is taken from the app: the kernel must vouch for it before
+    // masqd records, tracks or connects it. Once per QP: a record keeps
+    // the QPN it was checked with. A QP in RESET has no port, and the
+    // kernel answers for it only after the move to INIT gave it one, so
+    // that move (which carries no address) runs first and is checked
+    // after; every later move is checked before it runs.
+    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
+    let to_init_at_most = mask & IBV_QP_STATE != 0 && a.qp_state <= IBV_QPS_INIT;
+    let check_after = !checked && to_init_at_most;
+    if !checked && !to_init_at_most {
+        match check_owner(shared, sess, m.qp_num, m.qp_type)? {
+            ownership::Verdict::Owned(_) => {}
+            ownership::Verdict::NoPortYet => {
+                return Err(refuse(
+                    libc::EPERM,
+                    format!(
+                        "QP {:#x} has no port: only a move to INIT may come first",
+                        m.qp_num
+                    ),
+                ))
+            }
+        }
     }
     let mut cmd = uverbs::ModifyQp {
         qp_handle: m.qp_handle,
@@ -483,12 +527,29 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             }
         }
     }
+    let qpn = sess.qps.get(&m.qp_handle).map_or(m.qp_num, |r| r.qpn);
+    if !check_after {
+        // Before the move: the audit must never catch masqd's own QP
+        // between the kernel's state change and masqd's record.
+        shared.admitted.vouch(qpn, sess.id, sess.pid);
+    }
     uverbs::modify_qp(fd.as_fd(), shared.host.driver_id, &cmd)
         .map_err(|e| from_io(e, "MODIFY_QP"))?;
+    let owner_checked = if check_after {
+        match check_owner(shared, sess, m.qp_num, m.qp_type)? {
+            ownership::Verdict::Owned(_) => {
+                shared.admitted.vouch(qpn, sess.id, sess.pid);
+                true
+            }
+            ownership::Verdict::NoPortYet => false,
+        }
+    } else {
+        true
+    };
 
-    if !sess.qps.contains_key(&m.qp_handle) {
+    if !sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked) && owner_checked {
         if let Some(b) = shared.admission.backstop() {
-            b.qp_seen(m.qp_num);
+            b.qp_seen(qpn);
         }
     }
     let rec = sess.qps.entry(m.qp_handle).or_insert_with(|| QpRecord {
@@ -500,7 +561,9 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         remote_qpn: None,
         peer_host: None,
         virt_sgid_index: 0,
+        owner_checked: false,
     });
+    rec.owner_checked |= owner_checked;
     if mask & IBV_QP_STATE != 0 {
         rec.state = state_name(a.qp_state);
     }
@@ -656,8 +719,8 @@ fn query_qp(
 /// destination must be the VPC address whose host that is; the current
 /// policy must allow the pair. A connected QP that fails a check is moved
 /// to ERROR (as a policy reset does); QPs never named stay untracked.
-/// The claimed QPN cannot be read back through uverbs: it is taken as
-/// MODIFY_QP takes it, but may not be another tracked QP's.
+/// The claimed QPN must be the app's own by the kernel's word (see
+/// `ownership.rs`) and may not be another tracked QP's.
 fn resync_qp(
     shared: &Shared,
     sess: &mut Session,
@@ -673,6 +736,13 @@ fn resync_qp(
             format!("QP handle {} is already known", r.qp_handle),
         ));
     }
+    let owner_checked = match check_owner(shared, sess, r.qp_num, r.qp_type)? {
+        ownership::Verdict::Owned(_) => {
+            shared.admitted.vouch(r.qp_num, sess.id, sess.pid);
+            true
+        }
+        ownership::Verdict::NoPortYet => false,
+    };
     let _gate = shared.admission.admitting();
     let k = uverbs::query_qp(
         fd.as_fd(),
@@ -696,6 +766,7 @@ fn resync_qp(
         remote_qpn: None,
         peer_host: None,
         virt_sgid_index: 0,
+        owner_checked,
     };
     let connected = (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&k.qp_state);
     if !connected || r.qp_type == IBV_QPT_UD {
