@@ -413,29 +413,6 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
     if mask & IBV_QP_PORT != 0 && a.port_num != shared.host.port {
         return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
     }
-    // The QPN is taken from the app: the kernel must vouch for it before
-    // masqd records, tracks or connects it. Once per QP: a record keeps
-    // the QPN it was checked with. A QP in RESET has no port, and the
-    // kernel answers for it only after the move to INIT gave it one, so
-    // that move (which carries no address) runs first and is checked
-    // after; every later move is checked before it runs.
-    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
-    let to_init_at_most = mask & IBV_QP_STATE != 0 && a.qp_state <= IBV_QPS_INIT;
-    let check_after = !checked && to_init_at_most;
-    if !checked && !to_init_at_most {
-        match check_owner(shared, sess, m.qp_num, m.qp_type)? {
-            ownership::Verdict::Owned(_) => {}
-            ownership::Verdict::NoPortYet => {
-                return Err(refuse(
-                    libc::EPERM,
-                    format!(
-                        "QP {:#x} has no port: only a move to INIT may come first",
-                        m.qp_num
-                    ),
-                ))
-            }
-        }
-    }
     let mut cmd = uverbs::ModifyQp {
         qp_handle: m.qp_handle,
         attr_mask: mask,
@@ -504,6 +481,30 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             dest.peer.name.clone(),
             ah.sgid_index,
         ));
+    }
+    // The QPN is taken from the app: the kernel must vouch for it before
+    // masqd records, tracks or connects it. Once per QP: a record keeps
+    // the QPN it was checked with. A QP in RESET has no port, and the
+    // kernel answers for it only after the move to INIT gave it one, so
+    // that move (which carries no address) runs first and is checked
+    // after; every later move is checked before it runs, once its own
+    // fields passed (a malformed request gets EINVAL, not a kernel lookup).
+    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
+    let to_init_at_most = mask & IBV_QP_STATE != 0 && a.qp_state <= IBV_QPS_INIT;
+    let check_after = !checked && to_init_at_most;
+    if !checked && !to_init_at_most {
+        match check_owner(shared, sess, m.qp_num, m.qp_type)? {
+            ownership::Verdict::Owned(_) => {}
+            ownership::Verdict::NoPortYet => {
+                return Err(refuse(
+                    libc::EPERM,
+                    format!(
+                        "QP {:#x} has no port: only a move to INIT may come first",
+                        m.qp_num
+                    ),
+                ))
+            }
+        }
     }
     let to_rtr = mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RTR;
     let remote_vip = route
@@ -736,14 +737,9 @@ fn resync_qp(
             format!("QP handle {} is already known", r.qp_handle),
         ));
     }
-    let owner_checked = match check_owner(shared, sess, r.qp_num, r.qp_type)? {
-        ownership::Verdict::Owned(_) => {
-            shared.admitted.vouch(r.qp_num, sess.id, sess.pid);
-            true
-        }
-        ownership::Verdict::NoPortYet => false,
-    };
     let _gate = shared.admission.admitting();
+    // The handle first, in the app's own uverbs file: another app's handle
+    // is ENOENT there, whatever QPN comes with it.
     let k = uverbs::query_qp(
         fd.as_fd(),
         shared.host.driver_id,
@@ -751,6 +747,13 @@ fn resync_qp(
         IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN,
     )
     .map_err(|e| from_io(e, "RESYNC_QP: QUERY_QP"))?;
+    let owner_checked = match check_owner(shared, sess, r.qp_num, r.qp_type)? {
+        ownership::Verdict::Owned(_) => {
+            shared.admitted.vouch(r.qp_num, sess.id, sess.pid);
+            true
+        }
+        ownership::Verdict::NoPortYet => false,
+    };
     let reply = |result: u32| {
         Ok(proto::ReplyBody::ResyncQp(proto::ResyncQpReply {
             qp_state: k.qp_state.min(IBV_QPS_ERR),

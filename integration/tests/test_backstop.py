@@ -15,7 +15,7 @@ from masq_testbed import CLI, UNDERLAY
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-CONFIG = os.path.join(HERE, "configs", "masq")
+CONFIG = os.path.join(HERE, "configs", "backstop")
 MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
 ROGUE = os.path.join(REPO, "integration", "build", "rogue_qp")
 LIBMASQ = os.path.join(REPO, "frontend-provider", "build", "libmasq.so")
