@@ -712,7 +712,9 @@ void masq_qp_attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, i
 	}
 	if (mask & IBV_QP_AV) {
 		memcpy(w->ah_attr.dgid, ah->grh.dgid.raw, sizeof(w->ah_attr.dgid));
-		w->ah_attr.flow_label = ah->grh.flow_label;
+		/* The GRH carries 20 bits and the kernel uses no more (UCX
+		 * passes 0xffffffff); the wire takes what the kernel would. */
+		w->ah_attr.flow_label = ah->grh.flow_label & 0xFFFFF;
 		w->ah_attr.sgid_index = ah->grh.sgid_index;
 		w->ah_attr.hop_limit = ah->grh.hop_limit;
 		w->ah_attr.traffic_class = ah->grh.traffic_class;
@@ -797,8 +799,17 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 	req.body.attr_mask = (uint32_t)attr_mask;
 	masq_qp_attr_to_wire(&req.body.attr, attr, attr_mask);
 	/* Values outside the protocol's ranges are the app's error. */
-	if (masq_modify_qp_req_validate(&req.body))
+	if (masq_modify_qp_req_validate(&req.body)) {
+		const struct masq_qp_attr *w = &req.body.attr;
+
+		masq_log("ibv_modify_qp(QP %#x, mask %#x): an attribute is outside its range "
+			 "(state %u mtu %u timeout %u retry %u rnr_retry %u min_rnr %u sl %u "
+			 "flow_label %#x is_global %u)",
+			 qp->qp_num, (unsigned int)attr_mask, w->qp_state, w->path_mtu, w->timeout,
+			 w->retry_cnt, w->rnr_retry, w->min_rnr_timer, w->ah_attr.sl,
+			 w->ah_attr.flow_label, w->ah_attr.is_global);
 		return EINVAL;
+	}
 	pthread_mutex_lock(&s->lock);
 	/* Remembered before it is sent: if masqd dies while running it, the
 	 * next masqd is told about the QP whatever the kernel ended with. */

@@ -750,6 +750,13 @@ static void test_qp_attr_conversion(void)
 	CHECK_EQ(b.min_rnr_timer, 12);
 	CHECK_EQ(b.qp_access_flags, a.qp_access_flags);
 	CHECK(memcmp(&b.ah_attr, &a.ah_attr, sizeof(a.ah_attr)) == 0);
+
+	/* UCX asks for flow label 0xffffffff: the kernel keeps the GRH's 20
+	 * bits, and so does the wire, which then validates. */
+	a.ah_attr.grh.flow_label = 0xffffffff;
+	masq_qp_attr_to_wire(&w, &a, mask);
+	CHECK_EQ(w.ah_attr.flow_label, 0xfffff);
+	CHECK_EQ(masq_qp_attr_validate(&w), 0);
 }
 
 static void test_misc(void)
