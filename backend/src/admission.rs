@@ -26,6 +26,8 @@ pub struct Admission {
     gate: RwLock<()>,
     /// Kernel sets that mirror the table (software RoCE).
     backstop: Option<Backstop>,
+    /// Decisions counted by tenant, verdict and rule.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// The locked table. Dropping it mirrors what changed into the backstop,
@@ -86,6 +88,7 @@ impl Admission {
             table: Mutex::new(Table::new()),
             gate: RwLock::new(()),
             backstop: None,
+            metrics: crate::metrics::Metrics::default(),
         };
         if let Some(p) = path {
             let policy = a.check(&p)?;
@@ -137,15 +140,20 @@ impl Admission {
         local: Ipv4Addr,
         remote: Ipv4Addr,
     ) -> Result<Arc<str>, String> {
-        let Some(policy) = self.active() else {
-            return Ok(Arc::from("no-policy"));
+        let verdict = match self.active() {
+            None => Ok(Arc::from("no-policy")),
+            Some(policy) => {
+                let v = policy.rdma_allowed(tenant, vni, local, remote);
+                if v.allowed {
+                    Ok(Arc::from(v.rule()))
+                } else {
+                    Err(v.to_string())
+                }
+            }
         };
-        let v = policy.rdma_allowed(tenant, vni, local, remote);
-        if v.allowed {
-            Ok(Arc::from(v.rule()))
-        } else {
-            Err(v.to_string())
-        }
+        let counted = verdict.as_deref().map_err(|_| ());
+        self.metrics.admission(tenant, counted);
+        verdict
     }
 
     /// Swap in a new policy (all or nothing: it is already valid) and

@@ -206,6 +206,8 @@ struct State {
     ids: BTreeMap<u32, Id>,
     /// (endpoint, port) -> the id holding it.
     ports: BTreeMap<(String, u16), u32>,
+    /// Events delivered, counted per endpoint.
+    metrics: crate::metrics::Metrics,
 }
 
 /// Which side of a CM connection a QP is, for RConntrack.
@@ -250,11 +252,12 @@ fn ib_mtu(netdev_mtu: u32) -> u8 {
 }
 
 impl Cm {
-    pub fn new(timeout: Duration) -> Cm {
+    pub fn new(timeout: Duration, metrics: crate::metrics::Metrics) -> Cm {
         Cm {
             state: Mutex::new(State {
                 next_id: 1,
                 next_channel: 1,
+                metrics,
                 ..Default::default()
             }),
             out: Mutex::new(None),
@@ -296,6 +299,7 @@ impl Cm {
             return;
         };
         let bytes = proto::encode_notice(&proto::NoticeBody::CmEvent(ev));
+        st.metrics.cm_event(&i.ep.cfg.name, event);
         if let Err(e) = ch.sock.send_nowait(&bytes) {
             // The app stopped reading its channel: losing this event is its
             // doing, and masqd must not block on it.

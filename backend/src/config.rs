@@ -43,6 +43,18 @@ pub struct Config {
     /// The periodic audit of every QP on the device.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// Prometheus metrics; off unless `listen` is set.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MetricsConfig {
+    /// Where masqd serves `GET /metrics`, e.g. `127.0.0.1:9464`. The
+    /// numbers name tenants and rules: keep it off untrusted networks.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// What the audit does with a tenant QP masqd did not admit.

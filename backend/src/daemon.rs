@@ -81,6 +81,8 @@ pub struct Shared {
     rdma: Mutex<crate::rdma_nl::RdmaNl>,
     /// QPNs masqd answers for (what the audit does not flag).
     pub admitted: crate::audit::Admitted,
+    /// Events for the Prometheus endpoint (`metrics.rs`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 pub struct Daemon {
@@ -246,6 +248,7 @@ impl Daemon {
                 })
             })
             .collect();
+        let admission_metrics = admission.metrics.clone();
         let shared = Arc::new(Shared {
             admission,
             fds: Mutex::new(BTreeMap::new()),
@@ -257,11 +260,16 @@ impl Daemon {
             conns: Mutex::new(BTreeMap::new()),
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
-            cm: crate::cm::Cm::new(Duration::from_millis(cfg.cm.timeout_ms)),
+            cm: crate::cm::Cm::new(
+                Duration::from_millis(cfg.cm.timeout_ms),
+                admission_metrics.clone(),
+            ),
             rdma: Mutex::new(rdma),
             admitted: crate::audit::Admitted::default(),
+            metrics: admission_metrics,
             cfg,
         });
+        shared.metrics.policy_applied_now();
 
         std::fs::create_dir_all(&shared.cfg.socket_dir)?;
         let mut listeners = Vec::new();
@@ -343,6 +351,18 @@ impl Daemon {
                         b.flush_updates(Duration::ZERO);
                     }
                 })?;
+        }
+        if let Some(addr) = shared.cfg.metrics.listen {
+            let weak = Arc::downgrade(&shared);
+            let sampler: crate::metrics::Sampler =
+                Box::new(move || weak.upgrade().map(|s| s.sample()));
+            let registry = crate::metrics::registry(&shared.metrics, sampler);
+            let weak = Arc::downgrade(&shared);
+            let stopping = move || weak.upgrade().is_none_or(|s| s.is_stopping());
+            if let Err(e) = crate::metrics::serve(registry, addr, stopping) {
+                cleanup_on_error(&listeners);
+                return Err(e);
+            }
         }
         if let Some(nl) = audit_nl {
             let s = shared.clone();
@@ -660,6 +680,7 @@ impl Shared {
             .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy);
+        self.metrics.policy_applied_now();
         let reset = self.reset(&applied.to_reset, "policy change");
         // Under `keep`, established tcp/udp flows stay too (stateful
         // security groups); otherwise their kernel entries go.
@@ -712,6 +733,51 @@ impl Shared {
 
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// masqd's state for a metrics scrape.
+    pub fn sample(&self) -> crate::metrics::Sample {
+        let sessions = lock(&self.sessions).clone();
+        let tracked: Vec<(u32, std::net::Ipv4Addr)> = self
+            .admission
+            .table()
+            .iter()
+            .map(|e| (e.vni, e.local_vip))
+            .collect();
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|ep| {
+                let mine = || sessions.values().filter(|s| s.endpoint == ep.cfg.name);
+                crate::metrics::EndpointSample {
+                    name: ep.cfg.name.clone(),
+                    tenant: ep.cfg.tenant.clone(),
+                    sessions: mine().count(),
+                    qps: mine().map(|s| s.qps.len()).sum(),
+                    tracked: tracked
+                        .iter()
+                        .filter(|&&k| k == (ep.cfg.vni, ep.cfg.vip))
+                        .count(),
+                    refused_requests: ep.refused_requests.load(Ordering::Relaxed),
+                    refused_connections: ep.refused_connections.load(Ordering::Relaxed),
+                    audit_bypasses: ep.audit_bypasses.load(Ordering::Relaxed),
+                    audit_kills: ep.audit_kills.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        let port_dir = Path::new("/sys/class/infiniband")
+            .join(&self.host.name)
+            .join("ports")
+            .join(self.host.port.to_string());
+        crate::metrics::Sample {
+            endpoints,
+            backstop_drops: self.admission.backstop().and_then(|b| b.counters().ok()),
+            policy: self
+                .admission
+                .active()
+                .map(|p| (p.version_hash().to_string(), p.file().to_string())),
+            port_counters: crate::metrics::port_counters(&port_dir),
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod firewall;
 pub mod ibv;
 pub mod kconntrack;
+pub mod metrics;
 pub mod nft;
 pub mod ownership;
 pub mod rdma_nl;

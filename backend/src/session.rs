@@ -152,6 +152,8 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
         }
         let bytes = &buf[..dgram.len];
         let mut reply_fd = None;
+        let started = std::time::Instant::now();
+        let (op, _) = proto::peek_ids(bytes);
         let (reply, close) = match proto::decode_request(bytes) {
             Ok(msg) => handle(shared, sess, msg, dgram.fds, &mut reply_fd),
             Err(e) => {
@@ -161,6 +163,7 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
                 (proto::encode_error(op, id, -e.errno()), e.is_fatal())
             }
         };
+        shared.metrics.request(op, started.elapsed());
         shared.publish(sess);
         let fd = reply_fd.as_ref().map(|f| f.as_raw_fd());
         if let Err(e) = conn.send(&reply, fd) {

@@ -2,12 +2,13 @@
 table, and policy changes with reset/keep semantics."""
 import json
 import os
+import re
 import time
 
 import pytest
 
 from masq_testbed import finish, parse_bw
-from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
+from test_masq import MASQCTL, PERF, PINGPONG, QP_PROBE, _wait_connected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "configs", "policy")
@@ -255,3 +256,67 @@ def test_conntrack_events_stream_new_and_destroy(policy):
     seen = [json.loads(line) for line in stream.splitlines() if line.strip()]
     kinds = [e["event"] for e in seen if e["local_qpn"] == qpn]
     assert kinds[0] == "NEW" and kinds[-1] == "DESTROY", seen
+
+
+# Metrics ---------------------------------------------------------------------
+
+_SAMPLE = re.compile(r'^([a-z_]+)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(tb, host):
+    """{(name, frozenset(labels)): value} from masqd's /metrics."""
+    r = tb.run(host, "curl", "-sS", "-f", "-D", "-", "http://127.0.0.1:9464/metrics")
+    # (text mode: the reply's CRLFs arrive as newlines)
+    head, _, body = r.stdout.partition("\n\n")
+    assert "application/openmetrics-text" in head, head
+    assert body.rstrip().endswith("# EOF"), body[-200:]
+    out = {}
+    for line in body.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            out[(m[1], frozenset(_LABEL.findall(m[2] or "")))] = float(m[3])
+    return out
+
+
+def value(samples, name, **labels):
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+def test_metrics_move_with_admissions_requests_and_traffic(policy):
+    before1, before2 = scrape(policy, "host1"), scrape(policy, "host2")
+    assert probe(policy, "acme-a", "10.0.0.2")[0] == 0  # allowed
+    assert probe(policy, "acme-a", "10.0.0.3")[0] == 3  # denied: EACCES
+    port = 18760
+    srv = policy.tenant_spawn("host2", "acme-b", *PINGPONG, "-p", str(port), "-n", "50")
+    try:
+        policy.wait_listening("host2", port, tenant="acme-b")
+        mid2 = scrape(policy, "host2")
+        cli = policy.tenant_run("host1", "acme-a", *PINGPONG, "-p", str(port), "-n", "50",
+                                "10.0.0.2", check=False)
+    finally:
+        rc, out, err = finish(srv, timeout=120)
+    assert cli.returncode == 0 and rc == 0, cli.stderr + err
+    after1, after2 = scrape(policy, "host1"), scrape(policy, "host2")
+
+    def grew(b, a, name, **labels):
+        return value(a, name, **labels) - value(b, name, **labels)
+
+    assert grew(before1, after1, "masq_admissions_total", tenant="acme", verdict="denied",
+                rule="none") >= 1
+    allowed = [ls for (n, ls), v in after1.items() if n == "masq_admissions_total"
+               and ("verdict", "allowed") in ls and v > before1.get((n, ls), 0)]
+    assert allowed and all(dict(ls)["rule"].startswith("acme/") for ls in allowed), allowed
+    assert grew(before1, after1, "masq_refused_requests_total", endpoint="acme-a") >= 1
+    assert grew(before1, after1, "masq_request_duration_seconds_count", op="ModifyQp") >= 4
+    # The server's session and QP while it waited for its client.
+    assert value(mid2, "masq_sessions", endpoint="acme-b") >= 1
+    assert value(mid2, "masq_qps", endpoint="acme-b") >= 1
+    assert grew(before2, after2, "masq_rnic_port_total", counter="rcvd_pkts") >= 50
+    version = json.loads(masqctl(policy, "host1", "-o", "json", "policy", "show").stdout)
+    assert value(after1, "masq_policy_info", version=version["version"]) == 1
+    assert value(after1, "masq_policy_applied_timestamp_seconds") > 0
+    r = policy.run("host1", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                   "http://127.0.0.1:9464/other", check=False)
+    assert r.stdout == "404"

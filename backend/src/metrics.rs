@@ -1,0 +1,465 @@
+//! Prometheus metrics: masqd serves OpenMetrics text on `metrics.listen`.
+//!
+//! Two kinds. Events are counted where they happen (`Metrics`, in
+//! `Shared`): admissions by rule, request latency by opcode, CM events.
+//! State is read at scrape time (`Scrape`): sessions, QPs and tracked
+//! connections per endpoint, the endpoints' refusal and audit counters,
+//! the backstop's drop counters, the policy in force and the RNIC port's
+//! own counters from sysfs. Every label set is bounded: endpoints, tenants
+//! and rules come from the operator's files, opcodes and events from the
+//! protocol.
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tracing::{info, warn};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    pub tenant: String,
+    /// `allowed` or `denied`.
+    pub verdict: &'static str,
+    /// The admitting rule (`acme/db/ingress[0]`), `no-policy`, or `none`
+    /// for a denial.
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    pub op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CmEventLabels {
+    pub endpoint: String,
+    pub event: &'static str,
+}
+
+type HistogramFamily = Family<OpLabels, Histogram, fn() -> Histogram>;
+
+/// Events, counted where they happen. Cheap to clone: each family is
+/// shared with the registry that encodes it.
+#[derive(Clone)]
+pub struct Metrics {
+    pub admissions: Family<AdmissionLabels, Counter>,
+    pub requests: HistogramFamily,
+    pub cm_events: Family<CmEventLabels, Counter>,
+    /// Unix time the policy in force was applied.
+    pub policy_applied: Gauge<f64, AtomicU64>,
+}
+
+fn request_buckets() -> Histogram {
+    // 10 us .. ~5 s: a request under TCG takes 100s of microseconds; one
+    // waiting for the backstop may take seconds.
+    Histogram::new(exponential_buckets(1e-5, 2.5, 15))
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            admissions: Family::default(),
+            requests: Family::new_with_constructor(request_buckets),
+            cm_events: Family::default(),
+            policy_applied: Gauge::default(),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn admission(&self, tenant: &str, verdict: Result<&str, ()>) {
+        let (verdict, rule) = match verdict {
+            Ok(rule) => ("allowed", rule.to_string()),
+            Err(()) => ("denied", "none".to_string()),
+        };
+        self.admissions
+            .get_or_create(&AdmissionLabels {
+                tenant: tenant.to_string(),
+                verdict,
+                rule,
+            })
+            .inc();
+    }
+
+    pub fn request(&self, opcode: u16, took: Duration) {
+        let op = masq_proto::MESSAGES
+            .iter()
+            .find(|m| m.opcode == opcode)
+            .map_or("malformed", |m| m.name);
+        self.requests
+            .get_or_create(&OpLabels { op })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn cm_event(&self, endpoint: &str, event: u32) {
+        self.cm_events
+            .get_or_create(&CmEventLabels {
+                endpoint: endpoint.to_string(),
+                event: cm_event_name(event),
+            })
+            .inc();
+    }
+
+    pub fn policy_applied_now(&self) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.policy_applied.set(now);
+    }
+}
+
+fn cm_event_name(event: u32) -> &'static str {
+    // enum rdma_cm_event_type
+    match event {
+        0 => "addr_resolved",
+        1 => "addr_error",
+        2 => "route_resolved",
+        3 => "route_error",
+        4 => "connect_request",
+        5 => "connect_response",
+        6 => "connect_error",
+        7 => "unreachable",
+        8 => "rejected",
+        9 => "established",
+        10 => "disconnected",
+        11 => "device_removal",
+        15 => "timewait_exit",
+        _ => "other",
+    }
+}
+
+/// What masqd's state looks like now, or None once masqd is gone.
+pub type Sampler = Box<dyn Fn() -> Option<Sample> + Send + Sync>;
+
+/// The registry masqd serves: the event families and the scrape-time state.
+pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
+    let mut r = Registry::default();
+    r.register(
+        "masq_admissions",
+        "Connections admitted or denied by the security groups, by rule",
+        m.admissions.clone(),
+    );
+    r.register(
+        "masq_request_duration_seconds",
+        "Time masqd took to answer a frontend request, by opcode",
+        m.requests.clone(),
+    );
+    r.register(
+        "masq_cm_events",
+        "RDMA CM events delivered to tenants' apps",
+        m.cm_events.clone(),
+    );
+    r.register(
+        "masq_policy_applied_timestamp_seconds",
+        "When the security-group policy in force was applied (Unix time)",
+        m.policy_applied.clone(),
+    );
+    r.register_collector(Box::new(Scrape(sample)));
+    r
+}
+
+/// Serve `GET /metrics` on addr from a thread that ends once `stopping`.
+pub fn serve(
+    registry: Registry,
+    addr: SocketAddr,
+    stopping: impl Fn() -> bool + Send + 'static,
+) -> std::io::Result<()> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| std::io::Error::other(format!("metrics: cannot listen on {addr}: {e}")))?;
+    info!(%addr, "metrics served at http://{addr}/metrics");
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || loop {
+            let req = match server.recv_timeout(Duration::from_millis(500)) {
+                Ok(Some(r)) => r,
+                Ok(None) if stopping() => return,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!("metrics: {e}");
+                    return;
+                }
+            };
+            let reply = answer(&registry, req.method(), req.url());
+            if let Err(e) = req.respond(reply) {
+                warn!("metrics: reply not sent: {e}");
+            }
+        })?;
+    Ok(())
+}
+
+fn answer(
+    registry: &Registry,
+    method: &tiny_http::Method,
+    url: &str,
+) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let text = |code: u16, body: String, ctype: &str| {
+        let header = tiny_http::Header::from_bytes("Content-Type", ctype)
+            .unwrap_or_else(|_| unreachable!("a static header is valid"));
+        tiny_http::Response::from_string(body)
+            .with_status_code(code)
+            .with_header(header)
+    };
+    let path = url.split('?').next().unwrap_or(url);
+    if path != "/metrics" {
+        return text(
+            404,
+            "not found: masqd serves /metrics\n".into(),
+            "text/plain",
+        );
+    }
+    if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
+        return text(405, "GET /metrics\n".into(), "text/plain");
+    }
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, registry) {
+        Ok(()) => text(
+            200,
+            body,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+        Err(_) => text(500, "encoding failed\n".into(), "text/plain"),
+    }
+}
+
+/// What is read from masqd's state at each scrape.
+struct Scrape(Sampler);
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scrape")
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: String,
+    tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CounterLabels {
+    counter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    version: String,
+    file: String,
+}
+
+fn put(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: &impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    metric.encode(enc.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+impl prometheus_client::collector::Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(s) = (self.0)() else {
+            return Ok(());
+        };
+        let sessions: Family<EndpointLabels, Gauge> = Family::default();
+        let qps: Family<EndpointLabels, Gauge> = Family::default();
+        let tracked: Family<EndpointLabels, Gauge> = Family::default();
+        let refused_req: Family<EndpointLabels, Counter> = Family::default();
+        let refused_conn: Family<EndpointLabels, Counter> = Family::default();
+        let bypasses: Family<EndpointLabels, Counter> = Family::default();
+        let kills: Family<EndpointLabels, Counter> = Family::default();
+        for e in &s.endpoints {
+            let l = EndpointLabels {
+                endpoint: e.name.clone(),
+                tenant: e.tenant.clone(),
+            };
+            sessions.get_or_create(&l).set(e.sessions as i64);
+            qps.get_or_create(&l).set(e.qps as i64);
+            tracked.get_or_create(&l).set(e.tracked as i64);
+            refused_req.get_or_create(&l).inc_by(e.refused_requests);
+            refused_conn.get_or_create(&l).inc_by(e.refused_connections);
+            bypasses.get_or_create(&l).inc_by(e.audit_bypasses);
+            kills.get_or_create(&l).inc_by(e.audit_kills);
+        }
+        put(&mut enc, "masq_sessions", "Open app sessions", &sessions)?;
+        put(&mut enc, "masq_qps", "QPs masqd knows of", &qps)?;
+        put(
+            &mut enc,
+            "masq_tracked_connections",
+            "Connections in the RConntrack table",
+            &tracked,
+        )?;
+        put(
+            &mut enc,
+            "masq_refused_requests",
+            "Frontend requests refused (bad input or denied)",
+            &refused_req,
+        )?;
+        put(
+            &mut enc,
+            "masq_refused_connections",
+            "Connections to the endpoint's socket from outside the endpoint",
+            &refused_conn,
+        )?;
+        put(
+            &mut enc,
+            "masq_audit_bypasses",
+            "Connected QPs masqd never admitted, found by the QP audit",
+            &bypasses,
+        )?;
+        put(
+            &mut enc,
+            "masq_audit_kills",
+            "Processes or cgroups killed by the QP audit",
+            &kills,
+        )?;
+        if let Some(drops) = &s.backstop_drops {
+            let packets: Family<CounterLabels, Counter> = Family::default();
+            let bytes: Family<CounterLabels, Counter> = Family::default();
+            for (name, p, b) in drops {
+                let l = CounterLabels {
+                    counter: name.clone(),
+                };
+                packets.get_or_create(&l).inc_by(*p);
+                bytes.get_or_create(&l).inc_by(*b);
+            }
+            put(
+                &mut enc,
+                "masq_backstop_dropped_packets",
+                "RoCE packets the backstop dropped, by nftables counter",
+                &packets,
+            )?;
+            put(
+                &mut enc,
+                "masq_backstop_dropped_bytes",
+                "Bytes of RoCE packets the backstop dropped, by nftables counter",
+                &bytes,
+            )?;
+        }
+        if let Some((version, file)) = &s.policy {
+            let info: Family<PolicyLabels, Gauge> = Family::default();
+            info.get_or_create(&PolicyLabels {
+                version: version.clone(),
+                file: file.clone(),
+            })
+            .set(1);
+            put(
+                &mut enc,
+                "masq_policy_info",
+                "The security-group policy in force (value 1)",
+                &info,
+            )?;
+        }
+        let port: Family<CounterLabels, Counter> = Family::default();
+        for (name, v) in &s.port_counters {
+            port.get_or_create(&CounterLabels {
+                counter: name.clone(),
+            })
+            .inc_by(*v);
+        }
+        put(
+            &mut enc,
+            "masq_rnic_port",
+            "The served RNIC port's counters (sysfs counters/ and hw_counters/)",
+            &port,
+        )?;
+        Ok(())
+    }
+}
+
+/// One endpoint's numbers at a scrape.
+pub struct EndpointSample {
+    pub name: String,
+    pub tenant: String,
+    pub sessions: usize,
+    pub qps: usize,
+    pub tracked: usize,
+    pub refused_requests: u64,
+    pub refused_connections: u64,
+    pub audit_bypasses: u64,
+    pub audit_kills: u64,
+}
+
+/// masqd's state at a scrape (see `Shared::scrape`).
+pub struct Sample {
+    pub endpoints: Vec<EndpointSample>,
+    /// (nftables counter, packets, bytes); None with the backstop off.
+    pub backstop_drops: Option<Vec<(String, u64, u64)>>,
+    /// (version, file) of the policy in force.
+    pub policy: Option<(String, String)>,
+    pub port_counters: Vec<(String, u64)>,
+}
+
+/// The port's counters from `<port dir>/counters` and `hw_counters`
+/// (rxe has only the latter), each file one number; unreadable ones are
+/// left out (some hardware counters refuse reads on some ports).
+pub fn port_counters(port_dir: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for sub in ["counters", "hw_counters"] {
+        let Ok(dir) = std::fs::read_dir(port_dir.join(sub)) else {
+            continue;
+        };
+        for f in dir.flatten() {
+            let name = f.file_name().to_string_lossy().into_owned();
+            if let Some(v) = std::fs::read_to_string(f.path())
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                out.push((name, v));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_counters_read_both_directories_and_skip_what_is_not_a_number() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(d.path().join("hw_counters")).expect("mkdir");
+        std::fs::create_dir(d.path().join("counters")).expect("mkdir");
+        std::fs::write(d.path().join("hw_counters/rcvd_pkts"), "42\n").expect("write");
+        std::fs::write(d.path().join("counters/port_xmit_data"), "7\n").expect("write");
+        std::fs::write(d.path().join("counters/broken"), "n/a\n").expect("write");
+        assert_eq!(
+            port_counters(d.path()),
+            vec![("port_xmit_data".into(), 7), ("rcvd_pkts".into(), 42)]
+        );
+        assert!(port_counters(&d.path().join("missing")).is_empty());
+    }
+
+    #[test]
+    fn events_encode_with_bounded_labels() {
+        let m = Metrics::default();
+        m.admission("acme", Ok("acme/db/ingress[0]"));
+        m.admission("acme", Err(()));
+        m.request(4, Duration::from_micros(300));
+        m.request(0x7777, Duration::from_micros(1));
+        m.cm_event("acme-a", 9);
+        let mut r = Registry::default();
+        r.register("masq_admissions", "a", m.admissions.clone());
+        r.register("masq_request_duration_seconds", "r", m.requests.clone());
+        r.register("masq_cm_events", "c", m.cm_events.clone());
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &r).expect("encode");
+        assert!(out.contains(
+            r#"masq_admissions_total{tenant="acme",verdict="allowed",rule="acme/db/ingress[0]"} 1"#
+        ));
+        assert!(
+            out.contains(r#"masq_admissions_total{tenant="acme",verdict="denied",rule="none"} 1"#)
+        );
+        assert!(out.contains(r#"masq_request_duration_seconds_count{op="ModifyQp"} 1"#));
+        assert!(out.contains(r#"masq_request_duration_seconds_count{op="malformed"} 1"#));
+        assert!(out.contains(r#"masq_cm_events_total{endpoint="acme-a",event="established"} 1"#));
+    }
+}
