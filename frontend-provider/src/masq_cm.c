@@ -311,6 +311,10 @@ struct cm_id {
 	uint8_t responder_resources, initiator_depth; /* from the connection request */
 	struct ibv_qp_init_attr *qp_init_attr;	       /* rdma_create_ep, passive */
 	struct ibv_sa_path_rec path;
+	/* Held to move id.qp and to destroy it: an event (DISCONNECTED) moves
+	 * the QP to ERROR from the thread reading events while another may be
+	 * in rdma_destroy_qp, which the kernel's CM makes safe. */
+	pthread_mutex_t qp_lock;
 	struct cm_id *next;
 };
 
@@ -481,12 +485,14 @@ static struct cm_id *alloc_id(struct rdma_event_channel *channel, void *context,
 		errno = ENOMEM;
 		return NULL;
 	}
+	pthread_mutex_init(&c->qp_lock, NULL);
 	c->id.context = context;
 	c->id.ps = ps;
 	c->id.qp_type = qp_type;
 	if (!channel) {
 		channel = rdma_create_event_channel();
 		if (!channel) {
+			pthread_mutex_destroy(&c->qp_lock);
 			free(c);
 			return NULL;
 		}
@@ -501,6 +507,7 @@ static void free_id(struct cm_id *c)
 	if (c->sync)
 		rdma_destroy_event_channel(c->id.channel);
 	free(c->qp_init_attr);
+	pthread_mutex_destroy(&c->qp_lock);
 	free(c);
 }
 
@@ -668,32 +675,41 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
  */
 static int cm_modify_qp(struct rdma_cm_id *id, enum ibv_qp_state state, uint8_t depth)
 {
+	struct cm_id *c = cm_of(id);
 	struct ibv_qp_attr attr;
-	int mask, err;
+	int mask, err = 0;
 
+	pthread_mutex_lock(&c->qp_lock);
 	if (!id->qp)
-		return 0;
+		goto out;
 	attr.qp_state = state;
-	if (rdma_init_qp_attr(id, &attr, &mask))
-		return -1;
+	if (rdma_init_qp_attr(id, &attr, &mask)) {
+		err = errno;
+		goto out;
+	}
 	if (depth != 0xff && state == IBV_QPS_RTR && (mask & IBV_QP_MAX_DEST_RD_ATOMIC))
 		attr.max_dest_rd_atomic = depth;
 	if (depth != 0xff && state == IBV_QPS_RTS && (mask & IBV_QP_MAX_QP_RD_ATOMIC))
 		attr.max_rd_atomic = depth;
 	err = ibv_modify_qp(id->qp, &attr, mask);
+out:
+	pthread_mutex_unlock(&c->qp_lock);
 	return err ? fail(err) : 0;
 }
 
 static int qp_to_error(struct rdma_cm_id *id)
 {
+	struct cm_id *c = cm_of(id);
 	struct ibv_qp_attr attr;
-	int err;
+	int err = 0;
 
-	if (!id->qp)
-		return 0;
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = IBV_QPS_ERR;
-	err = ibv_modify_qp(id->qp, &attr, IBV_QP_STATE);
+	pthread_mutex_lock(&c->qp_lock);
+	if (id->qp) {
+		memset(&attr, 0, sizeof(attr));
+		attr.qp_state = IBV_QPS_ERR;
+		err = ibv_modify_qp(id->qp, &attr, IBV_QP_STATE);
+	}
+	pthread_mutex_unlock(&c->qp_lock);
 	return err ? fail(err) : 0;
 }
 
@@ -1358,11 +1374,16 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
 
 void rdma_destroy_qp(struct rdma_cm_id *id)
 {
+	struct cm_id *c;
+
 	if (!id)
 		return;
+	c = cm_of(id);
+	pthread_mutex_lock(&c->qp_lock);
 	if (id->qp)
 		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
+	pthread_mutex_unlock(&c->qp_lock);
 	if (!have_verbs())
 		destroy_cqs(id);
 }
