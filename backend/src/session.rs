@@ -153,13 +153,12 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
         let bytes = &buf[..dgram.len];
         let mut reply_fd = None;
         let started = std::time::Instant::now();
-        let (op, _) = proto::peek_ids(bytes);
+        let (op, id) = proto::peek_ids(bytes);
         let (reply, close) = match proto::decode_request(bytes) {
             Ok(msg) => handle(shared, sess, msg, dgram.fds, &mut reply_fd),
             Err(e) => {
                 sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
                 warn!("malformed request: {e}");
-                let (op, id) = proto::peek_ids(bytes);
                 (proto::encode_error(op, id, -e.errno()), e.is_fatal())
             }
         };
