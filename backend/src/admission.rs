@@ -15,7 +15,8 @@ use crate::backstop::Backstop;
 pub struct Admission {
     /// The policy file named by the config, for SIGHUP.
     pub path: Option<PathBuf>,
-    endpoints: Vec<EndpointRef>,
+    /// The named endpoints of every VPC, as policies name them.
+    endpoints: RwLock<Vec<EndpointRef>>,
     /// None: no policy configured, every pair in a VPC may connect.
     policy: RwLock<Option<Arc<Policy>>>,
     table: Mutex<Table>,
@@ -70,20 +71,17 @@ pub struct Applied {
 }
 
 impl Admission {
-    /// Load the configured policy; an invalid one stops masqd from starting.
-    pub fn new(cfg: &Config, config_dir: &Path) -> Result<Admission, String> {
-        let endpoints = cfg
-            .vpc
-            .iter()
-            .filter_map(|v| {
-                let name = v.name.clone()?;
-                Some(EndpointRef::new(name, v.tenant.clone(), v.vni, v.vip))
-            })
-            .collect();
+    /// Load the configured policy against the endpoints known at start; an
+    /// invalid one stops masqd from starting.
+    pub fn new(
+        cfg: &Config,
+        config_dir: &Path,
+        endpoints: Vec<EndpointRef>,
+    ) -> Result<Admission, String> {
         let path = cfg.policy.as_ref().map(|p| config_dir.join(p));
         let a = Admission {
             path: path.clone(),
-            endpoints,
+            endpoints: RwLock::new(endpoints),
             policy: RwLock::new(None),
             table: Mutex::new(Table::new()),
             gate: RwLock::new(()),
@@ -129,7 +127,24 @@ impl Admission {
     /// Parse and compile a policy file against this host's VPC map,
     /// without applying it. Errors are file:line:column lines.
     pub fn check(&self, path: &Path) -> Result<Policy, String> {
-        Policy::load(path, &self.endpoints).map_err(|errs| errs.to_string())
+        let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
+        Policy::load(path, &endpoints).map_err(|errs| errs.to_string())
+    }
+
+    /// The endpoints changed: policies are checked against these from now
+    /// on, and the active one, resolved again, is returned for the caller
+    /// to apply, with the names it gives that are gone.
+    pub fn set_endpoints(&self, endpoints: Vec<EndpointRef>) -> Option<(Policy, Vec<String>)> {
+        let rebound = self.active().and_then(|p| match p.rebind(&endpoints) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                // Its text parsed before; only a bug gets here.
+                tracing::warn!("active policy does not resolve again: {e}");
+                None
+            }
+        });
+        *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = endpoints;
+        rebound
     }
 
     /// The admitting rule for an RDMA connection local -> remote, or why not.
@@ -196,6 +211,11 @@ mod tests {
         (cfg, dir)
     }
 
+    fn admission(cfg: &Config, dir: &Path) -> Result<Admission, String> {
+        let refs = crate::registry::Registry::new(cfg).policy_refs();
+        Admission::new(cfg, dir, refs)
+    }
+
     fn ip(s: &str) -> Ipv4Addr {
         s.parse().expect("ip")
     }
@@ -203,7 +223,7 @@ mod tests {
     #[test]
     fn the_example_policy_admits_its_pairs_and_nothing_else() {
         let (cfg, dir) = examples();
-        let a = Admission::new(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        let a = admission(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
         let rule = a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.2"));
         assert_eq!(
             rule.as_deref(),
@@ -224,7 +244,7 @@ mod tests {
     fn without_a_policy_every_pair_is_admitted() {
         let (mut cfg, dir) = examples();
         cfg.policy = None;
-        let a = Admission::new(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        let a = admission(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.9"))
                 .as_deref(),
@@ -237,14 +257,14 @@ mod tests {
         let (mut cfg, _) = examples();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../integration/tests/configs/policy");
         cfg.policy = Some(PathBuf::from("policy-invalid.yaml"));
-        let err = Admission::new(&cfg, &dir).err().expect("must fail");
+        let err = admission(&cfg, &dir).err().expect("must fail");
         assert!(err.contains("policy-invalid.yaml:8:27:"), "{err}");
     }
 
     #[test]
     fn apply_resets_what_the_new_policy_denies_unless_keep() {
         let (cfg, dir) = examples();
-        let a = Admission::new(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        let a = admission(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
         a.table()
             .upsert(Entry {
                 session: 1,

@@ -48,7 +48,7 @@ pub fn run(shared: Arc<Shared>, mut nl: RdmaNl) {
             }
         };
         let admitted = shared.admitted.snapshot();
-        let ids = EndpointIds::read(&shared.cfg.endpoints, &parent);
+        let ids = EndpointIds::read(&shared.registry.configs(), &parent);
         let found: Vec<Bypass> = find_bypasses(&qps, &admitted, |task| {
             let pid = tgid_of(task)?;
             Some((ids.endpoint_of(pid)?, pid))
@@ -71,7 +71,7 @@ pub fn run(shared: Arc<Shared>, mut nl: RdmaNl) {
             continue;
         }
         let p = plan(&found, &mut reported, action, true);
-        let ep_of = |name: &str| shared.endpoints.iter().find(|e| e.cfg.name == name);
+        let ep_of = |name: &str| shared.registry.local_named(name);
         for b in &p.new {
             if let Some(ep) = ep_of(&b.endpoint) {
                 ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);

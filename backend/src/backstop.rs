@@ -29,7 +29,7 @@
 //! and, after a grace period for sessions to come back, rewrites them from
 //! its table in one transaction (`reconcile`).
 
-use crate::config::{BackstopConfig, Config};
+use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::nft::Nft;
 use rconntrack::{Entry, Event, EventKind, QpKey, State};
 use serde_json::Value;
@@ -51,35 +51,36 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Set elements as masqd keeps them: (peer host, QPN).
 type Pair = (Ipv4Addr, u32);
+/// An endpoint's nft identifier (see `nft_id`).
+type EpId = String;
 /// What one live entry put in: (endpoint, egress pair, ingress pair).
-type Live = (usize, Pair, Pair);
+type Live<'a> = (&'a str, Pair, Pair);
 
 struct EndpointRules {
-    /// nft identifier part, from the endpoint name.
-    id: String,
     /// Path below the cgroup v2 root, e.g. `tenants/acme-a`.
     cgroup: String,
+    /// (VNI, vIP): an entry's local side names its endpoint.
+    at: (u32, Ipv4Addr),
 }
 
 #[derive(Default)]
 struct Elements {
+    /// The endpoints served, by nft identifier.
+    endpoints: BTreeMap<EpId, EndpointRules>,
     /// Entries whose elements are in, and which.
-    live: HashMap<QpKey, Live>,
-    /// endpoint index -> (peer host, peer QPN) -> references
-    egress: HashMap<usize, HashMap<Pair, u32>>,
+    live: HashMap<QpKey, (EpId, Pair, Pair)>,
+    /// endpoint -> (peer host, peer QPN) -> references
+    egress: HashMap<EpId, HashMap<Pair, u32>>,
     /// (peer host, local QPN) -> references
     conn_in: HashMap<Pair, u32>,
     /// local QPN -> references
     tenant_qpns: HashMap<u32, u32>,
     /// cgroups in the verdict map, with the inode they had then.
-    cgroups: BTreeMap<usize, u64>,
+    cgroups: BTreeMap<EpId, u64>,
 }
 
 pub struct Backstop {
     nft: Nft,
-    endpoints: Vec<EndpointRules>,
-    /// (vni, vIP) -> endpoint index, to find an entry's endpoint.
-    by_vip: HashMap<(u32, Ipv4Addr), usize>,
     level: usize,
     parent: String,
     elements: Mutex<Elements>,
@@ -100,7 +101,8 @@ struct Queue {
     last: u64,
 }
 
-fn nft_id(name: &str) -> String {
+/// The part of nftables names (chain, set, counter) that is the endpoint's.
+pub fn nft_id(name: &str) -> String {
     name.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect()
@@ -114,9 +116,9 @@ pub fn wanted(cfg: &BackstopConfig, is_rxe: bool) -> bool {
 }
 
 impl Backstop {
-    /// Install (or take over, after a crash) the table. Set elements that
-    /// are already there are kept until `reconcile`.
-    pub fn start(cfg: &Config) -> Result<Backstop, String> {
+    /// Install (or take over, after a crash) the table for `endpoints`.
+    /// Set elements that are already there are kept until `reconcile`.
+    pub fn start(cfg: &Config, endpoints: &[EndpointConfig]) -> Result<Backstop, String> {
         let parent = cfg.backstop.cgroup_parent.trim_matches('/').to_string();
         if parent.is_empty() {
             return Err("backstop.cgroupParent: must name a cgroup below the root".into());
@@ -128,10 +130,9 @@ impl Backstop {
                 parent_dir.display()
             )
         })?;
-        let mut endpoints = Vec::new();
-        let mut by_vip = HashMap::new();
+        let mut rules = BTreeMap::new();
         let mut seen = HashMap::new();
-        for (i, e) in cfg.endpoints.iter().enumerate() {
+        for e in endpoints {
             let id = nft_id(&e.name);
             if let Some(other) = seen.insert(id.clone(), e.name.clone()) {
                 return Err(format!(
@@ -139,16 +140,10 @@ impl Backstop {
                     e.name
                 ));
             }
-            by_vip.insert((e.vni, e.vip), i);
-            endpoints.push(EndpointRules {
-                id,
-                cgroup: format!("{parent}/{}", e.name),
-            });
+            rules.insert(id, EndpointRules::of(&parent, e));
         }
         let b = Backstop {
             nft: Nft::new()?,
-            endpoints,
-            by_vip,
             level: parent.split('/').count() + 1,
             parent,
             elements: Mutex::new(Elements::default()),
@@ -160,17 +155,23 @@ impl Backstop {
         };
         // One transaction: chains and the verdict map are replaced whole, so
         // a restart never lets a running tenant's packet miss its chain.
-        let cgroups = b.cgroups_now();
-        b.nft
-            .run(&format!("{}{}", b.render(), b.map_elements(&cgroups)))?;
-        b.lock().cgroups = cgroups;
+        let cgroups = cgroups_now(&rules);
+        b.nft.run(&format!(
+            "{}{}",
+            b.render(&rules),
+            map_elements(&rules, &cgroups)
+        ))?;
+        let mut el = b.lock();
+        el.endpoints = rules;
+        el.cgroups = cgroups;
+        drop(el);
         crate::kconntrack::forget_roce();
         info!(table = TABLE, cgroups = %format!("{}/*", b.parent), "RoCE backstop installed");
         Ok(b)
     }
 
     /// Tables, sets (kept if present), and chains (rewritten).
-    fn render(&self) -> String {
+    fn render(&self, endpoints: &BTreeMap<EpId, EndpointRules>) -> String {
         let t = format!("inet {TABLE}");
         let mut s = String::new();
         let _ = writeln!(s, "add table {t}");
@@ -187,26 +188,11 @@ impl Backstop {
         for c in ["unknown_cgroup_drop", "ingress_drop"] {
             let _ = writeln!(s, "add counter {t} {c}");
         }
-        for ep in &self.endpoints {
-            let _ = writeln!(
-                s,
-                "add set {t} eg_{} {{ typeof ip daddr . {BTH_DEST_QPN}; }}",
-                ep.id
-            );
-            let _ = writeln!(s, "add counter {t} drop_{}", ep.id);
-        }
         // Chains: created if missing, emptied, refilled, all in this one
         // transaction. The caller refills the verdict map after them.
         let _ = writeln!(s, "flush map {t} endpoint_cgroup");
-        for ep in &self.endpoints {
-            let c = format!("ep_{}", ep.id);
-            let _ = writeln!(s, "add chain {t} {c}\nflush chain {t} {c}");
-            let _ = writeln!(
-                s,
-                "add rule {t} {c} ip daddr . {BTH_DEST_QPN} @eg_{} accept",
-                ep.id
-            );
-            let _ = writeln!(s, "add rule {t} {c} counter name drop_{} drop", ep.id);
+        for id in endpoints.keys() {
+            s.push_str(&endpoint_rules(id));
         }
         let hooks = [
             ("prerouting", "prerouting", "raw"),
@@ -245,29 +231,68 @@ impl Backstop {
         s
     }
 
-    /// The endpoints whose cgroup exists now, with its inode.
-    fn cgroups_now(&self) -> BTreeMap<usize, u64> {
-        self.endpoints
-            .iter()
-            .enumerate()
-            .filter_map(|(i, ep)| {
-                Some((i, cgroup_inode(&Path::new(CGROUP_ROOT).join(&ep.cgroup))?))
-            })
-            .collect()
+    /// Serve one more endpoint: its set, counter and chain, and its cgroup
+    /// in the verdict map if it exists (else `refresh_cgroups` adds it).
+    pub fn add_endpoint(&self, e: &EndpointConfig) -> Result<(), String> {
+        let mut el = self.lock();
+        let id = nft_id(&e.name);
+        if el.endpoints.contains_key(&id) {
+            return Err(format!("endpoint {} is in the backstop already", e.name));
+        }
+        let one = BTreeMap::from([(id.clone(), EndpointRules::of(&self.parent, e))]);
+        let cgroups = cgroups_now(&one);
+        self.nft.run(&format!(
+            "{}{}",
+            endpoint_rules(&id),
+            map_elements(&one, &cgroups)
+        ))?;
+        el.endpoints.extend(one);
+        el.cgroups.extend(cgroups);
+        Ok(())
     }
 
-    /// Verdict-map elements for these endpoints.
-    fn map_elements(&self, cgroups: &BTreeMap<usize, u64>) -> String {
-        let mut cmd = String::new();
-        for &i in cgroups.keys() {
-            let ep = &self.endpoints[i];
-            let _ = writeln!(
-                cmd,
-                "add element inet {TABLE} endpoint_cgroup {{ \"{}\" : jump ep_{} }}",
-                ep.cgroup, ep.id
-            );
+    /// Stop serving an endpoint whose connections are gone: its chain, set
+    /// and counter go, and its cgroup leaves the verdict map (a process
+    /// left in it is then an unknown tenant's: dropped).
+    pub fn remove_endpoint(&self, name: &str) -> Result<(), String> {
+        // Updates already queued may name its set: run them first, in order.
+        let _sending = lock(&self.sending);
+        let (cmds, upto) = {
+            let mut q = lock(&self.pending);
+            (std::mem::take(&mut q.cmds), q.last)
+        };
+        self.run_updates(&cmds);
+        self.mark_applied(upto);
+        let mut el = self.lock();
+        let id = nft_id(name);
+        if el.endpoints.remove(&id).is_none() {
+            return Ok(());
         }
-        cmd
+        el.cgroups.remove(&id);
+        // Its connections are normally untracked by now; any left go too.
+        let mut cmd = String::new();
+        let left: Vec<QpKey> = el
+            .live
+            .iter()
+            .filter(|(_, l)| l.0 == id)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in left {
+            if let Some((ep, eg, ing)) = el.live.remove(&k) {
+                del(&mut el, &mut cmd, (&ep, eg, ing));
+            }
+        }
+        el.egress.remove(&id);
+        // The map is rebuilt rather than an element deleted: a cgroup that is
+        // gone cannot be named by path.
+        let t = format!("inet {TABLE}");
+        let cmd = format!(
+            "{cmd}flush map {t} endpoint_cgroup\n{}\
+             flush chain {t} ep_{id}\ndelete chain {t} ep_{id}\n\
+             delete set {t} eg_{id}\ndelete counter {t} drop_{id}\n",
+            map_elements(&el.endpoints, &el.cgroups)
+        );
+        self.nft.run(&cmd).map(|_| ())
     }
 
     /// Put every configured endpoint whose cgroup exists into the verdict
@@ -275,7 +300,7 @@ impl Backstop {
     /// periodically: a tenant's cgroup may appear after masqd.
     pub fn refresh_cgroups(&self) {
         let mut el = self.lock();
-        let now = self.cgroups_now();
+        let now = cgroups_now(&el.endpoints);
         if now == el.cgroups {
             return;
         }
@@ -283,17 +308,17 @@ impl Backstop {
         let cmd = if only_added {
             let new = now
                 .iter()
-                .filter(|(i, _)| !el.cgroups.contains_key(i))
-                .map(|(&i, &ino)| (i, ino))
+                .filter(|(i, _)| !el.cgroups.contains_key(*i))
+                .map(|(i, &ino)| (i.clone(), ino))
                 .collect();
-            self.map_elements(&new)
+            map_elements(&el.endpoints, &new)
         } else {
             // A cgroup went or was recreated: its old id cannot be deleted
             // by path (that resolves the new one), so rebuild the map, in
             // one transaction so the others never miss a packet.
             format!(
                 "flush map inet {TABLE} endpoint_cgroup\n{}",
-                self.map_elements(&now)
+                map_elements(&el.endpoints, &now)
             )
         };
         match self.nft.run(&cmd) {
@@ -325,53 +350,23 @@ impl Backstop {
             let e = &ev.entry;
             let want = (ev.event != EventKind::Destroy
                 && matches!(e.state, State::Admitted | State::Established))
-            .then(|| self.endpoint_of(e))
+            .then(|| endpoint_of(&el.endpoints, e))
             .flatten()
             .map(|ep| (ep, egress_pair(e), ingress_pair(e)));
-            let have = el.live.get(&e.key()).copied();
+            let have = el.live.get(&e.key()).cloned();
             if want == have {
                 continue;
             }
-            if let Some(old) = have {
-                self.del(&mut el, &mut cmd, old);
+            if let Some((ep, eg, ing)) = have {
+                del(&mut el, &mut cmd, (&ep, eg, ing));
                 el.live.remove(&e.key());
             }
-            if let Some(new) = want {
-                self.add(&mut el, &mut cmd, new);
-                el.live.insert(e.key(), new);
+            if let Some((ep, eg, ing)) = want {
+                add(&mut el, &mut cmd, (&ep, eg, ing));
+                el.live.insert(e.key(), (ep, eg, ing));
             }
         }
         self.submit(cmd);
-    }
-
-    fn endpoint_of(&self, e: &Entry) -> Option<usize> {
-        self.by_vip.get(&(e.vni, e.local_vip)).copied()
-    }
-
-    fn add(&self, el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
-        let t = format!("inet {TABLE}");
-        if bump(el.egress.entry(ep).or_default(), eg) {
-            let id = &self.endpoints[ep].id;
-            let _ = writeln!(cmd, "add element {t} eg_{id} {{ {} . {} }}", eg.0, eg.1);
-        }
-        if bump(&mut el.conn_in, ing) {
-            let _ = writeln!(cmd, "add element {t} conn_in {{ {} . {} }}", ing.0, ing.1);
-        }
-    }
-
-    fn del(&self, el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
-        let t = format!("inet {TABLE}");
-        if el.egress.get_mut(&ep).is_some_and(|m| drop_ref(m, eg)) {
-            let id = &self.endpoints[ep].id;
-            let _ = writeln!(cmd, "delete element {t} eg_{id} {{ {} . {} }}", eg.0, eg.1);
-        }
-        if drop_ref(&mut el.conn_in, ing) {
-            let _ = writeln!(
-                cmd,
-                "delete element {t} conn_in {{ {} . {} }}",
-                ing.0, ing.1
-            );
-        }
     }
 
     /// A tenant QP masqd has seen (its first MODIFY_QP): from now on only
@@ -462,16 +457,24 @@ impl Backstop {
         if cmds.is_empty() {
             return;
         }
+        self.run_updates(&cmds);
+        self.mark_applied(upto);
+    }
+
+    /// Queued updates: all in one transaction, or one by one if that fails.
+    fn run_updates(&self, cmds: &[String]) {
+        if cmds.is_empty() {
+            return;
+        }
         if self.nft.run(&cmds.concat()).is_ok() {
             debug!(updates = cmds.len(), "backstop sets updated");
         } else {
-            for c in &cmds {
+            for c in cmds {
                 if let Err(e) = self.nft.run(c) {
                     warn!("backstop: cannot update the sets: {e}");
                 }
             }
         }
-        self.mark_applied(upto);
     }
 
     /// Rewrite every set from what masqd tracks now (its mirror of the
@@ -488,12 +491,11 @@ impl Backstop {
         };
         let t = format!("inet {TABLE}");
         let mut cmd = format!("flush set {t} conn_in\nflush set {t} tenant_qpns\n");
-        for ep in &self.endpoints {
-            let _ = writeln!(cmd, "flush set {t} eg_{}", ep.id);
+        for id in el.endpoints.keys() {
+            let _ = writeln!(cmd, "flush set {t} eg_{id}");
         }
-        for (ep, pairs) in &el.egress {
+        for (id, pairs) in &el.egress {
             for (host, qpn) in pairs.keys() {
-                let id = &self.endpoints[*ep].id;
                 let _ = writeln!(cmd, "add element {t} eg_{id} {{ {host} . {qpn} }}");
             }
         }
@@ -551,11 +553,97 @@ impl Backstop {
             }
             _ => {
                 let id = counter.strip_prefix("drop_").unwrap_or(counter);
-                let ep = self.endpoints.iter().find(|e| e.id == id);
+                let el = self.lock();
+                let ep = el.endpoints.get(id);
                 let name = ep.and_then(|e| e.cgroup.rsplit('/').next()).unwrap_or(id);
                 format!("sent by {name} to a (host, QPN) no admitted connection of it names")
             }
         }
+    }
+}
+
+impl EndpointRules {
+    fn of(parent: &str, e: &EndpointConfig) -> EndpointRules {
+        EndpointRules {
+            cgroup: format!("{parent}/{}", e.name),
+            at: (e.vni, e.vip),
+        }
+    }
+}
+
+/// One endpoint's set, counter and chain (created if missing, emptied,
+/// refilled): its egress passes only to admitted (host, QPN) pairs.
+fn endpoint_rules(id: &str) -> String {
+    let t = format!("inet {TABLE}");
+    let c = format!("ep_{id}");
+    format!(
+        "add set {t} eg_{id} {{ typeof ip daddr . {BTH_DEST_QPN}; }}\n\
+         add counter {t} drop_{id}\n\
+         add chain {t} {c}\nflush chain {t} {c}\n\
+         add rule {t} {c} ip daddr . {BTH_DEST_QPN} @eg_{id} accept\n\
+         add rule {t} {c} counter name drop_{id} drop\n"
+    )
+}
+
+/// The endpoints whose cgroup exists now, with its inode.
+fn cgroups_now(endpoints: &BTreeMap<EpId, EndpointRules>) -> BTreeMap<EpId, u64> {
+    endpoints
+        .iter()
+        .filter_map(|(id, ep)| {
+            Some((
+                id.clone(),
+                cgroup_inode(&Path::new(CGROUP_ROOT).join(&ep.cgroup))?,
+            ))
+        })
+        .collect()
+}
+
+/// Verdict-map elements for these endpoints' cgroups.
+fn map_elements(
+    endpoints: &BTreeMap<EpId, EndpointRules>,
+    cgroups: &BTreeMap<EpId, u64>,
+) -> String {
+    let mut cmd = String::new();
+    for id in cgroups.keys() {
+        if let Some(ep) = endpoints.get(id) {
+            let _ = writeln!(
+                cmd,
+                "add element inet {TABLE} endpoint_cgroup {{ \"{}\" : jump ep_{id} }}",
+                ep.cgroup
+            );
+        }
+    }
+    cmd
+}
+
+fn endpoint_of(endpoints: &BTreeMap<EpId, EndpointRules>, e: &Entry) -> Option<EpId> {
+    endpoints
+        .iter()
+        .find(|(_, r)| r.at == (e.vni, e.local_vip))
+        .map(|(id, _)| id.clone())
+}
+
+fn add(el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
+    let t = format!("inet {TABLE}");
+    if bump(el.egress.entry(ep.to_string()).or_default(), eg) {
+        let _ = writeln!(cmd, "add element {t} eg_{ep} {{ {} . {} }}", eg.0, eg.1);
+    }
+    if bump(&mut el.conn_in, ing) {
+        let _ = writeln!(cmd, "add element {t} conn_in {{ {} . {} }}", ing.0, ing.1);
+    }
+}
+
+fn del(el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
+    let t = format!("inet {TABLE}");
+    if el.egress.get_mut(ep).is_some_and(|m| drop_ref(m, eg)) {
+        let _ = writeln!(cmd, "delete element {t} eg_{ep} {{ {} . {} }}", eg.0, eg.1);
+    }
+    if drop_ref(&mut el.conn_in, ing) {
+        let _ = writeln!(
+            cmd,
+            "delete element {t} conn_in {{ {} . {} }}",
+            ing.0, ing.1
+        );
     }
 }
 

@@ -13,8 +13,9 @@
 //! the virtual addresses to put there, and `role_of` tells RConntrack
 //! which side connected.
 
-use crate::daemon::{Endpoint, Shared};
+use crate::daemon::Shared;
 use crate::ibv::*;
+use crate::registry::Endpoint;
 use crate::seqpacket::Conn;
 use masq_proto as proto;
 use serde::{Deserialize, Serialize};
@@ -762,10 +763,11 @@ impl Cm {
         let i = Self::own(st, session, r.id)?;
         i.src_ip = vip;
         i.dst = Some((dst, r.dst.port));
-        match shared.vpc.lookup(vni, dst) {
-            Some(peer) => {
+        let peer_host = shared.registry.vpc().lookup(vni, dst).map(|p| p.host);
+        match peer_host {
+            Some(host) => {
                 i.phase = Phase::AddrResolved;
-                i.peer_host = peer.host;
+                i.peer_host = host;
                 Self::emit(
                     st,
                     r.id,
@@ -1162,19 +1164,15 @@ impl Cm {
         params: Params,
     ) {
         // The sending host must be where the VPC map puts the source.
-        match shared.vpc.lookup(vni, src.0) {
-            Some(p) if p.host == from => {}
+        let src_host = shared.registry.vpc().lookup(vni, src.0).map(|p| p.host);
+        match src_host {
+            Some(host) if host == from => {}
             _ => {
                 warn!(%from, vni, src = %src.0, "CM request from a host that does not hold its source; dropped");
                 return;
             }
         }
-        let Some(ep) = shared
-            .endpoints
-            .iter()
-            .find(|e| e.cfg.vni == vni && e.cfg.vip == dst.0)
-            .cloned()
-        else {
+        let Some(ep) = shared.registry.local_at(vni, dst.0) else {
             warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
             return;
         };

@@ -20,7 +20,7 @@ const MAX_LINE: u64 = 16 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn known_hosts(shared: &Shared) -> BTreeSet<Ipv4Addr> {
-    shared.vpc.iter().map(|(_, _, p)| p.host).collect()
+    shared.registry.hosts().into_iter().collect()
 }
 
 /// Bind the CM port and start the listener and sender threads.

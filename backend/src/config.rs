@@ -5,7 +5,7 @@
 //! (which host each (VNI, vIP) lives on). Parse errors carry file:line:column;
 //! consistency errors name the field path and the offending value.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -209,7 +209,7 @@ pub struct Underlay {
     pub ip: Ipv4Addr,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EndpointConfig {
     pub name: String,
@@ -224,14 +224,14 @@ pub struct EndpointConfig {
     /// Host side of the vNIC (a bridge port) and its bridge: where masqd
     /// applies the policy's tcp/udp rules with nftables. Without them the
     /// endpoint gets RDMA rules only.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_if: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bridge: Option<String>,
     /// The socket the endpoint's apps reach masqd on; default
     /// `<socketDir>/endpoints/<name>/masq.sock`. Its directory is what a
     /// container runtime mounts at /run/masq in the endpoint.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<PathBuf>,
 }
 
@@ -278,6 +278,38 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl EndpointConfig {
+    /// The endpoint's own fields, as the config file and `masqctl endpoint
+    /// add` take them; `at` names it in errors (`endpoints[2]`).
+    pub fn check(&self, at: &str, socket_dir: &Path) -> Result<(), String> {
+        check_name(&format!("{at}.name"), &self.name, 64)?;
+        check_name(&format!("{at}.tenant"), &self.tenant, 64)?;
+        check_name(&format!("{at}.vnic"), &self.vnic, 15)?;
+        check_vni(&format!("{at}.vni"), self.vni)?;
+        if let Some(i) = &self.host_if {
+            check_name(&format!("{at}.hostIf"), i, 15)?;
+        }
+        if let Some(b) = &self.bridge {
+            check_name(&format!("{at}.bridge"), b, 15)?;
+        }
+        if self.host_if.is_some() != self.bridge.is_some() {
+            return Err(format!("{at}: hostIf and bridge go together"));
+        }
+        if !self.netns.is_absolute() {
+            return Err(format!(
+                "{at}.netns: {:?} must be an absolute path",
+                self.netns
+            ));
+        }
+        let sock = self.socket_path(socket_dir);
+        if !sock.is_absolute() {
+            return Err(format!("{at}.socket: {sock:?} must be an absolute path"));
+        }
+        if sock == socket_dir.join("control.sock") {
+            return Err(format!("{at}.socket: {sock:?} is masqd's control socket"));
+        }
+        Ok(())
+    }
+
     pub fn socket_path(&self, socket_dir: &Path) -> PathBuf {
         self.socket.clone().unwrap_or_else(|| {
             socket_dir
@@ -315,6 +347,13 @@ impl Config {
 
     pub fn control_socket(&self) -> PathBuf {
         self.socket_dir.join("control.sock")
+    }
+
+    /// Where masqd keeps the endpoints added at run time (`masqctl endpoint
+    /// add`), so a restart serves them again; under /run, they go with a
+    /// reboot, as the containers they belong to do.
+    pub fn runtime_endpoints_file(&self) -> PathBuf {
+        self.socket_dir.join("runtime-endpoints.yaml")
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -361,32 +400,11 @@ impl Config {
         let mut sockets = HashSet::new();
         for (i, e) in self.endpoints.iter().enumerate() {
             let at = format!("endpoints[{i}]");
-            check_name(&format!("{at}.name"), &e.name, 64)?;
-            check_name(&format!("{at}.tenant"), &e.tenant, 64)?;
-            check_name(&format!("{at}.vnic"), &e.vnic, 15)?;
-            check_vni(&format!("{at}.vni"), e.vni)?;
-            if let Some(i) = &e.host_if {
-                check_name(&format!("{at}.hostIf"), i, 15)?;
-            }
-            if let Some(b) = &e.bridge {
-                check_name(&format!("{at}.bridge"), b, 15)?;
-            }
-            if e.host_if.is_some() != e.bridge.is_some() {
-                return Err(format!("{at}: hostIf and bridge go together"));
-            }
+            e.check(&at, &self.socket_dir)?;
             if !names.insert(e.name.as_str()) {
                 return Err(format!("{at}.name: endpoint {:?} is defined twice", e.name));
             }
-            if !e.netns.is_absolute() {
-                return Err(format!(
-                    "{at}.netns: {:?} must be an absolute path",
-                    e.netns
-                ));
-            }
             let sock = e.socket_path(&self.socket_dir);
-            if !sock.is_absolute() {
-                return Err(format!("{at}.socket: {sock:?} must be an absolute path"));
-            }
             if !sockets.insert(sock.clone()) || sock == self.control_socket() {
                 return Err(format!("{at}.socket: {sock:?} is used twice"));
             }

@@ -14,6 +14,15 @@ use std::time::Duration;
 pub enum Request {
     Status,
     Endpoints,
+    /// Serve one more endpoint, at once and until deleted (kept across a
+    /// masqd restart).
+    EndpointAdd {
+        endpoint: crate::config::EndpointConfig,
+    },
+    /// Stop serving an endpoint: its QPs are reset, its sessions closed.
+    EndpointDel {
+        name: String,
+    },
     Sessions,
     /// RDMA CM ids: listeners and connections, like ss(8).
     Cm,
@@ -178,22 +187,39 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 );
             }
         }
+        Request::EndpointAdd { endpoint } => {
+            let _ = writeln!(
+                out,
+                "endpoint {} added: socket {}",
+                endpoint.name,
+                s(reply, "socket")
+            );
+        }
+        Request::EndpointDel { name } => {
+            let _ = writeln!(
+                out,
+                "endpoint {name} deleted: {} session(s) closed, {} QP(s) reset",
+                s(reply, "sessions"),
+                s(reply, "qps_reset")
+            );
+        }
         Request::Endpoints => {
             let _ = writeln!(
                 out,
-                "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} SOCKET",
-                "ENDPOINT", "TENANT", "VNI", "VIP", "VDEV", "SESS"
+                "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} {:<8} SOCKET",
+                "ENDPOINT", "TENANT", "VNI", "VIP", "VDEV", "SESS", "ORIGIN"
             );
             for e in reply["endpoints"].as_array().into_iter().flatten() {
                 let _ = writeln!(
                     out,
-                    "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} {}",
+                    "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} {:<8} {}",
                     s(e, "name"),
                     s(e, "tenant"),
                     s(e, "vni"),
                     s(e, "vip"),
                     s(e, "vdev"),
                     s(e, "sessions"),
+                    s(e, "origin"),
                     s(e, "socket")
                 );
                 for g in e["gids"].as_array().into_iter().flatten() {

@@ -1,15 +1,17 @@
-//! The running daemon: endpoint sockets, sessions, the control socket.
+//! The running daemon: its shared state, start and stop, and the
+//! housekeeping threads. The endpoints' sockets and sessions are in
+//! `endpoints.rs`, the control socket's answers in `control_server.rs`.
 
 use crate::admission::Admission;
-use crate::config::{Config, EndpointConfig};
-use crate::control::{self, Request};
-use crate::seqpacket::{Conn, Listener};
+use crate::config::Config;
+use crate::host::HostDevice;
+use crate::registry::{Endpoint, Origin, Registry, RuntimeFile};
+use crate::seqpacket::Conn;
 use crate::session::{self, QpRecord, Session};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,36 +19,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
-
-/// The physical device masqd serves, as found in sysfs at start.
-pub struct HostDevice {
-    pub name: String,
-    pub port: u8,
-    /// dev_t of its uverbs character device: a tenant's fd must be one.
-    pub uverbs_rdev: u64,
-    /// The kernel's `enum rdma_driver_id` for it, needed in every ioctl.
-    pub driver_id: u32,
-    pub gids: Vec<vbond::HostGid>,
-}
-
-pub struct Endpoint {
-    pub cfg: EndpointConfig,
-    pub socket: PathBuf,
-    /// Connections refused (wrong namespace) and requests refused, for
-    /// `masqctl endpoints`: attempts to reach past the endpoint show here.
-    pub refused_connections: AtomicU64,
-    pub refused_requests: AtomicU64,
-    /// Connected QPs of the endpoint's processes that masqd never admitted
-    /// (found by the audit), and processes/cgroups killed for them.
-    pub audit_bypasses: AtomicU64,
-    pub audit_kills: AtomicU64,
-    /// The vNIC as last read, with the inode of the namespace it was read
-    /// in (see `session::virtual_gids`).
-    pub binding: Mutex<Option<(u64, vbond::Binding)>>,
-    /// The endpoint's sysfs view (see `sysfs_view`); `None` when its
-    /// socket directory is shared with another endpoint's.
-    pub view: Option<crate::sysfs_view::View>,
-}
 
 /// What the control socket shows of a live session.
 #[derive(Clone)]
@@ -65,13 +37,15 @@ pub struct Shared {
     pub cfg: Config,
     pub admission: Admission,
     /// Each session's uverbs file, so policy can reset its QPs.
-    fds: Mutex<BTreeMap<u64, Arc<OwnedFd>>>,
+    pub(crate) fds: Mutex<BTreeMap<u64, Arc<OwnedFd>>>,
     pub host: HostDevice,
-    pub vpc: vbond::VpcMap,
-    pub endpoints: Vec<Arc<Endpoint>>,
+    /// This host's endpoints and the VPC map.
+    pub registry: Registry,
+    /// Held across an endpoint's addition or removal: one at a time.
+    pub(crate) endpoint_ops: Mutex<()>,
     started: Instant,
-    sessions: Mutex<BTreeMap<u64, SessionView>>,
-    conns: Mutex<BTreeMap<u64, Conn>>,
+    pub(crate) sessions: Mutex<BTreeMap<u64, SessionView>>,
+    pub(crate) conns: Mutex<BTreeMap<u64, Conn>>,
     next_session: AtomicU64,
     stopping: AtomicBool,
     /// RDMA CM ids, listeners and connections of every endpoint.
@@ -87,114 +61,73 @@ pub struct Shared {
 
 pub struct Daemon {
     shared: Arc<Shared>,
-    listeners: Vec<(PathBuf, Arc<Listener>)>,
     control_path: PathBuf,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking session thread must not take the daemon down with it.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
-impl HostDevice {
-    pub fn discover(sysfs: &Path, name: &str, port: u8) -> io::Result<HostDevice> {
-        let dev_dir = sysfs.join("class/infiniband").join(name);
-        if !dev_dir.exists() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no RDMA device {name} (nothing at {})", dev_dir.display()),
-            ));
-        }
-        let (uverbs, uverbs_rdev) = find_uverbs(sysfs, name)?;
-        let node = Path::new("/dev/infiniband").join(&uverbs);
-        let dev = std::fs::File::open(&node)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", node.display())))?;
-        use std::os::fd::AsFd;
-        let driver_id = crate::uverbs::probe_driver_id(dev.as_fd())
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", node.display())))?;
-        let gids = vbond::read_host_gids(sysfs, name, port)?;
-        debug!(uverbs = %node.display(), driver_id, "device found");
-        Ok(HostDevice {
-            name: name.to_string(),
-            port,
-            uverbs_rdev,
-            driver_id,
-            gids,
-        })
-    }
+fn invalid(e: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// The uverbs character device of `ibdev` (name and dev_t), from
-/// /sys/class/infiniband_verbs/*/ibdev.
-fn find_uverbs(sysfs: &Path, ibdev: &str) -> io::Result<(String, u64)> {
-    let class = sysfs.join("class/infiniband_verbs");
-    for entry in std::fs::read_dir(&class)? {
-        let dir = entry?.path();
-        let Ok(owner) = std::fs::read_to_string(dir.join("ibdev")) else {
-            continue;
-        };
-        if owner.trim() != ibdev {
+/// The registry at start: the file's VPC map and endpoints, then the ones
+/// added at run time before a restart (those that still fit; a bad one is
+/// logged and left out, the file's stop the start).
+fn initial_registry(cfg: &Config, host: &HostDevice) -> io::Result<Registry> {
+    let registry = Registry::new(cfg);
+    let mut initial: Vec<_> = cfg
+        .endpoints
+        .iter()
+        .map(|e| (e.clone(), Origin::File))
+        .collect();
+    match RuntimeFile::load(&cfg.runtime_endpoints_file()) {
+        Ok(f) => initial.extend(f.endpoints.into_iter().map(|e| (e, Origin::Command))),
+        Err(e) => warn!("endpoints added at run time not restored: {e}"),
+    }
+    let sockets: Vec<PathBuf> = initial
+        .iter()
+        .map(|(e, _)| e.socket_path(&cfg.socket_dir))
+        .collect();
+    for (e, origin) in initial {
+        if let Err(why) = registry.check_new(&e) {
+            if origin == Origin::File {
+                return Err(invalid(why));
+            }
+            warn!("endpoint added at run time not restored: {why}");
             continue;
         }
-        let dev = std::fs::read_to_string(dir.join("dev"))?;
-        let (maj, min) = dev.trim().split_once(':').ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("bad {}/dev", dir.display()),
-            )
-        })?;
-        let parse = |s: &str| {
-            s.parse::<u32>()
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-        };
-        let name = entry_name(&dir);
-        return Ok((name, libc::makedev(parse(maj)?, parse(min)?)));
+        let socket = e.socket_path(&cfg.socket_dir);
+        let view = crate::endpoints::sysfs_view_for(&socket, &sockets, host);
+        registry.insert(Arc::new(Endpoint::new(e, socket, origin, view)));
     }
-    Err(io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("{ibdev} has no uverbs device (is ib_uverbs loaded?)"),
-    ))
-}
-
-fn entry_name(dir: &Path) -> String {
-    dir.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-fn build_vpc(cfg: &Config) -> vbond::VpcMap {
-    let mut vpc = vbond::VpcMap::default();
-    for v in &cfg.vpc {
-        let name = v
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("{}-{}", v.tenant, v.vip));
-        vpc.insert(v.vni, v.vip, name, v.host);
-    }
-    vpc
+    Ok(registry)
 }
 
 impl Daemon {
     pub fn start(cfg: Config, config_dir: &Path) -> io::Result<Daemon> {
-        let mut admission = Admission::new(&cfg, config_dir)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("policy: {e}")))?;
+        let host = HostDevice::discover(Path::new("/sys"), &cfg.device, cfg.port)?;
+        let registry = initial_registry(&cfg, &host)?;
+        let endpoint_cfgs = registry.configs();
+        let mut admission = Admission::new(&cfg, config_dir, registry.policy_refs())
+            .map_err(|e| invalid(format!("policy: {e}")))?;
         match admission.active() {
             Some(p) => {
-                let rules = crate::firewall::render(&p, &cfg.endpoints)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                let rules = crate::firewall::render(&p, &endpoint_cfgs).map_err(invalid)?;
                 crate::firewall::load(&rules)?;
                 info!(file = %p.file(), version = %p.version_hash(), "security groups loaded")
             }
             None => warn!("no policy configured: every pair of endpoints in a VPC may connect"),
         }
-        let host = HostDevice::discover(Path::new("/sys"), &cfg.device, cfg.port)?;
         let underlay_gid = vbond::ipv4_mapped_gid(cfg.underlay.ip);
         if !host.gids.iter().any(|g| g.gid == underlay_gid && g.roce_v2) {
             return Err(io::Error::new(
@@ -219,7 +152,7 @@ impl Daemon {
         };
         let is_rxe = host.driver_id == crate::uverbs::RDMA_DRIVER_RXE;
         if crate::backstop::wanted(&cfg.backstop, is_rxe) {
-            let b = crate::backstop::Backstop::start(&cfg)
+            let b = crate::backstop::Backstop::start(&cfg, &endpoint_cfgs)
                 .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
             admission.set_backstop(b);
         } else if is_rxe {
@@ -229,32 +162,15 @@ impl Daemon {
         }
         info!(
             device = %cfg.device, port = cfg.port, underlay = %cfg.underlay.ip,
-            "serving {} endpoint(s), VPC map of {}", cfg.endpoints.len(), cfg.vpc.len()
+            "serving {} endpoint(s), VPC map of {}", endpoint_cfgs.len(), registry.vpc().len()
         );
-        let endpoints: Vec<Arc<Endpoint>> = cfg
-            .endpoints
-            .iter()
-            .map(|e| {
-                let socket = e.socket_path(&cfg.socket_dir);
-                Arc::new(Endpoint {
-                    view: sysfs_view_for(&cfg, &socket, &host),
-                    socket,
-                    cfg: e.clone(),
-                    refused_connections: AtomicU64::new(0),
-                    refused_requests: AtomicU64::new(0),
-                    audit_bypasses: AtomicU64::new(0),
-                    audit_kills: AtomicU64::new(0),
-                    binding: Mutex::new(None),
-                })
-            })
-            .collect();
         let admission_metrics = admission.metrics.clone();
         let shared = Arc::new(Shared {
             admission,
             fds: Mutex::new(BTreeMap::new()),
-            vpc: build_vpc(&cfg),
+            registry,
+            endpoint_ops: Mutex::new(()),
             host,
-            endpoints,
             started: Instant::now(),
             sessions: Mutex::new(BTreeMap::new()),
             conns: Mutex::new(BTreeMap::new()),
@@ -272,38 +188,20 @@ impl Daemon {
         shared.metrics.policy_applied_now();
 
         std::fs::create_dir_all(&shared.cfg.socket_dir)?;
-        let mut listeners = Vec::new();
-        let cleanup_on_error = |listeners: &Vec<(PathBuf, Arc<Listener>)>| {
-            for (p, _) in listeners {
-                let _ = std::fs::remove_file(p);
+        // On a failed start, the sockets already made go again.
+        let unserve_all = |shared: &Shared| {
+            for ep in shared.registry.local() {
+                let _ = std::fs::remove_file(&ep.socket);
             }
         };
-        for ep in &shared.endpoints {
-            let bound = ep
-                .socket
-                .parent()
-                .map(std::fs::create_dir_all)
-                .unwrap_or(Ok(()))
-                // Any local process may connect: the endpoint's identity is
-                // checked against the peer's network namespace.
-                .and_then(|_| Listener::bind(&ep.socket, 0o666));
-            match bound {
-                Ok(l) => listeners.push((ep.socket.clone(), Arc::new(l))),
-                Err(e) => {
-                    cleanup_on_error(&listeners);
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "endpoint {}: cannot listen on {}: {e}",
-                            ep.cfg.name,
-                            ep.socket.display()
-                        ),
-                    ));
-                }
+        for ep in shared.registry.local() {
+            if let Err(e) = crate::endpoints::serve(&shared, &ep) {
+                unserve_all(&shared);
+                return Err(e);
             }
         }
         if let Err(e) = crate::cm_link::start(&shared) {
-            cleanup_on_error(&listeners);
+            unserve_all(&shared);
             return Err(e);
         }
         let control_path = shared.cfg.control_socket();
@@ -311,7 +209,7 @@ impl Daemon {
         let control = match UnixListener::bind(&control_path) {
             Ok(c) => c,
             Err(e) => {
-                cleanup_on_error(&listeners);
+                unserve_all(&shared);
                 return Err(io::Error::new(
                     e.kind(),
                     format!("cannot listen on {}: {e}", control_path.display()),
@@ -322,18 +220,11 @@ impl Daemon {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&control_path, std::fs::Permissions::from_mode(0o600))?;
         }
-        for (ep, (_, l)) in shared.endpoints.iter().zip(&listeners) {
-            let (shared, ep, l) = (shared.clone(), ep.clone(), l.clone());
-            thread::Builder::new()
-                .name(format!("accept-{}", ep.cfg.name))
-                .spawn(move || accept_loop(shared, ep, l))?;
-            debug!("listening for endpoint");
-        }
         {
             let shared = shared.clone();
             thread::Builder::new()
                 .name("control".into())
-                .spawn(move || control_loop(shared, control))?;
+                .spawn(move || crate::control_server::control_loop(shared, control))?;
         }
         if shared.admission.backstop().is_some() {
             let s = shared.clone();
@@ -360,7 +251,7 @@ impl Daemon {
             let weak = Arc::downgrade(&shared);
             let stopping = move || weak.upgrade().is_none_or(|s| s.is_stopping());
             if let Err(e) = crate::metrics::serve(registry, addr, stopping) {
-                cleanup_on_error(&listeners);
+                unserve_all(&shared);
                 return Err(e);
             }
         }
@@ -370,16 +261,8 @@ impl Daemon {
                 .name("audit".into())
                 .spawn(move || crate::audit::run(s, nl))?;
         }
-        for ep in &shared.endpoints {
-            // Reading the vNIC writes the endpoint's sysfs view; a namespace
-            // that does not exist yet is picked up by the view's thread.
-            if let Err(e) = session::with_vnic(ep, |_| ()) {
-                debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
-            }
-            info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
-                  vip = %ep.cfg.vip, socket = %ep.socket.display(), "endpoint ready");
-        }
-        if shared.endpoints.iter().any(|ep| ep.view.is_some()) {
+        {
+            // Always running: an endpoint added later may have a view.
             let s = shared.clone();
             thread::Builder::new()
                 .name("sysfs-view".into())
@@ -387,7 +270,6 @@ impl Daemon {
         }
         Ok(Daemon {
             shared,
-            listeners,
             control_path,
         })
     }
@@ -410,92 +292,23 @@ impl Daemon {
 
     pub fn shutdown(self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
-        for (path, _) in &self.listeners {
-            let _ = std::fs::remove_file(path);
+        let endpoints = self.shared.registry.local();
+        for ep in &endpoints {
+            let _ = std::fs::remove_file(&ep.socket);
         }
         let _ = std::fs::remove_file(&self.control_path);
-        for ep in &self.shared.endpoints {
+        for ep in &endpoints {
             if let Some(v) = &ep.view {
                 v.remove();
             }
         }
-        if let Err(e) = crate::firewall::remove(&self.shared.cfg.endpoints) {
+        if let Err(e) = crate::firewall::remove(&self.shared.registry.configs()) {
             warn!("cannot remove the nftables rules: {e}");
         }
         for conn in lock(&self.shared.conns).values() {
             conn.shutdown();
         }
         info!("stopped; tenants' established QPs keep running on the NIC");
-    }
-}
-
-fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
-    loop {
-        let conn = match listener.accept() {
-            Ok(c) => c,
-            Err(e) => {
-                if shared.stopping.load(Ordering::SeqCst) {
-                    return;
-                }
-                warn!(endpoint = %ep.cfg.name, "accept failed: {e}");
-                thread::sleep(std::time::Duration::from_millis(100));
-                continue;
-            }
-        };
-        if shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let pid = match conn.peer_pid() {
-            Ok(p) => p,
-            Err(e) => {
-                warn!(endpoint = %ep.cfg.name, "cannot identify peer: {e}");
-                continue;
-            }
-        };
-        if let Err(why) = same_netns(pid, &ep.cfg.netns) {
-            ep.refused_connections.fetch_add(1, Ordering::Relaxed);
-            warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
-            continue;
-        }
-        if let Some(b) = shared.admission.backstop() {
-            // The endpoint's cgroup may have appeared since the last look.
-            b.refresh_cgroups();
-        }
-        let id = shared.next_session.fetch_add(1, Ordering::SeqCst);
-        let (shared, ep) = (shared.clone(), ep.clone());
-        let spawned = thread::Builder::new()
-            .name(format!("session-{id}"))
-            .spawn(move || run_session(shared, ep, conn, id, pid));
-        if let Err(e) = spawned {
-            warn!("cannot start a session thread: {e}");
-        }
-    }
-}
-
-/// The sysfs view of an endpoint, in its socket directory, unless another
-/// endpoint shares that directory (a configured `socket:` path can).
-fn sysfs_view_for(
-    cfg: &Config,
-    socket: &Path,
-    host: &HostDevice,
-) -> Option<crate::sysfs_view::View> {
-    let dir = socket.parent()?;
-    let shared_dir = cfg
-        .endpoints
-        .iter()
-        .filter(|e| e.socket_path(&cfg.socket_dir).parent() == Some(dir))
-        .count()
-        > 1;
-    if shared_dir {
-        warn!(dir = %dir.display(), "endpoints share a socket directory: no sysfs view");
-        return None;
-    }
-    match crate::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            warn!("no sysfs view: {e}");
-            None
-        }
     }
 }
 
@@ -509,7 +322,8 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
     while !shared.is_stopping() {
         // Duplicates, so the poll holds no endpoint's lock.
         let fds: Vec<OwnedFd> = shared
-            .endpoints
+            .registry
+            .local()
             .iter()
             .filter_map(|ep| {
                 let slot = lock(&ep.binding);
@@ -526,7 +340,7 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
         if shared.is_stopping() {
             return;
         }
-        for ep in &shared.endpoints {
+        for ep in &shared.registry.local() {
             let Some(view) = &ep.view else { continue };
             view.refresh_phys();
             let gone = match session::with_vnic(ep, |_| ()) {
@@ -580,67 +394,26 @@ fn backstop_loop(shared: Arc<Shared>) {
     }
 }
 
-/// An app belongs to an endpoint when it lives in that endpoint's network
-/// namespace: the socket path alone could be reached from elsewhere.
-fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
-    let want = std::fs::metadata(netns)
-        .map_err(|e| format!("endpoint namespace {}: {e}", netns.display()))?;
-    let have = std::fs::metadata(format!("/proc/{pid}/ns/net"))
-        .map_err(|e| format!("pid {pid} network namespace: {e}"))?;
-    if (want.dev(), want.ino()) == (have.dev(), have.ino()) {
-        Ok(())
-    } else {
-        Err(format!(
-            "pid {pid} is not in the endpoint's network namespace {}",
-            netns.display()
-        ))
-    }
-}
-
-fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
-    if let Ok(c) = conn.try_clone() {
-        lock(&shared.conns).insert(id, c);
-    }
-    lock(&shared.sessions).insert(
-        id,
-        SessionView {
-            endpoint: ep.cfg.name.clone(),
-            tenant: ep.cfg.tenant.clone(),
-            pid,
-            app: String::new(),
-            started: now_secs(),
-            requests: 0,
-            qps: BTreeMap::new(),
-        },
-    );
-    let span = tracing::info_span!("session", id, endpoint = %ep.cfg.name, pid);
-    let _enter = span.enter();
-    debug!("connected");
-    let mut sess = Session::new(id, pid, ep.clone());
-    session::serve(&shared, &mut sess, &conn);
-    lock(&shared.sessions).remove(&id);
-    lock(&shared.conns).remove(&id);
-    lock(&shared.fds).remove(&id);
-    shared.cm.session_gone(id);
-    shared
-        .admitted
-        .session_gone(id, 2 * shared.audit_interval());
-    for e in shared.admission.table().remove_session(id) {
-        debug!(qpn = e.local_qpn, "connection untracked: app gone");
-    }
-    if let Some(b) = shared.admission.backstop() {
-        for qp in sess.qps.values() {
-            b.qp_gone(qp.qpn);
-        }
-    }
-    if !sess.qps.is_empty() {
-        info!("app gone; forgetting {} QP(s)", sess.qps.len());
-    } else {
-        debug!("closed");
-    }
-}
-
 impl Shared {
+    pub fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// A session starts: shown by the control socket from now on, and
+    /// closable (`conn`) by an endpoint's removal or masqd's stop.
+    pub fn session_opened(&self, id: u64, conn: &Conn, view: SessionView) {
+        if let Ok(c) = conn.try_clone() {
+            lock(&self.conns).insert(id, c);
+        }
+        lock(&self.sessions).insert(id, view);
+    }
+
+    pub fn session_closed(&self, id: u64) {
+        lock(&self.sessions).remove(&id);
+        lock(&self.conns).remove(&id);
+        lock(&self.fds).remove(&id);
+    }
+
     /// Whether session's app has exited, even if its session thread has
     /// not read the hang-up yet (the CM then frees its ports at once, as
     /// the kernel does before the app's parent can see it exit).
@@ -676,7 +449,7 @@ impl Shared {
     /// reset what it no longer allows.
     pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
         let started = Instant::now();
-        crate::firewall::render(&policy, &self.cfg.endpoints)
+        crate::firewall::render(&policy, &self.registry.configs())
             .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy);
@@ -685,7 +458,7 @@ impl Shared {
         // Under `keep`, established tcp/udp flows stay too (stateful
         // security groups); otherwise their kernel entries go.
         let flows = match (applied.keep, self.admission.active()) {
-            (false, Some(p)) => crate::kconntrack::drop_denied(&p, &self.cfg.endpoints),
+            (false, Some(p)) => crate::kconntrack::drop_denied(&p, &self.registry.configs()),
             _ => 0,
         };
         let ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -745,7 +518,8 @@ impl Shared {
             .map(|e| (e.vni, e.local_vip))
             .collect();
         let endpoints = self
-            .endpoints
+            .registry
+            .local()
             .iter()
             .map(|ep| {
                 let mine = || sessions.values().filter(|s| s.endpoint == ep.cfg.name);
@@ -777,175 +551,6 @@ impl Shared {
                 .active()
                 .map(|p| (p.version_hash().to_string(), p.file().to_string())),
             port_counters: crate::metrics::port_counters(&port_dir),
-        }
-    }
-}
-
-fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
-    for stream in listener.incoming() {
-        if shared.is_stopping() {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let shared = shared.clone();
-        // A thread per connection: `conntrack -E` keeps its stream open.
-        let _ = thread::Builder::new()
-            .name("control-conn".into())
-            .spawn(move || control_conn(&shared, stream));
-    }
-}
-
-fn control_conn(shared: &Shared, mut stream: std::os::unix::net::UnixStream) {
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    let reply = match control::read_request(&stream) {
-        Ok(Request::ConntrackEvents { filter }) => match filter.compile() {
-            Ok(f) => return stream_events(shared, stream, f),
-            Err(e) => json!({ "error": e }),
-        },
-        Ok(req) => answer(shared, &req),
-        Err(e) => json!({ "error": e }),
-    };
-    let mut line = reply.to_string();
-    line.push('\n');
-    let _ = stream.write_all(line.as_bytes());
-}
-
-fn stream_events(
-    shared: &Shared,
-    mut stream: std::os::unix::net::UnixStream,
-    f: rconntrack::Filter,
-) {
-    let rx = shared.admission.table().subscribe(4096);
-    for ev in rx {
-        if !f.matches(&ev.entry) {
-            continue;
-        }
-        let mut line = json!({ "event": ev.to_string(), "data": ev }).to_string();
-        line.push('\n');
-        if stream.write_all(line.as_bytes()).is_err() || shared.is_stopping() {
-            return;
-        }
-    }
-}
-
-/// The backstop's drop counters, or null when it is off.
-fn backstop_status(shared: &Shared) -> Value {
-    let Some(b) = shared.admission.backstop() else {
-        return Value::Null;
-    };
-    match b.counters() {
-        Ok(c) => json!({
-            "table": format!("inet {}", crate::backstop::TABLE),
-            "drops": c.iter().map(|(name, packets, bytes)| {
-                json!({"counter": name, "packets": packets, "bytes": bytes})
-            }).collect::<Vec<_>>(),
-        }),
-        Err(e) => json!({"error": e}),
-    }
-}
-
-fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
-    json!({
-        "lines": entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-        "entries": entries,
-    })
-}
-
-fn answer(shared: &Shared, req: &Request) -> Value {
-    let sessions = lock(&shared.sessions).clone();
-    match req {
-        Request::Status => json!({
-            "host": shared.cfg.underlay.ip.to_string(),
-            "device": shared.host.name,
-            "port": shared.host.port,
-            "endpoints": shared.endpoints.len(),
-            "sessions": sessions.len(),
-            "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
-            "uptime_s": shared.started.elapsed().as_secs(),
-            "backstop": backstop_status(shared),
-        }),
-        Request::Endpoints => {
-            let eps: Vec<Value> = shared
-                .endpoints
-                .iter()
-                .map(|ep| {
-                    let n = sessions
-                        .values()
-                        .filter(|s| s.endpoint == ep.cfg.name)
-                        .count();
-                    let mut v = json!({
-                        "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
-                        "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
-                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": session::VDEV_NAME,
-                        "sessions": n,
-                        "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
-                        "refused_requests": ep.refused_requests.load(Ordering::Relaxed),
-                        "audit_bypasses": ep.audit_bypasses.load(Ordering::Relaxed),
-                        "audit_kills": ep.audit_kills.load(Ordering::Relaxed),
-                    });
-                    match session::virtual_gids(ep) {
-                        Ok(t) => {
-                            v["gids"] = t
-                                .iter()
-                                .map(|g| {
-                                    json!({
-                                        "index": g.index, "gid": vbond::gid_to_string(&g.gid),
-                                        "type": if g.roce_v2 { "RoCE v2" } else { "RoCE v1" },
-                                    })
-                                })
-                                .collect();
-                        }
-                        Err(e) => v["gid_error"] = json!(e.to_string()),
-                    }
-                    v
-                })
-                .collect();
-            json!({ "endpoints": eps })
-        }
-        Request::PolicyCheck { path } => match shared.admission.check(path) {
-            Ok(p) => json!({ "version": p.version_hash() }),
-            Err(e) => json!({ "error": e }),
-        },
-        Request::PolicyApply { path } => match shared.admission.check(path) {
-            Ok(p) => shared
-                .apply_policy(p)
-                .unwrap_or_else(|e| json!({ "error": format!("{e}\npolicy not changed") })),
-            Err(e) => json!({ "error": format!("{e}\npolicy not changed") }),
-        },
-        Request::PolicyShow => match shared.admission.active() {
-            Some(p) => json!({
-                "file": p.file(), "version": p.version_hash(),
-                "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
-                "text": std::fs::read_to_string(p.file()).ok(),
-            }),
-            None => json!({ "file": null, "version": null,
-                            "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
-        },
-        Request::ConntrackList { filter } => match filter.compile() {
-            Ok(f) => conntrack_reply(shared.admission.table().list(&f).cloned().collect()),
-            Err(e) => json!({ "error": e }),
-        },
-        Request::ConntrackDelete { filter } => match filter.compile() {
-            Ok(f) => {
-                let victims: Vec<_> = shared.admission.table().list(&f).cloned().collect();
-                json!({ "reset": shared.reset(&victims, "deleted by the operator") })
-            }
-            Err(e) => json!({ "error": e }),
-        },
-        Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
-        Request::Cm => json!({ "ids": shared.cm.list() }),
-        Request::Sessions => {
-            let list: Vec<Value> = sessions
-                .iter()
-                .map(|(id, s)| {
-                    json!({
-                        "id": id, "endpoint": s.endpoint, "tenant": s.tenant, "pid": s.pid,
-                        "app": s.app, "started": s.started, "requests": s.requests,
-                        "qps": s.qps.values().map(QpRecord::to_json).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            json!({ "sessions": list })
         }
     }
 }

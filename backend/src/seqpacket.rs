@@ -65,6 +65,12 @@ impl Listener {
             }
         }
     }
+
+    /// Wake a thread blocked in `accept` (it gets EINVAL) and refuse new
+    /// connections: the endpoint is going.
+    pub fn shutdown(&self) {
+        let _ = socket::shutdown(self.0.as_raw_fd(), socket::Shutdown::Both);
+    }
 }
 
 impl Conn {

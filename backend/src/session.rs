@@ -1,8 +1,9 @@
 //! One app context's session: validate each request, translate virtual
 //! addresses, run the verbs command on the tenant's own uverbs file.
 
-use crate::daemon::{Endpoint, Shared};
+use crate::daemon::Shared;
 use crate::ibv::{IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_STATE};
+use crate::registry::Endpoint;
 use crate::seqpacket::Conn;
 use crate::{audit, ownership, uverbs};
 use masq_proto as proto;
@@ -454,7 +455,13 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         let tr = |e: vbond::TranslateError| {
             refuse(e.errno(), format!("{e} (tenant {})", sess.ep.cfg.tenant))
         };
-        let dest = shared.vpc.translate_dgid(vni, &ah.dgid).map_err(tr)?;
+        // Copied out: the map is not held across the vNIC read and below.
+        let (dest_vip, dest_host, dest_name, phys_dgid, traffic_class) = {
+            let vpc = shared.registry.vpc();
+            let d = vpc.translate_dgid(vni, &ah.dgid).map_err(tr)?;
+            let tc = vpc.traffic_class(vni, ah.traffic_class);
+            (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid, tc)
+        };
         let vgids = virtual_gids(&sess.ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
         let psgid = vbond::translate_sgid_index(
             &vgids,
@@ -464,12 +471,12 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         )
         .map_err(tr)?;
         cmd.dest = uverbs::QpDest {
-            dgid: dest.phys_dgid,
+            dgid: phys_dgid,
             flow_label: ah.flow_label,
             dlid: ah.dlid,
             sgid_index: psgid as u8,
             hop_limit: ah.hop_limit,
-            traffic_class: shared.vpc.traffic_class(vni, ah.traffic_class),
+            traffic_class,
             sl: ah.sl,
             src_path_bits: ah.src_path_bits,
             static_rate: ah.static_rate,
@@ -477,12 +484,7 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             port_num: shared.host.port,
             ..Default::default()
         };
-        route = Some((
-            dest.vip,
-            dest.peer.host,
-            dest.peer.name.clone(),
-            ah.sgid_index,
-        ));
+        route = Some((dest_vip, dest_host, dest_name, ah.sgid_index));
     }
     // The QPN is taken from the app: the kernel must vouch for it before
     // masqd records, tracks or connects it. Once per QP: a record keeps
@@ -856,15 +858,18 @@ fn verify_resync(
         return Err("connected, but no destination was named".into());
     }
     let ep = &sess.ep.cfg;
-    let route = shared
-        .vpc
-        .translate_dgid(ep.vni, &r.dgid)
-        .map_err(|e| format!("claimed destination: {e}"))?;
-    if route.phys_dgid != k.dest.dgid {
+    let (route_vip, route_host, phys_dgid) = {
+        let vpc = shared.registry.vpc();
+        let r = vpc
+            .translate_dgid(ep.vni, &r.dgid)
+            .map_err(|e| format!("claimed destination: {e}"))?;
+        (r.vip, r.peer.host, r.phys_dgid)
+    };
+    if phys_dgid != k.dest.dgid {
         return Err(format!(
             "the kernel's destination {} is not the host of {}",
             vbond::gid_to_string(&k.dest.dgid),
-            route.vip
+            route_vip
         ));
     }
     let vgids = virtual_gids(&sess.ep).map_err(|e| format!("cannot read the vNIC: {e}"))?;
@@ -883,7 +888,7 @@ fn verify_resync(
     }
     let rule = shared
         .admission
-        .decide(&ep.tenant, ep.vni, ep.vip, route.vip)
-        .map_err(|why| format!("security groups deny {} -> {}: {why}", ep.vip, route.vip))?;
-    Ok((route.vip, route.peer.host, rule))
+        .decide(&ep.tenant, ep.vni, ep.vip, route_vip)
+        .map_err(|why| format!("security groups deny {} -> {}: {why}", ep.vip, route_vip))?;
+    Ok((route_vip, route_host, rule))
 }

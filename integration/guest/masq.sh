@@ -46,6 +46,9 @@ up() {
 }
 
 down() {
+    # Every run starts from a clean host: endpoints added at run time
+    # (which masqd keeps across its restarts) go with the run.
+    rm -f /run/masq/runtime-endpoints.yaml
     running || { rm -f "$PIDFILE"; return 0; }
     local pid; pid=$(cat "$PIDFILE")
     kill -TERM "$pid"

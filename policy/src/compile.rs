@@ -400,6 +400,11 @@ fn known_list(mut names: Vec<&str>) -> String {
     s
 }
 
+/// Whether `name` is a known endpoint of `tenant`.
+fn owned(by_name: &HashMap<&str, &EndpointRef>, name: &str, tenant: &str) -> bool {
+    by_name.get(name).is_some_and(|ep| ep.tenant == tenant)
+}
+
 fn union_sorted(a: &[u32], b: &[u32]) -> Box<[u32]> {
     let mut v: Vec<u32> = a.iter().chain(b).copied().collect();
     v.sort_unstable();
@@ -409,7 +414,16 @@ fn union_sorted(a: &[u32], b: &[u32]) -> Box<[u32]> {
 
 /// Resolves names against the document's groups and masqd's endpoints and
 /// builds the matcher; resolution errors go to `errs`.
-pub(crate) fn compile(doc: &Document, endpoints: &[EndpointRef], errs: &mut Errors) -> Compiled {
+///
+/// With `dangling` given, a member naming an endpoint that is not (or no
+/// longer) known, or not of its tenant, matches nothing and is listed there
+/// instead of being an error: endpoints come and go under a policy.
+pub(crate) fn compile(
+    doc: &Document,
+    endpoints: &[EndpointRef],
+    errs: &mut Errors,
+    mut dangling: Option<&mut Vec<String>>,
+) -> Compiled {
     let mut by_name: HashMap<&str, &EndpointRef> = HashMap::new();
     for ep in endpoints {
         by_name.entry(ep.name.as_str()).or_insert(ep);
@@ -437,6 +451,11 @@ pub(crate) fn compile(doc: &Document, endpoints: &[EndpointRef], errs: &mut Erro
                         net_members.push((*c, gi));
                     }
                     MemberKind::Endpoint(name) => match by_name.get(name.as_str()) {
+                        None | Some(_) if dangling.is_some() && !owned(&by_name, name, &t.name) => {
+                            if let Some(d) = dangling.as_deref_mut() {
+                                d.push(name.clone());
+                            }
+                        }
                         None => {
                             let known: Vec<&str> = endpoints
                                 .iter()

@@ -179,6 +179,8 @@ pub struct Policy {
     hash: String,
     compiled: Compiled,
     endpoints: HashMap<String, EndpointRef>,
+    /// The text it was parsed from, to resolve it again (`rebind`).
+    text: Arc<str>,
 }
 
 impl Default for Policy {
@@ -210,6 +212,7 @@ impl Policy {
             hash: sha256_hex(&schema::canonical(&doc)),
             compiled: Compiled::default(),
             endpoints: HashMap::new(),
+            text: Arc::from(""),
         }
     }
 
@@ -221,6 +224,26 @@ impl Policy {
         file_name: &str,
         endpoints: &[EndpointRef],
     ) -> Result<Policy, PolicyErrors> {
+        Self::parse_with(text, file_name, endpoints, None)
+    }
+
+    /// The same policy resolved against a changed set of endpoints: what it
+    /// names that is gone matches nothing until it is back, and is returned
+    /// (sorted) so the caller can say so. The version is unchanged.
+    pub fn rebind(&self, endpoints: &[EndpointRef]) -> Result<(Policy, Vec<String>), PolicyErrors> {
+        let mut dangling = Vec::new();
+        let p = Self::parse_with(&self.text, &self.file, endpoints, Some(&mut dangling))?;
+        dangling.sort();
+        dangling.dedup();
+        Ok((p, dangling))
+    }
+
+    fn parse_with(
+        text: &str,
+        file_name: &str,
+        endpoints: &[EndpointRef],
+        dangling: Option<&mut Vec<String>>,
+    ) -> Result<Policy, PolicyErrors> {
         let root = yaml::parse(text).map_err(|(loc, message)| {
             PolicyErrors::single(PolicyError {
                 file: file_name.to_string(),
@@ -231,7 +254,7 @@ impl Policy {
         })?;
         let mut errs = error::Errors::new(file_name);
         let doc = schema::walk(&root, &mut errs);
-        let compiled = compile::compile(&doc, endpoints, &mut errs);
+        let compiled = compile::compile(&doc, endpoints, &mut errs, dangling);
         if let Some(e) = errs.finish() {
             return Err(e);
         }
@@ -245,6 +268,7 @@ impl Policy {
             hash: sha256_hex(&schema::canonical(&doc)),
             compiled,
             endpoints: by_name,
+            text: Arc::from(text),
         })
     }
 
@@ -276,6 +300,11 @@ impl Policy {
             ))
         })?;
         Self::parse(&text, &file, endpoints)
+    }
+
+    /// The policy's text as parsed.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// The file name given to `parse` (or path given to `load`).

@@ -758,3 +758,50 @@ fn port_forms() {
     assert!(ok(Udp, 1000) && ok(Udp, 1002) && !ok(Udp, 1003) && !ok(Tcp, 1001));
     assert!(ok(Tcp, 443) && ok(Tcp, 8443) && ok(Tcp, 9001) && ok(Tcp, 65535) && !ok(Tcp, 9002));
 }
+
+// ------------------------------------------------------------ endpoints that come and go
+
+#[test]
+fn rebind_lets_named_members_go_and_come_back_without_changing_the_version() {
+    let p = Policy::load(example_path(), &endpoints()).unwrap();
+    assert!(
+        p.rdma_allowed("acme", 100, ip("10.0.0.1"), ip("10.0.0.2"))
+            .allowed
+    );
+    // acme-b (db) is gone: its vIP is nobody's member now.
+    let without_b: Vec<EndpointRef> = endpoints()
+        .into_iter()
+        .filter(|e| e.name != "acme-b")
+        .collect();
+    let (gone, dangling) = p.rebind(&without_b).unwrap();
+    assert_eq!(dangling, ["acme-b"]);
+    assert_eq!(gone.version_hash(), p.version_hash());
+    assert!(gone.groups_of("acme", 100, ip("10.0.0.2")).is_empty());
+    assert!(
+        !gone
+            .rdma_allowed("acme", 100, ip("10.0.0.1"), ip("10.0.0.2"))
+            .allowed
+    );
+    // A strict parse of the same text names the missing endpoint.
+    let e = Policy::parse(p.text(), "policy.yaml", &without_b).unwrap_err();
+    assert!(e.to_string().contains("unknown endpoint \"acme-b\""), "{e}");
+    // Back, at a new vIP: the rules follow the name.
+    let mut moved = without_b.clone();
+    moved.push(EndpointRef::new("acme-b", "acme", 100, ip("10.0.0.9")));
+    let (back, dangling) = gone.rebind(&moved).unwrap();
+    assert!(dangling.is_empty());
+    assert!(
+        back.rdma_allowed("acme", 100, ip("10.0.0.1"), ip("10.0.0.9"))
+            .allowed
+    );
+    assert!(
+        !back
+            .rdma_allowed("acme", 100, ip("10.0.0.1"), ip("10.0.0.2"))
+            .allowed
+    );
+    // A name now held by another tenant is dangling, not another's member.
+    let mut stolen = without_b;
+    stolen.push(EndpointRef::new("acme-b", "globex", 200, ip("10.0.0.7")));
+    let (_, dangling) = p.rebind(&stolen).unwrap();
+    assert_eq!(dangling, ["acme-b"]);
+}

@@ -1,6 +1,7 @@
 //! masqctl: look at and steer a running masqd through its control socket.
 
 use clap::{Parser, Subcommand, ValueEnum};
+use masq_backend::config::EndpointConfig;
 use masq_backend::control::{self, CtFilter, Request};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +37,9 @@ enum Command {
     Status,
     /// Endpoints served on this host and their virtual devices (GID tables).
     Endpoints,
+    /// Add or delete an endpoint while masqd runs, or list them.
+    #[command(subcommand)]
+    Endpoint(EndpointCmd),
     /// Live sessions (one per opened device context) and their QPs.
     Sessions,
     /// RDMA CM ids of librdmacm apps: listeners and connections.
@@ -45,6 +49,46 @@ enum Command {
     Policy(PolicyCmd),
     /// The RConntrack table of admitted RDMA connections, like conntrack(8).
     Conntrack(ConntrackArgs),
+}
+
+#[derive(Subcommand)]
+enum EndpointCmd {
+    /// Serve a new endpoint at once: its socket (at <socketDir>/endpoints/
+    /// NAME/masq.sock), backstop chain and tcp/udp rules. Checked as the
+    /// config file's endpoints are; a bad one changes nothing. masqd keeps
+    /// it across restarts until it is deleted.
+    Add(EndpointAddArgs),
+    /// Stop serving NAME: its apps' QPs go to ERROR (work requests flush),
+    /// their sessions and CM ids close, and its connections are untracked.
+    Del { name: String },
+    /// The endpoints, where each came from (file or command) and its GIDs.
+    List,
+}
+
+#[derive(clap::Args)]
+struct EndpointAddArgs {
+    /// Endpoint name (A-Z, a-z, 0-9, '-', '_', '.'; at most 64).
+    name: String,
+    #[arg(long)]
+    tenant: String,
+    /// The tenant's VPC (VXLAN network identifier).
+    #[arg(long)]
+    vni: u32,
+    /// The endpoint's virtual IP in that VPC.
+    #[arg(long)]
+    vip: std::net::Ipv4Addr,
+    /// Its network namespace, e.g. /run/netns/NAME or /proc/PID/ns/net.
+    #[arg(long)]
+    netns: PathBuf,
+    /// The vNIC inside that namespace.
+    #[arg(long, default_value = "eth0")]
+    vnic: String,
+    /// Host side of the vNIC (a bridge port), for the policy's tcp/udp rules.
+    #[arg(long, requires = "bridge")]
+    host_if: Option<String>,
+    /// The bridge host_if is on.
+    #[arg(long, requires = "host_if")]
+    bridge: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -95,7 +139,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let req = match cli.command {
         Command::Status => Request::Status,
-        Command::Endpoints => Request::Endpoints,
+        Command::Endpoints | Command::Endpoint(EndpointCmd::List) => Request::Endpoints,
+        Command::Endpoint(EndpointCmd::Add(a)) => Request::EndpointAdd {
+            endpoint: EndpointConfig {
+                name: a.name,
+                tenant: a.tenant,
+                vni: a.vni,
+                vip: a.vip,
+                // Not canonicalized: /proc/PID/ns/net must stay as given.
+                netns: std::path::absolute(&a.netns).unwrap_or(a.netns),
+                vnic: a.vnic,
+                host_if: a.host_if,
+                bridge: a.bridge,
+                socket: None,
+            },
+        },
+        Command::Endpoint(EndpointCmd::Del { name }) => Request::EndpointDel { name },
         Command::Sessions => Request::Sessions,
         Command::Cm => Request::Cm,
         Command::Policy(PolicyCmd::Check { file }) => Request::PolicyCheck {

@@ -59,7 +59,11 @@ fn main() -> ExitCode {
         .map(|p| p.to_path_buf())
         .unwrap_or_default();
     if cli.check {
-        let policy = match masq_backend::admission::Admission::new(&cfg, &config_dir) {
+        let policy = match masq_backend::admission::Admission::new(
+            &cfg,
+            &config_dir,
+            masq_backend::registry::Registry::new(&cfg).policy_refs(),
+        ) {
             Ok(a) => a
                 .active()
                 .map(|p| format!("policy {} version {}", p.file(), p.version_hash()))

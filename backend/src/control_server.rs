@@ -1,0 +1,189 @@
+//! The control socket's server side: one thread per masqctl connection,
+//! answering the requests of `control.rs`.
+
+use crate::control::{self, Request};
+use crate::daemon::{lock, Shared};
+use crate::session::{self, QpRecord};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+
+pub fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
+    for stream in listener.incoming() {
+        if shared.is_stopping() {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let shared = shared.clone();
+        // A thread per connection: `conntrack -E` keeps its stream open.
+        let _ = thread::Builder::new()
+            .name("control-conn".into())
+            .spawn(move || control_conn(&shared, stream));
+    }
+}
+
+fn control_conn(shared: &Arc<Shared>, mut stream: std::os::unix::net::UnixStream) {
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let reply = match control::read_request(&stream) {
+        Ok(Request::ConntrackEvents { filter }) => match filter.compile() {
+            Ok(f) => return stream_events(shared, stream, f),
+            Err(e) => json!({ "error": e }),
+        },
+        Ok(req) => answer(shared, &req),
+        Err(e) => json!({ "error": e }),
+    };
+    let mut line = reply.to_string();
+    line.push('\n');
+    let _ = stream.write_all(line.as_bytes());
+}
+
+fn stream_events(
+    shared: &Shared,
+    mut stream: std::os::unix::net::UnixStream,
+    f: rconntrack::Filter,
+) {
+    let rx = shared.admission.table().subscribe(4096);
+    for ev in rx {
+        if !f.matches(&ev.entry) {
+            continue;
+        }
+        let mut line = json!({ "event": ev.to_string(), "data": ev }).to_string();
+        line.push('\n');
+        if stream.write_all(line.as_bytes()).is_err() || shared.is_stopping() {
+            return;
+        }
+    }
+}
+
+/// The backstop's drop counters, or null when it is off.
+fn backstop_status(shared: &Shared) -> Value {
+    let Some(b) = shared.admission.backstop() else {
+        return Value::Null;
+    };
+    match b.counters() {
+        Ok(c) => json!({
+            "table": format!("inet {}", crate::backstop::TABLE),
+            "drops": c.iter().map(|(name, packets, bytes)| {
+                json!({"counter": name, "packets": packets, "bytes": bytes})
+            }).collect::<Vec<_>>(),
+        }),
+        Err(e) => json!({"error": e}),
+    }
+}
+
+fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
+    json!({
+        "lines": entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        "entries": entries,
+    })
+}
+
+fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
+    let sessions = lock(&shared.sessions).clone();
+    match req {
+        Request::Status => json!({
+            "host": shared.cfg.underlay.ip.to_string(),
+            "device": shared.host.name,
+            "port": shared.host.port,
+            "endpoints": shared.registry.local().len(),
+            "sessions": sessions.len(),
+            "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
+            "uptime_s": shared.uptime().as_secs(),
+            "backstop": backstop_status(shared),
+        }),
+        Request::EndpointAdd { endpoint } => shared
+            .add_endpoint(endpoint.clone())
+            .unwrap_or_else(|e| json!({ "error": format!("{e}\nnothing changed") })),
+        Request::EndpointDel { name } => shared
+            .remove_endpoint(name)
+            .unwrap_or_else(|e| json!({ "error": e })),
+        Request::Endpoints => {
+            let eps: Vec<Value> = shared
+                .registry
+                .local()
+                .iter()
+                .map(|ep| {
+                    let n = sessions
+                        .values()
+                        .filter(|s| s.endpoint == ep.cfg.name)
+                        .count();
+                    let mut v = json!({
+                        "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
+                        "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
+                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": session::VDEV_NAME,
+                        "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
+                        "sessions": n,
+                        "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
+                        "refused_requests": ep.refused_requests.load(Ordering::Relaxed),
+                        "audit_bypasses": ep.audit_bypasses.load(Ordering::Relaxed),
+                        "audit_kills": ep.audit_kills.load(Ordering::Relaxed),
+                    });
+                    match session::virtual_gids(ep) {
+                        Ok(t) => {
+                            v["gids"] = t
+                                .iter()
+                                .map(|g| {
+                                    json!({
+                                        "index": g.index, "gid": vbond::gid_to_string(&g.gid),
+                                        "type": if g.roce_v2 { "RoCE v2" } else { "RoCE v1" },
+                                    })
+                                })
+                                .collect();
+                        }
+                        Err(e) => v["gid_error"] = json!(e.to_string()),
+                    }
+                    v
+                })
+                .collect();
+            json!({ "endpoints": eps })
+        }
+        Request::PolicyCheck { path } => match shared.admission.check(path) {
+            Ok(p) => json!({ "version": p.version_hash() }),
+            Err(e) => json!({ "error": e }),
+        },
+        Request::PolicyApply { path } => match shared.admission.check(path) {
+            Ok(p) => shared
+                .apply_policy(p)
+                .unwrap_or_else(|e| json!({ "error": format!("{e}\npolicy not changed") })),
+            Err(e) => json!({ "error": format!("{e}\npolicy not changed") }),
+        },
+        Request::PolicyShow => match shared.admission.active() {
+            Some(p) => json!({
+                "file": p.file(), "version": p.version_hash(),
+                "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
+                "text": std::fs::read_to_string(p.file()).ok(),
+            }),
+            None => json!({ "file": null, "version": null,
+                            "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
+        },
+        Request::ConntrackList { filter } => match filter.compile() {
+            Ok(f) => conntrack_reply(shared.admission.table().list(&f).cloned().collect()),
+            Err(e) => json!({ "error": e }),
+        },
+        Request::ConntrackDelete { filter } => match filter.compile() {
+            Ok(f) => {
+                let victims: Vec<_> = shared.admission.table().list(&f).cloned().collect();
+                json!({ "reset": shared.reset(&victims, "deleted by the operator") })
+            }
+            Err(e) => json!({ "error": e }),
+        },
+        Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
+        Request::Cm => json!({ "ids": shared.cm.list() }),
+        Request::Sessions => {
+            let list: Vec<Value> = sessions
+                .iter()
+                .map(|(id, s)| {
+                    json!({
+                        "id": id, "endpoint": s.endpoint, "tenant": s.tenant, "pid": s.pid,
+                        "app": s.app, "started": s.started, "requests": s.requests,
+                        "qps": s.qps.values().map(QpRecord::to_json).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({ "sessions": list })
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The endpoints' sockets: serving one (its listener and accept thread, a
+//! session thread per app), and adding or removing one while masqd runs
+//! (`masqctl endpoint add/del`): everything an endpoint has in the kernel
+//! and on disk comes and goes with it, and no other endpoint notices.
+
+use crate::config::EndpointConfig;
+use crate::daemon::{lock, now_secs, SessionView, Shared};
+use crate::registry::{Endpoint, Origin, RuntimeFile};
+use crate::seqpacket::{Conn, Listener};
+use crate::session::{self, Session};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use tracing::{debug, info, warn};
+
+/// Listen on the endpoint's socket and accept its apps in a thread of its
+/// own.
+pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
+    let bound = ep
+        .socket
+        .parent()
+        .map(std::fs::create_dir_all)
+        .unwrap_or(Ok(()))
+        // Any local process may connect: the endpoint's identity is
+        // checked against the peer's network namespace.
+        .and_then(|_| Listener::bind(&ep.socket, 0o666));
+    let listener = match bound {
+        Ok(l) => Arc::new(l),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "endpoint {}: cannot listen on {}: {e}",
+                    ep.cfg.name,
+                    ep.socket.display()
+                ),
+            ))
+        }
+    };
+    *lock(&ep.listener) = Some(listener.clone());
+    let (s, e) = (shared.clone(), ep.clone());
+    let spawned = thread::Builder::new()
+        .name(format!("accept-{}", ep.cfg.name))
+        .spawn(move || accept_loop(s, e, listener));
+    if let Err(e) = spawned {
+        unserve(ep);
+        return Err(e);
+    }
+    // Reading the vNIC writes the endpoint's sysfs view; a namespace that
+    // does not exist yet is picked up by the view's thread.
+    if let Err(e) = session::with_vnic(ep, |_| ()) {
+        debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
+    }
+    info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
+          vip = %ep.cfg.vip, socket = %ep.socket.display(), origin = ?ep.origin,
+          "endpoint ready");
+    Ok(())
+}
+
+/// Stop accepting (the accept thread ends) and take the socket and the
+/// sysfs view off the disk.
+fn unserve(ep: &Endpoint) {
+    if let Some(l) = lock(&ep.listener).take() {
+        l.shutdown();
+    }
+    let _ = std::fs::remove_file(&ep.socket);
+    if let Some(v) = &ep.view {
+        v.remove();
+    }
+}
+
+/// The sysfs view of an endpoint, in its socket directory, unless another
+/// endpoint shares that directory (a configured `socket:` path can).
+pub fn sysfs_view_for(
+    socket: &Path,
+    others: &[std::path::PathBuf],
+    host: &crate::host::HostDevice,
+) -> Option<crate::sysfs_view::View> {
+    let dir = socket.parent()?;
+    if others
+        .iter()
+        .any(|o| o != socket && o.parent() == Some(dir))
+    {
+        warn!(dir = %dir.display(), "endpoints share a socket directory: no sysfs view");
+        return None;
+    }
+    match crate::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            warn!("no sysfs view: {e}");
+            None
+        }
+    }
+}
+
+impl Shared {
+    /// `masqctl endpoint add`: check it as the config file's endpoints are
+    /// checked, then give it its backstop chain, its tcp/udp table, its
+    /// socket and sysfs view; on any failure, undo what was done.
+    pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value, String> {
+        let _one_at_a_time = lock(&self.endpoint_ops);
+        self.registry.check_new(&e)?;
+        let socket = e.socket_path(&self.cfg.socket_dir);
+        let others: Vec<_> = self
+            .registry
+            .local()
+            .iter()
+            .map(|o| o.socket.clone())
+            .collect();
+        if let Some(dir) = socket.parent() {
+            if others.iter().any(|o| o.parent() == Some(dir)) {
+                return Err(format!(
+                    "endpoint {}.socket: {} is another endpoint's directory",
+                    e.name,
+                    dir.display()
+                ));
+            }
+        }
+        let one = std::slice::from_ref(&e);
+        if let Some(p) = self.admission.active() {
+            crate::firewall::render(&p, one)
+                .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
+        }
+        let undo_firewall = || {
+            if let Err(err) = crate::firewall::remove(one) {
+                warn!(endpoint = %e.name, "cannot remove its nftables table: {err}");
+            }
+        };
+        if let Some(b) = self.admission.backstop() {
+            if let Err(err) = b.add_endpoint(&e) {
+                undo_firewall();
+                return Err(format!("endpoint {}: backstop: {err}", e.name));
+            }
+        }
+        let undo_backstop = || {
+            if let Some(b) = self.admission.backstop() {
+                if let Err(err) = b.remove_endpoint(&e.name) {
+                    warn!(endpoint = %e.name, "backstop: cannot remove its chain: {err}");
+                }
+            }
+        };
+        let view = sysfs_view_for(&socket, &others, &self.host);
+        let ep = Arc::new(Endpoint::new(e.clone(), socket, Origin::Command, view));
+        self.registry.insert(ep.clone());
+        if let Err(err) = serve(self, &ep) {
+            self.registry.remove(&e.name);
+            unserve(&ep);
+            undo_backstop();
+            undo_firewall();
+            return Err(err.to_string());
+        }
+        self.endpoints_changed(&format!("endpoint {} added", e.name));
+        Ok(json!({ "name": e.name, "socket": ep.socket }))
+    }
+
+    /// `masqctl endpoint del`: the endpoint's QPs go to ERROR (its apps see
+    /// their work requests flushed), its sessions and CM ids close, its
+    /// connections are untracked, and its socket, sysfs view, backstop
+    /// chain and tcp/udp table go.
+    pub fn remove_endpoint(&self, name: &str) -> Result<Value, String> {
+        let _one_at_a_time = lock(&self.endpoint_ops);
+        let ep = self
+            .registry
+            .remove(name)
+            .ok_or_else(|| format!("no endpoint {name:?} on this host"))?;
+        unserve(&ep);
+        if let Some(dir) = ep.socket.parent() {
+            // Only empty (a socket directory someone else filled stays).
+            let _ = std::fs::remove_dir(dir);
+        }
+        let (sessions, qps_reset) = self.close_sessions_of(&ep);
+        // What its sessions tracked went with them; CM-made entries too.
+        let filter = rconntrack::Filter::new()
+            .vni(ep.cfg.vni)
+            .src(rconntrack::Cidr::host(ep.cfg.vip));
+        let left: Vec<_> = self.admission.table().list(&filter).cloned().collect();
+        let untracked = self.reset(&left, "endpoint deleted");
+        if let Some(b) = self.admission.backstop() {
+            if let Err(e) = b.remove_endpoint(name) {
+                warn!(endpoint = name, "backstop: cannot remove its chain: {e}");
+            }
+        }
+        if let Err(e) = crate::firewall::remove(std::slice::from_ref(&ep.cfg)) {
+            warn!(endpoint = name, "cannot remove its nftables table: {e}");
+        }
+        self.endpoints_changed(&format!("endpoint {name} deleted"));
+        info!(endpoint = name, sessions, qps_reset, "endpoint deleted");
+        Ok(json!({ "name": name, "sessions": sessions, "qps_reset": qps_reset + untracked }))
+    }
+
+    /// Move every QP of the endpoint's sessions to ERROR and close the
+    /// sessions (their threads clean up as after an app's exit).
+    fn close_sessions_of(&self, ep: &Endpoint) -> (usize, usize) {
+        let mine: Vec<(u64, Vec<u32>)> = lock(&self.sessions)
+            .iter()
+            .filter(|(_, s)| s.endpoint == ep.cfg.name)
+            .map(|(id, s)| (*id, s.qps.values().map(|q| q.handle).collect()))
+            .collect();
+        let mut reset = 0;
+        for (id, handles) in &mine {
+            let fd = lock(&self.fds).get(id).cloned();
+            for &h in handles {
+                let cmd = crate::uverbs::ModifyQp {
+                    qp_handle: h,
+                    attr_mask: 1, // IBV_QP_STATE
+                    qp_state: 6,  // IBV_QPS_ERR
+                    ..Default::default()
+                };
+                match fd
+                    .as_ref()
+                    .map(|fd| crate::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd))
+                {
+                    Some(Ok(())) => reset += 1,
+                    Some(Err(e)) => debug!(session = id, handle = h, "cannot reset QP: {e}"),
+                    None => {}
+                }
+            }
+            if let Some(c) = lock(&self.conns).get(id) {
+                c.shutdown();
+            }
+        }
+        (mine.len(), reset)
+    }
+
+    /// The set of endpoints changed: policies resolve names against the new
+    /// one (the active policy again, at once), and the endpoints added at
+    /// run time are written down for the next start.
+    fn endpoints_changed(&self, why: &str) {
+        if let Some((policy, dangling)) = self.admission.set_endpoints(self.registry.policy_refs())
+        {
+            if !dangling.is_empty() {
+                warn!("{why}: the policy names endpoint(s) no VPC has now, matching nothing until they are back: {}", dangling.join(", "));
+            }
+            if let Err(e) = self.apply_policy(policy) {
+                warn!("{why}: policy not resolved again: {e}");
+            }
+        }
+        let file = RuntimeFile {
+            endpoints: self
+                .registry
+                .local()
+                .iter()
+                .filter(|e| e.origin == Origin::Command)
+                .map(|e| e.cfg.clone())
+                .collect(),
+        };
+        let path = self.cfg.runtime_endpoints_file();
+        if let Err(e) = file.store(&path) {
+            warn!(
+                "{why}: cannot write {}: a restart will not serve it as it is now: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
+    loop {
+        let conn = match listener.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                if shared.is_stopping() || ep.is_removed() {
+                    return;
+                }
+                warn!(endpoint = %ep.cfg.name, "accept failed: {e}");
+                thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+        };
+        if shared.is_stopping() || ep.is_removed() {
+            return;
+        }
+        let pid = match conn.peer_pid() {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(endpoint = %ep.cfg.name, "cannot identify peer: {e}");
+                continue;
+            }
+        };
+        if let Err(why) = same_netns(pid, &ep.cfg.netns) {
+            ep.refused_connections.fetch_add(1, Ordering::Relaxed);
+            warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
+            continue;
+        }
+        if let Some(b) = shared.admission.backstop() {
+            // The endpoint's cgroup may have appeared since the last look.
+            b.refresh_cgroups();
+        }
+        let id = shared.next_session_id();
+        let (shared, ep) = (shared.clone(), ep.clone());
+        let spawned = thread::Builder::new()
+            .name(format!("session-{id}"))
+            .spawn(move || run_session(shared, ep, conn, id, pid));
+        if let Err(e) = spawned {
+            warn!("cannot start a session thread: {e}");
+        }
+    }
+}
+
+/// An app belongs to an endpoint when it lives in that endpoint's network
+/// namespace: the socket path alone could be reached from elsewhere.
+fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
+    let want = std::fs::metadata(netns)
+        .map_err(|e| format!("endpoint namespace {}: {e}", netns.display()))?;
+    let have = std::fs::metadata(format!("/proc/{pid}/ns/net"))
+        .map_err(|e| format!("pid {pid} network namespace: {e}"))?;
+    if (want.dev(), want.ino()) == (have.dev(), have.ino()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "pid {pid} is not in the endpoint's network namespace {}",
+            netns.display()
+        ))
+    }
+}
+
+fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
+    shared.session_opened(
+        id,
+        &conn,
+        SessionView {
+            endpoint: ep.cfg.name.clone(),
+            tenant: ep.cfg.tenant.clone(),
+            pid,
+            app: String::new(),
+            started: now_secs(),
+            requests: 0,
+            qps: BTreeMap::new(),
+        },
+    );
+    let span = tracing::info_span!("session", id, endpoint = %ep.cfg.name, pid);
+    let _enter = span.enter();
+    debug!("connected");
+    let mut sess = Session::new(id, pid, ep.clone());
+    session::serve(&shared, &mut sess, &conn);
+    shared.session_closed(id);
+    shared.cm.session_gone(id);
+    shared
+        .admitted
+        .session_gone(id, 2 * shared.audit_interval());
+    for e in shared.admission.table().remove_session(id) {
+        debug!(qpn = e.local_qpn, "connection untracked: app gone");
+    }
+    if let Some(b) = shared.admission.backstop() {
+        for qp in sess.qps.values() {
+            b.qp_gone(qp.qpn);
+        }
+    }
+    if !sess.qps.is_empty() {
+        info!("app gone; forgetting {} QP(s)", sess.qps.len());
+    } else {
+        debug!("closed");
+    }
+}

@@ -1,0 +1,435 @@
+//! The endpoint registry: the endpoints this host serves and the VPC map
+//! that places every endpoint of every VPC on its host.
+//!
+//! Sources feed it: the config file at start, `masqctl endpoint add/del`
+//! at run time. Everything that asks "which endpoint is this" or "where is
+//! that vIP" asks here, so an endpoint that comes or goes is seen by every
+//! path at once. Readers take a snapshot (an `Arc` or a copy) and never
+//! hold the lock across I/O.
+
+use crate::config::{Config, EndpointConfig};
+use crate::seqpacket::Listener;
+use masq_policy::EndpointRef;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+/// Where an endpoint came from, for `masqctl endpoint list`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// masqd.yaml's `endpoints:`.
+    File,
+    /// `masqctl endpoint add` (kept in the runtime file across restarts).
+    Command,
+}
+
+pub struct Endpoint {
+    pub cfg: EndpointConfig,
+    pub socket: PathBuf,
+    pub origin: Origin,
+    /// Connections refused (wrong namespace) and requests refused, for
+    /// `masqctl endpoints`: attempts to reach past the endpoint show here.
+    pub refused_connections: AtomicU64,
+    pub refused_requests: AtomicU64,
+    /// Connected QPs of the endpoint's processes that masqd never admitted
+    /// (found by the audit), and processes/cgroups killed for them.
+    pub audit_bypasses: AtomicU64,
+    pub audit_kills: AtomicU64,
+    /// The vNIC as last read, with the inode of the namespace it was read
+    /// in (see `session::virtual_gids`).
+    pub binding: Mutex<Option<(u64, vbond::Binding)>>,
+    /// The endpoint's sysfs view (see `sysfs_view`); `None` when its
+    /// socket directory is shared with another endpoint's.
+    pub view: Option<crate::sysfs_view::View>,
+    /// Its socket while served; shut down when the endpoint is removed,
+    /// which ends its accept thread.
+    pub listener: Mutex<Option<Arc<Listener>>>,
+    removed: AtomicBool,
+}
+
+impl Endpoint {
+    pub fn new(
+        cfg: EndpointConfig,
+        socket: PathBuf,
+        origin: Origin,
+        view: Option<crate::sysfs_view::View>,
+    ) -> Endpoint {
+        Endpoint {
+            cfg,
+            socket,
+            origin,
+            refused_connections: AtomicU64::new(0),
+            refused_requests: AtomicU64::new(0),
+            audit_bypasses: AtomicU64::new(0),
+            audit_kills: AtomicU64::new(0),
+            binding: Mutex::new(None),
+            view,
+            listener: Mutex::new(None),
+            removed: AtomicBool::new(false),
+        }
+    }
+
+    /// The endpoint was deleted: its sessions and accept thread stop.
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::SeqCst)
+    }
+}
+
+pub struct Registry {
+    /// This host's underlay address: local endpoints' place in the map.
+    host: Ipv4Addr,
+    socket_dir: PathBuf,
+    state: RwLock<State>,
+}
+
+#[derive(Default)]
+struct State {
+    local: BTreeMap<String, Arc<Endpoint>>,
+    vpc: vbond::VpcMap,
+    /// Each VNI's tenant (a VNI is one tenant's, on every host).
+    tenants: HashMap<u32, String>,
+    /// Map entries that came with a local endpoint rather than from the
+    /// file's `vpc:`: they leave with it.
+    brought: HashSet<(u32, Ipv4Addr)>,
+    /// File entries without a name: listed under a made-up one, which
+    /// policies cannot use.
+    unnamed: HashSet<(u32, Ipv4Addr)>,
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Registry {
+    /// The file's VPC map; endpoints are added with `insert`.
+    pub fn new(cfg: &Config) -> Registry {
+        let mut st = State::default();
+        for v in &cfg.vpc {
+            let name = v.name.clone().unwrap_or_else(|| {
+                st.unnamed.insert((v.vni, v.vip));
+                format!("{}-{}", v.tenant, v.vip)
+            });
+            st.vpc.insert(v.vni, v.vip, name, v.host);
+            st.tenants.insert(v.vni, v.tenant.clone());
+        }
+        Registry {
+            host: cfg.underlay.ip,
+            socket_dir: cfg.socket_dir.clone(),
+            state: RwLock::new(st),
+        }
+    }
+
+    /// Why `e` cannot be added next to what is here, if it cannot: its own
+    /// fields, then its name, socket, VNI and place in the VPC map.
+    pub fn check_new(&self, e: &EndpointConfig) -> Result<(), String> {
+        let at = format!("endpoint {}", e.name);
+        e.check(&at, &self.socket_dir)?;
+        let st = read(&self.state);
+        if st.local.contains_key(&e.name) {
+            return Err(format!(
+                "{at}: an endpoint of that name exists on this host"
+            ));
+        }
+        let sock = e.socket_path(&self.socket_dir);
+        if let Some(other) = st.local.values().find(|o| o.socket == sock) {
+            return Err(format!(
+                "{at}.socket: {} is endpoint {}'s",
+                sock.display(),
+                other.cfg.name
+            ));
+        }
+        let id = crate::backstop::nft_id(&e.name);
+        if let Some(other) = st
+            .local
+            .values()
+            .find(|o| crate::backstop::nft_id(&o.cfg.name) == id)
+        {
+            return Err(format!(
+                "{at}.name: maps to the same nftables name ({id}) as endpoint {}",
+                other.cfg.name
+            ));
+        }
+        if let Some(t) = st.tenants.get(&e.vni).filter(|t| **t != e.tenant) {
+            return Err(format!(
+                "{at}.vni: VNI {} belongs to tenant {t:?}, not {:?}",
+                e.vni, e.tenant
+            ));
+        }
+        if let Some(other) = st
+            .local
+            .values()
+            .find(|o| (o.cfg.vni, o.cfg.vip) == (e.vni, e.vip))
+        {
+            return Err(format!(
+                "{at}.vip: {} in VNI {} is endpoint {}'s",
+                e.vip, e.vni, other.cfg.name
+            ));
+        }
+        if let Some(p) = st.vpc.lookup(e.vni, e.vip) {
+            if p.host != self.host {
+                return Err(format!(
+                    "{at}.vip: the VPC map places {} in VNI {} on host {} ({}), not here ({})",
+                    e.vip, e.vni, p.host, p.name, self.host
+                ));
+            }
+        }
+        if let Some((vni, vip, p)) = st
+            .vpc
+            .iter()
+            .find(|(vni, vip, p)| p.name == e.name && (*vni, *vip) != (e.vni, e.vip))
+        {
+            return Err(format!(
+                "{at}.name: the VPC map names VNI {vni} vIP {vip} on host {} {:?}",
+                p.host, e.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// Add a checked endpoint (see `check_new`), placing it in the VPC map
+    /// if the file did not.
+    pub fn insert(&self, ep: Arc<Endpoint>) {
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let key = (ep.cfg.vni, ep.cfg.vip);
+        if st.vpc.lookup(key.0, key.1).is_none() {
+            st.vpc.insert(key.0, key.1, ep.cfg.name.clone(), self.host);
+            st.brought.insert(key);
+        }
+        st.tenants.insert(ep.cfg.vni, ep.cfg.tenant.clone());
+        st.local.insert(ep.cfg.name.clone(), ep);
+    }
+
+    /// Take a local endpoint out (and its map entry, if it brought it).
+    /// From here on no lookup finds it; the caller tears down the rest.
+    pub fn remove(&self, name: &str) -> Option<Arc<Endpoint>> {
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let ep = st.local.remove(name)?;
+        ep.removed.store(true, Ordering::SeqCst);
+        let key = (ep.cfg.vni, ep.cfg.vip);
+        if st.brought.remove(&key) {
+            st.vpc.remove(key.0, key.1);
+            if !st.vpc.iter().any(|(vni, _, _)| vni == key.0) {
+                st.tenants.remove(&key.0);
+            }
+        }
+        Some(ep)
+    }
+
+    /// This host's endpoints, by name.
+    pub fn local(&self) -> Vec<Arc<Endpoint>> {
+        read(&self.state).local.values().cloned().collect()
+    }
+
+    pub fn local_named(&self, name: &str) -> Option<Arc<Endpoint>> {
+        read(&self.state).local.get(name).cloned()
+    }
+
+    /// The local endpoint holding `vip` in VNI `vni`.
+    pub fn local_at(&self, vni: u32, vip: Ipv4Addr) -> Option<Arc<Endpoint>> {
+        read(&self.state)
+            .local
+            .values()
+            .find(|e| (e.cfg.vni, e.cfg.vip) == (vni, vip))
+            .cloned()
+    }
+
+    /// Local endpoints' configurations (firewall, audit, kernel conntrack).
+    pub fn configs(&self) -> Vec<EndpointConfig> {
+        read(&self.state)
+            .local
+            .values()
+            .map(|e| e.cfg.clone())
+            .collect()
+    }
+
+    /// The VPC map, read-locked: keep the guard short.
+    pub fn vpc(&self) -> VpcGuard<'_> {
+        VpcGuard(read(&self.state))
+    }
+
+    /// Every named endpoint of every VPC, as policies name them.
+    pub fn policy_refs(&self) -> Vec<EndpointRef> {
+        let st = read(&self.state);
+        st.vpc
+            .iter()
+            .filter(|(vni, vip, _)| !st.unnamed.contains(&(*vni, *vip)))
+            .filter_map(|(vni, vip, p)| {
+                let tenant = st.tenants.get(&vni)?;
+                Some(EndpointRef::new(p.name.clone(), tenant.clone(), vni, vip))
+            })
+            .collect()
+    }
+
+    /// Underlay addresses of every host in the map (the CM's peers).
+    pub fn hosts(&self) -> HashSet<Ipv4Addr> {
+        read(&self.state)
+            .vpc
+            .iter()
+            .map(|(_, _, p)| p.host)
+            .collect()
+    }
+}
+
+/// A read-locked view of the VPC map.
+pub struct VpcGuard<'a>(RwLockReadGuard<'a, State>);
+
+impl std::ops::Deref for VpcGuard<'_> {
+    type Target = vbond::VpcMap;
+    fn deref(&self) -> &vbond::VpcMap {
+        &self.0.vpc
+    }
+}
+
+/// The endpoints added at run time, as kept in the runtime file.
+#[derive(Debug, Default, serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeFile {
+    pub endpoints: Vec<EndpointConfig>,
+}
+
+impl RuntimeFile {
+    /// Read it; a missing file is an empty one.
+    pub fn load(path: &Path) -> Result<RuntimeFile, String> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(RuntimeFile::default()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Replace it whole (write and rename), so a crash leaves the old or
+    /// the new list, never half of one.
+    pub fn store(&self, path: &Path) -> std::io::Result<()> {
+        let text = serde_yaml_ng::to_string(self).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension("yaml.tmp");
+        std::fs::write(
+            &tmp,
+            format!("# Endpoints added with `masqctl endpoint add`; written by masqd.\n{text}"),
+        )?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        Config::parse(
+            "device: rxe0\n\
+             underlay: { netdev: eth0, ip: 198.18.0.1 }\n\
+             vpc:\n\
+             \x20 - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }\n\
+             \x20 - { tenant: acme, vni: 100, vip: 10.0.0.2, host: 198.18.0.2, name: acme-b }\n",
+            "t.yaml",
+        )
+        .unwrap()
+    }
+
+    fn ep(name: &str, tenant: &str, vni: u32, vip: &str) -> EndpointConfig {
+        EndpointConfig {
+            name: name.into(),
+            tenant: tenant.into(),
+            vni,
+            vip: vip.parse().unwrap(),
+            netns: format!("/run/netns/{name}").into(),
+            vnic: "eth0".into(),
+            host_if: None,
+            bridge: None,
+            socket: None,
+        }
+    }
+
+    fn add(r: &Registry, e: EndpointConfig) {
+        r.check_new(&e).unwrap();
+        let sock = e.socket_path(Path::new("/run/masq"));
+        r.insert(Arc::new(Endpoint::new(e, sock, Origin::Command, None)));
+    }
+
+    #[test]
+    fn an_endpoint_comes_and_goes_with_the_map_entry_it_brought() {
+        let r = Registry::new(&cfg());
+        add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+        assert_eq!(
+            r.vpc()
+                .lookup(100, "10.0.0.3".parse().unwrap())
+                .map(|p| p.host),
+            Some("198.18.0.1".parse().unwrap())
+        );
+        assert!(r
+            .policy_refs()
+            .iter()
+            .any(|e| e.name == "acme-c" && e.tenant == "acme"));
+        assert_eq!(
+            r.local_at(100, "10.0.0.3".parse().unwrap())
+                .map(|e| e.cfg.name.clone()),
+            Some("acme-c".into())
+        );
+        let gone = r.remove("acme-c").unwrap();
+        assert!(gone.is_removed());
+        assert!(r.vpc().lookup(100, "10.0.0.3".parse().unwrap()).is_none());
+        assert!(r.local().is_empty());
+        assert!(r.remove("acme-c").is_none());
+    }
+
+    #[test]
+    fn a_file_placed_endpoint_keeps_its_map_entry_when_removed() {
+        let r = Registry::new(&cfg());
+        add(&r, ep("acme-a", "acme", 100, "10.0.0.1"));
+        r.remove("acme-a").unwrap();
+        assert!(r.vpc().lookup(100, "10.0.0.1".parse().unwrap()).is_some());
+    }
+
+    #[test]
+    fn conflicts_are_refused_naming_the_field() {
+        let r = Registry::new(&cfg());
+        add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+        let err = |e: EndpointConfig| r.check_new(&e).unwrap_err();
+        assert!(err(ep("acme-c", "acme", 100, "10.0.0.4"))
+            .contains("endpoint acme-c: an endpoint of that name exists"));
+        assert!(err(ep("acme_c", "acme", 100, "10.0.0.4")).contains("same nftables name"));
+        assert!(err(ep("evil", "globex", 100, "10.0.0.9"))
+            .contains("endpoint evil.vni: VNI 100 belongs to tenant \"acme\""));
+        assert!(err(ep("acme-d", "acme", 100, "10.0.0.3"))
+            .contains("endpoint acme-d.vip: 10.0.0.3 in VNI 100 is endpoint acme-c's"));
+        assert!(err(ep("acme-d", "acme", 100, "10.0.0.2"))
+            .contains("on host 198.18.0.2 (acme-b), not here"));
+        assert!(err(ep("acme-b", "acme", 100, "10.0.0.7"))
+            .contains("endpoint acme-b.name: the VPC map names VNI 100 vIP 10.0.0.2"));
+        assert!(err(ep("acme d", "acme", 100, "10.0.0.7")).contains("endpoint acme d.name"));
+        let mut rel = ep("acme-e", "acme", 100, "10.0.0.7");
+        rel.netns = "netns/acme-e".into();
+        assert!(err(rel).contains("endpoint acme-e.netns"));
+        // A VNI nobody holds is free for any tenant.
+        r.check_new(&ep("globex-z", "globex", 300, "10.0.0.1"))
+            .unwrap();
+    }
+
+    #[test]
+    fn the_runtime_file_round_trips() {
+        let dir = std::env::temp_dir().join(format!("masq-rt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("runtime-endpoints.yaml");
+        assert!(RuntimeFile::load(&path).unwrap().endpoints.is_empty());
+        let mut e = ep("acme-c", "acme", 100, "10.0.0.3");
+        e.host_if = Some("ve-acme-c".into());
+        e.bridge = Some("mbr100".into());
+        RuntimeFile {
+            endpoints: vec![e.clone()],
+        }
+        .store(&path)
+        .unwrap();
+        assert_eq!(RuntimeFile::load(&path).unwrap().endpoints, vec![e]);
+        std::fs::write(&path, "endpoints: [{ name: x, bogus: 1 }]").unwrap();
+        assert!(RuntimeFile::load(&path)
+            .unwrap_err()
+            .contains("runtime-endpoints.yaml"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

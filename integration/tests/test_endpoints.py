@@ -1,0 +1,185 @@
+"""Endpoints that come and go while masqd runs (`masqctl endpoint add/del`):
+a container started after masqd is reachable by its vIP at once, survives a
+masqd restart, and when deleted loses its QPs, sessions, connections,
+socket and kernel rules, while other endpoints' apps notice nothing."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from masq_testbed import finish, finish_pair
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "configs", "masq")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+TESTBED = os.path.join(REPO, "integration", "testbed")
+# host2's config lists no endpoint acme-d; both hosts' VPC maps place
+# 10.0.0.4 (VNI 100) on host2, as an operator's map would before it starts.
+NAME, VIP = "acme-d", "10.0.0.4"
+ADD = ["endpoint", "add", NAME, "--tenant", "acme", "--vni", "100", "--vip", VIP,
+       "--netns", f"/run/netns/{NAME}", "--host-if", f"ve-{NAME}", "--bridge", "mbr100"]
+PINGPONG = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "1024"]
+
+
+@pytest.fixture(scope="module")
+def masq(testbed):
+    with testbed.masq_running(CONFIG):
+        yield testbed
+
+
+@pytest.fixture
+def acme_d(masq):
+    """The namespace, vNIC and cgroup of a container on host2 that masqd
+    does not serve yet."""
+    masq.tenant_add("host2", NAME, 100, f"{VIP}/24")
+    try:
+        yield masq
+    finally:
+        masq.run("host2", MASQCTL, "endpoint", "del", NAME, check=False)
+        masq.tenant_del("host2", NAME, check=False)
+
+
+def masqctl(tb, host, *args, check=True):
+    return tb.run(host, MASQCTL, *args, check=check)
+
+
+def listed(tb, host):
+    out = masqctl(tb, host, "-o", "json", "endpoint", "list").stdout
+    return {e["name"]: e for e in json.loads(out)["endpoints"]}
+
+
+def entries(tb, host, vip):
+    out = masqctl(tb, host, "-o", "json", "conntrack", "-L", "-s", vip).stdout
+    return json.loads(out)["entries"]
+
+
+def pingpong(tb, port, iters=50, server=("host2", NAME), client=("host1", "acme-a"),
+             dest=VIP):
+    argv = [*PINGPONG, "-n", str(iters), "-p", str(port)]
+    srv = tb.tenant_spawn(*server, *argv)
+    try:
+        tb.wait_listening(server[0], port, tenant=server[1])
+        cli = tb.tenant_run(*client, *argv, dest, check=False)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    return finish_pair(srv, cli)
+
+
+def chain_exists(tb, host):
+    r = tb.run(host, "nft", "list", "chain", "inet", "masq_backstop", "ep_acme_d", check=False)
+    return r.returncode == 0
+
+
+def test_an_endpoint_added_at_run_time_is_served_until_deleted(acme_d):
+    tb = acme_d
+    assert NAME not in listed(tb, "host2")
+    r = masqctl(tb, "host2", *ADD)
+    assert f"endpoint {NAME} added" in r.stdout, r.stdout
+    eps = listed(tb, "host2")
+    assert eps[NAME]["origin"] == "command" and eps["acme-b"]["origin"] == "file", eps
+    assert any(g["gid"] == f"::ffff:{VIP}" for g in eps[NAME]["gids"]), eps[NAME]
+    assert chain_exists(tb, "host2")
+    # Its tcp/udp table is there, as for the file's endpoints.
+    tb.run("host2", "nft", "list", "tables", "bridge")
+
+    # Reachable by vIP from the other host at once: no restart anywhere.
+    pingpong(tb, 19501)
+    assert not entries(tb, "host2", VIP), "a finished app leaves nothing tracked"
+
+    # masqd restarts serving it (kept in the runtime file).
+    subprocess_ok(["masq", "kill", "host2"])
+    subprocess_ok(["masq", "start", "host2"])
+    assert listed(tb, "host2")[NAME]["origin"] == "command"
+    pingpong(tb, 19502)
+
+    # Deleted under a running app: its QPs go to ERROR (the app sees its
+    # work requests fail), while another endpoint's app runs on unharmed.
+    long_argv = [*PINGPONG, "-n", "1000000", "-p", "19503"]
+    srv = tb.tenant_spawn("host2", NAME, *long_argv)
+    other_srv = tb.tenant_spawn("host2", "acme-b", *PINGPONG, "-n", "10000", "-p", "19504")
+    cli = other_cli = None
+    try:
+        tb.wait_listening("host2", 19503, tenant=NAME)
+        tb.wait_listening("host2", 19504, tenant="acme-b")
+        cli = tb.tenant_spawn("host1", "acme-a", *long_argv, VIP)
+        other_cli = tb.tenant_spawn("host1", "acme-a", *PINGPONG, "-n", "10000", "-p", "19504",
+                                    "10.0.0.2")
+        deadline = time.monotonic() + 120
+        while not entries(tb, "host2", VIP):
+            assert time.monotonic() < deadline, "the long pingpong never connected"
+            assert srv.poll() is None, finish(srv)
+            time.sleep(0.5)
+        r = masqctl(tb, "host2", "-o", "json", "endpoint", "del", NAME)
+        gone = json.loads(r.stdout)
+        assert gone["sessions"] >= 1 and gone["qps_reset"] >= 1, gone
+        rc, out, err = finish(srv, timeout=120)
+        assert rc != 0 and "Failed status" in out + err, (rc, out, err)
+    finally:
+        for p in (srv, cli):
+            if p is not None and p.poll() is None:
+                p.kill()
+            if p is not None:
+                finish(p)
+    rc, out, err = finish(other_cli)
+    assert rc == 0, f"acme-a -> acme-b failed while acme-d was deleted:\n{out}\n{err}"
+    rc, out, err = finish(other_srv)
+    assert rc == 0, f"acme-b failed while acme-d was deleted:\n{out}\n{err}"
+
+    # Nothing of it is left: listing, tracking, socket, backstop chain,
+    # tcp/udp table, runtime file.
+    assert NAME not in listed(tb, "host2")
+    assert not entries(tb, "host2", VIP)
+    assert not chain_exists(tb, "host2")
+    r = tb.run("host2", "test", "-e", f"/run/masq/endpoints/{NAME}/masq.sock", check=False)
+    assert r.returncode != 0, "the socket outlived its endpoint"
+    tables = tb.run("host2", "nft", "list", "tables", "bridge").stdout
+    assert "acme_d" not in tables.replace("-", "_"), tables
+    runtime = tb.run("host2", "cat", "/run/masq/runtime-endpoints.yaml").stdout
+    assert NAME not in runtime, runtime
+    # An app started in its namespace now finds no masqd to serve it.
+    r = tb.tenant_run("host2", NAME, "ibv_devices", check=False)
+    assert "vrdma0" not in r.stdout, r.stdout
+
+
+def subprocess_ok(args):
+    r = subprocess.run([TESTBED, *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"testbed {' '.join(args)}:\n{r.stdout}\n{r.stderr}"
+
+
+def test_bad_endpoint_changes_are_refused_and_change_nothing(acme_d):
+    tb = acme_d
+    before = listed(tb, "host2")
+    chains = tb.run("host2", "nft", "list", "chains", "inet").stdout
+    bad = {
+        # VNI 100 is acme's.
+        "belongs to tenant \"acme\"": ["--tenant", "globex"],
+        # The VPC map places 10.0.0.1 in VNI 100 on host1.
+        "on host 198.18.0.1": ["--vip", "10.0.0.1"],
+        # acme-b is taken on this host.
+        "an endpoint of that name exists": ["--name", "acme-b"],
+        "vni: 0 is not a VNI": ["--vni", "0"],
+        "eth0.1234567890123": ["--vnic", "eth0.1234567890123"],
+    }
+    for want, change in bad.items():
+        argv = list(ADD)
+        key, value = change
+        if key == "--name":
+            argv[2] = value
+        else:
+            argv[argv.index(key) + 1] = value
+        r = masqctl(tb, "host2", *argv, check=False)
+        assert r.returncode == 1, (argv, r.stdout, r.stderr)
+        assert want in r.stderr and "nothing changed" in r.stderr, (want, r.stderr)
+    r = masqctl(tb, "host2", "endpoint", "del", "no-such", check=False)
+    assert r.returncode == 1 and "no endpoint \"no-such\"" in r.stderr, r.stderr
+    # Usage errors never reach masqd.
+    r = masqctl(tb, "host2", "endpoint", "add", NAME, "--tenant", "acme", "--vni", "100",
+                "--vip", VIP, "--netns", "/run/netns/x", "--host-if", "ve-x", check=False)
+    assert r.returncode == 2, r.stderr
+    assert listed(tb, "host2").keys() == before.keys()
+    assert tb.run("host2", "nft", "list", "chains", "inet").stdout == chains
