@@ -170,8 +170,10 @@ def test_bad_endpoint_changes_are_refused_and_change_nothing(acme_d):
         key, value = change
         if key == "--name":
             argv[2] = value
-        else:
+        elif key in argv:
             argv[argv.index(key) + 1] = value
+        else:
+            argv += [key, value]
         r = masqctl(tb, "host2", *argv, check=False)
         assert r.returncode == 1, (argv, r.stdout, r.stderr)
         assert want in r.stderr and "nothing changed" in r.stderr, (want, r.stderr)
