@@ -89,7 +89,18 @@ impl Admission {
             metrics: crate::metrics::Metrics::default(),
         };
         if let Some(p) = path {
-            let policy = a.check(&p)?;
+            let policy = if cfg.cluster.is_some() {
+                // Other hosts' endpoints are known once the cluster's view
+                // is read: names not known yet match nothing until then.
+                let (policy, dangling) = Policy::load_allowing_unknown(&p, &a.refs())
+                    .map_err(|errs| errs.to_string())?;
+                if !dangling.is_empty() {
+                    tracing::info!("policy names endpoints of other hosts, resolved once the cluster's view is read: {}", dangling.join(", "));
+                }
+                policy
+            } else {
+                a.check(&p)?
+            };
             *a.policy.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(policy));
         }
         Ok(a)
@@ -129,6 +140,20 @@ impl Admission {
     pub fn check(&self, path: &Path) -> Result<Policy, String> {
         let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
         Policy::load(path, &endpoints).map_err(|errs| errs.to_string())
+    }
+
+    fn refs(&self) -> Vec<EndpointRef> {
+        self.endpoints
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Parse and compile the cluster's policy text. It was checked where it
+    /// was applied; an endpoint it names that this host does not know (yet)
+    /// matches nothing here until it is, and is returned.
+    pub fn check_text(&self, text: &str, file: &str) -> Result<(Policy, Vec<String>), String> {
+        Policy::parse_allowing_unknown(text, file, &self.refs()).map_err(|errs| errs.to_string())
     }
 
     /// The endpoints changed: policies are checked against these from now

@@ -32,8 +32,13 @@ pub struct Config {
     /// Endpoints on this host.
     #[serde(default)]
     pub endpoints: Vec<EndpointConfig>,
-    /// Every endpoint of every VPC, on any host.
+    /// Every endpoint of every VPC, on any host (in cluster mode, only
+    /// what the cluster does not publish, e.g. hosts not yet migrated).
+    #[serde(default)]
     pub vpc: Vec<VpcEntry>,
+    /// Cluster mode: endpoints, VPC map and policy shared through etcd.
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
     /// The kernel backstop against tenants that skip libmasq.
     #[serde(default)]
     pub backstop: BackstopConfig,
@@ -46,6 +51,27 @@ pub struct Config {
     /// Prometheus metrics; off unless `listen` is set.
     #[serde(default)]
     pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterConfig {
+    /// etcd client URLs, e.g. `http://198.18.0.1:2379`.
+    pub etcd: Vec<String>,
+    /// Key prefix of masq's keys in etcd.
+    #[serde(default = "default_cluster_prefix")]
+    pub prefix: String,
+    /// TTL of this host's registration: its endpoints leave every other
+    /// host's VPC map this long after it stops renewing it.
+    #[serde(default = "default_lease_seconds")]
+    pub lease_seconds: u64,
+}
+
+fn default_cluster_prefix() -> String {
+    "/masq".into()
+}
+fn default_lease_seconds() -> u64 {
+    10
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -372,6 +398,30 @@ impl Config {
             ));
         }
         self.audit.interval()?;
+        if let Some(c) = &self.cluster {
+            if c.etcd.is_empty() {
+                return Err("cluster.etcd: list at least one etcd URL".into());
+            }
+            for (i, u) in c.etcd.iter().enumerate() {
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    return Err(format!(
+                        "cluster.etcd[{i}]: {u:?} is not an http:// or https:// URL"
+                    ));
+                }
+            }
+            if !c.prefix.starts_with('/') || c.prefix.ends_with('/') || c.prefix.len() < 2 {
+                return Err(format!(
+                    "cluster.prefix: {:?} must start with '/' and not end with one",
+                    c.prefix
+                ));
+            }
+            if !(2..=300).contains(&c.lease_seconds) {
+                return Err(format!(
+                    "cluster.leaseSeconds: {} is outside 2..=300",
+                    c.lease_seconds
+                ));
+            }
+        }
         if !self.socket_dir.is_absolute() {
             return Err(format!(
                 "socketDir: {:?} must be an absolute path",
@@ -410,6 +460,8 @@ impl Config {
             }
             claim_vni(&mut vni_owner, e.vni, &e.tenant, &at)?;
             match placed.get(&(e.vni, e.vip)) {
+                // In cluster mode a host publishes its own endpoints.
+                None if self.cluster.is_some() => {}
                 None => {
                     return Err(format!(
                         "{at}: {} (VNI {}, vIP {}) is missing from the VPC map",

@@ -24,6 +24,8 @@ pub enum Request {
         name: String,
     },
     Sessions,
+    /// The VPC map: every endpoint of every VPC and its host.
+    Vpc,
     /// RDMA CM ids: listeners and connections, like ss(8).
     Cm,
     /// Validate a policy file without applying it.
@@ -165,6 +167,24 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 "uptime_s",
             ] {
                 let _ = writeln!(out, "{k:<10} {}", s(reply, k));
+            }
+        }
+        Request::Vpc => {
+            let _ = writeln!(
+                out,
+                "{:>8} {:<15} {:<16} {:<15} SOURCE",
+                "VNI", "VIP", "ENDPOINT", "HOST"
+            );
+            for e in reply["vpc"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "{:>8} {:<15} {:<16} {:<15} {}",
+                    s(e, "vni"),
+                    s(e, "vip"),
+                    s(e, "name"),
+                    s(e, "host"),
+                    s(e, "source")
+                );
             }
         }
         Request::Cm => {

@@ -93,6 +93,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
             "uptime_s": shared.uptime().as_secs(),
             "backstop": backstop_status(shared),
+            "cluster": shared.cluster.as_ref().map(|c| c.health()),
         }),
         Request::EndpointAdd { endpoint } => shared
             .add_endpoint(endpoint.clone())
@@ -144,21 +145,25 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             Ok(p) => json!({ "version": p.version_hash() }),
             Err(e) => json!({ "error": e }),
         },
-        Request::PolicyApply { path } => match shared.admission.check(path) {
-            Ok(p) => shared
-                .apply_policy(p)
-                .unwrap_or_else(|e| json!({ "error": format!("{e}\npolicy not changed") })),
-            Err(e) => json!({ "error": format!("{e}\npolicy not changed") }),
-        },
-        Request::PolicyShow => match shared.admission.active() {
-            Some(p) => json!({
-                "file": p.file(), "version": p.version_hash(),
-                "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
-                "text": std::fs::read_to_string(p.file()).ok(),
-            }),
-            None => json!({ "file": null, "version": null,
-                            "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
-        },
+        Request::PolicyApply { path } => shared
+            .apply_policy_file(path)
+            .unwrap_or_else(|e| json!({ "error": e })),
+        Request::PolicyShow => {
+            let mut v = match shared.admission.active() {
+                Some(p) => json!({
+                    "file": p.file(), "version": p.version_hash(),
+                    "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
+                    "text": p.text(),
+                }),
+                None => json!({ "file": null, "version": null,
+                                "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
+            };
+            if let Some(c) = &shared.cluster {
+                // The version in force on each host, as each reports it.
+                v["hosts"] = c.policy_status().unwrap_or_else(|e| json!({ "error": e }));
+            }
+            v
+        }
         Request::ConntrackList { filter } => match filter.compile() {
             Ok(f) => conntrack_reply(shared.admission.table().list(&f).cloned().collect()),
             Err(e) => json!({ "error": e }),
@@ -172,6 +177,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
         },
         Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
         Request::Cm => json!({ "ids": shared.cm.list() }),
+        Request::Vpc => json!({ "vpc": shared.registry.listing() }),
         Request::Sessions => {
             let list: Vec<Value> = sessions
                 .iter()

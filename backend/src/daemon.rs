@@ -57,6 +57,8 @@ pub struct Shared {
     pub admitted: crate::audit::Admitted,
     /// Events for the Prometheus endpoint (`metrics.rs`).
     pub metrics: crate::metrics::Metrics,
+    /// Cluster mode: the etcd store every host follows.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 pub struct Daemon {
@@ -165,7 +167,12 @@ impl Daemon {
             "serving {} endpoint(s), VPC map of {}", endpoint_cfgs.len(), registry.vpc().len()
         );
         let admission_metrics = admission.metrics.clone();
+        let cluster = match &cfg.cluster {
+            Some(c) => Some(crate::cluster::Cluster::new(c.clone(), cfg.underlay.ip)?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            cluster,
             admission,
             fds: Mutex::new(BTreeMap::new()),
             registry,
@@ -261,6 +268,13 @@ impl Daemon {
                 .name("audit".into())
                 .spawn(move || crate::audit::run(s, nl))?;
         }
+        if let Some(c) = &shared.cluster {
+            c.start(shared.clone());
+            // With etcd up, serve the cluster's view from the first request.
+            if !c.wait_connected(Duration::from_secs(5)) {
+                warn!(error = ?c.health().error, "cluster: etcd not reachable yet; serving the file's view and retrying");
+            }
+        }
         {
             // Always running: an endpoint added later may have a view.
             let s = shared.clone();
@@ -280,13 +294,8 @@ impl Daemon {
             info!("SIGHUP: no policy file configured");
             return;
         };
-        match self.shared.admission.check(&path) {
-            Ok(p) => {
-                if let Err(e) = self.shared.apply_policy(p) {
-                    warn!("SIGHUP: policy not changed: {e}");
-                }
-            }
-            Err(e) => warn!("SIGHUP: policy not changed: {e}"),
+        if let Err(e) = self.shared.apply_policy_file(&path) {
+            warn!("SIGHUP: {e}");
         }
     }
 
@@ -309,6 +318,82 @@ impl Daemon {
             conn.shutdown();
         }
         info!("stopped; tenants' established QPs keep running on the NIC");
+    }
+}
+
+/// The daemon as the cluster feeds it (`cluster.rs`).
+impl crate::cluster::Store for Shared {
+    fn remote_view(&self, endpoints: Vec<crate::registry::Remote>) {
+        let n = endpoints.len();
+        for why in self.registry.set_remote(endpoints) {
+            warn!("cluster: {why}; left out of the VPC map");
+        }
+        info!("cluster: {n} endpoint(s) of other hosts in the VPC map");
+        self.rebind_policy("cluster view read");
+    }
+
+    fn remote_up(&self, r: crate::registry::Remote) {
+        let (name, host, vni, vip) = (r.name.clone(), r.host, r.vni, r.vip);
+        match self.registry.remote_up(r) {
+            Ok(()) => {
+                info!(endpoint = %name, %host, vni, %vip, "cluster: endpoint up");
+                self.rebind_policy(&format!("endpoint {name} up on {host}"));
+            }
+            Err(why) => warn!("cluster: {why}; left out of the VPC map"),
+        }
+    }
+
+    fn remote_down(&self, host: std::net::Ipv4Addr, name: &str) {
+        if self.registry.remote_down(host, name) {
+            info!(endpoint = name, %host, "cluster: endpoint gone");
+            self.rebind_policy(&format!("endpoint {name} gone from {host}"));
+        }
+    }
+
+    fn policy(&self, text: &str, file: &str) {
+        let p = match self.admission.check_text(text, file) {
+            Ok((p, dangling)) => {
+                if !dangling.is_empty() {
+                    info!(
+                        "cluster: the policy names endpoints not known here now: {}",
+                        dangling.join(", ")
+                    );
+                }
+                p
+            }
+            Err(e) => {
+                warn!("cluster: the policy in etcd does not check here, keeping the one in force: {e}");
+                return;
+            }
+        };
+        let active = self.admission.active();
+        if active.is_some_and(|a| a.version_hash() == p.version_hash()) {
+            return;
+        }
+        match self.apply_policy(p) {
+            Ok(_) => {
+                if let Some(c) = &self.cluster {
+                    c.status_changed();
+                }
+            }
+            Err(e) => warn!("cluster: policy not applied here: {e}"),
+        }
+    }
+
+    fn local_endpoints(&self) -> Vec<crate::config::EndpointConfig> {
+        self.registry.configs()
+    }
+
+    fn policy_version(&self) -> Option<String> {
+        self.admission
+            .active()
+            .map(|p| p.version_hash().to_string())
+    }
+
+    fn file_policy(&self) -> Option<(String, String)> {
+        self.admission.path.as_ref()?;
+        let p = self.admission.active()?;
+        Some((p.text().to_string(), p.file().to_string()))
     }
 }
 
@@ -442,6 +527,22 @@ impl Shared {
 
     pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
         lock(&self.fds).insert(session, fd);
+    }
+
+    /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
+    /// mode write it for every host (compare-and-swap: a concurrent apply
+    /// elsewhere makes this one fail), and apply it here.
+    pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
+        let not_changed = |e: String| format!("{e}\npolicy not changed");
+        let p = self.admission.check(path).map_err(not_changed)?;
+        let Some(c) = &self.cluster else {
+            return self.apply_policy(p).map_err(not_changed);
+        };
+        let rev = c.put_policy(p.text(), p.file()).map_err(not_changed)?;
+        let mut v = self.apply_policy(p)?;
+        c.status_changed();
+        v["cluster_revision"] = json!(rev);
+        Ok(v)
     }
 
     /// Apply a validated policy: its tcp/udp rules first (one nftables

@@ -156,6 +156,9 @@ impl Shared {
             return Err(err.to_string());
         }
         self.endpoints_changed(&format!("endpoint {} added", e.name));
+        if let Some(c) = &self.cluster {
+            c.endpoint_up(e.clone());
+        }
         Ok(json!({ "name": e.name, "socket": ep.socket }))
     }
 
@@ -190,6 +193,9 @@ impl Shared {
             warn!(endpoint = name, "cannot remove its nftables table: {e}");
         }
         self.endpoints_changed(&format!("endpoint {name} deleted"));
+        if let Some(c) = &self.cluster {
+            c.endpoint_down(name);
+        }
         info!(endpoint = name, sessions, qps_reset, "endpoint deleted");
         Ok(json!({ "name": name, "sessions": sessions, "qps_reset": qps_reset + untracked }))
     }
@@ -232,15 +238,7 @@ impl Shared {
     /// one (the active policy again, at once), and the endpoints added at
     /// run time are written down for the next start.
     fn endpoints_changed(&self, why: &str) {
-        if let Some((policy, dangling)) = self.admission.set_endpoints(self.registry.policy_refs())
-        {
-            if !dangling.is_empty() {
-                warn!("{why}: the policy names endpoint(s) no VPC has now, matching nothing until they are back: {}", dangling.join(", "));
-            }
-            if let Err(e) = self.apply_policy(policy) {
-                warn!("{why}: policy not resolved again: {e}");
-            }
-        }
+        self.rebind_policy(why);
         let file = RuntimeFile {
             endpoints: self
                 .registry
@@ -256,6 +254,22 @@ impl Shared {
                 "{why}: cannot write {}: a restart will not serve it as it is now: {e}",
                 path.display()
             );
+        }
+    }
+}
+
+impl Shared {
+    /// The set of known endpoints changed (here or on another host):
+    /// policies resolve names against the new one, the active one again.
+    pub fn rebind_policy(&self, why: &str) {
+        if let Some((policy, dangling)) = self.admission.set_endpoints(self.registry.policy_refs())
+        {
+            if !dangling.is_empty() {
+                warn!("{why}: the policy names endpoint(s) no VPC has now, matching nothing until they are back: {}", dangling.join(", "));
+            }
+            if let Err(e) = self.apply_policy(policy) {
+                warn!("{why}: policy not resolved again: {e}");
+            }
         }
     }
 }

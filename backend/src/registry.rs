@@ -98,6 +98,18 @@ struct State {
     /// File entries without a name: listed under a made-up one, which
     /// policies cannot use.
     unnamed: HashSet<(u32, Ipv4Addr)>,
+    /// Other hosts' endpoints as the cluster publishes them, by name.
+    remote: BTreeMap<String, Remote>,
+}
+
+/// Another host's endpoint, as the cluster store publishes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remote {
+    pub host: Ipv4Addr,
+    pub name: String,
+    pub tenant: String,
+    pub vni: u32,
+    pub vip: Ipv4Addr,
 }
 
 fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -219,6 +231,45 @@ impl Registry {
         Some(ep)
     }
 
+    /// Replace every other host's endpoints with `all` (the cluster's
+    /// view after a (re)read). Returns what was refused, and why.
+    pub fn set_remote(&self, all: Vec<Remote>) -> Vec<String> {
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let old: Vec<String> = st.remote.keys().cloned().collect();
+        for name in old {
+            remove_remote(&mut st, &name);
+        }
+        all.into_iter()
+            .filter_map(|r| add_remote(&mut st, self.host, r).err())
+            .collect()
+    }
+
+    /// Another host published an endpoint (new, or changed).
+    pub fn remote_up(&self, r: Remote) -> Result<(), String> {
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if st.remote.get(&r.name) == Some(&r) {
+            return Ok(());
+        }
+        remove_remote(&mut st, &r.name);
+        add_remote(&mut st, self.host, r)
+    }
+
+    /// Another host's endpoint is gone (deleted, or its host's lease
+    /// expired). False if it was not known.
+    pub fn remote_down(&self, host: Ipv4Addr, name: &str) -> bool {
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if st.remote.get(name).is_none_or(|r| r.host != host) {
+            return false;
+        }
+        remove_remote(&mut st, name);
+        true
+    }
+
+    /// The other hosts' endpoints known now.
+    pub fn remotes(&self) -> Vec<Remote> {
+        read(&self.state).remote.values().cloned().collect()
+    }
+
     /// This host's endpoints, by name.
     pub fn local(&self) -> Vec<Arc<Endpoint>> {
         read(&self.state).local.values().cloned().collect()
@@ -264,6 +315,30 @@ impl Registry {
             .collect()
     }
 
+    /// The VPC map for `masqctl vpc`, sorted by VNI and vIP.
+    pub fn listing(&self) -> Vec<serde_json::Value> {
+        let st = read(&self.state);
+        let mut rows: Vec<_> = st.vpc.iter().collect();
+        rows.sort_by_key(|(vni, vip, _)| (*vni, *vip));
+        rows.into_iter()
+            .map(|(vni, vip, p)| {
+                let source = if st
+                    .local
+                    .values()
+                    .any(|e| (e.cfg.vni, e.cfg.vip) == (vni, vip))
+                {
+                    "local"
+                } else if st.remote.contains_key(&p.name) {
+                    "cluster"
+                } else {
+                    "file"
+                };
+                serde_json::json!({ "vni": vni, "vip": vip, "name": p.name, "host": p.host,
+                                    "tenant": st.tenants.get(&vni), "source": source })
+            })
+            .collect()
+    }
+
     /// Underlay addresses of every host in the map (the CM's peers).
     pub fn hosts(&self) -> HashSet<Ipv4Addr> {
         read(&self.state)
@@ -271,6 +346,48 @@ impl Registry {
             .iter()
             .map(|(_, _, p)| p.host)
             .collect()
+    }
+}
+
+fn add_remote(st: &mut State, me: Ipv4Addr, r: Remote) -> Result<(), String> {
+    let at = format!("endpoint {} of host {}", r.name, r.host);
+    if r.host == me {
+        return Err(format!("{at}: names this host, which publishes its own"));
+    }
+    if st.local.contains_key(&r.name) {
+        return Err(format!("{at}: this host has an endpoint of that name"));
+    }
+    if let Some(t) = st.tenants.get(&r.vni).filter(|t| **t != r.tenant) {
+        return Err(format!("{at}: VNI {} belongs to tenant {t:?}", r.vni));
+    }
+    if let Some(p) = st.vpc.lookup(r.vni, r.vip) {
+        let theirs = st.remote.values().any(|o| (o.vni, o.vip) == (r.vni, r.vip));
+        let local = st
+            .local
+            .values()
+            .any(|e| (e.cfg.vni, e.cfg.vip) == (r.vni, r.vip));
+        if theirs || local {
+            return Err(format!(
+                "{at}: VNI {} vIP {} is {}'s already",
+                r.vni, r.vip, p.name
+            ));
+        }
+        // A file entry for it (a host not yet migrated): the cluster's word wins.
+        st.unnamed.remove(&(r.vni, r.vip));
+    }
+    st.vpc.insert(r.vni, r.vip, r.name.clone(), r.host);
+    st.tenants.insert(r.vni, r.tenant.clone());
+    st.remote.insert(r.name.clone(), r);
+    Ok(())
+}
+
+fn remove_remote(st: &mut State, name: &str) {
+    let Some(r) = st.remote.remove(name) else {
+        return;
+    };
+    st.vpc.remove(r.vni, r.vip);
+    if !st.vpc.iter().any(|(vni, _, _)| vni == r.vni) {
+        st.tenants.remove(&r.vni);
     }
 }
 
@@ -409,6 +526,51 @@ mod tests {
         // A VNI nobody holds is free for any tenant.
         r.check_new(&ep("globex-z", "globex", 300, "10.0.0.1"))
             .unwrap();
+    }
+
+    fn remote(host: &str, name: &str, vni: u32, vip: &str) -> Remote {
+        Remote {
+            host: host.parse().unwrap(),
+            name: name.into(),
+            tenant: "acme".into(),
+            vni,
+            vip: vip.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_cluster_feeds_other_hosts_endpoints() {
+        let r = Registry::new(&cfg());
+        add(&r, ep("acme-a", "acme", 100, "10.0.0.1"));
+        let refused = r.set_remote(vec![
+            remote("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+            // Conflicts: this host's own address, a local name, a taken vIP.
+            remote("198.18.0.1", "acme-y", 100, "10.0.0.9"),
+            remote("198.18.0.3", "acme-a", 100, "10.0.0.7"),
+            remote("198.18.0.4", "acme-z", 100, "10.0.0.8"),
+        ]);
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        let host_of = |vip: &str| {
+            r.vpc()
+                .lookup(100, vip.parse().unwrap())
+                .map(|p| p.host.to_string())
+        };
+        assert_eq!(host_of("10.0.0.8").as_deref(), Some("198.18.0.3"));
+        // An endpoint that moves to another host follows.
+        r.remote_up(remote("198.18.0.4", "acme-x", 100, "10.0.0.8"))
+            .unwrap();
+        assert_eq!(host_of("10.0.0.8").as_deref(), Some("198.18.0.4"));
+        assert!(
+            !r.remote_down("198.18.0.3".parse().unwrap(), "acme-x"),
+            "a stale host's delete is ignored"
+        );
+        assert!(r.remote_down("198.18.0.4".parse().unwrap(), "acme-x"));
+        assert_eq!(host_of("10.0.0.8"), None);
+        // The cluster's view replaces a file entry for the same address.
+        r.remote_up(remote("198.18.0.5", "acme-b", 100, "10.0.0.2"))
+            .unwrap();
+        assert_eq!(host_of("10.0.0.2").as_deref(), Some("198.18.0.5"));
+        assert!(r.policy_refs().iter().any(|e| e.name == "acme-b"));
     }
 
     #[test]

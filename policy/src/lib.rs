@@ -171,6 +171,35 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// A policy file's text and its name for errors, within the size limit.
+fn read_file(path: &Path) -> Result<(String, String), PolicyErrors> {
+    let file = path.display().to_string();
+    let fail = |message: String| {
+        PolicyErrors::single(PolicyError {
+            file: file.clone(),
+            location: None,
+            path: String::new(),
+            message,
+        })
+    };
+    let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    if meta.len() > Policy::MAX_FILE_BYTES {
+        return Err(fail(format!(
+            "file is {} bytes; policy files are limited to {} bytes",
+            meta.len(),
+            Policy::MAX_FILE_BYTES
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        fail(format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    Ok((text, file))
+}
+
 /// A validated, compiled security-group policy.
 #[derive(Debug)]
 pub struct Policy {
@@ -231,11 +260,7 @@ impl Policy {
     /// names that is gone matches nothing until it is back, and is returned
     /// (sorted) so the caller can say so. The version is unchanged.
     pub fn rebind(&self, endpoints: &[EndpointRef]) -> Result<(Policy, Vec<String>), PolicyErrors> {
-        let mut dangling = Vec::new();
-        let p = Self::parse_with(&self.text, &self.file, endpoints, Some(&mut dangling))?;
-        dangling.sort();
-        dangling.dedup();
-        Ok((p, dangling))
+        Self::parse_allowing_unknown(&self.text, &self.file, endpoints)
     }
 
     fn parse_with(
@@ -274,32 +299,32 @@ impl Policy {
 
     /// Reads and parses a policy file; errors are labelled with `path`.
     pub fn load(path: impl AsRef<Path>, endpoints: &[EndpointRef]) -> Result<Policy, PolicyErrors> {
-        let path = path.as_ref();
-        let file = path.display().to_string();
-        let fail = |message: String| {
-            PolicyErrors::single(PolicyError {
-                file: file.clone(),
-                location: None,
-                path: String::new(),
-                message,
-            })
-        };
-        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-        if meta.len() > Self::MAX_FILE_BYTES {
-            return Err(fail(format!(
-                "file is {} bytes; policy files are limited to {} bytes",
-                meta.len(),
-                Self::MAX_FILE_BYTES
-            )));
-        }
-        let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            fail(format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ))
-        })?;
+        let (text, file) = read_file(path.as_ref())?;
         Self::parse(&text, &file, endpoints)
+    }
+
+    /// Like `parse`, but a member naming an endpoint not (yet) known is no
+    /// error: it matches nothing and is returned (sorted). For a policy
+    /// that was checked where every endpoint was known (a cluster's).
+    pub fn parse_allowing_unknown(
+        text: &str,
+        file_name: &str,
+        endpoints: &[EndpointRef],
+    ) -> Result<(Policy, Vec<String>), PolicyErrors> {
+        let mut dangling = Vec::new();
+        let p = Self::parse_with(text, file_name, endpoints, Some(&mut dangling))?;
+        dangling.sort();
+        dangling.dedup();
+        Ok((p, dangling))
+    }
+
+    /// `load` with `parse_allowing_unknown`'s leniency.
+    pub fn load_allowing_unknown(
+        path: impl AsRef<Path>,
+        endpoints: &[EndpointRef],
+    ) -> Result<(Policy, Vec<String>), PolicyErrors> {
+        let (text, file) = read_file(path.as_ref())?;
+        Self::parse_allowing_unknown(&text, &file, endpoints)
     }
 
     /// The policy's text as parsed.

@@ -42,6 +42,9 @@ enum Command {
     Endpoint(EndpointCmd),
     /// Live sessions (one per opened device context) and their QPs.
     Sessions,
+    /// The VPC map: every endpoint of every VPC, its host, and whether it
+    /// is local, another host's (cluster) or from the config file.
+    Vpc,
     /// RDMA CM ids of librdmacm apps: listeners and connections.
     Cm,
     /// Security groups: check, apply or show the policy.
@@ -156,6 +159,7 @@ fn main() -> ExitCode {
         },
         Command::Endpoint(EndpointCmd::Del { name }) => Request::EndpointDel { name },
         Command::Sessions => Request::Sessions,
+        Command::Vpc => Request::Vpc,
         Command::Cm => Request::Cm,
         Command::Policy(PolicyCmd::Check { file }) => Request::PolicyCheck {
             path: absolute(file),

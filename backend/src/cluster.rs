@@ -1,0 +1,567 @@
+//! Cluster mode: the endpoints of every host, the VPC map that follows from
+//! them and the security-group policy, kept in etcd.
+//!
+//! Key layout under the configured prefix P:
+//!
+//! - `P/hosts/<underlay IP>`: this host is up (under its lease);
+//! - `P/endpoints/<underlay IP>/<name>`: an endpoint and the host it lives
+//!   on (under that host's lease: a host that stops renewing it loses its
+//!   endpoints everywhere);
+//! - `P/policy`: the policy text, written once by `masqctl policy apply`
+//!   on any host (compare-and-swap on its revision);
+//! - `P/status/<underlay IP>`: the policy version in force on that host.
+//!
+//! Each host publishes its own endpoints and follows everything else: read
+//! the prefix at a revision, watch from the next one, and read it whole
+//! again if the watch breaks (etcd restarted, the revision was compacted).
+//! While etcd is unreachable masqd serves from its last view and retries;
+//! when it is back, the host registers again (its endpoints as they are
+//! now, so changes made meanwhile are not lost) and reads the whole view.
+//!
+//! The daemon's state is fed through `Store`; this module knows nothing of
+//! sessions or sockets.
+
+use crate::config::{ClusterConfig, EndpointConfig};
+use crate::registry::Remote;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    WatchOptions,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// What the cluster feeds into the daemon, and what it asks of it.
+pub trait Store: Send + Sync + 'static {
+    /// Every other host's endpoints now (replaces what came before).
+    fn remote_view(&self, endpoints: Vec<Remote>);
+    fn remote_up(&self, endpoint: Remote);
+    fn remote_down(&self, host: Ipv4Addr, name: &str);
+    /// The cluster's policy is this text (`file` labels its errors).
+    fn policy(&self, text: &str, file: &str);
+    /// This host's endpoints, to publish.
+    fn local_endpoints(&self) -> Vec<EndpointConfig>;
+    /// The version of the policy in force here.
+    fn policy_version(&self) -> Option<String>;
+    /// The config file's policy (text, file), offered to a cluster that
+    /// has none yet: migrating from files, the first host in brings it.
+    fn file_policy(&self) -> Option<(String, String)>;
+}
+
+/// An endpoint as stored under `P/endpoints/`.
+#[derive(Serialize, Deserialize)]
+struct Published {
+    host: Ipv4Addr,
+    endpoint: EndpointConfig,
+}
+
+/// The policy as stored at `P/policy`.
+#[derive(Serialize, Deserialize)]
+struct StoredPolicy {
+    text: String,
+    file: String,
+}
+
+/// A change of this host's endpoints, for the cluster task.
+enum Publish {
+    Up(EndpointConfig),
+    Down(String),
+    Status,
+}
+
+#[derive(Clone, Serialize)]
+pub struct Health {
+    /// `connected`, or `degraded` (serving from the last view).
+    pub state: &'static str,
+    /// Unix seconds of the last change of state.
+    pub since: u64,
+    /// The store revision the view was last read or watched at.
+    pub revision: i64,
+    pub error: Option<String>,
+}
+
+pub struct Cluster {
+    cfg: ClusterConfig,
+    me: Ipv4Addr,
+    rt: tokio::runtime::Runtime,
+    client: Mutex<Option<Client>>,
+    health: Mutex<Health>,
+    /// Mod revision of `P/policy` as last seen (0: none): an apply
+    /// succeeds only if nobody wrote it since.
+    policy_rev: AtomicI64,
+    publish: mpsc::UnboundedSender<Publish>,
+    publish_rx: Mutex<Option<mpsc::UnboundedReceiver<Publish>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn etcd_err(e: etcd_client::Error) -> String {
+    format!("etcd: {e}")
+}
+
+/// How long one etcd call may take before the host counts as cut off.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+const RETRY_MIN: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+impl Cluster {
+    pub fn new(cfg: ClusterConfig, me: Ipv4Addr) -> std::io::Result<Arc<Cluster>> {
+        // One worker: the cluster's traffic is a handful of small messages.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("cluster")
+            .enable_all()
+            .build()?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        Ok(Arc::new(Cluster {
+            cfg,
+            me,
+            rt,
+            client: Mutex::new(None),
+            health: Mutex::new(Health {
+                state: "degraded",
+                since: now_secs(),
+                revision: 0,
+                error: Some("not connected yet".into()),
+            }),
+            policy_rev: AtomicI64::new(0),
+            publish: tx,
+            publish_rx: Mutex::new(Some(rx)),
+        }))
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}/{rest}", self.cfg.prefix)
+    }
+
+    /// Follow the cluster until masqd stops, feeding `store`.
+    pub fn start(self: &Arc<Self>, store: Arc<dyn Store>) {
+        let Some(mut rx) = lock(&self.publish_rx).take() else {
+            return;
+        };
+        let me = self.clone();
+        self.rt.spawn(async move {
+            let mut backoff = RETRY_MIN;
+            loop {
+                let err = match me.follow(&*store, &mut rx).await {
+                    Ok(()) => return,
+                    Err(e) => e,
+                };
+                *lock(&me.client) = None;
+                let was = me.set_health("degraded", Some(err.clone()));
+                if was == "connected" {
+                    warn!("cluster: {err}; serving from the last view until etcd is back");
+                    backoff = RETRY_MIN;
+                } else {
+                    debug!("cluster: {err}");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        });
+    }
+
+    fn set_health(&self, state: &'static str, error: Option<String>) -> &'static str {
+        let mut h = lock(&self.health);
+        let was = h.state;
+        if was != state {
+            h.since = now_secs();
+        }
+        h.state = state;
+        h.error = error;
+        was
+    }
+
+    pub fn health(&self) -> Health {
+        lock(&self.health).clone()
+    }
+
+    /// Wait up to `timeout` for the first view (a start with etcd up then
+    /// serves the cluster's endpoints and policy from its first request).
+    pub fn wait_connected(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if lock(&self.health).state == "connected" {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// One connection's life: register, read the view, watch it.
+    async fn follow(
+        &self,
+        store: &dyn Store,
+        rx: &mut mpsc::UnboundedReceiver<Publish>,
+    ) -> Result<(), String> {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(CALL_TIMEOUT)
+            .with_timeout(CALL_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(1), CALL_TIMEOUT);
+        let mut client = Client::connect(&self.cfg.etcd, Some(opts))
+            .await
+            .map_err(etcd_err)?;
+        let ttl = self.cfg.lease_seconds as i64;
+        let lease = client.lease_grant(ttl, None).await.map_err(etcd_err)?.id();
+        let (mut keeper, mut alive) = client.lease_keep_alive(lease).await.map_err(etcd_err)?;
+        // What was queued while etcd was away is in the full registration.
+        while rx.try_recv().is_ok() {}
+        self.register(&mut client, lease, store).await?;
+        if let Some((text, file)) = store.file_policy() {
+            let key = self.key("policy");
+            let value = serde_json::to_string(&StoredPolicy {
+                text,
+                file: file.clone(),
+            })
+            .map_err(|e| e.to_string())?;
+            let txn = Txn::new()
+                .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.as_str(), value, None)]);
+            if client.txn(txn).await.map_err(etcd_err)?.succeeded() {
+                info!(%file, "cluster: had no policy; wrote this host's");
+            }
+        }
+        let prefix = format!("{}/", self.cfg.prefix);
+        let view = client
+            .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd_err)?;
+        let mut revision = view.header().map(|h| h.revision()).unwrap_or(0);
+        self.apply_view(store, view.kvs());
+        let mut watch = client
+            .watch(
+                prefix.as_str(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_prev_key()
+                        .with_start_revision(revision + 1),
+                ),
+            )
+            .await
+            .map_err(etcd_err)?;
+        *lock(&self.client) = Some(client.clone());
+        lock(&self.health).revision = revision;
+        if self.set_health("connected", None) != "connected" {
+            info!(revision, lease = format!("{lease:x}"), etcd = ?self.cfg.etcd,
+                  "cluster: registered and following");
+        }
+        let mut renew = tokio::time::interval(Duration::from_secs((ttl as u64 / 3).max(1)));
+        loop {
+            tokio::select! {
+                _ = renew.tick() => keeper.keep_alive().await.map_err(etcd_err)?,
+                msg = alive.message() => match msg.map_err(etcd_err)? {
+                    Some(r) if r.ttl() > 0 => {}
+                    _ => return Err("this host's lease expired".into()),
+                },
+                msg = watch.message() => {
+                    let Some(resp) = msg.map_err(etcd_err)? else {
+                        return Err("watch closed".into());
+                    };
+                    if resp.compact_revision() > 0 {
+                        return Err(format!("revision {} compacted; reading the whole view again", revision + 1));
+                    }
+                    if resp.canceled() {
+                        return Err(format!("watch canceled: {}", resp.cancel_reason()));
+                    }
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        revision = revision.max(kv.mod_revision());
+                        let put = ev.event_type() == EventType::Put;
+                        self.apply_event(store, kv, put)?;
+                    }
+                    lock(&self.health).revision = revision;
+                }
+                p = rx.recv() => match p {
+                    Some(p) => self.publish_one(&mut client, lease, store, p).await?,
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+
+    /// This host, its endpoints as they are now (and none it no longer
+    /// has), and the policy version in force here.
+    async fn register(
+        &self,
+        client: &mut Client,
+        lease: i64,
+        store: &dyn Store,
+    ) -> Result<(), String> {
+        let with_lease = || Some(PutOptions::new().with_lease(lease));
+        let host = json!({ "underlay": self.me, "registered": now_secs() }).to_string();
+        client
+            .put(self.key(&format!("hosts/{}", self.me)), host, with_lease())
+            .await
+            .map_err(etcd_err)?;
+        let mine = format!("{}/", self.key(&format!("endpoints/{}", self.me)));
+        let local = store.local_endpoints();
+        let stale = client
+            .get(
+                mine.as_str(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(etcd_err)?;
+        for kv in stale.kvs() {
+            let name = kv.key_str().unwrap_or_default().trim_start_matches(&mine);
+            if !local.iter().any(|e| e.name == name) {
+                client.delete(kv.key(), None).await.map_err(etcd_err)?;
+            }
+        }
+        for e in local {
+            self.put_endpoint(client, lease, e).await?;
+        }
+        self.put_status(client, lease, store).await
+    }
+
+    async fn put_endpoint(
+        &self,
+        client: &mut Client,
+        lease: i64,
+        e: EndpointConfig,
+    ) -> Result<(), String> {
+        let key = self.key(&format!("endpoints/{}/{}", self.me, e.name));
+        let value = serde_json::to_string(&Published {
+            host: self.me,
+            endpoint: e,
+        })
+        .map_err(|e| e.to_string())?;
+        client
+            .put(key, value, Some(PutOptions::new().with_lease(lease)))
+            .await
+            .map_err(etcd_err)
+            .map(|_| ())
+    }
+
+    async fn put_status(
+        &self,
+        client: &mut Client,
+        lease: i64,
+        store: &dyn Store,
+    ) -> Result<(), String> {
+        let status = json!({ "policyVersion": store.policy_version(), "at": now_secs() });
+        client
+            .put(
+                self.key(&format!("status/{}", self.me)),
+                status.to_string(),
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .map_err(etcd_err)
+            .map(|_| ())
+    }
+
+    async fn publish_one(
+        &self,
+        client: &mut Client,
+        lease: i64,
+        store: &dyn Store,
+        p: Publish,
+    ) -> Result<(), String> {
+        match p {
+            Publish::Up(e) => self.put_endpoint(client, lease, e).await,
+            Publish::Down(name) => client
+                .delete(self.key(&format!("endpoints/{}/{name}", self.me)), None)
+                .await
+                .map_err(etcd_err)
+                .map(|_| ()),
+            Publish::Status => self.put_status(client, lease, store).await,
+        }
+    }
+
+    fn apply_view(&self, store: &dyn Store, kvs: &[etcd_client::KeyValue]) {
+        let mut remotes = Vec::new();
+        let mut policy = None;
+        for kv in kvs {
+            match self.parse(kv) {
+                Parsed::Endpoint(r) if r.host != self.me => remotes.push(r),
+                Parsed::Policy(p) => policy = Some((p, kv.mod_revision())),
+                Parsed::Bad(why) => warn!("cluster: {why}"),
+                _ => {}
+            }
+        }
+        debug!(endpoints = remotes.len(), "cluster: view read");
+        store.remote_view(remotes);
+        match policy {
+            Some((p, rev)) => {
+                self.policy_rev.store(rev, Ordering::SeqCst);
+                store.policy(&p.text, &p.file);
+            }
+            None => self.policy_rev.store(0, Ordering::SeqCst),
+        }
+    }
+
+    fn apply_event(
+        &self,
+        store: &dyn Store,
+        kv: &etcd_client::KeyValue,
+        put: bool,
+    ) -> Result<(), String> {
+        let key = kv.key_str().unwrap_or_default();
+        if !put {
+            if let Some((host, name)) = self.endpoint_key(key) {
+                if host == self.me {
+                    // Our lease expired while we were cut off, or someone
+                    // deleted it: register again.
+                    return Err(format!("this host's endpoint {name} left the store"));
+                }
+                store.remote_down(host, name);
+            } else if key == self.key("policy") {
+                warn!("cluster: the policy was deleted from etcd; keeping the one in force");
+                self.policy_rev.store(0, Ordering::SeqCst);
+            }
+            return Ok(());
+        }
+        match self.parse(kv) {
+            Parsed::Endpoint(r) if r.host != self.me => store.remote_up(r),
+            Parsed::Policy(p) => {
+                self.policy_rev.store(kv.mod_revision(), Ordering::SeqCst);
+                store.policy(&p.text, &p.file);
+                let _ = self.publish.send(Publish::Status);
+            }
+            Parsed::Bad(why) => warn!("cluster: {why}"),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn endpoint_key<'a>(&self, key: &'a str) -> Option<(Ipv4Addr, &'a str)> {
+        let rest = key.strip_prefix(&self.key("endpoints/"))?;
+        let (host, name) = rest.split_once('/')?;
+        Some((host.parse().ok()?, name))
+    }
+
+    fn parse(&self, kv: &etcd_client::KeyValue) -> Parsed {
+        let key = kv.key_str().unwrap_or_default();
+        let value = kv.value_str().unwrap_or_default();
+        if let Some((host, name)) = self.endpoint_key(key) {
+            return match serde_json::from_str::<Published>(value) {
+                Ok(p) if p.host == host && p.endpoint.name == name => Parsed::Endpoint(Remote {
+                    host,
+                    name: p.endpoint.name,
+                    tenant: p.endpoint.tenant,
+                    vni: p.endpoint.vni,
+                    vip: p.endpoint.vip,
+                }),
+                Ok(_) => Parsed::Bad(format!(
+                    "{key}: host or name differ from the key's; ignored"
+                )),
+                Err(e) => Parsed::Bad(format!("{key}: {e}; ignored")),
+            };
+        }
+        if key == self.key("policy") {
+            return match serde_json::from_str::<StoredPolicy>(value) {
+                Ok(p) => Parsed::Policy(p),
+                Err(e) => Parsed::Bad(format!("{key}: {e}; policy not changed")),
+            };
+        }
+        Parsed::Other
+    }
+
+    /// Publish a change of this host's endpoints (sent when etcd is
+    /// reachable; otherwise part of the next registration).
+    pub fn endpoint_up(&self, e: EndpointConfig) {
+        let _ = self.publish.send(Publish::Up(e));
+    }
+
+    pub fn endpoint_down(&self, name: &str) {
+        let _ = self.publish.send(Publish::Down(name.to_string()));
+    }
+
+    /// The policy version in force here changed.
+    pub fn status_changed(&self) {
+        let _ = self.publish.send(Publish::Status);
+    }
+
+    fn connected(&self) -> Result<Client, String> {
+        lock(&self.client).clone().ok_or_else(|| {
+            let h = self.health();
+            format!(
+                "etcd is unreachable ({}): the cluster's policy cannot change now",
+                h.error.unwrap_or_default()
+            )
+        })
+    }
+
+    /// Write the policy for every host, unless someone wrote it since this
+    /// host last saw it (then the caller's apply lost the race).
+    pub fn put_policy(&self, text: &str, file: &str) -> Result<i64, String> {
+        let mut client = self.connected()?;
+        let seen = self.policy_rev.load(Ordering::SeqCst);
+        let key = self.key("policy");
+        let value = serde_json::to_string(&StoredPolicy {
+            text: text.into(),
+            file: file.into(),
+        })
+        .map_err(|e| e.to_string())?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, seen)])
+            .and_then([TxnOp::put(key.as_str(), value, None)]);
+        let resp = self
+            .rt
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, client.txn(txn)).await })
+            .map_err(|_| "etcd did not answer in time".to_string())?
+            .map_err(etcd_err)?;
+        if !resp.succeeded() {
+            return Err(
+                "the cluster's policy changed since this host last saw it (another apply won); \
+                 check the policy in force and apply again"
+                    .into(),
+            );
+        }
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        self.policy_rev.store(rev, Ordering::SeqCst);
+        Ok(rev)
+    }
+
+    /// The policy version each host reports in force.
+    pub fn policy_status(&self) -> Result<Value, String> {
+        let mut client = self.connected()?;
+        let prefix = format!("{}/", self.key("status"));
+        let resp = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(
+                    CALL_TIMEOUT,
+                    client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+                )
+                .await
+            })
+            .map_err(|_| "etcd did not answer in time".to_string())?
+            .map_err(etcd_err)?;
+        let hosts: Vec<Value> = resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let host = kv.key_str().unwrap_or_default().trim_start_matches(&prefix);
+                let v: Value =
+                    serde_json::from_str(kv.value_str().unwrap_or_default()).unwrap_or(Value::Null);
+                json!({ "host": host, "version": v["policyVersion"], "at": v["at"] })
+            })
+            .collect();
+        Ok(json!(hosts))
+    }
+}
+
+enum Parsed {
+    Endpoint(Remote),
+    Policy(StoredPolicy),
+    Bad(String),
+    Other,
+}

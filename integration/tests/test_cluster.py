@@ -1,0 +1,205 @@
+"""Cluster mode on a real etcd (on host1): each host publishes its own
+endpoints, follows the others' and the one policy, keeps serving while etcd
+is down, and forgets a host whose lease expired."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from masq_testbed import finish, finish_pair
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "configs", "cluster")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+TESTBED = os.path.join(REPO, "integration", "testbed")
+ETCD = os.path.join(REPO, "integration", "guest", "etcd.sh")
+PINGPONG = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "1024"]
+LEASE_S = 4  # leaseSeconds in the configs
+
+
+@pytest.fixture(scope="module")
+def cluster(testbed):
+    testbed.run("host1", ETCD, "wipe")
+    testbed.run("host1", ETCD, "start")
+    try:
+        with testbed.masq_running(CONFIG):
+            yield testbed
+    finally:
+        testbed.run("host1", ETCD, "wipe", check=False)
+
+
+def ctl(tb, host, *args, check=True):
+    r = tb.run(host, MASQCTL, "-o", "json", *args, check=check)
+    return json.loads(r.stdout) if r.returncode == 0 else r
+
+
+def vpc(tb, host):
+    return {(e["vni"], e["vip"]): e for e in ctl(tb, host, "vpc")["vpc"]}
+
+
+def eventually(what, cond, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.2)
+    return time.monotonic()
+
+
+def pingpong(tb, port, server, client, dest, iters=50):
+    argv = [*PINGPONG, "-n", str(iters), "-p", str(port)]
+    srv = tb.tenant_spawn(*server, *argv)
+    try:
+        tb.wait_listening(server[0], port, tenant=server[1])
+        cli = tb.tenant_run(*client, *argv, dest, check=False)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    return finish_pair(srv, cli)
+
+
+def testbed_cli(*args):
+    r = subprocess.run([TESTBED, *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"testbed {' '.join(args)}:\n{r.stdout}\n{r.stderr}"
+
+
+def test_hosts_share_endpoints_and_one_policy(cluster):
+    tb = cluster
+    for h in ("host1", "host2"):
+        assert ctl(tb, h, "status")["cluster"]["state"] == "connected"
+    # Neither file lists the other host's endpoint: the cluster does.
+    assert vpc(tb, "host1")[(100, "10.0.0.2")]["source"] == "cluster"
+    assert vpc(tb, "host2")[(100, "10.0.0.1")]["source"] == "cluster"
+    # host1 brought its policy file; both hosts run that version.
+    show = ctl(tb, "host2", "policy", "show")
+    versions = {h["host"]: h["version"] for h in show["hosts"]}
+    assert versions == {"198.18.0.1": show["version"], "198.18.0.2": show["version"]}, show
+    pingpong(tb, 19601, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
+
+
+def test_an_endpoint_added_on_one_host_is_reachable_from_the_other(cluster):
+    tb = cluster
+    tb.tenant_add("host2", "acme-d", 100, "10.0.0.4/24")
+    try:
+        t0 = time.monotonic()
+        tb.run("host2", MASQCTL, "endpoint", "add", "acme-d", "--tenant", "acme", "--vni",
+               "100", "--vip", "10.0.0.4", "--netns", "/run/netns/acme-d")
+        t1 = eventually("host1 maps acme-d", lambda: (100, "10.0.0.4") in vpc(tb, "host1"))
+        assert vpc(tb, "host1")[(100, "10.0.0.4")]["host"] == "198.18.0.2"
+        print(f"endpoint add -> in host1's map: {t1 - t0:.2f} s")
+        # The policy names acme-d in db: allowed from acme-a.
+        pingpong(tb, 19602, ("host2", "acme-d"), ("host1", "acme-a"), "10.0.0.4")
+        tb.run("host2", MASQCTL, "endpoint", "del", "acme-d")
+        eventually("host1 forgets acme-d", lambda: (100, "10.0.0.4") not in vpc(tb, "host1"))
+        # A new connection to it now has no route on host1.
+        r = tb.tenant_run("host1", "acme-a", *PINGPONG, "-n", "5", "-p", "19603", "10.0.0.4",
+                          check=False, timeout=60)
+        assert r.returncode != 0, r.stdout
+    finally:
+        tb.run("host2", MASQCTL, "endpoint", "del", "acme-d", check=False)
+        tb.tenant_del("host2", "acme-d", check=False)
+
+
+def test_one_apply_flips_a_live_connection_on_both_hosts(cluster):
+    tb = cluster
+    revoked = os.path.join(CONFIG, "policy-revoked.yaml")
+    allowed = os.path.join(CONFIG, "policy.yaml")
+    argv = [*PINGPONG, "-n", "1000000", "-p", "19604"]
+    srv = tb.tenant_spawn("host2", "acme-b", *argv)
+    cli = None
+    try:
+        tb.wait_listening("host2", 19604, tenant="acme-b")
+        cli = tb.tenant_spawn("host1", "acme-a", *argv, "10.0.0.2")
+        eventually("both hosts track the connection", lambda: all(
+            ctl(tb, h, "conntrack", "-L", "-s", "10.0.0.0/24")["entries"]
+            for h in ("host1", "host2")), timeout=120)
+        t0 = time.monotonic()
+        applied = ctl(tb, "host1", "policy", "apply", revoked)
+        t1 = eventually("host2 resets its side", lambda: not ctl(
+            tb, "host2", "conntrack", "-L", "-s", "10.0.0.2")["entries"])
+        print(f"policy apply -> host2 reset: {t1 - t0:.2f} s")
+        assert not ctl(tb, "host1", "conntrack", "-L", "-s", "10.0.0.1")["entries"]
+        rc, out, err = finish(srv, timeout=120)
+        assert rc != 0, "the server kept running under a policy that denies it"
+        show = ctl(tb, "host2", "policy", "show")
+        assert show["version"] == applied["version"]
+        assert {h["version"] for h in show["hosts"]} == {applied["version"]}, show
+    finally:
+        for p in (srv, cli):
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
+                finish(p)
+    # Denied now; allowed again after one more apply (from the other host).
+    r = tb.tenant_run("host1", "acme-a", *PINGPONG, "-n", "5", "-p", "19605", "10.0.0.2",
+                      check=False, timeout=60)
+    assert r.returncode != 0
+    ctl(tb, "host2", "policy", "apply", allowed)
+    eventually("host1 runs the allowing policy", lambda: ctl(
+        tb, "host1", "policy", "show")["version"] == ctl(tb, "host2", "policy", "show")["version"])
+    pingpong(tb, 19606, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
+    # An invalid file changes nothing anywhere.
+    bad = tb.run("host1", MASQCTL, "policy", "apply",
+                 os.path.join(HERE, "configs", "policy", "policy-invalid.yaml"), check=False)
+    assert bad.returncode == 1 and "policy not changed" in bad.stderr, bad.stderr
+
+
+def test_etcd_down_keeps_serving_and_loses_no_change(cluster):
+    tb = cluster
+    long_run = [*PINGPONG, "-n", "20000", "-p", "19607"]
+    srv = tb.tenant_spawn("host2", "acme-b", *long_run)
+    tb.wait_listening("host2", 19607, tenant="acme-b")
+    cli = tb.tenant_spawn("host1", "acme-a", *long_run, "10.0.0.2")
+    tb.tenant_add("host2", "acme-d", 100, "10.0.0.4/24")
+    try:
+        tb.run("host1", ETCD, "stop")
+        for h in ("host1", "host2"):
+            eventually(f"{h} says degraded",
+                       lambda h=h: ctl(tb, h, "status")["cluster"]["state"] == "degraded")
+        # A new connection to a known peer is admitted under the last policy.
+        pingpong(tb, 19608, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
+        # A change on host2 while etcd is down...
+        tb.run("host2", MASQCTL, "endpoint", "add", "acme-d", "--tenant", "acme", "--vni",
+               "100", "--vip", "10.0.0.4", "--netns", "/run/netns/acme-d")
+        r = tb.run("host1", MASQCTL, "policy", "apply",
+                   os.path.join(CONFIG, "policy.yaml"), check=False)
+        assert r.returncode == 1 and "unreachable" in r.stderr, r.stderr
+        tb.run("host1", ETCD, "start")
+        # ...reaches host1 once etcd is back.
+        eventually("host1 maps acme-d", lambda: (100, "10.0.0.4") in vpc(tb, "host1"), 60)
+        for h in ("host1", "host2"):
+            eventually(f"{h} connected",
+                       lambda h=h: ctl(tb, h, "status")["cluster"]["state"] == "connected")
+        # The run that spanned the outage finished normally.
+        finish_pair(srv, cli_result(cli))
+    finally:
+        for p in (srv, cli):
+            if p.poll() is None:
+                p.kill()
+        tb.run("host1", ETCD, "start", check=False)
+        tb.run("host2", MASQCTL, "endpoint", "del", "acme-d", check=False)
+        tb.tenant_del("host2", "acme-d", check=False)
+
+
+def cli_result(proc):
+    rc, out, err = finish(proc)
+    return subprocess.CompletedProcess(proc.args, rc, out, err)
+
+
+def test_a_host_away_longer_than_its_lease_leaves_the_map(cluster):
+    tb = cluster
+    testbed_cli("masq", "kill", "host2")
+    try:
+        t0 = time.monotonic()
+        t1 = eventually("host1 forgets acme-b",
+                        lambda: (100, "10.0.0.2") not in vpc(tb, "host1"), LEASE_S + 20)
+        print(f"masqd killed -> host2's endpoints gone from host1: {t1 - t0:.2f} s "
+              f"(lease {LEASE_S} s)")
+    finally:
+        testbed_cli("masq", "start", "host2")
+    # Back: it registers again and is reachable.
+    eventually("host1 maps acme-b again", lambda: (100, "10.0.0.2") in vpc(tb, "host1"))
+    pingpong(tb, 19609, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
