@@ -89,18 +89,13 @@ impl Admission {
             metrics: crate::metrics::Metrics::default(),
         };
         if let Some(p) = path {
-            let policy = if cfg.cluster.is_some() {
-                // Other hosts' endpoints are known once the cluster's view
-                // is read: names not known yet match nothing until then.
-                let (policy, dangling) = Policy::load_allowing_unknown(&p, &a.refs())
-                    .map_err(|errs| errs.to_string())?;
-                if !dangling.is_empty() {
-                    tracing::info!("policy names endpoints of other hosts, resolved once the cluster's view is read: {}", dangling.join(", "));
-                }
-                policy
-            } else {
-                a.check(&p)?
-            };
+            let (policy, unknown) = a.check(&p)?;
+            if !unknown.is_empty() {
+                tracing::warn!(
+                    "policy names endpoint(s) not known now, matching nothing until they are: {}",
+                    unknown.join(", ")
+                );
+            }
             *a.policy.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(policy));
         }
         Ok(a)
@@ -135,11 +130,13 @@ impl Admission {
             .clone()
     }
 
-    /// Parse and compile a policy file against this host's VPC map,
-    /// without applying it. Errors are file:line:column lines.
-    pub fn check(&self, path: &Path) -> Result<Policy, String> {
-        let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
-        Policy::load(path, &endpoints).map_err(|errs| errs.to_string())
+    /// Parse and compile a policy file against the VPC map, without
+    /// applying it. Errors are file:line:column lines. Endpoints come and
+    /// go (containers, other hosts), so a member naming one not known now
+    /// is no error: it matches nothing until it is, and is returned so the
+    /// operator sees it (a typo shows there).
+    pub fn check(&self, path: &Path) -> Result<(Policy, Vec<String>), String> {
+        Policy::load_allowing_unknown(path, &self.refs()).map_err(|errs| errs.to_string())
     }
 
     fn refs(&self) -> Vec<EndpointRef> {
@@ -305,9 +302,9 @@ mod tests {
             .expect("room");
         let revoked = dir.join("../integration/tests/configs/policy/policy-revoked.yaml");
         let keep = dir.join("../integration/tests/configs/policy/policy-revoked-keep.yaml");
-        let out = a.apply(a.check(&keep).expect("valid"));
+        let out = a.apply(a.check(&keep).expect("valid").0);
         assert!(out.keep && out.to_reset.is_empty());
-        let out = a.apply(a.check(&revoked).expect("valid"));
+        let out = a.apply(a.check(&revoked).expect("valid").0);
         assert_eq!(out.to_reset.len(), 1);
         assert_eq!(out.to_reset[0].local_qpn, 17);
     }

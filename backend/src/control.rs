@@ -152,6 +152,24 @@ fn s(v: &Value, k: &str) -> String {
     }
 }
 
+/// Endpoints a policy names that are not known now: a typo, or one that
+/// has not started yet.
+fn unknown_note(out: &mut String, reply: &Value) {
+    let names: Vec<&str> = reply["unknown_endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .collect();
+    if !names.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: no endpoint is named {} now; such members match nothing until one is",
+            names.join(", ")
+        );
+    }
+}
+
 /// Human-readable rendering of a reply, like `ip`/`conntrack` listings.
 pub fn render_table(req: &Request, reply: &Value) -> String {
     let mut out = String::new();
@@ -263,6 +281,7 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 path.display(),
                 s(reply, "version")
             );
+            unknown_note(&mut out, reply);
         }
         Request::PolicyApply { path } => {
             let _ = writeln!(
@@ -279,6 +298,7 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 },
                 s(reply, "elapsed_ms")
             );
+            unknown_note(&mut out, reply);
         }
         Request::PolicyShow => {
             let _ = writeln!(out, "file     {}", s(reply, "file"));

@@ -142,7 +142,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             json!({ "endpoints": eps })
         }
         Request::PolicyCheck { path } => match shared.admission.check(path) {
-            Ok(p) => json!({ "version": p.version_hash() }),
+            Ok((p, unknown)) => json!({ "version": p.version_hash(), "unknown_endpoints": unknown }),
             Err(e) => json!({ "error": e }),
         },
         Request::PolicyApply { path } => shared

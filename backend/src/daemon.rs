@@ -534,14 +534,17 @@ impl Shared {
     /// elsewhere makes this one fail), and apply it here.
     pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
         let not_changed = |e: String| format!("{e}\npolicy not changed");
-        let p = self.admission.check(path).map_err(not_changed)?;
+        let (p, unknown) = self.admission.check(path).map_err(not_changed)?;
         let Some(c) = &self.cluster else {
-            return self.apply_policy(p).map_err(not_changed);
+            let mut v = self.apply_policy(p).map_err(not_changed)?;
+            v["unknown_endpoints"] = json!(unknown);
+            return Ok(v);
         };
         let rev = c.put_policy(p.text(), p.file()).map_err(not_changed)?;
         let mut v = self.apply_policy(p)?;
         c.status_changed();
         v["cluster_revision"] = json!(rev);
+        v["unknown_endpoints"] = json!(unknown);
         Ok(v)
     }
 

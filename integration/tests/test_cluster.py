@@ -61,7 +61,7 @@ def pingpong(tb, port, server, client, dest, iters=50):
     return finish_pair(srv, cli)
 
 
-def testbed_cli(*args):
+def run_testbed(*args):
     r = subprocess.run([TESTBED, *args], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"testbed {' '.join(args)}:\n{r.stdout}\n{r.stderr}"
 
@@ -191,7 +191,7 @@ def cli_result(proc):
 
 def test_a_host_away_longer_than_its_lease_leaves_the_map(cluster):
     tb = cluster
-    testbed_cli("masq", "kill", "host2")
+    run_testbed("masq", "kill", "host2")
     try:
         t0 = time.monotonic()
         t1 = eventually("host1 forgets acme-b",
@@ -199,7 +199,7 @@ def test_a_host_away_longer_than_its_lease_leaves_the_map(cluster):
         print(f"masqd killed -> host2's endpoints gone from host1: {t1 - t0:.2f} s "
               f"(lease {LEASE_S} s)")
     finally:
-        testbed_cli("masq", "start", "host2")
+        run_testbed("masq", "start", "host2")
     # Back: it registers again and is reachable.
     eventually("host1 maps acme-b again", lambda: (100, "10.0.0.2") in vpc(tb, "host1"))
     pingpong(tb, 19609, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
