@@ -57,6 +57,16 @@ impl Netns {
         ])?;
         ip(&["-n", n, "link", "set", "v1", "up"])?;
         ip(&["-n", n, "link", "set", "v0", "up"])?;
+        // The veth's operational state (IFF_RUNNING, what `up` means) turns
+        // UP a moment after both ends are up, from the kernel's link-watch
+        // work: wait for it, or the read races it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !ip(&["-n", n, "-o", "link", "show", "v0"])?.contains(" state UP ") {
+            if std::time::Instant::now() > deadline {
+                return Err("veth v0 is not operationally up after 5 s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         Ok(ns)
     }
 
