@@ -15,8 +15,6 @@ use crate::backstop::Backstop;
 pub struct Admission {
     /// The policy file named by the config, for SIGHUP.
     pub path: Option<PathBuf>,
-    /// The named endpoints of every VPC, as policies name them.
-    endpoints: RwLock<Vec<EndpointRef>>,
     /// None: no policy configured, every pair in a VPC may connect.
     policy: RwLock<Option<Arc<Policy>>>,
     table: Mutex<Table>,
@@ -81,7 +79,6 @@ impl Admission {
         let path = cfg.policy.as_ref().map(|p| config_dir.join(p));
         let a = Admission {
             path: path.clone(),
-            endpoints: RwLock::new(endpoints),
             policy: RwLock::new(None),
             table: Mutex::new(Table::new()),
             gate: RwLock::new(()),
@@ -89,7 +86,7 @@ impl Admission {
             metrics: crate::metrics::Metrics::default(),
         };
         if let Some(p) = path {
-            let (policy, unknown) = a.check(&p)?;
+            let (policy, unknown) = a.check(&p, &endpoints)?;
             if !unknown.is_empty() {
                 tracing::warn!(
                     "policy names endpoint(s) not known now, matching nothing until they are: {}",
@@ -135,38 +132,45 @@ impl Admission {
     /// go (containers, other hosts), so a member naming one not known now
     /// is no error: it matches nothing until it is, and is returned so the
     /// operator sees it (a typo shows there).
-    pub fn check(&self, path: &Path) -> Result<(Policy, Vec<String>), String> {
-        Policy::load_allowing_unknown(path, &self.refs()).map_err(|errs| errs.to_string())
-    }
-
-    fn refs(&self) -> Vec<EndpointRef> {
-        self.endpoints
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    pub fn check(
+        &self,
+        path: &Path,
+        endpoints: &[EndpointRef],
+    ) -> Result<(Policy, Vec<String>), String> {
+        Policy::load_allowing_unknown(path, endpoints).map_err(|errs| errs.to_string())
     }
 
     /// Parse and compile the cluster's policy text. It was checked where it
     /// was applied; an endpoint it names that this host does not know (yet)
     /// matches nothing here until it is, and is returned.
-    pub fn check_text(&self, text: &str, file: &str) -> Result<(Policy, Vec<String>), String> {
-        Policy::parse_allowing_unknown(text, file, &self.refs()).map_err(|errs| errs.to_string())
+    pub fn check_text(
+        &self,
+        text: &str,
+        file: &str,
+        endpoints: &[EndpointRef],
+    ) -> Result<(Policy, Vec<String>), String> {
+        Policy::parse_allowing_unknown(text, file, endpoints).map_err(|errs| errs.to_string())
     }
 
-    /// The endpoints changed: policies are checked against these from now
-    /// on, and the active one, resolved again, is returned for the caller
-    /// to apply, with the names it gives that are gone.
-    pub fn set_endpoints(&self, endpoints: Vec<EndpointRef>) -> Option<(Policy, Vec<String>)> {
-        let rebound = self.active().and_then(|p| match p.rebind(&endpoints) {
+    /// The endpoints changed (`changed` names them; empty: any may have):
+    /// if the active policy names one, it is resolved again against
+    /// `endpoints()` and returned for the caller to apply, with the names it
+    /// gives that are gone. A change it does not name costs nothing.
+    pub fn rebind(
+        &self,
+        endpoints: impl FnOnce() -> Vec<EndpointRef>,
+        changed: &[&str],
+    ) -> Option<(Policy, Vec<String>)> {
+        let affected = |p: &Policy| changed.is_empty() || changed.iter().any(|n| p.names(n));
+        let active = self.active().filter(|p| affected(p))?;
+        match active.rebind(&endpoints()) {
             Ok(r) => Some(r),
             Err(e) => {
                 // Its text parsed before; only a bug gets here.
                 tracing::warn!("active policy does not resolve again: {e}");
                 None
             }
-        });
-        *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = endpoints;
-        rebound
+        }
     }
 
     /// The admitting rule for an RDMA connection local -> remote, or why not.
@@ -233,9 +237,12 @@ mod tests {
         (cfg, dir)
     }
 
+    fn refs(cfg: &Config) -> Vec<EndpointRef> {
+        crate::registry::Registry::new(cfg).policy_refs()
+    }
+
     fn admission(cfg: &Config, dir: &Path) -> Result<Admission, String> {
-        let refs = crate::registry::Registry::new(cfg).policy_refs();
-        Admission::new(cfg, dir, refs)
+        Admission::new(cfg, dir, refs(cfg))
     }
 
     fn ip(s: &str) -> Ipv4Addr {
@@ -302,9 +309,9 @@ mod tests {
             .expect("room");
         let revoked = dir.join("../integration/tests/configs/policy/policy-revoked.yaml");
         let keep = dir.join("../integration/tests/configs/policy/policy-revoked-keep.yaml");
-        let out = a.apply(a.check(&keep).expect("valid").0);
+        let out = a.apply(a.check(&keep, &refs(&cfg)).expect("valid").0);
         assert!(out.keep && out.to_reset.is_empty());
-        let out = a.apply(a.check(&revoked).expect("valid").0);
+        let out = a.apply(a.check(&revoked, &refs(&cfg)).expect("valid").0);
         assert_eq!(out.to_reset.len(), 1);
         assert_eq!(out.to_reset[0].local_qpn, 17);
     }

@@ -141,10 +141,14 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                 .collect();
             json!({ "endpoints": eps })
         }
-        Request::PolicyCheck { path } => match shared.admission.check(path) {
-            Ok((p, unknown)) => json!({ "version": p.version_hash(), "unknown_endpoints": unknown }),
-            Err(e) => json!({ "error": e }),
-        },
+        Request::PolicyCheck { path } => {
+            match shared.admission.check(path, &shared.registry.policy_refs()) {
+                Ok((p, unknown)) => {
+                    json!({ "version": p.version_hash(), "unknown_endpoints": unknown })
+                }
+                Err(e) => json!({ "error": e }),
+            }
+        }
         Request::PolicyApply { path } => shared
             .apply_policy_file(path)
             .unwrap_or_else(|e| json!({ "error": e })),

@@ -329,7 +329,7 @@ impl crate::cluster::Store for Shared {
             warn!("cluster: {why}; left out of the VPC map");
         }
         info!("cluster: {n} endpoint(s) of other hosts in the VPC map");
-        self.rebind_policy("cluster view read");
+        self.rebind_policy("cluster view read", &[]);
     }
 
     fn remote_up(&self, r: crate::registry::Remote) {
@@ -337,7 +337,7 @@ impl crate::cluster::Store for Shared {
         match self.registry.remote_up(r) {
             Ok(()) => {
                 info!(endpoint = %name, %host, vni, %vip, "cluster: endpoint up");
-                self.rebind_policy(&format!("endpoint {name} up on {host}"));
+                self.rebind_policy(&format!("endpoint {name} up on {host}"), &[&name]);
             }
             Err(why) => warn!("cluster: {why}; left out of the VPC map"),
         }
@@ -346,12 +346,15 @@ impl crate::cluster::Store for Shared {
     fn remote_down(&self, host: std::net::Ipv4Addr, name: &str) {
         if self.registry.remote_down(host, name) {
             info!(endpoint = name, %host, "cluster: endpoint gone");
-            self.rebind_policy(&format!("endpoint {name} gone from {host}"));
+            self.rebind_policy(&format!("endpoint {name} gone from {host}"), &[name]);
         }
     }
 
     fn policy(&self, text: &str, file: &str) {
-        let p = match self.admission.check_text(text, file) {
+        let p = match self
+            .admission
+            .check_text(text, file, &self.registry.policy_refs())
+        {
             Ok((p, dangling)) => {
                 if !dangling.is_empty() {
                     info!(
@@ -534,7 +537,8 @@ impl Shared {
     /// elsewhere makes this one fail), and apply it here.
     pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
         let not_changed = |e: String| format!("{e}\npolicy not changed");
-        let (p, unknown) = self.admission.check(path).map_err(not_changed)?;
+        let refs = self.registry.policy_refs();
+        let (p, unknown) = self.admission.check(path, &refs).map_err(not_changed)?;
         let Some(c) = &self.cluster else {
             let mut v = self.apply_policy(p).map_err(not_changed)?;
             v["unknown_endpoints"] = json!(unknown);

@@ -155,7 +155,7 @@ impl Shared {
             undo_firewall();
             return Err(err.to_string());
         }
-        self.endpoints_changed(&format!("endpoint {} added", e.name));
+        self.endpoints_changed(&format!("endpoint {} added", e.name), &e.name);
         if let Some(c) = &self.cluster {
             c.endpoint_up(e.clone());
         }
@@ -192,7 +192,7 @@ impl Shared {
         if let Err(e) = crate::firewall::remove(std::slice::from_ref(&ep.cfg)) {
             warn!(endpoint = name, "cannot remove its nftables table: {e}");
         }
-        self.endpoints_changed(&format!("endpoint {name} deleted"));
+        self.endpoints_changed(&format!("endpoint {name} deleted"), name);
         if let Some(c) = &self.cluster {
             c.endpoint_down(name);
         }
@@ -237,8 +237,8 @@ impl Shared {
     /// The set of endpoints changed: policies resolve names against the new
     /// one (the active policy again, at once), and the endpoints added at
     /// run time are written down for the next start.
-    fn endpoints_changed(&self, why: &str) {
-        self.rebind_policy(why);
+    fn endpoints_changed(&self, why: &str, name: &str) {
+        self.rebind_policy(why, &[name]);
         let file = RuntimeFile {
             endpoints: self
                 .registry
@@ -261,9 +261,10 @@ impl Shared {
 impl Shared {
     /// The set of known endpoints changed (here or on another host):
     /// policies resolve names against the new one, the active one again.
-    pub fn rebind_policy(&self, why: &str) {
-        if let Some((policy, dangling)) = self.admission.set_endpoints(self.registry.policy_refs())
-        {
+    /// `changed` names the endpoints that came or went (empty: any).
+    pub fn rebind_policy(&self, why: &str, changed: &[&str]) {
+        let refs = || self.registry.policy_refs();
+        if let Some((policy, dangling)) = self.admission.rebind(refs, changed) {
             if !dangling.is_empty() {
                 warn!("{why}: the policy names endpoint(s) no VPC has now, matching nothing until they are back: {}", dangling.join(", "));
             }

@@ -13,7 +13,11 @@ pub fn render(policy: &Policy, endpoints: &[EndpointConfig]) -> Result<String, S
     for e in endpoints {
         if let (Some(host_if), Some(bridge)) = (&e.host_if, &e.bridge) {
             let r = policy
-                .render_nft(&e.name, host_if, bridge)
+                .render_nft_for(
+                    &masq_policy::EndpointRef::new(&e.name, &e.tenant, e.vni, e.vip),
+                    host_if,
+                    bridge,
+                )
                 .map_err(|err| format!("endpoint {}: {err}", e.name))?;
             text.push_str(&r);
         }

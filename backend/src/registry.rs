@@ -100,6 +100,30 @@ struct State {
     unnamed: HashSet<(u32, Ipv4Addr)>,
     /// Other hosts' endpoints as the cluster publishes them, by name.
     remote: BTreeMap<String, Remote>,
+    /// Map entries per VNI: a VNI with none left has no tenant any more.
+    per_vni: HashMap<u32, usize>,
+}
+
+impl State {
+    /// Add (or replace) a map entry.
+    fn map_put(&mut self, vni: u32, vip: Ipv4Addr, name: String, host: Ipv4Addr, tenant: &str) {
+        if self.vpc.insert(vni, vip, name, host).is_none() {
+            *self.per_vni.entry(vni).or_default() += 1;
+        }
+        self.tenants.insert(vni, tenant.to_string());
+    }
+
+    fn map_del(&mut self, vni: u32, vip: Ipv4Addr) {
+        if self.vpc.remove(vni, vip).is_none() {
+            return;
+        }
+        let n = self.per_vni.entry(vni).or_default();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.per_vni.remove(&vni);
+            self.tenants.remove(&vni);
+        }
+    }
 }
 
 /// Another host's endpoint, as the cluster store publishes it.
@@ -125,8 +149,7 @@ impl Registry {
                 st.unnamed.insert((v.vni, v.vip));
                 format!("{}-{}", v.tenant, v.vip)
             });
-            st.vpc.insert(v.vni, v.vip, name, v.host);
-            st.tenants.insert(v.vni, v.tenant.clone());
+            st.map_put(v.vni, v.vip, name, v.host, &v.tenant);
         }
         Registry {
             host: cfg.underlay.ip,
@@ -208,7 +231,7 @@ impl Registry {
         let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
         let key = (ep.cfg.vni, ep.cfg.vip);
         if st.vpc.lookup(key.0, key.1).is_none() {
-            st.vpc.insert(key.0, key.1, ep.cfg.name.clone(), self.host);
+            st.map_put(key.0, key.1, ep.cfg.name.clone(), self.host, &ep.cfg.tenant);
             st.brought.insert(key);
         }
         st.tenants.insert(ep.cfg.vni, ep.cfg.tenant.clone());
@@ -223,10 +246,7 @@ impl Registry {
         ep.removed.store(true, Ordering::SeqCst);
         let key = (ep.cfg.vni, ep.cfg.vip);
         if st.brought.remove(&key) {
-            st.vpc.remove(key.0, key.1);
-            if !st.vpc.iter().any(|(vni, _, _)| vni == key.0) {
-                st.tenants.remove(&key.0);
-            }
+            st.map_del(key.0, key.1);
         }
         Some(ep)
     }
@@ -361,7 +381,10 @@ fn add_remote(st: &mut State, me: Ipv4Addr, r: Remote) -> Result<(), String> {
         return Err(format!("{at}: VNI {} belongs to tenant {t:?}", r.vni));
     }
     if let Some(p) = st.vpc.lookup(r.vni, r.vip) {
-        let theirs = st.remote.values().any(|o| (o.vni, o.vip) == (r.vni, r.vip));
+        let theirs = st
+            .remote
+            .get(&p.name)
+            .is_some_and(|o| (o.vni, o.vip) == (r.vni, r.vip));
         let local = st
             .local
             .values()
@@ -375,8 +398,7 @@ fn add_remote(st: &mut State, me: Ipv4Addr, r: Remote) -> Result<(), String> {
         // A file entry for it (a host not yet migrated): the cluster's word wins.
         st.unnamed.remove(&(r.vni, r.vip));
     }
-    st.vpc.insert(r.vni, r.vip, r.name.clone(), r.host);
-    st.tenants.insert(r.vni, r.tenant.clone());
+    st.map_put(r.vni, r.vip, r.name.clone(), r.host, &r.tenant);
     st.remote.insert(r.name.clone(), r);
     Ok(())
 }
@@ -385,10 +407,7 @@ fn remove_remote(st: &mut State, name: &str) {
     let Some(r) = st.remote.remove(name) else {
         return;
     };
-    st.vpc.remove(r.vni, r.vip);
-    if !st.vpc.iter().any(|(vni, _, _)| vni == r.vni) {
-        st.tenants.remove(&r.vni);
-    }
+    st.map_del(r.vni, r.vip);
 }
 
 /// A read-locked view of the VPC map.

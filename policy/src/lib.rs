@@ -210,6 +210,8 @@ pub struct Policy {
     endpoints: HashMap<String, EndpointRef>,
     /// The text it was parsed from, to resolve it again (`rebind`).
     text: Arc<str>,
+    /// Endpoint names its members give.
+    named: std::collections::HashSet<String>,
 }
 
 impl Default for Policy {
@@ -242,6 +244,7 @@ impl Policy {
             compiled: Compiled::default(),
             endpoints: HashMap::new(),
             text: Arc::from(""),
+            named: Default::default(),
         }
     }
 
@@ -283,6 +286,16 @@ impl Policy {
         if let Some(e) = errs.finish() {
             return Err(e);
         }
+        let named = doc
+            .tenants
+            .iter()
+            .flat_map(|t| &t.groups)
+            .flat_map(|g| &g.members)
+            .filter_map(|m| match &m.kind {
+                schema::MemberKind::Endpoint(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect();
         let mut by_name = HashMap::new();
         for ep in endpoints {
             by_name.entry(ep.name.clone()).or_insert_with(|| ep.clone());
@@ -294,6 +307,7 @@ impl Policy {
             compiled,
             endpoints: by_name,
             text: Arc::from(text),
+            named,
         })
     }
 
@@ -325,6 +339,12 @@ impl Policy {
     ) -> Result<(Policy, Vec<String>), PolicyErrors> {
         let (text, file) = read_file(path.as_ref())?;
         Self::parse_allowing_unknown(&text, &file, endpoints)
+    }
+
+    /// Whether a member names endpoint `name` (so its coming or going
+    /// changes what the policy allows).
+    pub fn names(&self, name: &str) -> bool {
+        self.named.contains(name)
     }
 
     /// The policy's text as parsed.
@@ -428,6 +448,17 @@ impl Policy {
             .endpoints
             .get(endpoint)
             .ok_or_else(|| NftError::UnknownEndpoint(endpoint.to_string()))?;
+        nft::render(self, ep, host_ifname, bridge_ifname)
+    }
+
+    /// `render_nft` for an endpoint given whole: one that came after the
+    /// policy was compiled (endpoints come and go) has its rules too.
+    pub fn render_nft_for(
+        &self,
+        ep: &EndpointRef,
+        host_ifname: &str,
+        bridge_ifname: &str,
+    ) -> Result<String, NftError> {
         nft::render(self, ep, host_ifname, bridge_ifname)
     }
 }

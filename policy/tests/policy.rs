@@ -775,6 +775,7 @@ fn rebind_lets_named_members_go_and_come_back_without_changing_the_version() {
         .collect();
     let (gone, dangling) = p.rebind(&without_b).unwrap();
     assert_eq!(dangling, ["acme-b"]);
+    assert!(p.names("acme-b") && p.names("globex-a") && !p.names("acme-z"));
     assert_eq!(gone.version_hash(), p.version_hash());
     assert!(gone.groups_of("acme", 100, ip("10.0.0.2")).is_empty());
     assert!(
