@@ -20,9 +20,15 @@ build: deps
 demo: build
 	integration/demo
 
-.PHONY: bench
-bench: build
+.PHONY: bench bench-cluster
+bench: build bench-cluster
 	integration/bench/run $(BENCH_ARGS)
+
+# Cluster mode: 10,000 endpoints and 100 policy changes/s on a loopback
+# etcd, and convergence between the two hosts on the rxe pair.
+bench-cluster: build
+	$(CARGO) build --release --example cluster_scale
+	integration/bench/cluster $(CLUSTER_BENCH_ARGS)
 
 lint: deps
 	$(CARGO) fmt --all --check

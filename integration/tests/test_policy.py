@@ -174,6 +174,23 @@ def test_tcp_rules_guard_the_qp_info_exchange(policy):
         finish(srv)
 
 
+def test_an_endpoint_added_at_run_time_gets_the_policys_tcp_rules(policy):
+    tb = policy
+    tb.tenant_add("host2", "acme-d", 100, "10.0.0.4/24")
+    try:
+        tb.run("host2", MASQCTL, "endpoint", "add", "acme-d", "--tenant", "acme", "--vni", "100",
+               "--vip", "10.0.0.4", "--netns", "/run/netns/acme-d",
+               "--host-if", "ve-acme-d", "--bridge", "mbr100")
+        table = tb.run("host2", "nft", "list", "table", "bridge", "masq_acme-d").stdout
+        assert "ve-acme-d" in table, table
+        tb.run("host2", MASQCTL, "endpoint", "del", "acme-d")
+        r = tb.run("host2", "nft", "list", "table", "bridge", "masq_acme-d", check=False)
+        assert r.returncode != 0, r.stdout
+    finally:
+        tb.run("host2", MASQCTL, "endpoint", "del", "acme-d", check=False)
+        tb.tenant_del("host2", "acme-d", check=False)
+
+
 # A tcp client that keeps one connection and wants an echo every 0.3 s.
 ECHO_CLIENT = r"""
 import socket, sys, time
