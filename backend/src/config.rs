@@ -259,6 +259,10 @@ pub struct EndpointConfig {
     /// container runtime mounts at /run/masq in the endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<PathBuf>,
+    /// Most connections (QPs moved to RTR, tracked) the endpoint may hold
+    /// at once; one more gets EDQUOT. None: no quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -319,6 +323,11 @@ impl EndpointConfig {
         }
         if self.host_if.is_some() != self.bridge.is_some() {
             return Err(format!("{at}: hostIf and bridge go together"));
+        }
+        if self.max_connections == Some(0) {
+            return Err(format!(
+                "{at}.maxConnections: 0 would refuse every connection (omit it for no quota)"
+            ));
         }
         if !self.netns.is_absolute() {
             return Err(format!(

@@ -116,6 +116,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                         "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
                         "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": session::VDEV_NAME,
                         "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
+                        "max_connections": ep.cfg.max_connections,
                         "sessions": n,
                         "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
                         "refused_requests": ep.refused_requests.load(Ordering::Relaxed),

@@ -49,6 +49,9 @@ pub struct Endpoint {
     /// which ends its accept thread.
     pub listener: Mutex<Option<Arc<Listener>>>,
     removed: AtomicBool,
+    /// Held from counting the endpoint's connections to tracking a new one,
+    /// when it has a quota: two admissions cannot both take the last slot.
+    pub quota: Mutex<()>,
 }
 
 impl Endpoint {
@@ -70,6 +73,7 @@ impl Endpoint {
             view,
             listener: Mutex::new(None),
             removed: AtomicBool::new(false),
+            quota: Mutex::new(()),
         }
     }
 
@@ -479,6 +483,7 @@ mod tests {
             host_if: None,
             bridge: None,
             socket: None,
+            max_connections: None,
         }
     }
 

@@ -518,6 +518,8 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
     let mut admitted_by = None;
     // Held until the entry is in the table: a policy change waits for it.
     let _gate = (to_rtr && m.qp_type != IBV_QPT_UD).then(|| shared.admission.admitting());
+    let ep_arc = sess.ep.clone();
+    let mut _quota = None;
     if to_rtr && m.qp_type != IBV_QPT_UD {
         let remote = remote_vip
             .ok_or_else(|| refuse(libc::EINVAL, "RTR without a destination (IBV_QP_AV)"))?;
@@ -529,6 +531,26 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
                     libc::EACCES,
                     format!("security groups deny {} -> {remote}: {why}", ep.vip),
                 ))
+            }
+        }
+        if let Some(max) = ep.max_connections {
+            _quota = Some(ep_arc.quota.lock().unwrap_or_else(|e| e.into_inner()));
+            let held = shared
+                .admission
+                .table()
+                .iter()
+                .filter(|e| (e.vni, e.local_vip) == (ep.vni, ep.vip))
+                .filter(|e| (e.session, e.qp_handle) != (sess.id, m.qp_handle))
+                .count();
+            if held >= max as usize {
+                return Err(refuse(
+                    libc::EDQUOT,
+                    format!(
+                        "connection quota of endpoint {} reached ({held} of {max}); \
+                         {} -> {remote} refused",
+                        ep.name, ep.vip
+                    ),
+                ));
             }
         }
     }

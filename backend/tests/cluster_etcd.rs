@@ -57,6 +57,7 @@ fn endpoint(name: &str, vip: &str) -> EndpointConfig {
         host_if: None,
         bridge: None,
         socket: None,
+        max_connections: None,
     }
 }
 

@@ -185,3 +185,29 @@ def test_bad_endpoint_changes_are_refused_and_change_nothing(acme_d):
     assert r.returncode == 2, r.stderr
     assert listed(tb, "host2").keys() == before.keys()
     assert tb.run("host2", "nft", "list", "chains", "inet").stdout == chains
+
+
+QP_BENCH = os.path.join(REPO, "integration", "build", "qp_connect_bench")
+
+
+def test_a_connection_quota_refuses_the_next_and_frees_with_the_app(acme_d):
+    tb = acme_d
+    masqctl(tb, "host2", *ADD, "--max-connections", "2")
+    assert listed(tb, "host2")[NAME]["max_connections"] == 2
+
+    def connect(endpoint, n, dest):
+        # RTR towards placeholder QPNs of dest: connections as masqd counts them.
+        return tb.tenant_run("host2", endpoint, QP_BENCH, "--placeholder", "-d", "vrdma0",
+                             "-x", "1", "-n", str(n), dest, check=False, timeout=120)
+
+    r = connect(NAME, 2, "10.0.0.2")
+    assert r.returncode == 0, r.stderr
+    r = connect(NAME, 3, "10.0.0.2")
+    assert r.returncode == 1 and "Disk quota exceeded" in r.stderr, r.stderr
+    assert "connection quota of endpoint acme-d reached (2 of 2)" in tb.masqd_log("host2")
+    # The app that held them is gone: its slots are free again.
+    r = connect(NAME, 2, "10.0.0.2")
+    assert r.returncode == 0, r.stderr
+    # Another endpoint has no quota and does not share this one's.
+    r = connect("acme-b", 3, VIP)
+    assert r.returncode == 0, r.stderr

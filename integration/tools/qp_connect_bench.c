@@ -245,6 +245,15 @@ static struct ibv_qp *create_qp(struct dev *d)
 	return ibv_create_qp(d->pd, &init);
 }
 
+/* ibv_modify_qp returns its error instead of setting errno: callers print
+ * strerror(errno). */
+static int errno_of(int rc)
+{
+	if (rc)
+		errno = rc;
+	return rc;
+}
+
 static int to_init(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a = { 0 };
@@ -252,8 +261,8 @@ static int to_init(struct ibv_qp *qp)
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
 	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	return errno_of(ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
 }
 
 static int to_rtr(struct ibv_qp *qp, const struct dev *d, int gid_index, struct in_addr peer,
@@ -274,10 +283,10 @@ static int to_rtr(struct ibv_qp *qp, const struct dev *d, int gid_index, struct 
 	a.ah_attr.grh.dgid.raw[10] = 0xff;
 	a.ah_attr.grh.dgid.raw[11] = 0xff;
 	memcpy(&a.ah_attr.grh.dgid.raw[12], &peer, 4);
-	return ibv_modify_qp(qp, &a,
+	return errno_of(ibv_modify_qp(qp, &a,
 			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 				     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				     IBV_QP_MIN_RNR_TIMER);
+				     IBV_QP_MIN_RNR_TIMER));
 }
 
 static int to_rts(struct ibv_qp *qp, uint32_t psn)
@@ -290,9 +299,9 @@ static int to_rts(struct ibv_qp *qp, uint32_t psn)
 	a.rnr_retry = 7;
 	a.sq_psn = psn;
 	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a,
+	return errno_of(ibv_modify_qp(qp, &a,
 			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+				     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
 }
 
 /* Wait for n successful completions on cq (status errors fail at once). */

@@ -92,6 +92,10 @@ struct EndpointAddArgs {
     /// The bridge host_if is on.
     #[arg(long, requires = "host_if")]
     bridge: Option<String>,
+    /// Most connections (QPs in RTR or RTS) it may hold at once; one more
+    /// fails with EDQUOT.
+    #[arg(long)]
+    max_connections: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -155,6 +159,7 @@ fn main() -> ExitCode {
                 host_if: a.host_if,
                 bridge: a.bridge,
                 socket: None,
+                max_connections: a.max_connections,
             },
         },
         Command::Endpoint(EndpointCmd::Del { name }) => Request::EndpointDel { name },
