@@ -489,6 +489,19 @@ impl Cluster {
         let _ = self.publish.send(Publish::Status);
     }
 
+    /// Run one etcd call for a caller outside the runtime (the control
+    /// socket), bounded by CALL_TIMEOUT.
+    fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, String> {
+        self.rt
+            // The timer must be made inside the runtime: async block.
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f).await })
+            .map_err(|_| "etcd did not answer in time".to_string())?
+            .map_err(etcd_err)
+    }
+
     fn connected(&self) -> Result<Client, String> {
         lock(&self.client).clone().ok_or_else(|| {
             let h = self.health();
@@ -513,11 +526,7 @@ impl Cluster {
         let txn = Txn::new()
             .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, seen)])
             .and_then([TxnOp::put(key.as_str(), value, None)]);
-        let resp = self
-            .rt
-            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, client.txn(txn)).await })
-            .map_err(|_| "etcd did not answer in time".to_string())?
-            .map_err(etcd_err)?;
+        let resp = self.call(client.txn(txn))?;
         if !resp.succeeded() {
             return Err(
                 "the cluster's policy changed since this host last saw it (another apply won); \
@@ -534,17 +543,7 @@ impl Cluster {
     pub fn policy_status(&self) -> Result<Value, String> {
         let mut client = self.connected()?;
         let prefix = format!("{}/", self.key("status"));
-        let resp = self
-            .rt
-            .block_on(async {
-                tokio::time::timeout(
-                    CALL_TIMEOUT,
-                    client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
-                )
-                .await
-            })
-            .map_err(|_| "etcd did not answer in time".to_string())?
-            .map_err(etcd_err)?;
+        let resp = self.call(client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())))?;
         let hosts: Vec<Value> = resp
             .kvs()
             .iter()
