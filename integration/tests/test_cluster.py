@@ -9,6 +9,7 @@ import time
 import pytest
 
 from masq_testbed import finish, finish_pair
+from test_masq import pair
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -49,16 +50,7 @@ def eventually(what, cond, timeout=30):
 
 
 def pingpong(tb, port, server, client, dest, iters=50):
-    argv = [*PINGPONG, "-n", str(iters), "-p", str(port)]
-    srv = tb.tenant_spawn(*server, *argv)
-    try:
-        tb.wait_listening(server[0], port, tenant=server[1])
-        cli = tb.tenant_run(*client, *argv, dest, check=False)
-    except BaseException:
-        srv.kill()
-        finish(srv)
-        raise
-    return finish_pair(srv, cli)
+    return pair(tb, server, client, [*PINGPONG, "-n", str(iters)], port, dest)
 
 
 def run_testbed(*args):

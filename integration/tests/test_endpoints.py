@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from masq_testbed import finish, finish_pair
+from masq_testbed import finish
+from test_masq import pair
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -58,16 +59,7 @@ def entries(tb, host, vip):
 
 def pingpong(tb, port, iters=50, server=("host2", NAME), client=("host1", "acme-a"),
              dest=VIP):
-    argv = [*PINGPONG, "-n", str(iters), "-p", str(port)]
-    srv = tb.tenant_spawn(*server, *argv)
-    try:
-        tb.wait_listening(server[0], port, tenant=server[1])
-        cli = tb.tenant_run(*client, *argv, dest, check=False)
-    except BaseException:
-        srv.kill()
-        finish(srv)
-        raise
-    return finish_pair(srv, cli)
+    return pair(tb, server, client, [*PINGPONG, "-n", str(iters)], port, dest)
 
 
 def chain_exists(tb, host):
