@@ -82,6 +82,8 @@ pub struct Health {
     pub since: u64,
     /// The store revision the view was last read or watched at.
     pub revision: i64,
+    /// This host's lease, hex (empty before the first registration).
+    pub lease: String,
     pub error: Option<String>,
 }
 
@@ -94,6 +96,8 @@ pub struct Cluster {
     /// Mod revision of `P/policy` as last seen (0: none): an apply
     /// succeeds only if nobody wrote it since.
     policy_rev: AtomicI64,
+    /// This host's lease (0: none yet), kept across reconnections.
+    lease: AtomicI64,
     publish: mpsc::UnboundedSender<Publish>,
     publish_rx: Mutex<Option<mpsc::UnboundedReceiver<Publish>>>,
 }
@@ -118,6 +122,15 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// The longest wait between two tries to reach etcd. etcd gives every
+/// lease a full TTL again when it comes back (its leader promotes them),
+/// so a host must be back well inside one TTL: a host that is late has
+/// its keys deleted and its peers reset what their policy admitted only
+/// because it was there.
+pub fn retry_max(lease_seconds: u64) -> Duration {
+    (Duration::from_secs(lease_seconds) / 4).clamp(RETRY_MIN, RETRY_MAX)
+}
+
 impl Cluster {
     pub fn new(cfg: ClusterConfig, me: Ipv4Addr) -> std::io::Result<Arc<Cluster>> {
         // One worker: the cluster's traffic is a handful of small messages.
@@ -136,9 +149,11 @@ impl Cluster {
                 state: "degraded",
                 since: now_secs(),
                 revision: 0,
+                lease: String::new(),
                 error: Some("not connected yet".into()),
             }),
             policy_rev: AtomicI64::new(0),
+            lease: AtomicI64::new(0),
             publish: tx,
             publish_rx: Mutex::new(Some(rx)),
         }))
@@ -154,6 +169,7 @@ impl Cluster {
             return;
         };
         let me = self.clone();
+        let retry_max = retry_max(self.cfg.lease_seconds);
         self.rt.spawn(async move {
             let mut backoff = RETRY_MIN;
             loop {
@@ -170,7 +186,7 @@ impl Cluster {
                     debug!("cluster: {err}");
                 }
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_MAX);
+                backoff = (backoff * 2).min(retry_max);
             }
         });
     }
@@ -217,7 +233,7 @@ impl Cluster {
             .await
             .map_err(etcd_err)?;
         let ttl = self.cfg.lease_seconds as i64;
-        let lease = client.lease_grant(ttl, None).await.map_err(etcd_err)?.id();
+        let lease = self.lease(&mut client, ttl).await?;
         let (mut keeper, mut alive) = client.lease_keep_alive(lease).await.map_err(etcd_err)?;
         // What was queued while etcd was away is in the full registration.
         while rx.try_recv().is_ok() {}
@@ -256,7 +272,11 @@ impl Cluster {
             .await
             .map_err(etcd_err)?;
         *lock(&self.client) = Some(client.clone());
-        lock(&self.health).revision = revision;
+        {
+            let mut h = lock(&self.health);
+            h.revision = revision;
+            h.lease = format!("{lease:x}");
+        }
         if self.set_health("connected", None) != "connected" {
             info!(revision, lease = format!("{lease:x}"), etcd = ?self.cfg.etcd,
                   "cluster: registered and following");
@@ -293,6 +313,34 @@ impl Cluster {
                 },
             }
         }
+    }
+
+    /// The lease this host held before etcd went away, if etcd still has
+    /// it: its keys then never leave the store, so no peer sees this host
+    /// go and come back. Otherwise a new one.
+    async fn lease(&self, client: &mut Client, ttl: i64) -> Result<i64, String> {
+        let held = self.lease.load(Ordering::SeqCst);
+        if held != 0 {
+            let left = client
+                .lease_time_to_live(held, None)
+                .await
+                .map_err(etcd_err)?
+                .ttl();
+            if left > 0 {
+                debug!(
+                    lease = format!("{held:x}"),
+                    left, "cluster: keeping this host's lease"
+                );
+                return Ok(held);
+            }
+            info!(
+                lease = format!("{held:x}"),
+                "cluster: this host's lease expired; taking a new one"
+            );
+        }
+        let lease = client.lease_grant(ttl, None).await.map_err(etcd_err)?.id();
+        self.lease.store(lease, Ordering::SeqCst);
+        Ok(lease)
     }
 
     /// This host, its endpoints as they are now (and none it no longer

@@ -16,17 +16,24 @@ struct Fake {
     local: Mutex<Vec<EndpointConfig>>,
     remote: Mutex<BTreeMap<String, Remote>>,
     policy: Mutex<Option<String>>,
+    /// Every endpoint that left the view (deleted or missing from a read).
+    gone: Mutex<Vec<String>>,
 }
 
 impl Store for Fake {
     fn remote_view(&self, endpoints: Vec<Remote>) {
-        *self.remote.lock().unwrap() = endpoints.into_iter().map(|r| (r.name.clone(), r)).collect();
+        let new: BTreeMap<_, _> = endpoints.into_iter().map(|r| (r.name.clone(), r)).collect();
+        let mut old = self.remote.lock().unwrap();
+        let left = old.keys().filter(|n| !new.contains_key(*n)).cloned();
+        self.gone.lock().unwrap().extend(left);
+        *old = new;
     }
     fn remote_up(&self, r: Remote) {
         self.remote.lock().unwrap().insert(r.name.clone(), r);
     }
     fn remote_down(&self, _host: Ipv4Addr, name: &str) {
         self.remote.lock().unwrap().remove(name);
+        self.gone.lock().unwrap().push(name.to_string());
     }
     fn policy(&self, text: &str, _file: &str) {
         *self.policy.lock().unwrap() = Some(text.to_string());
@@ -211,6 +218,8 @@ fn two_hosts_follow_each_other_through_etcd_and_its_outage() {
 
     // etcd away: both serve on, degraded; a change made meanwhile lands
     // once it is back.
+    let leases = (a.health().lease, b.health().lease);
+    assert!(!leases.0.is_empty() && leases.0 != leases.1);
     etcd.stop();
     until("both degraded", long, || {
         a.health().state == "degraded" && b.health().state == "degraded"
@@ -226,6 +235,9 @@ fn two_hosts_follow_each_other_through_etcd_and_its_outage() {
     let d = endpoint("acme-d", "10.0.0.4");
     store_b.local.lock().unwrap().push(d.clone());
     b.endpoint_up(d);
+    // Long enough for the retries to back off to their longest wait.
+    std::thread::sleep(Duration::from_secs(8));
+    store_a.gone.lock().unwrap().clear();
     assert!(etcd.run());
     let took = until("a sees acme-d after the outage", long, || {
         store_a.remote.lock().unwrap().contains_key("acme-d")
@@ -234,4 +246,18 @@ fn two_hosts_follow_each_other_through_etcd_and_its_outage() {
     until("both connected again", long, || {
         a.health().state == "connected" && b.health().state == "connected"
     });
+    // Each host came back on the lease it held, inside the TTL etcd gave it
+    // again: its endpoints never left its peer's view.
+    assert_eq!((a.health().lease, b.health().lease), leases);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(*store_a.gone.lock().unwrap(), Vec::<String>::new());
+    assert!(store_a.remote.lock().unwrap().contains_key("acme-b"));
+}
+
+#[test]
+fn retries_stay_well_inside_the_lease() {
+    use masq_backend::cluster::retry_max;
+    assert_eq!(retry_max(4), Duration::from_secs(1));
+    assert_eq!(retry_max(10), Duration::from_millis(2500));
+    assert_eq!(retry_max(300), Duration::from_secs(5));
 }
