@@ -14,98 +14,10 @@
 //! the time its process takes to exit and the kernel to destroy its QPs.
 
 use crate::config::AuditAction;
-use crate::daemon::Shared;
-use crate::rdma_nl::{QpInfo, RdmaNl};
+use crate::rdma_nl::QpInfo;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tracing::{debug, info, warn};
-
-/// The audit thread: one round per interval until masqd stops.
-///
-/// After a start, apps need the recovery grace (`backstop.
-/// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
-/// QPs look unadmitted, so the audit only counts what it would flag.
-pub fn run(shared: Arc<Shared>, mut nl: RdmaNl) {
-    let interval = shared.audit_interval();
-    let action = shared.cfg.audit.action;
-    let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
-    let parent = shared.cfg.backstop.cgroup_parent.clone();
-    info!(?interval, ?action, "QP audit running");
-    let mut reported = HashSet::new();
-    let mut waiting = 0;
-    while !shared.is_stopping() {
-        std::thread::sleep(interval);
-        let started = Instant::now();
-        // The kernel's list first, then what masqd vouches for: a QP masqd
-        // moves in between was vouched for before it moved.
-        let qps = match nl.qps() {
-            Ok(q) => q,
-            Err(e) => {
-                warn!("audit: cannot list the device's QPs: {e}");
-                continue;
-            }
-        };
-        let admitted = shared.admitted.snapshot();
-        let ids = EndpointIds::read(&shared.registry.configs(), &parent);
-        let found: Vec<Bypass> = find_bypasses(&qps, &admitted, |task| {
-            let pid = tgid_of(task)?;
-            Some((ids.endpoint_of(pid)?, pid))
-        })
-        .into_iter()
-        // A QP the CM connects is the CM's own (it checked the policy).
-        .filter(|b| shared.cm.role_of(&b.endpoint, b.qpn).is_none())
-        .collect();
-        debug!(
-            qps = qps.len(),
-            flagged = found.len(),
-            "audit round in {:?}",
-            started.elapsed()
-        );
-        if shared.uptime() < grace {
-            if found.len() != waiting {
-                waiting = found.len();
-                info!("audit: {waiting} connected tenant QP(s) not (yet) resynced; acting after the recovery grace");
-            }
-            continue;
-        }
-        let p = plan(&found, &mut reported, action, true);
-        let ep_of = |name: &str| shared.registry.local_named(name);
-        for b in &p.new {
-            if let Some(ep) = ep_of(&b.endpoint) {
-                ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);
-            }
-            warn!(
-                endpoint = %b.endpoint, pid = b.pid, qpn = b.qpn, state = state_name(b.state),
-                "audit: bypass: {} QP {:#x} of pid {} in {} is {} but masqd never admitted it",
-                type_name(b.qp_type), b.qpn, b.pid, b.endpoint, state_name(b.state)
-            );
-        }
-        for (endpoint, pid) in &p.kill_pids {
-            match kill_process(*pid, endpoint, &ids) {
-                Ok(()) => {
-                    if let Some(ep) = ep_of(endpoint) {
-                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
-                    }
-                    warn!(endpoint = %endpoint, pid, "audit: killed pid {pid} (SIGKILL) for its unadmitted QP(s)");
-                }
-                Err(e) => warn!(endpoint = %endpoint, pid, "audit: cannot kill pid {pid}: {e}"),
-            }
-        }
-        for endpoint in &p.kill_endpoints {
-            match kill_endpoint(&parent, endpoint) {
-                Ok(()) => {
-                    if let Some(ep) = ep_of(endpoint) {
-                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
-                    }
-                    warn!(endpoint = %endpoint, "audit: killed every process of {endpoint} (cgroup.kill)");
-                }
-                Err(e) => warn!(endpoint = %endpoint, "audit: cannot kill {endpoint}: {e}"),
-            }
-        }
-    }
-}
 
 /// QPNs masqd answers for: set up through a session, or by its CM.
 #[derive(Default)]

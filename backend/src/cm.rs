@@ -13,9 +13,11 @@
 //! the virtual addresses to put there, and `role_of` tells RConntrack
 //! which side connected.
 
-use crate::daemon::Shared;
+use crate::admission::Admission;
+use crate::host::HostDevice;
 use crate::ibv::*;
 use crate::registry::Endpoint;
+use crate::registry::Registry;
 use crate::seqpacket::Conn;
 use masq_proto as proto;
 use serde::{Deserialize, Serialize};
@@ -25,6 +27,15 @@ use std::os::fd::OwnedFd;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
+
+/// What the CM needs of the daemon (`state::Shared` is it).
+pub trait CmHost {
+    fn registry(&self) -> &Registry;
+    fn admission(&self) -> &Admission;
+    fn host(&self) -> &HostDevice;
+    /// The session's app has exited (its ports are free at once).
+    fn app_gone(&self, session: u64) -> bool;
+}
 
 /// What a refused CM request returns: errno and the reason for the log.
 pub type CmResult<T> = Result<T, (i32, String)>;
@@ -67,6 +78,7 @@ enum Phase {
 
 /// One side's connection parameters as the CM carries them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+
 pub struct Params {
     pub qpn: u32,
     pub psn: u32,
@@ -349,7 +361,7 @@ impl Cm {
 
     fn bind(
         &self,
-        shared: &Shared,
+        shared: &dyn CmHost,
         st: &mut State,
         id: u32,
         addr: Ipv4Addr,
@@ -437,7 +449,7 @@ impl Cm {
     /// kernel frees an exited process's CM ports before its parent can
     /// reap it, so a next server may bind the port, or a client reach the
     /// next listener, at once.
-    fn reap_holder(&self, shared: &Shared, st: &mut State, ep: &str, port: u16) {
+    fn reap_holder(&self, shared: &dyn CmHost, st: &mut State, ep: &str, port: u16) {
         let holder = st
             .ports
             .get(&(ep.to_string(), port))
@@ -503,7 +515,7 @@ impl Cm {
     /// Serve one CM request from a session of endpoint `ep`.
     pub fn request(
         &self,
-        shared: &Shared,
+        shared: &dyn CmHost,
         session: u64,
         ep: &Arc<Endpoint>,
         body: &proto::RequestBody,
@@ -738,7 +750,7 @@ impl Cm {
 
     fn resolve_addr(
         &self,
-        shared: &Shared,
+        shared: &dyn CmHost,
         st: &mut State,
         session: u64,
         r: &proto::CmResolveAddrReq,
@@ -763,7 +775,7 @@ impl Cm {
         let i = Self::own(st, session, r.id)?;
         i.src_ip = vip;
         i.dst = Some((dst, r.dst.port));
-        let peer_host = shared.registry.vpc().lookup(vni, dst).map(|p| p.host);
+        let peer_host = shared.registry().vpc().lookup(vni, dst).map(|p| p.host);
         match peer_host {
             Some(host) => {
                 i.phase = Phase::AddrResolved;
@@ -792,7 +804,7 @@ impl Cm {
 
     fn connect(
         &self,
-        shared: &Shared,
+        shared: &dyn CmHost,
         st: &mut State,
         session: u64,
         c: &proto::CmConnectReq,
@@ -816,7 +828,10 @@ impl Cm {
         i.phase = Phase::Connecting;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
-        match shared.admission.decide(&cfg.tenant, cfg.vni, cfg.vip, dst) {
+        match shared
+            .admission()
+            .decide(&cfg.tenant, cfg.vni, cfg.vip, dst)
+        {
             Ok(rule) => {
                 info!(
                     qpn = c.param.qp_num, %rule,
@@ -846,7 +861,7 @@ impl Cm {
 
     fn accept(
         &self,
-        shared: &Shared,
+        shared: &dyn CmHost,
         st: &mut State,
         session: u64,
         c: &proto::CmConnectReq,
@@ -877,7 +892,7 @@ impl Cm {
             remote_port: i.dst.map_or(0, |d| d.1),
         };
         {
-            let mut table = shared.admission.table();
+            let mut table = shared.admission().table();
             if let Some(mut e) = table.get_local(lk).cloned() {
                 e.cm = Some(side);
                 let _ = table.upsert(e);
@@ -896,7 +911,7 @@ impl Cm {
 
     /// What librdmacm gets from the kernel's INIT_QP_ATTR, in virtual
     /// terms: libmasq passes it to MODIFY_QP, which translates and admits.
-    fn qp_attr(shared: &Shared, i: &Id, state: u32) -> CmResult<proto::CmQpAttr> {
+    fn qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> CmResult<proto::CmQpAttr> {
         let mut a = proto::QpAttr {
             qp_state: state as u8,
             ..Default::default()
@@ -912,7 +927,7 @@ impl Cm {
         match state {
             1 => {
                 mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-                a.port_num = shared.host.port;
+                a.port_num = shared.host().port;
                 a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
             }
             2 => {
@@ -926,7 +941,7 @@ impl Cm {
                 // The kept view, not a fresh netlink dump: that cost
                 // milliseconds on every connection.
                 let (vgids, mtu) =
-                    crate::session::with_vnic(&i.ep, |b| (b.gids().to_vec(), b.vnic().mtu))
+                    i.ep.with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
                         .map_err(|e| (libc::EIO, format!("cannot read the vNIC: {e}")))?;
                 let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
                 let sgid = vgids
@@ -957,7 +972,7 @@ impl Cm {
                     sgid_index: sgid.index as u8,
                     hop_limit: 64,
                     is_global: 1,
-                    port_num: shared.host.port,
+                    port_num: shared.host().port,
                     ..Default::default()
                 };
             }
@@ -995,7 +1010,7 @@ impl Cm {
 
     /// A CM message from the masqd at `from` (already known to be a host
     /// of the VPC map). Anything that does not fit is logged and dropped.
-    pub fn on_peer(&self, shared: &Shared, from: Ipv4Addr, msg: PeerMsg) {
+    pub fn on_peer(&self, shared: &dyn CmHost, from: Ipv4Addr, msg: PeerMsg) {
         debug!(%from, ?msg, "CM message in");
         let mut st = self.lock();
         let st = &mut *st;
@@ -1154,7 +1169,7 @@ impl Cm {
     #[allow(clippy::too_many_arguments)]
     fn on_req(
         &self,
-        shared: &Shared,
+        shared: &dyn CmHost,
         st: &mut State,
         from: Ipv4Addr,
         from_id: u32,
@@ -1164,7 +1179,7 @@ impl Cm {
         params: Params,
     ) {
         // The sending host must be where the VPC map puts the source.
-        let src_host = shared.registry.vpc().lookup(vni, src.0).map(|p| p.host);
+        let src_host = shared.registry().vpc().lookup(vni, src.0).map(|p| p.host);
         match src_host {
             Some(host) if host == from => {}
             _ => {
@@ -1172,7 +1187,7 @@ impl Cm {
                 return;
             }
         }
-        let Some(ep) = shared.registry.local_at(vni, dst.0) else {
+        let Some(ep) = shared.registry().local_at(vni, dst.0) else {
             warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
             return;
         };
@@ -1190,7 +1205,7 @@ impl Cm {
         }) {
             return;
         }
-        if let Err(why) = shared.admission.decide(&ep.cfg.tenant, vni, dst.0, src.0) {
+        if let Err(why) = shared.admission().decide(&ep.cfg.tenant, vni, dst.0, src.0) {
             warn!(
                 "CM connect {}:{} -> {}:{} denied by security groups: {why}",
                 src.0, src.1, dst.0, dst.1

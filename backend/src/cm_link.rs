@@ -6,7 +6,7 @@
 //! lock is re-entered.
 
 use crate::cm::PeerMsg;
-use crate::daemon::Shared;
+use crate::state::Shared;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -64,7 +64,7 @@ fn sender(shared: Arc<Shared>, rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
     let mut links: BTreeMap<Ipv4Addr, TcpStream> = BTreeMap::new();
     for (host, msg) in rx {
         if host == own {
-            shared.cm.on_peer(&shared, own, msg);
+            shared.cm.on_peer(&*shared, own, msg);
             continue;
         }
         let mut line = match serde_json::to_vec(&msg) {
@@ -151,7 +151,7 @@ fn receive(shared: Arc<Shared>, from: Ipv4Addr, stream: TcpStream) {
                 break;
             }
             Ok(_) => match serde_json::from_slice::<PeerMsg>(&line) {
-                Ok(msg) => shared.cm.on_peer(&shared, from, msg),
+                Ok(msg) => shared.cm.on_peer(&*shared, from, msg),
                 Err(e) => warn!(%from, "CM link: malformed message dropped: {e}"),
             },
             Err(e) => {

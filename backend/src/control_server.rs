@@ -2,8 +2,8 @@
 //! answering the requests of `control.rs`.
 
 use crate::control::{self, Request};
-use crate::daemon::{lock, Shared};
-use crate::session::{self, QpRecord};
+use crate::session;
+use crate::state::{lock, QpRecord, Shared};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::os::unix::net::UnixListener;

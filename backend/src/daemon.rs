@@ -1,81 +1,27 @@
-//! The running daemon: its shared state, start and stop, and the
-//! housekeeping threads. The endpoints' sockets and sessions are in
+//! The running daemon: start and stop, the housekeeping threads, and the
+//! cluster feeding its state (`state.rs`). The endpoints' sockets and sessions are in
 //! `endpoints.rs`, the control socket's answers in `control_server.rs`.
 
 use crate::admission::Admission;
+use crate::audit;
 use crate::config::Config;
 use crate::host::HostDevice;
 use crate::registry::{Endpoint, Origin, Registry, RuntimeFile};
-use crate::seqpacket::Conn;
-use crate::session::{self, QpRecord, Session};
-use serde_json::{json, Value};
+use crate::state::{lock, Shared};
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
-
-/// What the control socket shows of a live session.
-#[derive(Clone)]
-pub struct SessionView {
-    pub endpoint: String,
-    pub tenant: String,
-    pub pid: i32,
-    pub app: String,
-    pub started: u64,
-    /// Requests received: flat while an app only posts and polls.
-    pub requests: u64,
-    pub qps: BTreeMap<u32, QpRecord>,
-}
-
-pub struct Shared {
-    pub cfg: Config,
-    pub admission: Admission,
-    /// Each session's uverbs file, so policy can reset its QPs.
-    pub(crate) fds: Mutex<BTreeMap<u64, Arc<OwnedFd>>>,
-    pub host: HostDevice,
-    /// This host's endpoints and the VPC map.
-    pub registry: Registry,
-    /// Held across an endpoint's addition or removal: one at a time.
-    pub(crate) endpoint_ops: Mutex<()>,
-    started: Instant,
-    pub(crate) sessions: Mutex<BTreeMap<u64, SessionView>>,
-    pub(crate) conns: Mutex<BTreeMap<u64, Conn>>,
-    next_session: AtomicU64,
-    stopping: AtomicBool,
-    /// RDMA CM ids, listeners and connections of every endpoint.
-    pub cm: crate::cm::Cm,
-    /// The kernel's QP table (rdma netlink), for the sessions' ownership
-    /// checks; the audit has its own socket.
-    rdma: Mutex<crate::rdma_nl::RdmaNl>,
-    /// QPNs masqd answers for (what the audit does not flag).
-    pub admitted: crate::audit::Admitted,
-    /// Events for the Prometheus endpoint (`metrics.rs`).
-    pub metrics: crate::metrics::Metrics,
-    /// Cluster mode: the etcd store every host follows.
-    pub cluster: Option<Arc<crate::cluster::Cluster>>,
-}
 
 pub struct Daemon {
     shared: Arc<Shared>,
     control_path: PathBuf,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking session thread must not take the daemon down with it.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 fn invalid(e: String) -> io::Error {
@@ -166,32 +112,11 @@ impl Daemon {
             device = %cfg.device, port = cfg.port, underlay = %cfg.underlay.ip,
             "serving {} endpoint(s), VPC map of {}", endpoint_cfgs.len(), registry.vpc().len()
         );
-        let admission_metrics = admission.metrics.clone();
         let cluster = match &cfg.cluster {
             Some(c) => Some(crate::cluster::Cluster::new(c.clone(), cfg.underlay.ip)?),
             None => None,
         };
-        let shared = Arc::new(Shared {
-            cluster,
-            admission,
-            fds: Mutex::new(BTreeMap::new()),
-            registry,
-            endpoint_ops: Mutex::new(()),
-            host,
-            started: Instant::now(),
-            sessions: Mutex::new(BTreeMap::new()),
-            conns: Mutex::new(BTreeMap::new()),
-            next_session: AtomicU64::new(1),
-            stopping: AtomicBool::new(false),
-            cm: crate::cm::Cm::new(
-                Duration::from_millis(cfg.cm.timeout_ms),
-                admission_metrics.clone(),
-            ),
-            rdma: Mutex::new(rdma),
-            admitted: crate::audit::Admitted::default(),
-            metrics: admission_metrics,
-            cfg,
-        });
+        let shared = Arc::new(Shared::new(cfg, admission, registry, host, rdma, cluster));
         shared.metrics.policy_applied_now();
 
         std::fs::create_dir_all(&shared.cfg.socket_dir)?;
@@ -266,7 +191,7 @@ impl Daemon {
             let s = shared.clone();
             thread::Builder::new()
                 .name("audit".into())
-                .spawn(move || crate::audit::run(s, nl))?;
+                .spawn(move || audit_loop(s, nl))?;
         }
         if let Some(c) = &shared.cluster {
             c.start(shared.clone());
@@ -300,7 +225,7 @@ impl Daemon {
     }
 
     pub fn shutdown(self) {
-        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.stop();
         let endpoints = self.shared.registry.local();
         for ep in &endpoints {
             let _ = std::fs::remove_file(&ep.socket);
@@ -431,7 +356,7 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
         for ep in &shared.registry.local() {
             let Some(view) = &ep.view else { continue };
             view.refresh_phys();
-            let gone = match session::with_vnic(ep, |_| ()) {
+            let gone = match ep.with_vnic(|_| ()) {
                 Ok(()) => false,
                 Err(e) => {
                     if lost.get(&ep.cfg.name) != Some(&true) {
@@ -442,6 +367,91 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
                 }
             };
             lost.insert(ep.cfg.name.clone(), gone);
+        }
+    }
+}
+
+/// The audit thread: one round per interval until masqd stops.
+///
+/// After a start, apps need the recovery grace (`backstop.
+/// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
+/// QPs look unadmitted, so the audit only counts what it would flag.
+fn audit_loop(shared: Arc<Shared>, mut nl: crate::rdma_nl::RdmaNl) {
+    let interval = shared.audit_interval();
+    let action = shared.cfg.audit.action;
+    let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
+    let parent = shared.cfg.backstop.cgroup_parent.clone();
+    info!(?interval, ?action, "QP audit running");
+    let mut reported = std::collections::HashSet::new();
+    let mut waiting = 0;
+    while !shared.is_stopping() {
+        std::thread::sleep(interval);
+        let started = Instant::now();
+        // The kernel's list first, then what masqd vouches for: a QP masqd
+        // moves in between was vouched for before it moved.
+        let qps = match nl.qps() {
+            Ok(q) => q,
+            Err(e) => {
+                warn!("audit: cannot list the device's QPs: {e}");
+                continue;
+            }
+        };
+        let admitted = shared.admitted.snapshot();
+        let ids = audit::EndpointIds::read(&shared.registry.configs(), &parent);
+        let found: Vec<audit::Bypass> = audit::find_bypasses(&qps, &admitted, |task| {
+            let pid = audit::tgid_of(task)?;
+            Some((ids.endpoint_of(pid)?, pid))
+        })
+        .into_iter()
+        // A QP the CM connects is the CM's own (it checked the policy).
+        .filter(|b| shared.cm.role_of(&b.endpoint, b.qpn).is_none())
+        .collect();
+        debug!(
+            qps = qps.len(),
+            flagged = found.len(),
+            "audit round in {:?}",
+            started.elapsed()
+        );
+        if shared.uptime() < grace {
+            if found.len() != waiting {
+                waiting = found.len();
+                info!("audit: {waiting} connected tenant QP(s) not (yet) resynced; acting after the recovery grace");
+            }
+            continue;
+        }
+        let p = audit::plan(&found, &mut reported, action, true);
+        let ep_of = |name: &str| shared.registry.local_named(name);
+        for b in &p.new {
+            if let Some(ep) = ep_of(&b.endpoint) {
+                ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);
+            }
+            warn!(
+                endpoint = %b.endpoint, pid = b.pid, qpn = b.qpn, state = audit::state_name(b.state),
+                "audit: bypass: {} QP {:#x} of pid {} in {} is {} but masqd never admitted it",
+                audit::type_name(b.qp_type), b.qpn, b.pid, b.endpoint, audit::state_name(b.state)
+            );
+        }
+        for (endpoint, pid) in &p.kill_pids {
+            match audit::kill_process(*pid, endpoint, &ids) {
+                Ok(()) => {
+                    if let Some(ep) = ep_of(endpoint) {
+                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
+                    }
+                    warn!(endpoint = %endpoint, pid, "audit: killed pid {pid} (SIGKILL) for its unadmitted QP(s)");
+                }
+                Err(e) => warn!(endpoint = %endpoint, pid, "audit: cannot kill pid {pid}: {e}"),
+            }
+        }
+        for endpoint in &p.kill_endpoints {
+            match audit::kill_endpoint(&parent, endpoint) {
+                Ok(()) => {
+                    if let Some(ep) = ep_of(endpoint) {
+                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
+                    }
+                    warn!(endpoint = %endpoint, "audit: killed every process of {endpoint} (cgroup.kill)");
+                }
+                Err(e) => warn!(endpoint = %endpoint, "audit: cannot kill {endpoint}: {e}"),
+            }
         }
     }
 }
@@ -459,7 +469,7 @@ fn backstop_loop(shared: Arc<Shared>) {
     while !shared.is_stopping() {
         thread::sleep(Duration::from_secs(2));
         b.refresh_cgroups();
-        if !reconciled && shared.started.elapsed() >= grace {
+        if !reconciled && shared.uptime() >= grace {
             reconciled = true;
             b.reconcile();
         }
@@ -478,187 +488,6 @@ fn backstop_loop(shared: Arc<Shared>) {
                 }
             }
             Err(e) => debug!("backstop counters: {e}"),
-        }
-    }
-}
-
-impl Shared {
-    pub fn next_session_id(&self) -> u64 {
-        self.next_session.fetch_add(1, Ordering::SeqCst)
-    }
-
-    /// A session starts: shown by the control socket from now on, and
-    /// closable (`conn`) by an endpoint's removal or masqd's stop.
-    pub fn session_opened(&self, id: u64, conn: &Conn, view: SessionView) {
-        if let Ok(c) = conn.try_clone() {
-            lock(&self.conns).insert(id, c);
-        }
-        lock(&self.sessions).insert(id, view);
-    }
-
-    pub fn session_closed(&self, id: u64) {
-        lock(&self.sessions).remove(&id);
-        lock(&self.conns).remove(&id);
-        lock(&self.fds).remove(&id);
-    }
-
-    /// Whether session's app has exited, even if its session thread has
-    /// not read the hang-up yet (the CM then frees its ports at once, as
-    /// the kernel does before the app's parent can see it exit).
-    pub fn app_gone(&self, session: u64) -> bool {
-        if !lock(&self.sessions).contains_key(&session) {
-            return true; // ended, or ending
-        }
-        lock(&self.conns)
-            .get(&session)
-            .is_some_and(Conn::peer_closed)
-    }
-
-    /// One QP as the kernel reports it (a single-QP query).
-    pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::rdma_nl::Lookup> {
-        lock(&self.rdma).qp(qpn)
-    }
-
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
-    }
-
-    pub fn audit_interval(&self) -> Duration {
-        // Validated when the config was read.
-        self.cfg.audit.interval().unwrap_or(Duration::from_secs(2))
-    }
-
-    pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
-        lock(&self.fds).insert(session, fd);
-    }
-
-    /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
-    /// mode write it for every host (compare-and-swap: a concurrent apply
-    /// elsewhere makes this one fail), and apply it here.
-    pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
-        let not_changed = |e: String| format!("{e}\npolicy not changed");
-        let refs = self.registry.policy_refs();
-        let (p, unknown) = self.admission.check(path, &refs).map_err(not_changed)?;
-        let Some(c) = &self.cluster else {
-            let mut v = self.apply_policy(p).map_err(not_changed)?;
-            v["unknown_endpoints"] = json!(unknown);
-            return Ok(v);
-        };
-        let rev = c.put_policy(p.text(), p.file()).map_err(not_changed)?;
-        let mut v = self.apply_policy(p)?;
-        c.status_changed();
-        v["cluster_revision"] = json!(rev);
-        v["unknown_endpoints"] = json!(unknown);
-        Ok(v)
-    }
-
-    /// Apply a validated policy: its tcp/udp rules first (one nftables
-    /// transaction; on failure nothing changes), then the RDMA side, and
-    /// reset what it no longer allows.
-    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
-        let started = Instant::now();
-        crate::firewall::render(&policy, &self.registry.configs())
-            .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
-        let file = policy.file().to_string();
-        let applied = self.admission.apply(policy);
-        self.metrics.policy_applied_now();
-        let reset = self.reset(&applied.to_reset, "policy change");
-        // Under `keep`, established tcp/udp flows stay too (stateful
-        // security groups); otherwise their kernel entries go.
-        let flows = match (applied.keep, self.admission.active()) {
-            (false, Some(p)) => crate::kconntrack::drop_denied(&p, &self.registry.configs()),
-            _ => 0,
-        };
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
-        info!(file = %file, version = %applied.version, reset, flows, keep = applied.keep,
-              "policy applied in {ms:.2} ms");
-        Ok(
-            json!({ "version": applied.version, "reset": reset, "flows_reset": flows,
-                "keep": applied.keep, "elapsed_ms": ms }),
-        )
-    }
-
-    /// Move the QPs of these connections to ERROR and stop tracking them.
-    pub fn reset(&self, entries: &[rconntrack::Entry], why: &str) -> usize {
-        let mut done = 0;
-        for e in entries {
-            let fd = lock(&self.fds).get(&e.session).cloned();
-            let cmd = crate::uverbs::ModifyQp {
-                qp_handle: e.qp_handle,
-                attr_mask: 1, // IBV_QP_STATE
-                qp_state: 6,  // IBV_QPS_ERR
-                ..Default::default()
-            };
-            match fd.map(|fd| crate::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd)) {
-                Some(Ok(())) => {
-                    done += 1;
-                    info!(tenant = %e.tenant, src = %e.local_vip, sqpn = e.local_qpn,
-                          dst = %e.remote_vip, dqpn = e.remote_qpn, "QP moved to ERROR: {why}");
-                }
-                Some(Err(err)) => warn!(qpn = e.local_qpn, "cannot reset QP: {err}"),
-                None => debug!(qpn = e.local_qpn, "session already gone"),
-            }
-            self.admission.table().remove(e.key());
-        }
-        done
-    }
-
-    /// Keep the control socket's view of a session current.
-    pub fn publish(&self, sess: &Session) {
-        if let Some(v) = lock(&self.sessions).get_mut(&sess.id) {
-            v.app = sess.app.clone();
-            v.requests = sess.requests;
-            v.qps = sess.qps.clone();
-        }
-    }
-
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst)
-    }
-
-    /// masqd's state for a metrics scrape.
-    pub fn sample(&self) -> crate::metrics::Sample {
-        let sessions = lock(&self.sessions).clone();
-        let tracked: Vec<(u32, std::net::Ipv4Addr)> = self
-            .admission
-            .table()
-            .iter()
-            .map(|e| (e.vni, e.local_vip))
-            .collect();
-        let endpoints = self
-            .registry
-            .local()
-            .iter()
-            .map(|ep| {
-                let mine = || sessions.values().filter(|s| s.endpoint == ep.cfg.name);
-                crate::metrics::EndpointSample {
-                    name: ep.cfg.name.clone(),
-                    tenant: ep.cfg.tenant.clone(),
-                    sessions: mine().count(),
-                    qps: mine().map(|s| s.qps.len()).sum(),
-                    tracked: tracked
-                        .iter()
-                        .filter(|&&k| k == (ep.cfg.vni, ep.cfg.vip))
-                        .count(),
-                    refused_requests: ep.refused_requests.load(Ordering::Relaxed),
-                    refused_connections: ep.refused_connections.load(Ordering::Relaxed),
-                    audit_bypasses: ep.audit_bypasses.load(Ordering::Relaxed),
-                    audit_kills: ep.audit_kills.load(Ordering::Relaxed),
-                }
-            })
-            .collect();
-        let port_dir = Path::new("/sys/class/infiniband")
-            .join(&self.host.name)
-            .join("ports")
-            .join(self.host.port.to_string());
-        crate::metrics::Sample {
-            endpoints,
-            backstop_drops: self.admission.backstop().and_then(|b| b.counters().ok()),
-            policy: self
-                .admission
-                .active()
-                .map(|p| (p.version_hash().to_string(), p.file().to_string())),
-            port_counters: crate::metrics::port_counters(&port_dir),
         }
     }
 }

@@ -4,10 +4,10 @@
 //! and on disk comes and goes with it, and no other endpoint notices.
 
 use crate::config::EndpointConfig;
-use crate::daemon::{lock, now_secs, SessionView, Shared};
 use crate::registry::{Endpoint, Origin, RuntimeFile};
 use crate::seqpacket::{Conn, Listener};
 use crate::session::{self, Session};
+use crate::state::{lock, now_secs, SessionView, Shared};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;
@@ -54,7 +54,7 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
     }
     // Reading the vNIC writes the endpoint's sysfs view; a namespace that
     // does not exist yet is picked up by the view's thread.
-    if let Err(e) = session::with_vnic(ep, |_| ()) {
+    if let Err(e) = ep.with_vnic(|_| ()) {
         debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
     }
     info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,

@@ -22,5 +22,6 @@ pub mod rdma_nl;
 pub mod registry;
 pub mod seqpacket;
 pub mod session;
+pub mod state;
 pub mod sysfs_view;
 pub mod uverbs;

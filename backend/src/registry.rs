@@ -13,9 +13,14 @@ use masq_policy::EndpointRef;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+/// The name every endpoint's virtual device has.
+pub const VDEV_NAME: &str = "vrdma0";
 
 /// Where an endpoint came from, for `masqctl endpoint list`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -40,7 +45,7 @@ pub struct Endpoint {
     pub audit_bypasses: AtomicU64,
     pub audit_kills: AtomicU64,
     /// The vNIC as last read, with the inode of the namespace it was read
-    /// in (see `session::virtual_gids`).
+    /// in (see `with_vnic`).
     pub binding: Mutex<Option<(u64, vbond::Binding)>>,
     /// The endpoint's sysfs view (see `sysfs_view`); `None` when its
     /// socket directory is shared with another endpoint's.
@@ -75,6 +80,32 @@ impl Endpoint {
             removed: AtomicBool::new(false),
             quota: Mutex::new(()),
         }
+    }
+
+    /// The endpoint's vNIC as it is now: `f` sees its binding. Entering the
+    /// namespace and dumping its links and addresses costs milliseconds, so
+    /// the view is kept with a netlink subscription in that namespace and
+    /// re-read only when a notification arrived, or when the namespace file
+    /// names another namespace (the container was recreated).
+    pub fn with_vnic<T>(&self, f: impl FnOnce(&vbond::Binding) -> T) -> std::io::Result<T> {
+        let ns = std::fs::metadata(&self.cfg.netns)
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("{}: {e}", self.cfg.netns.display()))
+            })?
+            .ino();
+        let mut slot = self.binding.lock().unwrap_or_else(|e| e.into_inner());
+        let current = match slot.take() {
+            Some((ino, mut b)) if ino == ns => b.wait_change(Some(Duration::ZERO)).map(|_| b),
+            _ => vbond::Binding::open(&self.cfg.netns, &self.cfg.vnic),
+        };
+        // On error the slot stays empty: the next call opens it afresh.
+        let b = current?;
+        if let Some(view) = &self.view {
+            view.vnic_seen(&b, VDEV_NAME);
+        }
+        let out = f(&b);
+        *slot = Some((ns, b));
+        Ok(out)
     }
 
     /// The endpoint was deleted: its sessions and accept thread stop.

@@ -1,14 +1,12 @@
 //! One app context's session: validate each request, translate virtual
 //! addresses, run the verbs command on the tenant's own uverbs file.
 
-use crate::daemon::Shared;
 use crate::ibv::{IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_STATE};
 use crate::registry::Endpoint;
 use crate::seqpacket::Conn;
+use crate::state::{QpRecord, Shared};
 use crate::{audit, ownership, uverbs};
 use masq_proto as proto;
-use serde::Serialize;
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::Ipv4Addr;
@@ -19,8 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
-/// The name every endpoint's virtual device has.
-pub const VDEV_NAME: &str = "vrdma0";
+pub use crate::registry::VDEV_NAME;
 
 const IBV_QPS_RESET: u8 = 0;
 const IBV_QPS_INIT: u8 = 1;
@@ -30,30 +27,6 @@ const IBV_QPS_SQE: u8 = 5;
 const IBV_QPS_ERR: u8 = 6;
 /// How long an admission waits for the backstop to let its packets through.
 const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
-
-/// What masqd knows of one of the session's QPs.
-#[derive(Debug, Clone, Serialize)]
-pub struct QpRecord {
-    pub handle: u32,
-    pub qpn: u32,
-    pub qp_type: &'static str,
-    pub state: &'static str,
-    pub remote_vip: Option<Ipv4Addr>,
-    pub remote_qpn: Option<u32>,
-    pub peer_host: Option<Ipv4Addr>,
-    #[serde(skip)]
-    pub virt_sgid_index: u8,
-    /// The kernel confirmed `qpn` is this app's, of this type
-    /// (`ownership.rs`); false only while the QP is in RESET.
-    #[serde(skip)]
-    pub owner_checked: bool,
-}
-
-impl QpRecord {
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or_else(|_| json!({}))
-    }
-}
 
 pub struct Session {
     pub id: u64,
@@ -101,33 +74,9 @@ fn from_io(e: io::Error, what: &str) -> Refusal {
     )
 }
 
-/// The endpoint's vNIC as it is now: `f` sees its binding. Entering the
-/// namespace and dumping its links and addresses costs milliseconds, so
-/// the view is kept with a netlink subscription in that namespace and
-/// re-read only when a notification arrived, or when the namespace file
-/// names another namespace (the container was recreated).
-pub fn with_vnic<T>(ep: &Endpoint, f: impl FnOnce(&vbond::Binding) -> T) -> io::Result<T> {
-    let ns = std::fs::metadata(&ep.cfg.netns)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", ep.cfg.netns.display())))?
-        .ino();
-    let mut slot = ep.binding.lock().unwrap_or_else(|e| e.into_inner());
-    let current = match slot.take() {
-        Some((ino, mut b)) if ino == ns => b.wait_change(Some(Duration::ZERO)).map(|_| b),
-        _ => vbond::Binding::open(&ep.cfg.netns, &ep.cfg.vnic),
-    };
-    // On error the slot stays empty: the next call opens it afresh.
-    let b = current?;
-    if let Some(view) = &ep.view {
-        view.vnic_seen(&b, VDEV_NAME);
-    }
-    let out = f(&b);
-    *slot = Some((ns, b));
-    Ok(out)
-}
-
 /// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
 pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
-    with_vnic(ep, |b| b.gids().to_vec())
+    ep.with_vnic(|b| b.gids().to_vec())
 }
 
 /// Serve requests until the app closes the connection.
@@ -164,7 +113,7 @@ pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
             }
         };
         shared.metrics.request(op, started.elapsed());
-        shared.publish(sess);
+        shared.publish(sess.id, &sess.app, sess.requests, &sess.qps);
         let fd = reply_fd.as_ref().map(|f| f.as_raw_fd());
         if let Err(e) = conn.send(&reply, fd) {
             debug!("reply not delivered: {e}");
@@ -262,7 +211,9 @@ fn hello(
     sess: &mut Session,
     h: &proto::HelloReq,
 ) -> Result<proto::ReplyBody, Refusal> {
-    let (guid, gid_count) = with_vnic(&sess.ep, |b| (b.node_guid(), b.gids().len()))
+    let (guid, gid_count) = sess
+        .ep
+        .with_vnic(|b| (b.node_guid(), b.gids().len()))
         .map_err(|e| from_io(e, "cannot read the endpoint's vNIC"))?;
     sess.app = h.app_name.clone();
     sess.hello = true;

@@ -1,0 +1,332 @@
+//! The daemon's state, shared by every thread: the configuration, the
+//! endpoint registry and VPC map, the security groups in force, the live
+//! sessions and the CM. Sources (the config file, `masqctl`, the cluster)
+//! change it through its methods; `daemon.rs` starts and stops it.
+
+use crate::admission::Admission;
+use crate::audit::Admitted;
+use crate::cluster::Cluster;
+use crate::cm::Cm;
+use crate::config::Config;
+use crate::host::HostDevice;
+use crate::rdma_nl::RdmaNl;
+use crate::registry::Registry;
+use crate::seqpacket::Conn;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tracing::{debug, info, warn};
+
+/// What masqd knows of one of the session's QPs.
+#[derive(Debug, Clone, Serialize)]
+pub struct QpRecord {
+    pub handle: u32,
+    pub qpn: u32,
+    pub qp_type: &'static str,
+    pub state: &'static str,
+    pub remote_vip: Option<Ipv4Addr>,
+    pub remote_qpn: Option<u32>,
+    pub peer_host: Option<Ipv4Addr>,
+    #[serde(skip)]
+    pub virt_sgid_index: u8,
+    /// The kernel confirmed `qpn` is this app's, of this type
+    /// (`ownership.rs`); false only while the QP is in RESET.
+    #[serde(skip)]
+    pub owner_checked: bool,
+}
+
+impl QpRecord {
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|_| json!({}))
+    }
+}
+
+/// What the control socket shows of a live session.
+#[derive(Clone)]
+pub struct SessionView {
+    pub endpoint: String,
+    pub tenant: String,
+    pub pid: i32,
+    pub app: String,
+    pub started: u64,
+    /// Requests received: flat while an app only posts and polls.
+    pub requests: u64,
+    pub qps: BTreeMap<u32, QpRecord>,
+}
+
+pub struct Shared {
+    pub cfg: Config,
+    pub admission: Admission,
+    /// Each session's uverbs file, so policy can reset its QPs.
+    pub(crate) fds: Mutex<BTreeMap<u64, Arc<OwnedFd>>>,
+    pub host: HostDevice,
+    /// This host's endpoints and the VPC map.
+    pub registry: Registry,
+    /// Held across an endpoint's addition or removal: one at a time.
+    pub(crate) endpoint_ops: Mutex<()>,
+    started: Instant,
+    pub(crate) sessions: Mutex<BTreeMap<u64, SessionView>>,
+    pub(crate) conns: Mutex<BTreeMap<u64, Conn>>,
+    next_session: AtomicU64,
+    stopping: AtomicBool,
+    /// RDMA CM ids, listeners and connections of every endpoint.
+    pub cm: crate::cm::Cm,
+    /// The kernel's QP table (rdma netlink), for the sessions' ownership
+    /// checks; the audit has its own socket.
+    rdma: Mutex<crate::rdma_nl::RdmaNl>,
+    /// QPNs masqd answers for (what the audit does not flag).
+    pub admitted: crate::audit::Admitted,
+    /// Events for the Prometheus endpoint (`metrics.rs`).
+    pub metrics: crate::metrics::Metrics,
+    /// Cluster mode: the etcd store every host follows.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking session thread must not take the daemon down with it.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Shared {
+    pub fn new(
+        cfg: Config,
+        admission: Admission,
+        registry: Registry,
+        host: HostDevice,
+        rdma: RdmaNl,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Shared {
+        let metrics = admission.metrics.clone();
+        Shared {
+            cluster,
+            fds: Mutex::new(BTreeMap::new()),
+            registry,
+            endpoint_ops: Mutex::new(()),
+            host,
+            started: Instant::now(),
+            sessions: Mutex::new(BTreeMap::new()),
+            conns: Mutex::new(BTreeMap::new()),
+            next_session: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            cm: Cm::new(Duration::from_millis(cfg.cm.timeout_ms), metrics.clone()),
+            rdma: Mutex::new(rdma),
+            admitted: Admitted::default(),
+            metrics,
+            admission,
+            cfg,
+        }
+    }
+
+    /// masqd is stopping: threads end at their next look.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    pub fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// A session starts: shown by the control socket from now on, and
+    /// closable (`conn`) by an endpoint's removal or masqd's stop.
+    pub fn session_opened(&self, id: u64, conn: &Conn, view: SessionView) {
+        if let Ok(c) = conn.try_clone() {
+            lock(&self.conns).insert(id, c);
+        }
+        lock(&self.sessions).insert(id, view);
+    }
+
+    pub fn session_closed(&self, id: u64) {
+        lock(&self.sessions).remove(&id);
+        lock(&self.conns).remove(&id);
+        lock(&self.fds).remove(&id);
+    }
+
+    /// Whether session's app has exited, even if its session thread has
+    /// not read the hang-up yet (the CM then frees its ports at once, as
+    /// the kernel does before the app's parent can see it exit).
+    pub fn app_gone(&self, session: u64) -> bool {
+        if !lock(&self.sessions).contains_key(&session) {
+            return true; // ended, or ending
+        }
+        lock(&self.conns)
+            .get(&session)
+            .is_some_and(Conn::peer_closed)
+    }
+
+    /// One QP as the kernel reports it (a single-QP query).
+    pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::rdma_nl::Lookup> {
+        lock(&self.rdma).qp(qpn)
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn audit_interval(&self) -> Duration {
+        // Validated when the config was read.
+        self.cfg.audit.interval().unwrap_or(Duration::from_secs(2))
+    }
+
+    pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
+        lock(&self.fds).insert(session, fd);
+    }
+
+    /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
+    /// mode write it for every host (compare-and-swap: a concurrent apply
+    /// elsewhere makes this one fail), and apply it here.
+    pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
+        let not_changed = |e: String| format!("{e}\npolicy not changed");
+        let refs = self.registry.policy_refs();
+        let (p, unknown) = self.admission.check(path, &refs).map_err(not_changed)?;
+        let Some(c) = &self.cluster else {
+            let mut v = self.apply_policy(p).map_err(not_changed)?;
+            v["unknown_endpoints"] = json!(unknown);
+            return Ok(v);
+        };
+        let rev = c.put_policy(p.text(), p.file()).map_err(not_changed)?;
+        let mut v = self.apply_policy(p)?;
+        c.status_changed();
+        v["cluster_revision"] = json!(rev);
+        v["unknown_endpoints"] = json!(unknown);
+        Ok(v)
+    }
+
+    /// Apply a validated policy: its tcp/udp rules first (one nftables
+    /// transaction; on failure nothing changes), then the RDMA side, and
+    /// reset what it no longer allows.
+    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
+        let started = Instant::now();
+        crate::firewall::render(&policy, &self.registry.configs())
+            .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
+        let file = policy.file().to_string();
+        let applied = self.admission.apply(policy);
+        self.metrics.policy_applied_now();
+        let reset = self.reset(&applied.to_reset, "policy change");
+        // Under `keep`, established tcp/udp flows stay too (stateful
+        // security groups); otherwise their kernel entries go.
+        let flows = match (applied.keep, self.admission.active()) {
+            (false, Some(p)) => crate::kconntrack::drop_denied(&p, &self.registry.configs()),
+            _ => 0,
+        };
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        info!(file = %file, version = %applied.version, reset, flows, keep = applied.keep,
+              "policy applied in {ms:.2} ms");
+        Ok(
+            json!({ "version": applied.version, "reset": reset, "flows_reset": flows,
+                "keep": applied.keep, "elapsed_ms": ms }),
+        )
+    }
+
+    /// Move the QPs of these connections to ERROR and stop tracking them.
+    pub fn reset(&self, entries: &[rconntrack::Entry], why: &str) -> usize {
+        let mut done = 0;
+        for e in entries {
+            let fd = lock(&self.fds).get(&e.session).cloned();
+            let cmd = crate::uverbs::ModifyQp {
+                qp_handle: e.qp_handle,
+                attr_mask: 1, // IBV_QP_STATE
+                qp_state: 6,  // IBV_QPS_ERR
+                ..Default::default()
+            };
+            match fd.map(|fd| crate::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd)) {
+                Some(Ok(())) => {
+                    done += 1;
+                    info!(tenant = %e.tenant, src = %e.local_vip, sqpn = e.local_qpn,
+                          dst = %e.remote_vip, dqpn = e.remote_qpn, "QP moved to ERROR: {why}");
+                }
+                Some(Err(err)) => warn!(qpn = e.local_qpn, "cannot reset QP: {err}"),
+                None => debug!(qpn = e.local_qpn, "session already gone"),
+            }
+            self.admission.table().remove(e.key());
+        }
+        done
+    }
+
+    /// Keep the control socket's view of a session current.
+    pub fn publish(&self, id: u64, app: &str, requests: u64, qps: &BTreeMap<u32, QpRecord>) {
+        if let Some(v) = lock(&self.sessions).get_mut(&id) {
+            v.app = app.to_string();
+            v.requests = requests;
+            v.qps = qps.clone();
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// masqd's state for a metrics scrape.
+    pub fn sample(&self) -> crate::metrics::Sample {
+        let sessions = lock(&self.sessions).clone();
+        let tracked: Vec<(u32, std::net::Ipv4Addr)> = self
+            .admission
+            .table()
+            .iter()
+            .map(|e| (e.vni, e.local_vip))
+            .collect();
+        let endpoints = self
+            .registry
+            .local()
+            .iter()
+            .map(|ep| {
+                let mine = || sessions.values().filter(|s| s.endpoint == ep.cfg.name);
+                crate::metrics::EndpointSample {
+                    name: ep.cfg.name.clone(),
+                    tenant: ep.cfg.tenant.clone(),
+                    sessions: mine().count(),
+                    qps: mine().map(|s| s.qps.len()).sum(),
+                    tracked: tracked
+                        .iter()
+                        .filter(|&&k| k == (ep.cfg.vni, ep.cfg.vip))
+                        .count(),
+                    refused_requests: ep.refused_requests.load(Ordering::Relaxed),
+                    refused_connections: ep.refused_connections.load(Ordering::Relaxed),
+                    audit_bypasses: ep.audit_bypasses.load(Ordering::Relaxed),
+                    audit_kills: ep.audit_kills.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        let port_dir = Path::new("/sys/class/infiniband")
+            .join(&self.host.name)
+            .join("ports")
+            .join(self.host.port.to_string());
+        crate::metrics::Sample {
+            endpoints,
+            backstop_drops: self.admission.backstop().and_then(|b| b.counters().ok()),
+            policy: self
+                .admission
+                .active()
+                .map(|p| (p.version_hash().to_string(), p.file().to_string())),
+            port_counters: crate::metrics::port_counters(&port_dir),
+        }
+    }
+}
+
+impl crate::cm::CmHost for Shared {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    fn admission(&self) -> &Admission {
+        &self.admission
+    }
+    fn host(&self) -> &HostDevice {
+        &self.host
+    }
+    fn app_gone(&self, session: u64) -> bool {
+        Shared::app_gone(self, session)
+    }
+}
