@@ -120,6 +120,14 @@ impl Admission {
         self.gate.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The traffic class to program for an app of `tenant` at `vip` that
+    /// asked for `requested`: the policy's `qos` for it, else the app's.
+    pub fn traffic_class(&self, tenant: &str, vni: u32, vip: Ipv4Addr, requested: u8) -> u8 {
+        self.active()
+            .and_then(|p| p.qos_of(tenant, vni, vip))
+            .map_or(requested, |(q, _)| q.traffic_class(requested))
+    }
+
     pub fn active(&self) -> Option<Arc<Policy>> {
         self.policy
             .read()

@@ -391,6 +391,8 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         ..Default::default()
     };
     let mut route = None;
+    // The DSCP masqd programs at RTR (the policy's qos), for RConntrack.
+    let mut dscp = None;
     if mask & IBV_QP_AV != 0 {
         let ah = &a.ah_attr;
         if ah.is_global == 0 {
@@ -407,12 +409,18 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             refuse(e.errno(), format!("{e} (tenant {})", sess.ep.cfg.tenant))
         };
         // Copied out: the map is not held across the vNIC read and below.
-        let (dest_vip, dest_host, dest_name, phys_dgid, traffic_class) = {
+        let (dest_vip, dest_host, dest_name, phys_dgid) = {
             let vpc = shared.registry.vpc();
             let d = vpc.translate_dgid(vni, &ah.dgid).map_err(tr)?;
-            let tc = vpc.traffic_class(vni, ah.traffic_class);
-            (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid, tc)
+            (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
         };
+        let traffic_class = shared.admission.traffic_class(
+            &sess.ep.cfg.tenant,
+            vni,
+            sess.ep.cfg.vip,
+            ah.traffic_class,
+        );
+        dscp = Some(traffic_class >> 2);
         let vgids = virtual_gids(&sess.ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
         let psgid = vbond::translate_sgid_index(
             &vgids,
@@ -581,6 +589,7 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             state: rconntrack::State::Admitted,
             rule: rule.clone(),
             cm,
+            dscp,
             ..local_entry(sess.id, &sess.ep, m.qp_handle, rec.qpn, m.qp_type)
         };
         if shared.admission.table().upsert(entry).is_err() {

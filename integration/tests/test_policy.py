@@ -99,6 +99,54 @@ def test_connections_are_tracked_on_both_hosts(policy):
     assert conntrack(policy, "host1", "-t", "acme") == []
 
 
+WIRE = "masqtest_dscp"
+
+
+def _count_roce_dscp(tb, host):
+    """An nft table counting this host's outgoing RoCE packets: DSCP 46,
+    and all of them."""
+    tb.run(host, "nft", "add", "table", "inet", WIRE)
+    tb.run(host, "nft", "add", "chain", "inet", WIRE, "out",
+           "{ type filter hook output priority 0 ; }")
+    tb.run(host, "nft", "add", "rule", "inet", WIRE, "out", "udp", "dport", "4791",
+           "ip", "dscp", "46", "counter")
+    tb.run(host, "nft", "add", "rule", "inet", WIRE, "out", "udp", "dport", "4791", "counter")
+
+
+def _roce_dscp_counts(tb, host):
+    r = tb.run(host, "nft", "-j", "list", "chain", "inet", WIRE, "out")
+    rules = [i["rule"] for i in json.loads(r.stdout)["nftables"] if "rule" in i]
+    counts = [next(e["counter"]["packets"] for e in rl["expr"] if "counter" in e)
+              for rl in rules]
+    return counts[0], counts[1]  # (DSCP 46, all)
+
+
+def test_qos_marks_the_endpoints_roce_packets_on_the_wire(policy):
+    # policy-qos.yaml: web (acme-a) is marked DSCP 46; db (acme-b) is not.
+    apply(policy, "policy-qos.yaml")
+    for h in ("host1", "host2"):
+        _count_roce_dscp(policy, h)
+    try:
+        srv, cli = _long_run(policy, "acme", 18905, n=400)
+        try:
+            a = conntrack(policy, "host1", "-t", "acme", "-d", "10.0.0.2")
+            b = conntrack(policy, "host2", "-t", "acme", "-s", "10.0.0.2")
+            assert [e.get("dscp") for e in a] == [46], a
+            assert [e.get("dscp") for e in b] == [0], b
+            assert "dscp=46" in masqctl(policy, "host1", "conntrack", "-L").stdout
+        finally:
+            for p in (cli, srv):
+                rc, out, err = finish(p)
+                assert rc == 0, out + err
+        marked, sent = _roce_dscp_counts(policy, "host1")
+        assert sent > 0 and marked == sent, f"host1: {marked} of {sent} RoCE packets DSCP 46"
+        marked, sent = _roce_dscp_counts(policy, "host2")
+        assert sent > 0 and marked == 0, f"host2: {marked} of {sent} RoCE packets DSCP 46"
+    finally:
+        for h in ("host1", "host2"):
+            policy.run(h, "nft", "delete", "table", "inet", WIRE, check=False)
+
+
 def test_rule_removal_resets_a_live_connection(policy):
     srv, cli = _long_run(policy, "acme", 18902)
     started = time.monotonic()

@@ -296,6 +296,7 @@ pub(crate) struct RuleM {
 #[derive(Debug)]
 pub(crate) struct GroupM {
     pub name: String,
+    pub qos: Option<crate::schema::Qos>,
     /// Resolved members, kept for nftables rendering.
     pub member_nets: Vec<Cidr>,
     pub member_endpoints: Vec<(u32, Ipv4Addr)>,
@@ -310,6 +311,7 @@ pub(crate) struct GroupM {
 
 #[derive(Debug)]
 pub(crate) struct TenantM {
+    pub qos: Option<crate::schema::Qos>,
     pub groups: Vec<GroupM>,
     /// Indexed by rule id: `tenant/group/ingress[i]`.
     pub rule_names: Vec<Arc<str>>,
@@ -535,6 +537,7 @@ pub(crate) fn compile(
             let egress_rules = g.egress.as_deref().map(|rules| resolve("egress", rules));
             groups.push(GroupM {
                 name: g.name.clone(),
+                qos: g.qos,
                 member_nets,
                 member_endpoints,
                 ingress: DirMatcher::build(&ingress_rules),
@@ -577,6 +580,7 @@ pub(crate) fn compile(
         compiled.tenants.insert(
             t.name.clone(),
             TenantM {
+                qos: t.qos,
                 groups,
                 rule_names,
                 member_nets,

@@ -21,6 +21,7 @@ mod yaml;
 
 pub use error::{Location, PolicyError, PolicyErrors};
 pub use nft::{ct_zone, table_name, NftError};
+pub use schema::{Qos, QosMode};
 
 use compile::{Compiled, Want};
 use sha2::{Digest, Sha256};
@@ -420,6 +421,21 @@ impl Policy {
             Want::Port(proto, dport),
         );
         Verdict::new(src, dst, e, i)
+    }
+
+    /// How `ip`'s RoCE traffic in `tenant`/`vni` is marked, and where that
+    /// was said (`tenant` or `tenant/group`): a group's `qos` before its
+    /// tenant's; of several groups, the lowest DSCP (the most modest mark
+    /// any of them asks for).
+    pub fn qos_of(&self, tenant: &str, vni: u32, ip: Ipv4Addr) -> Option<(Qos, String)> {
+        let t = self.compiled.tenants.get(tenant)?;
+        let by_group = t
+            .groups_of(vni, u32::from(ip))
+            .iter()
+            .map(|&g| &t.groups[g as usize])
+            .filter_map(|g| Some((g.qos?, format!("{tenant}/{}", g.name))))
+            .min_by_key(|(q, _)| q.dscp);
+        by_group.or_else(|| Some((t.qos?, tenant.to_string())))
     }
 
     /// Names of the security groups `ip` belongs to in `tenant`/`vni`, in

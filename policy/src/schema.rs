@@ -166,9 +166,47 @@ pub(crate) struct Rule {
     pub ports: Vec<PortRange>,
 }
 
+/// How an endpoint's RoCE traffic is marked: the DSCP of the traffic
+/// class masqd writes at RTR (the two ECN bits stay the app's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Qos {
+    pub dscp: u8,
+    pub mode: QosMode,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QosMode {
+    /// Every connection carries `dscp`, whatever the app asked for.
+    Set,
+    /// The app's DSCP, but no higher than `dscp`.
+    Max,
+}
+
+impl QosMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QosMode::Set => "set",
+            QosMode::Max => "max",
+        }
+    }
+}
+
+impl Qos {
+    /// The traffic class to program for an app that asked for `requested`.
+    pub fn traffic_class(&self, requested: u8) -> u8 {
+        let asked = requested >> 2;
+        let dscp = match self.mode {
+            QosMode::Set => self.dscp,
+            QosMode::Max => asked.min(self.dscp),
+        };
+        (dscp << 2) | (requested & 0x3)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Group {
     pub name: String,
+    pub qos: Option<Qos>,
     pub members: Vec<Member>,
     /// `None`: key omitted, deny all ingress.
     pub ingress: Option<Vec<Rule>>,
@@ -179,6 +217,7 @@ pub(crate) struct Group {
 #[derive(Clone, Debug)]
 pub(crate) struct Tenant {
     pub name: String,
+    pub qos: Option<Qos>,
     pub groups: Vec<Group>,
 }
 
@@ -426,6 +465,7 @@ impl Walker<'_> {
     fn tenant(&mut self, name: &str, key: &Scalar, node: &Node, path: &str) -> Tenant {
         let mut tenant = Tenant {
             name: name.to_string(),
+            qos: None,
             groups: Vec::new(),
         };
         let map = match node {
@@ -436,14 +476,17 @@ impl Walker<'_> {
                     value_loc(other, key),
                     path,
                     format!(
-                        "expected a mapping with key securityGroups, found {}",
+                        "expected a mapping with keys qos, securityGroups; found {}",
                         other.kind()
                     ),
                 );
                 return tenant;
             }
         };
-        self.check_keys(map, path, &["securityGroups"], None);
+        self.check_keys(map, path, &["qos", "securityGroups"], None);
+        if let Some((k, v)) = map.get("qos") {
+            tenant.qos = self.qos(k, v, &join(path, "qos"));
+        }
         if let Some((k, v)) = map.get("securityGroups") {
             let gpath = join(path, "securityGroups");
             match v {
@@ -470,6 +513,7 @@ impl Walker<'_> {
     fn group(&mut self, key: &Scalar, node: &Node, path: &str) -> Group {
         let mut group = Group {
             name: key.value.clone(),
+            qos: None,
             members: Vec::new(),
             ingress: None,
             egress: None,
@@ -482,14 +526,17 @@ impl Walker<'_> {
                     value_loc(other, key),
                     path,
                     format!(
-                        "expected a mapping with keys members, ingress, egress; found {}",
+                        "expected a mapping with keys members, ingress, egress, qos; found {}",
                         other.kind()
                     ),
                 );
                 return group;
             }
         };
-        self.check_keys(map, path, &["members", "ingress", "egress"], None);
+        self.check_keys(map, path, &["members", "ingress", "egress", "qos"], None);
+        if let Some((k, v)) = map.get("qos") {
+            group.qos = self.qos(k, v, &join(path, "qos"));
+        }
         if let Some((k, v)) = map.get("members") {
             let mpath = join(path, "members");
             match v {
@@ -532,6 +579,66 @@ impl Walker<'_> {
             Some((k, v)) => group.egress = Some(self.rules(Dir::Egress, k, v, path)),
         }
         group
+    }
+
+    /// `qos: { dscp: 0..=63, mode: set | max }` (mode defaults to set).
+    fn qos(&mut self, key: &Scalar, node: &Node, path: &str) -> Option<Qos> {
+        let Node::Map(map) = node else {
+            self.err(
+                value_loc(node, key),
+                path,
+                format!(
+                    "expected a mapping with keys dscp, mode; found {}",
+                    node.kind()
+                ),
+            );
+            return None;
+        };
+        self.check_keys(map, path, &["dscp", "mode"], None);
+        let dscp = match map.get("dscp") {
+            None => {
+                self.err(map.loc, path, "missing key \"dscp\" (0..=63)");
+                None
+            }
+            Some((k, v)) => {
+                let p = join(path, "dscp");
+                let s = self.scalar(v, k, &p, "a DSCP value 0..=63")?;
+                match s.value.parse::<u8>() {
+                    Ok(d) if d <= 63 => Some(d),
+                    _ => {
+                        self.err(
+                            s.loc,
+                            &p,
+                            format!("invalid DSCP {:?}: expected 0..=63", s.value),
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let mode = match map.get("mode") {
+            None => Some(QosMode::Set),
+            Some((k, v)) => {
+                let p = join(path, "mode");
+                let s = self.scalar(v, k, &p, "set or max")?;
+                match s.value.as_str() {
+                    "set" => Some(QosMode::Set),
+                    "max" => Some(QosMode::Max),
+                    other => {
+                        self.err(
+                            s.loc,
+                            &p,
+                            format!("unknown value {other:?}: expected set or max"),
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        Some(Qos {
+            dscp: dscp?,
+            mode: mode?,
+        })
     }
 
     fn member(&mut self, node: &Node, key: &Scalar, path: &str) -> Option<Member> {
@@ -843,10 +950,16 @@ pub(crate) fn canonical(doc: &Document) -> String {
     tenants.sort_by(|a, b| a.name.cmp(&b.name));
     for t in tenants {
         let _ = writeln!(out, "tenant {}", t.name);
+        if let Some(q) = t.qos {
+            let _ = writeln!(out, " qos {} {}", q.dscp, q.mode.as_str());
+        }
         let mut groups: Vec<&Group> = t.groups.iter().collect();
         groups.sort_by(|a, b| a.name.cmp(&b.name));
         for g in groups {
             let _ = writeln!(out, " group {}", g.name);
+            if let Some(q) = g.qos {
+                let _ = writeln!(out, "  qos {} {}", q.dscp, q.mode.as_str());
+            }
             let mut members: Vec<&MemberKind> = g.members.iter().map(|m| &m.kind).collect();
             members.sort();
             members.dedup();

@@ -1,7 +1,9 @@
 //! Public-API tests: the example file, the admission predicate, defaults,
 //! unions, prefixes, versions, and errors with exact positions.
 
-use masq_policy::{Decision, EndpointRef, L4Proto, OnRuleChange, Policy, PolicyErrors};
+use masq_policy::{
+    Decision, EndpointRef, L4Proto, OnRuleChange, Policy, PolicyErrors, Qos, QosMode,
+};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
@@ -805,4 +807,86 @@ fn rebind_lets_named_members_go_and_come_back_without_changing_the_version() {
     stolen.push(EndpointRef::new("acme-b", "globex", 200, ip("10.0.0.7")));
     let (_, dangling) = p.rebind(&stolen).unwrap();
     assert_eq!(dangling, ["acme-b"]);
+}
+
+// ------------------------------------------------------------------- qos
+
+#[test]
+fn qos_of_a_group_wins_over_its_tenant_and_the_lowest_group_wins() {
+    let p = parse(
+        "version: 1
+tenants:
+  acme:
+    qos: { dscp: 10 }
+    securityGroups:
+      web:
+        members: [acme-a]
+        qos: { dscp: 46, mode: max }
+      db:
+        members: [acme-b]
+        qos: { dscp: 34 }
+      all:
+        members: [10.0.0.0/24]
+        qos: { dscp: 40 }
+",
+    );
+    let (q, from) = p.qos_of("acme", 100, ip("10.0.0.1")).unwrap();
+    // web (46) and all (40): the lower DSCP.
+    assert_eq!(
+        (q.dscp, q.mode, from.as_str()),
+        (40, QosMode::Set, "acme/all")
+    );
+    let (q, from) = p.qos_of("acme", 100, ip("10.0.0.2")).unwrap();
+    assert_eq!((q.dscp, from.as_str()), (34, "acme/db"));
+    // acme-c is in no group with qos: the tenant's.
+    let (q, from) = p.qos_of("acme", 100, ip("10.0.1.5")).unwrap();
+    assert_eq!((q.dscp, from.as_str()), (10, "acme"));
+    assert!(p.qos_of("globex", 200, ip("10.0.0.1")).is_none());
+}
+
+#[test]
+fn qos_sets_or_bounds_the_dscp_and_keeps_ecn() {
+    let set = Qos {
+        dscp: 46,
+        mode: QosMode::Set,
+    };
+    assert_eq!(set.traffic_class(0), 46 << 2);
+    assert_eq!(set.traffic_class((10 << 2) | 1), (46 << 2) | 1);
+    let max = Qos {
+        dscp: 26,
+        mode: QosMode::Max,
+    };
+    assert_eq!(max.traffic_class(46 << 2), 26 << 2);
+    assert_eq!(max.traffic_class((10 << 2) | 2), (10 << 2) | 2);
+    assert_eq!(max.traffic_class(0), 0);
+}
+
+#[test]
+fn qos_changes_the_version() {
+    let base =
+        "version: 1\ntenants:\n  acme:\n    securityGroups: { web: { members: [acme-a] } }\n";
+    let marked = "version: 1\ntenants:\n  acme:\n    qos: { dscp: 8 }\n    securityGroups: { web: { members: [acme-a] } }\n";
+    assert_ne!(parse(base).version_hash(), parse(marked).version_hash());
+}
+
+#[test]
+fn bad_qos_is_named_by_place() {
+    assert_eq!(
+        error_lines("version: 1\ntenants:\n  acme:\n    qos: { dscp: 64 }\n"),
+        ["4:18: tenants.acme.qos.dscp: invalid DSCP \"64\": expected 0..=63"]
+    );
+    assert_eq!(
+        error_lines(
+            "version: 1\ntenants:\n  acme:\n    securityGroups:\n      web: { qos: { dscp: 8, mode: cap } }\n"
+        ),
+        ["5:36: tenants.acme.securityGroups.web.qos.mode: unknown value \"cap\": expected set or max"]
+    );
+    assert_eq!(
+        error_lines("version: 1\ntenants:\n  acme:\n    qos: { mode: max }\n"),
+        ["4:10: tenants.acme.qos: missing key \"dscp\" (0..=63)"]
+    );
+    assert_eq!(
+        error_lines("version: 1\ntenants:\n  acme:\n    qos: 46\n"),
+        ["4:10: tenants.acme.qos: expected a mapping with keys dscp, mode; found a scalar"]
+    );
 }

@@ -113,6 +113,10 @@ pub struct Entry {
     /// Set when the connection was made through the RDMA CM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cm: Option<CmSide>,
+    /// The DSCP masqd programmed into the QP's traffic class at RTR (the
+    /// policy's `qos`, or the app's own); unknown for resynced QPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
 }
 
 /// Which side of an RDMA CM connection this QP is, and the CM ports.
@@ -142,6 +146,7 @@ impl Default for Entry {
             created_ms: 0,
             updated_ms: 0,
             cm: None,
+            dscp: None,
         }
     }
 }
@@ -203,6 +208,9 @@ impl fmt::Display for Entry {
             self.updated_ms / 1000,
             self.updated_ms % 1000,
         )?;
+        if let Some(d) = self.dscp {
+            write!(f, " dscp={d}")?;
+        }
         if let Some(c) = self.cm {
             write!(
                 f,
@@ -243,7 +251,24 @@ mod tests {
             created_ms: 1_700_000_000_042,
             updated_ms: 1_700_000_001_500,
             cm: None,
+            dscp: None,
         }
+    }
+
+    #[test]
+    fn dscp_shows_in_text_and_json_when_known() {
+        let e = Entry {
+            dscp: Some(46),
+            ..sample()
+        };
+        assert!(e.to_string().contains(" dscp=46"), "{e}");
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["dscp"], 46);
+        assert!(!sample().to_string().contains("dscp"));
+        assert!(serde_json::to_value(sample())
+            .unwrap()
+            .get("dscp")
+            .is_none());
     }
 
     #[test]
