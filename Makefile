@@ -20,9 +20,14 @@ build: deps
 demo: build
 	integration/demo
 
-.PHONY: bench bench-cluster
-bench: build bench-cluster
+.PHONY: bench bench-cluster bench-rate
+bench: build bench-cluster bench-rate
 	integration/bench/run $(BENCH_ARGS)
+
+# Per-endpoint rate limits on software RoCE: limited vs unlimited
+# bandwidth and the shaped wire rate against the limit.
+bench-rate: build
+	integration/bench/ratelimit $(RATE_BENCH_ARGS)
 
 # Cluster mode: 10,000 endpoints and 100 policy changes/s on a loopback
 # etcd, and convergence between the two hosts on the rxe pair.

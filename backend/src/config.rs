@@ -263,6 +263,26 @@ pub struct EndpointConfig {
     /// at once; one more gets EDQUOT. None: no quota.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
+    /// Kernel limits on the RDMA objects its processes hold (the rdma
+    /// cgroup controller, in `<backstop.cgroupParent>/<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_limits: Option<RdmaLimits>,
+    /// Software RoCE: its RoCE egress is shaped to this many Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate_mbps: Option<u32>,
+}
+
+/// `rdma.max` of an endpoint's cgroup; an omitted limit is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RdmaLimits {
+    /// Device contexts its processes may hold open (`hca_handle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handles: Option<u32>,
+    /// Verbs objects (PDs, CQs, QPs, SRQs, MRs, MWs, AHs...) they may hold
+    /// (`hca_object`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -328,6 +348,35 @@ impl EndpointConfig {
             return Err(format!(
                 "{at}.maxConnections: 0 would refuse every connection (omit it for no quota)"
             ));
+        }
+        if self.max_rate_mbps == Some(0) {
+            return Err(format!(
+                "{at}.maxRateMbps: 0 would stop its RDMA traffic (omit it for no limit)"
+            ));
+        }
+        if let Some(l) = &self.rdma_limits {
+            for (key, v) in [("handles", l.handles), ("objects", l.objects)] {
+                match v {
+                    Some(0) => {
+                        return Err(format!(
+                            "{at}.rdmaLimits.{key}: 0 would refuse every app the device \
+                             (omit it for no limit)"
+                        ))
+                    }
+                    Some(n) if n > i32::MAX as u32 => {
+                        return Err(format!(
+                            "{at}.rdmaLimits.{key}: {n} is more than the kernel takes ({})",
+                            i32::MAX
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            if l.handles.is_none() && l.objects.is_none() {
+                return Err(format!(
+                    "{at}.rdmaLimits: give handles, objects or both (or omit rdmaLimits)"
+                ));
+            }
         }
         if !self.netns.is_absolute() {
             return Err(format!(

@@ -102,6 +102,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             .remove_endpoint(name)
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::Endpoints => {
+            let rates = shared.rates.as_ref().map(|r| r.stats()).unwrap_or_default();
             let eps: Vec<Value> = shared
                 .registry
                 .local()
@@ -117,6 +118,11 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                         "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": session::VDEV_NAME,
                         "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
                         "max_connections": ep.cfg.max_connections,
+                        "rdma_limits": ep.cfg.rdma_limits,
+                        "max_rate_mbps": ep.cfg.max_rate_mbps,
+                        "rate": rates.get(&ep.cfg.name),
+                        "rdma_current": shared.rdma_cgroups.current(&ep.cfg.name)
+                            .map(|(h, o)| json!({ "handles": h, "objects": o })),
                         "sessions": n,
                         "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
                         "refused_requests": ep.refused_requests.load(Ordering::Relaxed),

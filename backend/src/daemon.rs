@@ -116,7 +116,30 @@ impl Daemon {
             Some(c) => Some(crate::cluster::Cluster::new(c.clone(), cfg.underlay.ip)?),
             None => None,
         };
-        let shared = Arc::new(Shared::new(cfg, admission, registry, host, rdma, cluster));
+        let limited = endpoint_cfgs.iter().find(|e| e.max_rate_mbps.is_some());
+        let rates = if is_rxe {
+            Some(
+                crate::ratelimit::RateLimits::new(
+                    &cfg.underlay.netdev,
+                    &cfg.backstop.cgroup_parent,
+                )
+                .map_err(|e| io::Error::other(format!("rate limits: {e}")))?,
+            )
+        } else if let Some(e) = limited {
+            return Err(invalid(format!(
+                "endpoint {}.maxRateMbps: rate limits need software RoCE ({} sends past the \
+                 host's qdiscs; use the NIC's own limiters)",
+                e.name, cfg.device
+            )));
+        } else {
+            None
+        };
+        let shared = Arc::new(Shared::new(
+            cfg, admission, registry, host, rdma, cluster, rates,
+        ));
+        shared
+            .sync_rate_limits()
+            .map_err(|e| io::Error::other(format!("rate limits: {e}")))?;
         shared.metrics.policy_applied_now();
 
         std::fs::create_dir_all(&shared.cfg.socket_dir)?;
@@ -199,6 +222,24 @@ impl Daemon {
             if !c.wait_connected(Duration::from_secs(5)) {
                 warn!(error = ?c.health().error, "cluster: etcd not reachable yet; serving the file's view and retrying");
             }
+        }
+        {
+            // Endpoints' cgroups appear when their containers start: their
+            // rdma limits and rate-limit marks follow.
+            let s = shared.clone();
+            thread::Builder::new()
+                .name("cgroup-limits".into())
+                .spawn(move || {
+                    while !s.is_stopping() {
+                        for ep in s.registry.local() {
+                            s.apply_rdma_limits(&ep);
+                        }
+                        if let Err(e) = s.sync_rate_limits() {
+                            warn!("rate limits: {e}");
+                        }
+                        thread::sleep(Duration::from_secs(2));
+                    }
+                })?;
         }
         {
             // Always running: an endpoint added later may have a view.

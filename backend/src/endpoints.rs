@@ -145,16 +145,33 @@ impl Shared {
                 }
             }
         };
+        if e.max_rate_mbps.is_some() && self.rates.is_none() {
+            undo_backstop();
+            undo_firewall();
+            return Err(format!(
+                "endpoint {}.maxRateMbps: rate limits need software RoCE ({} sends past the \
+                 host's qdiscs; use the NIC's own limiters)",
+                e.name, self.cfg.device
+            ));
+        }
         let view = sysfs_view_for(&socket, &others, &self.host);
         let ep = Arc::new(Endpoint::new(e.clone(), socket, Origin::Command, view));
         self.registry.insert(ep.clone());
-        if let Err(err) = serve(self, &ep) {
+        if let Err(err) = self
+            .sync_rate_limits()
+            .map_err(|e| io::Error::other(format!("rate limits: {e}")))
+            .and_then(|()| serve(self, &ep))
+        {
             self.registry.remove(&e.name);
             unserve(&ep);
+            if let Err(e) = self.sync_rate_limits() {
+                warn!("rate limits: {e}");
+            }
             undo_backstop();
             undo_firewall();
             return Err(err.to_string());
         }
+        self.apply_rdma_limits(&ep);
         self.endpoints_changed(&format!("endpoint {} added", e.name), &e.name);
         if let Some(c) = &self.cluster {
             c.endpoint_up(e.clone());
@@ -191,6 +208,14 @@ impl Shared {
         }
         if let Err(e) = crate::firewall::remove(std::slice::from_ref(&ep.cfg)) {
             warn!(endpoint = name, "cannot remove its nftables table: {e}");
+        }
+        if let Err(e) = self.sync_rate_limits() {
+            warn!(endpoint = name, "rate limits: {e}");
+        }
+        if ep.cfg.rdma_limits.is_some() {
+            if let Err(e) = self.rdma_cgroups.clear(name) {
+                warn!(endpoint = name, "cannot lift its rdma cgroup limits: {e}");
+            }
         }
         self.endpoints_changed(&format!("endpoint {name} deleted"), name);
         if let Some(c) = &self.cluster {

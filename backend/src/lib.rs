@@ -18,6 +18,8 @@ pub mod kconntrack;
 pub mod metrics;
 pub mod nft;
 pub mod ownership;
+pub mod ratelimit;
+pub mod rdma_cgroup;
 pub mod rdma_nl;
 pub mod registry;
 pub mod seqpacket;

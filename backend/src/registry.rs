@@ -57,6 +57,8 @@ pub struct Endpoint {
     /// Held from counting the endpoint's connections to tracking a new one,
     /// when it has a quota: two admissions cannot both take the last slot.
     pub quota: Mutex<()>,
+    /// Its rdma cgroup limits could not be set (logged once until they are).
+    pub rdma_limits_failing: AtomicBool,
 }
 
 impl Endpoint {
@@ -79,6 +81,7 @@ impl Endpoint {
             listener: Mutex::new(None),
             removed: AtomicBool::new(false),
             quota: Mutex::new(()),
+            rdma_limits_failing: AtomicBool::new(false),
         }
     }
 
@@ -515,6 +518,8 @@ mod tests {
             bridge: None,
             socket: None,
             max_connections: None,
+            rdma_limits: None,
+            max_rate_mbps: None,
         }
     }
 

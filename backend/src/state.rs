@@ -9,8 +9,9 @@ use crate::cluster::Cluster;
 use crate::cm::Cm;
 use crate::config::Config;
 use crate::host::HostDevice;
+use crate::rdma_cgroup::{Applied, Cgroups};
 use crate::rdma_nl::RdmaNl;
-use crate::registry::Registry;
+use crate::registry::{Endpoint, Registry};
 use crate::seqpacket::Conn;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -87,6 +88,10 @@ pub struct Shared {
     pub metrics: crate::metrics::Metrics,
     /// Cluster mode: the etcd store every host follows.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The endpoints' cgroups, for their rdma limits.
+    pub rdma_cgroups: Cgroups,
+    /// Software RoCE: the endpoints' RoCE egress shaping (`ratelimit.rs`).
+    pub rates: Option<crate::ratelimit::RateLimits>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -109,9 +114,16 @@ impl Shared {
         host: HostDevice,
         rdma: RdmaNl,
         cluster: Option<Arc<Cluster>>,
+        rates: Option<crate::ratelimit::RateLimits>,
     ) -> Shared {
         let metrics = admission.metrics.clone();
         Shared {
+            rates,
+            rdma_cgroups: Cgroups::new(
+                crate::rdma_cgroup::CGROUP_ROOT,
+                &cfg.backstop.cgroup_parent,
+                &cfg.device,
+            ),
             cluster,
             fds: Mutex::new(BTreeMap::new()),
             registry,
@@ -128,6 +140,36 @@ impl Shared {
             metrics,
             admission,
             cfg,
+        }
+    }
+
+    /// Set the endpoint's rdma cgroup limits if its cgroup exists; the
+    /// runtime may make it later, so the housekeeping thread calls this
+    /// again every few seconds.
+    pub fn apply_rdma_limits(&self, ep: &Endpoint) {
+        let Some(limits) = &ep.cfg.rdma_limits else {
+            return;
+        };
+        match self.rdma_cgroups.apply(&ep.cfg.name, limits) {
+            Ok(Applied::Set) => {
+                ep.rdma_limits_failing.store(false, Ordering::Relaxed);
+                info!(endpoint = %ep.cfg.name, "rdma cgroup limits set: {}",
+                      crate::rdma_cgroup::max_line(&self.cfg.device, limits));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if !ep.rdma_limits_failing.swap(true, Ordering::Relaxed) {
+                    warn!(endpoint = %ep.cfg.name, "cannot set its rdma cgroup limits: {e}");
+                }
+            }
+        }
+    }
+
+    /// Shape the endpoints' RoCE egress as their `maxRateMbps` say.
+    pub fn sync_rate_limits(&self) -> Result<(), String> {
+        match &self.rates {
+            Some(r) => r.sync(&self.registry.configs()),
+            None => Ok(()),
         }
     }
 

@@ -65,6 +65,8 @@ fn endpoint(name: &str, vip: &str) -> EndpointConfig {
         bridge: None,
         socket: None,
         max_connections: None,
+        rdma_limits: None,
+        max_rate_mbps: None,
     }
 }
 

@@ -25,7 +25,7 @@ echo "$host" >/run/hostname
 # crc32c_generic must precede the nf_tables modules that pull libcrc32c.
 for m in virtio_net crc32_generic crc32c_generic rdma_rxe ib_uverbs rdma_ucm veth vxlan bridge \
          nf_tables nft_socket nft_ct nf_conntrack_netlink nft_reject_inet nft_chain_nat \
-         nf_conntrack_bridge nft_meta_bridge; do
+         nf_conntrack_bridge nft_meta_bridge sch_htb cls_fw; do
     modprobe "$m" 2>/dev/null || log "modprobe $m failed"
 done
 

@@ -203,3 +203,79 @@ def test_a_connection_quota_refuses_the_next_and_frees_with_the_app(acme_d):
     # Another endpoint has no quota and does not share this one's.
     r = connect("acme-b", 3, VIP)
     assert r.returncode == 0, r.stderr
+
+
+def test_rdma_cgroup_limits_refuse_the_next_object_and_free_with_the_app(acme_d):
+    tb = acme_d
+    # PD + CQ + 4 QPs: six verbs objects; the seventh is refused by the kernel.
+    masqctl(tb, "host2", *ADD, "--max-objects", "6", "--max-handles", "2")
+    assert listed(tb, "host2")[NAME]["rdma_limits"] == {"handles": 2, "objects": 6}
+    rdma_max = tb.run("host2", "cat", f"/sys/fs/cgroup/tenants/{NAME}/rdma.max").stdout
+    assert "rxe0 hca_handle=2 hca_object=6" in rdma_max, rdma_max
+
+    def qps(endpoint, n):
+        return tb.tenant_run("host2", endpoint, QP_BENCH, "--placeholder", "-d", "vrdma0",
+                             "-x", "1", "-n", str(n), "10.0.0.1", check=False, timeout=120)
+
+    r = qps(NAME, 4)
+    assert r.returncode == 0, r.stderr
+    r = qps(NAME, 5)
+    assert r.returncode == 1 and "ibv_create_qp 5 of 5: Resource temporarily unavailable" \
+        in r.stderr, r.stderr
+    # Another endpoint's apps are not limited by this one's cgroup.
+    r = qps("acme-b", 5)
+    assert r.returncode == 0, r.stderr
+    # An app holding PD, CQ, QP and MR leaves room for no QP of another...
+    holder = tb.tenant_spawn("host2", NAME, *PINGPONG, "-p", "18807")
+    try:
+        tb.wait_listening("host2", 18807, tenant=NAME)
+        held = listed(tb, "host2")[NAME]["rdma_current"]
+        assert held["handles"] == 1 and held["objects"] >= 4, held
+        r = qps(NAME, 1)
+        assert r.returncode == 1 and "Resource temporarily unavailable" in r.stderr, r.stderr
+    finally:
+        holder.kill()
+        finish(holder)
+    # ...until it is gone.
+    r = qps(NAME, 1)
+    assert r.returncode == 0, r.stderr
+    assert listed(tb, "host2")[NAME]["rdma_current"] in (None, {"handles": 0, "objects": 0})
+    # Deleted, the endpoint's cgroup is not limited any more.
+    masqctl(tb, "host2", "endpoint", "del", NAME)
+    rdma_max = tb.run("host2", "cat", f"/sys/fs/cgroup/tenants/{NAME}/rdma.max").stdout
+    assert "rxe0 hca_handle=max hca_object=max" in rdma_max, rdma_max
+
+
+def test_bad_rdma_limits_are_refused_by_name(acme_d):
+    r = masqctl(acme_d, "host2", *ADD, "--max-objects", "0", check=False)
+    assert r.returncode == 1 and "rdmaLimits.objects: 0 would refuse" in r.stderr, r.stderr
+    assert NAME not in listed(acme_d, "host2")
+
+
+def test_a_rate_limit_shapes_the_endpoints_roce_egress(acme_d):
+    tb = acme_d
+    masqctl(tb, "host2", *ADD, "--max-rate-mbps", "24")
+    assert listed(tb, "host2")[NAME]["max_rate_mbps"] == 24
+    size, n = 65536, 60
+    argv = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-s", str(size), "-n", str(n)]
+    # acme-d (host2) writes to acme-a (host1): its packets leave host2
+    # through its HTB class; the run completes, only slower.
+    pair(tb, ("host1", "acme-a"), ("host2", NAME), argv, 18811, "10.0.0.1")
+    shaped = listed(tb, "host2")[NAME]["rate"]
+    assert shaped["mbps"] == 24 and shaped["bytes"] >= size * n, shaped
+    assert shaped["overlimits"] > 0, shaped  # it was held back, not just counted
+    qdisc = tb.run("host2", "tc", "qdisc", "show", "dev", "eth0", "root").stdout
+    assert "htb 4d51:" in qdisc, qdisc
+    # acme-b has no limit: its traffic is not classified.
+    pair(tb, ("host1", "acme-a"), ("host2", "acme-b"), argv, 18812, "10.0.0.1")
+    assert listed(tb, "host2")[NAME]["rate"]["bytes"] == shaped["bytes"]
+    # The last limited endpoint gone, the qdisc and marks go too.
+    masqctl(tb, "host2", "endpoint", "del", NAME)
+    qdisc = tb.run("host2", "tc", "qdisc", "show", "dev", "eth0", "root").stdout
+    assert "4d51:" not in qdisc, qdisc
+    assert tb.run("host2", "nft", "list", "table", "inet", "masq_rate", check=False).returncode != 0
+
+
+def test_a_rate_limit_of_zero_is_refused_by_name(acme_d):
+    r = masqctl(acme_d, "host2", *ADD, "--max-rate-mbps", "0", check=False)
+    assert r.returncode == 1 and "maxRateMbps: 0 would stop" in r.stderr, r.stderr

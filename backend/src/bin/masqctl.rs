@@ -96,6 +96,17 @@ struct EndpointAddArgs {
     /// fails with EDQUOT.
     #[arg(long)]
     max_connections: Option<u32>,
+    /// Most device contexts its processes may hold open (the kernel's rdma
+    /// cgroup limit hca_handle, in its cgroup).
+    #[arg(long)]
+    max_handles: Option<u32>,
+    /// Most verbs objects (PDs, CQs, QPs, MRs...) its processes may hold
+    /// (rdma cgroup hca_object); one more fails with EAGAIN.
+    #[arg(long)]
+    max_objects: Option<u32>,
+    /// Software RoCE: shape its RoCE egress to this many Mbit/s.
+    #[arg(long)]
+    max_rate_mbps: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -160,6 +171,13 @@ fn main() -> ExitCode {
                 bridge: a.bridge,
                 socket: None,
                 max_connections: a.max_connections,
+                rdma_limits: (a.max_handles.is_some() || a.max_objects.is_some()).then_some(
+                    masq_backend::config::RdmaLimits {
+                        handles: a.max_handles,
+                        objects: a.max_objects,
+                    },
+                ),
+                max_rate_mbps: a.max_rate_mbps,
             },
         },
         Command::Endpoint(EndpointCmd::Del { name }) => Request::EndpointDel { name },
