@@ -127,13 +127,15 @@ def test_qos_marks_the_endpoints_roce_packets_on_the_wire(policy):
     for h in ("host1", "host2"):
         _count_roce_dscp(policy, h)
     try:
-        srv, cli = _long_run(policy, "acme", 18905, n=400)
+        # Long enough to outlast the three listings below on a loaded host.
+        srv, cli = _long_run(policy, "acme", 18905, n=2000)
         try:
+            table = masqctl(policy, "host1", "conntrack", "-L").stdout
             a = conntrack(policy, "host1", "-t", "acme", "-d", "10.0.0.2")
             b = conntrack(policy, "host2", "-t", "acme", "-s", "10.0.0.2")
+            assert "dscp=46" in table, table
             assert [e.get("dscp") for e in a] == [46], a
             assert [e.get("dscp") for e in b] == [0], b
-            assert "dscp=46" in masqctl(policy, "host1", "conntrack", "-L").stdout
         finally:
             for p in (cli, srv):
                 rc, out, err = finish(p)
