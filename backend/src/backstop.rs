@@ -31,12 +31,13 @@
 
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::nft::Nft;
+use crate::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use rconntrack::{Entry, Event, EventKind, QpKey, State};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -47,7 +48,6 @@ const ROCE_PORT: u16 = 4791;
 /// The BTH's destination QPN: bits 104..128 of the UDP header plus payload
 /// (8 bytes of UDP header, then byte 5..8 of the BTH).
 const BTH_DEST_QPN: &str = "@th,104,24";
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Set elements as masqd keeps them: (peer host, QPN).
 type Pair = (Ipv4Addr, u32);
@@ -675,14 +675,6 @@ fn drop_ref<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K) -> bool {
         }
         None => false,
     }
-}
-
-fn cgroup_inode(dir: &PathBuf) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(dir)
-        .ok()
-        .filter(|m| m.is_dir())
-        .map(|m| m.ino())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -126,10 +126,9 @@ impl Daemon {
                 .map_err(|e| io::Error::other(format!("rate limits: {e}")))?,
             )
         } else if let Some(e) = limited {
-            return Err(invalid(format!(
-                "endpoint {}.maxRateMbps: rate limits need software RoCE ({} sends past the \
-                 host's qdiscs; use the NIC's own limiters)",
-                e.name, cfg.device
+            return Err(invalid(crate::ratelimit::needs_software_roce(
+                &e.name,
+                &cfg.device,
             )));
         } else {
             None

@@ -106,6 +106,12 @@ impl Shared {
     pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value, String> {
         let _one_at_a_time = lock(&self.endpoint_ops);
         self.registry.check_new(&e)?;
+        if e.max_rate_mbps.is_some() && self.rates.is_none() {
+            return Err(crate::ratelimit::needs_software_roce(
+                &e.name,
+                &self.cfg.device,
+            ));
+        }
         let socket = e.socket_path(&self.cfg.socket_dir);
         let others: Vec<_> = self
             .registry
@@ -145,15 +151,6 @@ impl Shared {
                 }
             }
         };
-        if e.max_rate_mbps.is_some() && self.rates.is_none() {
-            undo_backstop();
-            undo_firewall();
-            return Err(format!(
-                "endpoint {}.maxRateMbps: rate limits need software RoCE ({} sends past the \
-                 host's qdiscs; use the NIC's own limiters)",
-                e.name, self.cfg.device
-            ));
-        }
         let view = sysfs_view_for(&socket, &others, &self.host);
         let ep = Arc::new(Endpoint::new(e.clone(), socket, Origin::Command, view));
         self.registry.insert(ep.clone());

@@ -25,6 +25,15 @@ use std::sync::{Mutex, MutexGuard};
 use tracing::{debug, info, warn};
 
 pub const TABLE: &str = "masq_rate";
+
+/// Why endpoint `name`'s `maxRateMbps` cannot be had on `device`, a
+/// hardware RNIC.
+pub fn needs_software_roce(name: &str, device: &str) -> String {
+    format!(
+        "endpoint {name}.maxRateMbps: rate limits need software RoCE ({device} sends past the \
+         host's qdiscs; use the NIC's own limiters)"
+    )
+}
 /// The root qdisc's handle ("MQ"): how masqd knows the qdisc is its own.
 const QDISC: u16 = 0x4d51;
 /// Marks are QDISC << 16 | class minor.
@@ -144,6 +153,9 @@ impl RateLimits {
     /// often it held packets back over its rate (`tc -s class show`).
     pub fn stats(&self) -> BTreeMap<String, serde_json::Value> {
         let classes = self.lock().classes.clone();
+        if classes.is_empty() {
+            return BTreeMap::new();
+        }
         let Ok(out) = Command::new("tc")
             .args(["-s", "class", "show", "dev", &self.netdev])
             .output()
@@ -165,14 +177,11 @@ impl RateLimits {
     }
 
     fn cgroup_inode(&self, endpoint: &str) -> Option<u64> {
-        use std::os::unix::fs::MetadataExt;
-        let dir = Path::new(&self.cgroup_root)
-            .join(&self.parent)
-            .join(endpoint);
-        std::fs::metadata(dir)
-            .ok()
-            .filter(|m| m.is_dir())
-            .map(|m| m.ino())
+        crate::rdma_cgroup::cgroup_inode(
+            &Path::new(&self.cgroup_root)
+                .join(&self.parent)
+                .join(endpoint),
+        )
     }
 
     /// Whether the underlay's root qdisc is masqd's.

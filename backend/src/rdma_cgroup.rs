@@ -15,6 +15,16 @@ use std::path::{Path, PathBuf};
 /// Where cgroup v2 is mounted.
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
+/// The inode of cgroup directory `dir`, if it exists: it tells a cgroup
+/// from a later one of the same name.
+pub fn cgroup_inode(dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| m.ino())
+}
+
 /// The `rdma.max` line for `device`; an unset limit is `max`.
 pub fn max_line(device: &str, l: &RdmaLimits) -> String {
     let v = |n: Option<u32>| n.map_or("max".to_string(), |n| n.to_string());

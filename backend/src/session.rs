@@ -2,7 +2,7 @@
 //! addresses, run the verbs command on the tenant's own uverbs file.
 
 use crate::ibv::{IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_STATE};
-use crate::registry::Endpoint;
+use crate::registry::{Endpoint, VDEV_NAME};
 use crate::seqpacket::Conn;
 use crate::state::{QpRecord, Shared};
 use crate::{audit, ownership, uverbs};
@@ -16,8 +16,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
-
-pub use crate::registry::VDEV_NAME;
 
 const IBV_QPS_RESET: u8 = 0;
 const IBV_QPS_INIT: u8 = 1;
