@@ -7,9 +7,10 @@
 //! cluster_scale [--endpoints N] [--rate PER_S] [--seconds S]
 
 use masq_backend::admission::Admission;
-use masq_backend::cluster::{Cluster, Store};
+use masq_backend::cluster::Cluster;
 use masq_backend::config::{Config, EndpointConfig};
-use masq_backend::registry::{Registry, Remote};
+use masq_backend::registry::Registry;
+use masq_backend::source::{FileSource, Placement, Source, SourceId, Store};
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -35,30 +36,29 @@ impl Follower {
 }
 
 impl Store for Follower {
-    fn remote_view(&self, endpoints: Vec<Remote>) {
-        self.registry.set_remote(endpoints);
+    fn placements(&self, from: SourceId, endpoints: Vec<Placement>) {
+        self.registry.feed(from, endpoints);
         self.rebind(&[]);
     }
-    fn remote_up(&self, r: Remote) {
-        let name = r.name.clone();
-        if self.registry.remote_up(r).is_ok() {
+    fn placed(&self, from: SourceId, r: Placement) {
+        let name = r.name.clone().unwrap_or_default();
+        if self.registry.place(from, r).is_ok() {
             self.rebind(&[&name]);
         }
     }
-    fn remote_down(&self, host: Ipv4Addr, name: &str) {
-        if self.registry.remote_down(host, name) {
+    fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str) {
+        if self.registry.unplace(from, host, name) {
             self.rebind(&[name]);
         }
     }
-    fn policy(&self, text: &str, file: &str) {
-        if let Ok((p, _)) = self
+    fn policy(&self, _from: SourceId, text: &str, file: &str) -> Result<(), String> {
+        let (p, _) = self
             .admission
-            .check_text(text, file, &self.registry.policy_refs())
-        {
-            self.admission.apply(p);
-            let tag = text.lines().next().unwrap_or_default().to_string();
-            self.applied.lock().unwrap().push((tag, Instant::now()));
-        }
+            .check_text(text, file, &self.registry.policy_refs())?;
+        self.admission.apply(p);
+        let tag = text.lines().next().unwrap_or_default().to_string();
+        self.applied.lock().unwrap().push((tag, Instant::now()));
+        Ok(())
     }
     fn local_endpoints(&self) -> Vec<EndpointConfig> {
         Vec::new()
@@ -178,7 +178,7 @@ fn main() {
     )
     .unwrap();
     let registry = Registry::new(&cfg);
-    let admission = Admission::new(&cfg, dir.path(), registry.policy_refs()).unwrap();
+    let admission = Admission::new(&cfg, dir.path());
     let follower = Arc::new(Follower {
         registry,
         admission,
@@ -186,7 +186,11 @@ fn main() {
     });
     let cluster =
         Cluster::new(cfg.cluster.clone().unwrap(), "198.18.0.1".parse().unwrap()).unwrap();
-    cluster.start(follower.clone());
+    // The file's policy first, as masqd starts.
+    Arc::new(FileSource::new(&cfg, dir.path()).unwrap())
+        .start(follower.clone())
+        .unwrap();
+    cluster.clone().start(follower.clone()).unwrap();
     assert!(
         cluster.wait_connected(Duration::from_secs(30)),
         "etcd did not come up"
@@ -224,7 +228,7 @@ fn main() {
             .unwrap();
     }
     let written = started.elapsed();
-    while follower.registry.remotes().len() < n as usize {
+    while follower.registry.placed_by(SourceId::Cluster).len() < n as usize {
         assert!(
             started.elapsed() < Duration::from_secs(600),
             "follower stalled"

@@ -8,7 +8,7 @@ use rconntrack::{Decision, Entry, Table};
 use std::net::Ipv4Addr;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard};
 
 use crate::backstop::Backstop;
 
@@ -24,7 +24,7 @@ pub struct Admission {
     /// the new ones, never lost in between.
     gate: RwLock<()>,
     /// Kernel sets that mirror the table (software RoCE).
-    backstop: Option<Backstop>,
+    backstop: OnceLock<Backstop>,
     /// Decisions counted by tenant, verdict and rule.
     pub metrics: crate::metrics::Metrics,
 }
@@ -69,50 +69,38 @@ pub struct Applied {
 }
 
 impl Admission {
-    /// Load the configured policy against the endpoints known at start; an
-    /// invalid one stops masqd from starting.
-    pub fn new(
-        cfg: &Config,
-        config_dir: &Path,
-        endpoints: Vec<EndpointRef>,
-    ) -> Result<Admission, String> {
-        let path = cfg.policy.as_ref().map(|p| config_dir.join(p));
-        let a = Admission {
-            path: path.clone(),
+    /// No policy yet (every pair in a VPC may connect): a source gives one
+    /// (`source.rs`). `path` is the config's policy file, for SIGHUP.
+    pub fn new(cfg: &Config, config_dir: &Path) -> Admission {
+        Admission {
+            path: cfg.policy.as_ref().map(|p| config_dir.join(p)),
             policy: RwLock::new(None),
             table: Mutex::new(Table::new()),
             gate: RwLock::new(()),
-            backstop: None,
+            backstop: OnceLock::new(),
             metrics: crate::metrics::Metrics::default(),
-        };
-        if let Some(p) = path {
-            let (policy, unknown) = a.check(&p, &endpoints)?;
-            if !unknown.is_empty() {
-                tracing::warn!(
-                    "policy names endpoint(s) not known now, matching nothing until they are: {}",
-                    unknown.join(", ")
-                );
-            }
-            *a.policy.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(policy));
         }
-        Ok(a)
     }
 
     pub fn table(&self) -> TableGuard<'_> {
         TableGuard {
             table: self.table.lock().unwrap_or_else(|e| e.into_inner()),
-            backstop: self.backstop.as_ref(),
+            backstop: self.backstop.get(),
         }
     }
 
-    /// From now on every table change is mirrored into `b`.
-    pub fn set_backstop(&mut self, b: Backstop) {
-        self.table().enable_journal();
-        self.backstop = Some(b);
+    /// From now on every table change is mirrored into `b` (set once, at
+    /// start, while the table is empty).
+    pub fn set_backstop(&self, b: Backstop) {
+        let mut table = self.table();
+        table.enable_journal();
+        if self.backstop.set(b).is_err() {
+            tracing::warn!("backstop set twice; the first one stays");
+        }
     }
 
     pub fn backstop(&self) -> Option<&Backstop> {
-        self.backstop.as_ref()
+        self.backstop.get()
     }
 
     /// Hold across decide -> MODIFY_QP -> table insert (see `gate`).
@@ -246,11 +234,20 @@ mod tests {
     }
 
     fn refs(cfg: &Config) -> Vec<EndpointRef> {
-        crate::registry::Registry::new(cfg).policy_refs()
+        let r = crate::registry::Registry::new(cfg);
+        let file = crate::source::SourceId::File;
+        assert!(r.feed(file, crate::source::file_placements(cfg)).is_empty());
+        r.policy_refs()
     }
 
+    /// The admission as the file source leaves it at start.
     fn admission(cfg: &Config, dir: &Path) -> Result<Admission, String> {
-        Admission::new(cfg, dir, refs(cfg))
+        let a = Admission::new(cfg, dir);
+        if let Some(path) = &a.path {
+            let (p, _) = a.check(path, &refs(cfg))?;
+            a.apply(p);
+        }
+        Ok(a)
     }
 
     fn ip(s: &str) -> Ipv4Addr {
@@ -287,15 +284,6 @@ mod tests {
                 .as_deref(),
             Ok("no-policy")
         );
-    }
-
-    #[test]
-    fn a_bad_policy_file_stops_the_start_with_its_position() {
-        let (mut cfg, _) = examples();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../integration/tests/configs/policy");
-        cfg.policy = Some(PathBuf::from("policy-invalid.yaml"));
-        let err = admission(&cfg, &dir).err().expect("must fail");
-        assert!(err.contains("policy-invalid.yaml:8:27:"), "{err}");
     }
 
     #[test]

@@ -18,11 +18,11 @@
 //! when it is back, the host registers again (its endpoints as they are
 //! now, so changes made meanwhile are not lost) and reads the whole view.
 //!
-//! The daemon's state is fed through `Store`; this module knows nothing of
-//! sessions or sockets.
+//! A `Source` (`source.rs`): it feeds the daemon's state through `Store`
+//! and knows nothing of sessions or sockets.
 
 use crate::config::{ClusterConfig, EndpointConfig};
-use crate::registry::Remote;
+use crate::source::{Placement, Source, SourceId, Store};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
     WatchOptions,
@@ -35,23 +35,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
-
-/// What the cluster feeds into the daemon, and what it asks of it.
-pub trait Store: Send + Sync + 'static {
-    /// Every other host's endpoints now (replaces what came before).
-    fn remote_view(&self, endpoints: Vec<Remote>);
-    fn remote_up(&self, endpoint: Remote);
-    fn remote_down(&self, host: Ipv4Addr, name: &str);
-    /// The cluster's policy is this text (`file` labels its errors).
-    fn policy(&self, text: &str, file: &str);
-    /// This host's endpoints, to publish.
-    fn local_endpoints(&self) -> Vec<EndpointConfig>;
-    /// The version of the policy in force here.
-    fn policy_version(&self) -> Option<String>;
-    /// The config file's policy (text, file), offered to a cluster that
-    /// has none yet: migrating from files, the first host in brings it.
-    fn file_policy(&self) -> Option<(String, String)>;
-}
 
 /// An endpoint as stored under `P/endpoints/`.
 #[derive(Serialize, Deserialize)]
@@ -161,34 +144,6 @@ impl Cluster {
 
     fn key(&self, rest: &str) -> String {
         format!("{}/{rest}", self.cfg.prefix)
-    }
-
-    /// Follow the cluster until masqd stops, feeding `store`.
-    pub fn start(self: &Arc<Self>, store: Arc<dyn Store>) {
-        let Some(mut rx) = lock(&self.publish_rx).take() else {
-            return;
-        };
-        let me = self.clone();
-        let retry_max = retry_max(self.cfg.lease_seconds);
-        self.rt.spawn(async move {
-            let mut backoff = RETRY_MIN;
-            loop {
-                let err = match me.follow(&*store, &mut rx).await {
-                    Ok(()) => return,
-                    Err(e) => e,
-                };
-                *lock(&me.client) = None;
-                let was = me.set_health("degraded", Some(err.clone()));
-                if was == "connected" {
-                    warn!("cluster: {err}; serving from the last view until etcd is back");
-                    backoff = RETRY_MIN;
-                } else {
-                    debug!("cluster: {err}");
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(retry_max);
-            }
-        });
     }
 
     fn set_health(&self, state: &'static str, error: Option<String>) -> &'static str {
@@ -445,11 +400,11 @@ impl Cluster {
             }
         }
         debug!(endpoints = remotes.len(), "cluster: view read");
-        store.remote_view(remotes);
+        store.placements(SourceId::Cluster, remotes);
         match policy {
             Some((p, rev)) => {
                 self.policy_rev.store(rev, Ordering::SeqCst);
-                store.policy(&p.text, &p.file);
+                self.feed_policy(store, &p);
             }
             None => self.policy_rev.store(0, Ordering::SeqCst),
         }
@@ -469,7 +424,7 @@ impl Cluster {
                     // deleted it: register again.
                     return Err(format!("this host's endpoint {name} left the store"));
                 }
-                store.remote_down(host, name);
+                store.unplaced(SourceId::Cluster, host, name);
             } else if key == self.key("policy") {
                 warn!("cluster: the policy was deleted from etcd; keeping the one in force");
                 self.policy_rev.store(0, Ordering::SeqCst);
@@ -477,16 +432,22 @@ impl Cluster {
             return Ok(());
         }
         match self.parse(kv) {
-            Parsed::Endpoint(r) if r.host != self.me => store.remote_up(r),
+            Parsed::Endpoint(r) if r.host != self.me => store.placed(SourceId::Cluster, r),
             Parsed::Policy(p) => {
                 self.policy_rev.store(kv.mod_revision(), Ordering::SeqCst);
-                store.policy(&p.text, &p.file);
+                self.feed_policy(store, &p);
                 let _ = self.publish.send(Publish::Status);
             }
             Parsed::Bad(why) => warn!("cluster: {why}"),
             _ => {}
         }
         Ok(())
+    }
+
+    fn feed_policy(&self, store: &dyn Store, p: &StoredPolicy) {
+        if let Err(e) = store.policy(SourceId::Cluster, &p.text, &p.file) {
+            warn!("cluster: the policy in etcd is not in force here, the one before is: {e}");
+        }
     }
 
     fn endpoint_key<'a>(&self, key: &'a str) -> Option<(Ipv4Addr, &'a str)> {
@@ -500,9 +461,9 @@ impl Cluster {
         let value = kv.value_str().unwrap_or_default();
         if let Some((host, name)) = self.endpoint_key(key) {
             return match serde_json::from_str::<Published>(value) {
-                Ok(p) if p.host == host && p.endpoint.name == name => Parsed::Endpoint(Remote {
+                Ok(p) if p.host == host && p.endpoint.name == name => Parsed::Endpoint(Placement {
                     host,
-                    name: p.endpoint.name,
+                    name: Some(p.endpoint.name),
                     tenant: p.endpoint.tenant,
                     vni: p.endpoint.vni,
                     vip: p.endpoint.vip,
@@ -606,8 +567,40 @@ impl Cluster {
     }
 }
 
+impl Source for Cluster {
+    /// Follow the cluster until masqd stops, feeding `store`. etcd need
+    /// not be up: the view comes when it is (see `wait_connected`).
+    fn start(self: Arc<Self>, store: Arc<dyn Store>) -> Result<(), String> {
+        let Some(mut rx) = lock(&self.publish_rx).take() else {
+            return Err("cluster: started twice".into());
+        };
+        let me = self.clone();
+        let retry_max = retry_max(self.cfg.lease_seconds);
+        self.rt.spawn(async move {
+            let mut backoff = RETRY_MIN;
+            loop {
+                let err = match me.follow(&*store, &mut rx).await {
+                    Ok(()) => return,
+                    Err(e) => e,
+                };
+                *lock(&me.client) = None;
+                let was = me.set_health("degraded", Some(err.clone()));
+                if was == "connected" {
+                    warn!("cluster: {err}; serving from the last view until etcd is back");
+                    backoff = RETRY_MIN;
+                } else {
+                    debug!("cluster: {err}");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(retry_max);
+            }
+        });
+        Ok(())
+    }
+}
+
 enum Parsed {
-    Endpoint(Remote),
+    Endpoint(Placement),
     Policy(StoredPolicy),
     Bad(String),
     Other,

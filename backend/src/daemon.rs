@@ -7,9 +7,11 @@ use crate::audit;
 use crate::config::Config;
 use crate::host::HostDevice;
 use crate::registry::{Endpoint, Origin, Registry, RuntimeFile};
+use crate::source::{FileSource, Placement, Source, SourceId, Store};
 use crate::state::{lock, Shared};
 use std::collections::BTreeMap;
 use std::io;
+use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -28,9 +30,11 @@ fn invalid(e: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// The registry at start: the file's VPC map and endpoints, then the ones
-/// added at run time before a restart (those that still fit; a bad one is
-/// logged and left out, the file's stop the start).
+/// The registry at start: the file's endpoints, then the ones added at run
+/// time before a restart (those that still fit; a bad one is logged and
+/// left out, the file's stop the start). The file's VPC map comes after,
+/// from its source; the config check made sure it agrees with the file's
+/// endpoints.
 fn initial_registry(cfg: &Config, host: &HostDevice) -> io::Result<Registry> {
     let registry = Registry::new(cfg);
     let mut initial: Vec<_> = cfg
@@ -66,16 +70,10 @@ impl Daemon {
         let host = HostDevice::discover(Path::new("/sys"), &cfg.device, cfg.port)?;
         let registry = initial_registry(&cfg, &host)?;
         let endpoint_cfgs = registry.configs();
-        let mut admission = Admission::new(&cfg, config_dir, registry.policy_refs())
-            .map_err(|e| invalid(format!("policy: {e}")))?;
-        match admission.active() {
-            Some(p) => {
-                let rules = crate::firewall::render(&p, &endpoint_cfgs).map_err(invalid)?;
-                crate::firewall::load(&rules)?;
-                info!(file = %p.file(), version = %p.version_hash(), "security groups loaded")
-            }
-            None => warn!("no policy configured: every pair of endpoints in a VPC may connect"),
-        }
+        let admission = Admission::new(&cfg, config_dir);
+        let file = Arc::new(
+            FileSource::new(&cfg, config_dir).map_err(|e| invalid(format!("policy: {e}")))?,
+        );
         let underlay_gid = vbond::ipv4_mapped_gid(cfg.underlay.ip);
         if !host.gids.iter().any(|g| g.gid == underlay_gid && g.roce_v2) {
             return Err(io::Error::new(
@@ -99,13 +97,10 @@ impl Daemon {
             None
         };
         let is_rxe = host.driver_id == crate::uverbs::RDMA_DRIVER_RXE;
-        if crate::backstop::wanted(&cfg.backstop, is_rxe) {
-            let b = crate::backstop::Backstop::start(&cfg, &endpoint_cfgs)
-                .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
-            admission.set_backstop(b);
-        } else if is_rxe {
+        let backstop = crate::backstop::wanted(&cfg.backstop, is_rxe);
+        if !backstop && is_rxe {
             warn!("backstop disabled: a tenant that skips libmasq can reach any QP");
-        } else {
+        } else if !backstop {
             info!("hardware RNIC: no kernel backstop (its packets bypass netfilter)");
         }
         info!(
@@ -136,6 +131,15 @@ impl Daemon {
         let shared = Arc::new(Shared::new(
             cfg, admission, registry, host, rdma, cluster, rates,
         ));
+        // The file's map and policy first: a policy that does not check
+        // stops the start before anything is in the kernel.
+        file.start(shared.clone())
+            .map_err(|e| invalid(format!("policy: {e}")))?;
+        if backstop {
+            let b = crate::backstop::Backstop::start(&shared.cfg, &endpoint_cfgs)
+                .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
+            shared.admission.set_backstop(b);
+        }
         shared
             .sync_rate_limits()
             .map_err(|e| io::Error::other(format!("rate limits: {e}")))?;
@@ -216,7 +220,9 @@ impl Daemon {
                 .spawn(move || audit_loop(s, nl))?;
         }
         if let Some(c) = &shared.cluster {
-            c.start(shared.clone());
+            c.clone()
+                .start(shared.clone())
+                .map_err(|e| io::Error::other(format!("cluster: {e}")))?;
             // With etcd up, serve the cluster's view from the first request.
             if !c.wait_connected(Duration::from_secs(5)) {
                 warn!(error = ?c.health().error, "cluster: etcd not reachable yet; serving the file's view and retrying");
@@ -286,66 +292,56 @@ impl Daemon {
     }
 }
 
-/// The daemon as the cluster feeds it (`cluster.rs`).
-impl crate::cluster::Store for Shared {
-    fn remote_view(&self, endpoints: Vec<crate::registry::Remote>) {
-        let n = endpoints.len();
-        for why in self.registry.set_remote(endpoints) {
-            warn!("cluster: {why}; left out of the VPC map");
+/// The daemon as its sources feed it (`source.rs`).
+impl Store for Shared {
+    fn placements(&self, from: SourceId, all: Vec<Placement>) {
+        let n = all.len();
+        for why in self.registry.feed(from, all) {
+            warn!("{from}: {why}; left out of the VPC map");
         }
-        info!("cluster: {n} endpoint(s) of other hosts in the VPC map");
-        self.rebind_policy("cluster view read", &[]);
+        info!("{from}: {n} endpoint(s) placed in the VPC map");
+        self.rebind_policy(&format!("{from} view read"), &[]);
     }
 
-    fn remote_up(&self, r: crate::registry::Remote) {
-        let (name, host, vni, vip) = (r.name.clone(), r.host, r.vni, r.vip);
-        match self.registry.remote_up(r) {
+    fn placed(&self, from: SourceId, p: Placement) {
+        let (name, host, vni, vip) = (p.name.clone().unwrap_or_default(), p.host, p.vni, p.vip);
+        match self.registry.place(from, p) {
             Ok(()) => {
-                info!(endpoint = %name, %host, vni, %vip, "cluster: endpoint up");
+                info!(endpoint = %name, %host, vni, %vip, "{from}: endpoint up");
                 self.rebind_policy(&format!("endpoint {name} up on {host}"), &[&name]);
             }
-            Err(why) => warn!("cluster: {why}; left out of the VPC map"),
+            Err(why) => warn!("{from}: {why}; left out of the VPC map"),
         }
     }
 
-    fn remote_down(&self, host: std::net::Ipv4Addr, name: &str) {
-        if self.registry.remote_down(host, name) {
-            info!(endpoint = name, %host, "cluster: endpoint gone");
+    fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str) {
+        if self.registry.unplace(from, host, name) {
+            info!(endpoint = name, %host, "{from}: endpoint gone");
             self.rebind_policy(&format!("endpoint {name} gone from {host}"), &[name]);
         }
     }
 
-    fn policy(&self, text: &str, file: &str) {
-        let p = match self
+    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String> {
+        let (p, dangling) = self
             .admission
-            .check_text(text, file, &self.registry.policy_refs())
-        {
-            Ok((p, dangling)) => {
-                if !dangling.is_empty() {
-                    info!(
-                        "cluster: the policy names endpoints not known here now: {}",
-                        dangling.join(", ")
-                    );
-                }
-                p
+            .check_text(text, file, &self.registry.policy_refs())?;
+        if !dangling.is_empty() {
+            // Normal in a cluster (hosts come and go); a typo in a file.
+            let names = dangling.join(", ");
+            match from {
+                SourceId::Cluster => info!("{from}: the policy names endpoints not known here now: {names}"),
+                SourceId::File => warn!("policy names endpoint(s) not known now, matching nothing until they are: {names}"),
             }
-            Err(e) => {
-                warn!("cluster: the policy in etcd does not check here, keeping the one in force: {e}");
-                return;
-            }
-        };
+        }
         let active = self.admission.active();
         if active.is_some_and(|a| a.version_hash() == p.version_hash()) {
-            return;
+            return Ok(());
         }
-        match self.apply_policy(p) {
-            Ok(_) => {
-                if let Some(c) = &self.cluster {
-                    c.status_changed();
-                }
-            }
-            Err(e) => warn!("cluster: policy not applied here: {e}"),
+        self.apply_policy(p)?;
+        if let Some(c) = &self.cluster {
+            c.status_changed();
         }
+        Ok(())
     }
 
     fn local_endpoints(&self) -> Vec<crate::config::EndpointConfig> {

@@ -24,6 +24,7 @@ pub mod rdma_nl;
 pub mod registry;
 pub mod seqpacket;
 pub mod session;
+pub mod source;
 pub mod state;
 pub mod sysfs_view;
 pub mod uverbs;

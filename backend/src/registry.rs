@@ -1,14 +1,16 @@
 //! The endpoint registry: the endpoints this host serves and the VPC map
 //! that places every endpoint of every VPC on its host.
 //!
-//! Sources feed it: the config file at start, `masqctl endpoint add/del`
-//! at run time. Everything that asks "which endpoint is this" or "where is
-//! that vIP" asks here, so an endpoint that comes or goes is seen by every
-//! path at once. Readers take a snapshot (an `Arc` or a copy) and never
-//! hold the lock across I/O.
+//! Local endpoints come from the config file at start and `masqctl
+//! endpoint add/del` at run time; sources (`source.rs`: the file's `vpc:`,
+//! the cluster) place the others. Everything that asks "which endpoint is
+//! this" or "where is that vIP" asks here, so an endpoint that comes or goes
+//! is seen by every path at once. Readers take a snapshot (an `Arc` or a
+//! copy) and never hold the lock across I/O.
 
 use crate::config::{Config, EndpointConfig};
 use crate::seqpacket::Listener;
+use crate::source::{Placement, SourceId};
 use masq_policy::EndpointRef;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -124,54 +126,149 @@ pub struct Registry {
     state: RwLock<State>,
 }
 
+type Key = (u32, Ipv4Addr);
+
 #[derive(Default)]
 struct State {
     local: BTreeMap<String, Arc<Endpoint>>,
+    /// What each source placed, kept apart (see `settle`).
+    fed: BTreeMap<SourceId, Fed>,
+    /// The VPC map as it follows from `local` and `fed`.
     vpc: vbond::VpcMap,
+    /// Which source each map entry is from (absent: a local endpoint).
+    shown: HashMap<Key, SourceId>,
     /// Each VNI's tenant (a VNI is one tenant's, on every host).
     tenants: HashMap<u32, String>,
-    /// Map entries that came with a local endpoint rather than from the
-    /// file's `vpc:`: they leave with it.
-    brought: HashSet<(u32, Ipv4Addr)>,
-    /// File entries without a name: listed under a made-up one, which
-    /// policies cannot use.
-    unnamed: HashSet<(u32, Ipv4Addr)>,
-    /// Other hosts' endpoints as the cluster publishes them, by name.
-    remote: BTreeMap<String, Remote>,
     /// Map entries per VNI: a VNI with none left has no tenant any more.
     per_vni: HashMap<u32, usize>,
 }
 
-impl State {
-    /// Add (or replace) a map entry.
-    fn map_put(&mut self, vni: u32, vip: Ipv4Addr, name: String, host: Ipv4Addr, tenant: &str) {
-        if self.vpc.insert(vni, vip, name, host).is_none() {
-            *self.per_vni.entry(vni).or_default() += 1;
-        }
-        self.tenants.insert(vni, tenant.to_string());
-    }
-
-    fn map_del(&mut self, vni: u32, vip: Ipv4Addr) {
-        if self.vpc.remove(vni, vip).is_none() {
-            return;
-        }
-        let n = self.per_vni.entry(vni).or_default();
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            self.per_vni.remove(&vni);
-            self.tenants.remove(&vni);
-        }
-    }
+/// One source's placements, by name (a file entry without one is listed
+/// under a made-up one, which policies cannot use) and by address.
+#[derive(Default)]
+struct Fed {
+    by_name: BTreeMap<String, Placement>,
+    by_key: HashMap<Key, String>,
 }
 
-/// Another host's endpoint, as the cluster store publishes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Remote {
-    pub host: Ipv4Addr,
-    pub name: String,
-    pub tenant: String,
-    pub vni: u32,
-    pub vip: Ipv4Addr,
+impl State {
+    fn local_at(&self, key: Key) -> Option<&Arc<Endpoint>> {
+        self.local.values().find(|e| (e.cfg.vni, e.cfg.vip) == key)
+    }
+
+    fn fed_at(&self, from: SourceId, key: Key) -> Option<(&str, &Placement)> {
+        let f = self.fed.get(&from)?;
+        let name = f.by_key.get(&key)?;
+        Some((name, f.by_name.get(name)?))
+    }
+
+    /// Make the map entry for `key` what it must be now: the local
+    /// endpoint's, else the placement of the source that ranks first.
+    fn settle(&mut self, me: Ipv4Addr, key: Key) {
+        let winner = match self.local_at(key) {
+            Some(e) => Some((e.cfg.name.clone(), me, e.cfg.tenant.clone(), None)),
+            None => self.fed.keys().find_map(|from| {
+                self.fed_at(*from, key)
+                    .map(|(name, p)| (name.to_string(), p.host, p.tenant.clone(), Some(*from)))
+            }),
+        };
+        let (vni, vip) = key;
+        match winner {
+            Some((name, host, tenant, from)) => {
+                if self.vpc.insert(vni, vip, name, host).is_none() {
+                    *self.per_vni.entry(vni).or_default() += 1;
+                }
+                self.tenants.insert(vni, tenant);
+                match from {
+                    Some(from) => self.shown.insert(key, from),
+                    None => self.shown.remove(&key),
+                };
+            }
+            None => {
+                self.shown.remove(&key);
+                if self.vpc.remove(vni, vip).is_none() {
+                    return;
+                }
+                let n = self.per_vni.entry(vni).or_default();
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.per_vni.remove(&vni);
+                    self.tenants.remove(&vni);
+                }
+            }
+        }
+    }
+
+    /// Why `from` cannot place `p` next to what is here, if it cannot.
+    fn refuse(&self, me: Ipv4Addr, from: SourceId, p: &Placement, label: &str) -> Option<String> {
+        let key = (p.vni, p.vip);
+        let at = match from {
+            SourceId::Cluster => format!("endpoint {label} of host {}", p.host),
+            SourceId::File => format!(
+                "vpc entry {label} (VNI {} vIP {} on host {})",
+                p.vni, p.vip, p.host
+            ),
+        };
+        if from == SourceId::Cluster && p.host == me {
+            return Some(format!("{at}: names this host, which publishes its own"));
+        }
+        if let Some(e) = self.local_at(key) {
+            // Only the file may place this host's own endpoints.
+            let same = from == SourceId::File
+                && p.host == me
+                && p.name.as_ref().is_none_or(|n| *n == e.cfg.name);
+            if !same {
+                return Some(format!(
+                    "{at}: VNI {} vIP {} is local endpoint {}'s",
+                    p.vni, p.vip, e.cfg.name
+                ));
+            }
+        } else if let Some(e) = p.name.as_ref().and_then(|n| self.local.get(n)) {
+            return Some(format!(
+                "{at}: this host's endpoint {} has VNI {} vIP {}",
+                e.cfg.name, e.cfg.vni, e.cfg.vip
+            ));
+        }
+        if let Some((name, _)) = self.fed_at(from, key) {
+            if name != label {
+                return Some(format!(
+                    "{at}: VNI {} vIP {} is {name}'s already",
+                    p.vni, p.vip
+                ));
+            }
+        }
+        // (What `from` placed here before is out already: see `place`.)
+        if let Some(t) = self.tenants.get(&p.vni).filter(|t| **t != p.tenant) {
+            return Some(format!("{at}: VNI {} belongs to tenant {t:?}", p.vni));
+        }
+        None
+    }
+
+    fn place(&mut self, me: Ipv4Addr, from: SourceId, p: Placement) -> Result<(), String> {
+        let label = p
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", p.tenant, p.vip));
+        self.unplace(me, from, &label);
+        if let Some(why) = self.refuse(me, from, &p, &label) {
+            return Err(why);
+        }
+        let key = (p.vni, p.vip);
+        let f = self.fed.entry(from).or_default();
+        f.by_key.insert(key, label.clone());
+        f.by_name.insert(label, p);
+        self.settle(me, key);
+        Ok(())
+    }
+
+    fn unplace(&mut self, me: Ipv4Addr, from: SourceId, label: &str) -> Option<Placement> {
+        let f = self.fed.get_mut(&from)?;
+        let p = f.by_name.remove(label)?;
+        let key = (p.vni, p.vip);
+        f.by_key.remove(&key);
+        self.settle(me, key);
+        Some(p)
+    }
 }
 
 fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -179,21 +276,18 @@ fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 }
 
 impl Registry {
-    /// The file's VPC map; endpoints are added with `insert`.
+    /// An empty registry for this host: sources place endpoints with
+    /// `feed`, `place` and `unplace`, local ones come with `insert`.
     pub fn new(cfg: &Config) -> Registry {
-        let mut st = State::default();
-        for v in &cfg.vpc {
-            let name = v.name.clone().unwrap_or_else(|| {
-                st.unnamed.insert((v.vni, v.vip));
-                format!("{}-{}", v.tenant, v.vip)
-            });
-            st.map_put(v.vni, v.vip, name, v.host, &v.tenant);
-        }
         Registry {
             host: cfg.underlay.ip,
             socket_dir: cfg.socket_dir.clone(),
-            state: RwLock::new(st),
+            state: RwLock::new(State::default()),
         }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Why `e` cannot be added next to what is here, if it cannot: its own
@@ -232,11 +326,7 @@ impl Registry {
                 e.vni, e.tenant
             ));
         }
-        if let Some(other) = st
-            .local
-            .values()
-            .find(|o| (o.cfg.vni, o.cfg.vip) == (e.vni, e.vip))
-        {
+        if let Some(other) = st.local_at((e.vni, e.vip)) {
             return Err(format!(
                 "{at}.vip: {} in VNI {} is endpoint {}'s",
                 e.vip, e.vni, other.cfg.name
@@ -263,69 +353,72 @@ impl Registry {
         Ok(())
     }
 
-    /// Add a checked endpoint (see `check_new`), placing it in the VPC map
-    /// if the file did not.
+    /// Add a checked endpoint (see `check_new`): from now on its map entry
+    /// is its own, whatever a source placed there.
     pub fn insert(&self, ep: Arc<Endpoint>) {
-        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.write();
         let key = (ep.cfg.vni, ep.cfg.vip);
-        if st.vpc.lookup(key.0, key.1).is_none() {
-            st.map_put(key.0, key.1, ep.cfg.name.clone(), self.host, &ep.cfg.tenant);
-            st.brought.insert(key);
-        }
-        st.tenants.insert(ep.cfg.vni, ep.cfg.tenant.clone());
         st.local.insert(ep.cfg.name.clone(), ep);
+        st.settle(self.host, key);
     }
 
-    /// Take a local endpoint out (and its map entry, if it brought it).
-    /// From here on no lookup finds it; the caller tears down the rest.
+    /// Take a local endpoint out; its map entry becomes what a source
+    /// placed there, if any. From here on no lookup finds it; the caller
+    /// tears down the rest.
     pub fn remove(&self, name: &str) -> Option<Arc<Endpoint>> {
-        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.write();
         let ep = st.local.remove(name)?;
         ep.removed.store(true, Ordering::SeqCst);
-        let key = (ep.cfg.vni, ep.cfg.vip);
-        if st.brought.remove(&key) {
-            st.map_del(key.0, key.1);
-        }
+        st.settle(self.host, (ep.cfg.vni, ep.cfg.vip));
         Some(ep)
     }
 
-    /// Replace every other host's endpoints with `all` (the cluster's
-    /// view after a (re)read). Returns what was refused, and why.
-    pub fn set_remote(&self, all: Vec<Remote>) -> Vec<String> {
-        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
-        let old: Vec<String> = st.remote.keys().cloned().collect();
-        for name in old {
-            remove_remote(&mut st, &name);
+    /// Replace everything `from` placed with `all`. Returns what was
+    /// refused, and why.
+    pub fn feed(&self, from: SourceId, all: Vec<Placement>) -> Vec<String> {
+        let mut st = self.write();
+        let old: Vec<String> = st
+            .fed
+            .get(&from)
+            .map(|f| f.by_name.keys().cloned().collect())
+            .unwrap_or_default();
+        for label in old {
+            st.unplace(self.host, from, &label);
         }
         all.into_iter()
-            .filter_map(|r| add_remote(&mut st, self.host, r).err())
+            .filter_map(|p| st.place(self.host, from, p).err())
             .collect()
     }
 
-    /// Another host published an endpoint (new, or changed).
-    pub fn remote_up(&self, r: Remote) -> Result<(), String> {
-        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
-        if st.remote.get(&r.name) == Some(&r) {
+    /// `from` placed an endpoint (new, or changed).
+    pub fn place(&self, from: SourceId, p: Placement) -> Result<(), String> {
+        let mut st = self.write();
+        let label = p.name.as_deref().unwrap_or_default();
+        if st.fed.get(&from).and_then(|f| f.by_name.get(label)) == Some(&p) {
             return Ok(());
         }
-        remove_remote(&mut st, &r.name);
-        add_remote(&mut st, self.host, r)
+        st.place(self.host, from, p)
     }
 
-    /// Another host's endpoint is gone (deleted, or its host's lease
-    /// expired). False if it was not known.
-    pub fn remote_down(&self, host: Ipv4Addr, name: &str) -> bool {
-        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
-        if st.remote.get(name).is_none_or(|r| r.host != host) {
-            return false;
-        }
-        remove_remote(&mut st, name);
-        true
+    /// `from` took endpoint `name` of `host` away. False if it had not
+    /// placed it there.
+    pub fn unplace(&self, from: SourceId, host: Ipv4Addr, name: &str) -> bool {
+        let mut st = self.write();
+        let placed_there = st
+            .fed
+            .get(&from)
+            .and_then(|f| f.by_name.get(name))
+            .is_some_and(|p| p.host == host);
+        placed_there && st.unplace(self.host, from, name).is_some()
     }
 
-    /// The other hosts' endpoints known now.
-    pub fn remotes(&self) -> Vec<Remote> {
-        read(&self.state).remote.values().cloned().collect()
+    /// What `from` has placed now.
+    pub fn placed_by(&self, from: SourceId) -> Vec<Placement> {
+        read(&self.state)
+            .fed
+            .get(&from)
+            .map(|f| f.by_name.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// This host's endpoints, by name.
@@ -339,11 +432,7 @@ impl Registry {
 
     /// The local endpoint holding `vip` in VNI `vni`.
     pub fn local_at(&self, vni: u32, vip: Ipv4Addr) -> Option<Arc<Endpoint>> {
-        read(&self.state)
-            .local
-            .values()
-            .find(|e| (e.cfg.vni, e.cfg.vip) == (vni, vip))
-            .cloned()
+        read(&self.state).local_at((vni, vip)).cloned()
     }
 
     /// Local endpoints' configurations (firewall, audit, kernel conntrack).
@@ -363,9 +452,14 @@ impl Registry {
     /// Every named endpoint of every VPC, as policies name them.
     pub fn policy_refs(&self) -> Vec<EndpointRef> {
         let st = read(&self.state);
+        let unnamed = |key: Key| {
+            st.shown
+                .get(&key)
+                .is_some_and(|from| st.fed_at(*from, key).is_some_and(|(_, p)| p.name.is_none()))
+        };
         st.vpc
             .iter()
-            .filter(|(vni, vip, _)| !st.unnamed.contains(&(*vni, *vip)))
+            .filter(|(vni, vip, _)| !unnamed((*vni, *vip)))
             .filter_map(|(vni, vip, p)| {
                 let tenant = st.tenants.get(&vni)?;
                 Some(EndpointRef::new(p.name.clone(), tenant.clone(), vni, vip))
@@ -380,16 +474,9 @@ impl Registry {
         rows.sort_by_key(|(vni, vip, _)| (*vni, *vip));
         rows.into_iter()
             .map(|(vni, vip, p)| {
-                let source = if st
-                    .local
-                    .values()
-                    .any(|e| (e.cfg.vni, e.cfg.vip) == (vni, vip))
-                {
-                    "local"
-                } else if st.remote.contains_key(&p.name) {
-                    "cluster"
-                } else {
-                    "file"
+                let source = match st.shown.get(&(vni, vip)) {
+                    None => serde_json::json!("local"),
+                    Some(from) => serde_json::json!(from),
                 };
                 serde_json::json!({ "vni": vni, "vip": vip, "name": p.name, "host": p.host,
                                     "tenant": st.tenants.get(&vni), "source": source })
@@ -405,47 +492,6 @@ impl Registry {
             .map(|(_, _, p)| p.host)
             .collect()
     }
-}
-
-fn add_remote(st: &mut State, me: Ipv4Addr, r: Remote) -> Result<(), String> {
-    let at = format!("endpoint {} of host {}", r.name, r.host);
-    if r.host == me {
-        return Err(format!("{at}: names this host, which publishes its own"));
-    }
-    if st.local.contains_key(&r.name) {
-        return Err(format!("{at}: this host has an endpoint of that name"));
-    }
-    if let Some(t) = st.tenants.get(&r.vni).filter(|t| **t != r.tenant) {
-        return Err(format!("{at}: VNI {} belongs to tenant {t:?}", r.vni));
-    }
-    if let Some(p) = st.vpc.lookup(r.vni, r.vip) {
-        let theirs = st
-            .remote
-            .get(&p.name)
-            .is_some_and(|o| (o.vni, o.vip) == (r.vni, r.vip));
-        let local = st
-            .local
-            .values()
-            .any(|e| (e.cfg.vni, e.cfg.vip) == (r.vni, r.vip));
-        if theirs || local {
-            return Err(format!(
-                "{at}: VNI {} vIP {} is {}'s already",
-                r.vni, r.vip, p.name
-            ));
-        }
-        // A file entry for it (a host not yet migrated): the cluster's word wins.
-        st.unnamed.remove(&(r.vni, r.vip));
-    }
-    st.map_put(r.vni, r.vip, r.name.clone(), r.host, &r.tenant);
-    st.remote.insert(r.name.clone(), r);
-    Ok(())
-}
-
-fn remove_remote(st: &mut State, name: &str) {
-    let Some(r) = st.remote.remove(name) else {
-        return;
-    };
-    st.map_del(r.vni, r.vip);
 }
 
 /// A read-locked view of the VPC map.
@@ -529,9 +575,17 @@ mod tests {
         r.insert(Arc::new(Endpoint::new(e, sock, Origin::Command, None)));
     }
 
+    /// A registry the config file's source has fed.
+    fn registry() -> Registry {
+        let r = Registry::new(&cfg());
+        let refused = r.feed(SourceId::File, crate::source::file_placements(&cfg()));
+        assert!(refused.is_empty(), "{refused:?}");
+        r
+    }
+
     #[test]
     fn an_endpoint_comes_and_goes_with_the_map_entry_it_brought() {
-        let r = Registry::new(&cfg());
+        let r = registry();
         add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
         assert_eq!(
             r.vpc()
@@ -557,7 +611,7 @@ mod tests {
 
     #[test]
     fn a_file_placed_endpoint_keeps_its_map_entry_when_removed() {
-        let r = Registry::new(&cfg());
+        let r = registry();
         add(&r, ep("acme-a", "acme", 100, "10.0.0.1"));
         r.remove("acme-a").unwrap();
         assert!(r.vpc().lookup(100, "10.0.0.1".parse().unwrap()).is_some());
@@ -565,7 +619,7 @@ mod tests {
 
     #[test]
     fn conflicts_are_refused_naming_the_field() {
-        let r = Registry::new(&cfg());
+        let r = registry();
         add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
         let err = |e: EndpointConfig| r.check_new(&e).unwrap_err();
         assert!(err(ep("acme-c", "acme", 100, "10.0.0.4"))
@@ -588,49 +642,121 @@ mod tests {
             .unwrap();
     }
 
-    fn remote(host: &str, name: &str, vni: u32, vip: &str) -> Remote {
-        Remote {
+    fn placement(host: &str, name: &str, vni: u32, vip: &str) -> Placement {
+        Placement {
             host: host.parse().unwrap(),
-            name: name.into(),
+            name: Some(name.into()),
             tenant: "acme".into(),
             vni,
             vip: vip.parse().unwrap(),
         }
     }
 
+    fn host_of(r: &Registry, vip: &str) -> Option<String> {
+        r.vpc()
+            .lookup(100, vip.parse().unwrap())
+            .map(|p| p.host.to_string())
+    }
+
     #[test]
     fn the_cluster_feeds_other_hosts_endpoints() {
-        let r = Registry::new(&cfg());
+        let r = registry();
         add(&r, ep("acme-a", "acme", 100, "10.0.0.1"));
-        let refused = r.set_remote(vec![
-            remote("198.18.0.3", "acme-x", 100, "10.0.0.8"),
-            // Conflicts: this host's own address, a local name, a taken vIP.
-            remote("198.18.0.1", "acme-y", 100, "10.0.0.9"),
-            remote("198.18.0.3", "acme-a", 100, "10.0.0.7"),
-            remote("198.18.0.4", "acme-z", 100, "10.0.0.8"),
-        ]);
+        let refused = r.feed(
+            SourceId::Cluster,
+            vec![
+                placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+                // Conflicts: this host's own address, a local name, a taken vIP.
+                placement("198.18.0.1", "acme-y", 100, "10.0.0.9"),
+                placement("198.18.0.3", "acme-a", 100, "10.0.0.7"),
+                placement("198.18.0.4", "acme-z", 100, "10.0.0.8"),
+            ],
+        );
         assert_eq!(refused.len(), 3, "{refused:?}");
-        let host_of = |vip: &str| {
-            r.vpc()
-                .lookup(100, vip.parse().unwrap())
-                .map(|p| p.host.to_string())
-        };
-        assert_eq!(host_of("10.0.0.8").as_deref(), Some("198.18.0.3"));
+        assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
         // An endpoint that moves to another host follows.
-        r.remote_up(remote("198.18.0.4", "acme-x", 100, "10.0.0.8"))
-            .unwrap();
-        assert_eq!(host_of("10.0.0.8").as_deref(), Some("198.18.0.4"));
+        r.place(
+            SourceId::Cluster,
+            placement("198.18.0.4", "acme-x", 100, "10.0.0.8"),
+        )
+        .unwrap();
+        assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.4"));
         assert!(
-            !r.remote_down("198.18.0.3".parse().unwrap(), "acme-x"),
+            !r.unplace(SourceId::Cluster, "198.18.0.3".parse().unwrap(), "acme-x"),
             "a stale host's delete is ignored"
         );
-        assert!(r.remote_down("198.18.0.4".parse().unwrap(), "acme-x"));
-        assert_eq!(host_of("10.0.0.8"), None);
-        // The cluster's view replaces a file entry for the same address.
-        r.remote_up(remote("198.18.0.5", "acme-b", 100, "10.0.0.2"))
-            .unwrap();
-        assert_eq!(host_of("10.0.0.2").as_deref(), Some("198.18.0.5"));
+        assert!(r.unplace(SourceId::Cluster, "198.18.0.4".parse().unwrap(), "acme-x"));
+        assert_eq!(host_of(&r, "10.0.0.8"), None);
+        assert_eq!(r.placed_by(SourceId::Cluster).len(), 0);
+    }
+
+    #[test]
+    fn each_source_keeps_its_own_word_and_the_cluster_ranks_over_the_file() {
+        let r = registry();
+        let source_of = |vip: &str| {
+            r.listing()
+                .into_iter()
+                .find(|row| row["vip"] == vip)
+                .map(|row| row["source"].as_str().unwrap_or_default().to_string())
+        };
+        // The cluster places the file's acme-b elsewhere: its word wins...
+        r.place(
+            SourceId::Cluster,
+            placement("198.18.0.5", "acme-b", 100, "10.0.0.2"),
+        )
+        .unwrap();
+        assert_eq!(host_of(&r, "10.0.0.2").as_deref(), Some("198.18.0.5"));
+        assert_eq!(source_of("10.0.0.2").as_deref(), Some("cluster"));
         assert!(r.policy_refs().iter().any(|e| e.name == "acme-b"));
+        // ...and when it takes it away, the file's entry is back.
+        assert!(r.unplace(SourceId::Cluster, "198.18.0.5".parse().unwrap(), "acme-b"));
+        assert_eq!(host_of(&r, "10.0.0.2").as_deref(), Some("198.18.0.2"));
+        assert_eq!(source_of("10.0.0.2").as_deref(), Some("file"));
+        // A file feed again replaces only the file's entries.
+        r.place(
+            SourceId::Cluster,
+            placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+        )
+        .unwrap();
+        assert!(r.feed(SourceId::File, vec![]).is_empty());
+        assert_eq!(host_of(&r, "10.0.0.2"), None);
+        assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
+        // A tenant a VNI does not belong to is refused from any source.
+        let mut other = placement("198.18.0.3", "globex-a", 100, "10.0.0.20");
+        other.tenant = "globex".into();
+        assert!(r
+            .place(SourceId::File, other)
+            .unwrap_err()
+            .contains("VNI 100 belongs to tenant \"acme\""));
+    }
+
+    #[test]
+    fn a_local_endpoint_ranks_over_every_source_and_unnamed_entries_stay_unnamed() {
+        let r = registry();
+        let mut unnamed = placement("198.18.0.1", "x", 100, "10.0.0.3");
+        unnamed.name = None;
+        let mut feed = crate::source::file_placements(&cfg());
+        feed.push(unnamed);
+        assert!(r.feed(SourceId::File, feed).is_empty());
+        assert!(!r
+            .policy_refs()
+            .iter()
+            .any(|e| e.vip == "10.0.0.3".parse::<Ipv4Addr>().unwrap()));
+        // This host's endpoint at the file's unnamed entry takes it over.
+        add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+        assert!(r.policy_refs().iter().any(|e| e.name == "acme-c"));
+        // The cluster cannot place anything at a local endpoint's address.
+        let err = r
+            .place(
+                SourceId::Cluster,
+                placement("198.18.0.9", "acme-q", 100, "10.0.0.3"),
+            )
+            .unwrap_err();
+        assert!(err.contains("is local endpoint acme-c's"), "{err}");
+        // Gone again: the file's unnamed entry is back.
+        r.remove("acme-c").unwrap();
+        assert_eq!(host_of(&r, "10.0.0.3").as_deref(), Some("198.18.0.1"));
+        assert!(!r.policy_refs().iter().any(|e| e.name == "acme-c"));
     }
 
     #[test]

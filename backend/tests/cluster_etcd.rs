@@ -2,9 +2,9 @@
 //! hosts' `Cluster`s feed stores of their own, as masqd feeds its registry.
 //! Skipped, saying so, where no etcd binary is installed.
 
-use masq_backend::cluster::{Cluster, Store};
+use masq_backend::cluster::Cluster;
 use masq_backend::config::{ClusterConfig, EndpointConfig};
-use masq_backend::registry::Remote;
+use masq_backend::source::{Placement, Source, SourceId, Store};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -14,29 +14,34 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 struct Fake {
     local: Mutex<Vec<EndpointConfig>>,
-    remote: Mutex<BTreeMap<String, Remote>>,
+    remote: Mutex<BTreeMap<String, Placement>>,
     policy: Mutex<Option<String>>,
     /// Every endpoint that left the view (deleted or missing from a read).
     gone: Mutex<Vec<String>>,
 }
 
 impl Store for Fake {
-    fn remote_view(&self, endpoints: Vec<Remote>) {
-        let new: BTreeMap<_, _> = endpoints.into_iter().map(|r| (r.name.clone(), r)).collect();
+    fn placements(&self, _from: SourceId, endpoints: Vec<Placement>) {
+        let new: BTreeMap<_, _> = endpoints
+            .into_iter()
+            .map(|r| (r.name.clone().unwrap_or_default(), r))
+            .collect();
         let mut old = self.remote.lock().unwrap();
         let left = old.keys().filter(|n| !new.contains_key(*n)).cloned();
         self.gone.lock().unwrap().extend(left);
         *old = new;
     }
-    fn remote_up(&self, r: Remote) {
-        self.remote.lock().unwrap().insert(r.name.clone(), r);
+    fn placed(&self, _from: SourceId, r: Placement) {
+        let name = r.name.clone().unwrap_or_default();
+        self.remote.lock().unwrap().insert(name, r);
     }
-    fn remote_down(&self, _host: Ipv4Addr, name: &str) {
+    fn unplaced(&self, _from: SourceId, _host: Ipv4Addr, name: &str) {
         self.remote.lock().unwrap().remove(name);
         self.gone.lock().unwrap().push(name.to_string());
     }
-    fn policy(&self, text: &str, _file: &str) {
+    fn policy(&self, _from: SourceId, text: &str, _file: &str) -> Result<(), String> {
         *self.policy.lock().unwrap() = Some(text.to_string());
+        Ok(())
     }
     fn local_endpoints(&self) -> Vec<EndpointConfig> {
         self.local.lock().unwrap().clone()
@@ -157,7 +162,7 @@ fn host(etcd: &Etcd, me: &str, local: &[EndpointConfig]) -> (Arc<Cluster>, Arc<F
     let c = Cluster::new(cfg, me.parse().unwrap()).unwrap();
     let store = Arc::new(Fake::default());
     *store.local.lock().unwrap() = local.to_vec();
-    c.start(store.clone());
+    c.clone().start(store.clone()).unwrap();
     (c, store)
 }
 

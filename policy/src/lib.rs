@@ -333,6 +333,12 @@ impl Policy {
         Ok((p, dangling))
     }
 
+    /// A policy file's text and its name for errors (`parse`'s first two
+    /// arguments), within the size limit.
+    pub fn read(path: impl AsRef<Path>) -> Result<(String, String), PolicyErrors> {
+        read_file(path.as_ref())
+    }
+
     /// `load` with `parse_allowing_unknown`'s leniency.
     pub fn load_allowing_unknown(
         path: impl AsRef<Path>,

@@ -59,15 +59,10 @@ fn main() -> ExitCode {
         .map(|p| p.to_path_buf())
         .unwrap_or_default();
     if cli.check {
-        let policy = match masq_backend::admission::Admission::new(
-            &cfg,
-            &config_dir,
-            masq_backend::registry::Registry::new(&cfg).policy_refs(),
-        ) {
-            Ok(a) => a
-                .active()
-                .map(|p| format!("policy {} version {}", p.file(), p.version_hash()))
-                .unwrap_or_else(|| "no policy".into()),
+        let checked =
+            masq_backend::source::FileSource::new(&cfg, &config_dir).and_then(|f| f.check());
+        let policy = match checked {
+            Ok(p) => p,
             Err(e) => {
                 eprintln!("masqd: policy: {e}");
                 return ExitCode::from(1);
