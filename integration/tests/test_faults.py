@@ -84,7 +84,7 @@ LONG_RUN = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "1024", "-n", "1
 BW_RUN = ["ib_write_bw", *PERF, "-s", "65536", "-n", "200000"]
 
 
-def bw_run(tb, tenant, port):
+def long_run(tb, tenant, port):
     """A LONG_RUN from TENANT-a on host1 to TENANT-b on host2, once both
     QPs are connected."""
     argv = LONG_RUN
@@ -140,7 +140,7 @@ def assert_table_matches_sessions(tb, host):
 
 
 def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
-    srv, cli = bw_run(tb, "acme", 18960)
+    srv, cli = long_run(tb, "acme", 18960)
     try:
         before = {h: conns(conntrack(tb, h, "-t", "acme")) for h in HOSTS}
         assert len(before["host1"]) == 1 and len(before["host2"]) == 1, before
@@ -186,8 +186,8 @@ def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
 
 
 def test_restart_under_a_stricter_policy_resets_what_it_denies(tb):
-    srv, cli = bw_run(tb, "acme", 18961)
-    g_srv, g_cli = bw_run(tb, "globex", 18962)
+    srv, cli = long_run(tb, "acme", 18961)
+    g_srv, g_cli = long_run(tb, "globex", 18962)
     try:
         masq_cmd(tb, "kill")
         # Back on policy-revoked.yaml: acme's connection is no longer allowed.
@@ -255,7 +255,7 @@ def test_a_killed_app_leaves_no_entry_on_either_host(tb, when):
 
 def test_policy_applied_during_connection_churn_leaves_a_consistent_table(tb):
     # A long globex connection, allowed by both policies, must survive.
-    g_srv, g_cli = bw_run(tb, "globex", 18965)
+    g_srv, g_cli = long_run(tb, "globex", 18965)
     loop = f"for i in $(seq 30); do {QP_PROBE} vrdma0 1 10.0.0.2 >/dev/null; done; true"
     churn = [tb.tenant_spawn("host1", "acme-a", "sh", "-c", loop) for _ in range(3)]
     churn.append(tb.tenant_spawn("host2", "acme-b", "sh", "-c",
