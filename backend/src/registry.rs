@@ -520,6 +520,7 @@ mod tests {
             max_connections: None,
             rdma_limits: None,
             max_rate_mbps: None,
+            cni: None,
         }
     }
 
