@@ -206,6 +206,19 @@ impl Shared {
             .ok_or_else(|| format!("no endpoint {name:?} on this host"))?;
         unserve(self, &ep);
         if let Some(dir) = ep.socket.parent() {
+            if ep.view.is_some() {
+                // The view's directories, emptied by unserve: they stay
+                // across a masqd restart for tenants that bound them, but
+                // a deleted endpoint has no tenants left.
+                let view = crate::sysfs_view::CLASS_DIRS
+                    .iter()
+                    .map(|c| dir.join("sysfs").join(c))
+                    .chain([dir.join("sysfs/class"), dir.join("sysfs")])
+                    .chain([dir.join(crate::sysfs_view::PHYS_SYSFS_DIR)]);
+                for d in view {
+                    let _ = std::fs::remove_dir(d);
+                }
+            }
             // Only empty (a socket directory someone else filled stays).
             let _ = std::fs::remove_dir(dir);
         }
