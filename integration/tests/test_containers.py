@@ -65,7 +65,8 @@ def endpoint(tb, host, name):
     return next((e for e in eps if e["name"] == name), None)
 
 
-def eventually(what, cond, timeout=60):
+def eventually(what, cond, timeout=180):
+    """Podman under TCG on a loaded machine takes 15-60 s to start a container."""
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
@@ -167,7 +168,8 @@ def test_podman_rm_removes_the_endpoint_its_connections_and_socket(pods):
     cli = tb.spawn("host1", *podman_argv("ct-cli", *BW, "-n", "20000", "-p", "18901", vip))
     try:
         eventually("the connection is tracked on both hosts",
-                   lambda: conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip))
+                   lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
+                   and conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip))
         tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv")
         assert endpoint(tb, "host2", "ct-srv") is None
         assert conntrack(tb, "host2", vip) == []
