@@ -3,9 +3,18 @@
 # (BENCH_ARGS=--quick for a short check). Each installs what it needs first.
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
+# make install: where (PREFIX) and under which staging root (DESTDIR).
+PREFIX ?= /usr
+DESTDIR ?=
+SYSCONFDIR ?= /etc
+CNI_BIN_DIR ?= $(PREFIX)/lib/cni
+UNIT_DIR ?= /lib/systemd/system
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB := target/masq_$(VERSION)_$(ARCH).deb
 
 .PHONY: all build deps demo lint test test-rust test-c test-fuzz test-integration \
-        testbed-up testbed-down clean
+        testbed-up testbed-down clean install deb
 
 all: build
 
@@ -51,8 +60,35 @@ test-fuzz: deps
 	backend/proto/fuzz/run.sh $(FUZZ_SECONDS)
 	policy/fuzz/run.sh $(FUZZ_SECONDS)
 
-test-integration: build
+test-integration: build deb
 	integration/run-tests
+
+# masqd, masqctl, libmasq (and its facades), the CNI plugin, the systemd
+# unit and an example config; nothing is built here (run make first).
+install:
+	install -D -m 0755 target/release/masqd $(DESTDIR)$(PREFIX)/sbin/masqd
+	install -D -m 0755 target/release/masqctl $(DESTDIR)$(PREFIX)/bin/masqctl
+	install -D -m 0755 target/release/masq-cni $(DESTDIR)$(CNI_BIN_DIR)/masq-cni
+	install -d $(DESTDIR)$(PREFIX)/lib/masq
+	install -m 0644 frontend-provider/build/libmasq.so frontend-provider/build/libmasq-ibverbs.so \
+		frontend-provider/build/libmasq-rdmacm.so $(DESTDIR)$(PREFIX)/lib/masq/
+	install -d $(DESTDIR)$(UNIT_DIR) $(DESTDIR)$(SYSCONFDIR)/masq $(DESTDIR)$(PREFIX)/share/doc/masq
+	sed 's|@PREFIX@|$(PREFIX)|g' packaging/masqd.service >$(DESTDIR)$(UNIT_DIR)/masqd.service
+	sed 's|@PREFIX@|$(PREFIX)|g' packaging/masqd.yaml.example \
+		>$(DESTDIR)$(SYSCONFDIR)/masq/masqd.yaml.example
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/masq/README.md
+	install -m 0644 policy/README.md $(DESTDIR)$(PREFIX)/share/doc/masq/policy.md
+
+# A Debian package of `make install` (PREFIX=/usr): apt install ./$(DEB)
+deb: build
+	rm -rf target/deb
+	$(MAKE) install DESTDIR=$(CURDIR)/target/deb PREFIX=/usr
+	strip --strip-debug target/deb/usr/sbin/masqd target/deb/usr/bin/masqctl \
+		target/deb/usr/lib/cni/masq-cni
+	mkdir -p target/deb/DEBIAN
+	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(ARCH)|' packaging/control >target/deb/DEBIAN/control
+	echo /etc/masq/masqd.yaml.example >target/deb/DEBIAN/conffiles
+	dpkg-deb --root-owner-group --build target/deb $(DEB)
 
 testbed-up: deps
 	integration/testbed up

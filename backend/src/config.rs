@@ -51,6 +51,32 @@ pub struct Config {
     /// Prometheus metrics; off unless `listen` is set.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// Container Device Interface: a spec per endpoint for the runtime;
+    /// off unless given.
+    #[serde(default)]
+    pub cdi: Option<CdiConfig>,
+}
+
+/// Where masqd writes its CDI specs and what they give a container.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CdiConfig {
+    /// A directory the runtime reads CDI specs from (podman and containerd:
+    /// /etc/cdi and /var/run/cdi).
+    #[serde(default = "default_cdi_dir")]
+    pub spec_dir: PathBuf,
+    /// The host directory holding libmasq.so and its facades
+    /// (libmasq-ibverbs.so, libmasq-rdmacm.so), mounted read-only at
+    /// /usr/lib/masq in the container; relative to the config file.
+    #[serde(default = "default_libmasq_dir")]
+    pub libmasq_dir: PathBuf,
+}
+
+fn default_cdi_dir() -> PathBuf {
+    PathBuf::from("/var/run/cdi")
+}
+fn default_libmasq_dir() -> PathBuf {
+    PathBuf::from("/usr/lib/masq")
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -270,6 +296,20 @@ pub struct EndpointConfig {
     /// Software RoCE: its RoCE egress is shaped to this many Mbit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rate_mbps: Option<u32>,
+    /// The container attachment a CNI plugin made this endpoint for: its
+    /// DEL and GC remove only endpoints they own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni: Option<Box<CniOwner>>,
+}
+
+/// A CNI attachment: container, network and interface (the key the CNI
+/// spec uses for GC's valid attachments).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CniOwner {
+    pub container_id: String,
+    pub network: String,
+    pub ifname: String,
 }
 
 /// `rdma.max` of an endpoint's cgroup; an omitted limit is unlimited.
@@ -378,6 +418,19 @@ impl EndpointConfig {
                 ));
             }
         }
+        if let Some(o) = &self.cni {
+            for (key, v) in [
+                ("containerId", &o.container_id),
+                ("network", &o.network),
+                ("ifname", &o.ifname),
+            ] {
+                if v.is_empty() || v.len() > 256 || v.chars().any(|c| c.is_control()) {
+                    return Err(format!(
+                        "{at}.cni.{key}: {v:?} must be 1-256 printable characters"
+                    ));
+                }
+            }
+        }
         if !self.netns.is_absolute() {
             return Err(format!(
                 "{at}.netns: {:?} must be an absolute path",
@@ -477,6 +530,14 @@ impl Config {
                 return Err(format!(
                     "cluster.leaseSeconds: {} is outside 2..=300",
                     c.lease_seconds
+                ));
+            }
+        }
+        if let Some(c) = &self.cdi {
+            if !c.spec_dir.is_absolute() {
+                return Err(format!(
+                    "cdi.specDir: {:?} must be an absolute path",
+                    c.spec_dir
                 ));
             }
         }

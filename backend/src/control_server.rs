@@ -120,6 +120,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                         "max_connections": ep.cfg.max_connections,
                         "rdma_limits": ep.cfg.rdma_limits,
                         "max_rate_mbps": ep.cfg.max_rate_mbps,
+                        "cni": ep.cfg.cni,
                         "rate": rates.get(&ep.cfg.name),
                         "rdma_current": shared.rdma_cgroups.current(&ep.cfg.name)
                             .map(|(h, o)| json!({ "handles": h, "objects": o })),

@@ -66,7 +66,11 @@ fn initial_registry(cfg: &Config, host: &HostDevice) -> io::Result<Registry> {
 }
 
 impl Daemon {
-    pub fn start(cfg: Config, config_dir: &Path) -> io::Result<Daemon> {
+    pub fn start(mut cfg: Config, config_dir: &Path) -> io::Result<Daemon> {
+        if let Some(c) = &mut cfg.cdi {
+            // Relative to the config file, as `policy:` is.
+            c.libmasq_dir = config_dir.join(&c.libmasq_dir);
+        }
         let host = HostDevice::discover(Path::new("/sys"), &cfg.device, cfg.port)?;
         let registry = initial_registry(&cfg, &host)?;
         let endpoint_cfgs = registry.configs();
@@ -146,10 +150,22 @@ impl Daemon {
         shared.metrics.policy_applied_now();
 
         std::fs::create_dir_all(&shared.cfg.socket_dir)?;
+        if let Some(cdi) = &shared.cfg.cdi {
+            let served: Vec<String> = shared
+                .registry
+                .local()
+                .iter()
+                .map(|e| e.cfg.name.clone())
+                .collect();
+            crate::cdi::remove_stale(cdi, &served);
+        }
         // On a failed start, the sockets already made go again.
         let unserve_all = |shared: &Shared| {
             for ep in shared.registry.local() {
                 let _ = std::fs::remove_file(&ep.socket);
+                if let Some(cdi) = &shared.cfg.cdi {
+                    crate::cdi::remove(cdi, &ep.cfg.name);
+                }
             }
         };
         for ep in shared.registry.local() {

@@ -49,7 +49,7 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
         .name(format!("accept-{}", ep.cfg.name))
         .spawn(move || accept_loop(s, e, listener));
     if let Err(e) = spawned {
-        unserve(ep);
+        unserve(shared, ep);
         return Err(e);
     }
     // Reading the vNIC writes the endpoint's sysfs view; a namespace that
@@ -57,15 +57,33 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
     if let Err(e) = ep.with_vnic(|_| ()) {
         debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
     }
+    if let (Some(cdi), Some(dir)) = (&shared.cfg.cdi, ep.socket.parent()) {
+        let dev = crate::cdi::Device {
+            name: &ep.cfg.name,
+            socket_dir: dir,
+            uverbs_node: &shared.host.uverbs_node,
+            sysfs_view: ep.view.is_some(),
+        };
+        if let Err(e) = crate::cdi::write(cdi, &dev) {
+            unserve(shared, ep);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("endpoint {}: {e}", ep.cfg.name),
+            ));
+        }
+    }
     info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
           vip = %ep.cfg.vip, socket = %ep.socket.display(), origin = ?ep.origin,
           "endpoint ready");
     Ok(())
 }
 
-/// Stop accepting (the accept thread ends) and take the socket and the
-/// sysfs view off the disk.
-fn unserve(ep: &Endpoint) {
+/// Stop accepting (the accept thread ends) and take the socket, the
+/// sysfs view and the CDI spec off the disk.
+fn unserve(shared: &Shared, ep: &Endpoint) {
+    if let Some(cdi) = &shared.cfg.cdi {
+        crate::cdi::remove(cdi, &ep.cfg.name);
+    }
     if let Some(l) = lock(&ep.listener).take() {
         l.shutdown();
     }
@@ -160,7 +178,7 @@ impl Shared {
             .and_then(|()| serve(self, &ep))
         {
             self.registry.remove(&e.name);
-            unserve(&ep);
+            unserve(self, &ep);
             if let Err(e) = self.sync_rate_limits() {
                 warn!("rate limits: {e}");
             }
@@ -186,8 +204,21 @@ impl Shared {
             .registry
             .remove(name)
             .ok_or_else(|| format!("no endpoint {name:?} on this host"))?;
-        unserve(&ep);
+        unserve(self, &ep);
         if let Some(dir) = ep.socket.parent() {
+            if ep.view.is_some() {
+                // The view's directories, emptied by unserve: they stay
+                // across a masqd restart for tenants that bound them, but
+                // a deleted endpoint has no tenants left.
+                let view = crate::sysfs_view::CLASS_DIRS
+                    .iter()
+                    .map(|c| dir.join("sysfs").join(c))
+                    .chain([dir.join("sysfs/class"), dir.join("sysfs")])
+                    .chain([dir.join(crate::sysfs_view::PHYS_SYSFS_DIR)]);
+                for d in view {
+                    let _ = std::fs::remove_dir(d);
+                }
+            }
             // Only empty (a socket directory someone else filled stays).
             let _ = std::fs::remove_dir(dir);
         }

@@ -8,6 +8,8 @@ use tracing::debug;
 pub struct HostDevice {
     pub name: String,
     pub port: u8,
+    /// Its uverbs character device, e.g. `/dev/infiniband/uverbs0`.
+    pub uverbs_node: std::path::PathBuf,
     /// dev_t of its uverbs character device: a tenant's fd must be one.
     pub uverbs_rdev: u64,
     /// The kernel's `enum rdma_driver_id` for it, needed in every ioctl.
@@ -36,6 +38,7 @@ impl HostDevice {
         Ok(HostDevice {
             name: name.to_string(),
             port,
+            uverbs_node: node,
             uverbs_rdev,
             driver_id,
             gids,

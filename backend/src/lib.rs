@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod audit;
 pub mod backstop;
+pub mod cdi;
 pub mod cluster;
 pub mod cm;
 pub mod cm_link;

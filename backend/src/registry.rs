@@ -566,6 +566,7 @@ mod tests {
             max_connections: None,
             rdma_limits: None,
             max_rate_mbps: None,
+            cni: None,
         }
     }
 

@@ -72,6 +72,7 @@ fn endpoint(name: &str, vip: &str) -> EndpointConfig {
         max_connections: None,
         rdma_limits: None,
         max_rate_mbps: None,
+        cni: None,
     }
 }
 

@@ -6,6 +6,7 @@
 #   tenant.sh list
 #   tenant.sh exec NAME -- CMD...   run CMD in the endpoint's netns and cgroup
 #                                   (through masq when masqd serves NAME)
+#   tenant.sh vni VNI               the VNI's bridge and VXLAN (for podman networks)
 set -euo pipefail
 . /run/masq-host.env
 STATE=/run/masq-testbed/tenants
@@ -29,6 +30,8 @@ ensure_vni() {
 drop_vni_if_unused() {
     local vni=$1
     grep -qx "VNI=$vni" "$STATE"/* 2>/dev/null && return 0
+    # Containers (podman.sh's networks) may still be ports of the bridge.
+    ls "/sys/class/net/mbr$vni/brif" 2>/dev/null | grep -qv "^mvx$vni\$" && return 0
     ip link del "mvx$vni" 2>/dev/null || true
     ip link del "mbr$vni" 2>/dev/null || true
 }
@@ -109,6 +112,7 @@ case "$cmd" in
     add) [ $# -eq 3 ] || die "usage: add NAME VNI VIP/NN"; add "$@" ;;
     del) [ $# -eq 1 ] || die "usage: del NAME"; del "$1" ;;
     list) list ;;
+    vni) [ $# -eq 1 ] || die "usage: vni VNI"; ensure_vni "$1" ;;
     exec) [ $# -ge 1 ] || die "usage: exec NAME -- CMD..."; run_in "$@" ;;
     *) die "unknown command '$cmd' (add, del, list, exec)" ;;
 esac

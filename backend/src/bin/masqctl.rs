@@ -178,6 +178,7 @@ fn main() -> ExitCode {
                     },
                 ),
                 max_rate_mbps: a.max_rate_mbps,
+                cni: None,
             },
         },
         Command::Endpoint(EndpointCmd::Del { name }) => Request::EndpointDel { name },

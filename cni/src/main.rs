@@ -1,0 +1,373 @@
+//! masq-cni: a chained CNI plugin (spec 1.1) that makes a container a masq
+//! endpoint. The network's main plugin (e.g. `bridge` into the VNI's
+//! bridge and VXLAN) creates the vNIC and its address; masq-cni then
+//! registers the endpoint with the host's masqd through its control
+//! socket (the API behind `masqctl endpoint add/del`), which serves its
+//! socket and writes its CDI spec, and in cluster mode publishes it.
+//!
+//! - ADD: netns, interface and vIP from the environment and prevResult,
+//!   tenant and VNI from the network configuration, the name from the
+//!   runtime's arguments; the endpoint records the attachment it belongs
+//!   to (container id, network, interface).
+//! - DEL: removes that endpoint if it is this attachment's; succeeds when
+//!   there is nothing to remove (idempotent).
+//! - CHECK: the endpoint exists as ADD made it.
+//! - GC: removes this network's endpoints whose attachment the runtime no
+//!   longer lists.
+//! - STATUS: masqd answers.
+
+mod spec;
+
+use masq_backend::config::{CniOwner, EndpointConfig};
+use masq_backend::control::{self, Request};
+use serde_json::{json, Value};
+use spec::{code, CniError, Env, NetConf, Result};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+const DEFAULT_CONTROL_SOCKET: &str = "/run/masq/control.sock";
+
+fn main() {
+    let command = std::env::var("CNI_COMMAND").unwrap_or_default();
+    let mut input = Vec::new();
+    let read = std::io::stdin().read_to_end(&mut input);
+    // Errors are reported in the version the runtime asked for, if known.
+    let asked_version = serde_json::from_slice::<Value>(&input)
+        .ok()
+        .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
+        .filter(|v| spec::SUPPORTED.contains(&v.as_str()))
+        .unwrap_or_else(|| "1.1.0".to_string());
+    let outcome = match read {
+        Err(e) => Err(CniError::new(
+            code::DECODE,
+            format!("masq: cannot read the configuration on stdin: {e}"),
+        )),
+        Ok(_) => run(&command, &input, &Env::from_vars(|k| std::env::var(k).ok())),
+    };
+    let mut out = std::io::stdout();
+    match outcome {
+        Ok(Some(v)) => {
+            let _ = writeln!(out, "{v}");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let _ = writeln!(out, "{}", e.to_json(&asked_version));
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(command: &str, input: &[u8], env: &Env) -> Result<Option<Value>> {
+    if command == "VERSION" {
+        return Ok(Some(json!({
+            "cniVersion": "1.1.0",
+            "supportedVersions": spec::SUPPORTED,
+        })));
+    }
+    let conf = NetConf::parse(input)?;
+    let needs = |v: &str| {
+        if conf.version_at_least(v) {
+            Ok(())
+        } else {
+            Err(CniError::new(
+                code::INCOMPATIBLE_VERSION,
+                format!(
+                    "masq: {command} needs cniVersion {v} or later (the configuration says {})",
+                    conf.cni_version
+                ),
+            ))
+        }
+    };
+    let masqd = Masqd::new(&conf);
+    match command {
+        "ADD" => add(&conf, env, &masqd).map(Some),
+        "DEL" => del(&conf, env, &masqd).map(|()| None),
+        "CHECK" => {
+            needs("0.4.0")?;
+            check(&conf, env, &masqd).map(|()| None)
+        }
+        "GC" => {
+            needs("1.1.0")?;
+            gc(&conf, &masqd).map(|()| None)
+        }
+        "STATUS" => {
+            needs("1.1.0")?;
+            masqd
+                .call(&Request::Status)
+                .map(|_| None)
+                .map_err(|e| CniError::new(code::NOT_AVAILABLE, e.msg).details(e.details))
+        }
+        "" => Err(CniError::new(code::BAD_ENV, "masq: CNI_COMMAND is not set")),
+        other => Err(CniError::new(
+            code::BAD_ENV,
+            format!("masq: unknown CNI_COMMAND {other:?}"),
+        )),
+    }
+}
+
+/// The host's masqd, through its control socket.
+struct Masqd {
+    socket: PathBuf,
+}
+
+impl Masqd {
+    fn new(conf: &NetConf) -> Masqd {
+        Masqd {
+            socket: PathBuf::from(
+                conf.control_socket
+                    .as_deref()
+                    .unwrap_or(DEFAULT_CONTROL_SOCKET),
+            ),
+        }
+    }
+
+    /// A request; masqd's own refusal comes back as `Err` with its words.
+    fn call(&self, req: &Request) -> Result<Value> {
+        let reply = control::call(&self.socket, req).map_err(|e| {
+            CniError::new(
+                code::TRY_AGAIN,
+                format!("masq: cannot reach masqd at {}: {e}", self.socket.display()),
+            )
+        })?;
+        match reply.get("error") {
+            Some(err) => Err(CniError::new(
+                code::REFUSED,
+                err.as_str().map_or_else(|| err.to_string(), str::to_string),
+            )),
+            None => Ok(reply),
+        }
+    }
+
+    fn endpoints(&self) -> Result<Vec<Value>> {
+        Ok(self.call(&Request::Endpoints)?["endpoints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn endpoint(&self, name: &str) -> Result<Option<Value>> {
+        Ok(self.endpoints()?.into_iter().find(|e| e["name"] == name))
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        self.call(&Request::EndpointDel {
+            name: name.to_string(),
+        })
+        .map(|_| ())
+        .map_err(|e| {
+            CniError::new(
+                e.code,
+                format!("masq: cannot delete endpoint {name}: {}", e.msg),
+            )
+        })
+    }
+}
+
+fn owner_of(ep: &Value) -> Option<CniOwner> {
+    serde_json::from_value(ep["cni"].clone()).ok()
+}
+
+/// The host-side interface of the vNIC and its bridge, for masqd's tcp/udp
+/// rules: the one of the main plugin's host interfaces that is a bridge
+/// port. None when the main plugin is not a bridge.
+fn bridge_port(host_ifs: &[String]) -> Option<(String, String)> {
+    host_ifs.iter().find_map(|i| {
+        let master = std::fs::read_link(Path::new("/sys/class/net").join(i).join("master")).ok()?;
+        let bridge = master.file_name()?.to_str()?.to_string();
+        Some((i.clone(), bridge))
+    })
+}
+
+fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
+    let (tenant, vni) = conf.vpc()?;
+    let container_id = env.need("CNI_CONTAINERID")?;
+    let netns = env.need("CNI_NETNS")?;
+    let ifname = env.need("CNI_IFNAME")?;
+    let prev = conf.prev_result.clone().ok_or_else(|| {
+        CniError::new(
+            code::INVALID_CONFIG,
+            format!(
+                "masq: network {:?}: no prevResult; masq is a chained plugin and must come \
+                 after the plugin that creates the interface",
+                conf.name
+            ),
+        )
+    })?;
+    let at = spec::attached(&prev, &ifname)?;
+    let name = env.endpoint_name()?;
+    let owner = CniOwner {
+        container_id,
+        network: conf.name.clone(),
+        ifname: ifname.clone(),
+    };
+    if let Some(ep) = masqd.endpoint(&name)? {
+        // The runtime retrying an ADD that went through: nothing to do.
+        if owner_of(&ep).as_ref() == Some(&owner) && ep["vip"] == at.vip.to_string() {
+            return Ok(output(conf, prev));
+        }
+    }
+    if !conf.new_vpc {
+        let vpc = masqd.call(&Request::Vpc)?;
+        let known = vpc["vpc"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["vni"] == vni);
+        if !known {
+            return Err(CniError::new(
+                code::INVALID_CONFIG,
+                format!(
+                    "masq: network {:?}: vni {vni} is not a VPC masqd knows (no endpoint of it \
+                     in its VPC map); check \"vni\", or set \"newVpc\": true for the first \
+                     endpoint of a new VPC",
+                    conf.name
+                ),
+            ));
+        }
+    }
+    let (host_if, bridge) = bridge_port(&at.host_ifs).unzip();
+    let endpoint = EndpointConfig {
+        name: name.clone(),
+        tenant,
+        vni,
+        vip: at.vip,
+        netns: PathBuf::from(netns),
+        vnic: ifname,
+        host_if,
+        bridge,
+        socket: None,
+        max_connections: None,
+        rdma_limits: None,
+        max_rate_mbps: None,
+        cni: Some(Box::new(owner)),
+    };
+    masqd
+        .call(&Request::EndpointAdd { endpoint })
+        .map_err(|e| {
+            CniError::new(
+                e.code,
+                format!("masq: masqd refused endpoint {name}: {}", e.msg),
+            )
+        })?;
+    Ok(output(conf, prev))
+}
+
+/// A chained plugin passes the previous result on, in the version asked.
+fn output(conf: &NetConf, mut prev: Value) -> Value {
+    prev["cniVersion"] = Value::String(conf.cni_version.clone());
+    prev
+}
+
+fn del(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
+    let container_id = env.need("CNI_CONTAINERID")?;
+    let name = env.endpoint_name()?;
+    let Some(ep) = masqd.endpoint(&name)? else {
+        return Ok(());
+    };
+    // Only this attachment's endpoint: a name taken again since, or one an
+    // operator made, is not ours to remove.
+    match owner_of(&ep) {
+        Some(o) if o.container_id == container_id && o.network == conf.name => masqd.delete(&name),
+        _ => Ok(()),
+    }
+}
+
+fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
+    let (tenant, vni) = conf.vpc()?;
+    let container_id = env.need("CNI_CONTAINERID")?;
+    let netns = env.need("CNI_NETNS")?;
+    let ifname = env.need("CNI_IFNAME")?;
+    let prev = conf
+        .prev_result
+        .clone()
+        .ok_or_else(|| CniError::new(code::INVALID_CONFIG, "masq: CHECK without prevResult"))?;
+    let at = spec::attached(&prev, &ifname)?;
+    let name = env.endpoint_name()?;
+    let fail =
+        |what: String| CniError::new(code::CHECK_FAILED, format!("masq: endpoint {name}: {what}"));
+    let ep = masqd
+        .endpoint(&name)?
+        .ok_or_else(|| fail("masqd does not serve it".into()))?;
+    let owner = owner_of(&ep);
+    if owner.as_ref().map(|o| (&o.container_id, &o.network)) != Some((&container_id, &conf.name)) {
+        return Err(fail(format!(
+            "it belongs to another attachment ({:?})",
+            ep["cni"]
+        )));
+    }
+    for (field, want, have) in [
+        ("tenant", json!(tenant), ep["tenant"].clone()),
+        ("vni", json!(vni), ep["vni"].clone()),
+        ("vip", json!(at.vip.to_string()), ep["vip"].clone()),
+        ("netns", json!(netns), ep["netns"].clone()),
+    ] {
+        if want != have {
+            return Err(fail(format!(
+                "{field} is {have}, the attachment says {want}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn gc(conf: &NetConf, masqd: &Masqd) -> Result<()> {
+    let valid = conf.valid_attachments.clone().unwrap_or_default();
+    let mut failed = Vec::new();
+    for ep in masqd.endpoints()? {
+        let Some(o) = owner_of(&ep) else { continue };
+        if o.network != conf.name
+            || valid
+                .iter()
+                .any(|a| a.container_id == o.container_id && a.ifname == o.ifname)
+        {
+            continue;
+        }
+        if let Some(name) = ep["name"].as_str() {
+            if let Err(e) = masqd.delete(name) {
+                failed.push(e.msg);
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::new(code::TRY_AGAIN, failed.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_answers_without_masqd() {
+        let v = run("VERSION", b"{\"cniVersion\":\"1.1.0\"}", &Env::default())
+            .expect("ok")
+            .expect("output");
+        assert_eq!(v["supportedVersions"].as_array().map(Vec::len), Some(5));
+    }
+
+    #[test]
+    fn commands_newer_than_the_configuration_are_refused() {
+        let conf = br#"{"cniVersion":"1.0.0","name":"n","type":"masq-cni"}"#;
+        for cmd in ["GC", "STATUS"] {
+            let e = run(cmd, conf, &Env::default()).unwrap_err();
+            assert_eq!(e.code, code::INCOMPATIBLE_VERSION, "{cmd}: {}", e.msg);
+        }
+        let e = run("FROB", conf, &Env::default()).unwrap_err();
+        assert_eq!(e.code, code::BAD_ENV);
+    }
+
+    #[test]
+    fn an_unreachable_masqd_is_try_again_or_not_available() {
+        let t = tempfile::tempdir().expect("tmp");
+        let sock = t.path().join("none.sock");
+        let conf = format!(
+            r#"{{"cniVersion":"1.1.0","name":"n","type":"masq-cni","controlSocket":"{}"}}"#,
+            sock.display()
+        );
+        let e = run("STATUS", conf.as_bytes(), &Env::default()).unwrap_err();
+        assert_eq!(e.code, code::NOT_AVAILABLE);
+        assert!(e.msg.contains("cannot reach masqd"), "{}", e.msg);
+    }
+}

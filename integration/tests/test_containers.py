@@ -1,0 +1,278 @@
+"""Real containers: podman (Debian's, CNI backend) on both hosts, a network
+whose conflist chains the bridge plugin (into VNI 100's bridge and VXLAN)
+with masq-cni, and CDI devices (masq.io/endpoint=NAME) that masqd writes.
+A container gets RDMA through masq from `--network` and `--device` alone
+(plus `--cgroup-parent` for the software-RoCE backstop); masqd runs in
+cluster mode, so each host learns the other's containers from etcd."""
+import json
+import os
+import re
+import time
+
+import pytest
+
+from masq_testbed import finish, parse_bw, rdma_moved
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "configs", "containers")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+PLUGIN = os.path.join(REPO, "target", "release", "masq-cni")
+ETCD = os.path.join(REPO, "integration", "guest", "etcd.sh")
+TESTBED = os.path.join(REPO, "integration", "testbed")
+ROOTFS = "/var/lib/masq-rootfs"
+CDI_DIR = "/var/run/cdi"
+NET = "acme100"
+HOSTS = ("host1", "host2")
+
+
+def run_testbed(tb, *args):
+    tb._run([TESTBED, *args], True, 600)
+
+
+@pytest.fixture(scope="module")
+def pods(testbed):
+    tb = testbed
+    tb.run("host1", ETCD, "wipe")
+    tb.run("host1", ETCD, "start")
+    try:
+        with tb.masq_running(CONFIG):
+            run_testbed(tb, "podman", "setup")
+            for host, first, last in (("host1", "10.0.0.20", "10.0.0.29"),
+                                      ("host2", "10.0.0.30", "10.0.0.39")):
+                run_testbed(tb, "podman", "net", host, NET, "--vni", "100", "--tenant", "acme",
+                            "--subnet", "10.0.0.0/24", "--range", f"{first}-{last}")
+            # VNI 4242: no VPC masqd knows.
+            run_testbed(tb, "podman", "net", "host1", "nope", "--vni", "4242", "--tenant",
+                        "acme", "--subnet", "10.9.0.0/24", "--range", "10.9.0.20-10.9.0.29")
+            yield tb
+    finally:
+        for h in HOSTS:
+            tb.run(h, "podman", "rm", "-af", "-t", "0", check=False)
+            for n in (NET, "nope"):
+                tb._run([TESTBED, "podman", "netdel", h, n], False, 60)
+        for dev in ("mvx4242", "mbr4242"):
+            tb.run("host1", "ip", "link", "del", dev, check=False)
+        tb.run("host1", ETCD, "wipe", check=False)
+
+
+def ctl(tb, host, *args):
+    return json.loads(tb.run(host, MASQCTL, "-o", "json", *args).stdout)
+
+
+def endpoint(tb, host, name):
+    eps = ctl(tb, host, "endpoint", "list")["endpoints"]
+    return next((e for e in eps if e["name"] == name), None)
+
+
+def eventually(what, cond, timeout=180):
+    """Podman under TCG on a loaded machine takes 15-60 s to start a container."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.3)
+
+
+def podman_argv(name, *cmd, network=NET, cgroup=True):
+    """`podman run` as a tenant would write it: the network and the CDI
+    device; the cgroup parent puts its processes where the backstop looks."""
+    argv = ["podman", "run", "--rm", "--name", name, "--network", network,
+            "--device", f"masq.io/endpoint={name}"]
+    if cgroup:
+        argv += ["--cgroup-parent", f"/tenants/{name}"]
+    return [*argv, "--rootfs", ROOTFS, *cmd]
+
+
+def start_server(tb, host, name, *cmd):
+    """A container serving in the background; returns (process, its vIP)."""
+    proc = tb.spawn(host, *podman_argv(name, *cmd))
+    ep = eventually(f"{name} is an endpoint on {host}",
+                    lambda: proc.poll() is None and endpoint(tb, host, name)
+                    or (proc.poll() is not None and pytest.fail(
+                        f"{name} exited early: {finish(proc)}")))
+    return proc, ep["vip"]
+
+
+def wait_listening(tb, host, netns, port):
+    eventually(f"something listens on {port} in {netns}", lambda: tb.run(
+        host, "nsenter", f"--net={netns}", "ss", "-Hltn", f"sport = :{port}",
+        check=False).stdout.strip())
+
+
+BW = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-s", "65536"]
+
+
+def test_containers_on_two_hosts_run_ib_write_bw_by_vip(pods):
+    tb = pods
+    srv, vip = start_server(tb, "host2", "ct-srv", *BW, "-n", "100", "-p", "18900")
+    ep = endpoint(tb, "host2", "ct-srv")
+    # What ADD registered: the vNIC podman's bridge plugin made, the
+    # attachment it belongs to, and a CDI spec naming the endpoint.
+    assert ep["tenant"] == "acme" and ep["vni"] == 100 and ep["vnic"] == "eth0", ep
+    assert ep["bridge"] == "mbr100" and ep["cni"]["network"] == NET, ep
+    assert re.match(r"10\.0\.0\.3\d$", vip), vip
+    spec = json.loads(tb.run("host2", "cat", f"{CDI_DIR}/masq-endpoint-ct-srv.json").stdout)
+    assert spec["kind"] == "masq.io/endpoint" and spec["devices"][0]["name"] == "ct-srv"
+    # host1 learns the container from etcd.
+    eventually("host1 knows ct-srv", lambda: any(
+        e["vip"] == vip and e["vni"] == 100 for e in ctl(tb, "host1", "vpc")["vpc"]))
+    # The backstop: the server's processes run in the endpoint's cgroup,
+    # and its verdict map sends that cgroup's RoCE packets to ct-srv's chain.
+    comms = eventually("ib_write_bw runs in tenants/ct-srv", lambda: tb.run(
+        "host2", "sh", "-c", "for p in $(cat /sys/fs/cgroup/tenants/ct-srv/*/cgroup.procs); "
+        "do cat /proc/$p/comm; done", check=False).stdout.count("ib_write_bw"))
+    assert comms
+    wait_listening(tb, "host2", ep["netns"], 18900)
+    vmap = tb.run("host2", "nft", "list", "map", "inet", "masq_backstop",
+                  "endpoint_cgroup").stdout
+    assert '"tenants/ct-srv" : jump ep_ct_srv' in vmap, vmap
+    with rdma_moved(tb, "host2", 65536, 100):
+        cli = tb.run("host1", *podman_argv("ct-cli", *BW, "-n", "100", "-p", "18900", vip),
+                     check=False)
+    rc, out, err = finish(srv)
+    assert cli.returncode == 0, f"client:\n{cli.stdout}\n{cli.stderr}"
+    assert rc == 0, f"server:\n{out}\n{err}"
+    assert parse_bw(cli.stdout)["iterations"] == 100
+    assert parse_bw(out)["iterations"] == 100
+    # --rm: the containers are gone, and with them their endpoints.
+    for host, name in (("host2", "ct-srv"), ("host1", "ct-cli")):
+        eventually(f"{name} is gone from {host}", lambda: endpoint(tb, host, name) is None)
+
+
+def test_security_groups_apply_to_containers(pods):
+    tb = pods
+    srv, vip = start_server(tb, "host2", "ct-srv2", "sleep", "60")
+    try:
+        # ct-deny is in no group: ct-srv2 does not admit it.
+        r = tb.run("host1", *podman_argv("ct-deny", "qp_probe", "vrdma0", "1", vip),
+                   check=False)
+        assert r.returncode == 3 and "modify_qp_rtr: errno=13" in r.stdout, r
+        assert "security groups deny" in tb.masqd_log("host1")
+    finally:
+        tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv2", check=False)
+        finish(srv)
+
+
+def conntrack(tb, host, vip):
+    return [e for e in ctl(tb, host, "conntrack", "-L")["entries"]
+            if vip in (e.get("local_vip"), e.get("remote_vip"))]
+
+
+def test_podman_rm_removes_the_endpoint_its_connections_and_socket(pods):
+    tb = pods
+    srv, vip = start_server(tb, "host2", "ct-srv", *BW, "-n", "20000", "-p", "18901")
+    wait_listening(tb, "host2", endpoint(tb, "host2", "ct-srv")["netns"], 18901)
+    cli = tb.spawn("host1", *podman_argv("ct-cli", *BW, "-n", "20000", "-p", "18901", vip))
+    try:
+        eventually("the connection is tracked on both hosts",
+                   lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
+                   and conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip))
+        tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv")
+        assert endpoint(tb, "host2", "ct-srv") is None
+        assert conntrack(tb, "host2", vip) == []
+        for path in ("/run/masq/endpoints/ct-srv", f"{CDI_DIR}/masq-endpoint-ct-srv.json"):
+            r = tb.run("host2", "test", "-e", path, check=False)
+            assert r.returncode != 0, f"{path} is left on host2"
+        # host1 forgets it and resets the connection its name admitted.
+        eventually("host1 forgets ct-srv", lambda: not any(
+            e["vip"] == vip and e["vni"] == 100 for e in ctl(tb, "host1", "vpc")["vpc"]))
+        eventually("host1 untracks the connection", lambda: conntrack(tb, "host1", vip) == [])
+    finally:
+        tb.run("host1", "podman", "rm", "-f", "-t", "0", "ct-cli", check=False)
+        finish(srv, 60)
+        finish(cli, 60)
+    # The name is free again.
+    again, _ = start_server(tb, "host2", "ct-srv", "sleep", "60")
+    tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv")
+    finish(again, 60)
+    assert endpoint(tb, "host2", "ct-srv") is None
+
+
+def test_a_bad_vni_fails_the_container_and_leaves_nothing(pods):
+    tb = pods
+    before = tb.run("host1", "ip", "-o", "link").stdout.count("veth")
+    r = tb.run("host1", *podman_argv("ct-bad", "true", network="nope"), check=False)
+    assert r.returncode != 0
+    assert "vni 4242 is not a VPC masqd knows" in r.stderr, r.stderr
+    assert endpoint(tb, "host1", "ct-bad") is None
+    assert tb.run("host1", "test", "-e", f"{CDI_DIR}/masq-endpoint-ct-bad.json",
+                  check=False).returncode != 0
+    assert tb.run("host1", "ip", "-o", "link").stdout.count("veth") == before
+    assert "ct-bad" not in tb.run("host1", "podman", "ps", "-a", "--format",
+                                  "{{.Names}}").stdout
+
+
+# The plugin driven directly, as a runtime drives it: the bridge plugin's
+# ADD, then masq-cni's with its result as prevResult.
+def cni(tb, plugin, command, conf, container="c0123", netns="/run/netns/cnitest", args=""):
+    env = [f"CNI_COMMAND={command}", f"CNI_CONTAINERID={container}", f"CNI_NETNS={netns}",
+           "CNI_IFNAME=eth0", "CNI_PATH=/usr/lib/cni", f"CNI_ARGS={args}"]
+    r = tb.run("host1", "sh", "-c", 'printf %s "$0" | env "$@"', json.dumps(conf),
+               *env, plugin, check=False)
+    out = json.loads(r.stdout) if r.stdout.strip() else None
+    return r.returncode, out
+
+
+def masq_conf(version="1.1.0", **extra):
+    return {"cniVersion": version, "name": "direct", "type": "masq-cni", "tenant": "acme",
+            "vni": 100, **extra}
+
+
+def test_cni_commands_add_check_del_twice_gc_status_and_errors(pods):
+    tb = pods
+    tb.run("host1", "ip", "netns", "add", "cnitest")
+    bridge = {"cniVersion": "1.0.0", "name": "direct", "type": "bridge", "bridge": "mbr100",
+              "mtu": 1450, "ipam": {"type": "host-local", "dataDir": "/run/cnitest-ipam",
+                                    "ranges": [[{"subnet": "10.0.0.0/24",
+                                                 "rangeStart": "10.0.0.50",
+                                                 "rangeEnd": "10.0.0.50"}]]}}
+    try:
+        rc, prev = cni(tb, "/usr/lib/cni/bridge", "ADD", bridge)
+        assert rc == 0, prev
+        # Bad configurations: CNI errors naming the field; nothing made.
+        rc, err = cni(tb, PLUGIN, "ADD", {**masq_conf(), "tenant": None, "prevResult": prev})
+        assert rc == 1 and err["code"] == 7 and '"tenant"' in err["msg"], err
+        rc, err = cni(tb, PLUGIN, "ADD", {**masq_conf(), "vni": "x", "prevResult": prev})
+        assert rc == 1 and err["code"] == 6 and "vni" in err["msg"], err
+        rc, err = cni(tb, PLUGIN, "ADD", {**masq_conf(vni=4242), "prevResult": prev})
+        assert rc == 1 and err["code"] == 7 and "4242" in err["msg"], err
+        rc, err = cni(tb, PLUGIN, "ADD", masq_conf())
+        assert rc == 1 and err["code"] == 7 and "prevResult" in err["msg"], err
+        rc, err = cni(tb, PLUGIN, "ADD", {**masq_conf(tenant="globex"), "prevResult": prev})
+        assert rc == 1 and err["code"] == 100 and "globex" in err["msg"], err
+        assert endpoint(tb, "host1", "c0123") is None
+        # ADD, CHECK, DEL, DEL again.
+        rc, res = cni(tb, PLUGIN, "ADD", {**masq_conf(), "prevResult": prev})
+        assert rc == 0 and res["ips"][0]["address"] == "10.0.0.50/24", res
+        ep = endpoint(tb, "host1", "c0123")
+        assert ep["vip"] == "10.0.0.50" and ep["netns"] == "/run/netns/cnitest", ep
+        rc, out = cni(tb, PLUGIN, "CHECK", {**masq_conf(), "prevResult": prev})
+        assert rc == 0, out
+        rc, out = cni(tb, PLUGIN, "CHECK", {**masq_conf(), "prevResult": prev},
+                      container="someone-else")
+        assert rc == 1 and out["code"] == 101, out
+        for _ in range(2):
+            rc, out = cni(tb, PLUGIN, "DEL", masq_conf())
+            assert rc == 0, out
+            assert endpoint(tb, "host1", "c0123") is None
+        # GC removes this network's endpoints the runtime no longer lists.
+        rc, res = cni(tb, PLUGIN, "ADD", {**masq_conf(), "prevResult": prev},
+                      args="K8S_POD_NAMESPACE=prod;K8S_POD_NAME=web-1")
+        assert rc == 0 and endpoint(tb, "host1", "prod.web-1"), res
+        rc, out = cni(tb, PLUGIN, "GC", {**masq_conf(), "cni.dev/valid-attachments": [
+            {"containerID": "c0123", "ifname": "eth0"}]})
+        assert rc == 0 and endpoint(tb, "host1", "prod.web-1"), out
+        rc, out = cni(tb, PLUGIN, "GC", {**masq_conf(), "cni.dev/valid-attachments": []})
+        assert rc == 0 and endpoint(tb, "host1", "prod.web-1") is None, out
+        rc, out = cni(tb, PLUGIN, "STATUS", masq_conf())
+        assert rc == 0 and out is None, out
+        rc, out = cni(tb, PLUGIN, "STATUS", masq_conf(controlSocket="/run/none.sock"))
+        assert rc == 1 and out["code"] == 50, out
+        rc, out = cni(tb, PLUGIN, "VERSION", {"cniVersion": "1.1.0"})
+        assert rc == 0 and "1.1.0" in out["supportedVersions"], out
+    finally:
+        cni(tb, "/usr/lib/cni/bridge", "DEL", bridge)
+        tb.run("host1", "ip", "netns", "del", "cnitest", check=False)

@@ -1,0 +1,73 @@
+"""The Debian package (`make deb`): installed with dpkg into a scratch root
+on a testbed host, its masqd serves rxe0 from there, with its masqctl, CNI
+plugin and libmasq (named in the CDI spec it writes)."""
+import glob
+import json
+import os
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+ROOT = "/var/tmp/masq-pkg"        # the guest's own overlay, not the machine's
+RUN = "/run/masq-pkgtest"
+
+
+def newest_deb():
+    debs = sorted(glob.glob(os.path.join(REPO, "target", "masq_*.deb")), key=os.path.getmtime)
+    if not debs:
+        pytest.fail("no target/masq_*.deb: run `make deb` (make test does)")
+    return debs[-1]
+
+
+def test_the_package_installs_into_a_scratch_root_and_its_masqd_serves(testbed):
+    tb, deb = testbed, newest_deb()
+    tb.run("host1", "sh", "-c", f"rm -rf {ROOT} {RUN} && mkdir -p {ROOT}/var/lib/dpkg/info "
+           f"{ROOT}/var/lib/dpkg/updates {RUN} && touch {ROOT}/var/lib/dpkg/status")
+    try:
+        # The scratch root has none of the dependencies; the host has them.
+        tb.run("host1", "dpkg", f"--root={ROOT}", "--force-depends", "-i", deb)
+        listed = tb.run("host1", "dpkg", f"--root={ROOT}", "-L", "masq").stdout.split()
+        for f in ("/usr/sbin/masqd", "/usr/bin/masqctl", "/usr/lib/cni/masq-cni",
+                  "/usr/lib/masq/libmasq.so", "/lib/systemd/system/masqd.service",
+                  "/etc/masq/masqd.yaml.example"):
+            assert f in listed, f"{f} not in the package: {listed}"
+        unit = tb.run("host1", "cat", f"{ROOT}/lib/systemd/system/masqd.service").stdout
+        assert "ExecStart=/usr/sbin/masqd --config /etc/masq/masqd.yaml" in unit
+        tb.run("host1", f"{ROOT}/usr/sbin/masqd", "--check", "--config",
+               f"{ROOT}/etc/masq/masqd.yaml.example")
+        config = (
+            "device: rxe0\n"
+            "underlay: { netdev: eth0, ip: 198.18.0.1 }\n"
+            f"socketDir: {RUN}\n"
+            "endpoints:\n"
+            "  - { name: pkg-a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/pkg-a }\n"
+            "vpc:\n"
+            "  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: pkg-a }\n"
+            f"cdi: {{ specDir: {RUN}/cdi, libmasqDir: {ROOT}/usr/lib/masq }}\n"
+            "backstop: { enabled: false }\n")
+        tb.run("host1", "sh", "-c", f'printf %s "$0" >{RUN}/masqd.yaml', config)
+        daemon = tb.spawn("host1", "sh", "-c", f"{ROOT}/usr/sbin/masqd --config {RUN}/masqd.yaml "
+                          f">{RUN}/log 2>&1 & echo $! >{RUN}/pid; wait")
+        try:
+            ctl = [f"{ROOT}/usr/bin/masqctl", "--socket", f"{RUN}/control.sock", "-o", "json"]
+            deadline = time.monotonic() + 60
+            while tb.run("host1", *ctl, "status", check=False).returncode != 0:
+                assert time.monotonic() < deadline, tb.run("host1", "cat", f"{RUN}/log").stdout
+                time.sleep(0.5)
+            assert json.loads(tb.run("host1", *ctl, "status").stdout)["device"] == "rxe0"
+            spec = json.loads(tb.run("host1", "cat", f"{RUN}/cdi/masq-endpoint-pkg-a.json").stdout)
+            mounts = spec["devices"][0]["containerEdits"]["mounts"]
+            assert {"hostPath": f"{ROOT}/usr/lib/masq", "containerPath": "/usr/lib/masq"}.items() \
+                <= next(m for m in mounts if m["containerPath"] == "/usr/lib/masq").items()
+            conf = json.dumps({"cniVersion": "1.1.0", "name": "n", "type": "masq-cni",
+                               "controlSocket": f"{RUN}/control.sock"})
+            r = tb.run("host1", "sh", "-c", 'printf %s "$0" | CNI_COMMAND=STATUS "$1"', conf,
+                       f"{ROOT}/usr/lib/cni/masq-cni", check=False)
+            assert r.returncode == 0, r.stdout
+        finally:
+            tb.run("host1", "sh", "-c", f"kill $(cat {RUN}/pid)", check=False)
+            daemon.wait(timeout=60)
+    finally:
+        tb.run("host1", "rm", "-rf", ROOT, RUN, check=False)
