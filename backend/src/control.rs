@@ -61,6 +61,9 @@ pub struct CtFilter {
     pub dst: Option<String>,
     /// Local or remote QPN.
     pub qpn: Option<u32>,
+    /// rc, uc or ud (UD entries are address handles).
+    #[serde(default)]
+    pub proto: Option<String>,
 }
 
 impl CtFilter {
@@ -80,6 +83,11 @@ impl CtFilter {
         }
         if let Some(q) = self.qpn {
             f = f.qpn(q);
+        }
+        if let Some(p) = &self.proto {
+            let t = rconntrack::QpType::parse(p)
+                .ok_or_else(|| format!("protocol {p:?}: expected rc, uc or ud"))?;
+            f = f.qp_type(t);
         }
         Ok(f)
     }

@@ -26,4 +26,5 @@ pub mod seqpacket;
 pub mod session;
 pub mod state;
 pub mod sysfs_view;
+pub mod ud;
 pub mod uverbs;
