@@ -380,6 +380,30 @@ mod tests {
     }
 
     #[test]
+    fn conntrack_filter_selects_by_qp_type() {
+        let ud = rconntrack::Entry {
+            qp_type: rconntrack::QpType::Ud,
+            ..Default::default()
+        };
+        let rc = rconntrack::Entry::default();
+        let f = CtFilter {
+            proto: Some("UD".into()),
+            ..Default::default()
+        }
+        .compile()
+        .expect("ud");
+        assert!(f.matches(&ud) && !f.matches(&rc));
+        let bad = CtFilter {
+            proto: Some("tcp".into()),
+            ..Default::default()
+        };
+        assert!(bad.compile().unwrap_err().contains("rc, uc or ud"));
+        // An older masqctl's request (no proto) still parses.
+        let old: CtFilter = serde_json::from_str(r#"{"tenant":"acme"}"#).expect("json");
+        assert_eq!(old.proto, None);
+    }
+
+    #[test]
     fn tables_show_endpoints_with_their_gids() {
         let reply = json!({"endpoints": [{"name": "acme-a", "tenant": "acme", "vni": 100,
             "vip": "10.0.0.1", "vdev": "vrdma0", "sessions": 1, "socket": "/run/masq/x",

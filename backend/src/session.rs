@@ -28,7 +28,7 @@ const IBV_QPS_ERR: u8 = 6;
 /// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).
 const PRIVILEGED_QKEY: u32 = 0x8000_0000;
 /// How long an admission waits for the backstop to let its packets through.
-const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Session {
     pub id: u64,
@@ -211,6 +211,9 @@ fn handle(
         (proto::RequestBody::DestroyQp(d), true) => {
             if let Some(qp) = sess.qps.remove(&d.qp_handle) {
                 debug!(qpn = qp.qpn, "QP destroyed");
+                if qp.qp_type == "UD" && qp.owner_checked {
+                    crate::ud::announce(shared, &sess.ep, qp.qpn, false);
+                }
                 shared.admitted.forget(qp.qpn, sess.id);
                 if let Some(b) = shared.admission.backstop() {
                     b.qp_gone(qp.qpn);
@@ -572,6 +575,9 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         if let Some(b) = shared.admission.backstop() {
             b.qp_seen(qpn);
         }
+    }
+    if m.qp_type == IBV_QPT_UD && owner_checked && to_rtr {
+        crate::ud::announce(shared, &sess.ep, qpn, true);
     }
     let rec = sess.qps.entry(m.qp_handle).or_insert_with(|| QpRecord {
         handle: m.qp_handle,

@@ -14,8 +14,10 @@ use crate::registry::Endpoint;
 use crate::session::{from_io, refuse, virtual_gids, Refusal, Session};
 use crate::state::{lock, Shared};
 use masq_proto as proto;
+use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 /// Admissions not yet bound to a kernel AH that a session may hold: an app
@@ -170,6 +172,17 @@ pub(crate) fn bind_ah(
         );
     }
     info!(ah = b.ah_handle, rule = %rule, "UD address handle {} -> {} admitted", ep.cfg.vip, p.remote_vip);
+    drop(_gate);
+    // The app sends as soon as the AH exists: the backstop must let its
+    // datagrams through by then, or they are lost without a trace.
+    if let Some(bs) = shared.admission.backstop() {
+        if !bs.wait_applied(crate::session::BACKSTOP_WAIT) {
+            warn!(
+                ah = b.ah_handle,
+                "backstop sets not updated in time; the first datagrams may be dropped"
+            );
+        }
+    }
     sess.ahs.insert(
         b.ah_handle,
         AhRecord {
@@ -190,10 +203,30 @@ pub(crate) fn destroy_ah(shared: &Shared, sess: &mut Session, d: &proto::Destroy
     }
 }
 
+/// How long RESOLVE_GRH waits for the sending host's announcement of its
+/// QP (sent when the QP reached RTR, so normally long in).
+const ANNOUNCE_WAIT: Duration = Duration::from_secs(2);
+
+/// Tell the other hosts of the endpoint's VNI that its UD QP `qpn` is up
+/// (at RTR) or gone, so that they can name its datagrams' sender.
+pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
+    let me = shared.cfg.underlay.ip;
+    let hosts: BTreeSet<Ipv4Addr> = shared
+        .registry
+        .vpc()
+        .iter()
+        .filter(|(vni, _, p)| *vni == ep.cfg.vni && p.host != me)
+        .map(|(_, _, p)| p.host)
+        .collect();
+    for h in hosts {
+        shared.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, up);
+    }
+}
+
 /// The sender of a received UD packet in virtual terms. A packet names its
 /// sender by host (the GRH's source) and QPN (the DETH's): on this host
-/// masqd knows every tenant QP; for another host the VPC map gives the
-/// sender when the VNI has one endpoint there.
+/// masqd knows every tenant QP; another host's masqd announced its UD QPs,
+/// and the claim holds only if that host runs that vIP of this VNI.
 pub(crate) fn resolve_grh(
     shared: &Shared,
     sess: &Session,
@@ -224,22 +257,7 @@ pub(crate) fn resolve_grh(
     let sender = if src_host == me {
         local_sender(shared, vni, r.src_qp)
     } else {
-        let vips = shared.registry.vpc().vips_on_host(vni, src_host);
-        match vips[..] {
-            [one] => Some(one),
-            [] => None,
-            _ => {
-                return Err(refuse(
-                    libc::EHOSTUNREACH,
-                    format!(
-                        "{} endpoints of VNI {vni} run on the sending host: \
-                         its QPN {:#x} does not tell which",
-                        vips.len(),
-                        r.src_qp
-                    ),
-                ))
-            }
-        }
+        remote_sender(shared, vni, src_host, r.src_qp)
     };
     let vip = sender.ok_or_else(|| {
         refuse(
@@ -254,6 +272,27 @@ pub(crate) fn resolve_grh(
         sgid: vbond::ipv4_mapped_gid(vip),
         sgid_index: vindex as u8,
     }))
+}
+
+fn remote_sender(shared: &Shared, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<Ipv4Addr> {
+    let deadline = Instant::now() + ANNOUNCE_WAIT;
+    loop {
+        if let Some((v, vip)) = shared.cm.ud_sender(host, qpn) {
+            let vpc = shared.registry.vpc();
+            let theirs = vpc.lookup(v, vip).is_some_and(|p| p.host == host);
+            return (v == vni && theirs).then_some(vip);
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Not announced (its masqd is older, or restarted since): the VPC map
+    // still answers when the VNI has one endpoint on that host.
+    match shared.registry.vpc().vips_on_host(vni, host)[..] {
+        [one] => Some(one),
+        _ => None,
+    }
 }
 
 /// The vIP of the endpoint in `vni` on this host whose app holds UD QP

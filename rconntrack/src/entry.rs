@@ -262,6 +262,20 @@ mod tests {
     }
 
     #[test]
+    fn a_ud_entry_names_its_address_handle() {
+        let rc = sample().to_string();
+        assert!(rc.contains(" qp=1 "), "{rc}");
+        let ud = Entry {
+            qp_type: QpType::Ud,
+            local_qpn: 0,
+            remote_qpn: 0,
+            ..sample()
+        }
+        .to_string();
+        assert!(ud.starts_with("rdma ud ") && ud.contains(" ah=1 "), "{ud}");
+    }
+
+    #[test]
     fn dscp_shows_in_text_and_json_when_known() {
         let e = Entry {
             dscp: Some(46),
