@@ -623,6 +623,22 @@ struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struc
 	return ibv_create_ah(pd, &attr);
 }
 
+/* Multicast groups are not virtualized: a physical group would join the
+ * tenant to the underlay's multicast, outside its VPC. */
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	int (*real_attach)(struct ibv_qp *, const union ibv_gid *, uint16_t);
+
+	init_real();
+	if (find_ctx(qp->context)) {
+		masq_log("ibv_attach_mcast refused: multicast is not virtualized by masq");
+		errno = ENOSYS;
+		return ENOSYS;
+	}
+	real_attach = real_sym("ibv_attach_mcast", IBVERBS_VERSION);
+	return real_attach(qp, gid, lid);
+}
+
 /* A context imported from a uverbs fd was never opened through masqd, so
  * nothing would translate or admit its QPs. PDs, MRs and DMs are imported
  * into a context the app already holds, which can only be one masqd opened,
