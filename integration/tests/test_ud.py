@@ -144,6 +144,49 @@ def test_privileged_qkey_is_refused(ud):
     assert "privileged Q_Key 0x80010000" in ud.masqd_log("host1")
 
 
+def _drops(tb, host):
+    out = tb.run(host, "nft", "-j", "list", "counters", "table", "inet", "masq_backstop").stdout
+    return {c["counter"]["name"]: c["counter"]["packets"]
+            for c in json.loads(out)["nftables"] if "counter" in c}
+
+
+def _rogue_send(tb, where, qpn):
+    """ud_probe around masq (rxe0, no LD_PRELOAD): a datagram to host2's
+    QPN by its physical GID, as a tenant writing its own AV would aim it."""
+    argv = ["env", "-u", "LD_PRELOAD", UD_PROBE, "rxe0", "1", "send", "198.18.0.2", qpn]
+    r = tb.tenant_run(*where, *argv, check=False) if len(where) == 2 else \
+        tb.run(where[0], *argv, check=False)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_a_ud_sender_skipping_libmasq_reaches_no_unadmitted_host(ud):
+    # acme-a has no address handle towards host2: its forged datagrams stop
+    # at host1's backstop. The same program from host1 itself (outside
+    # any tenant cgroup, which the backstop does not filter) gets through,
+    # so the silence comes from the backstop, not from the tool.
+    for sender, delivered in ((("host1", "acme-a"), False), (("host1",), True)):
+        before = _drops(ud, "host1")
+        srv = ud.tenant_spawn("host2", "acme-b", UD_PROBE, "vrdma0", "1", "serve")
+        try:
+            m = re.match(r"qpn=(0x[0-9a-f]+)", srv.stdout.readline())
+            assert m, srv.stderr.read()
+            rc, out = _rogue_send(ud, sender, m.group(1))
+            if not delivered:
+                srv.kill()  # it would wait 60 s for a datagram that never comes
+        except BaseException:
+            srv.kill()
+            raise
+        _, sout, serr = finish(srv)
+        assert rc != 0, out  # no answer either way
+        if delivered:
+            # Received; its sender is no endpoint of the VPC, so libmasq
+            # gives the server no address for it.
+            assert "init_ah_from_wc_errno=113" in sout, sout + serr
+        else:
+            assert "payload=" not in sout and "init_ah" not in sout, sout
+            assert _drops(ud, "host1")["drop_acme_a"] > before["drop_acme_a"]
+
+
 def _ud_set(tb, host, endpoint):
     """The backstop's set of hosts the endpoint may send UD datagrams to."""
     return tb.run(host, "nft", "list", "set", "inet", "masq_backstop", f"ud_{endpoint}").stdout
