@@ -15,6 +15,11 @@
 //! - ingress: a packet to a QPN that a tenant QP holds (set `tenant_qpns`,
 //!   the QPs masqd has seen) passes only from the peer host of an admitted
 //!   connection of that QPN (set `conn_in`).
+//! - UD (BTH opcodes 0b011xxxxx): an address handle names a host, not a
+//!   QPN (that is chosen per send), so an endpoint's UD packets pass to
+//!   the hosts of its admitted AHs (set `ud_<endpoint>`), and a UD packet
+//!   to a tenant QP passes on ingress whatever QPN it names: the sending
+//!   host's egress filter is what admitted it (see the README on UD).
 //! - RoCE is not connection-tracked (`notrack`): the sets are the only
 //!   state, so removing an element stops the traffic at once and no
 //!   "established" entry of the kernel's conntrack can keep it alive.
@@ -32,7 +37,7 @@
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::nft::Nft;
 use crate::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
-use rconntrack::{Entry, Event, EventKind, QpKey, State};
+use rconntrack::{Entry, Event, EventKind, QpKey, QpType, State};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -48,6 +53,8 @@ const ROCE_PORT: u16 = 4791;
 /// The BTH's destination QPN: bits 104..128 of the UDP header plus payload
 /// (8 bytes of UDP header, then byte 5..8 of the BTH).
 const BTH_DEST_QPN: &str = "@th,104,24";
+/// The BTH opcode's transport bits (its top 3): 0b011 is UD.
+const BTH_UD: &str = "@th,64,3 3";
 
 /// Set elements as masqd keeps them: (peer host, QPN).
 type Pair = (Ipv4Addr, u32);
@@ -75,6 +82,10 @@ struct Elements {
     conn_in: HashMap<Pair, u32>,
     /// local QPN -> references
     tenant_qpns: HashMap<u32, u32>,
+    /// UD entries whose element is in: (endpoint, peer host).
+    live_ud: HashMap<QpKey, (EpId, Ipv4Addr)>,
+    /// endpoint -> peer host of an admitted UD AH -> references
+    ud: HashMap<EpId, HashMap<Ipv4Addr, u32>>,
     /// cgroups in the verdict map, with the inode they had then.
     cgroups: BTreeMap<EpId, u64>,
 }
@@ -224,6 +235,7 @@ impl Backstop {
             s,
             "add rule {t} input {roce} ip saddr . {BTH_DEST_QPN} @conn_in accept"
         );
+        let _ = writeln!(s, "add rule {t} input {roce} {BTH_UD} accept");
         let _ = writeln!(
             s,
             "add rule {t} input {roce} {BTH_DEST_QPN} @tenant_qpns counter name ingress_drop drop"
@@ -282,14 +294,16 @@ impl Backstop {
                 del(&mut el, &mut cmd, (&ep, eg, ing));
             }
         }
+        el.live_ud.retain(|_, l| l.0 != id);
         el.egress.remove(&id);
+        el.ud.remove(&id);
         // The map is rebuilt rather than an element deleted: a cgroup that is
         // gone cannot be named by path.
         let t = format!("inet {TABLE}");
         let cmd = format!(
             "{cmd}flush map {t} endpoint_cgroup\n{}\
              flush chain {t} ep_{id}\ndelete chain {t} ep_{id}\n\
-             delete set {t} eg_{id}\ndelete counter {t} drop_{id}\n",
+             delete set {t} eg_{id}\ndelete set {t} ud_{id}\ndelete counter {t} drop_{id}\n",
             map_elements(&el.endpoints, &el.cgroups)
         );
         self.nft.run(&cmd).map(|_| ())
@@ -348,11 +362,34 @@ impl Backstop {
         let mut cmd = String::new();
         for ev in events {
             let e = &ev.entry;
-            let want = (ev.event != EventKind::Destroy
-                && matches!(e.state, State::Admitted | State::Established))
-            .then(|| endpoint_of(&el.endpoints, e))
-            .flatten()
-            .map(|ep| (ep, egress_pair(e), ingress_pair(e)));
+            let passes = ev.event != EventKind::Destroy
+                && matches!(e.state, State::Admitted | State::Established);
+            if e.qp_type == QpType::Ud {
+                // An address handle: its destination QPN is chosen per
+                // send, so it admits a host (set ud_<endpoint>).
+                let want = passes
+                    .then(|| endpoint_of(&el.endpoints, e))
+                    .flatten()
+                    .map(|ep| (ep, e.peer_host));
+                let have = el.live_ud.get(&e.key()).cloned();
+                if want != have {
+                    if let Some((ep, host)) = have {
+                        del_ud(&mut el, &mut cmd, &ep, host);
+                        el.live_ud.remove(&e.key());
+                    }
+                    if let Some((ep, host)) = want {
+                        if bump(el.ud.entry(ep.clone()).or_default(), host) {
+                            let _ = writeln!(cmd, "add element inet {TABLE} ud_{ep} {{ {host} }}");
+                        }
+                        el.live_ud.insert(e.key(), (ep, host));
+                    }
+                }
+                continue;
+            }
+            let want = (passes)
+                .then(|| endpoint_of(&el.endpoints, e))
+                .flatten()
+                .map(|ep| (ep, egress_pair(e), ingress_pair(e)));
             let have = el.live.get(&e.key()).cloned();
             if want == have {
                 continue;
@@ -492,7 +529,12 @@ impl Backstop {
         let t = format!("inet {TABLE}");
         let mut cmd = format!("flush set {t} conn_in\nflush set {t} tenant_qpns\n");
         for id in el.endpoints.keys() {
-            let _ = writeln!(cmd, "flush set {t} eg_{id}");
+            let _ = writeln!(cmd, "flush set {t} eg_{id}\nflush set {t} ud_{id}");
+        }
+        for (id, hosts) in &el.ud {
+            for host in hosts.keys() {
+                let _ = writeln!(cmd, "add element {t} ud_{id} {{ {host} }}");
+            }
         }
         for (id, pairs) in &el.egress {
             for (host, qpn) in pairs.keys() {
@@ -580,7 +622,9 @@ fn endpoint_rules(id: &str) -> String {
         "add set {t} eg_{id} {{ typeof ip daddr . {BTH_DEST_QPN}; }}\n\
          add counter {t} drop_{id}\n\
          add chain {t} {c}\nflush chain {t} {c}\n\
+         add set {t} ud_{id} {{ type ipv4_addr; }}\n\
          add rule {t} {c} ip daddr . {BTH_DEST_QPN} @eg_{id} accept\n\
+         add rule {t} {c} ip daddr @ud_{id} {BTH_UD} accept\n\
          add rule {t} {c} counter name drop_{id} drop\n"
     )
 }
@@ -644,6 +688,12 @@ fn del(el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
             "delete element {t} conn_in {{ {} . {} }}",
             ing.0, ing.1
         );
+    }
+}
+
+fn del_ud(el: &mut Elements, cmd: &mut String, ep: &str, host: Ipv4Addr) {
+    if el.ud.get_mut(ep).is_some_and(|m| drop_ref(m, host)) {
+        let _ = writeln!(cmd, "delete element inet {TABLE} ud_{ep} {{ {host} }}");
     }
 }
 

@@ -154,6 +154,15 @@ pub enum PeerMsg {
         to_id: u32,
         from_id: u32,
     },
+    /// A UD QP of an endpoint of the sending host is up (or gone): a UD
+    /// packet names its sender by host and QPN only, and the receiving
+    /// masqd names it by vIP (see `ud.rs`).
+    UdQp {
+        vni: u32,
+        vip: Ipv4Addr,
+        qpn: u32,
+        up: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,6 +244,9 @@ pub struct Cm {
     state: Mutex<State>,
     out: Mutex<Option<mpsc::Sender<(Ipv4Addr, PeerMsg)>>>,
     pub timeout: Duration,
+    /// Other hosts' UD QPs as their masqds announced them:
+    /// (host, QPN) -> (VNI, vIP). Claims: checked against the VPC map.
+    ud_peers: Mutex<std::collections::HashMap<(Ipv4Addr, u32), (u32, Ipv4Addr)>>,
 }
 
 fn random_u32() -> u32 {
@@ -275,6 +287,7 @@ impl Cm {
             }),
             out: Mutex::new(None),
             timeout,
+            ud_peers: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -285,6 +298,21 @@ impl Cm {
     /// Where messages to peer masqds go (see `cm_link`).
     pub fn set_link(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
         *self.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+
+    /// Tell `host`'s masqd that this host's UD QP `qpn` of (vni, vip) is
+    /// up or gone.
+    pub fn announce_ud(&self, host: Ipv4Addr, vni: u32, vip: Ipv4Addr, qpn: u32, up: bool) {
+        self.send(host, PeerMsg::UdQp { vni, vip, qpn, up });
+    }
+
+    /// Who `host`'s masqd said holds UD QP `qpn`: (VNI, vIP).
+    pub fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)> {
+        self.ud_peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(host, qpn))
+            .copied()
     }
 
     fn send(&self, host: Ipv4Addr, msg: PeerMsg) {
@@ -1012,6 +1040,15 @@ impl Cm {
     /// of the VPC map). Anything that does not fit is logged and dropped.
     pub fn on_peer(&self, shared: &dyn CmHost, from: Ipv4Addr, msg: PeerMsg) {
         debug!(%from, ?msg, "CM message in");
+        if let PeerMsg::UdQp { vni, vip, qpn, up } = msg {
+            let mut m = self.ud_peers.lock().unwrap_or_else(|p| p.into_inner());
+            if up {
+                m.insert((from, qpn & 0xFF_FFFF), (vni, vip));
+            } else if m.get(&(from, qpn)) == Some(&(vni, vip)) {
+                m.remove(&(from, qpn));
+            }
+            return;
+        }
         let mut st = self.lock();
         let st = &mut *st;
         match msg {
@@ -1106,6 +1143,8 @@ impl Cm {
                 };
                 Self::emit(st, to_id, proto::CM_EVENT_REJECTED, reason, param);
             }
+            // Taken above, without the CM's lock.
+            PeerMsg::UdQp { .. } => {}
             PeerMsg::Rtu { to_id, from_id } => {
                 let Some(i) = st.ids.get_mut(&to_id) else {
                     return;

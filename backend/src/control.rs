@@ -61,6 +61,9 @@ pub struct CtFilter {
     pub dst: Option<String>,
     /// Local or remote QPN.
     pub qpn: Option<u32>,
+    /// rc, uc or ud (UD entries are address handles).
+    #[serde(default)]
+    pub proto: Option<String>,
 }
 
 impl CtFilter {
@@ -80,6 +83,11 @@ impl CtFilter {
         }
         if let Some(q) = self.qpn {
             f = f.qpn(q);
+        }
+        if let Some(p) = &self.proto {
+            let t = rconntrack::QpType::parse(p)
+                .ok_or_else(|| format!("protocol {p:?}: expected rc, uc or ud"))?;
+            f = f.qp_type(t);
         }
         Ok(f)
     }
@@ -369,6 +377,30 @@ mod tests {
             r#"{"cmd":"sessions"}"#
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+
+    #[test]
+    fn conntrack_filter_selects_by_qp_type() {
+        let ud = rconntrack::Entry {
+            qp_type: rconntrack::QpType::Ud,
+            ..Default::default()
+        };
+        let rc = rconntrack::Entry::default();
+        let f = CtFilter {
+            proto: Some("UD".into()),
+            ..Default::default()
+        }
+        .compile()
+        .expect("ud");
+        assert!(f.matches(&ud) && !f.matches(&rc));
+        let bad = CtFilter {
+            proto: Some("tcp".into()),
+            ..Default::default()
+        };
+        assert!(bad.compile().unwrap_err().contains("rc, uc or ud"));
+        // An older masqctl's request (no proto) still parses.
+        let old: CtFilter = serde_json::from_str(r#"{"tenant":"acme"}"#).expect("json");
+        assert_eq!(old.proto, None);
     }
 
     #[test]

@@ -420,6 +420,13 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
             b.qp_gone(qp.qpn);
         }
     }
+    for qp in sess
+        .qps
+        .values()
+        .filter(|q| q.qp_type == "UD" && q.owner_checked)
+    {
+        crate::ud::announce(&shared, &sess.ep, qp.qpn, false);
+    }
     if !sess.qps.is_empty() {
         info!("app gone; forgetting {} QP(s)", sess.qps.len());
     } else {

@@ -5,6 +5,7 @@ pub const IBV_QP_STATE: u32 = 1 << 0;
 pub const IBV_QP_ACCESS_FLAGS: u32 = 1 << 3;
 pub const IBV_QP_PKEY_INDEX: u32 = 1 << 4;
 pub const IBV_QP_PORT: u32 = 1 << 5;
+pub const IBV_QP_QKEY: u32 = 1 << 6;
 pub const IBV_QP_AV: u32 = 1 << 7;
 pub const IBV_QP_PATH_MTU: u32 = 1 << 8;
 pub const IBV_QP_TIMEOUT: u32 = 1 << 9;

@@ -28,4 +28,5 @@ pub mod session;
 pub mod source;
 pub mod state;
 pub mod sysfs_view;
+pub mod ud;
 pub mod uverbs;

@@ -1,7 +1,9 @@
 //! One app context's session: validate each request, translate virtual
 //! addresses, run the verbs command on the tenant's own uverbs file.
 
-use crate::ibv::{IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_STATE};
+use crate::ibv::{
+    IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_STATE,
+};
 use crate::registry::{Endpoint, VDEV_NAME};
 use crate::seqpacket::Conn;
 use crate::state::{QpRecord, Shared};
@@ -23,8 +25,10 @@ const IBV_QPS_RTR: u8 = 2;
 const IBV_QPS_RTS: u8 = 3;
 const IBV_QPS_SQE: u8 = 5;
 const IBV_QPS_ERR: u8 = 6;
+/// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).
+const PRIVILEGED_QKEY: u32 = 0x8000_0000;
 /// How long an admission waits for the backstop to let its packets through.
-const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Session {
     pub id: u64,
@@ -35,6 +39,10 @@ pub struct Session {
     hello: bool,
     uverbs: Option<Arc<OwnedFd>>,
     pub qps: BTreeMap<u32, QpRecord>,
+    /// UD address handles by kernel handle, and admissions not yet bound.
+    pub(crate) ahs: BTreeMap<u32, crate::ud::AhRecord>,
+    pub(crate) ah_pending: BTreeMap<u32, crate::ud::PendingAh>,
+    pub(crate) next_ah_id: u32,
 }
 
 impl Session {
@@ -48,24 +56,32 @@ impl Session {
             hello: false,
             uverbs: None,
             qps: BTreeMap::new(),
+            ahs: BTreeMap::new(),
+            ah_pending: BTreeMap::new(),
+            next_ah_id: 0,
         }
+    }
+
+    /// Whether OPEN_DEVICE gave the session its uverbs file.
+    pub(crate) fn has_device(&self) -> bool {
+        self.uverbs.is_some()
     }
 }
 
 /// A failed request: the errno the app will see, and why (for the log).
-struct Refusal {
+pub(crate) struct Refusal {
     errno: i32,
     why: String,
 }
 
-fn refuse(errno: i32, why: impl Into<String>) -> Refusal {
+pub(crate) fn refuse(errno: i32, why: impl Into<String>) -> Refusal {
     Refusal {
         errno,
         why: why.into(),
     }
 }
 
-fn from_io(e: io::Error, what: &str) -> Refusal {
+pub(crate) fn from_io(e: io::Error, what: &str) -> Refusal {
     refuse(
         e.raw_os_error().unwrap_or(libc::EIO),
         format!("{what}: {e}"),
@@ -179,9 +195,25 @@ fn handle(
             }
             Err((errno, why)) => Err(refuse(errno, why)),
         },
+        (proto::RequestBody::CreateAh(r), true) => {
+            crate::ud::create_ah(shared, sess, r).map(|r| (r, false))
+        }
+        (proto::RequestBody::BindAh(b), true) => {
+            crate::ud::bind_ah(shared, sess, b).map(|_| (proto::ReplyBody::BindAh, false))
+        }
+        (proto::RequestBody::DestroyAh(d), true) => {
+            crate::ud::destroy_ah(shared, sess, d);
+            Ok((proto::ReplyBody::DestroyAh, false))
+        }
+        (proto::RequestBody::ResolveGrh(r), true) => {
+            crate::ud::resolve_grh(shared, sess, r).map(|r| (r, false))
+        }
         (proto::RequestBody::DestroyQp(d), true) => {
             if let Some(qp) = sess.qps.remove(&d.qp_handle) {
                 debug!(qpn = qp.qpn, "QP destroyed");
+                if qp.qp_type == "UD" && qp.owner_checked {
+                    crate::ud::announce(shared, &sess.ep, qp.qpn, false);
+                }
                 shared.admitted.forget(qp.qpn, sess.id);
                 if let Some(b) = shared.admission.backstop() {
                     b.qp_gone(qp.qpn);
@@ -362,6 +394,14 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             "alternate paths are not virtualized",
         ));
     }
+    // The kernel refuses a privileged Q_Key (high bit) to callers without
+    // CAP_NET_RAW; masqd has it and runs the command, so it refuses first.
+    if mask & IBV_QP_QKEY != 0 && a.qkey & PRIVILEGED_QKEY != 0 {
+        return Err(refuse(
+            libc::EPERM,
+            format!("privileged Q_Key {:#x}", a.qkey),
+        ));
+    }
     if mask & IBV_QP_PORT != 0 && a.port_num != shared.host.port {
         return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
     }
@@ -535,6 +575,9 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
         if let Some(b) = shared.admission.backstop() {
             b.qp_seen(qpn);
         }
+    }
+    if m.qp_type == IBV_QPT_UD && owner_checked && to_rtr {
+        crate::ud::announce(shared, &sess.ep, qpn, true);
     }
     let rec = sess.qps.entry(m.qp_handle).or_insert_with(|| QpRecord {
         handle: m.qp_handle,

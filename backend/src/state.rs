@@ -278,6 +278,22 @@ impl Shared {
         let mut done = 0;
         for e in entries {
             let fd = lock(&self.fds).get(&e.session).cloned();
+            if e.qp_type == rconntrack::QpType::Ud {
+                // A UD entry is an address handle, keyed by its handle.
+                match fd.map(|fd| {
+                    crate::uverbs::destroy_ah(fd.as_fd(), self.host.driver_id, e.qp_handle)
+                }) {
+                    Some(Ok(())) => {
+                        done += 1;
+                        info!(tenant = %e.tenant, src = %e.local_vip, dst = %e.remote_vip,
+                              "UD address handle destroyed: {why}");
+                    }
+                    Some(Err(err)) => warn!(ah = e.qp_handle, "cannot destroy the AH: {err}"),
+                    None => debug!(ah = e.qp_handle, "session already gone"),
+                }
+                self.admission.table().remove(e.key());
+                continue;
+            }
             let cmd = crate::uverbs::ModifyQp {
                 qp_handle: e.qp_handle,
                 attr_mask: 1, // IBV_QP_STATE

@@ -148,6 +148,7 @@ const UVERBS_ATTR_CORE_IN: u16 = 0;
 const UVERBS_ATTR_CORE_OUT: u16 = 1;
 const UVERBS_ATTR_WRITE_CMD: u16 = 2;
 const UVERBS_ATTR_F_MANDATORY: u16 = 1;
+const IB_USER_VERBS_CMD_DESTROY_AH: u64 = 8;
 const IB_USER_VERBS_CMD_QUERY_QP: u64 = 25;
 const IB_USER_VERBS_CMD_MODIFY_QP: u64 = 26;
 
@@ -232,6 +233,19 @@ pub fn query_qp(
         Some(&mut resp),
     )?;
     Ok(resp)
+}
+
+/// Execute DESTROY_AH on the tenant's uverbs file (`struct
+/// ib_uverbs_destroy_ah` is the handle alone). On rxe a UD send names its
+/// AH by the kernel's index, so the AH's sends fail from then on.
+pub fn destroy_ah(fd: BorrowedFd<'_>, driver_id: u32, ah_handle: u32) -> io::Result<()> {
+    invoke_write::<u32, ()>(
+        fd,
+        driver_id,
+        IB_USER_VERBS_CMD_DESTROY_AH,
+        &ah_handle,
+        None,
+    )
 }
 
 /// `enum rdma_driver_id` of software RoCE (rdma_rxe).

@@ -90,6 +90,10 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_OP_QUERY_QP 5
 #define MASQ_OP_DESTROY_QP 6
 #define MASQ_OP_RESYNC_QP 7
+#define MASQ_OP_CREATE_AH 8
+#define MASQ_OP_BIND_AH 9
+#define MASQ_OP_DESTROY_AH 10
+#define MASQ_OP_RESOLVE_GRH 11
 #define MASQ_OP_CM_CREATE_CHANNEL 16
 #define MASQ_OP_CM_DESTROY_CHANNEL 17
 #define MASQ_OP_CM_CREATE_ID 18
@@ -861,6 +865,134 @@ static inline int masq_cm_event_validate(const struct masq_cm_event *s)
 	return 0;
 }
 
+/*
+ * CREATE_AH: a UD destination by virtual address. `ah_attr` is the
+ * app's (virtual dgid and sgid index; is_global must be 1).
+ */
+struct masq_create_ah_req {
+	struct masq_ah_attr ah_attr;
+};
+_Static_assert(sizeof(struct masq_create_ah_req) == 32, "masq_create_ah_req: size");
+_Static_assert(offsetof(struct masq_create_ah_req, ah_attr) == 0, "masq_create_ah_req.ah_attr: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_create_ah_req_validate(const struct masq_create_ah_req *s)
+{
+	if (masq_ah_attr_validate(&s->ah_attr))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * What the frontend hands the provider's create_ah: the same AH with
+ * the peer host's physical dgid, the host's sgid index and the
+ * policy's traffic class. `ah_id` names this admission in BIND_AH.
+ */
+struct masq_create_ah_reply {
+	uint32_t ah_id;
+	uint8_t reserved[4];
+	struct masq_ah_attr ah_attr;
+};
+_Static_assert(sizeof(struct masq_create_ah_reply) == 40, "masq_create_ah_reply: size");
+_Static_assert(offsetof(struct masq_create_ah_reply, ah_id) == 0, "masq_create_ah_reply.ah_id: offset");
+_Static_assert(offsetof(struct masq_create_ah_reply, reserved) == 4, "masq_create_ah_reply.reserved: offset");
+_Static_assert(offsetof(struct masq_create_ah_reply, ah_attr) == 8, "masq_create_ah_reply.ah_attr: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_create_ah_reply_validate(const struct masq_create_ah_reply *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (masq_ah_attr_validate(&s->ah_attr))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The provider created admission `ah_id`'s AH: its kernel handle, by
+ * which masqd tracks it (and destroys it on a policy reset).
+ */
+struct masq_bind_ah_req {
+	uint32_t ah_id;
+	uint32_t ah_handle;
+};
+_Static_assert(sizeof(struct masq_bind_ah_req) == 8, "masq_bind_ah_req: size");
+_Static_assert(offsetof(struct masq_bind_ah_req, ah_id) == 0, "masq_bind_ah_req.ah_id: offset");
+_Static_assert(offsetof(struct masq_bind_ah_req, ah_handle) == 4, "masq_bind_ah_req.ah_handle: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_bind_ah_req_validate(const struct masq_bind_ah_req *s)
+{
+	(void)s;
+	return 0;
+}
+
+struct masq_destroy_ah_req {
+	uint32_t ah_handle;
+	uint8_t reserved[4];
+};
+_Static_assert(sizeof(struct masq_destroy_ah_req) == 8, "masq_destroy_ah_req: size");
+_Static_assert(offsetof(struct masq_destroy_ah_req, ah_handle) == 0, "masq_destroy_ah_req.ah_handle: offset");
+_Static_assert(offsetof(struct masq_destroy_ah_req, reserved) == 4, "masq_destroy_ah_req.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_destroy_ah_req_validate(const struct masq_destroy_ah_req *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * A received UD packet's GRH (as the app's ibv_init_ah_from_wc sees
+ * it), to be named in virtual terms: the sender host's physical
+ * source GID, this host's physical destination GID, and the sending
+ * QP (ibv_wc.src_qp).
+ */
+struct masq_resolve_grh_req {
+	uint32_t src_qp;
+	uint8_t reserved[4];
+	uint8_t sgid[16];
+	uint8_t dgid[16];
+};
+_Static_assert(sizeof(struct masq_resolve_grh_req) == 40, "masq_resolve_grh_req: size");
+_Static_assert(offsetof(struct masq_resolve_grh_req, src_qp) == 0, "masq_resolve_grh_req.src_qp: offset");
+_Static_assert(offsetof(struct masq_resolve_grh_req, reserved) == 4, "masq_resolve_grh_req.reserved: offset");
+_Static_assert(offsetof(struct masq_resolve_grh_req, sgid) == 8, "masq_resolve_grh_req.sgid: offset");
+_Static_assert(offsetof(struct masq_resolve_grh_req, dgid) == 24, "masq_resolve_grh_req.dgid: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_resolve_grh_req_validate(const struct masq_resolve_grh_req *s)
+{
+	if (!(s->src_qp <= 0xFFFFFF))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The sender's virtual GID (`::ffff:vIP` in this VPC) and the virtual
+ * index of this endpoint's GID the packet was sent to.
+ */
+struct masq_resolve_grh_reply {
+	uint8_t sgid[16];
+	uint8_t sgid_index;
+	uint8_t reserved[7];
+};
+_Static_assert(sizeof(struct masq_resolve_grh_reply) == 24, "masq_resolve_grh_reply: size");
+_Static_assert(offsetof(struct masq_resolve_grh_reply, sgid) == 0, "masq_resolve_grh_reply.sgid: offset");
+_Static_assert(offsetof(struct masq_resolve_grh_reply, sgid_index) == 16, "masq_resolve_grh_reply.sgid_index: offset");
+_Static_assert(offsetof(struct masq_resolve_grh_reply, reserved) == 17, "masq_resolve_grh_reply.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_resolve_grh_reply_validate(const struct masq_resolve_grh_reply *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
 struct masq_qp_error_notice {
 	uint32_t qp_num;
 	uint32_t reason; /* QP_ERROR_* reason */
@@ -1229,6 +1361,168 @@ static inline int masq_msg_resync_qp_reply_decode(const void *buf, size_t len, s
 	int err = masq__decode(buf, len, (MASQ_OP_RESYNC_QP | MASQ_REPLY), m, sizeof(*m));
 
 	return err ? err : masq_resync_qp_reply_validate(&m->body);
+}
+
+/* CREATE_AH req (opcode 0x0008) */
+struct masq_msg_create_ah_req {
+	struct masq_hdr hdr;
+	struct masq_create_ah_req body;
+};
+_Static_assert(sizeof(struct masq_msg_create_ah_req) == 48, "masq_msg_create_ah_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_create_ah_req_init(struct masq_msg_create_ah_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CREATE_AH, sizeof(*m));
+}
+
+static inline int masq_msg_create_ah_req_decode(const void *buf, size_t len, struct masq_msg_create_ah_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CREATE_AH, m, sizeof(*m));
+
+	return err ? err : masq_create_ah_req_validate(&m->body);
+}
+
+/* CREATE_AH reply (opcode 0x0008) */
+struct masq_msg_create_ah_reply {
+	struct masq_hdr hdr;
+	struct masq_create_ah_reply body;
+};
+_Static_assert(sizeof(struct masq_msg_create_ah_reply) == 56, "masq_msg_create_ah_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_create_ah_reply_init(struct masq_msg_create_ah_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CREATE_AH | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_create_ah_reply_decode(const void *buf, size_t len, struct masq_msg_create_ah_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_CREATE_AH | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_create_ah_reply_validate(&m->body);
+}
+
+/* BIND_AH req (opcode 0x0009) */
+struct masq_msg_bind_ah_req {
+	struct masq_hdr hdr;
+	struct masq_bind_ah_req body;
+};
+_Static_assert(sizeof(struct masq_msg_bind_ah_req) == 24, "masq_msg_bind_ah_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_bind_ah_req_init(struct masq_msg_bind_ah_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_BIND_AH, sizeof(*m));
+}
+
+static inline int masq_msg_bind_ah_req_decode(const void *buf, size_t len, struct masq_msg_bind_ah_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_BIND_AH, m, sizeof(*m));
+
+	return err ? err : masq_bind_ah_req_validate(&m->body);
+}
+
+/* BIND_AH reply (opcode 0x0009) */
+struct masq_msg_bind_ah_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_bind_ah_reply) == 16, "masq_msg_bind_ah_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_bind_ah_reply_init(struct masq_msg_bind_ah_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_BIND_AH | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_bind_ah_reply_decode(const void *buf, size_t len, struct masq_msg_bind_ah_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_BIND_AH | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* DESTROY_AH req (opcode 0x000a) */
+struct masq_msg_destroy_ah_req {
+	struct masq_hdr hdr;
+	struct masq_destroy_ah_req body;
+};
+_Static_assert(sizeof(struct masq_msg_destroy_ah_req) == 24, "masq_msg_destroy_ah_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_destroy_ah_req_init(struct masq_msg_destroy_ah_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_DESTROY_AH, sizeof(*m));
+}
+
+static inline int masq_msg_destroy_ah_req_decode(const void *buf, size_t len, struct masq_msg_destroy_ah_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_DESTROY_AH, m, sizeof(*m));
+
+	return err ? err : masq_destroy_ah_req_validate(&m->body);
+}
+
+/* DESTROY_AH reply (opcode 0x000a) */
+struct masq_msg_destroy_ah_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_destroy_ah_reply) == 16, "masq_msg_destroy_ah_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_destroy_ah_reply_init(struct masq_msg_destroy_ah_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_DESTROY_AH | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_destroy_ah_reply_decode(const void *buf, size_t len, struct masq_msg_destroy_ah_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_DESTROY_AH | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* RESOLVE_GRH req (opcode 0x000b) */
+struct masq_msg_resolve_grh_req {
+	struct masq_hdr hdr;
+	struct masq_resolve_grh_req body;
+};
+_Static_assert(sizeof(struct masq_msg_resolve_grh_req) == 56, "masq_msg_resolve_grh_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_resolve_grh_req_init(struct masq_msg_resolve_grh_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_RESOLVE_GRH, sizeof(*m));
+}
+
+static inline int masq_msg_resolve_grh_req_decode(const void *buf, size_t len, struct masq_msg_resolve_grh_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_RESOLVE_GRH, m, sizeof(*m));
+
+	return err ? err : masq_resolve_grh_req_validate(&m->body);
+}
+
+/* RESOLVE_GRH reply (opcode 0x000b) */
+struct masq_msg_resolve_grh_reply {
+	struct masq_hdr hdr;
+	struct masq_resolve_grh_reply body;
+};
+_Static_assert(sizeof(struct masq_msg_resolve_grh_reply) == 40, "masq_msg_resolve_grh_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_resolve_grh_reply_init(struct masq_msg_resolve_grh_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_RESOLVE_GRH | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_resolve_grh_reply_decode(const void *buf, size_t len, struct masq_msg_resolve_grh_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_RESOLVE_GRH | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_resolve_grh_reply_validate(&m->body);
 }
 
 /* CM_CREATE_CHANNEL req (opcode 0x0010) */

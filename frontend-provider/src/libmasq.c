@@ -21,6 +21,7 @@
 
 #include "masq_client.h"
 #include "masq_loader.h"
+#include "masq_ud.h"
 
 #define IBVERBS_VERSION "IBVERBS_1.1"
 
@@ -56,6 +57,11 @@ static struct {
 	int (*query_qp)(struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *);
 	int (*destroy_qp)(struct ibv_qp *);
 	struct ibv_ah *(*create_ah)(struct ibv_pd *, struct ibv_ah_attr *);
+	int (*destroy_ah)(struct ibv_ah *);
+	int (*init_ah_from_wc)(struct ibv_context *, uint8_t, struct ibv_wc *, struct ibv_grh *,
+			       struct ibv_ah_attr *);
+	int (*resolve_eth_l2_from_gid)(struct ibv_context *, struct ibv_ah_attr *, uint8_t *,
+				       uint16_t *);
 	__be64 (*get_device_guid)(struct ibv_device *);
 } real;
 
@@ -73,6 +79,14 @@ static void *real_sym(const char *name, const char *version)
 
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 
+/*
+ * Set while this thread runs the provider's create_ah with the physical
+ * attributes masqd gave: the provider calls public verbs (ibv_query_gid,
+ * ibv_resolve_eth_l2_from_gid) through the PLT, and those calls must see
+ * the physical device its attributes are about, not the app's view.
+ */
+static __thread int in_provider;
+
 static void resolve_real(void)
 {
 	real.get_device_list = real_sym("ibv_get_device_list", IBVERBS_VERSION);
@@ -86,6 +100,9 @@ static void resolve_real(void)
 	real.query_qp = real_sym("ibv_query_qp", IBVERBS_VERSION);
 	real.destroy_qp = real_sym("ibv_destroy_qp", IBVERBS_VERSION);
 	real.create_ah = real_sym("ibv_create_ah", IBVERBS_VERSION);
+	real.destroy_ah = real_sym("ibv_destroy_ah", IBVERBS_VERSION);
+	real.init_ah_from_wc = real_sym("ibv_init_ah_from_wc", IBVERBS_VERSION);
+	real.resolve_eth_l2_from_gid = real_sym("ibv_resolve_eth_l2_from_gid", IBVERBS_VERSION);
 	real.get_device_guid = real_sym("ibv_get_device_guid", IBVERBS_VERSION);
 }
 
@@ -330,7 +347,7 @@ int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gi
 
 	init_real();
 	m = find_ctx(ctx);
-	if (!m)
+	if (!m || in_provider)
 		return real.query_gid(ctx, port, index, gid);
 	g = index < 0 ? NULL : lookup_gid(m, port, (uint32_t)index);
 	if (!g) {
@@ -361,7 +378,7 @@ int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
 	struct masq_ctx *m = find_ctx(ctx);
 	const struct masq_gid *g;
 
-	if (!m) {
+	if (!m || in_provider) {
 		real_ex = real_sym("_ibv_query_gid_ex", "IBVERBS_1.11");
 		return real_ex(ctx, port, index, entry, flags, entry_size);
 	}
@@ -408,7 +425,7 @@ int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index
 	struct masq_ctx *m = find_ctx(ctx);
 	const struct masq_gid *g;
 
-	if (!m) {
+	if (!m || in_provider) {
 		real_type = real_sym("ibv_query_gid_type", NULL);
 		return real_type(ctx, port, index, type);
 	}
@@ -484,15 +501,142 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	return rc;
 }
 
+/* ------------------------------------------------------------ UD AHs */
+
+/*
+ * masqd translates the virtual destination and admits it; the provider
+ * then builds its AH (in the app's memory, and the kernel's) from the
+ * physical attributes; masqd learns the kernel handle to track it.
+ */
 struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
+	struct ibv_ah_attr phys;
+	struct masq_ctx *m;
+	struct ibv_ah *ah;
+	uint32_t ah_id;
+	int err;
+
 	init_real();
-	if (!find_ctx(pd->context))
+	m = find_ctx(pd->context);
+	if (!m)
 		return real.create_ah(pd, attr);
-	/* UD address handles are built in user space by some providers (rxe
-	 * among them) from the physical GID; not virtualized yet. */
-	errno = EOPNOTSUPP;
-	return NULL;
+	err = masq_create_ah_admit(&m->sess, attr, &phys, &ah_id);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	in_provider = 1;
+	ah = real.create_ah(pd, &phys);
+	err = errno;
+	in_provider = 0;
+	if (!ah) {
+		errno = err ? err : EIO;
+		return NULL;
+	}
+	err = masq_bind_ah(&m->sess, ah_id, ah->handle);
+	if (err) {
+		real.destroy_ah(ah);
+		errno = err;
+		return NULL;
+	}
+	return ah;
+}
+
+int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	struct ibv_context *ctx = ah->context;
+	uint32_t handle = ah->handle;
+	struct masq_ctx *m;
+	int rc;
+
+	init_real();
+	rc = real.destroy_ah(ah);
+	m = find_ctx(ctx);
+	if (rc == 0 && m)
+		masq_destroy_ah(&m->sess, handle);
+	return rc;
+}
+
+/*
+ * Inside the provider's create_ah (in_provider) the destination MAC of the
+ * physical next hop cannot be resolved here: the app's network namespace
+ * has no underlay. The kernel resolves it itself when it creates the AH
+ * (rdma_create_user_ah), and rxe sends by the kernel's AH, so the user
+ * copy stays zero. Apps calling it themselves get their vNIC's answer.
+ */
+int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ibv_ah_attr *attr,
+				uint8_t eth_mac[6], uint16_t *vid)
+{
+	init_real();
+	if (in_provider && find_ctx(context)) {
+		memset(eth_mac, 0, 6);
+		if (vid)
+			*vid = 0xffff; /* no VLAN */
+		return 0;
+	}
+	return real.resolve_eth_l2_from_gid(context, attr, eth_mac, vid);
+}
+
+/* A received packet's GRH holds the sending host's physical address:
+ * masqd names the sender's endpoint instead (its virtual GID). */
+int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
+			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
+{
+	struct masq_grh_info g;
+	struct masq_ctx *m;
+	int err;
+
+	init_real();
+	m = find_ctx(context);
+	if (!m)
+		return real.init_ah_from_wc(context, port_num, wc, grh, ah_attr);
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->dlid = wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	ah_attr->port_num = port_num;
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return 0; /* RoCE always has one; nothing to translate without */
+	err = masq_parse_grh(grh, &g);
+	if (!err)
+		err = masq_resolve_grh(&m->sess, wc->src_qp, &g, ah_attr->grh.dgid.raw,
+				       &ah_attr->grh.sgid_index);
+	if (err) {
+		memset(&ah_attr->grh, 0, sizeof(ah_attr->grh));
+		errno = err;
+		return -1;
+	}
+	ah_attr->is_global = 1;
+	ah_attr->grh.flow_label = g.flow_label;
+	ah_attr->grh.hop_limit = g.hop_limit;
+	ah_attr->grh.traffic_class = g.traffic_class;
+	return 0;
+}
+
+struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+				     uint8_t port_num)
+{
+	struct ibv_ah_attr attr;
+
+	if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
+		return NULL;
+	return ibv_create_ah(pd, &attr);
+}
+
+/* Multicast groups are not virtualized: a physical group would join the
+ * tenant to the underlay's multicast, outside its VPC. */
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	int (*real_attach)(struct ibv_qp *, const union ibv_gid *, uint16_t);
+
+	init_real();
+	if (find_ctx(qp->context)) {
+		masq_log("ibv_attach_mcast refused: multicast is not virtualized by masq");
+		errno = ENOSYS;
+		return ENOSYS;
+	}
+	real_attach = real_sym("ibv_attach_mcast", IBVERBS_VERSION);
+	return real_attach(qp, gid, lid);
 }
 
 /* A context imported from a uverbs fd was never opened through masqd, so

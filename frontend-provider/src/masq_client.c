@@ -659,11 +659,43 @@ int masq_query_gid_table(struct masq_session *s, struct masq_gid *gids, unsigned
 	return 0;
 }
 
+void masq_ah_attr_to_wire(struct masq_ah_attr *w, const struct ibv_ah_attr *ah)
+{
+	memset(w, 0, sizeof(*w));
+	memcpy(w->dgid, ah->grh.dgid.raw, sizeof(w->dgid));
+	/* The GRH carries 20 bits and the kernel uses no more (UCX passes
+	 * 0xffffffff); the wire takes what the kernel would. */
+	w->flow_label = ah->grh.flow_label & 0xFFFFF;
+	w->sgid_index = ah->grh.sgid_index;
+	w->hop_limit = ah->grh.hop_limit;
+	w->traffic_class = ah->grh.traffic_class;
+	w->is_global = ah->is_global ? 1 : 0;
+	w->dlid = ah->dlid;
+	w->sl = ah->sl;
+	w->src_path_bits = ah->src_path_bits;
+	w->static_rate = ah->static_rate;
+	w->port_num = ah->port_num;
+}
+
+void masq_ah_attr_from_wire(struct ibv_ah_attr *ah, const struct masq_ah_attr *w)
+{
+	memset(ah, 0, sizeof(*ah));
+	memcpy(ah->grh.dgid.raw, w->dgid, sizeof(ah->grh.dgid.raw));
+	ah->grh.flow_label = w->flow_label;
+	ah->grh.sgid_index = w->sgid_index;
+	ah->grh.hop_limit = w->hop_limit;
+	ah->grh.traffic_class = w->traffic_class;
+	ah->is_global = w->is_global;
+	ah->dlid = w->dlid;
+	ah->sl = w->sl;
+	ah->src_path_bits = w->src_path_bits;
+	ah->static_rate = w->static_rate;
+	ah->port_num = w->port_num;
+}
+
 /* Copy the fields an attribute mask names; the protocol wants the rest 0. */
 void masq_qp_attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, int mask)
 {
-	const struct ibv_ah_attr *ah = &a->ah_attr;
-
 	memset(w, 0, sizeof(*w));
 	if (mask & IBV_QP_STATE)
 		w->qp_state = (uint8_t)a->qp_state;
@@ -710,27 +742,12 @@ void masq_qp_attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, i
 		w->cap.max_recv_sge = a->cap.max_recv_sge;
 		w->cap.max_inline_data = a->cap.max_inline_data;
 	}
-	if (mask & IBV_QP_AV) {
-		memcpy(w->ah_attr.dgid, ah->grh.dgid.raw, sizeof(w->ah_attr.dgid));
-		/* The GRH carries 20 bits and the kernel uses no more (UCX
-		 * passes 0xffffffff); the wire takes what the kernel would. */
-		w->ah_attr.flow_label = ah->grh.flow_label & 0xFFFFF;
-		w->ah_attr.sgid_index = ah->grh.sgid_index;
-		w->ah_attr.hop_limit = ah->grh.hop_limit;
-		w->ah_attr.traffic_class = ah->grh.traffic_class;
-		w->ah_attr.is_global = ah->is_global ? 1 : 0;
-		w->ah_attr.dlid = ah->dlid;
-		w->ah_attr.sl = ah->sl;
-		w->ah_attr.src_path_bits = ah->src_path_bits;
-		w->ah_attr.static_rate = ah->static_rate;
-		w->ah_attr.port_num = ah->port_num;
-	}
+	if (mask & IBV_QP_AV)
+		masq_ah_attr_to_wire(&w->ah_attr, &a->ah_attr);
 }
 
 void masq_qp_attr_from_wire(struct ibv_qp_attr *attr, const struct masq_qp_attr *w)
 {
-	struct ibv_ah_attr *ah = &attr->ah_attr;
-
 	attr->qp_state = (enum ibv_qp_state)w->qp_state;
 	attr->cur_qp_state = (enum ibv_qp_state)w->cur_qp_state;
 	attr->path_mtu = (enum ibv_mtu)w->path_mtu;
@@ -749,18 +766,7 @@ void masq_qp_attr_from_wire(struct ibv_qp_attr *attr, const struct masq_qp_attr 
 	attr->timeout = w->timeout;
 	attr->retry_cnt = w->retry_cnt;
 	attr->rnr_retry = w->rnr_retry;
-	memset(ah, 0, sizeof(*ah));
-	memcpy(ah->grh.dgid.raw, w->ah_attr.dgid, sizeof(ah->grh.dgid.raw));
-	ah->grh.flow_label = w->ah_attr.flow_label;
-	ah->grh.sgid_index = w->ah_attr.sgid_index;
-	ah->grh.hop_limit = w->ah_attr.hop_limit;
-	ah->grh.traffic_class = w->ah_attr.traffic_class;
-	ah->is_global = w->ah_attr.is_global;
-	ah->dlid = w->ah_attr.dlid;
-	ah->sl = w->ah_attr.sl;
-	ah->src_path_bits = w->ah_attr.src_path_bits;
-	ah->static_rate = w->ah_attr.static_rate;
-	ah->port_num = w->ah_attr.port_num;
+	masq_ah_attr_from_wire(&attr->ah_attr, &w->ah_attr);
 }
 
 /* Call under s->lock: the QP's state as the kernel has it now, or -errno. */
@@ -864,6 +870,17 @@ int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr 
 	masq_qp_attr_from_wire(attr, &rep.body);
 	memset(&attr->alt_ah_attr, 0, sizeof(attr->alt_ah_attr));
 	return 0;
+}
+
+ssize_t masq_session_request(struct masq_session *s, void *req, size_t len,
+			     uint8_t buf[MASQ_MAX_MESSAGE], int idempotent)
+{
+	ssize_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = session_call(s, req, len, -1, buf, idempotent);
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }
 
 void masq_destroy_qp(struct masq_session *s, uint32_t qp_handle, uint32_t qp_num)

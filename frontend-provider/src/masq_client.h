@@ -107,6 +107,10 @@ ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[M
 void masq_qp_attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, int mask);
 void masq_qp_attr_from_wire(struct ibv_qp_attr *a, const struct masq_qp_attr *w);
 
+/* struct ibv_ah_attr <-> the wire (the global route flattened in). */
+void masq_ah_attr_to_wire(struct masq_ah_attr *w, const struct ibv_ah_attr *ah);
+void masq_ah_attr_from_wire(struct ibv_ah_attr *ah, const struct masq_ah_attr *w);
+
 /* Connect, HELLO, and hand masqd the context's uverbs fd; start the
  * watcher unless `watch` is 0. 0 or an errno. */
 int masq_session_open(struct masq_session *s, int cmd_fd, int watch);
@@ -119,5 +123,11 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr *attr,
 		  int attr_mask);
 void masq_destroy_qp(struct masq_session *s, uint32_t qp_handle, uint32_t qp_num);
+
+/* One request on the session (under its lock): the reply's length in buf,
+ * or -errno, as masq_conn_call. A request that is not `idempotent` is not
+ * sent again once masqd may have seen it. */
+ssize_t masq_session_request(struct masq_session *s, void *req, size_t len,
+			     uint8_t buf[MASQ_MAX_MESSAGE], int idempotent);
 
 #endif

@@ -482,6 +482,93 @@ static void cm_event_notice(struct masq_msg_cm_event_notice *m)
 	cm_conn_param(&m->body.param, 0x12, "pong");
 }
 
+static void create_ah_req(struct masq_msg_create_ah_req *m)
+{
+	masq_msg_create_ah_req_init(m);
+	m->hdr.request_id = 8;
+	ah_to_peer(&m->body.ah_attr);
+}
+
+static void create_ah_reply(struct masq_msg_create_ah_reply *m)
+{
+	masq_msg_create_ah_reply_init(m);
+	m->hdr.request_id = 8;
+	m->body.ah_id = 3;
+	ah_to_peer(&m->body.ah_attr);
+	v4_mapped(m->body.ah_attr.dgid, 192, 168, 1, 2);
+	m->body.ah_attr.traffic_class = 46 << 2;
+}
+
+static void bind_ah_req(struct masq_msg_bind_ah_req *m)
+{
+	masq_msg_bind_ah_req_init(m);
+	m->hdr.request_id = 9;
+	m->body.ah_id = 3;
+	m->body.ah_handle = 5;
+}
+
+static void bind_ah_reply(struct masq_msg_bind_ah_reply *m)
+{
+	masq_msg_bind_ah_reply_init(m);
+	m->hdr.request_id = 9;
+}
+
+static void destroy_ah_req(struct masq_msg_destroy_ah_req *m)
+{
+	masq_msg_destroy_ah_req_init(m);
+	m->hdr.request_id = 10;
+	m->body.ah_handle = 5;
+}
+
+static void destroy_ah_reply(struct masq_msg_destroy_ah_reply *m)
+{
+	masq_msg_destroy_ah_reply_init(m);
+	m->hdr.request_id = 10;
+}
+
+static void resolve_grh_req(struct masq_msg_resolve_grh_req *m)
+{
+	masq_msg_resolve_grh_req_init(m);
+	m->hdr.request_id = 11;
+	m->body.src_qp = 0x12;
+	v4_mapped(m->body.sgid, 192, 168, 1, 2);
+	v4_mapped(m->body.dgid, 192, 168, 1, 1);
+}
+
+static void resolve_grh_reply(struct masq_msg_resolve_grh_reply *m)
+{
+	masq_msg_resolve_grh_reply_init(m);
+	m->hdr.request_id = 11;
+	v4_mapped(m->body.sgid, 10, 0, 0, 6);
+	m->body.sgid_index = 1;
+}
+
+static void test_golden_ah(void)
+{
+	struct masq_msg_create_ah_reply got;
+	struct masq_msg_resolve_grh_req r;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	size_t n;
+
+	GOLDEN("create_ah_req", masq_msg_create_ah_req, create_ah_req);
+	GOLDEN("create_ah_reply", masq_msg_create_ah_reply, create_ah_reply);
+	GOLDEN("bind_ah_req", masq_msg_bind_ah_req, bind_ah_req);
+	GOLDEN("bind_ah_reply", masq_msg_bind_ah_reply, bind_ah_reply);
+	GOLDEN("destroy_ah_req", masq_msg_destroy_ah_req, destroy_ah_req);
+	GOLDEN("destroy_ah_reply", masq_msg_destroy_ah_reply, destroy_ah_reply);
+	GOLDEN("resolve_grh_req", masq_msg_resolve_grh_req, resolve_grh_req);
+	GOLDEN("resolve_grh_reply", masq_msg_resolve_grh_reply, resolve_grh_reply);
+	/* Outside the VPC: the app's errno comes from the header alone. */
+	n = load("create_ah_reply_ehostunreach", buf, sizeof(buf));
+	CHECK_EQ(n, sizeof(struct masq_hdr));
+	CHECK_EQ(masq_msg_create_ah_reply_decode(buf, n, &got), -EHOSTUNREACH);
+	/* A QPN has 24 bits. */
+	resolve_grh_req(&r);
+	CHECK_EQ(masq_resolve_grh_req_validate(&r.body), 0);
+	r.body.src_qp = 0x1000000;
+	CHECK_EQ(masq_resolve_grh_req_validate(&r.body), -EINVAL);
+}
+
 static void test_golden_hello(void)
 {
 	GOLDEN("hello_req", masq_msg_hello_req, hello_req);
@@ -772,7 +859,8 @@ static void test_corruption(void)
 		"query_qp_req",	     "query_qp_reply",	   "destroy_qp_req",
 		"destroy_qp_reply",  "qp_error_notice",	   "cm_create_channel_reply",
 		"cm_create_id_reply", "cm_bind_addr_reply",  "cm_resolve_addr_reply",
-		"cm_init_qp_attr_reply", "cm_event_notice",
+		"cm_init_qp_attr_reply", "cm_event_notice", "create_ah_req",
+		"create_ah_reply", "resolve_grh_req", "resolve_grh_reply",
 	};
 	static const uint8_t flips[] = { 0x01, 0x80, 0xff };
 	union {
@@ -787,6 +875,10 @@ static void test_corruption(void)
 		struct masq_msg_cm_bind_addr_reply i;
 		struct masq_msg_cm_init_qp_attr_reply j;
 		struct masq_msg_cm_event_notice k;
+		struct masq_msg_create_ah_req l;
+		struct masq_msg_create_ah_reply m;
+		struct masq_msg_resolve_grh_req n;
+		struct masq_msg_resolve_grh_reply o;
 	} out;
 	size_t fi, i, k;
 	unsigned long accepted = 0;
@@ -819,6 +911,10 @@ static void test_corruption(void)
 				accepted += !masq_msg_cm_bind_addr_reply_decode(b, l, &out.i);
 				accepted += !masq_msg_cm_init_qp_attr_reply_decode(b, l, &out.j);
 				accepted += !masq_msg_cm_event_notice_decode(b, l, &out.k);
+				accepted += !masq_msg_create_ah_req_decode(b, l, &out.l);
+				accepted += !masq_msg_create_ah_reply_decode(b, l, &out.m);
+				accepted += !masq_msg_resolve_grh_req_decode(b, l, &out.n);
+				accepted += !masq_msg_resolve_grh_reply_decode(b, l, &out.o);
 			}
 			free(b);
 		}
@@ -848,6 +944,7 @@ int main(int argc, char **argv)
 	run("golden_query_qp", test_golden_query_qp);
 	run("golden_destroy_qp", test_golden_destroy_qp);
 	run("golden_resync_qp", test_golden_resync_qp);
+	run("golden_ah", test_golden_ah);
 	run("golden_notice", test_golden_notice);
 	run("golden_error_reply", test_golden_error_reply);
 	run("golden_cm", test_golden_cm);

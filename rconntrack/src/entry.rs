@@ -190,7 +190,7 @@ impl fmt::Display for Entry {
         write!(
             f,
             "rdma {} tenant={} vni={} src={} sqpn={} dst={} dqpn={} state={} rule={} \
-             peer={} session={} qp={} created={}.{:03} updated={}.{:03}",
+             peer={} session={} {}={} created={}.{:03} updated={}.{:03}",
             self.qp_type.as_str(),
             self.tenant,
             self.vni,
@@ -202,6 +202,12 @@ impl fmt::Display for Entry {
             self.rule,
             self.peer_host,
             self.session,
+            // A UD entry is an address handle; its QPNs are chosen per send.
+            if self.qp_type == QpType::Ud {
+                "ah"
+            } else {
+                "qp"
+            },
             self.qp_handle,
             self.created_ms / 1000,
             self.created_ms % 1000,
@@ -253,6 +259,20 @@ mod tests {
             cm: None,
             dscp: None,
         }
+    }
+
+    #[test]
+    fn a_ud_entry_names_its_address_handle() {
+        let rc = sample().to_string();
+        assert!(rc.contains(" qp=1 "), "{rc}");
+        let ud = Entry {
+            qp_type: QpType::Ud,
+            local_qpn: 0,
+            remote_qpn: 0,
+            ..sample()
+        }
+        .to_string();
+        assert!(ud.starts_with("rdma ud ") && ud.contains(" ah=1 "), "{ud}");
     }
 
     #[test]

@@ -192,6 +192,21 @@ impl VpcMap {
     }
 }
 
+impl VpcMap {
+    /// The vIPs of `vni` whose endpoints run on `host`, in address order:
+    /// the candidates for a packet of that VPC that came from that host.
+    pub fn vips_on_host(&self, vni: u32, host: Ipv4Addr) -> Vec<Ipv4Addr> {
+        let mut v: Vec<Ipv4Addr> = self
+            .peers
+            .iter()
+            .filter(|((n, _), p)| *n == vni && p.host == host)
+            .map(|((_, vip), _)| *vip)
+            .collect();
+        v.sort();
+        v
+    }
+}
+
 /// Virtual sgid index -> the host port's sgid index: the host GID of the
 /// same type whose address is the host's `underlay` IPv4. Only IPv4 RoCE v2
 /// virtual GIDs translate, since dgids must be IPv4-mapped.
@@ -247,6 +262,21 @@ mod tests {
             .with(100, ip("10.0.0.1"), "acme-a", ip("192.168.1.1"))
             .with(100, ip("10.0.0.2"), "acme-b", ip("192.168.1.2"))
             .with(200, ip("10.0.0.2"), "globex-b", ip("192.168.1.3"))
+    }
+
+    #[test]
+    fn vips_on_host_stay_in_their_vni() {
+        let m = map().with(100, ip("10.0.0.7"), "acme-g", ip("192.168.1.2"));
+        assert_eq!(
+            m.vips_on_host(100, ip("192.168.1.2")),
+            vec![ip("10.0.0.2"), ip("10.0.0.7")]
+        );
+        assert_eq!(
+            m.vips_on_host(200, ip("192.168.1.2")),
+            Vec::<Ipv4Addr>::new()
+        );
+        assert_eq!(m.vips_on_host(200, ip("192.168.1.3")), vec![ip("10.0.0.2")]);
+        assert!(m.vips_on_host(300, ip("192.168.1.3")).is_empty());
     }
 
     #[test]

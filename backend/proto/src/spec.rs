@@ -337,6 +337,52 @@ wire_structs! {
         param: CmConnParam,
     }
 
+    /// CREATE_AH: a UD destination by virtual address. `ah_attr` is the
+    /// app's (virtual dgid and sgid index; is_global must be 1).
+    pub struct CreateAhReq {
+        ah_attr: AhAttr,
+    }
+
+    /// What the frontend hands the provider's create_ah: the same AH with
+    /// the peer host's physical dgid, the host's sgid index and the
+    /// policy's traffic class. `ah_id` names this admission in BIND_AH.
+    pub struct CreateAhReply {
+        ah_id: u32,
+        reserved: reserved[4],
+        ah_attr: AhAttr,
+    }
+
+    /// The provider created admission `ah_id`'s AH: its kernel handle, by
+    /// which masqd tracks it (and destroys it on a policy reset).
+    pub struct BindAhReq {
+        ah_id: u32,
+        ah_handle: u32,
+    }
+
+    pub struct DestroyAhReq {
+        ah_handle: u32,
+        reserved: reserved[4],
+    }
+
+    /// A received UD packet's GRH (as the app's ibv_init_ah_from_wc sees
+    /// it), to be named in virtual terms: the sender host's physical
+    /// source GID, this host's physical destination GID, and the sending
+    /// QP (ibv_wc.src_qp).
+    pub struct ResolveGrhReq {
+        src_qp: u32 in 0..=0xFFFFFF,
+        reserved: reserved[4],
+        sgid: bytes[16],
+        dgid: bytes[16],
+    }
+
+    /// The sender's virtual GID (`::ffff:vIP` in this VPC) and the virtual
+    /// index of this endpoint's GID the packet was sent to.
+    pub struct ResolveGrhReply {
+        sgid: bytes[16],
+        sgid_index: u8,
+        reserved: reserved[7],
+    }
+
     pub struct QpErrorNotice {
         qp_num: u32,
         /// QP_ERROR_* reason
@@ -355,6 +401,13 @@ messages! {
         6 DestroyQp(DestroyQpReq) => (),
         // After a masqd restart, once per QP the frontend knows of.
         7 ResyncQp(ResyncQpReq) => (ResyncQpReply),
+        // UD address handles: translated and admitted by masqd, created by
+        // the provider with the physical attributes masqd returns.
+        8 CreateAh(CreateAhReq) => (CreateAhReply),
+        9 BindAh(BindAhReq) => (),
+        10 DestroyAh(DestroyAhReq) => (),
+        // A received GRH back to the sender's virtual GID.
+        11 ResolveGrh(ResolveGrhReq) => (ResolveGrhReply),
         // RDMA CM, the kernel's rdma_ucm commands carried to masqd.
         16 CmCreateChannel() => (CmChannel),
         17 CmDestroyChannel(CmChannel) => (),

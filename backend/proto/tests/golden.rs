@@ -232,6 +232,85 @@ fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
             ),
         ),
         (
+            "create_ah_req",
+            "CREATE_AH request: UD destination 10.0.0.6 from sgid 1",
+            req(
+                8,
+                RequestBody::CreateAh(CreateAhReq {
+                    ah_attr: ah_to_peer(),
+                }),
+            ),
+        ),
+        (
+            "create_ah_reply",
+            "CREATE_AH reply: AH 3 towards host 192.168.1.2 from host sgid 1, DSCP 46",
+            rep(
+                8,
+                ReplyBody::CreateAh(CreateAhReply {
+                    ah_id: 3,
+                    ah_attr: AhAttr {
+                        dgid: v4_mapped([192, 168, 1, 2]),
+                        traffic_class: 46 << 2,
+                        ..ah_to_peer()
+                    },
+                }),
+            ),
+        ),
+        (
+            "create_ah_reply_ehostunreach",
+            "CREATE_AH error reply: -EHOSTUNREACH (no such vIP in the VPC)",
+            Msg::Rep(Reply::Err {
+                request_id: 8,
+                opcode: 8,
+                status: -113,
+            }),
+        ),
+        (
+            "bind_ah_req",
+            "BIND_AH request: admission 3 is the AH of kernel handle 5",
+            req(
+                9,
+                RequestBody::BindAh(BindAhReq {
+                    ah_id: 3,
+                    ah_handle: 5,
+                }),
+            ),
+        ),
+        ("bind_ah_reply", "BIND_AH reply", rep(9, ReplyBody::BindAh)),
+        (
+            "destroy_ah_req",
+            "DESTROY_AH request: the AH of kernel handle 5",
+            req(10, RequestBody::DestroyAh(DestroyAhReq { ah_handle: 5 })),
+        ),
+        (
+            "destroy_ah_reply",
+            "DESTROY_AH reply",
+            rep(10, ReplyBody::DestroyAh),
+        ),
+        (
+            "resolve_grh_req",
+            "RESOLVE_GRH request: from QP 0x12 on host 192.168.1.2 to host 192.168.1.1",
+            req(
+                11,
+                RequestBody::ResolveGrh(ResolveGrhReq {
+                    src_qp: 0x12,
+                    sgid: v4_mapped([192, 168, 1, 2]),
+                    dgid: v4_mapped([192, 168, 1, 1]),
+                }),
+            ),
+        ),
+        (
+            "resolve_grh_reply",
+            "RESOLVE_GRH reply: sent by 10.0.0.6 to virtual GID index 1",
+            rep(
+                11,
+                ReplyBody::ResolveGrh(ResolveGrhReply {
+                    sgid: v4_mapped([10, 0, 0, 6]),
+                    sgid_index: 1,
+                }),
+            ),
+        ),
+        (
             "qp_error_notice",
             "QP_ERROR notice: QP 0x11 reset by policy",
             Msg::Notice(NoticeBody::QpError(QpErrorNotice {

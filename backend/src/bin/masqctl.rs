@@ -146,6 +146,9 @@ struct ConntrackArgs {
     /// Local or remote QPN.
     #[arg(short = 'q', long)]
     qpn: Option<u32>,
+    /// Only this QP type: rc, uc or ud (a UD entry is an address handle).
+    #[arg(short = 'p', long = "proto")]
+    proto: Option<String>,
 }
 
 /// A path masqd can open: it may run with another working directory.
@@ -199,6 +202,7 @@ fn main() -> ExitCode {
                 src: a.src,
                 dst: a.dst,
                 qpn: a.qpn,
+                proto: a.proto,
             };
             if a.event {
                 return stream_events(&cli.socket, filter, cli.output);

@@ -1,0 +1,44 @@
+/*
+ * UD address handles through masqd: the client side of CREATE_AH,
+ * BIND_AH, DESTROY_AH and RESOLVE_GRH, and the reading of a received
+ * packet's GRH (which carries physical addresses).
+ */
+#ifndef MASQ_UD_H
+#define MASQ_UD_H
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+#include "masq_client.h"
+
+/* What a received GRH says, IPv4 or IPv6 alike; GIDs IPv4-mapped. */
+struct masq_grh_info {
+	uint8_t sgid[16];
+	uint8_t dgid[16];
+	uint32_t flow_label;
+	uint8_t traffic_class;
+	uint8_t hop_limit;
+};
+
+/*
+ * Read the 40 bytes a UD receive puts first. RoCE v2 over IPv4 leaves the
+ * IPv4 header in the last 20 (the first 20 unused); over IPv6 it is a GRH.
+ * 0, or EPROTONOSUPPORT when it is neither.
+ */
+int masq_parse_grh(const struct ibv_grh *grh, struct masq_grh_info *out);
+
+/* The rest return 0 or a positive errno value. */
+
+/* Admit `virt` (virtual dgid and sgid index): the physical attributes
+ * for the provider, and the admission's id for masq_bind_ah. */
+int masq_create_ah_admit(struct masq_session *s, const struct ibv_ah_attr *virt,
+			 struct ibv_ah_attr *phys, uint32_t *ah_id);
+/* The provider made admission ah_id's AH, kernel handle `handle`. */
+int masq_bind_ah(struct masq_session *s, uint32_t ah_id, uint32_t handle);
+void masq_destroy_ah(struct masq_session *s, uint32_t handle);
+/* The sender of a received packet: its virtual GID, and the index of this
+ * endpoint's virtual GID it was sent to. */
+int masq_resolve_grh(struct masq_session *s, uint32_t src_qp, const struct masq_grh_info *g,
+		     uint8_t vsgid[16], uint8_t *vindex);
+
+#endif
