@@ -416,7 +416,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }
     if let Some(b) = shared.admission.backstop() {
-        for qp in sess.qps.values() {
+        for qp in sess.qps.values().filter(|q| q.guarded) {
             b.qp_gone(qp.qpn);
         }
     }

@@ -176,7 +176,7 @@ pub(crate) fn bind_ah(
     // The app sends as soon as the AH exists: the backstop must let its
     // datagrams through by then, or they are lost without a trace.
     if let Some(bs) = shared.admission.backstop() {
-        if !bs.wait_applied(crate::session::BACKSTOP_WAIT) {
+        if !bs.wait_applied(crate::qp::BACKSTOP_WAIT) {
             warn!(
                 ah = b.ah_handle,
                 "backstop sets not updated in time; the first datagrams may be dropped"
