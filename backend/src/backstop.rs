@@ -417,6 +417,21 @@ impl Backstop {
         }
     }
 
+    /// As `qp_seen`, for a QP whose admission follows at once: its update
+    /// waits in the queue for the admission's, so both go to the kernel in
+    /// one transaction (one libnftables call costs milliseconds under
+    /// emulation, and the admission waits for it).
+    pub fn qp_seen_with_admission(&self, qpn: u32) {
+        let mut el = self.lock();
+        if bump(&mut el.tenant_qpns, qpn) {
+            let mut q = lock(&self.pending);
+            q.cmds.push(format!(
+                "add element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
+            ));
+            q.last += 1;
+        }
+    }
+
     /// The QP is destroyed (or its session ended).
     pub fn qp_gone(&self, qpn: u32) {
         let mut el = self.lock();

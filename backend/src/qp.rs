@@ -357,7 +357,11 @@ pub fn modify(
     let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
     let backstop = h.admission().backstop();
     if let (true, Some(b)) = (guard, backstop) {
-        b.qp_seen(qpn);
+        if admitted_by.is_some() {
+            b.qp_seen_with_admission(qpn);
+        } else {
+            b.qp_seen(qpn);
+        }
     }
     if let Err(e) = k.modify(&cmd) {
         if let (true, Some(b)) = (guard, backstop) {
@@ -902,8 +906,14 @@ mod tests {
         let (h, mut sess) = setup(None);
         let k = kernel();
         init_on_own_fd(&h, &k, &mut sess);
-        assert!(sess.qps[&HANDLE].owner_checked, "INIT's notice checked the QPN");
-        assert!(h.admitted.snapshot().is_empty(), "nothing vouched before RTR");
+        assert!(
+            sess.qps[&HANDLE].owner_checked,
+            "INIT's notice checked the QPN"
+        );
+        assert!(
+            h.admitted.snapshot().is_empty(),
+            "nothing vouched before RTR"
+        );
         modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
         let ran = k.ran.borrow();
         assert_eq!(ran.len(), 1);
