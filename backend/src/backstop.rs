@@ -377,7 +377,7 @@ impl Backstop {
     /// in the endpoint's network namespace. Returns whether it is new.
     pub fn adopt_cgroup(&self, name: &str, path: &str) -> Result<bool, String> {
         let id = nft_id(name);
-        let depth = path.split('/').count();
+        let depth = depth_of(path);
         if path.is_empty() || depth > MAX_ADOPTED_DEPTH {
             return Err(format!(
                 "cgroup /{path} is the root or deeper than {MAX_ADOPTED_DEPTH} levels"
@@ -417,10 +417,7 @@ impl Backstop {
         }
         // A recreated cgroup of the same path: its old element is gone
         // with it; `add` replaces nothing else.
-        let _ = writeln!(
-            cmd,
-            "add element {t} adopted_l{depth} {{ \"{path}\" : jump ep_{id} }}"
-        );
+        cmd.push_str(&adopted_element(path, &id));
         self.nft.run(&cmd)?;
         el.adopted_rules.insert(depth);
         el.adopted.insert(path.to_string(), (id, ino));
@@ -778,13 +775,22 @@ fn adopted_maps(
         let _ = writeln!(cmd, "flush map {t} adopted_l{n}");
     }
     for (path, (id, _)) in adopted {
-        let n = path.split('/').count();
-        let _ = writeln!(
-            cmd,
-            "add element {t} adopted_l{n} {{ \"{path}\" : jump ep_{id} }}"
-        );
+        cmd.push_str(&adopted_element(path, id));
     }
     cmd
+}
+
+/// A cgroup's depth below the root: the level its map matches at.
+fn depth_of(path: &str) -> usize {
+    path.split('/').count()
+}
+
+/// The element sending adopted cgroup `path`'s packets to endpoint `id`'s chain.
+fn adopted_element(path: &str, id: &str) -> String {
+    format!(
+        "add element inet {TABLE} adopted_l{} {{ \"{path}\" : jump ep_{id} }}\n",
+        depth_of(path)
+    )
 }
 
 fn endpoint_of(endpoints: &BTreeMap<EpId, EndpointRules>, e: &Entry) -> Option<EpId> {
