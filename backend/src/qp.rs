@@ -196,34 +196,14 @@ fn route(
         return Ok((cmd, None));
     }
     let ah = &a.ah_attr;
-    if ah.is_global == 0 {
-        return Err(refuse(
-            libc::EINVAL,
-            "RoCE needs a global route (is_global)",
-        ));
-    }
-    if ah.port_num != 0 && ah.port_num != h.port() {
-        return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
-    }
-    let ep = &sess.ep.cfg;
-    let tr = |e: vbond::TranslateError| refuse(e.errno(), format!("{e} (tenant {})", ep.tenant));
-    // Copied out: the map is not held across the vNIC read and below.
-    let (vip, host, name, dgid) = {
-        let vpc = h.registry().vpc();
-        let d = vpc.translate_dgid(ep.vni, &ah.dgid).map_err(tr)?;
-        (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
-    };
-    let traffic_class = h
-        .admission()
-        .traffic_class(&ep.tenant, ep.vni, ep.vip, ah.traffic_class);
-    let psgid = h.sgid_index(&sess.ep, u32::from(ah.sgid_index))?;
+    let av = physical_av(h, &sess.ep, ah)?;
     let dest = uverbs::QpDest {
-        dgid,
+        dgid: av.phys_dgid,
         flow_label: ah.flow_label,
         dlid: ah.dlid,
-        sgid_index: psgid as u8,
+        sgid_index: av.sgid_index,
         hop_limit: ah.hop_limit,
-        traffic_class,
+        traffic_class: av.traffic_class,
         sl: ah.sl,
         src_path_bits: ah.src_path_bits,
         static_rate: ah.static_rate,
@@ -235,13 +215,62 @@ fn route(
     Ok((
         cmd,
         Some(Route {
-            vip,
-            host,
-            name,
+            vip: av.vip,
+            host: av.host,
+            name: av.name,
             vsgid: ah.sgid_index,
-            dscp: traffic_class >> 2,
+            dscp: av.traffic_class >> 2,
         }),
     ))
+}
+
+/// An app's address vector (RC's at RTR, UD's address handle) in the
+/// host's terms: its destination from the VPC map, the host's GID index
+/// for the virtual one, and the policy's traffic class.
+pub(crate) struct PhysicalAv {
+    pub vip: Ipv4Addr,
+    pub host: Ipv4Addr,
+    pub name: String,
+    pub phys_dgid: [u8; 16],
+    pub sgid_index: u8,
+    pub traffic_class: u8,
+}
+
+/// Check and translate `ah` for endpoint `ep`; admission is the caller's.
+pub(crate) fn physical_av(
+    h: &dyn QpHost,
+    ep: &Endpoint,
+    ah: &proto::AhAttr,
+) -> Result<PhysicalAv, Refusal> {
+    if ah.is_global == 0 {
+        return Err(refuse(
+            libc::EINVAL,
+            "RoCE needs a global route (is_global)",
+        ));
+    }
+    if ah.port_num != 0 && ah.port_num != h.port() {
+        return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
+    }
+    let cfg = &ep.cfg;
+    let tr = |e: vbond::TranslateError| refuse(e.errno(), format!("{e} (tenant {})", cfg.tenant));
+    // Copied out: the map is not held across the vNIC read and below.
+    let (vip, host, name, phys_dgid) = {
+        let vpc = h.registry().vpc();
+        let d = vpc.translate_dgid(cfg.vni, &ah.dgid).map_err(tr)?;
+        (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
+    };
+    let traffic_class =
+        h.admission()
+            .traffic_class(&cfg.tenant, cfg.vni, cfg.vip, ah.traffic_class);
+    let sgid_index = h.sgid_index(ep, u32::from(ah.sgid_index))? as u8;
+    Ok(PhysicalAv {
+        vip,
+        host,
+        name,
+        phys_dgid,
+        sgid_index,
+        traffic_class,
+    })
 }
 
 /// Admit: the security groups' rule for local -> remote, within the
