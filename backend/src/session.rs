@@ -89,6 +89,64 @@ pub(crate) fn from_io(e: io::Error, what: &str) -> Refusal {
 }
 
 /// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
+/// An app's address vector (RC's at RTR, UD's address handle) in the
+/// host's terms: its destination from the VPC map, the host's GID index
+/// for the virtual one, and the policy's traffic class.
+pub(crate) struct PhysicalAv {
+    pub vip: Ipv4Addr,
+    pub host: Ipv4Addr,
+    pub name: String,
+    pub phys_dgid: [u8; 16],
+    pub sgid_index: u8,
+    pub traffic_class: u8,
+}
+
+/// Check and translate `ah` for endpoint `ep`; admission is the caller's.
+pub(crate) fn physical_av(
+    shared: &Shared,
+    ep: &Endpoint,
+    ah: &proto::AhAttr,
+) -> Result<PhysicalAv, Refusal> {
+    if ah.is_global == 0 {
+        return Err(refuse(
+            libc::EINVAL,
+            "RoCE needs a global route (is_global)",
+        ));
+    }
+    if ah.port_num != 0 && ah.port_num != shared.host.port {
+        return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
+    }
+    let vni = ep.cfg.vni;
+    let tr =
+        |e: vbond::TranslateError| refuse(e.errno(), format!("{e} (tenant {})", ep.cfg.tenant));
+    // Copied out: the map is not held across the vNIC read and below.
+    let (vip, host, name, phys_dgid) = {
+        let vpc = shared.registry.vpc();
+        let d = vpc.translate_dgid(vni, &ah.dgid).map_err(tr)?;
+        (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
+    };
+    let traffic_class =
+        shared
+            .admission
+            .traffic_class(&ep.cfg.tenant, vni, ep.cfg.vip, ah.traffic_class);
+    let vgids = virtual_gids(ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
+    let sgid_index = vbond::translate_sgid_index(
+        &vgids,
+        &shared.host.gids,
+        u32::from(ah.sgid_index),
+        shared.cfg.underlay.ip,
+    )
+    .map_err(tr)? as u8;
+    Ok(PhysicalAv {
+        vip,
+        host,
+        name,
+        phys_dgid,
+        sgid_index,
+        traffic_class,
+    })
+}
+
 pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
     ep.with_vnic(|b| b.gids().to_vec())
 }
@@ -433,47 +491,15 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
     let mut dscp = None;
     if mask & IBV_QP_AV != 0 {
         let ah = &a.ah_attr;
-        if ah.is_global == 0 {
-            return Err(refuse(
-                libc::EINVAL,
-                "RoCE needs a global route (is_global)",
-            ));
-        }
-        if ah.port_num != 0 && ah.port_num != shared.host.port {
-            return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
-        }
-        let vni = sess.ep.cfg.vni;
-        let tr = |e: vbond::TranslateError| {
-            refuse(e.errno(), format!("{e} (tenant {})", sess.ep.cfg.tenant))
-        };
-        // Copied out: the map is not held across the vNIC read and below.
-        let (dest_vip, dest_host, dest_name, phys_dgid) = {
-            let vpc = shared.registry.vpc();
-            let d = vpc.translate_dgid(vni, &ah.dgid).map_err(tr)?;
-            (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
-        };
-        let traffic_class = shared.admission.traffic_class(
-            &sess.ep.cfg.tenant,
-            vni,
-            sess.ep.cfg.vip,
-            ah.traffic_class,
-        );
-        dscp = Some(traffic_class >> 2);
-        let vgids = virtual_gids(&sess.ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
-        let psgid = vbond::translate_sgid_index(
-            &vgids,
-            &shared.host.gids,
-            u32::from(ah.sgid_index),
-            shared.cfg.underlay.ip,
-        )
-        .map_err(tr)?;
+        let av = physical_av(shared, &sess.ep, ah)?;
+        dscp = Some(av.traffic_class >> 2);
         cmd.dest = uverbs::QpDest {
-            dgid: phys_dgid,
+            dgid: av.phys_dgid,
             flow_label: ah.flow_label,
             dlid: ah.dlid,
-            sgid_index: psgid as u8,
+            sgid_index: av.sgid_index,
             hop_limit: ah.hop_limit,
-            traffic_class,
+            traffic_class: av.traffic_class,
             sl: ah.sl,
             src_path_bits: ah.src_path_bits,
             static_rate: ah.static_rate,
@@ -481,7 +507,7 @@ fn modify_qp(shared: &Shared, sess: &mut Session, m: &proto::ModifyQpReq) -> Res
             port_num: shared.host.port,
             ..Default::default()
         };
-        route = Some((dest_vip, dest_host, dest_name, ah.sgid_index));
+        route = Some((av.vip, av.host, av.name, ah.sgid_index));
     }
     // The QPN is taken from the app: the kernel must vouch for it before
     // masqd records, tracks or connects it. Once per QP: a record keeps

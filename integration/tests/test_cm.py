@@ -75,6 +75,25 @@ def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300):
     return finish_pair(srv, cli, timeout)
 
 
+# perftest -R makes two CM connections, its handshake's and then the
+# test's, and its client can ask for the second before the server listens
+# again: REJECTED with reason 8, as the kernel's CM would answer. perftest
+# 4.5 knows the race ("the listener may not be ready") and retries, but
+# its retry reuses what it freed and dies (SIGSEGV). So a run that met the
+# race is run once more; a second failure fails the test.
+PERFTEST_RACE = "RDMA_CM_EVENT_REJECTED; error: 8"
+
+
+def perftest_pair(tb, server, client, srv_argv, cli_argv, port):
+    try:
+        return pair(tb, server, client, srv_argv, cli_argv, port)
+    except AssertionError as e:
+        if PERFTEST_RACE not in str(e):
+            raise
+        print(f"perftest's own listen race on port {port}; running the pair again")
+        return pair(tb, server, client, srv_argv, cli_argv, port)
+
+
 def rping(role, addr, port, count):
     return ["rping", f"-{role}", "-a", addr, "-p", str(port), "-C", str(count), "-v"]
 
@@ -114,7 +133,8 @@ def test_perftest_bandwidth_over_rdma_cm(cm, tool, port):
     argv = [tool, *PERF, "-s", "65536", "-n", "100", "-p", str(port)]
     receiver = "host2" if tool == "ib_write_bw" else "host1"  # the client reads
     with rdma_moved(cm, receiver, 65536, 100):
-        _, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"), argv, [*argv, "10.0.0.2"], port)
+        _, cli = perftest_pair(cm, ("host2", "acme-b"), ("host1", "acme-a"), argv,
+                               [*argv, "10.0.0.2"], port)
     r = parse_bw(cli)
     assert r["bytes"] == 65536 and r["iterations"] == 100
 
@@ -122,7 +142,8 @@ def test_perftest_bandwidth_over_rdma_cm(cm, tool, port):
 def test_perftest_latency_over_rdma_cm(cm):
     argv = ["ib_send_lat", *PERF, "-s", "64", "-n", "200", "-p", "7183"]
     with rdma_moved(cm, "host1", 64, 200), rdma_moved(cm, "host2", 64, 200):
-        _, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"), argv, [*argv, "10.0.0.2"], 7183)
+        _, cli = perftest_pair(cm, ("host2", "acme-b"), ("host1", "acme-a"), argv,
+                               [*argv, "10.0.0.2"], 7183)
     assert parse_lat(cli)["iterations"] == 200
 
 
@@ -233,10 +254,21 @@ def _wait_pairs(tb, procs=(), timeout=120):
 
 def test_cm_connections_are_tracked_with_their_side(cm):
     argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "1500", "-p", "7193"]
-    srv = serve(cm, "host2", "acme-b", 7193, *argv)
-    cli = cm.tenant_spawn("host1", "acme-a", *argv, "10.0.0.2")
+    for attempt in (1, 2):
+        srv = serve(cm, "host2", "acme-b", 7193, *argv)
+        cli = cm.tenant_spawn("host1", "acme-a", *argv, "10.0.0.2")
+        try:
+            pairs = _wait_pairs(cm, procs=(srv, cli))
+            break
+        except AssertionError as e:
+            for p in (cli, srv):
+                p.kill()
+                finish(p)
+            if attempt == 2 or PERFTEST_RACE not in str(e):
+                raise
+            print("perftest's own listen race; running the pair again")
     try:
-        for a, b in _wait_pairs(cm, procs=(srv, cli)):
+        for a, b in pairs:
             assert a["cm"]["active"] is True and a["cm"]["remote_port"] == 7193, a
             assert b["cm"]["active"] is False and b["cm"]["local_port"] == 7193, b
             assert a["local_qpn"] == b["remote_qpn"] and a["remote_qpn"] == b["local_qpn"]
