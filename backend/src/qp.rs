@@ -499,11 +499,17 @@ fn record_state(h: &dyn QpHost, sess: &mut Session, key: rconntrack::QpKey, stat
 }
 
 /// QP_MOVED (posted): the app moved one of its QPs on its own fd. The
-/// claim only prompts masqd: the QP's state is read from the kernel (a
-/// handle that is not one of the app's QPs fails there), the QPN is checked
-/// against the kernel's once the QP has a port, and only that state is
-/// recorded. Nothing here admits, tracks or guards a connection: a QP the
-/// app brought to RTR itself stays untracked (the audit flags it).
+/// claim only prompts masqd: the QP's state is read from the kernel's
+/// resource tracker (rdma netlink), where the QPN must be the app's own,
+/// and only that state is recorded. Nothing here admits, tracks or guards
+/// a connection: a QP the app brought to RTR itself stays untracked (the
+/// audit flags it).
+///
+/// Not through the app's uverbs file: the app does not wait for this, and
+/// a command of masqd's on its QP makes the app's own ibv_destroy_qp fail
+/// with EBUSY meanwhile (uverbs locks the object); netlink's reference only
+/// delays the destroy. So the handle is not checked by the kernel here; it
+/// only keys the session's record, and one QPN gets one handle.
 pub fn moved(
     h: &dyn QpHost,
     k: &dyn QpKernel,
@@ -521,12 +527,20 @@ pub fn moved(
                 ),
             ));
         }
+    } else if let Some(other) = sess.qps.values().find(|r| r.qpn == m.qp_num) {
+        return Err(refuse(
+            libc::EINVAL,
+            format!(
+                "QPN {:#x} is QP handle {}, not {}",
+                m.qp_num, other.handle, m.qp_handle
+            ),
+        ));
     }
-    let checked = known.is_some_and(|r| r.owner_checked);
-    let kq = k
-        .query(m.qp_handle, IBV_QP_STATE)
-        .map_err(|e| from_io(e, "QP_MOVED: QUERY_QP"))?;
-    let state = kq.qp_state.min(IBV_QPS_ERR);
+    let verdict = k.owner(m.qp_num, m.qp_type)?;
+    let state = match &verdict {
+        Verdict::Owned(q) => q.state.min(IBV_QPS_ERR),
+        Verdict::NoPortYet => IBV_QPS_RESET,
+    };
     if state != m.qp_state {
         debug!(
             qpn = m.qp_num,
@@ -535,7 +549,7 @@ pub fn moved(
             state_name(state)
         );
     }
-    let owner_checked = checked || matches!(k.owner(m.qp_num, m.qp_type)?, Verdict::Owned(_));
+    let owner_checked = matches!(verdict, Verdict::Owned(_));
     sess.touched.push(m.qp_handle);
     let key = key(sess, m.qp_handle);
     let rec = sess
@@ -1035,11 +1049,16 @@ mod tests {
             "not vouched: the audit flags it"
         );
         assert!(k.ran.borrow().is_empty());
-        // A handle that is not the app's QP fails in the kernel.
+        // The QPN under a second handle is refused: one QPN, one handle.
         let mut forged = moved_req(IBV_QPS_RTS);
         forged.qp_handle = 9;
         let e = moved(&h, &k, &mut sess, &forged).expect_err("forged");
-        assert_eq!(e.errno(), libc::ENOENT);
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert!(!sess.qps.contains_key(&9));
+        // A QPN the kernel does not give the app is refused there.
+        forged.qp_num = 0x77;
+        let e = moved(&h, &k, &mut sess, &forged).expect_err("not the app's");
+        assert_eq!(e.errno(), libc::EPERM);
         assert!(!sess.qps.contains_key(&9));
         // Another QPN for a known handle is refused.
         let mut other = moved_req(IBV_QPS_ERR);
