@@ -124,6 +124,17 @@ def rdma_moved(tb, receiver, size, count):
     assert got >= least, f"{receiver} received {got} RoCE packets, want >= {least}: {delta}"
 
 
+def wait_for(what, fn, timeout=60, interval=0.5):
+    """fn()'s first true value, polled every `interval` s; fails after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        time.sleep(interval)
+
+
 def finish(proc, timeout=300):
     """Wait for a spawned command; return (returncode, stdout, stderr)."""
     try:

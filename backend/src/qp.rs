@@ -16,7 +16,7 @@
 //! host are traits, so the pipeline is tested without RDMA (`tests` below).
 
 use crate::admission::Admission;
-use crate::audit::Admitted;
+use crate::audit::{state_name, Admitted};
 use crate::error::{from_io, refuse, Refusal};
 use crate::ibv::{
     IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_STATE,
@@ -78,13 +78,6 @@ pub fn qp_type_name(t: u32) -> &'static str {
         4 => "UD",
         _ => "other",
     }
-}
-
-pub fn state_name(s: u8) -> &'static str {
-    ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR"]
-        .get(s as usize)
-        .copied()
-        .unwrap_or("UNKNOWN")
 }
 
 fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {

@@ -8,14 +8,12 @@ hostile app gains nothing from moving its own QPs and telling masqd so.
 Runs on the backstop test config (the audit only logs, so rogue QPs live
 until they are checked)."""
 import json
-import os
 import re
 import subprocess
-import time
 
 import pytest
 
-from masq_testbed import CLI, UNDERLAY
+from masq_testbed import CLI, UNDERLAY, wait_for
 from test_backstop import CONFIG, COUNT, ROGUE, Side, counters, exchange, set_elements
 from test_masq import MASQCTL
 
@@ -49,16 +47,6 @@ def qp_record(tb, host, qpn):
             if q["qpn"] == qpn:
                 return q
     return None
-
-
-def wait_for(what, fn, timeout=60, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(interval)
 
 
 def tenant_qpns(tb, host):

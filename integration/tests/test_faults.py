@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from masq_testbed import CLI, finish, rxe_counters
+from masq_testbed import CLI, finish, rxe_counters, wait_for
 from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,16 +60,6 @@ def apply(tb, name):
 def sent_packets(tb, host):
     path = "/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts"
     return int(tb.run(host, "cat", path).stdout)
-
-
-def wait_for(what, fn, timeout=60, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(interval)
 
 
 # Connections that last until the test stops them. Not perftest's -D: its
