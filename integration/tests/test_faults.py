@@ -210,7 +210,13 @@ def test_cm_ids_survive_a_masqd_restart(tb):
         masq_cmd(tb, "start")
         # libmasq gives the new masqd every id again, under its number.
         for h in HOSTS:
-            wait_for(f"{h}: CM ids restored", lambda h=h: cm_ids(tb, h) >= before[h], timeout=60)
+            try:
+                wait_for(f"{h}: CM ids restored", lambda h=h: cm_ids(tb, h) >= before[h],
+                         timeout=60)
+            except AssertionError as e:
+                raise AssertionError(f"{e}\nbefore: {sorted(before[h])}\n"
+                                     f"now: {sorted(cm_ids(tb, h))}\n"
+                                     f"{tb.masqd_log(h)[-4000:]}") from None
         # The held client disconnects through the new masqds: it and the
         # server (which ends after its second connection) see DISCONNECTED.
         tb.run("host1", "pkill", "-USR1", "-f", "cm_pdata client 10.0.0.2 7480 held hold")
