@@ -1,5 +1,6 @@
 # masq: `make` builds everything; `make demo` shows masq on the rxe pair;
-# `make test` runs every test; `make bench` measures native vs masq
+# `make test` runs every test on two hosts; `make test-cluster` the slower
+# three-host cluster tests; `make bench` measures native vs masq
 # (BENCH_ARGS=--quick for a short check). Each installs what it needs first.
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
@@ -14,7 +15,7 @@ ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB := target/masq_$(VERSION)_$(ARCH).deb
 
 .PHONY: all build deps demo lint test test-rust test-c test-fuzz test-integration \
-        testbed-up testbed-down clean install deb
+        test-cluster testbed-up testbed-down clean install deb
 
 all: build
 
@@ -62,6 +63,11 @@ test-fuzz: deps
 
 test-integration: build deb
 	integration/run-tests
+
+# Three hosts, a three-member etcd cluster: a host powered off and back, an
+# endpoint that moves between hosts (integration/tests/test_cluster3.py).
+test-cluster: build
+	integration/run-tests --cluster
 
 # masqd, masqctl, libmasq (and its facades), the CNI plugin, the systemd
 # unit and an example config; nothing is built here (run make first).

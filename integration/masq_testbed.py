@@ -8,7 +8,8 @@ import subprocess
 import time
 
 CLI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testbed")
-UNDERLAY = {"host1": "198.18.0.1", "host2": "198.18.0.2"}
+# hostN's underlay address is 198.18.0.N (integration/testbed).
+UNDERLAY = {f"host{i}": f"198.18.0.{i}" for i in range(1, 10)}
 
 
 class Testbed:
@@ -16,6 +17,23 @@ class Testbed:
 
     def is_up(self):
         return subprocess.run([CLI, "status"], capture_output=True).returncode == 0
+
+    def hosts(self):
+        """The hosts of the running testbed, host1..hostN."""
+        out = self._run([CLI, "status"], False, 120).stdout
+        return [line.split(":", 1)[0] for line in out.splitlines() if line.startswith("host")]
+
+    def up(self, hosts):
+        """Bring the testbed to `hosts` hosts (boots or removes the difference)."""
+        self._run([CLI, "up", "--hosts", str(hosts)], True, 900)
+
+    def poweroff(self, host):
+        """Pull host's plug (virsh destroy): everything in it is gone."""
+        self._run([CLI, "poweroff", host], True, 120)
+
+    def poweron(self, host):
+        """Boot a powered-off host again, fresh; returns when its agent answers."""
+        self._run([CLI, "poweron", host], True, 600)
 
     # Commands in a host ---------------------------------------------------
     def run(self, host, *cmd, check=True, timeout=300):

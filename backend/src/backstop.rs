@@ -20,6 +20,11 @@
 //!   the hosts of its admitted AHs (set `ud_<endpoint>`), and a UD packet
 //!   to a tenant QP passes on ingress whatever QPN it names: the sending
 //!   host's egress filter is what admitted it (see the README on UD).
+//! - a container runtime puts a container's processes in a cgroup of its
+//!   own (podman: `libpod_parent/libpod-<id>`), outside `<cgroupParent>`.
+//!   When an app in such a cgroup opens a session, masqd adopts the cgroup
+//!   for the app's endpoint (maps `adopted_l<N>`, one per cgroup depth):
+//!   from then on it is filtered as the endpoint's own (see `adopt_cgroup`).
 //! - RoCE is not connection-tracked (`notrack`): the sets are the only
 //!   state, so removing an element stops the traffic at once and no
 //!   "established" entry of the kernel's conntrack can keep it alive.
@@ -55,6 +60,9 @@ const ROCE_PORT: u16 = 4791;
 const BTH_DEST_QPN: &str = "@th,104,24";
 /// The BTH opcode's transport bits (its top 3): 0b011 is UD.
 const BTH_UD: &str = "@th,64,3 3";
+/// The deepest cgroup masqd adopts (one verdict map per depth): runtimes
+/// nest containers 2 (podman) to 5 (Kubernetes' QoS slices) deep.
+pub const MAX_ADOPTED_DEPTH: usize = 8;
 
 /// Set elements as masqd keeps them: (peer host, QPN).
 type Pair = (Ipv4Addr, u32);
@@ -88,6 +96,10 @@ struct Elements {
     ud: HashMap<EpId, HashMap<Ipv4Addr, u32>>,
     /// cgroups in the verdict map, with the inode they had then.
     cgroups: BTreeMap<EpId, u64>,
+    /// Adopted cgroups (path below the root) -> (endpoint, inode then).
+    adopted: BTreeMap<String, (EpId, u64)>,
+    /// Depths whose `adopted_l<N>` map has its rule in the output chain.
+    adopted_rules: std::collections::BTreeSet<usize>,
 }
 
 pub struct Backstop {
@@ -196,6 +208,15 @@ impl Backstop {
             "add map {t} endpoint_cgroup {{ typeof socket cgroupv2 level {} : verdict; }}",
             self.level
         );
+        for n in 1..=MAX_ADOPTED_DEPTH {
+            // Emptied on every start: the apps of a container come back
+            // with their sessions and adopt their cgroup again.
+            let _ = writeln!(
+                s,
+                "add map {t} adopted_l{n} {{ typeof socket cgroupv2 level {n} : verdict; }}\n\
+                 flush map {t} adopted_l{n}"
+            );
+        }
         for c in ["unknown_cgroup_drop", "ingress_drop"] {
             let _ = writeln!(s, "add counter {t} {c}");
         }
@@ -281,6 +302,7 @@ impl Backstop {
             return Ok(());
         }
         el.cgroups.remove(&id);
+        el.adopted.retain(|_, (ep, _)| *ep != id);
         // Its connections are normally untracked by now; any left go too.
         let mut cmd = String::new();
         let left: Vec<QpKey> = el
@@ -301,10 +323,11 @@ impl Backstop {
         // gone cannot be named by path.
         let t = format!("inet {TABLE}");
         let cmd = format!(
-            "{cmd}flush map {t} endpoint_cgroup\n{}\
+            "{cmd}flush map {t} endpoint_cgroup\n{}{}\
              flush chain {t} ep_{id}\ndelete chain {t} ep_{id}\n\
              delete set {t} eg_{id}\ndelete set {t} ud_{id}\ndelete counter {t} drop_{id}\n",
-            map_elements(&el.endpoints, &el.cgroups)
+            map_elements(&el.endpoints, &el.cgroups),
+            adopted_maps(&el.adopted, &el.adopted_rules)
         );
         self.nft.run(&cmd).map(|_| ())
     }
@@ -314,6 +337,7 @@ impl Backstop {
     /// periodically: a tenant's cgroup may appear after masqd.
     pub fn refresh_cgroups(&self) {
         let mut el = self.lock();
+        self.prune_adopted(&mut el);
         let now = cgroups_now(&el.endpoints);
         if now == el.cgroups {
             return;
@@ -344,6 +368,85 @@ impl Backstop {
                 el.cgroups = now;
             }
             Err(e) => warn!("backstop: cannot map the endpoints' cgroups: {e}"),
+        }
+    }
+
+    /// Filter the RoCE packets of cgroup `path` (below the root, outside
+    /// `<cgroupParent>`) as endpoint `name`'s: the caller has checked that
+    /// an app of the endpoint runs in it and that every process in it lives
+    /// in the endpoint's network namespace. Returns whether it is new.
+    pub fn adopt_cgroup(&self, name: &str, path: &str) -> Result<bool, String> {
+        let id = nft_id(name);
+        let depth = depth_of(path);
+        if path.is_empty() || depth > MAX_ADOPTED_DEPTH {
+            return Err(format!(
+                "cgroup /{path} is the root or deeper than {MAX_ADOPTED_DEPTH} levels"
+            ));
+        }
+        if !path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-:@+/".contains(c))
+        {
+            return Err(format!("cgroup /{path}: a name nftables is not given"));
+        }
+        if path == self.parent || path.starts_with(&format!("{}/", self.parent)) {
+            return Ok(false); // filtered by name already
+        }
+        let ino = cgroup_inode(&Path::new(CGROUP_ROOT).join(path))
+            .ok_or_else(|| format!("cgroup /{path} is gone"))?;
+        let mut el = self.lock();
+        if !el.endpoints.contains_key(&id) {
+            return Err(format!("endpoint {name} is not in the backstop"));
+        }
+        match el.adopted.get(path) {
+            Some((ep, i)) if *ep == id && *i == ino => return Ok(false),
+            Some((ep, i)) if *i == ino => {
+                return Err(format!(
+                    "cgroup /{path} carries endpoint {ep}'s apps already"
+                ))
+            }
+            _ => {}
+        }
+        let t = format!("inet {TABLE}");
+        let mut cmd = String::new();
+        if !el.adopted_rules.contains(&depth) {
+            let _ = writeln!(
+                cmd,
+                "add rule {t} output udp dport {ROCE_PORT} socket cgroupv2 level {depth} vmap @adopted_l{depth}"
+            );
+        }
+        // A recreated cgroup of the same path: its old element is gone
+        // with it; `add` replaces nothing else.
+        cmd.push_str(&adopted_element(path, &id));
+        self.nft.run(&cmd)?;
+        el.adopted_rules.insert(depth);
+        el.adopted.insert(path.to_string(), (id, ino));
+        info!(endpoint = %name, cgroup = %format!("/{path}"),
+              "backstop: the endpoint's apps run in a cgroup of their own (a container's); its RoCE packets are filtered as the endpoint's");
+        Ok(true)
+    }
+
+    /// The adopted cgroups, by path, with their endpoint's nft identifier.
+    pub fn adopted(&self) -> BTreeMap<String, String> {
+        self.lock()
+            .adopted
+            .iter()
+            .map(|(p, (ep, _))| (p.clone(), ep.clone()))
+            .collect()
+    }
+
+    /// Forget adopted cgroups that are gone (a container that ended): a
+    /// gone cgroup cannot be named by path, so the maps are rebuilt.
+    fn prune_adopted(&self, el: &mut Elements) {
+        let before = el.adopted.len();
+        el.adopted.retain(|path, (_, ino)| {
+            cgroup_inode(&Path::new(CGROUP_ROOT).join(path.as_str())) == Some(*ino)
+        });
+        if el.adopted.len() == before {
+            return;
+        }
+        if let Err(e) = self.nft.run(&adopted_maps(&el.adopted, &el.adopted_rules)) {
+            warn!("backstop: cannot rebuild the adopted cgroups' maps: {e}");
         }
     }
 
@@ -414,6 +517,21 @@ impl Backstop {
             self.submit(format!(
                 "add element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
             ));
+        }
+    }
+
+    /// As `qp_seen`, for a QP whose admission follows at once: its update
+    /// waits in the queue for the admission's, so both go to the kernel in
+    /// one transaction (one libnftables call costs milliseconds under
+    /// emulation, and the admission waits for it).
+    pub fn qp_seen_with_admission(&self, qpn: u32) {
+        let mut el = self.lock();
+        if bump(&mut el.tenant_qpns, qpn) {
+            let mut q = lock(&self.pending);
+            q.cmds.push(format!(
+                "add element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
+            ));
+            q.last += 1;
         }
     }
 
@@ -658,6 +776,36 @@ fn map_elements(
         }
     }
     cmd
+}
+
+/// The adopted maps in use, emptied and refilled (one transaction with
+/// whatever follows, so a live cgroup never misses its chain).
+fn adopted_maps(
+    adopted: &BTreeMap<String, (EpId, u64)>,
+    depths: &std::collections::BTreeSet<usize>,
+) -> String {
+    let t = format!("inet {TABLE}");
+    let mut cmd = String::new();
+    for n in depths {
+        let _ = writeln!(cmd, "flush map {t} adopted_l{n}");
+    }
+    for (path, (id, _)) in adopted {
+        cmd.push_str(&adopted_element(path, id));
+    }
+    cmd
+}
+
+/// A cgroup's depth below the root: the level its map matches at.
+fn depth_of(path: &str) -> usize {
+    path.split('/').count()
+}
+
+/// The element sending adopted cgroup `path`'s packets to endpoint `id`'s chain.
+fn adopted_element(path: &str, id: &str) -> String {
+    format!(
+        "add element inet {TABLE} adopted_l{} {{ \"{path}\" : jump ep_{id} }}\n",
+        depth_of(path)
+    )
 }
 
 fn endpoint_of(endpoints: &BTreeMap<EpId, EndpointRules>, e: &Entry) -> Option<EpId> {

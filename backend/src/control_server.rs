@@ -103,6 +103,11 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::Endpoints => {
             let rates = shared.rates.as_ref().map(|r| r.stats()).unwrap_or_default();
+            let adopted = shared
+                .admission
+                .backstop()
+                .map(|b| b.adopted())
+                .unwrap_or_default();
             let eps: Vec<Value> = shared
                 .registry
                 .local()
@@ -121,6 +126,10 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                         "rdma_limits": ep.cfg.rdma_limits,
                         "max_rate_mbps": ep.cfg.max_rate_mbps,
                         "cni": ep.cfg.cni,
+                        // Container cgroups the backstop filters as this endpoint's.
+                        "cgroups": adopted.iter()
+                            .filter(|(_, id)| **id == crate::backstop::nft_id(&ep.cfg.name))
+                            .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
                         "rate": rates.get(&ep.cfg.name),
                         "rdma_current": shared.rdma_cgroups.current(&ep.cfg.name)
                             .map(|(h, o)| json!({ "handles": h, "objects": o })),

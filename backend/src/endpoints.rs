@@ -359,6 +359,7 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
         if let Some(b) = shared.admission.backstop() {
             // The endpoint's cgroup may have appeared since the last look.
             b.refresh_cgroups();
+            adopt_cgroup(b, &ep.cfg, pid);
         }
         let id = shared.next_session_id();
         let (shared, ep) = (shared.clone(), ep.clone());
@@ -385,6 +386,48 @@ fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
             "pid {pid} is not in the endpoint's network namespace {}",
             netns.display()
         ))
+    }
+}
+
+/// An app outside the endpoint's cgroup (a container its runtime placed):
+/// have the backstop filter the app's cgroup as the endpoint's, if every
+/// process in it lives in the endpoint's namespace (a container's cgroup
+/// does; a login session's or a service's that merely entered it does
+/// not, and filtering those would catch the host's own apps).
+fn adopt_cgroup(b: &crate::backstop::Backstop, ep: &EndpointConfig, pid: i32) {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return; // gone already: its session ends at once
+    };
+    let Some(path) = text.lines().find_map(|l| l.strip_prefix("0::/")) else {
+        warn!(endpoint = %ep.name, pid, "no cgroup v2 entry in /proc/{pid}/cgroup: the backstop cannot tell its packets");
+        return;
+    };
+    let path = path.trim_end_matches('/');
+    let procs = std::path::Path::new(crate::rdma_cgroup::CGROUP_ROOT)
+        .join(path)
+        .join("cgroup.procs");
+    let outsider = std::fs::read_to_string(&procs)
+        .map_err(|e| format!("{}: {e}", procs.display()))
+        .map(|list| {
+            list.lines()
+                .filter_map(|p| p.trim().parse::<i32>().ok())
+                // A process that exited meanwhile is no outsider.
+                .find(|&p| {
+                    std::fs::metadata(format!("/proc/{p}/ns/net")).is_ok()
+                        && same_netns(p, &ep.netns).is_err()
+                })
+        });
+    let why = match outsider {
+        Ok(None) => match b.adopt_cgroup(&ep.name, path) {
+            Ok(_) => return,
+            Err(e) => e,
+        },
+        Ok(Some(p)) => format!("pid {p} in it lives outside the endpoint's namespace"),
+        Err(e) => e,
+    };
+    if !path.is_empty() {
+        warn!(endpoint = %ep.name, pid, cgroup = %format!("/{path}"),
+              "the backstop does not filter this app's RoCE packets as the endpoint's: {why}");
     }
 }
 
@@ -416,7 +459,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }
     if let Some(b) = shared.admission.backstop() {
-        for qp in sess.qps.values() {
+        for qp in sess.qps.values().filter(|q| q.guarded) {
             b.qp_gone(qp.qpn);
         }
     }

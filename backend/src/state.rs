@@ -41,6 +41,10 @@ pub struct QpRecord {
     /// (`ownership.rs`); false only while the QP is in RESET.
     #[serde(skip)]
     pub owner_checked: bool,
+    /// The backstop guards its QPN (`Backstop::qp_seen`): from its move
+    /// to RTR on, the first state in which it can receive.
+    #[serde(skip)]
+    pub guarded: bool,
 }
 
 impl QpRecord {
@@ -314,12 +318,27 @@ impl Shared {
         done
     }
 
-    /// Keep the control socket's view of a session current.
-    pub fn publish(&self, id: u64, app: &str, requests: u64, qps: &BTreeMap<u32, QpRecord>) {
+    /// Keep the control socket's view of a session current: its counters,
+    /// and the QPs the last request changed (`touched`), not the whole map.
+    pub fn publish(
+        &self,
+        id: u64,
+        app: &str,
+        requests: u64,
+        qps: &BTreeMap<u32, QpRecord>,
+        touched: &[u32],
+    ) {
         if let Some(v) = lock(&self.sessions).get_mut(&id) {
-            v.app = app.to_string();
+            if v.app != app {
+                v.app = app.to_string();
+            }
             v.requests = requests;
-            v.qps = qps.clone();
+            for h in touched {
+                match qps.get(h) {
+                    Some(q) => v.qps.insert(*h, q.clone()),
+                    None => v.qps.remove(h),
+                };
+            }
         }
     }
 

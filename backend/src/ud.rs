@@ -10,6 +10,7 @@
 //! RESOLVE_GRH names a received packet's sender in virtual terms, for
 //! ibv_init_ah_from_wc.
 
+use crate::qp::physical_av;
 use crate::registry::Endpoint;
 use crate::session::{from_io, refuse, virtual_gids, Refusal, Session};
 use crate::state::{lock, Shared};
@@ -57,15 +58,6 @@ pub(crate) fn create_ah(
         return Err(refuse(libc::EPROTO, "CREATE_AH before OPEN_DEVICE"));
     }
     let ah = &r.ah_attr;
-    if ah.is_global == 0 {
-        return Err(refuse(
-            libc::EINVAL,
-            "RoCE needs a global route (is_global)",
-        ));
-    }
-    if ah.port_num != 0 && ah.port_num != shared.host.port {
-        return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
-    }
     if ah.dgid[0] == 0xff {
         return Err(refuse(
             libc::ENOSYS,
@@ -73,31 +65,13 @@ pub(crate) fn create_ah(
         ));
     }
     let ep = sess.ep.clone();
-    let vni = ep.cfg.vni;
-    let tr =
-        |e: vbond::TranslateError| refuse(e.errno(), format!("{e} (tenant {})", ep.cfg.tenant));
-    let (remote_vip, peer_host, phys_dgid) = {
-        let vpc = shared.registry.vpc();
-        let d = vpc.translate_dgid(vni, &ah.dgid).map_err(tr)?;
-        (d.vip, d.peer.host, d.phys_dgid)
-    };
-    let vgids = virtual_gids(&ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
-    let psgid = vbond::translate_sgid_index(
-        &vgids,
-        &shared.host.gids,
-        u32::from(ah.sgid_index),
-        shared.cfg.underlay.ip,
-    )
-    .map_err(tr)?;
+    let av = physical_av(shared, &ep, ah)?;
+    let (remote_vip, peer_host, traffic_class) = (av.vip, av.host, av.traffic_class);
     // UD is RDMA: the same predicate as a connection, per destination.
     shared
         .admission
-        .decide(&ep.cfg.tenant, vni, ep.cfg.vip, remote_vip)
+        .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, remote_vip)
         .map_err(|why| deny(&ep, remote_vip, &why))?;
-    let traffic_class =
-        shared
-            .admission
-            .traffic_class(&ep.cfg.tenant, vni, ep.cfg.vip, ah.traffic_class);
     if sess.ah_pending.len() >= MAX_PENDING {
         // The oldest admission was never bound: its provider call failed.
         sess.ah_pending.pop_first();
@@ -119,8 +93,8 @@ pub(crate) fn create_ah(
     Ok(proto::ReplyBody::CreateAh(proto::CreateAhReply {
         ah_id,
         ah_attr: proto::AhAttr {
-            dgid: phys_dgid,
-            sgid_index: psgid as u8,
+            dgid: av.phys_dgid,
+            sgid_index: av.sgid_index,
             traffic_class,
             port_num: shared.host.port,
             ..*ah
@@ -176,7 +150,7 @@ pub(crate) fn bind_ah(
     // The app sends as soon as the AH exists: the backstop must let its
     // datagrams through by then, or they are lost without a trace.
     if let Some(bs) = shared.admission.backstop() {
-        if !bs.wait_applied(crate::session::BACKSTOP_WAIT) {
+        if !bs.wait_applied(crate::qp::BACKSTOP_WAIT) {
             warn!(
                 ah = b.ah_handle,
                 "backstop sets not updated in time; the first datagrams may be dropped"

@@ -32,10 +32,22 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_REPLY 0x8000
 /* Opcodes from here (below REPLY) are asynchronous notices. */
 #define MASQ_NOTICE_BASE 0x4000
+/*
+ * Requests with opcodes POSTED_FIRST..=POSTED_LAST are posted: the
+ * frontend does not wait and the backend sends no reply, not even an
+ * error (it logs and counts a refusal instead).
+ */
+#define MASQ_POSTED_FIRST 12
+#define MASQ_POSTED_LAST 15
 /* Feature bit: the frontend accepts asynchronous notices. */
 #define MASQ_FEATURE_NOTICES 1
+/*
+ * Feature bit: the backend takes posted requests (QP_MOVED,
+ * QP_DESTROYED), so the frontend may move QPs on its own fd.
+ */
+#define MASQ_FEATURE_POSTED 2
 /* Features this implementation understands. */
-#define MASQ_SUPPORTED_FEATURES 1
+#define MASQ_SUPPORTED_FEATURES 3
 /* Capacity of the GID table reply. */
 #define MASQ_MAX_GIDS 16
 /* GID types, as in enum ibv_gid_type. */
@@ -103,6 +115,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_OP_BIND_AH 9
 #define MASQ_OP_DESTROY_AH 10
 #define MASQ_OP_RESOLVE_GRH 11
+#define MASQ_OP_QP_MOVED 12
+#define MASQ_OP_QP_DESTROYED 13
 #define MASQ_OP_CM_CREATE_CHANNEL 16
 #define MASQ_OP_CM_DESTROY_CHANNEL 17
 #define MASQ_OP_CM_CREATE_ID 18
@@ -523,6 +537,40 @@ static inline int masq_resync_qp_req_validate(const struct masq_resync_qp_req *s
 	if (!((s->qp_type >= 2 && s->qp_type <= 4) || (s->qp_type >= 8 && s->qp_type <= 10) || s->qp_type == 255))
 		return -EINVAL;
 	if (!(s->has_route <= 1))
+		return -EINVAL;
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * Posted after the frontend moved one of its QPs itself, on its own
+ * uverbs fd (a change that carries no address: see the README). Only
+ * a prompt: masqd reads the QP's state from the kernel, so a false
+ * claim changes nothing it records.
+ */
+struct masq_qp_moved_req {
+	uint32_t qp_handle;
+	uint32_t qp_num;
+	uint32_t qp_type; /* enum ibv_qp_type, as in ModifyQpReq */
+	uint32_t attr_mask; /* enum ibv_qp_attr_mask bits the app passed */
+	uint8_t qp_state; /* enum ibv_qp_state the app moved the QP to (with IBV_QP_STATE) */
+	uint8_t reserved[7];
+};
+_Static_assert(sizeof(struct masq_qp_moved_req) == 24, "masq_qp_moved_req: size");
+_Static_assert(offsetof(struct masq_qp_moved_req, qp_handle) == 0, "masq_qp_moved_req.qp_handle: offset");
+_Static_assert(offsetof(struct masq_qp_moved_req, qp_num) == 4, "masq_qp_moved_req.qp_num: offset");
+_Static_assert(offsetof(struct masq_qp_moved_req, qp_type) == 8, "masq_qp_moved_req.qp_type: offset");
+_Static_assert(offsetof(struct masq_qp_moved_req, attr_mask) == 12, "masq_qp_moved_req.attr_mask: offset");
+_Static_assert(offsetof(struct masq_qp_moved_req, qp_state) == 16, "masq_qp_moved_req.qp_state: offset");
+_Static_assert(offsetof(struct masq_qp_moved_req, reserved) == 17, "masq_qp_moved_req.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_qp_moved_req_validate(const struct masq_qp_moved_req *s)
+{
+	if (!((s->qp_type >= 2 && s->qp_type <= 4) || (s->qp_type >= 8 && s->qp_type <= 10) || s->qp_type == 255))
+		return -EINVAL;
+	if (!(s->qp_state <= 6))
 		return -EINVAL;
 	if (!masq__zero(s->reserved, sizeof(s->reserved)))
 		return -EINVAL;
@@ -1069,6 +1117,12 @@ static inline int masq_opcode_is_reply(uint16_t opcode)
 	return (opcode & MASQ_REPLY) != 0;
 }
 
+/* A posted request: the backend sends no reply to it. */
+static inline int masq_opcode_is_posted(uint16_t opcode)
+{
+	return opcode >= MASQ_POSTED_FIRST && opcode <= MASQ_POSTED_LAST;
+}
+
 static inline int masq_opcode_is_notice(uint16_t opcode)
 {
 	return opcode >= MASQ_NOTICE_BASE && opcode < MASQ_REPLY;
@@ -1578,6 +1632,48 @@ static inline int masq_msg_resolve_grh_reply_decode(const void *buf, size_t len,
 	int err = masq__decode(buf, len, (MASQ_OP_RESOLVE_GRH | MASQ_REPLY), m, sizeof(*m));
 
 	return err ? err : masq_resolve_grh_reply_validate(&m->body);
+}
+
+/* QP_MOVED req (opcode 0x000c) */
+struct masq_msg_qp_moved_req {
+	struct masq_hdr hdr;
+	struct masq_qp_moved_req body;
+};
+_Static_assert(sizeof(struct masq_msg_qp_moved_req) == 40, "masq_msg_qp_moved_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_qp_moved_req_init(struct masq_msg_qp_moved_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_QP_MOVED, sizeof(*m));
+}
+
+static inline int masq_msg_qp_moved_req_decode(const void *buf, size_t len, struct masq_msg_qp_moved_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_QP_MOVED, m, sizeof(*m));
+
+	return err ? err : masq_qp_moved_req_validate(&m->body);
+}
+
+/* QP_DESTROYED req (opcode 0x000d) */
+struct masq_msg_qp_destroyed_req {
+	struct masq_hdr hdr;
+	struct masq_destroy_qp_req body;
+};
+_Static_assert(sizeof(struct masq_msg_qp_destroyed_req) == 24, "masq_msg_qp_destroyed_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_qp_destroyed_req_init(struct masq_msg_qp_destroyed_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_QP_DESTROYED, sizeof(*m));
+}
+
+static inline int masq_msg_qp_destroyed_req_decode(const void *buf, size_t len, struct masq_msg_qp_destroyed_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_QP_DESTROYED, m, sizeof(*m));
+
+	return err ? err : masq_destroy_qp_req_validate(&m->body);
 }
 
 /* CM_CREATE_CHANNEL req (opcode 0x0010) */

@@ -5,7 +5,8 @@
  * addresses and leaves everything else, above all post/poll, to the vendor
  * provider. The physical device is opened through stock libibverbs; its
  * uverbs fd goes to masqd, which answers device/GID queries with the
- * endpoint's virtual view and executes every QP state change itself.
+ * endpoint's virtual view and executes every QP change that carries an
+ * address (and every move to RTR) itself.
  *
  * Only the public libibverbs API and <infiniband/verbs.h> are used.
  */
@@ -450,6 +451,14 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 	m = find_ctx(qp->context);
 	if (!m)
 		return real.modify_qp(qp, attr, attr_mask);
+	if (masq_modify_is_local(&m->sess, attr, attr_mask)) {
+		/* No address: the provider runs it on the app's fd (as the app
+		 * could itself); masqd hears of it without a reply. */
+		err = real.modify_qp(qp, attr, attr_mask);
+		if (!err)
+			masq_qp_moved(&m->sess, qp, attr, attr_mask);
+		return err;
+	}
 	err = masq_modify_qp(&m->sess, qp, attr, attr_mask);
 	if (err) {
 		errno = err;

@@ -264,7 +264,8 @@ static ssize_t session_call(struct masq_session *s, void *req, size_t len, int p
 	}
 }
 
-static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep)
+static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
+		 uint32_t features)
 {
 	extern char *program_invocation_short_name;
 	struct masq_msg_hello_req req;
@@ -273,7 +274,7 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep)
 	int err, sent;
 
 	masq_msg_hello_req_init(&req);
-	req.body.features = 0;
+	req.body.features = features;
 	masq_copy_name(req.body.app_name, sizeof(req.body.app_name),
 		       program_invocation_short_name);
 	n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
@@ -303,7 +304,7 @@ int masq_describe_device(struct masq_device *out)
 	sock = connect_masqd(masq_socket_path());
 	if (sock < 0)
 		return -1;
-	err = hello(sock, &id, &rep);
+	err = hello(sock, &id, &rep, 0);
 	close(sock);
 	if (err) {
 		errno = err;
@@ -322,7 +323,7 @@ int masq_conn_open(struct masq_conn *c)
 	c->fd = connect_masqd(masq_socket_path());
 	if (c->fd < 0)
 		return errno;
-	err = hello(c->fd, &c->next_request, &rep);
+	err = hello(c->fd, &c->next_request, &rep, 0);
 	if (err) {
 		close(c->fd);
 		c->fd = -1;
@@ -358,7 +359,7 @@ ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[M
 /* Connect, HELLO, OPEN_DEVICE with cmd_fd: a new session socket, or -1
  * with *err set. */
 static int open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t *session_id,
-			uint8_t *port, int *err)
+			uint8_t *port, uint32_t *features, int *err)
 {
 	struct masq_msg_open_device_req req;
 	struct masq_msg_open_device_reply rep;
@@ -373,9 +374,10 @@ static int open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_
 		return -1;
 	}
 	*next_id = 0;
-	*err = hello(sock, next_id, &hrep);
+	*err = hello(sock, next_id, &hrep, MASQ_FEATURE_POSTED);
 	if (!*err) {
 		*session_id = hrep.body.session_id;
+		*features = hrep.body.features;
 		*port = hrep.body.phys_port;
 		masq_msg_open_device_req_init(&req);
 		n = roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent, NULL);
@@ -505,7 +507,7 @@ static void *watcher_main(void *arg)
 	unsigned int tracked;
 	double lost_at = 0;
 	int backoff = 0, err, sock;
-	uint32_t next_id, sid;
+	uint32_t next_id, sid, features = 0;
 	uint8_t port;
 
 	pthread_mutex_lock(&s->lock);
@@ -540,7 +542,7 @@ static void *watcher_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 		if (backoff)
 			nap(s, backoff);
-		sock = open_session(s->path, s->cmd_fd, &next_id, &sid, &port, &err);
+		sock = open_session(s->path, s->cmd_fd, &next_id, &sid, &port, &features, &err);
 		pthread_mutex_lock(&s->lock);
 		if (s->closing) {
 			if (sock >= 0)
@@ -558,6 +560,7 @@ static void *watcher_main(void *arg)
 		s->fd = sock;
 		s->next_request = next_id;
 		s->session_id = sid;
+		s->posted = (features & MASQ_FEATURE_POSTED) != 0;
 		(void)port; /* the device's port: unchanged, and read without the lock */
 		s->reconnects++;
 		backoff = 0;
@@ -604,6 +607,7 @@ static int start_watcher(struct masq_session *s)
 int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
 {
 	const char *path = masq_socket_path();
+	uint32_t features = 0;
 	int err;
 
 	memset(s, 0, sizeof(*s));
@@ -615,9 +619,11 @@ int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
 	if (strlen(path) >= sizeof(s->path))
 		return ENAMETOOLONG;
 	strcpy(s->path, path);
-	s->fd = open_session(s->path, cmd_fd, &s->next_request, &s->session_id, &s->port, &err);
+	s->fd = open_session(s->path, cmd_fd, &s->next_request, &s->session_id, &s->port,
+			     &features, &err);
 	if (s->fd < 0)
 		return err;
+	s->posted = (features & MASQ_FEATURE_POSTED) != 0;
 	if (watch && (err = start_watcher(s)) != 0 && masq_debug_on())
 		masq_log("no reconnection watcher: %s", strerror(err));
 	return 0;
@@ -899,20 +905,97 @@ ssize_t masq_session_request(struct masq_session *s, void *req, size_t len,
 	return n;
 }
 
+/*
+ * Call under s->lock: send a posted request (no reply comes). A lost
+ * connection is the watcher's to replace; the next masqd learns the QP's
+ * state from the kernel when it is named again (RESYNC_QP).
+ */
+static void post(struct masq_session *s, void *req, size_t len)
+{
+	int err;
+
+	if (s->fd < 0 || s->broken)
+		return;
+	masq_hdr_set_request_id(req, ++s->next_request);
+	err = send_msg(s->fd, req, len, -1);
+	if (err && lost(-err)) {
+		s->broken = 1;
+		wake_watcher(s);
+	}
+}
+
+int masq_modify_is_local(const struct masq_session *s, const struct ibv_qp_attr *attr,
+			 int attr_mask)
+{
+	/* What masqd translates, admits or refuses: addresses (AV, the
+	 * alternate path and its migration, the destination QPN), another
+	 * port, privileged Q_Keys, masks it does not know, and RTR. */
+	const int masqd_bits = IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+			       IBV_QP_DEST_QPN;
+	const int known = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY |
+			  IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
+			  IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			  IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+			  IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC;
+
+	if (!s->posted || (attr_mask & masqd_bits) || (attr_mask & ~known))
+		return 0;
+	if ((attr_mask & IBV_QP_PORT) && attr->port_num != s->port)
+		return 0;
+	if ((attr_mask & IBV_QP_QKEY) && (attr->qkey & 0x80000000u))
+		return 0;
+	if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR)
+		return 0;
+	return 1;
+}
+
+void masq_qp_moved(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
+		   int attr_mask)
+{
+	struct masq_msg_qp_moved_req req;
+	struct masq_qp_info *q;
+
+	pthread_mutex_lock(&s->lock);
+	/* Named again after a restart, like a QP masqd moved. */
+	q = remember_qp(s, qp->handle);
+	if (q) {
+		q->qpn = qp->qp_num;
+		q->qp_type = (uint32_t)qp->qp_type;
+	}
+	if (attr_mask & IBV_QP_STATE) {
+		masq_msg_qp_moved_req_init(&req);
+		req.body.qp_handle = qp->handle;
+		req.body.qp_num = qp->qp_num;
+		req.body.qp_type = (uint32_t)qp->qp_type;
+		req.body.attr_mask = (uint32_t)attr_mask;
+		req.body.qp_state = (uint8_t)attr->qp_state;
+		if (!masq_qp_moved_req_validate(&req.body))
+			post(s, &req, sizeof(req));
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
 void masq_destroy_qp(struct masq_session *s, uint32_t qp_handle, uint32_t qp_num)
 {
 	struct masq_msg_destroy_qp_req req;
+	struct masq_msg_qp_destroyed_req posted;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 
-	masq_msg_destroy_qp_req_init(&req);
-	req.body.qp_handle = qp_handle;
-	req.body.qp_num = qp_num;
 	pthread_mutex_lock(&s->lock);
 	forget_qp(s, qp_handle);
-	/* The QP is already gone; the reply only keeps requests in step. While
-	 * masqd is away there is nothing to tell: the next one never hears of
-	 * the QP, as it is no longer remembered. */
-	if (s->fd >= 0 && !s->broken)
+	/* The QP is already gone: nothing to wait for. While masqd is away
+	 * there is nothing to tell: the next one never hears of the QP, as it
+	 * is no longer remembered. */
+	if (s->posted) {
+		masq_msg_qp_destroyed_req_init(&posted);
+		posted.body.qp_handle = qp_handle;
+		posted.body.qp_num = qp_num;
+		post(s, &posted, sizeof(posted));
+	} else if (s->fd >= 0 && !s->broken) {
+		masq_msg_destroy_qp_req_init(&req);
+		req.body.qp_handle = qp_handle;
+		req.body.qp_num = qp_num;
 		(void)session_call(s, &req, sizeof(req), -1, buf, 1);
+	}
 	pthread_mutex_unlock(&s->lock);
 }

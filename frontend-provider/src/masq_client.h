@@ -11,6 +11,11 @@
  * taken by the watcher. Control verbs that need masqd while it is away
  * wait for the reconnection up to MASQ_RECONNECT_WAIT_MS (default 10000),
  * then fail with EAGAIN; posting and polling never involve masqd.
+ *
+ * QP changes that carry no address (to INIT, RTS, SQD, ERROR, RESET...)
+ * run on the app's own fd and are posted to masqd (QP_MOVED), as are
+ * destroys (QP_DESTROYED): masqd sends no reply to posted requests and
+ * learns the QP's state from the kernel.
  */
 #ifndef MASQ_CLIENT_H
 #define MASQ_CLIENT_H
@@ -61,6 +66,7 @@ struct masq_session {
 	pthread_t watcher;
 	char path[108];
 	uint8_t port;
+	int posted;	/* masqd takes posted requests (FEATURE_POSTED) */
 	uint32_t session_id;
 	uint32_t next_request;
 	unsigned long reconnects;
@@ -130,6 +136,20 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr *attr,
 		  int attr_mask);
 void masq_destroy_qp(struct masq_session *s, uint32_t qp_handle, uint32_t qp_num);
+
+/*
+ * Whether this ibv_modify_qp carries no address, so the app runs it on its
+ * own fd and masqd only hears of it (masq_qp_moved): no AV, alternate path,
+ * path migration or destination QPN, no other port than the served one, no
+ * privileged Q_Key, only attributes masqd knows, and not a move to RTR.
+ */
+int masq_modify_is_local(const struct masq_session *s, const struct ibv_qp_attr *attr,
+			 int attr_mask);
+
+/* After such a change succeeded: remember the QP (for RESYNC_QP) and post
+ * QP_MOVED, without waiting. */
+void masq_qp_moved(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
+		   int attr_mask);
 
 /* One request on the session (under its lock): the reply's length in buf,
  * or -errno, as masq_conn_call. A request that is not `idempotent` is not

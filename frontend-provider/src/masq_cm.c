@@ -10,7 +10,8 @@
  * rdma_cm_event, doing on the way what librdmacm does in user space (the
  * active side's RTR/RTS/ESTABLISH, new ids for connection requests).
  *
- * QP transitions go through ibv_modify_qp, i.e. libmasq's own, to masqd.
+ * QP transitions go through ibv_modify_qp, i.e. libmasq's own: RTR (and any
+ * change with an address) to masqd, the others on the app's fd, posted.
  * Only IPv4 and RDMA_PS_TCP (RC) are served; multicast, SRQs and ECE
  * answer ENOSYS, so the stock librdmacm never sees a libmasq id.
  *

@@ -243,6 +243,26 @@ static void query_qp_reply(struct masq_msg_query_qp_reply *m)
 	ah_to_peer(&a->ah_attr);
 }
 
+static void qp_moved_req(struct masq_msg_qp_moved_req *m)
+{
+	masq_msg_qp_moved_req_init(m);
+	m->hdr.request_id = 12;
+	m->body.qp_handle = 1;
+	m->body.qp_num = 0x11;
+	m->body.qp_type = IBV_QPT_RC;
+	m->body.attr_mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			    IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_SQ_PSN;
+	m->body.qp_state = IBV_QPS_RTS;
+}
+
+static void qp_destroyed_req(struct masq_msg_qp_destroyed_req *m)
+{
+	masq_msg_qp_destroyed_req_init(m);
+	m->hdr.request_id = 13;
+	m->body.qp_handle = 1;
+	m->body.qp_num = 0x11;
+}
+
 static void destroy_qp_req(struct masq_msg_destroy_qp_req *m)
 {
 	masq_msg_destroy_qp_req_init(m);
@@ -628,6 +648,22 @@ static void test_golden_destroy_qp(void)
 	GOLDEN("destroy_qp_reply", masq_msg_destroy_qp_reply, destroy_qp_reply);
 }
 
+static void test_golden_posted(void)
+{
+	struct masq_msg_qp_moved_req r;
+
+	GOLDEN("qp_moved_req", masq_msg_qp_moved_req, qp_moved_req);
+	GOLDEN("qp_destroyed_req", masq_msg_qp_destroyed_req, qp_destroyed_req);
+	CHECK(masq_opcode_is_posted(MASQ_OP_QP_MOVED));
+	CHECK(masq_opcode_is_posted(MASQ_OP_QP_DESTROYED));
+	CHECK(!masq_opcode_is_posted(MASQ_OP_MODIFY_QP));
+	CHECK(!masq_opcode_is_posted(MASQ_OP_RESOLVE_GRH));
+	qp_moved_req(&r);
+	CHECK_EQ(masq_qp_moved_req_validate(&r.body), 0);
+	r.body.qp_state = 7;
+	CHECK_EQ(masq_qp_moved_req_validate(&r.body), -EINVAL);
+}
+
 static void test_golden_resync_qp(void)
 {
 	struct masq_msg_resync_qp_req r;
@@ -970,6 +1006,7 @@ int main(int argc, char **argv)
 	run("golden_modify_qp", test_golden_modify_qp);
 	run("golden_query_qp", test_golden_query_qp);
 	run("golden_destroy_qp", test_golden_destroy_qp);
+	run("golden_posted", test_golden_posted);
 	run("golden_resync_qp", test_golden_resync_qp);
 	run("golden_ah", test_golden_ah);
 	run("golden_notice", test_golden_notice);

@@ -6,7 +6,7 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8
 arg() { sed -n "s/.*\bmasq\.$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
-host=$(arg host) ip=$(arg ip) peer=$(arg peer) repo=$(arg repo)
+host=$(arg host) ip=$(arg ip) repo=$(arg repo)
 ul_mac=$(arg ulmac) ctl_mac=$(arg ctlmac) ctl_ip=$(arg ctlip) agent_port=$(arg agentport)
 
 log() { echo "masq-boot[$host]: $*" >/dev/console; }
@@ -51,7 +51,6 @@ rdma link add rxe0 type rxe netdev eth0 || log "rdma link add failed"
 cat >/run/masq-host.env <<ENV
 MASQ_HOST=$host
 MASQ_UNDERLAY_IP=${ip%/*}
-MASQ_PEER_IP=$peer
 MASQ_REPO=$repo
 ENV
 mkdir -p /sys/fs/cgroup/tenants

@@ -1,8 +1,16 @@
 #!/bin/bash
-# etcd for masq's cluster mode inside a testbed host: a one-member cluster
-# serving clients on the host's underlay address (run by the tests).
-#   etcd.sh start    start it (idempotent) and wait until it is healthy
-#   etcd.sh stop     stop it; its data stays, so `start` resumes it
+# etcd for masq's cluster mode inside a testbed host, serving clients on
+# the host's underlay address (run by the tests): a one-member cluster, or
+# one member of a cluster spread over several hosts.
+#   etcd.sh start    start a one-member cluster (idempotent), wait until healthy
+#   etcd.sh member CLUSTER new|existing
+#                    start this host's member of CLUSTER (NAME=PEER_URL,...;
+#                    peers talk on the underlay, port 2380) without waiting:
+#                    it is healthy only once a quorum of members runs.
+#                    `existing`: join a cluster that already added it
+#                    (etcdctl member add) with an empty data dir.
+#   etcd.sh wait     wait until this host's member is healthy
+#   etcd.sh stop     stop it; its data stays, so `start`/`member` resumes it
 #   etcd.sh wipe     stop it and remove its data
 #   etcd.sh status   exit 0 if it runs
 set -euo pipefail
@@ -17,15 +25,33 @@ mkdir -p "$RUN"
 
 running() { [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
+launch() {  # PEER_URL CLUSTER STATE
+    running && return 0
+    # Raft timing for emulated hosts (TCG, shared cores): with etcd's 100 ms
+    # heartbeat and 1 s election timeout, a busy guest misses heartbeats
+    # and members keep electing new leaders.
+    setsid etcd --name "$MASQ_HOST" --data-dir "$DATA" \
+        --heartbeat-interval 300 --election-timeout 3000 \
+        --listen-client-urls "$URL" --advertise-client-urls "$URL" \
+        --listen-peer-urls "$1" --initial-advertise-peer-urls "$1" \
+        --initial-cluster "$2" --initial-cluster-state "$3" >>"$LOG" 2>&1 </dev/null &
+    echo $! >"$PIDFILE"
+}
+
 start() {
-    if ! running; then
-        setsid etcd --name "$MASQ_HOST" --data-dir "$DATA" \
-            --listen-client-urls "$URL" --advertise-client-urls "$URL" \
-            --listen-peer-urls "$PEER" --initial-advertise-peer-urls "$PEER" \
-            --initial-cluster "$MASQ_HOST=$PEER" >>"$LOG" 2>&1 </dev/null &
-        echo $! >"$PIDFILE"
-    fi
-    for _ in $(seq 300); do
+    launch "$PEER" "$MASQ_HOST=$PEER" new
+    wait_healthy 300
+}
+
+member() {
+    local cluster=$1 state=$2
+    case "$state" in new|existing) ;; *) echo "etcd: state must be new or existing" >&2; exit 2 ;; esac
+    launch "http://$MASQ_UNDERLAY_IP:2380" "$cluster" "$state"
+    echo "$MASQ_HOST: etcd member started ($state cluster $cluster)"
+}
+
+wait_healthy() {  # TENTHS_OF_A_SECOND
+    for _ in $(seq "$1"); do
         if etcdctl --endpoints "$URL" endpoint health >/dev/null 2>&1; then
             echo "$MASQ_HOST: etcd up at $URL (pid $(cat "$PIDFILE"))"
             return 0
@@ -50,8 +76,12 @@ stop() {
 
 case "${1:-}" in
     start) start ;;
+    member) [ $# -eq 3 ] || { echo "usage: etcd.sh member CLUSTER new|existing" >&2; exit 2; }
+            member "$2" "$3" ;;
+    wait) wait_healthy 1200 ;;
     stop) stop ;;
     wipe) stop; rm -rf "$DATA" ;;
     status) running ;;
-    *) echo "usage: etcd.sh start | stop | wipe | status" >&2; exit 2 ;;
+    *) echo "usage: etcd.sh start | member CLUSTER new|existing | wait | stop | wipe | status" >&2
+       exit 2 ;;
 esac

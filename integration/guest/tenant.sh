@@ -1,7 +1,7 @@
 #!/bin/bash
 # Tenant endpoints inside a testbed host (run by `integration/testbed tenant`).
 #   tenant.sh add NAME VNI VIP/NN   netns NAME, veth eth0 in it on bridge mbrVNI,
-#                                   VXLAN VNI to the peer host, cgroup tenants/NAME
+#                                   VXLAN VNI to the other hosts, cgroup tenants/NAME
 #   tenant.sh del NAME
 #   tenant.sh list
 #   tenant.sh exec NAME -- CMD...   run CMD in the endpoint's netns and cgroup
@@ -12,6 +12,7 @@ set -euo pipefail
 STATE=/run/masq-testbed/tenants
 CG=/sys/fs/cgroup/tenants
 VNIC_MTU=1450   # 1500 underlay minus the VXLAN encapsulation (50 bytes)
+VXLAN_GROUP=239.1.1.1   # on the underlay segment only (the guests' eth0)
 mkdir -p "$STATE"
 
 die() { echo "tenant: $*" >&2; exit 2; }
@@ -19,8 +20,12 @@ die() { echo "tenant: $*" >&2; exit 2; }
 ensure_vni() {
     local vni=$1 vx="mvx$1" br="mbr$1"
     ip link show "$br" >/dev/null 2>&1 && return 0
-    ip link add "$vx" type vxlan id "$vni" local "$MASQ_UNDERLAY_IP" remote "$MASQ_PEER_IP" \
-        dstport 4789 nolearning
+    # Any number of hosts: broadcasts and unknown destinations go to a
+    # multicast group every host's VXLAN joins on the underlay; the rest
+    # goes to the host a MAC was learned from (so an endpoint that moved to
+    # another host is found there once it speaks).
+    ip link add "$vx" type vxlan id "$vni" local "$MASQ_UNDERLAY_IP" group "$VXLAN_GROUP" \
+        dev eth0 dstport 4789
     ip link add "$br" type bridge
     ip link set "$vx" master "$br"
     ip link set "$vx" up

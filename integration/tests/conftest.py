@@ -1,4 +1,7 @@
-"""Shared fixtures: the rxe pair is booted once per pytest session."""
+"""Shared fixtures: the testbed is booted once per pytest session, with
+MASQ_TESTBED_HOSTS hosts (run-tests sets it: 2, or 3 with --cluster).
+Tests marked `three_hosts` need three; run-tests selects them only with
+--cluster (`make test-cluster`)."""
 import os
 import signal
 import subprocess
@@ -19,12 +22,17 @@ def _sigterm(_signo, _frame):
 signal.signal(signal.SIGTERM, _sigterm)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "three_hosts: needs a three-host testbed (make test-cluster)")
+
+
 @pytest.fixture(scope="session")
 def testbed():
     tb = Testbed()
     was_up = tb.is_up()
     if not was_up:
-        subprocess.run([tb.cli, "up"], check=True)
+        hosts = os.environ.get("MASQ_TESTBED_HOSTS", "2")
+        subprocess.run([tb.cli, "up", "--hosts", hosts], check=True)
     try:
         yield tb
     finally:

@@ -1,8 +1,9 @@
 """Real containers: podman (Debian's, CNI backend) on both hosts, a network
 whose conflist chains the bridge plugin (into VNI 100's bridge and VXLAN)
 with masq-cni, and CDI devices (masq.io/endpoint=NAME) that masqd writes.
-A container gets RDMA through masq from `--network` and `--device` alone
-(plus `--cgroup-parent` for the software-RoCE backstop); masqd runs in
+A container gets RDMA through masq from `--network` and `--device` alone:
+the software-RoCE backstop adopts the cgroup podman gives it (or uses
+`<cgroupParent>/NAME` when `--cgroup-parent` puts it there); masqd runs in
 cluster mode, so each host learns the other's containers from etcd."""
 import json
 import os
@@ -76,9 +77,10 @@ def eventually(what, cond, timeout=180):
         time.sleep(0.3)
 
 
-def podman_argv(name, *cmd, network=NET, cgroup=True):
+def podman_argv(name, *cmd, network=NET, cgroup=False):
     """`podman run` as a tenant would write it: the network and the CDI
-    device; the cgroup parent puts its processes where the backstop looks."""
+    device; with `cgroup`, a cgroup parent puts its processes in the
+    endpoint's cgroup (else the backstop adopts the one podman makes)."""
     argv = ["podman", "run", "--rm", "--name", name, "--network", network,
             "--device", f"masq.io/endpoint={name}"]
     if cgroup:
@@ -86,9 +88,9 @@ def podman_argv(name, *cmd, network=NET, cgroup=True):
     return [*argv, "--rootfs", ROOTFS, *cmd]
 
 
-def start_server(tb, host, name, *cmd):
+def start_server(tb, host, name, *cmd, **podman):
     """A container serving in the background; returns (process, its vIP)."""
-    proc = tb.spawn(host, *podman_argv(name, *cmd))
+    proc = tb.spawn(host, *podman_argv(name, *cmd, **podman))
     ep = eventually(f"{name} is an endpoint on {host}",
                     lambda: proc.poll() is None and endpoint(tb, host, name)
                     or (proc.poll() is not None and pytest.fail(
@@ -119,16 +121,18 @@ def test_containers_on_two_hosts_run_ib_write_bw_by_vip(pods):
     # host1 learns the container from etcd.
     eventually("host1 knows ct-srv", lambda: any(
         e["vip"] == vip and e["vni"] == 100 for e in ctl(tb, "host1", "vpc")["vpc"]))
-    # The backstop: the server's processes run in the endpoint's cgroup,
-    # and its verdict map sends that cgroup's RoCE packets to ct-srv's chain.
-    comms = eventually("ib_write_bw runs in tenants/ct-srv", lambda: tb.run(
-        "host2", "sh", "-c", "for p in $(cat /sys/fs/cgroup/tenants/ct-srv/*/cgroup.procs); "
-        "do cat /proc/$p/comm; done", check=False).stdout.count("ib_write_bw"))
-    assert comms
     wait_listening(tb, "host2", ep["netns"], 18900)
+    # The backstop: podman put the server in a cgroup of its own; when its
+    # app opened its masq session, masqd adopted that cgroup, and a verdict
+    # map sends the cgroup's RoCE packets to ct-srv's chain.
+    [cg] = endpoint(tb, "host2", "ct-srv")["cgroups"]
+    procs = tb.run("host2", "sh", "-c", f"for p in $(cat /sys/fs/cgroup{cg}/cgroup.procs); "
+                   "do cat /proc/$p/comm; done").stdout
+    assert "ib_write_bw" in procs, (cg, procs)
+    depth = cg.strip("/").count("/") + 1
     vmap = tb.run("host2", "nft", "list", "map", "inet", "masq_backstop",
-                  "endpoint_cgroup").stdout
-    assert '"tenants/ct-srv" : jump ep_ct_srv' in vmap, vmap
+                  f"adopted_l{depth}").stdout
+    assert f'"{cg.strip("/")}" : jump ep_ct_srv' in vmap, vmap
     with rdma_moved(tb, "host2", 65536, 100):
         cli = tb.run("host1", *podman_argv("ct-cli", *BW, "-n", "100", "-p", "18900", vip),
                      check=False)
@@ -137,18 +141,26 @@ def test_containers_on_two_hosts_run_ib_write_bw_by_vip(pods):
     assert rc == 0, f"server:\n{out}\n{err}"
     assert parse_bw(cli.stdout)["iterations"] == 100
     assert parse_bw(out)["iterations"] == 100
-    # --rm: the containers are gone, and with them their endpoints.
+    # --rm: the containers are gone, and with them their endpoints and
+    # the adopted cgroup.
     for host, name in (("host2", "ct-srv"), ("host1", "ct-cli")):
         eventually(f"{name} is gone from {host}", lambda: endpoint(tb, host, name) is None)
+    eventually("host2 forgets the adopted cgroup", lambda: f'"{cg.strip("/")}"' not in tb.run(
+        "host2", "nft", "list", "map", "inet", "masq_backstop", f"adopted_l{depth}").stdout)
 
 
 def test_security_groups_apply_to_containers(pods):
     tb = pods
-    srv, vip = start_server(tb, "host2", "ct-srv2", "sleep", "60")
+    # With --cgroup-parent: the endpoint's own cgroup, filtered by name.
+    srv, vip = start_server(tb, "host2", "ct-srv2", "sleep", "60", cgroup=True)
     try:
+        eventually("the backstop maps tenants/ct-srv2", lambda: '"tenants/ct-srv2" : jump ep_ct_srv2'
+                   in tb.run("host2", "nft", "list", "map", "inet", "masq_backstop",
+                             "endpoint_cgroup").stdout)
+        assert endpoint(tb, "host2", "ct-srv2")["cgroups"] == []
         # ct-deny is in no group: ct-srv2 does not admit it.
-        r = tb.run("host1", *podman_argv("ct-deny", "qp_probe", "vrdma0", "1", vip),
-                   check=False)
+        r = tb.run("host1", *podman_argv("ct-deny", "qp_probe", "vrdma0", "1", vip,
+                                         cgroup=True), check=False)
         assert r.returncode == 3 and "modify_qp_rtr: errno=13" in r.stdout, r
         assert "security groups deny" in tb.masqd_log("host1")
     finally:

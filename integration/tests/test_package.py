@@ -71,3 +71,27 @@ def test_the_package_installs_into_a_scratch_root_and_its_masqd_serves(testbed):
             daemon.wait(timeout=60)
     finally:
         tb.run("host1", "rm", "-rf", ROOT, RUN, check=False)
+
+
+def test_apt_installs_the_package_on_the_host_and_removes_it(testbed):
+    """`apt install ./masq_*.deb` as an operator runs it, on a testbed host
+    (Debian 12, its dependencies present: no archive is reachable here), in
+    the guest's own overlay; then `apt purge` leaves none of its files."""
+    tb, deb = testbed, newest_deb()
+    tb.run("host1", "sh", "-c", f"rm -f /var/tmp/masq.deb && cp {deb} /var/tmp/masq.deb")
+    env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+    try:
+        r = tb.run("host1", *env, "apt-get", "install", "-y",
+                   "/var/tmp/masq.deb", check=False, timeout=600)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+        assert "install ok installed" in tb.run(
+            "host1", "dpkg-query", "-W", "-f", "${Status}", "masq").stdout
+        tb.run("host1", "/usr/sbin/masqd", "--check", "--config", "/etc/masq/masqd.yaml.example")
+        assert "masqctl" in tb.run("host1", "/usr/bin/masqctl", "--help").stdout
+    finally:
+        r = tb.run("host1", *env, "apt-get", "purge", "-y", "masq", check=False, timeout=600)
+        tb.run("host1", "rm", "-f", "/var/tmp/masq.deb", check=False)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    for f in ("/usr/sbin/masqd", "/usr/bin/masqctl", "/usr/lib/cni/masq-cni",
+              "/usr/lib/masq/libmasq.so", "/etc/masq/masqd.yaml.example"):
+        assert tb.run("host1", "test", "-e", f, check=False).returncode != 0, f"{f} is left"

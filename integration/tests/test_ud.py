@@ -127,6 +127,7 @@ def test_received_grh_names_the_sender_by_virtual_ip(ud):
         assert f"from=::ffff:{want} sgid_index=1" in sout, sout
         assert f"from=::ffff:{dest} sgid_index=1" in out, out
         assert "payload=ping" in sout and "payload=pong" in out
+        assert "closing=done" in sout, sout
         assert not PHYSICAL.search(sout + out), sout + out
 
 

@@ -11,10 +11,22 @@
  * then keeps the QP until stdin reaches EOF.
  * Two instances pointed at each other move COUNT messages each way when
  * the path is open; the integration tests run it where masq must stop it.
+ *
+ * With ROGUE_TELL_MASQD=<endpoint socket> it also plays a hostile libmasq:
+ * once its QP is at RTS (moved by itself), it opens a masqd session with
+ * its own uverbs fd and posts QP_MOVED for INIT and RTS, as libmasq does
+ * after moving a QP on its own fd, then waits for a reply to a QUERY_QP so
+ * that masqd has read them. Prints "told masqd".
  * Exit: 0 ran to the end, 2 usage, 3 setup failed.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "masq_proto.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +39,93 @@ static int fail(const char *what)
 {
     perror(what);
     return 3;
+}
+
+static int send_fd(int sock, const void *msg, size_t len, int fd)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {(void *)msg, len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        memset(&ctl, 0, sizeof ctl);
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
+}
+
+/* The reply to the last request: its status (0 or -errno), or -EPROTO. */
+static int reply_status(int sock)
+{
+    uint8_t buf[MASQ_MAX_MESSAGE];
+    struct masq_hdr h;
+    ssize_t n = recv(sock, buf, sizeof buf, 0);
+    if (n <= 0 || masq_hdr_decode(buf, (size_t)n, &h))
+        return -EPROTO;
+    return h.status;
+}
+
+/* See ROGUE_TELL_MASQD above. 0, or -1 with the reason on stderr. */
+static int tell_masqd(const char *path, struct ibv_context *ctx, struct ibv_qp *qp)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof sa)) {
+        perror("rogue_qp: connect to masqd");
+        return -1;
+    }
+    struct masq_msg_hello_req hello;
+    masq_msg_hello_req_init(&hello);
+    masq_hdr_set_request_id(&hello, 1);
+    hello.body.features = MASQ_FEATURE_POSTED;
+    masq_copy_name(hello.body.app_name, sizeof hello.body.app_name, "rogue_qp");
+    struct masq_msg_open_device_req open;
+    masq_msg_open_device_req_init(&open);
+    masq_hdr_set_request_id(&open, 2);
+    int err;
+    if (send_fd(sock, &hello, sizeof hello, -1) || (err = reply_status(sock)) ||
+        send_fd(sock, &open, sizeof open, ctx->cmd_fd) || (err = reply_status(sock))) {
+        fprintf(stderr, "rogue_qp: masqd session: %s\n", strerror(errno));
+        return -1;
+    }
+    uint8_t states[] = {IBV_QPS_INIT, IBV_QPS_RTS};
+    for (unsigned i = 0; i < sizeof states; i++) {
+        struct masq_msg_qp_moved_req m;
+        masq_msg_qp_moved_req_init(&m);
+        masq_hdr_set_request_id(&m, 3 + i);
+        m.body.qp_handle = qp->handle;
+        m.body.qp_num = qp->qp_num;
+        m.body.qp_type = IBV_QPT_RC;
+        m.body.attr_mask = IBV_QP_STATE;
+        m.body.qp_state = states[i];
+        if (send_fd(sock, &m, sizeof m, -1)) {
+            perror("rogue_qp: QP_MOVED");
+            return -1;
+        }
+    }
+    /* Requests are read in order: once this is answered, so were those. */
+    struct masq_msg_query_qp_req q;
+    masq_msg_query_qp_req_init(&q);
+    masq_hdr_set_request_id(&q, 9);
+    q.body.qp_handle = qp->handle;
+    q.body.attr_mask = IBV_QP_STATE;
+    if (send_fd(sock, &q, sizeof q, -1) || (err = reply_status(sock)) != 0) {
+        fprintf(stderr, "rogue_qp: QUERY_QP after QP_MOVED failed\n");
+        return -1;
+    }
+    printf("told masqd\n");
+    fflush(stdout);
+    /* The session stays open (its QP record too) while the QP lives. */
+    return 0;
 }
 
 static double now(void)
@@ -125,6 +224,9 @@ int main(int argc, char **argv)
                                   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                   IBV_QP_MAX_QP_RD_ATOMIC))
         return fail("modify RTS");
+    const char *tell = getenv("ROGUE_TELL_MASQD");
+    if (tell && *tell && tell_masqd(tell, ctx, qp))
+        return 3;
 
     for (int i = 0; i < count; i++) {
         struct ibv_sge sge = {(uintptr_t)(buf + i * MSG), MSG, mr->lkey};

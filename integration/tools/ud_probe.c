@@ -9,9 +9,12 @@
  *   ud_probe DEVICE GID_INDEX serve
  *       print "qpn=0x..", wait for one datagram, print where it came from
  *       as ibv_init_ah_from_wc tells it, answer through
- *       ibv_create_ah_from_wc
+ *       ibv_create_ah_from_wc, then wait for the sender's "done" (its QP
+ *       stays up until the sender has resolved the answer's GRH: masqd
+ *       names no sender whose QP is gone)
  *   ud_probe DEVICE GID_INDEX send DEST_IPV4 QPN
- *       send one datagram to QPN at DEST and wait for the answer
+ *       send one datagram to QPN at DEST, wait for the answer, reply
+ *       "done" through an address handle made from the answer
  *
  * Prints key=value lines. Exit: 0 ok, 3 the verb under test failed (errno
  * printed), 1 other failures (including a 60 s wait for a datagram).
@@ -240,8 +243,11 @@ int main(int argc, char **argv)
 		printf("qpn=0x%x\n", qp->qp_num);
 		wc = wait_wc(0);
 		ah = answer_ah(&wc);
+		post_recv();
 		post_send(ah, wc.src_qp, "pong");
 		wait_wc(1);
+		wait_wc(0);
+		printf("closing=%s\n", buf[0] + 40);
 		return 0;
 	}
 	if (strcmp(argv[3], "send") == 0 && argc == 6) {
@@ -252,7 +258,9 @@ int main(int argc, char **argv)
 		post_send(ah, (uint32_t)strtoul(argv[5], NULL, 0), "ping");
 		wait_wc(1);
 		wc = wait_wc(0);
-		answer_ah(&wc);
+		ah = answer_ah(&wc);
+		post_send(ah, wc.src_qp, "done");
+		wait_wc(1);
 		return 0;
 	}
 	fprintf(stderr, "ud_probe: unknown mode %s\n", argv[3]);

@@ -36,7 +36,9 @@ pub fn header() -> String {
     for m in MESSAGES {
         let op = format!("MASQ_OP_{}", upper(m.name));
         c_message(&mut s, m, "req", &op, m.request);
-        c_message(&mut s, m, "reply", &format!("({op} | MASQ_REPLY)"), m.reply);
+        if !crate::is_posted(m.opcode) {
+            c_message(&mut s, m, "reply", &format!("({op} | MASQ_REPLY)"), m.reply);
+        }
     }
     for m in NOTICES {
         let op = format!("MASQ_NOTICE_{}", upper(m.name));
@@ -345,6 +347,12 @@ const HEADER_FNS: &str = r#"
 static inline int masq_opcode_is_reply(uint16_t opcode)
 {
 	return (opcode & MASQ_REPLY) != 0;
+}
+
+/* A posted request: the backend sends no reply to it. */
+static inline int masq_opcode_is_posted(uint16_t opcode)
+{
+	return opcode >= MASQ_POSTED_FIRST && opcode <= MASQ_POSTED_LAST;
 }
 
 static inline int masq_opcode_is_notice(uint16_t opcode)

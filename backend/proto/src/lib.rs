@@ -4,7 +4,8 @@
 //! fixed-size little-endian body. Requests come from the frontend (a
 //! tenant's process, so untrusted); every request gets a reply with opcode
 //! `request | REPLY` and the same request id, carrying either a body
-//! (status 0) or only a negative errno. Notices (opcodes from
+//! (status 0) or only a negative errno, except posted requests (opcodes
+//! [`POSTED_FIRST`]..=[`POSTED_LAST`]), which get none. Notices (opcodes from
 //! [`NOTICE_BASE`], request id 0) come from the backend unasked.
 //!
 //! The layouts live in `spec.rs`; the C header is generated from it
@@ -249,6 +250,11 @@ fn check_size(opcode: u16, size: Option<usize>, actual: usize) -> Result<(), Pro
 
 fn is_request(opcode: u16) -> bool {
     opcode < NOTICE_BASE
+}
+
+/// A posted request: no reply is sent for it, even on error.
+pub fn is_posted(opcode: u16) -> bool {
+    (POSTED_FIRST..=POSTED_LAST).contains(&opcode)
 }
 
 fn is_notice(opcode: u16) -> bool {

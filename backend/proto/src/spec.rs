@@ -20,10 +20,18 @@ constants! {
     REPLY: u16 = 0x8000;
     /// Opcodes from here (below REPLY) are asynchronous notices.
     NOTICE_BASE: u16 = 0x4000;
+    /// Requests with opcodes POSTED_FIRST..=POSTED_LAST are posted: the
+    /// frontend does not wait and the backend sends no reply, not even an
+    /// error (it logs and counts a refusal instead).
+    POSTED_FIRST: u16 = 12;
+    POSTED_LAST: u16 = 15;
     /// Feature bit: the frontend accepts asynchronous notices.
     FEATURE_NOTICES: u32 = 1 << 0;
+    /// Feature bit: the backend takes posted requests (QP_MOVED,
+    /// QP_DESTROYED), so the frontend may move QPs on its own fd.
+    FEATURE_POSTED: u32 = 1 << 1;
     /// Features this implementation understands.
-    SUPPORTED_FEATURES: u32 = FEATURE_NOTICES;
+    SUPPORTED_FEATURES: u32 = FEATURE_NOTICES | FEATURE_POSTED;
     /// Capacity of the GID table reply.
     MAX_GIDS: usize = 16;
     /// GID types, as in enum ibv_gid_type.
@@ -219,6 +227,22 @@ wire_structs! {
         has_route: u8 in 0..=1,
         reserved: reserved[2],
         dgid: bytes[16],
+    }
+
+    /// Posted after the frontend moved one of its QPs itself, on its own
+    /// uverbs fd (a change that carries no address: see the README). Only
+    /// a prompt: masqd reads the QP's state from the kernel, so a false
+    /// claim changes nothing it records.
+    pub struct QpMovedReq {
+        qp_handle: u32,
+        qp_num: u32,
+        /// enum ibv_qp_type, as in ModifyQpReq
+        qp_type: u32 in 2..=4 | 8..=10 | 255,
+        /// enum ibv_qp_attr_mask bits the app passed
+        attr_mask: u32,
+        /// enum ibv_qp_state the app moved the QP to (with IBV_QP_STATE)
+        qp_state: u8 in 0..=6,
+        reserved: reserved[7],
     }
 
     pub struct ResyncQpReply {
@@ -436,6 +460,10 @@ messages! {
         10 DestroyAh(DestroyAhReq) => (),
         // A received GRH back to the sender's virtual GID.
         11 ResolveGrh(ResolveGrhReq) => (ResolveGrhReply),
+        // Posted (no reply): a QP moved on the app's own fd, and a QP the
+        // app destroyed.
+        12 QpMoved(QpMovedReq) => (),
+        13 QpDestroyed(DestroyQpReq) => (),
         // RDMA CM, the kernel's rdma_ucm commands carried to masqd.
         16 CmCreateChannel() => (CmChannel),
         17 CmDestroyChannel(CmChannel) => (),

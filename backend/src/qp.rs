@@ -1,0 +1,1139 @@
+//! The QP pipeline: every QP change masqd makes or learns of goes through
+//! route -> admit -> execute -> record.
+//!
+//! - route: check the request's own fields and translate its virtual
+//!   address (dgid, sgid index, traffic class) into the physical one;
+//! - admit: at RTR, the security groups and the endpoint's quota decide;
+//! - execute: the verbs command on the app's own uverbs file (`QpKernel`),
+//!   after the kernel vouched that the QPN is the app's;
+//! - record: the session's QP record, the RConntrack entry (and through it
+//!   the backstop's sets) and the audit's vouchers.
+//!
+//! MODIFY_QP runs all four; RESYNC_QP reads the kernel instead of
+//! executing and re-runs admission; QP_MOVED (posted after the app moved a
+//! QP itself, on its own fd, with a change that carries no address) only
+//! records what the kernel says the QP's state is now. The kernel and the
+//! host are traits, so the pipeline is tested without RDMA (`tests` below).
+
+use crate::admission::Admission;
+use crate::audit::Admitted;
+use crate::error::{from_io, refuse, Refusal};
+use crate::ibv::{
+    IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_STATE,
+};
+use crate::ownership::Verdict;
+use crate::registry::{Endpoint, Registry};
+use crate::session::Session;
+use crate::state::QpRecord;
+use crate::uverbs;
+use masq_proto as proto;
+use std::io;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{debug, info, warn};
+
+pub const IBV_QPS_RESET: u8 = 0;
+pub const IBV_QPS_INIT: u8 = 1;
+pub const IBV_QPS_RTR: u8 = 2;
+pub const IBV_QPS_RTS: u8 = 3;
+pub const IBV_QPS_SQE: u8 = 5;
+pub const IBV_QPS_ERR: u8 = 6;
+const IBV_QPT_UC: u32 = 3;
+const IBV_QPT_UD: u32 = 4;
+/// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).
+const PRIVILEGED_QKEY: u32 = 0x8000_0000;
+/// How long an admission waits for the backstop to let its packets through.
+pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
+
+/// The verbs commands on one app's uverbs file, and the kernel's word on
+/// who owns a QPN.
+pub trait QpKernel {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()>;
+    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp>;
+    /// Whether `qpn` is the app's QP of type `qp_type` (`ownership.rs`).
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal>;
+}
+
+/// What the pipeline needs of masqd: the policy and its table, the VPC
+/// map, the host's device, the audit's vouchers.
+pub trait QpHost {
+    fn admission(&self) -> &Admission;
+    fn registry(&self) -> &Registry;
+    fn admitted(&self) -> &Admitted;
+    /// The served port.
+    fn port(&self) -> u8;
+    /// The physical sgid index for the endpoint's virtual index `vindex`.
+    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal>;
+    /// The RDMA CM's side of a connection it set up, if it did.
+    fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
+    /// A UD QP can receive (`up`) or is gone.
+    fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool);
+}
+
+pub fn qp_type_name(t: u32) -> &'static str {
+    match t {
+        2 => "RC",
+        3 => "UC",
+        4 => "UD",
+        _ => "other",
+    }
+}
+
+pub fn state_name(s: u8) -> &'static str {
+    ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR"]
+        .get(s as usize)
+        .copied()
+        .unwrap_or("UNKNOWN")
+}
+
+fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {
+    QpRecord {
+        handle: qp_handle,
+        qpn,
+        qp_type: qp_type_name(qp_type),
+        state: "RESET",
+        remote_vip: None,
+        remote_qpn: None,
+        peer_host: None,
+        virt_sgid_index: 0,
+        owner_checked: false,
+        guarded: false,
+    }
+}
+
+/// The local half of an RConntrack entry for this session's QP; the caller
+/// fills in the peer, the state and the rule.
+fn local_entry(sess: &Session, qp_handle: u32, qpn: u32, qp_type: u32) -> rconntrack::Entry {
+    let ep = &sess.ep.cfg;
+    rconntrack::Entry {
+        session: sess.id,
+        qp_handle,
+        tenant: Arc::from(ep.tenant.as_str()),
+        vni: ep.vni,
+        local_vip: ep.vip,
+        local_qpn: qpn,
+        qp_type: if qp_type == IBV_QPT_UC {
+            rconntrack::QpType::Uc
+        } else {
+            rconntrack::QpType::Rc
+        },
+        ..Default::default()
+    }
+}
+
+fn key(sess: &Session, qp_handle: u32) -> rconntrack::QpKey {
+    rconntrack::QpKey {
+        session: sess.id,
+        qp_handle,
+    }
+}
+
+/// A translated destination.
+struct Route {
+    vip: Ipv4Addr,
+    host: Ipv4Addr,
+    name: String,
+    vsgid: u8,
+    dscp: u8,
+}
+
+/// Route: the request's own fields, and its address vector translated.
+fn route(
+    h: &dyn QpHost,
+    sess: &Session,
+    m: &proto::ModifyQpReq,
+) -> Result<(uverbs::ModifyQp, Option<Route>), Refusal> {
+    let a = &m.attr;
+    let mask = m.attr_mask;
+    if mask & !uverbs::LEGACY_ATTR_MASK != 0 {
+        return Err(refuse(
+            libc::EOPNOTSUPP,
+            format!("attribute mask {mask:#x}"),
+        ));
+    }
+    if mask & IBV_QP_ALT_PATH != 0 {
+        return Err(refuse(
+            libc::EOPNOTSUPP,
+            "alternate paths are not virtualized",
+        ));
+    }
+    // The kernel refuses a privileged Q_Key (high bit) to callers without
+    // CAP_NET_RAW; masqd has it and runs the command, so it refuses first.
+    if mask & IBV_QP_QKEY != 0 && a.qkey & PRIVILEGED_QKEY != 0 {
+        return Err(refuse(
+            libc::EPERM,
+            format!("privileged Q_Key {:#x}", a.qkey),
+        ));
+    }
+    if mask & IBV_QP_PORT != 0 && a.port_num != h.port() {
+        return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
+    }
+    let mut cmd = uverbs::ModifyQp {
+        qp_handle: m.qp_handle,
+        attr_mask: mask,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags,
+        pkey_index: a.pkey_index,
+        qp_state: a.qp_state,
+        cur_qp_state: a.cur_qp_state,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        en_sqd_async_notify: a.en_sqd_async_notify,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        ..Default::default()
+    };
+    if mask & IBV_QP_AV == 0 {
+        return Ok((cmd, None));
+    }
+    let ah = &a.ah_attr;
+    let av = physical_av(h, &sess.ep, ah)?;
+    let dest = uverbs::QpDest {
+        dgid: av.phys_dgid,
+        flow_label: ah.flow_label,
+        dlid: ah.dlid,
+        sgid_index: av.sgid_index,
+        hop_limit: ah.hop_limit,
+        traffic_class: av.traffic_class,
+        sl: ah.sl,
+        src_path_bits: ah.src_path_bits,
+        static_rate: ah.static_rate,
+        is_global: 1,
+        port_num: h.port(),
+        ..Default::default()
+    };
+    cmd.dest = dest;
+    Ok((
+        cmd,
+        Some(Route {
+            vip: av.vip,
+            host: av.host,
+            name: av.name,
+            vsgid: ah.sgid_index,
+            dscp: av.traffic_class >> 2,
+        }),
+    ))
+}
+
+/// An app's address vector (RC's at RTR, UD's address handle) in the
+/// host's terms: its destination from the VPC map, the host's GID index
+/// for the virtual one, and the policy's traffic class.
+pub(crate) struct PhysicalAv {
+    pub vip: Ipv4Addr,
+    pub host: Ipv4Addr,
+    pub name: String,
+    pub phys_dgid: [u8; 16],
+    pub sgid_index: u8,
+    pub traffic_class: u8,
+}
+
+/// Check and translate `ah` for endpoint `ep`; admission is the caller's.
+pub(crate) fn physical_av(
+    h: &dyn QpHost,
+    ep: &Endpoint,
+    ah: &proto::AhAttr,
+) -> Result<PhysicalAv, Refusal> {
+    if ah.is_global == 0 {
+        return Err(refuse(
+            libc::EINVAL,
+            "RoCE needs a global route (is_global)",
+        ));
+    }
+    if ah.port_num != 0 && ah.port_num != h.port() {
+        return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
+    }
+    let cfg = &ep.cfg;
+    let tr = |e: vbond::TranslateError| refuse(e.errno(), format!("{e} (tenant {})", cfg.tenant));
+    // Copied out: the map is not held across the vNIC read and below.
+    let (vip, host, name, phys_dgid) = {
+        let vpc = h.registry().vpc();
+        let d = vpc.translate_dgid(cfg.vni, &ah.dgid).map_err(tr)?;
+        (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
+    };
+    let traffic_class =
+        h.admission()
+            .traffic_class(&cfg.tenant, cfg.vni, cfg.vip, ah.traffic_class);
+    let sgid_index = h.sgid_index(ep, u32::from(ah.sgid_index))? as u8;
+    Ok(PhysicalAv {
+        vip,
+        host,
+        name,
+        phys_dgid,
+        sgid_index,
+        traffic_class,
+    })
+}
+
+/// Admit: the security groups' rule for local -> remote, within the
+/// endpoint's connection quota.
+fn admit(
+    h: &dyn QpHost,
+    sess: &Session,
+    qp_handle: u32,
+    remote: Ipv4Addr,
+) -> Result<Arc<str>, Refusal> {
+    let ep = &sess.ep.cfg;
+    let rule = h
+        .admission()
+        .decide(&ep.tenant, ep.vni, ep.vip, remote)
+        .map_err(|why| {
+            refuse(
+                libc::EACCES,
+                format!("security groups deny {} -> {remote}: {why}", ep.vip),
+            )
+        })?;
+    if let Some(max) = ep.max_connections {
+        let held = h
+            .admission()
+            .table()
+            .iter()
+            .filter(|e| (e.vni, e.local_vip) == (ep.vni, ep.vip))
+            .filter(|e| (e.session, e.qp_handle) != (sess.id, qp_handle))
+            .count();
+        if held >= max as usize {
+            return Err(refuse(
+                libc::EDQUOT,
+                format!(
+                    "connection quota of endpoint {} reached ({held} of {max}); \
+                     {} -> {remote} refused",
+                    ep.name, ep.vip
+                ),
+            ));
+        }
+    }
+    Ok(rule)
+}
+
+/// MODIFY_QP: route -> admit -> execute -> record.
+pub fn modify(
+    h: &dyn QpHost,
+    k: &dyn QpKernel,
+    sess: &mut Session,
+    m: &proto::ModifyQpReq,
+) -> Result<(), Refusal> {
+    let a = &m.attr;
+    let mask = m.attr_mask;
+    let (cmd, route) = route(h, sess, m)?;
+    if let Some(r) = sess.qps.get(&m.qp_handle) {
+        if r.qpn != m.qp_num {
+            return Err(refuse(
+                libc::EINVAL,
+                format!(
+                    "QP handle {} is QPN {:#x}, not {:#x}",
+                    m.qp_handle, r.qpn, m.qp_num
+                ),
+            ));
+        }
+    }
+    // The QPN is taken from the app: the kernel must vouch for it before
+    // masqd records, tracks or connects it. Once per QP: a record keeps
+    // the QPN it was checked with. A QP in RESET has no port, and the
+    // kernel answers for it only after the move to INIT gave it one, so
+    // that move (which carries no address) runs first and is checked
+    // after; every later move is checked before it runs, once its own
+    // fields passed (a malformed request gets EINVAL, not a kernel lookup).
+    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
+    let has_state = mask & IBV_QP_STATE != 0;
+    let to_init_at_most = has_state && a.qp_state <= IBV_QPS_INIT;
+    let check_after = !checked && to_init_at_most;
+    if !checked && !to_init_at_most {
+        if let Verdict::NoPortYet = k.owner(m.qp_num, m.qp_type)? {
+            return Err(refuse(
+                libc::EPERM,
+                format!(
+                    "QP {:#x} has no port: only a move to INIT may come first",
+                    m.qp_num
+                ),
+            ));
+        }
+    }
+    let to_rtr = has_state && a.qp_state == IBV_QPS_RTR;
+    let remote_vip = route
+        .as_ref()
+        .map(|r| r.vip)
+        .or_else(|| sess.qps.get(&m.qp_handle).and_then(|q| q.remote_vip));
+    let connects = to_rtr && m.qp_type != IBV_QPT_UD;
+    // Held until the entry is in the table: a policy change waits for it.
+    let _gate = connects.then(|| h.admission().admitting());
+    let ep = sess.ep.clone();
+    let _quota = (connects && ep.cfg.max_connections.is_some())
+        .then(|| ep.quota.lock().unwrap_or_else(|e| e.into_inner()));
+    let admitted_by = if connects {
+        let remote = remote_vip
+            .ok_or_else(|| refuse(libc::EINVAL, "RTR without a destination (IBV_QP_AV)"))?;
+        Some(admit(h, sess, m.qp_handle, remote)?)
+    } else {
+        None
+    };
+
+    // Execute. Vouched for the audit (which flags QPs from RTR on) before
+    // masqd moves it to RTR, never for less: a QP the app connects on its
+    // own is not masqd's to answer for.
+    let qpn = m.qp_num;
+    if to_rtr {
+        h.admitted().vouch(qpn, sess.id, sess.pid);
+    }
+    // A QP can receive from RTR on: the backstop guards its QPN before.
+    let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
+    let backstop = h.admission().backstop();
+    if let (true, Some(b)) = (guard, backstop) {
+        if admitted_by.is_some() {
+            b.qp_seen_with_admission(qpn);
+        } else {
+            b.qp_seen(qpn);
+        }
+    }
+    if let Err(e) = k.modify(&cmd) {
+        if let (true, Some(b)) = (guard, backstop) {
+            b.qp_gone(qpn);
+        }
+        return Err(from_io(e, "MODIFY_QP"));
+    }
+    let owner_checked = if check_after {
+        matches!(k.owner(m.qp_num, m.qp_type)?, Verdict::Owned(_))
+    } else {
+        true
+    };
+    if m.qp_type == IBV_QPT_UD && owner_checked && to_rtr {
+        h.ud_announce(&sess.ep, qpn, true);
+    }
+
+    // Record.
+    sess.touched.push(m.qp_handle);
+    let key = key(sess, m.qp_handle);
+    let rec = sess
+        .qps
+        .entry(m.qp_handle)
+        .or_insert_with(|| new_record(m.qp_handle, m.qp_num, m.qp_type));
+    rec.owner_checked |= owner_checked;
+    rec.guarded |= guard && backstop.is_some();
+    if has_state {
+        rec.state = state_name(a.qp_state);
+    }
+    if mask & IBV_QP_DEST_QPN != 0 {
+        rec.remote_qpn = Some(a.dest_qp_num);
+    }
+    let mut dscp = None;
+    if let Some(r) = route {
+        rec.remote_vip = Some(r.vip);
+        rec.peer_host = Some(r.host);
+        rec.virt_sgid_index = r.vsgid;
+        dscp = Some(r.dscp);
+        debug!(
+            qpn,
+            "QP -> {}: {} ({}) QPN {:#x} via host {}",
+            state_name(a.qp_state),
+            r.vip,
+            r.name,
+            a.dest_qp_num,
+            r.host
+        );
+    }
+    let peer = (
+        rec.remote_vip,
+        rec.peer_host,
+        rec.remote_qpn.unwrap_or(0),
+        rec.qpn,
+    );
+    if let (Some(rule), (Some(remote_vip), Some(peer_host), remote_qpn, qpn)) = (admitted_by, peer)
+    {
+        let entry = rconntrack::Entry {
+            remote_vip,
+            remote_qpn,
+            peer_host,
+            state: rconntrack::State::Admitted,
+            rule,
+            cm: h.cm_side(&sess.ep, qpn),
+            dscp,
+            ..local_entry(sess, m.qp_handle, qpn, m.qp_type)
+        };
+        debug!(qpn, rule = %entry.rule, "connection admitted");
+        if h.admission().table().upsert(entry).is_err() {
+            warn!("connection table full; {qpn} not tracked");
+        }
+        // The app sends once RTR returns: the backstop must let it through
+        // by then (see Backstop::submit).
+        if let Some(b) = backstop {
+            if !b.wait_applied(BACKSTOP_WAIT) {
+                warn!(
+                    qpn,
+                    "backstop sets not updated within {BACKSTOP_WAIT:?}; \
+                      the connection's first packets may be dropped"
+                );
+            }
+        }
+    }
+    if has_state {
+        record_state(h, sess, key, a.qp_state);
+    }
+    Ok(())
+}
+
+/// The table follows a QP's state: ESTABLISHED at RTS, gone at RESET or
+/// ERROR (with the record's destination).
+fn record_state(h: &dyn QpHost, sess: &mut Session, key: rconntrack::QpKey, state: u8) {
+    match state {
+        IBV_QPS_RTS => {
+            h.admission()
+                .table()
+                .set_state(key, rconntrack::State::Established);
+        }
+        IBV_QPS_RESET | IBV_QPS_ERR => {
+            h.admission().table().remove(key);
+            if let Some(rec) = sess.qps.get_mut(&key.qp_handle) {
+                rec.remote_vip = None;
+                rec.remote_qpn = None;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// QP_MOVED (posted): the app moved one of its QPs on its own fd. The
+/// claim only prompts masqd: the QP's state is read from the kernel's
+/// resource tracker (rdma netlink), where the QPN must be the app's own,
+/// and only that state is recorded. Nothing here admits, tracks or guards
+/// a connection: a QP the app brought to RTR itself stays untracked (the
+/// audit flags it).
+///
+/// Not through the app's uverbs file: the app does not wait for this, and
+/// a command of masqd's on its QP makes the app's own ibv_destroy_qp fail
+/// with EBUSY meanwhile (uverbs locks the object); netlink's reference only
+/// delays the destroy. So the handle is not checked by the kernel here; it
+/// only keys the session's record, and one QPN gets one handle.
+pub fn moved(
+    h: &dyn QpHost,
+    k: &dyn QpKernel,
+    sess: &mut Session,
+    m: &proto::QpMovedReq,
+) -> Result<(), Refusal> {
+    let known = sess.qps.get(&m.qp_handle);
+    if let Some(r) = known {
+        if r.qpn != m.qp_num {
+            return Err(refuse(
+                libc::EINVAL,
+                format!(
+                    "QP handle {} is QPN {:#x}, not {:#x}",
+                    m.qp_handle, r.qpn, m.qp_num
+                ),
+            ));
+        }
+    } else if let Some(other) = sess.qps.values().find(|r| r.qpn == m.qp_num) {
+        return Err(refuse(
+            libc::EINVAL,
+            format!(
+                "QPN {:#x} is QP handle {}, not {}",
+                m.qp_num, other.handle, m.qp_handle
+            ),
+        ));
+    }
+    let verdict = k.owner(m.qp_num, m.qp_type)?;
+    let state = match &verdict {
+        Verdict::Owned(q) => q.state.min(IBV_QPS_ERR),
+        Verdict::NoPortYet => IBV_QPS_RESET,
+    };
+    if state != m.qp_state {
+        debug!(
+            qpn = m.qp_num,
+            "QP_MOVED claims {} but the kernel has {}",
+            state_name(m.qp_state),
+            state_name(state)
+        );
+    }
+    let owner_checked = matches!(verdict, Verdict::Owned(_));
+    sess.touched.push(m.qp_handle);
+    let key = key(sess, m.qp_handle);
+    let rec = sess
+        .qps
+        .entry(m.qp_handle)
+        .or_insert_with(|| new_record(m.qp_handle, m.qp_num, m.qp_type));
+    rec.owner_checked |= owner_checked;
+    rec.state = state_name(state);
+    record_state(h, sess, key, state);
+    Ok(())
+}
+
+/// DESTROY_QP and QP_DESTROYED: the app destroyed the QP (the kernel
+/// already freed it; nothing to check).
+pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
+    if let Some(qp) = sess.qps.remove(&qp_handle) {
+        debug!(qpn = qp.qpn, "QP destroyed");
+        if qp.qp_type == "UD" && qp.owner_checked {
+            h.ud_announce(&sess.ep, qp.qpn, false);
+        }
+        h.admitted().forget(qp.qpn, sess.id);
+        if let (true, Some(b)) = (qp.guarded, h.admission().backstop()) {
+            b.qp_gone(qp.qpn);
+        }
+        sess.touched.push(qp_handle);
+    }
+    h.admission().table().remove(key(sess, qp_handle));
+}
+
+/// RESYNC_QP: after a masqd restart the frontend names the QPs it had set
+/// up. Nothing it says is taken on trust: the kernel checks that the
+/// handle is a QP of this session's uverbs file and tells its state,
+/// destination QPN and physical destination; the claimed virtual
+/// destination must be the VPC address whose host that is; the current
+/// policy must allow the pair. A connected QP that fails a check is moved
+/// to ERROR (as a policy reset does); QPs never named stay untracked.
+/// The claimed QPN must be the app's own by the kernel's word (see
+/// `ownership.rs`) and may not be another tracked QP's.
+pub fn resync(
+    h: &dyn QpHost,
+    k: &dyn QpKernel,
+    sess: &mut Session,
+    r: &proto::ResyncQpReq,
+) -> Result<proto::ResyncQpReply, Refusal> {
+    if sess.qps.contains_key(&r.qp_handle) {
+        return Err(refuse(
+            libc::EEXIST,
+            format!("QP handle {} is already known", r.qp_handle),
+        ));
+    }
+    let _gate = h.admission().admitting();
+    // The handle first, in the app's own uverbs file: another app's handle
+    // is ENOENT there, whatever QPN comes with it.
+    let kq = k
+        .query(r.qp_handle, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN)
+        .map_err(|e| from_io(e, "RESYNC_QP: QUERY_QP"))?;
+    let owner_checked = matches!(k.owner(r.qp_num, r.qp_type)?, Verdict::Owned(_));
+    let reply = |result: u32, state: u8| proto::ResyncQpReply {
+        qp_state: state.min(IBV_QPS_ERR),
+        result: result as u8,
+    };
+    let mut rec = new_record(r.qp_handle, r.qp_num, r.qp_type);
+    rec.state = state_name(kq.qp_state);
+    rec.owner_checked = owner_checked;
+    let connected = (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&kq.qp_state);
+    if connected && owner_checked {
+        // Until the checks below end: a QP reset there is no bypass either.
+        h.admitted().vouch(r.qp_num, sess.id, sess.pid);
+    }
+    // A QP that can receive is guarded again (the sets survived the
+    // restart; `reconcile` keeps only what came back).
+    if let (true, Some(b)) = (connected, h.admission().backstop()) {
+        b.qp_seen(r.qp_num);
+        rec.guarded = true;
+    }
+    sess.touched.push(r.qp_handle);
+    if !connected || r.qp_type == IBV_QPT_UD {
+        debug!(
+            qpn = r.qp_num,
+            state = rec.state,
+            "QP resynced: nothing to track"
+        );
+        sess.qps.insert(r.qp_handle, rec);
+        return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
+    }
+    let ep = &sess.ep.cfg;
+    let lk = rconntrack::LocalKey {
+        vni: ep.vni,
+        vip: ep.vip,
+        qpn: r.qp_num,
+    };
+    if h.admission().table().get_local(lk).is_some() {
+        if rec.guarded {
+            if let Some(b) = h.admission().backstop() {
+                b.qp_gone(r.qp_num);
+            }
+        }
+        return Err(refuse(
+            libc::EEXIST,
+            format!("QPN {:#x} is already tracked for another QP", r.qp_num),
+        ));
+    }
+    match verify_resync(h, sess, r, &kq) {
+        Ok((vip, host, rule)) => {
+            let established = kq.qp_state != IBV_QPS_RTR;
+            let entry = rconntrack::Entry {
+                remote_vip: vip,
+                remote_qpn: kq.dest_qp_num,
+                peer_host: host,
+                state: if established {
+                    rconntrack::State::Established
+                } else {
+                    rconntrack::State::Admitted
+                },
+                rule: rule.clone(),
+                ..local_entry(sess, r.qp_handle, r.qp_num, r.qp_type)
+            };
+            if h.admission().table().upsert(entry).is_err() {
+                warn!("connection table full; {} not tracked", r.qp_num);
+                sess.qps.insert(r.qp_handle, rec);
+                return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
+            }
+            rec.remote_vip = Some(vip);
+            rec.remote_qpn = Some(kq.dest_qp_num);
+            rec.peer_host = Some(host);
+            rec.virt_sgid_index = r.sgid_index;
+            info!(qpn = r.qp_num, rule = %rule,
+                  "QP resynced: {} -> {vip} QPN {:#x}, tracked again", rec.state, kq.dest_qp_num);
+            sess.qps.insert(r.qp_handle, rec);
+            Ok(reply(proto::RESYNC_TRACKED, kq.qp_state))
+        }
+        Err(why) => {
+            let cmd = uverbs::ModifyQp {
+                qp_handle: r.qp_handle,
+                attr_mask: IBV_QP_STATE,
+                qp_state: IBV_QPS_ERR,
+                ..Default::default()
+            };
+            k.modify(&cmd)
+                .map_err(|e| from_io(e, "RESYNC_QP: cannot move the QP to ERROR"))?;
+            warn!(qpn = r.qp_num, "QP moved to ERROR on resync: {why}");
+            rec.state = state_name(IBV_QPS_ERR);
+            sess.qps.insert(r.qp_handle, rec);
+            Ok(reply(proto::RESYNC_RESET, IBV_QPS_ERR))
+        }
+    }
+}
+
+/// The claimed destination of a connected QP against the kernel's, and the
+/// current policy: (peer vIP, peer host, admitting rule) or why not.
+fn verify_resync(
+    h: &dyn QpHost,
+    sess: &Session,
+    r: &proto::ResyncQpReq,
+    kq: &uverbs::QueryQpResp,
+) -> Result<(Ipv4Addr, Ipv4Addr, Arc<str>), String> {
+    if r.has_route == 0 {
+        return Err("connected, but no destination was named".into());
+    }
+    let ep = &sess.ep.cfg;
+    let (route_vip, route_host, phys_dgid) = {
+        let vpc = h.registry().vpc();
+        let r = vpc
+            .translate_dgid(ep.vni, &r.dgid)
+            .map_err(|e| format!("claimed destination: {e}"))?;
+        (r.vip, r.peer.host, r.phys_dgid)
+    };
+    if phys_dgid != kq.dest.dgid {
+        return Err(format!(
+            "the kernel's destination {} is not the host of {}",
+            vbond::gid_to_string(&kq.dest.dgid),
+            route_vip
+        ));
+    }
+    let psgid = h
+        .sgid_index(&sess.ep, u32::from(r.sgid_index))
+        .map_err(|e| format!("claimed sgid index: {}", e.why()))?;
+    if psgid != u32::from(kq.dest.sgid_index) {
+        return Err(format!(
+            "the kernel's sgid index {} is not virtual index {}'s",
+            kq.dest.sgid_index, r.sgid_index
+        ));
+    }
+    let rule = h
+        .admission()
+        .decide(&ep.tenant, ep.vni, ep.vip, route_vip)
+        .map_err(|why| format!("security groups deny {} -> {}: {why}", ep.vip, route_vip))?;
+    Ok((route_vip, route_host, rule))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pipeline against a fake kernel (one QP, its state and
+    //! destination, every command it ran) and the example config's VPC map
+    //! and policy: no RDMA needed.
+    use super::*;
+    use crate::config::Config;
+    use crate::rdma_nl::QpInfo;
+    use crate::registry::Origin;
+    use std::cell::RefCell;
+    use std::path::Path;
+
+    const HANDLE: u32 = 1;
+    const QPN: u32 = 0x11;
+    const PID: i32 = 4242;
+
+    #[derive(Default)]
+    struct FakeKernel {
+        qp: RefCell<uverbs::QueryQpResp>,
+        ran: RefCell<Vec<uverbs::ModifyQp>>,
+        /// The kernel's word on the QPN: None = another process's.
+        mine: bool,
+    }
+
+    impl QpKernel for FakeKernel {
+        fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+            if cmd.qp_handle != HANDLE {
+                return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            }
+            self.ran.borrow_mut().push(*cmd);
+            let mut qp = self.qp.borrow_mut();
+            if cmd.attr_mask & IBV_QP_STATE != 0 {
+                qp.qp_state = cmd.qp_state;
+            }
+            if cmd.attr_mask & IBV_QP_AV != 0 {
+                qp.dest = cmd.dest;
+            }
+            if cmd.attr_mask & IBV_QP_DEST_QPN != 0 {
+                qp.dest_qp_num = cmd.dest_qp_num;
+            }
+            Ok(())
+        }
+        fn query(&self, qp_handle: u32, _mask: u32) -> io::Result<uverbs::QueryQpResp> {
+            if qp_handle != HANDLE {
+                return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            }
+            Ok(*self.qp.borrow())
+        }
+        fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+            if qpn != QPN || !self.mine {
+                return Err(refuse(libc::EPERM, "claimed QPN refused: not the app's"));
+            }
+            if self.qp.borrow().qp_state == IBV_QPS_RESET {
+                return Ok(Verdict::NoPortYet);
+            }
+            Ok(Verdict::Owned(QpInfo {
+                lqpn: qpn,
+                port: Some(1),
+                qp_type: qp_type as u8,
+                state: self.qp.borrow().qp_state,
+                pid: Some(PID as u32),
+                kern_name: None,
+                rqpn: None,
+            }))
+        }
+    }
+
+    struct FakeHost {
+        admission: Admission,
+        registry: Registry,
+        admitted: Admitted,
+    }
+
+    impl QpHost for FakeHost {
+        fn admission(&self) -> &Admission {
+            &self.admission
+        }
+        fn registry(&self) -> &Registry {
+            &self.registry
+        }
+        fn admitted(&self) -> &Admitted {
+            &self.admitted
+        }
+        fn port(&self) -> u8 {
+            1
+        }
+        /// Virtual index 1 (the vNIC's IPv4 GID) is the host's index 3.
+        fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
+            match vindex {
+                1 => Ok(3),
+                _ => Err(refuse(libc::EINVAL, format!("no virtual GID {vindex}"))),
+            }
+        }
+        fn cm_side(&self, _ep: &Endpoint, _qpn: u32) -> Option<rconntrack::CmSide> {
+            None
+        }
+        fn ud_announce(&self, _ep: &Endpoint, _qpn: u32, _up: bool) {}
+    }
+
+    /// host1 of the examples, with `policy` (YAML) or the example's.
+    fn setup(policy: Option<&str>) -> (FakeHost, Session) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        let registry = Registry::new(&cfg);
+        let file = crate::source::SourceId::File;
+        assert!(registry
+            .feed(file, crate::source::file_placements(&cfg))
+            .is_empty());
+        let admission = Admission::new(&cfg, &dir);
+        let refs = registry.policy_refs();
+        let (p, _) = match policy {
+            Some(text) => admission.check_text(text, "test.yaml", &refs),
+            None => admission.check(&dir.join("policy.yaml"), &refs),
+        }
+        .unwrap_or_else(|e| panic!("{e}"));
+        admission.apply(p);
+        let acme_a = cfg
+            .endpoints
+            .iter()
+            .find(|e| e.name == "acme-a")
+            .cloned()
+            .expect("acme-a in the example");
+        let ep = Arc::new(Endpoint::new(
+            acme_a,
+            "/nonexistent/acme-a.sock".into(),
+            Origin::File,
+            None,
+        ));
+        let host = FakeHost {
+            admission,
+            registry,
+            admitted: Admitted::default(),
+        };
+        (host, Session::new(7, PID, ep))
+    }
+
+    fn kernel() -> FakeKernel {
+        FakeKernel {
+            mine: true,
+            ..Default::default()
+        }
+    }
+
+    fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&a);
+        g
+    }
+
+    fn modify_req(mask: u32, state: u8) -> proto::ModifyQpReq {
+        proto::ModifyQpReq {
+            qp_handle: HANDLE,
+            qp_num: QPN,
+            qp_type: 2,
+            attr_mask: mask,
+            attr: proto::QpAttr {
+                qp_state: state,
+                port_num: 1,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// RTR towards acme-b (10.0.0.2, on host2 198.18.0.2), QPN 0x12.
+    fn rtr() -> proto::ModifyQpReq {
+        let mut m = modify_req(
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | crate::ibv::IBV_QP_PATH_MTU,
+            IBV_QPS_RTR,
+        );
+        m.attr.path_mtu = 3;
+        m.attr.dest_qp_num = 0x12;
+        m.attr.ah_attr = proto::AhAttr {
+            dgid: v4_mapped([10, 0, 0, 2]),
+            sgid_index: 1,
+            hop_limit: 64,
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
+        };
+        m
+    }
+
+    fn moved_req(state: u8) -> proto::QpMovedReq {
+        proto::QpMovedReq {
+            qp_handle: HANDLE,
+            qp_num: QPN,
+            qp_type: 2,
+            attr_mask: IBV_QP_STATE,
+            qp_state: state,
+        }
+    }
+
+    fn tracked(h: &FakeHost) -> Vec<rconntrack::Entry> {
+        h.admission.table().iter().cloned().collect()
+    }
+
+    /// The app moves its QP to INIT on its own fd (as libmasq does).
+    fn init_on_own_fd(h: &FakeHost, k: &FakeKernel, sess: &mut Session) {
+        k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+        moved(h, k, sess, &moved_req(IBV_QPS_INIT)).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn an_admitted_rtr_runs_the_physical_destination_and_is_tracked_through_rts_and_error() {
+        let (h, mut sess) = setup(None);
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        assert!(
+            sess.qps[&HANDLE].owner_checked,
+            "INIT's notice checked the QPN"
+        );
+        assert!(
+            h.admitted.snapshot().is_empty(),
+            "nothing vouched before RTR"
+        );
+        modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+        let ran = k.ran.borrow();
+        assert_eq!(ran.len(), 1);
+        assert_eq!(ran[0].dest.dgid, v4_mapped([198, 18, 0, 2]));
+        assert_eq!(ran[0].dest.sgid_index, 3);
+        assert_eq!(ran[0].dest_qp_num, 0x12);
+        drop(ran);
+        assert_eq!(h.admitted.snapshot().get(&QPN), Some(&PID));
+        let t = tracked(&h);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].state, rconntrack::State::Admitted);
+        assert_eq!((t[0].local_qpn, t[0].remote_qpn), (QPN, 0x12));
+        assert_eq!(t[0].remote_vip, Ipv4Addr::new(10, 0, 0, 2));
+        assert_eq!(sess.qps[&HANDLE].state, "RTR");
+
+        // RTS and ERROR happen on the app's fd; masqd learns them.
+        k.qp.borrow_mut().qp_state = IBV_QPS_RTS;
+        moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tracked(&h)[0].state, rconntrack::State::Established);
+        assert_eq!(sess.qps[&HANDLE].state, "RTS");
+        k.qp.borrow_mut().qp_state = IBV_QPS_ERR;
+        moved(&h, &k, &mut sess, &moved_req(IBV_QPS_ERR)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(tracked(&h).is_empty());
+        assert_eq!(sess.qps[&HANDLE].state, "ERROR");
+        assert_eq!(k.ran.borrow().len(), 1, "masqd ran only the RTR");
+        destroyed(&h, &mut sess, HANDLE);
+        assert!(sess.qps.is_empty());
+        assert!(h.admitted.snapshot().is_empty());
+    }
+
+    #[test]
+    fn an_rtr_the_policy_denies_is_eacces_and_never_reaches_the_kernel() {
+        let (h, mut sess) = setup(Some(
+            "version: 1\ntenants:\n  acme:\n    securityGroups:\n      \
+             clients: { members: [acme-a] }\n",
+        ));
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        let e = modify(&h, &k, &mut sess, &rtr()).expect_err("denied");
+        assert_eq!(e.errno(), libc::EACCES, "{e}");
+        assert!(k.ran.borrow().is_empty());
+        assert!(tracked(&h).is_empty());
+        assert!(h.admitted.snapshot().is_empty());
+        assert_eq!(k.qp.borrow().qp_state, IBV_QPS_INIT);
+    }
+
+    #[test]
+    fn an_unknown_virtual_destination_is_ehostunreach() {
+        let (h, mut sess) = setup(None);
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        let mut m = rtr();
+        m.attr.ah_attr.dgid = v4_mapped([10, 0, 0, 99]);
+        let e = modify(&h, &k, &mut sess, &m).expect_err("no such vIP");
+        assert_eq!(e.errno(), libc::EHOSTUNREACH, "{e}");
+        assert!(k.ran.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_qpn_the_kernel_does_not_give_the_app_is_refused_before_anything_runs() {
+        let (h, mut sess) = setup(None);
+        let k = FakeKernel::default(); // not the app's
+        k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+        let e = moved(&h, &k, &mut sess, &moved_req(IBV_QPS_INIT)).expect_err("not owned");
+        assert_eq!(e.errno(), libc::EPERM);
+        assert!(sess.qps.is_empty(), "a refused notice records nothing");
+        let e = modify(&h, &k, &mut sess, &rtr()).expect_err("not owned");
+        assert_eq!(e.errno(), libc::EPERM);
+        assert!(k.ran.borrow().is_empty());
+        assert!(tracked(&h).is_empty());
+    }
+
+    #[test]
+    fn a_false_notice_records_the_kernels_state_and_admits_nothing() {
+        let (h, mut sess) = setup(None);
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        // The app claims RTS; the QP is in INIT.
+        moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(sess.qps[&HANDLE].state, "INIT");
+        // The app connects the QP itself, to any host, and says RTS.
+        k.qp.borrow_mut().qp_state = IBV_QPS_RTS;
+        k.qp.borrow_mut().dest.dgid = v4_mapped([198, 18, 0, 2]);
+        moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(sess.qps[&HANDLE].state, "RTS");
+        assert!(tracked(&h).is_empty(), "no connection is tracked");
+        assert!(!sess.qps[&HANDLE].guarded, "no backstop element");
+        assert!(
+            h.admitted.snapshot().is_empty(),
+            "not vouched: the audit flags it"
+        );
+        assert!(k.ran.borrow().is_empty());
+        // The QPN under a second handle is refused: one QPN, one handle.
+        let mut forged = moved_req(IBV_QPS_RTS);
+        forged.qp_handle = 9;
+        let e = moved(&h, &k, &mut sess, &forged).expect_err("forged");
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert!(!sess.qps.contains_key(&9));
+        // A QPN the kernel does not give the app is refused there.
+        forged.qp_num = 0x77;
+        let e = moved(&h, &k, &mut sess, &forged).expect_err("not the app's");
+        assert_eq!(e.errno(), libc::EPERM);
+        assert!(!sess.qps.contains_key(&9));
+        // Another QPN for a known handle is refused.
+        let mut other = moved_req(IBV_QPS_ERR);
+        other.qp_num = 0x99;
+        assert_eq!(
+            moved(&h, &k, &mut sess, &other)
+                .expect_err("wrong QPN")
+                .errno(),
+            libc::EINVAL
+        );
+    }
+
+    fn resync_req() -> proto::ResyncQpReq {
+        proto::ResyncQpReq {
+            qp_handle: HANDLE,
+            qp_num: QPN,
+            qp_type: 2,
+            sgid_index: 1,
+            has_route: 1,
+            dgid: v4_mapped([10, 0, 0, 2]),
+        }
+    }
+
+    #[test]
+    fn resync_tracks_again_what_the_kernel_confirms() {
+        let (h, mut sess) = setup(None);
+        let k = kernel();
+        {
+            let mut qp = k.qp.borrow_mut();
+            qp.qp_state = IBV_QPS_RTS;
+            qp.dest.dgid = v4_mapped([198, 18, 0, 2]);
+            qp.dest.sgid_index = 3;
+            qp.dest_qp_num = 0x12;
+        }
+        let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(u32::from(r.result), proto::RESYNC_TRACKED);
+        let t = tracked(&h);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].state, rconntrack::State::Established);
+        assert_eq!(t[0].remote_qpn, 0x12);
+        assert!(k.ran.borrow().is_empty());
+        assert_eq!(h.admitted.snapshot().get(&QPN), Some(&PID));
+        // Named twice: refused.
+        let e = resync(&h, &k, &mut sess, &resync_req()).expect_err("twice");
+        assert_eq!(e.errno(), libc::EEXIST);
+    }
+
+    #[test]
+    fn resync_resets_a_qp_whose_kernel_destination_is_not_the_claimed_one() {
+        let (h, mut sess) = setup(None);
+        let k = kernel();
+        {
+            let mut qp = k.qp.borrow_mut();
+            qp.qp_state = IBV_QPS_RTS;
+            qp.dest.dgid = v4_mapped([198, 18, 0, 77]);
+            qp.dest.sgid_index = 3;
+        }
+        let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(u32::from(r.result), proto::RESYNC_RESET);
+        let ran = k.ran.borrow();
+        assert_eq!(ran.len(), 1);
+        assert_eq!(ran[0].qp_state, IBV_QPS_ERR);
+        assert!(tracked(&h).is_empty());
+        assert_eq!(sess.qps[&HANDLE].state, "ERROR");
+    }
+
+    #[test]
+    fn resync_of_a_qp_in_init_tracks_nothing_and_its_rtr_still_goes_through_admission() {
+        let (h, mut sess) = setup(None);
+        let k = kernel();
+        k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+        let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(u32::from(r.result), proto::RESYNC_UNTRACKED);
+        assert!(tracked(&h).is_empty());
+        modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tracked(&h).len(), 1);
+    }
+}
