@@ -640,14 +640,24 @@ static int snapshot(struct channel_snap **chans, size_t *nch, struct id_snap **s
 
 /* Whether the CM connection is gone (conn_lock held): masqd exited. A
  * channel closed by a masqd that is still there is not a restart, and
- * reconnecting would make it close every id of this process. */
+ * reconnecting would make it close every id of this process. An exiting
+ * masqd's fds close one by one: the channel's EOF can wake us before the
+ * connection's, so it gets CONN_HANGUP_WAIT_MS to follow. */
+#define CONN_HANGUP_WAIT_MS 2000
 static int conn_dead(void)
 {
 	struct pollfd p = { .fd = conn.fd, .events = POLLRDHUP };
+	double deadline = now_s() + CONN_HANGUP_WAIT_MS / 1000.0;
+	int n;
 
 	if (conn.fd < 0)
 		return 1;
-	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+	do {
+		double left_ms = (deadline - now_s()) * 1000;
+
+		n = poll(&p, 1, left_ms > 0 ? (int)left_ms : 0);
+	} while (n < 0 && errno == EINTR);
+	return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /* The connection of generation `lost` failed: 0 once a masqd has every
