@@ -35,6 +35,10 @@ pub trait CmHost {
     fn host(&self) -> &HostDevice;
     /// The session's app has exited (its ports are free at once).
     fn app_gone(&self, session: u64) -> bool;
+    /// The connection RConntrack tracks for QP `qpn` of endpoint `ep`, if
+    /// the app behind `session` (any of its sessions) owns that QP: the
+    /// remote vIP and QPN.
+    fn tracked_qp(&self, session: u64, ep: &Endpoint, qpn: u32) -> Option<(Ipv4Addr, u32)>;
 }
 
 /// What a refused CM request returns: errno and the reason for the log.
@@ -151,8 +155,14 @@ pub enum PeerMsg {
         from_id: u32,
     },
     Dreq {
+        /// 0: the sender lost the peer's id number (it restarted and its
+        /// app restored the id); then from_id and from_qpn find it.
         to_id: u32,
         from_id: u32,
+        /// The sender's QP: with to_id 0 it must be the one the receiver's
+        /// id is connected to, so an id number alone disconnects nothing.
+        #[serde(default)]
+        from_qpn: u32,
     },
     /// A UD QP of an endpoint of the sending host is up (or gone): a UD
     /// packet names its sender by host and QPN only, and the receiving
@@ -279,9 +289,11 @@ fn ib_mtu(netdev_mtu: u32) -> u8 {
 impl Cm {
     pub fn new(timeout: Duration, metrics: crate::metrics::Metrics) -> Cm {
         Cm {
+            // Random starts: after a restart, apps restore their ids and
+            // channels under their old numbers, which new ones should not take.
             state: Mutex::new(State {
-                next_id: 1,
-                next_channel: 1,
+                next_id: random_u32().max(1),
+                next_channel: random_u32().max(1),
                 metrics,
                 ..Default::default()
             }),
@@ -440,6 +452,7 @@ impl Cm {
                     PeerMsg::Dreq {
                         to_id: p.id,
                         from_id: id,
+                        from_qpn: i.local.qpn,
                     },
                 ),
                 _ => {}
@@ -549,9 +562,44 @@ impl Cm {
         body: &proto::RequestBody,
     ) -> CmResult<(proto::ReplyBody, Option<OwnedFd>)> {
         use proto::RequestBody as R;
+        // Looked up before the CM's lock: the table is not taken under it.
+        let tracked = match body {
+            R::CmRestoreId(r) if r.state == proto::CM_RESTORE_CONNECTED => {
+                shared.tracked_qp(session, ep, r.qp_num)
+            }
+            _ => None,
+        };
         let mut st = self.lock();
         let st = &mut *st;
         let reply = match body {
+            R::CmRestoreChannel(c) => {
+                if c.channel == 0 || st.channels.contains_key(&c.channel) {
+                    return fail(libc::EEXIST, format!("channel {} is in use", c.channel));
+                }
+                if st
+                    .channels
+                    .values()
+                    .filter(|c| c.session == session)
+                    .count()
+                    >= MAX_CHANNELS_PER_SESSION
+                {
+                    return fail(libc::EMFILE, "too many CM channels");
+                }
+                let (ours, theirs) =
+                    Conn::pair().map_err(|e| (libc::EMFILE, format!("socketpair: {e}")))?;
+                st.channels.insert(
+                    c.channel,
+                    Channel {
+                        session,
+                        sock: ours,
+                    },
+                );
+                return Ok((proto::ReplyBody::CmRestoreChannel, Some(theirs)));
+            }
+            R::CmRestoreId(r) => {
+                self.restore_id(shared, st, session, ep, r, tracked)?;
+                proto::ReplyBody::CmRestoreId
+            }
             R::CmCreateChannel => {
                 if st
                     .channels
@@ -564,8 +612,11 @@ impl Cm {
                 }
                 let (ours, theirs) =
                     Conn::pair().map_err(|e| (libc::EMFILE, format!("socketpair: {e}")))?;
-                let channel = st.next_channel;
-                st.next_channel = st.next_channel.wrapping_add(1).max(1);
+                let mut channel = st.next_channel;
+                while channel == 0 || st.channels.contains_key(&channel) {
+                    channel = channel.wrapping_add(1);
+                }
+                st.next_channel = channel.wrapping_add(1);
                 st.channels.insert(
                     channel,
                     Channel {
@@ -699,6 +750,7 @@ impl Cm {
                                 PeerMsg::Dreq {
                                     to_id: p.id,
                                     from_id: c.id,
+                                    from_qpn: i.local.qpn,
                                 },
                             );
                         }
@@ -753,6 +805,11 @@ impl Cm {
             id = id.wrapping_add(1);
         }
         st.next_id = id.wrapping_add(1);
+        Self::insert_id(st, id, session, channel, ep);
+        id
+    }
+
+    fn insert_id(st: &mut State, id: u32, session: u64, channel: u32, ep: Arc<Endpoint>) {
         st.ids.insert(
             id,
             Id {
@@ -773,7 +830,145 @@ impl Cm {
                 deadline: None,
             },
         );
-        id
+    }
+
+    /// CM_RESTORE_ID: after a masqd restart, an app's id comes back under
+    /// its old number as far as masqd can check it: a bound or listening
+    /// id takes its port again if it is free; a connected one must be the
+    /// connection RConntrack tracks again for the app's own QP (`tracked`,
+    /// restored by RESYNC_QP, which libmasq sends first), towards the
+    /// address and QP it claims.
+    fn restore_id(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        ep: &Arc<Endpoint>,
+        r: &proto::CmRestoreIdReq,
+        tracked: Option<(Ipv4Addr, u32)>,
+    ) -> CmResult<()> {
+        if r.id == 0 || st.ids.contains_key(&r.id) {
+            return fail(libc::EEXIST, format!("CM id {} is in use", r.id));
+        }
+        match st.channels.get(&r.channel) {
+            Some(ch) if ch.session == session => {}
+            _ => return fail(libc::ENOENT, format!("no channel {}", r.channel)),
+        }
+        if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
+            return fail(libc::ENOMEM, "too many CM ids");
+        }
+        let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
+        let dst = (Ipv4Addr::from(r.addrs.dst.addr), r.addrs.dst.port);
+        if r.state == proto::CM_RESTORE_LISTENING && src.1 == 0 {
+            return fail(libc::EINVAL, "a listening id has a port");
+        }
+        if r.state != proto::CM_RESTORE_CONNECTED {
+            let pending = r.state == proto::CM_RESTORE_PENDING;
+            Self::insert_id(st, r.id, session, r.channel, ep.clone());
+            // A passive id's port is its listener's.
+            let own_port = src.1 != 0 && !(pending && r.active == 0);
+            if own_port {
+                if let Err(e) = self.bind(shared, st, r.id, src.0, src.1) {
+                    st.ids.remove(&r.id);
+                    return Err(e);
+                }
+            }
+            let phase = match r.state {
+                proto::CM_RESTORE_LISTENING => Phase::Listening,
+                proto::CM_RESTORE_PENDING => Phase::Closed,
+                _ => Phase::Idle,
+            };
+            if let Some(i) = st.ids.get_mut(&r.id) {
+                i.phase = phase;
+            }
+            info!(id = r.id, "CM id restored: {}:{} ({phase:?})", src.0, src.1);
+            if pending {
+                // Its handshake died with the masqd that carried it.
+                Self::emit(
+                    st,
+                    r.id,
+                    proto::CM_EVENT_CONNECT_ERROR,
+                    -libc::ECONNRESET,
+                    Default::default(),
+                );
+            }
+            return Ok(());
+        }
+        if src.1 == 0 {
+            return fail(libc::EINVAL, "a connected id has a port");
+        }
+        if src.0 != ep.cfg.vip && src.0 != Ipv4Addr::UNSPECIFIED {
+            return fail(
+                libc::EADDRNOTAVAIL,
+                format!("{} is not this endpoint's address ({})", src.0, ep.cfg.vip),
+            );
+        }
+        let Some(peer_host) = shared
+            .registry()
+            .vpc()
+            .lookup(ep.cfg.vni, dst.0)
+            .map(|p| p.host)
+        else {
+            return fail(
+                libc::EHOSTUNREACH,
+                format!("{} is not in VNI {}'s map", dst.0, ep.cfg.vni),
+            );
+        };
+        match tracked {
+            // Not (yet) re-registered by the app's verbs session.
+            None => {
+                return fail(
+                    libc::EAGAIN,
+                    format!("QP {:#x} is not tracked for this app", r.qp_num),
+                )
+            }
+            Some(t) if t != (dst.0, r.remote_qpn) => {
+                return fail(
+                    libc::EPERM,
+                    format!(
+                        "QP {:#x} is connected to {} QP {:#x}, not {} QP {:#x}",
+                        r.qp_num, t.0, t.1, dst.0, r.remote_qpn
+                    ),
+                )
+            }
+            Some(_) => {}
+        }
+        let active = r.active == 1;
+        if active {
+            // The active side holds its own port; a passive one shares its listener's.
+            if st.ports.contains_key(&(ep.cfg.name.clone(), src.1)) {
+                return fail(libc::EADDRINUSE, format!("port {} is in use", src.1));
+            }
+            st.ports.insert((ep.cfg.name.clone(), src.1), r.id);
+        }
+        Self::insert_id(st, r.id, session, r.channel, ep.clone());
+        if let Some(i) = st.ids.get_mut(&r.id) {
+            i.src_ip = ep.cfg.vip;
+            i.port = src.1;
+            i.owns_port = active;
+            i.dst = Some(dst);
+            i.phase = Phase::Established;
+            i.active = active;
+            i.local.qpn = r.qp_num;
+            i.remote.qpn = r.remote_qpn;
+            // The peer's id number is not known here any more (see Dreq).
+            i.peer = Some(PeerRef {
+                host: peer_host,
+                id: 0,
+            });
+            i.peer_host = peer_host;
+        }
+        info!(
+            id = r.id,
+            qpn = r.qp_num,
+            "CM connection restored: {}:{} -> {}:{} ({})",
+            src.0,
+            src.1,
+            dst.0,
+            dst.1,
+            if active { "active" } else { "passive" }
+        );
+        Ok(())
     }
 
     fn resolve_addr(
@@ -1176,15 +1371,39 @@ impl Cm {
                     Default::default(),
                 );
             }
-            PeerMsg::Dreq { to_id, from_id } => {
+            PeerMsg::Dreq {
+                to_id,
+                from_id,
+                from_qpn,
+            } => {
+                let sender = PeerRef {
+                    host: from,
+                    id: from_id,
+                };
+                // A restored id knows its peer's host and QP, not its id.
+                let restored = |i: &Id| {
+                    i.peer == Some(PeerRef { host: from, id: 0 })
+                        && from_qpn != 0
+                        && i.remote.qpn == from_qpn
+                };
+                let to_id = if to_id != 0 {
+                    to_id
+                } else {
+                    // Both ends may have restarted: then neither knows the
+                    // other's id, and the QPs name the connection.
+                    let found = st.ids.iter().find(|(_, i)| {
+                        (i.peer == Some(sender) && from_qpn != 0 && i.remote.qpn == from_qpn)
+                            || restored(i)
+                    });
+                    match found {
+                        Some((k, _)) => *k,
+                        None => return,
+                    }
+                };
                 let Some(i) = st.ids.get_mut(&to_id) else {
                     return;
                 };
-                if i.peer
-                    != Some(PeerRef {
-                        host: from,
-                        id: from_id,
-                    })
+                if !(i.peer == Some(sender) || restored(i))
                     || !matches!(
                         i.phase,
                         Phase::Established | Phase::RepSent | Phase::RepReceived
@@ -1192,6 +1411,7 @@ impl Cm {
                 {
                     return;
                 }
+                i.peer = Some(sender);
                 i.phase = Phase::PeerClosed;
                 i.deadline = None;
                 Self::emit(

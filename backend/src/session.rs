@@ -250,7 +250,9 @@ fn handle(
             | proto::RequestBody::CmReject(_)
             | proto::RequestBody::CmDisconnect(_)
             | proto::RequestBody::CmInitQpAttr(_)
-            | proto::RequestBody::CmEstablish(_)),
+            | proto::RequestBody::CmEstablish(_)
+            | proto::RequestBody::CmRestoreChannel(_)
+            | proto::RequestBody::CmRestoreId(_)),
             true,
         ) => match shared.cm.request(shared, sess.id, &sess.ep, body) {
             Ok((reply, fd)) => {

@@ -406,4 +406,21 @@ impl crate::cm::CmHost for Shared {
     fn app_gone(&self, session: u64) -> bool {
         Shared::app_gone(self, session)
     }
+    fn tracked_qp(
+        &self,
+        session: u64,
+        ep: &crate::registry::Endpoint,
+        qpn: u32,
+    ) -> Option<(std::net::Ipv4Addr, u32)> {
+        let pid_of = |s: u64| lock(&self.sessions).get(&s).map(|v| v.pid);
+        let pid = pid_of(session)?;
+        let (owner, remote) = {
+            let table = self.admission.table();
+            let e = table
+                .iter()
+                .find(|e| e.local_qpn == qpn && e.vni == ep.cfg.vni && e.local_vip == ep.cfg.vip)?;
+            (e.session, (e.remote_vip, e.remote_qpn))
+        };
+        (pid_of(owner)? == pid).then_some(remote)
+    }
 }

@@ -94,6 +94,15 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
  */
 #define MASQ_CM_REJ_INVALID_SERVICE_ID 8
 #define MASQ_CM_REJ_CONSUMER_DEFINED 28
+/* CM_RESTORE_ID: what the id was when masqd went away. */
+#define MASQ_CM_RESTORE_BOUND 1
+#define MASQ_CM_RESTORE_LISTENING 2
+#define MASQ_CM_RESTORE_CONNECTED 3
+/*
+ * A connection was being set up: it is lost (the id gets
+ * CONNECT_ERROR with ECONNRESET).
+ */
+#define MASQ_CM_RESTORE_PENDING 4
 
 #define MASQ_OP_HELLO 1
 #define MASQ_OP_OPEN_DEVICE 2
@@ -123,6 +132,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_OP_CM_DISCONNECT 28
 #define MASQ_OP_CM_INIT_QP_ATTR 29
 #define MASQ_OP_CM_ESTABLISH 30
+#define MASQ_OP_CM_RESTORE_CHANNEL 31
+#define MASQ_OP_CM_RESTORE_ID 32
 #define MASQ_NOTICE_QP_ERROR 0x4001
 #define MASQ_NOTICE_CM_EVENT 0x4002
 
@@ -1037,6 +1048,50 @@ _Static_assert(offsetof(struct masq_resolve_grh_reply, reserved) == 17, "masq_re
 static inline int masq_resolve_grh_reply_validate(const struct masq_resolve_grh_reply *s)
 {
 	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * After a masqd restart: an id as the app holds it, under its old
+ * number (the peer's masqd knows it by that number).
+ */
+struct masq_cm_restore_id_req {
+	uint32_t id;
+	uint32_t channel;
+	uint32_t port_space; /* enum rdma_port_space; only RDMA_PS_TCP */
+	uint32_t state; /* CM_RESTORE_* */
+	uint32_t active; /* CONNECTED, PENDING: 1 if this side called rdma_connect, 0 if it answers a connection request */
+	uint32_t backlog; /* LISTENING: rdma_listen's backlog */
+	uint32_t qp_num; /* CONNECTED: this side's QP and the peer's (masqd checks both against the connection it tracks for the app's QP) */
+	uint32_t remote_qpn;
+	struct masq_cm_addrs addrs;
+};
+_Static_assert(sizeof(struct masq_cm_restore_id_req) == 48, "masq_cm_restore_id_req: size");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, id) == 0, "masq_cm_restore_id_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, channel) == 4, "masq_cm_restore_id_req.channel: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, port_space) == 8, "masq_cm_restore_id_req.port_space: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, state) == 12, "masq_cm_restore_id_req.state: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, active) == 16, "masq_cm_restore_id_req.active: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, backlog) == 20, "masq_cm_restore_id_req.backlog: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, qp_num) == 24, "masq_cm_restore_id_req.qp_num: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, remote_qpn) == 28, "masq_cm_restore_id_req.remote_qpn: offset");
+_Static_assert(offsetof(struct masq_cm_restore_id_req, addrs) == 32, "masq_cm_restore_id_req.addrs: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_restore_id_req_validate(const struct masq_cm_restore_id_req *s)
+{
+	if (!(s->port_space == 0x0106))
+		return -EINVAL;
+	if (!((s->state >= 1 && s->state <= 4)))
+		return -EINVAL;
+	if (!(s->active <= 1))
+		return -EINVAL;
+	if (!(s->qp_num <= 0xFFFFFF))
+		return -EINVAL;
+	if (!(s->remote_qpn <= 0xFFFFFF))
+		return -EINVAL;
+	if (masq_cm_addrs_validate(&s->addrs))
 		return -EINVAL;
 	return 0;
 }
@@ -2216,6 +2271,84 @@ static inline void masq_msg_cm_establish_reply_init(struct masq_msg_cm_establish
 static inline int masq_msg_cm_establish_reply_decode(const void *buf, size_t len, struct masq_msg_cm_establish_reply *m)
 {
 	return masq__decode(buf, len, (MASQ_OP_CM_ESTABLISH | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_RESTORE_CHANNEL req (opcode 0x001f) */
+struct masq_msg_cm_restore_channel_req {
+	struct masq_hdr hdr;
+	struct masq_cm_channel body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_restore_channel_req) == 24, "masq_msg_cm_restore_channel_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_restore_channel_req_init(struct masq_msg_cm_restore_channel_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_RESTORE_CHANNEL, sizeof(*m));
+}
+
+static inline int masq_msg_cm_restore_channel_req_decode(const void *buf, size_t len, struct masq_msg_cm_restore_channel_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_RESTORE_CHANNEL, m, sizeof(*m));
+
+	return err ? err : masq_cm_channel_validate(&m->body);
+}
+
+/* CM_RESTORE_CHANNEL reply (opcode 0x001f) */
+struct masq_msg_cm_restore_channel_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_restore_channel_reply) == 16, "masq_msg_cm_restore_channel_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_restore_channel_reply_init(struct masq_msg_cm_restore_channel_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_RESTORE_CHANNEL | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_restore_channel_reply_decode(const void *buf, size_t len, struct masq_msg_cm_restore_channel_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_RESTORE_CHANNEL | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_RESTORE_ID req (opcode 0x0020) */
+struct masq_msg_cm_restore_id_req {
+	struct masq_hdr hdr;
+	struct masq_cm_restore_id_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_restore_id_req) == 64, "masq_msg_cm_restore_id_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_restore_id_req_init(struct masq_msg_cm_restore_id_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_RESTORE_ID, sizeof(*m));
+}
+
+static inline int masq_msg_cm_restore_id_req_decode(const void *buf, size_t len, struct masq_msg_cm_restore_id_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_RESTORE_ID, m, sizeof(*m));
+
+	return err ? err : masq_cm_restore_id_req_validate(&m->body);
+}
+
+/* CM_RESTORE_ID reply (opcode 0x0020) */
+struct masq_msg_cm_restore_id_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_restore_id_reply) == 16, "masq_msg_cm_restore_id_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_restore_id_reply_init(struct masq_msg_cm_restore_id_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_RESTORE_ID | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_restore_id_reply_decode(const void *buf, size_t len, struct masq_msg_cm_restore_id_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_RESTORE_ID | MASQ_REPLY), m, sizeof(*m));
 }
 
 /* QP_ERROR notice (opcode 0x4001) */

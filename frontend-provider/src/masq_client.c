@@ -175,7 +175,7 @@ static int lost(ssize_t n)
 	       n == -ECONNABORTED;
 }
 
-static long wait_ms(void)
+long masq_reconnect_wait_ms(void)
 {
 	const char *v = getenv("MASQ_RECONNECT_WAIT_MS");
 	char *end;
@@ -198,7 +198,7 @@ void masq_log(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-static int debug_on(void)
+int masq_debug_on(void)
 {
 	const char *v = getenv("MASQ_DEBUG");
 
@@ -238,7 +238,7 @@ static ssize_t session_call(struct masq_session *s, void *req, size_t len, int p
 			    uint8_t buf[MASQ_MAX_MESSAGE], int idempotent)
 {
 	struct timespec deadline;
-	long ms = wait_ms();
+	long ms = masq_reconnect_wait_ms();
 	ssize_t n;
 	int sent, err;
 
@@ -463,7 +463,7 @@ static int resync_all(struct masq_session *s, int sock, uint32_t *next_id, unsig
 		err = masq_msg_resync_qp_reply_decode(buf, (size_t)n, &rep);
 		if (!err && rep.body.result == MASQ_RESYNC_TRACKED)
 			(*tracked)++;
-		if (debug_on())
+		if (masq_debug_on())
 			masq_log("QP %#x re-registered: %s", q->qpn,
 				err ? strerror(-err)
 				    : rep.body.result == MASQ_RESYNC_TRACKED ? "tracked"
@@ -479,6 +479,15 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Run after a session is back on a restarted masqd (its QPs tracked
+ * again): the RDMA CM's ids follow them (masq_cm.c). */
+static void (*_Atomic reconnect_hook)(void);
+
+void masq_set_reconnect_hook(void (*hook)(void))
+{
+	reconnect_hook = hook;
 }
 
 /* Sleep up to ms, or until woken; drains the wake counter. */
@@ -527,7 +536,7 @@ static void *watcher_main(void *arg)
 			s->fd = -1;
 			s->broken = 0;
 			lost_at = now_s();
-			if (debug_on())
+			if (masq_debug_on())
 				masq_log("masqd went away; reconnecting");
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -556,10 +565,17 @@ static void *watcher_main(void *arg)
 		s->reconnects++;
 		backoff = 0;
 		pthread_cond_broadcast(&s->cond);
-		if (debug_on())
+		if (masq_debug_on())
 			masq_log("reconnected to masqd (session %u) after %.3f s; "
 				 "%u of %zu QP(s) tracked again",
 				sid, now_s() - lost_at, tracked, s->nqps);
+		if (reconnect_hook) {
+			void (*hook)(void) = reconnect_hook;
+
+			pthread_mutex_unlock(&s->lock);
+			hook();
+			pthread_mutex_lock(&s->lock);
+		}
 	}
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
@@ -608,7 +624,7 @@ int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
 	if (s->fd < 0)
 		return err;
 	s->posted = (features & MASQ_FEATURE_POSTED) != 0;
-	if (watch && (err = start_watcher(s)) != 0 && debug_on())
+	if (watch && (err = start_watcher(s)) != 0 && masq_debug_on())
 		masq_log("no reconnection watcher: %s", strerror(err));
 	return 0;
 }

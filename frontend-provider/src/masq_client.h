@@ -81,6 +81,13 @@ const char *masq_socket_path(void);
 
 /* One line on stderr, prefixed "libmasq: ". */
 void masq_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* MASQ_DEBUG is set: log what recovers without the app noticing. */
+int masq_debug_on(void);
+/* How long calls wait for a masqd that went away (MASQ_RECONNECT_WAIT_MS). */
+long masq_reconnect_wait_ms(void);
+/* hook runs on a session's watcher each time it is back on a restarted
+ * masqd, after its QPs are registered again (NULL: none). */
+void masq_set_reconnect_hook(void (*hook)(void));
 
 /* HELLO on a short-lived connection. 0, or -1 with errno set. */
 int masq_describe_device(struct masq_device *out);

@@ -21,13 +21,16 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -201,27 +204,56 @@ static void device_limits(uint8_t *rd_atom, uint8_t *init_rd_atom)
 /* ------------------------------------------------------------ masqd */
 
 /* The process's one CM connection, opened on first use; requests are
- * serialized on it. */
+ * serialized on it. conn_generation counts the connections opened: one
+ * after the first means masqd went away and came back (cm_recover). */
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct masq_conn conn = { .fd = -1 };
+static unsigned int conn_generation;
+/* Held by the thread that restores what a restarted masqd forgot. */
+static pthread_mutex_t recover_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Send req, get its reply into buf: the reply's length, or -errno. */
-static ssize_t cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd)
+static int cm_recover(unsigned int lost_generation);
+static unsigned int current_generation(void);
+
+/* One request on the connection of generation *gen (opened if there is
+ * none yet): the reply's length, or -errno. *gen is the generation used. */
+static ssize_t cm_call_once(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd,
+			    unsigned int *gen)
 {
 	ssize_t n;
 	int err;
 
-	if (got_fd)
-		*got_fd = -1;
 	pthread_mutex_lock(&conn_lock);
-	if (conn.fd < 0 && (err = masq_conn_open(&conn)) != 0) {
-		pthread_mutex_unlock(&conn_lock);
-		masq_log("cannot reach masqd at %s: %s", masq_socket_path(), strerror(err));
-		return -err;
+	if (conn.fd < 0 && conn_generation == 0) {
+		if ((err = masq_conn_open(&conn)) != 0) {
+			pthread_mutex_unlock(&conn_lock);
+			masq_log("cannot reach masqd at %s: %s", masq_socket_path(),
+				 strerror(err));
+			return -err;
+		}
+		conn_generation = 1;
 	}
-	n = masq_conn_call(&conn, req, len, buf, got_fd);
+	*gen = conn_generation;
+	n = conn.fd < 0 ? -ECONNRESET : masq_conn_call(&conn, req, len, buf, got_fd);
 	pthread_mutex_unlock(&conn_lock);
 	return n;
+}
+
+/* Send req, get its reply into buf: the reply's length, or -errno. A
+ * masqd that went away is reconnected to and told every channel and id
+ * again first; the request then goes to it (the old one took whatever
+ * it had done of the request with it). */
+static ssize_t cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd)
+{
+	unsigned int gen;
+	ssize_t n;
+
+	if (got_fd)
+		*got_fd = -1;
+	n = cm_call_once(req, len, buf, got_fd, &gen);
+	if (n != -ECONNRESET || cm_recover(gen) != 0)
+		return n;
+	return cm_call_once(req, len, buf, got_fd, &gen);
 }
 
 /* One request of kind KIND: 0, or a negative errno (masqd's status). */
@@ -278,6 +310,7 @@ struct cm_channel {
 	struct rdma_event_channel ch; /* what the app holds */
 	uint32_t handle;
 	uint64_t serial; /* process-unique, never reused */
+	unsigned int generation; /* of the masqd connection that serves it */
 	struct cm_channel *next;
 };
 
@@ -303,6 +336,23 @@ static int channel_live(uint64_t serial)
 	return c != NULL;
 }
 
+/* The generation of the connection serving the channel (0: none). */
+static unsigned int channel_generation(uint64_t serial, unsigned int set)
+{
+	struct cm_channel *c;
+	unsigned int g = 0;
+
+	pthread_mutex_lock(&channels_lock);
+	for (c = channels; c && c->serial != serial; c = c->next)
+		;
+	if (c && set)
+		c->generation = set;
+	if (c)
+		g = c->generation;
+	pthread_mutex_unlock(&channels_lock);
+	return g;
+}
+
 struct cm_id {
 	struct rdma_cm_id id; /* what the app holds */
 	uint32_t handle;
@@ -312,6 +362,10 @@ struct cm_id {
 	uint8_t responder_resources, initiator_depth; /* from the connection request */
 	struct ibv_qp_init_attr *qp_init_attr;	       /* rdma_create_ep, passive */
 	struct ibv_sa_path_rec path;
+	/* What a restarted masqd is told of the id (cm_recover), under
+	 * ids_lock: MASQ_CM_RESTORE_*, 0 while it holds no port. */
+	uint32_t restore, backlog, remote_qpn;
+	int active;
 	/* Held to move id.qp and to destroy it: an event (DISCONNECTED) moves
 	 * the QP to ERROR from the thread reading events while another may be
 	 * in rdma_destroy_qp, which the kernel's CM makes safe. */
@@ -345,6 +399,7 @@ static struct cm_id *ids;
  */
 static void fork_prepare(void)
 {
+	pthread_mutex_lock(&recover_lock);
 	pthread_mutex_lock(&dev_lock);
 	pthread_mutex_lock(&channels_lock);
 	pthread_mutex_lock(&ids_lock);
@@ -357,17 +412,31 @@ static void fork_parent(void)
 	pthread_mutex_unlock(&ids_lock);
 	pthread_mutex_unlock(&channels_lock);
 	pthread_mutex_unlock(&dev_lock);
+	pthread_mutex_unlock(&recover_lock);
 }
 
 static void fork_child(void)
 {
 	masq_conn_close(&conn); /* the parent's stays open */
+	conn_generation = 0;	/* a connection of its own, not a restart */
 	fork_parent();
+}
+
+/* A session's watcher is back on a restarted masqd, its QPs tracked
+ * again: restore the ids now, not at the app's next CM call (an app idle
+ * in the CM would miss its peer's DISCONNECTED meanwhile). */
+static void after_reconnect(void)
+{
+	unsigned int gen = current_generation();
+
+	if (gen)
+		(void)cm_recover(gen);
 }
 
 __attribute__((constructor)) static void register_fork_handlers(void)
 {
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	masq_set_reconnect_hook(after_reconnect);
 }
 
 static struct cm_id *lookup_id(uint32_t handle)
@@ -405,9 +474,242 @@ static struct cm_id *cm_of(struct rdma_cm_id *id)
 	return container_of(id, struct cm_id, id);
 }
 
+static void set_restore(struct cm_id *c, uint32_t state)
+{
+	pthread_mutex_lock(&ids_lock);
+	c->restore = state;
+	pthread_mutex_unlock(&ids_lock);
+}
+
+
 static uint32_t channel_handle(struct rdma_event_channel *ch)
 {
 	return container_of(ch, struct cm_channel, ch)->handle;
+}
+
+/* ------------------------------------------------------------ masqd restarts */
+
+/*
+ * masqd went away (it was restarted): its channels' sockets and the CM
+ * connection closed. As libmasq's session watchers do for QPs, the first
+ * thread to notice reconnects and names every channel and id again, under
+ * their old numbers; masqd checks each claim (a connected id must be the
+ * connection it tracks again for the app's own QP). A channel's new event
+ * socket takes the old one's fd number (dup2, with the app's flags), so an
+ * app polling or blocked on channel->fd carries on. A handshake in flight
+ * is lost: its id gets CONNECT_ERROR.
+ */
+struct channel_snap {
+	uint32_t handle;
+	uint64_t serial;
+	int fd;
+};
+
+struct id_snap {
+	struct masq_cm_restore_id_req req;
+	uint32_t handle;
+};
+
+static unsigned int current_generation(void)
+{
+	unsigned int g;
+
+	pthread_mutex_lock(&conn_lock);
+	g = conn_generation;
+	pthread_mutex_unlock(&conn_lock);
+	return g;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Restore one channel on the new connection (conn_lock held): 0 or -errno. */
+static int restore_channel(const struct channel_snap *c)
+{
+	struct masq_msg_cm_restore_channel_req req;
+	struct masq_msg_cm_restore_channel_reply rep;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	int fd = -1, err, fl, fdfl;
+	ssize_t n;
+
+	masq_msg_cm_restore_channel_req_init(&req);
+	req.body.channel = c->handle;
+	n = masq_conn_call(&conn, &req, sizeof(req), buf, &fd);
+	err = n < 0 ? (int)n : masq_msg_cm_restore_channel_reply_decode(buf, (size_t)n, &rep);
+	if (!err && fd < 0)
+		err = -EPROTO;
+	/* A channel the app destroys meanwhile waits for conn_lock before it
+	 * closes its fd: if it is still listed, its fd is still its own. */
+	if (!err && channel_live(c->serial)) {
+		fl = fcntl(c->fd, F_GETFL);
+		fdfl = fcntl(c->fd, F_GETFD);
+		if (dup2(fd, c->fd) < 0)
+			err = -errno;
+		else if ((fl >= 0 && fcntl(c->fd, F_SETFL, fl) < 0) ||
+			 (fdfl >= 0 && fcntl(c->fd, F_SETFD, fdfl) < 0))
+			err = -errno;
+		else
+			(void)channel_generation(c->serial, conn_generation);
+	}
+	if (fd >= 0)
+		close(fd);
+	return err;
+}
+
+/* Restore one id (conn_lock held), retrying while masqd does not track
+ * its QP yet (the session watcher re-registers it): 0 or -errno. */
+static int restore_id(struct id_snap *s, double deadline)
+{
+	struct masq_msg_cm_restore_id_req req;
+	struct masq_msg_cm_restore_id_reply rep;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	ssize_t n;
+	int err;
+
+	for (;;) {
+		masq_msg_cm_restore_id_req_init(&req);
+		req.body = s->req;
+		n = masq_conn_call(&conn, &req, sizeof(req), buf, NULL);
+		err = n < 0 ? (int)n : masq_msg_cm_restore_id_reply_decode(buf, (size_t)n, &rep);
+		if (err != -EAGAIN || now_s() > deadline)
+			return err;
+		nap_ms(50);
+	}
+}
+
+static int snapshot(struct channel_snap **chans, size_t *nch, struct id_snap **snaps, size_t *nid)
+{
+	struct cm_channel *ch;
+	struct cm_id *c;
+	size_t n = 0;
+
+	pthread_mutex_lock(&channels_lock);
+	for (ch = channels; ch; ch = ch->next)
+		n++;
+	*chans = calloc(n ? n : 1, sizeof(**chans));
+	for (ch = channels, n = 0; *chans && ch; ch = ch->next, n++)
+		(*chans)[n] = (struct channel_snap){ ch->handle, ch->serial, ch->ch.fd };
+	*nch = n;
+	pthread_mutex_unlock(&channels_lock);
+
+	pthread_mutex_lock(&ids_lock);
+	for (c = ids, n = 0; c; c = c->next)
+		n++;
+	*snaps = calloc(n ? n : 1, sizeof(**snaps));
+	for (c = ids, n = 0; *snaps && c; c = c->next, n++) {
+		struct masq_cm_restore_id_req *r = &(*snaps)[n].req;
+
+		(*snaps)[n].handle = c->handle;
+		r->id = c->handle;
+		r->channel = channel_handle(c->id.channel);
+		r->port_space = MASQ_CM_PS_TCP;
+		r->state = c->restore ? c->restore : MASQ_CM_RESTORE_BOUND;
+		if (r->state == MASQ_CM_RESTORE_CONNECTED && !c->id.qp)
+			r->state = MASQ_CM_RESTORE_BOUND; /* its QP is gone */
+		r->active = c->active ? 1 : 0;
+		r->backlog = c->backlog;
+		r->qp_num = c->id.qp ? c->id.qp->qp_num & 0xffffff : 0;
+		r->remote_qpn = c->remote_qpn & 0xffffff;
+		if (c->restore)
+			masq_cm_addr_to_wire(&r->addrs.src, &c->id.route.addr.src_sin);
+		if (r->state == MASQ_CM_RESTORE_CONNECTED)
+			masq_cm_addr_to_wire(&r->addrs.dst, &c->id.route.addr.dst_sin);
+	}
+	*nid = n;
+	pthread_mutex_unlock(&ids_lock);
+	if (!*chans || !*snaps) {
+		free(*chans);
+		free(*snaps);
+		return ENOMEM;
+	}
+	return 0;
+}
+
+/* Whether the CM connection is gone (conn_lock held): masqd exited. A
+ * channel closed by a masqd that is still there is not a restart, and
+ * reconnecting would make it close every id of this process. An exiting
+ * masqd's fds close one by one: the channel's EOF can wake us before the
+ * connection's, so it gets CONN_HANGUP_WAIT_MS to follow. */
+#define CONN_HANGUP_WAIT_MS 2000
+static int conn_dead(void)
+{
+	struct pollfd p = { .fd = conn.fd, .events = POLLRDHUP };
+	double deadline = now_s() + CONN_HANGUP_WAIT_MS / 1000.0;
+	int n;
+
+	if (conn.fd < 0)
+		return 1;
+	do {
+		double left_ms = (deadline - now_s()) * 1000;
+
+		n = poll(&p, 1, left_ms > 0 ? (int)left_ms : 0);
+	} while (n < 0 && errno == EINTR);
+	return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* The connection of generation `lost` failed: 0 once a masqd has every
+ * channel and id again (by this thread or another), or an errno. */
+static int cm_recover(unsigned int lost)
+{
+	struct channel_snap *chans = NULL;
+	struct id_snap *snaps = NULL;
+	size_t nch = 0, nid = 0, i, restored = 0;
+	double started = now_s(), deadline = started + (double)masq_reconnect_wait_ms() / 1000;
+	int err = 0, e;
+
+	pthread_mutex_lock(&recover_lock);
+	if (current_generation() != lost)
+		goto out; /* another thread did it */
+	if ((err = snapshot(&chans, &nch, &snaps, &nid)) != 0)
+		goto out;
+	pthread_mutex_lock(&conn_lock);
+	if (!conn_dead()) {
+		pthread_mutex_unlock(&conn_lock);
+		err = ECONNRESET;
+		goto out;
+	}
+	masq_conn_close(&conn);
+	while ((err = masq_conn_open(&conn)) != 0 && now_s() < deadline)
+		nap_ms(50);
+	if (err) {
+		pthread_mutex_unlock(&conn_lock);
+		if (masq_debug_on())
+			masq_log("CM: masqd went away and is not back yet: %s", strerror(err));
+		err = EAGAIN; /* the conn stays dead: a later call tries again */
+		goto out;
+	}
+	conn_generation++;
+	for (i = 0; i < nch; i++)
+		if ((e = restore_channel(&chans[i])) != 0)
+			masq_log("CM channel %u not restored: %s", chans[i].handle, strerror(-e));
+	for (i = 0; i < nid; i++) {
+		if ((e = restore_id(&snaps[i], deadline)) != 0)
+			masq_log("CM id %u not restored: %s", snaps[i].handle, strerror(-e));
+		else
+			restored++;
+	}
+	pthread_mutex_unlock(&conn_lock);
+	if (masq_debug_on())
+		masq_log("CM: masqd back after %.3f s; %zu channel(s), %zu of %zu id(s) restored",
+			 now_s() - started, nch, restored, nid);
+out:
+	pthread_mutex_unlock(&recover_lock);
+	free(chans);
+	free(snaps);
+	return err;
 }
 
 struct rdma_event_channel *rdma_create_event_channel(void)
@@ -435,6 +737,7 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 	}
 	c->handle = rep.body.channel;
 	c->ch.fd = fd;
+	c->generation = current_generation();
 	pthread_mutex_lock(&channels_lock);
 	c->serial = next_channel_serial++;
 	c->next = channels;
@@ -780,7 +1083,10 @@ static int finish_connect(struct cm_id *c)
 	if (cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) || cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff))
 		return -1;
 	err = CM_ID_CALL(cm_establish, c->handle);
-	return err ? fail(-err) : 0;
+	if (err)
+		return fail(-err);
+	set_restore(c, MASQ_CM_RESTORE_CONNECTED);
+	return 0;
 }
 
 static void reject_after_error(struct cm_id *c)
@@ -807,6 +1113,8 @@ static struct cm_id *accept_request(struct cm_id *listener, const struct masq_cm
 		return NULL;
 	}
 	c->handle = n->id;
+	c->restore = MASQ_CM_RESTORE_PENDING; /* not in ids yet: no lock needed */
+	c->remote_qpn = n->param.qp_num;
 	c->responder_resources = n->param.responder_resources;
 	c->initiator_depth = n->param.initiator_depth;
 	set_route_addrs(c, &n->addrs);
@@ -870,6 +1178,9 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 	case RDMA_CM_EVENT_CONNECT_RESPONSE:
 		set_route_addrs(c, &n->addrs);
 		copy_conn_param(e, &n->param);
+		pthread_mutex_lock(&ids_lock);
+		c->remote_qpn = n->param.qp_num;
+		pthread_mutex_unlock(&ids_lock);
 		if (!c->id.qp)
 			return 1; /* the app modifies its QP and calls rdma_establish */
 		if (finish_connect(c) == 0) {
@@ -884,6 +1195,7 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		return 1;
 	case RDMA_CM_EVENT_REJECTED:
 	case RDMA_CM_EVENT_DISCONNECTED:
+		set_restore(c, MASQ_CM_RESTORE_BOUND); /* holds its port until destroyed */
 		if (c->connect_error)
 			goto drop; /* the app already has its CONNECT_ERROR */
 		set_route_addrs(c, &n->addrs);
@@ -891,6 +1203,11 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		(void)qp_to_error(&c->id);
 		return 1;
 	default:
+		if (n->event == RDMA_CM_EVENT_ESTABLISHED)
+			set_restore(c, MASQ_CM_RESTORE_CONNECTED); /* the passive side's */
+		else if (n->event == RDMA_CM_EVENT_CONNECT_ERROR ||
+			 n->event == RDMA_CM_EVENT_UNREACHABLE)
+			set_restore(c, MASQ_CM_RESTORE_BOUND);
 		set_route_addrs(c, &n->addrs);
 		copy_conn_param(e, &n->param);
 		return 1;
@@ -918,15 +1235,25 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	serial = container_of(channel, struct cm_channel, ch)->serial;
 	fd = channel->fd;
 	for (;;) {
+		unsigned int gen = current_generation();
+
 		/* Blocks unless the app made the fd non-blocking: then EAGAIN. */
 		n = recv(fd, buf, sizeof(buf), 0);
 		if (n < 0)
 			return -1;
 		if (n == 0) {
-			if (channel_live(serial))
-				return fail(ECONNRESET); /* masqd went away */
-			for (;;)
-				pause(); /* destroyed under us: no event ever comes */
+			if (!channel_live(serial)) {
+				for (;;)
+					pause(); /* destroyed under us: no event ever comes */
+			}
+			/* masqd went away: once a new one has the channel and
+			 * its ids again, fd is its new event socket. Blocks
+			 * until masqd is back, as the kernel's would. */
+			while ((err = cm_recover(gen)) == EAGAIN)
+				nap_ms(100);
+			if (err || channel_generation(serial, 0) != current_generation())
+				return fail(ECONNRESET);
+			continue;
 		}
 		err = masq_msg_cm_event_notice_decode(buf, (size_t)n, &m);
 		if (err) {
@@ -999,6 +1326,7 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (err)
 		return fail(-err);
 	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
+	set_restore(c, MASQ_CM_RESTORE_BOUND);
 	if (id->route.addr.src_sin.sin_addr.s_addr != htonl(INADDR_ANY)) {
 		attach_device(c);
 		if (!id->verbs)
@@ -1032,6 +1360,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 	err = CM_CALL(cm_resolve_addr, req, rep, NULL);
 	if (err)
 		return fail(-err);
+	set_restore(c, MASQ_CM_RESTORE_BOUND); /* it holds a port now */
 	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
 	masq_cm_addr_from_wire(&id->route.addr.dst_sin, &rep.body.dst);
 	return complete(c, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ADDR_RESOLVED);
@@ -1064,7 +1393,13 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	req.body.id = cm_of(id)->handle;
 	req.body.backlog = backlog > 0 ? (uint32_t)backlog : 0;
 	err = CM_CALL(cm_listen, req, rep, NULL);
-	return err ? fail(-err) : 0;
+	if (err)
+		return fail(-err);
+	pthread_mutex_lock(&ids_lock);
+	cm_of(id)->restore = MASQ_CM_RESTORE_LISTENING;
+	cm_of(id)->backlog = req.body.backlog;
+	pthread_mutex_unlock(&ids_lock);
+	return 0;
 }
 
 /* ------------------------------------------------------------ connecting */
@@ -1139,6 +1474,10 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	err = CM_CALL(cm_connect, req, rep, NULL);
 	if (err)
 		return fail(-err);
+	pthread_mutex_lock(&ids_lock);
+	c->restore = MASQ_CM_RESTORE_PENDING;
+	c->active = 1;
+	pthread_mutex_unlock(&ids_lock);
 	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_CONNECT_RESPONSE);
 }
 
@@ -1149,7 +1488,10 @@ int rdma_establish(struct rdma_cm_id *id)
 	if (!id || id->qp)
 		return fail(EINVAL);
 	err = CM_ID_CALL(cm_establish, cm_of(id)->handle);
-	return err ? fail(-err) : 0;
+	if (err)
+		return fail(-err);
+	set_restore(cm_of(id), MASQ_CM_RESTORE_CONNECTED);
+	return 0;
 }
 
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)

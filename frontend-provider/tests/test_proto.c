@@ -373,6 +373,29 @@ CM_ID_MSG(cm_disconnect_req, masq_msg_cm_disconnect_req, 28, 3)
 CM_EMPTY_MSG(cm_disconnect_reply, masq_msg_cm_disconnect_reply, 28)
 CM_ID_MSG(cm_establish_req, masq_msg_cm_establish_req, 30, 3)
 CM_EMPTY_MSG(cm_establish_reply, masq_msg_cm_establish_reply, 30)
+CM_EMPTY_MSG(cm_restore_channel_reply, masq_msg_cm_restore_channel_reply, 31)
+CM_EMPTY_MSG(cm_restore_id_reply, masq_msg_cm_restore_id_reply, 32)
+
+static void cm_restore_channel_req(struct masq_msg_cm_restore_channel_req *m)
+{
+	masq_msg_cm_restore_channel_req_init(m);
+	m->hdr.request_id = 31;
+	m->body.channel = 1;
+}
+
+static void cm_restore_id_req(struct masq_msg_cm_restore_id_req *m)
+{
+	masq_msg_cm_restore_id_req_init(m);
+	m->hdr.request_id = 32;
+	m->body.id = 3;
+	m->body.channel = 1;
+	m->body.port_space = MASQ_CM_PS_TCP;
+	m->body.state = MASQ_CM_RESTORE_CONNECTED;
+	m->body.active = 1;
+	m->body.qp_num = 0x11;
+	m->body.remote_qpn = 0x12;
+	m->body.addrs = cm_addrs();
+}
 
 static void cm_create_channel_reply(struct masq_msg_cm_create_channel_reply *m)
 {
@@ -720,6 +743,10 @@ static void test_golden_cm(void)
 	GOLDEN_CM(cm_init_qp_attr_reply);
 	GOLDEN_CM(cm_establish_req);
 	GOLDEN_CM(cm_establish_reply);
+	GOLDEN_CM(cm_restore_channel_req);
+	GOLDEN_CM(cm_restore_channel_reply);
+	GOLDEN_CM(cm_restore_id_req);
+	GOLDEN_CM(cm_restore_id_reply);
 	GOLDEN("cm_event_notice", masq_msg_cm_event_notice, cm_event_notice);
 }
 

@@ -13,6 +13,7 @@ from test_masq import MASQCTL, PERF, QP_PROBE, _wait_connected
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICY_CONFIG = os.path.join(HERE, "configs", "policy")
 REVOKED_CONFIG = os.path.join(HERE, "configs", "faults")  # starts on policy-revoked.yaml
+CM_PDATA = os.path.join(os.path.dirname(HERE), "build", "cm_pdata")
 HOSTS = ("host1", "host2")
 # What identifies a connection across a masqd restart (session ids change).
 CONN = ("tenant", "vni", "local_vip", "local_qpn", "remote_vip", "remote_qpn", "qp_type",
@@ -173,6 +174,53 @@ def test_masqd_restart_keeps_the_data_path_and_recovers_the_table(tb):
     for h in HOSTS:
         wait_for(f"{h}: entries gone with the apps",
                  lambda h=h: conntrack(tb, h, "-t", "acme") == [], timeout=60)
+
+
+def cm_ids(tb, host):
+    """masqd's CM ids on host, as compared across a restart."""
+    return {(i["id"], i["state"], i["side"], i["local"].rsplit(":", 1)[1], i["peer"], i["qpn"],
+             i["peer_qpn"]) for i in masqctl_json(tb, host, "cm")["ids"]}
+
+
+def test_cm_ids_survive_a_masqd_restart(tb):
+    """Listeners keep listening, an established connection keeps its ids
+    and still gets DISCONNECTED, rdma_get_cm_event carries on."""
+    srv = tb.tenant_spawn("host2", "acme-b", CM_PDATA, "server", "7480", "2")
+    procs = [srv]
+    try:
+        wait_for("host2: listening on 7480",
+                 lambda: any(i[1] == "listening" and i[3] == "7480" for i in cm_ids(tb, "host2")))
+        held = tb.tenant_spawn("host1", "acme-a", CM_PDATA, "client", "10.0.0.2", "7480", "held",
+                               "hold")
+        procs.append(held)
+        wait_for("both ends established",
+                 lambda: all(any(i[1] == "established" for i in cm_ids(tb, h)) for h in HOSTS))
+        before = {h: cm_ids(tb, h) for h in HOSTS}
+        masq_cmd(tb, "kill")
+        masq_cmd(tb, "start")
+        # libmasq gives the new masqd every id again, under its number.
+        for h in HOSTS:
+            try:
+                wait_for(f"{h}: CM ids restored", lambda h=h: cm_ids(tb, h) >= before[h],
+                         timeout=60)
+            except AssertionError as e:
+                raise AssertionError(f"{e}\nbefore: {sorted(before[h])}\n"
+                                     f"now: {sorted(cm_ids(tb, h))}\n"
+                                     f"{tb.masqd_log(h)[-4000:]}") from None
+        # The held client disconnects through the new masqds: it and the
+        # server (which ends after its second connection) see DISCONNECTED.
+        tb.run("host1", "pkill", "-USR1", "-f", "cm_pdata client 10.0.0.2 7480 held hold")
+        rc, out, err = finish(held, timeout=120)
+        assert rc == 0 and "welcome:held" in out, out + err
+        # The restored listener takes a new connection.
+        r = tb.tenant_run("host1", "acme-a", CM_PDATA, "client", "10.0.0.2", "7480", "again",
+                          check=False)
+        assert r.returncode == 0 and "welcome:again" in r.stdout, r.stdout + r.stderr
+        rc, out, err = finish(srv, timeout=120)
+        assert rc == 0 and out.count("RDMA_CM_EVENT_DISCONNECTED") == 2, out + err
+        assert "not restored" not in err
+    finally:
+        stop(procs)
 
 
 def test_restart_under_a_stricter_policy_resets_what_it_denies(tb):

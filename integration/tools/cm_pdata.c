@@ -6,14 +6,17 @@
  *                                "go-away", anything else accepted with
  *                                "welcome:<data>"; each accepted connection
  *                                is held until the client disconnects
- *   cm_pdata client ADDR PORT DATA
+ *   cm_pdata client ADDR PORT DATA [hold]
  *                                connect with DATA as private data, print
- *                                the outcome, disconnect
+ *                                the outcome, disconnect; with "hold", once
+ *                                established print "holding" and wait for
+ *                                SIGUSR1 before disconnecting
  *
  * Prints one line per CM event it sees. Client exit codes: 0 established,
  * 2 rejected, 3 unreachable, 1 anything else.
  */
 #include <errno.h>
+#include <signal.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +125,7 @@ static int server(int port, int count)
 	return 0;
 }
 
-static int client(const char *addr, const char *port, const char *data)
+static int client(const char *addr, const char *port, const char *data, int hold)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1,
@@ -160,6 +163,17 @@ static int client(const char *addr, const char *port, const char *data)
 		print_data("established", ev->param.conn.private_data,
 			   ev->param.conn.private_data_len);
 		rdma_ack_cm_event(ev);
+		if (hold) {
+			sigset_t usr1;
+			int sig;
+
+			sigemptyset(&usr1);
+			sigaddset(&usr1, SIGUSR1);
+			printf("holding\n");
+			fflush(stdout);
+			if (sigwait(&usr1, &sig))
+				die("sigwait");
+		}
 		if (rdma_disconnect(id))
 			die("rdma_disconnect");
 		ev = next_event(ch);
@@ -185,10 +199,18 @@ static int client(const char *addr, const char *port, const char *data)
 
 int main(int argc, char **argv)
 {
+	sigset_t usr1;
+
+	/* Blocked before any thread starts, so only sigwait takes it. */
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, NULL);
 	if (argc == 4 && strcmp(argv[1], "server") == 0)
 		return server(atoi(argv[2]), atoi(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "client") == 0)
-		return client(argv[2], argv[3], argv[4]);
-	fprintf(stderr, "usage: cm_pdata server PORT COUNT | client ADDR PORT DATA\n");
+		return client(argv[2], argv[3], argv[4], 0);
+	if (argc == 6 && strcmp(argv[1], "client") == 0 && strcmp(argv[5], "hold") == 0)
+		return client(argv[2], argv[3], argv[4], 1);
+	fprintf(stderr, "usage: cm_pdata server PORT COUNT | client ADDR PORT DATA [hold]\n");
 	return 1;
 }

@@ -72,6 +72,13 @@ constants! {
     /// listener on the port, and a reject by the peer app.
     CM_REJ_INVALID_SERVICE_ID: i32 = 8;
     CM_REJ_CONSUMER_DEFINED: i32 = 28;
+    /// CM_RESTORE_ID: what the id was when masqd went away.
+    CM_RESTORE_BOUND: u32 = 1;
+    CM_RESTORE_LISTENING: u32 = 2;
+    CM_RESTORE_CONNECTED: u32 = 3;
+    /// A connection was being set up: it is lost (the id gets
+    /// CONNECT_ERROR with ECONNRESET).
+    CM_RESTORE_PENDING: u32 = 4;
 }
 
 wire_structs! {
@@ -407,6 +414,27 @@ wire_structs! {
         reserved: reserved[7],
     }
 
+    /// After a masqd restart: an id as the app holds it, under its old
+    /// number (the peer's masqd knows it by that number).
+    pub struct CmRestoreIdReq {
+        id: u32,
+        channel: u32,
+        /// enum rdma_port_space; only RDMA_PS_TCP
+        port_space: u32 in 0x0106,
+        /// CM_RESTORE_*
+        state: u32 in 1..=4,
+        /// CONNECTED, PENDING: 1 if this side called rdma_connect, 0 if it
+        /// answers a connection request
+        active: u32 in 0..=1,
+        /// LISTENING: rdma_listen's backlog
+        backlog: u32,
+        /// CONNECTED: this side's QP and the peer's (masqd checks both
+        /// against the connection it tracks for the app's QP)
+        qp_num: u32 in 0..=0xFFFFFF,
+        remote_qpn: u32 in 0..=0xFFFFFF,
+        addrs: CmAddrs,
+    }
+
     pub struct QpErrorNotice {
         qp_num: u32,
         /// QP_ERROR_* reason
@@ -454,6 +482,11 @@ messages! {
         29 CmInitQpAttr(CmInitQpAttrReq) => (CmQpAttr),
         // On the active side, after CONNECT_RESPONSE: the QP is at RTS (RTU).
         30 CmEstablish(CmId) => (),
+        // After a masqd restart, on a new CM connection: a channel under
+        // its old number (a new event socket rides along with the reply),
+        // then each id.
+        31 CmRestoreChannel(CmChannel) => (),
+        32 CmRestoreId(CmRestoreIdReq) => (),
     }
     notices {
         0x4001 QpError(QpErrorNotice),

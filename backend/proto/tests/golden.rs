@@ -603,6 +603,39 @@ fn cm_goldens() -> Vec<(&'static str, &'static str, Msg)> {
             rep(30, ReplyBody::CmEstablish),
         ),
         (
+            "cm_restore_channel_req",
+            "CM_RESTORE_CHANNEL request: channel 1",
+            req(31, RequestBody::CmRestoreChannel(CmChannel { channel: 1 })),
+        ),
+        (
+            "cm_restore_channel_reply",
+            "CM_RESTORE_CHANNEL reply",
+            rep(31, ReplyBody::CmRestoreChannel),
+        ),
+        (
+            "cm_restore_id_req",
+            "CM_RESTORE_ID request: id 3 on channel 1, connected (active) from QP 0x11 to QP 0x12",
+            req(
+                32,
+                RequestBody::CmRestoreId(CmRestoreIdReq {
+                    id: 3,
+                    channel: 1,
+                    port_space: CM_PS_TCP,
+                    state: CM_RESTORE_CONNECTED,
+                    active: 1,
+                    backlog: 0,
+                    qp_num: 0x11,
+                    remote_qpn: 0x12,
+                    addrs: addrs.clone(),
+                }),
+            ),
+        ),
+        (
+            "cm_restore_id_reply",
+            "CM_RESTORE_ID reply",
+            rep(32, ReplyBody::CmRestoreId),
+        ),
+        (
             "cm_event_notice",
             "CM_EVENT notice: CONNECT_RESPONSE for id 3 from QP 0x12",
             Msg::Notice(NoticeBody::CmEvent(CmEvent {
