@@ -576,24 +576,7 @@ impl Cm {
                 if c.channel == 0 || st.channels.contains_key(&c.channel) {
                     return fail(libc::EEXIST, format!("channel {} is in use", c.channel));
                 }
-                if st
-                    .channels
-                    .values()
-                    .filter(|c| c.session == session)
-                    .count()
-                    >= MAX_CHANNELS_PER_SESSION
-                {
-                    return fail(libc::EMFILE, "too many CM channels");
-                }
-                let (ours, theirs) =
-                    Conn::pair().map_err(|e| (libc::EMFILE, format!("socketpair: {e}")))?;
-                st.channels.insert(
-                    c.channel,
-                    Channel {
-                        session,
-                        sock: ours,
-                    },
-                );
+                let (_, theirs) = Self::add_channel(st, session, Some(c.channel))?;
                 return Ok((proto::ReplyBody::CmRestoreChannel, Some(theirs)));
             }
             R::CmRestoreId(r) => {
@@ -601,29 +584,7 @@ impl Cm {
                 proto::ReplyBody::CmRestoreId
             }
             R::CmCreateChannel => {
-                if st
-                    .channels
-                    .values()
-                    .filter(|c| c.session == session)
-                    .count()
-                    >= MAX_CHANNELS_PER_SESSION
-                {
-                    return fail(libc::EMFILE, "too many CM channels");
-                }
-                let (ours, theirs) =
-                    Conn::pair().map_err(|e| (libc::EMFILE, format!("socketpair: {e}")))?;
-                let mut channel = st.next_channel;
-                while channel == 0 || st.channels.contains_key(&channel) {
-                    channel = channel.wrapping_add(1);
-                }
-                st.next_channel = channel.wrapping_add(1);
-                st.channels.insert(
-                    channel,
-                    Channel {
-                        session,
-                        sock: ours,
-                    },
-                );
+                let (channel, theirs) = Self::add_channel(st, session, None)?;
                 return Ok((
                     proto::ReplyBody::CmCreateChannel(proto::CmChannel { channel }),
                     Some(theirs),
@@ -797,6 +758,38 @@ impl Cm {
             _ => return fail(libc::EPROTO, "not a CM request"),
         };
         Ok((reply, None))
+    }
+
+    /// A channel of `session`, numbered `number` (a restored one) or the
+    /// next free number: its number and the app's end of its event socket.
+    fn add_channel(st: &mut State, session: u64, number: Option<u32>) -> CmResult<(u32, OwnedFd)> {
+        if st
+            .channels
+            .values()
+            .filter(|c| c.session == session)
+            .count()
+            >= MAX_CHANNELS_PER_SESSION
+        {
+            return fail(libc::EMFILE, "too many CM channels");
+        }
+        let (ours, theirs) =
+            Conn::pair().map_err(|e| (libc::EMFILE, format!("socketpair: {e}")))?;
+        let channel = number.unwrap_or_else(|| {
+            let mut n = st.next_channel;
+            while n == 0 || st.channels.contains_key(&n) {
+                n = n.wrapping_add(1);
+            }
+            st.next_channel = n.wrapping_add(1);
+            n
+        });
+        st.channels.insert(
+            channel,
+            Channel {
+                session,
+                sock: ours,
+            },
+        );
+        Ok((channel, theirs))
     }
 
     fn new_id(&self, st: &mut State, session: u64, channel: u32, ep: Arc<Endpoint>) -> u32 {

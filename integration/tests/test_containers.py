@@ -8,11 +8,10 @@ cluster mode, so each host learns the other's containers from etcd."""
 import json
 import os
 import re
-import time
 
 import pytest
 
-from masq_testbed import finish, parse_bw, rdma_moved
+from masq_testbed import finish, parse_bw, rdma_moved, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -68,13 +67,7 @@ def endpoint(tb, host, name):
 
 def eventually(what, cond, timeout=180):
     """Podman under TCG on a loaded machine takes 15-60 s to start a container."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.3)
+    return wait_for(what, cond, timeout=timeout, interval=0.3)
 
 
 def podman_argv(name, *cmd, network=NET, cgroup=False):
