@@ -481,7 +481,6 @@ static void set_restore(struct cm_id *c, uint32_t state)
 	pthread_mutex_unlock(&ids_lock);
 }
 
-
 static uint32_t channel_handle(struct rdma_event_channel *ch)
 {
 	return container_of(ch, struct cm_channel, ch)->handle;
