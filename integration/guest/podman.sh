@@ -4,8 +4,9 @@
 # reachable), networks whose conflist chains the bridge plugin (into the
 # VNI's bridge and VXLAN, as tenant.sh's endpoints) with masq-cni.
 #   podman.sh setup                 configure podman, build the rootfs (idempotent)
-#   podman.sh net NAME VNI TENANT SUBNET FIRST LAST
-#                                   network NAME: VNI's bridge, addresses FIRST..LAST
+#   podman.sh net NAME VNI TENANT SUBNET FIRST LAST [new-vpc]
+#                                   network NAME: VNI's bridge, addresses FIRST..LAST;
+#                                   new-vpc: masq-cni's "newVpc" (the VNI's first endpoint)
 #   podman.sh netdel NAME           remove that network's conflist
 set -euo pipefail
 . /run/masq-host.env
@@ -74,7 +75,8 @@ CONF
 }
 
 net() {
-    local name=$1 vni=$2 tenant=$3 subnet=$4 first=$5 last=$6
+    local name=$1 vni=$2 tenant=$3 subnet=$4 first=$5 last=$6 new_vpc=false
+    [ "${7:-}" = new-vpc ] && new_vpc=true
     "$(dirname "$0")/tenant.sh" vni "$vni"
     cat >"$NETDIR/$name.conflist" <<CONF
 {
@@ -92,7 +94,7 @@ net() {
         "ranges": [[{ "subnet": "$subnet", "rangeStart": "$first", "rangeEnd": "$last" }]]
       }
     },
-    { "type": "masq-cni", "tenant": "$tenant", "vni": $vni }
+    { "type": "masq-cni", "tenant": "$tenant", "vni": $vni, "newVpc": $new_vpc }
   ]
 }
 CONF
@@ -101,7 +103,8 @@ CONF
 
 case "${1:-}" in
     setup) setup ;;
-    net) [ $# -eq 7 ] || die "usage: net NAME VNI TENANT SUBNET FIRST LAST"; shift; net "$@" ;;
+    net) [ $# -eq 7 ] || [ $# -eq 8 ] || die "usage: net NAME VNI TENANT SUBNET FIRST LAST [new-vpc]"
+         shift; net "$@" ;;
     netdel) [ $# -eq 2 ] || die "usage: netdel NAME"; rm -f "$NETDIR/$2.conflist" ;;
     *) die "unknown command '${1:-}' (setup, net, netdel)" ;;
 esac

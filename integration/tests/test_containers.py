@@ -161,6 +161,68 @@ def test_security_groups_apply_to_containers(pods):
         finish(srv)
 
 
+def test_two_vpcs_with_the_same_addresses_run_at_once(pods):
+    """acme's VNI 100 and globex's VNI 200 each get a server at 10.0.0.40
+    on host2 and a client at 10.0.0.41 on host1 (networks of one address
+    each); both pairs run ib_write_bw at the same time, each in its own VPC."""
+    tb = pods
+    srv_ip, cli_ip, port = "10.0.0.40", "10.0.0.41", "18902"
+    vpcs = {"same-a": (100, "acme", "ct"), "same-g": (200, "globex", "gx")}
+    events = None
+    servers, clients = {}, {}
+    try:
+        for net, (vni, tenant, _) in vpcs.items():
+            for host, ip in (("host2", srv_ip), ("host1", cli_ip)):
+                # VNI 200 is new to masqd on host2; host1 learns it from
+                # host2's container through etcd.
+                new = ["--new-vpc"] if host == "host2" and vni == 200 else []
+                run_testbed(tb, "podman", "net", host, net, "--vni", str(vni), "--tenant",
+                            tenant, "--subnet", "10.0.0.0/24", "--range", f"{ip}-{ip}", *new)
+        events = tb.spawn("host2", MASQCTL, "-o", "json", "conntrack", "-E")
+        for net, (_, _, who) in vpcs.items():
+            servers[net] = start_server(tb, "host2", f"{who}-srv", *BW, "-n", "100",
+                                        "-p", port, network=net)
+            assert servers[net][1] == srv_ip, servers[net]
+            wait_listening(tb, "host2", endpoint(tb, "host2", f"{who}-srv")["netns"], int(port))
+        for net, (vni, _, _) in vpcs.items():
+            eventually(f"host1 knows {srv_ip} in VNI {vni}", lambda: any(
+                e["vip"] == srv_ip and e["vni"] == vni for e in ctl(tb, "host1", "vpc")["vpc"]))
+        with rdma_moved(tb, "host2", 65536, 200):
+            for net, (_, _, who) in vpcs.items():
+                clients[net] = tb.spawn("host1", *podman_argv(
+                    f"{who}-cli", *BW, "-n", "100", "-p", port, srv_ip, network=net))
+            done = {net: finish(proc) for net, proc in clients.items()}
+        for net, (rc, out, err) in done.items():
+            assert rc == 0, f"{net} client:\n{out}\n{err}"
+            assert parse_bw(out)["iterations"] == 100, out
+        for net, (proc, _) in servers.items():
+            rc, out, err = finish(proc)
+            assert rc == 0, f"{net} server:\n{out}\n{err}"
+            assert parse_bw(out)["iterations"] == 100, out
+    finally:
+        for host in HOSTS:
+            for who in ("ct", "gx"):
+                tb.run(host, "podman", "rm", "-f", "-t", "0", f"{who}-srv", f"{who}-cli",
+                       check=False)
+            for net in vpcs:
+                tb._run([TESTBED, "podman", "netdel", host, net], False, 60)
+        for proc in [p for p, _ in servers.values()] + list(clients.values()):
+            finish(proc, 60)
+        stream = ""
+        if events:
+            events.kill()
+            stream = finish(events)[1]
+    for h in HOSTS:
+        for dev in ("mvx200", "mbr200"):
+            tb.run(h, "ip", "link", "del", dev, check=False)
+    # host2 admitted each server's connection in its own VPC, under its own
+    # tenant's rules.
+    new = {(e["tenant"], e["vni"], e["rule"].split("/")[0])
+           for e in map(json.loads, filter(str.strip, stream.splitlines()))
+           if e["event"] == "NEW" and e["local_vip"] == srv_ip and e["remote_vip"] == cli_ip}
+    assert new == {("acme", 100, "acme"), ("globex", 200, "globex")}, stream
+
+
 def conntrack(tb, host, vip):
     return [e for e in ctl(tb, host, "conntrack", "-L")["entries"]
             if vip in (e.get("local_vip"), e.get("remote_vip"))]

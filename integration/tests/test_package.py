@@ -88,6 +88,12 @@ def test_apt_installs_the_package_on_the_host_and_removes_it(testbed):
             "host1", "dpkg-query", "-W", "-f", "${Status}", "masq").stdout
         tb.run("host1", "/usr/sbin/masqd", "--check", "--config", "/etc/masq/masqd.yaml.example")
         assert "masqctl" in tb.run("host1", "/usr/bin/masqctl", "--help").stdout
+        # The unit as systemd reads it: known keys, its commands executable
+        # where they were installed (the guests run no systemd to start it).
+        r = tb.run("host1", "systemd-analyze", "verify", "/lib/systemd/system/masqd.service",
+                   check=False)
+        said = [ln for ln in (r.stdout + r.stderr).splitlines() if "masqd.service" in ln]
+        assert r.returncode == 0 and not said, f"{r.stdout}\n{r.stderr}"
     finally:
         r = tb.run("host1", *env, "apt-get", "purge", "-y", "masq", check=False, timeout=600)
         tb.run("host1", "rm", "-f", "/var/tmp/masq.deb", check=False)
