@@ -390,11 +390,15 @@ static void test_calls_during_an_outage_wait_and_get_their_own_replies(void)
 	}
 	stop_callers = 0;
 	for (k = 0; k < 3; k++) {
+		/* Each masqd is reached before it goes: under load the watcher's
+		 * backoff can outlast a fixed nap and skip one. */
+		CHECK(until(&sh->hellos, k + 1, 10000));
 		usleep(50000);
 		server_kill();
 		usleep(100000); /* callers block meanwhile */
 		server_start();
 	}
+	CHECK(until(&sh->hellos, 4, 10000));
 	usleep(50000);
 	__atomic_store_n(&stop_callers, 1, __ATOMIC_SEQ_CST);
 	for (i = 0; i < 4; i++) {
