@@ -209,3 +209,30 @@ def parse_pingpong(text):
         "iters": int(i.group(1)),
         "usec_per_iter": float(i.group(3)),
     }
+
+
+# masqd's metrics ---------------------------------------------------------
+
+_SAMPLE = re.compile(r'^([a-z_]+)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(tb, host):
+    """{(name, frozenset(labels)): value} from masqd's /metrics (its config
+    must have `metrics: { listen: "127.0.0.1:9464" }`)."""
+    r = tb.run(host, "curl", "-sS", "-f", "-D", "-", "http://127.0.0.1:9464/metrics")
+    # (text mode: the reply's CRLFs arrive as newlines)
+    head, _, body = r.stdout.partition("\n\n")
+    assert "application/openmetrics-text" in head, head
+    assert body.rstrip().endswith("# EOF"), body[-200:]
+    out = {}
+    for line in body.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            out[(m[1], frozenset(_LABEL.findall(m[2] or "")))] = float(m[3])
+    return out
+
+
+def value(samples, name, **labels):
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)

@@ -335,6 +335,44 @@ impl Cm {
     }
 
     fn emit(st: &State, id: u32, event: u32, status: i32, param: proto::CmConnParam) {
+        Self::emit_attrs(st, id, event, status, param, Default::default());
+    }
+
+    /// An event that makes QP attributes known (ROUTE_RESOLVED,
+    /// CONNECT_REQUEST, CONNECT_RESPONSE) carries them, so the app's
+    /// rdma_init_qp_attr needs no round trip. One that cannot be computed
+    /// goes without (mask 0): the app then asks, and gets the error.
+    fn emit_with_qp_attrs(
+        shared: &dyn CmHost,
+        st: &State,
+        id: u32,
+        event: u32,
+        param: proto::CmConnParam,
+    ) {
+        let Some(i) = st.ids.get(&id) else { return };
+        // INIT, RTR, RTS: enum ibv_qp_state 1..=3.
+        let known = if event == proto::CM_EVENT_ROUTE_RESOLVED {
+            1
+        } else {
+            3
+        };
+        let mut attrs: [proto::CmQpAttr; 3] = Default::default();
+        for (state, slot) in (1..=known).zip(attrs.iter_mut()) {
+            if let Ok(a) = Self::qp_attr(shared, i, state) {
+                *slot = a;
+            }
+        }
+        Self::emit_attrs(st, id, event, 0, param, attrs);
+    }
+
+    fn emit_attrs(
+        st: &State,
+        id: u32,
+        event: u32,
+        status: i32,
+        param: proto::CmConnParam,
+        [init_attr, rtr_attr, rts_attr]: [proto::CmQpAttr; 3],
+    ) {
         let Some(i) = st.ids.get(&id) else { return };
         let ev = proto::CmEvent {
             id,
@@ -347,6 +385,9 @@ impl Cm {
             status,
             addrs: i.addrs(),
             param,
+            init_attr,
+            rtr_attr,
+            rts_attr,
         };
         let Some(ch) = st.channels.get(&i.channel) else {
             return;
@@ -647,11 +688,11 @@ impl Cm {
                     return fail(libc::EINVAL, "route before address resolution");
                 }
                 i.phase = Phase::RouteResolved;
-                Self::emit(
+                Self::emit_with_qp_attrs(
+                    shared,
                     st,
                     c.id,
                     proto::CM_EVENT_ROUTE_RESOLVED,
-                    0,
                     Default::default(),
                 );
                 proto::ReplyBody::CmResolveRoute
@@ -1292,7 +1333,13 @@ impl Cm {
                     i.phase = Phase::RepReceived;
                     i.deadline = None;
                     let param = i.remote.to_event();
-                    Self::emit(st, to_id, proto::CM_EVENT_CONNECT_RESPONSE, 0, param);
+                    Self::emit_with_qp_attrs(
+                        shared,
+                        st,
+                        to_id,
+                        proto::CM_EVENT_CONNECT_RESPONSE,
+                        param,
+                    );
                 }
             }
             PeerMsg::Rej {
@@ -1506,7 +1553,7 @@ impl Cm {
                 src.0, src.1, dst.0, dst.1
             );
             let param = i.remote.to_event();
-            Self::emit(st, id, proto::CM_EVENT_CONNECT_REQUEST, 0, param);
+            Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
         }
     }
 

@@ -23,7 +23,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	       "masq structs are the little-endian wire layout");
 
 /* Protocol version carried in every header. */
-#define MASQ_VERSION 1
+#define MASQ_VERSION 2
 /* Largest datagram either side sends or accepts. */
 #define MASQ_MAX_MESSAGE 4096
 /* Size of the common header. */
@@ -903,14 +903,20 @@ struct masq_cm_event {
 	int32_t status; /* 0, a negative errno, or for REJECTED the IB CM reject reason */
 	struct masq_cm_addrs addrs; /* The id's addresses once the event is applied. */
 	struct masq_cm_conn_param param; /* CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED: the peer's parameters and private data. */
+	struct masq_cm_qp_attr init_attr; /* What CM_INIT_QP_ATTR would answer for INIT, RTR and RTS once this event is applied, where the event makes it known (attr_mask 0 otherwise): ROUTE_RESOLVED carries INIT's, CONNECT_REQUEST and CONNECT_RESPONSE all three. The frontend's rdma_init_qp_attr answers from them without a round trip. */
+	struct masq_cm_qp_attr rtr_attr;
+	struct masq_cm_qp_attr rts_attr;
 };
-_Static_assert(sizeof(struct masq_cm_event) == 244, "masq_cm_event: size");
+_Static_assert(sizeof(struct masq_cm_event) == 544, "masq_cm_event: size");
 _Static_assert(offsetof(struct masq_cm_event, id) == 0, "masq_cm_event.id: offset");
 _Static_assert(offsetof(struct masq_cm_event, listen_id) == 4, "masq_cm_event.listen_id: offset");
 _Static_assert(offsetof(struct masq_cm_event, event) == 8, "masq_cm_event.event: offset");
 _Static_assert(offsetof(struct masq_cm_event, status) == 12, "masq_cm_event.status: offset");
 _Static_assert(offsetof(struct masq_cm_event, addrs) == 16, "masq_cm_event.addrs: offset");
 _Static_assert(offsetof(struct masq_cm_event, param) == 32, "masq_cm_event.param: offset");
+_Static_assert(offsetof(struct masq_cm_event, init_attr) == 244, "masq_cm_event.init_attr: offset");
+_Static_assert(offsetof(struct masq_cm_event, rtr_attr) == 344, "masq_cm_event.rtr_attr: offset");
+_Static_assert(offsetof(struct masq_cm_event, rts_attr) == 444, "masq_cm_event.rts_attr: offset");
 
 /* 0 if every field is within its allowed values, else -EINVAL. */
 static inline int masq_cm_event_validate(const struct masq_cm_event *s)
@@ -920,6 +926,12 @@ static inline int masq_cm_event_validate(const struct masq_cm_event *s)
 	if (masq_cm_addrs_validate(&s->addrs))
 		return -EINVAL;
 	if (masq_cm_conn_param_validate(&s->param))
+		return -EINVAL;
+	if (masq_cm_qp_attr_validate(&s->init_attr))
+		return -EINVAL;
+	if (masq_cm_qp_attr_validate(&s->rtr_attr))
+		return -EINVAL;
+	if (masq_cm_qp_attr_validate(&s->rts_attr))
 		return -EINVAL;
 	return 0;
 }
@@ -2377,7 +2389,7 @@ struct masq_msg_cm_event_notice {
 	struct masq_hdr hdr;
 	struct masq_cm_event body;
 };
-_Static_assert(sizeof(struct masq_msg_cm_event_notice) == 260, "masq_msg_cm_event_notice: size");
+_Static_assert(sizeof(struct masq_msg_cm_event_notice) == 560, "masq_msg_cm_event_notice: size");
 
 /* Zeroed, with the header filled in (request_id 0). */
 static inline void masq_msg_cm_event_notice_init(struct masq_msg_cm_event_notice *m)

@@ -366,6 +366,10 @@ struct cm_id {
 	 * ids_lock: MASQ_CM_RESTORE_*, 0 while it holds no port. */
 	uint32_t restore, backlog, remote_qpn;
 	int active;
+	/* INIT, RTR and RTS attributes as the last event carried them
+	 * (attr_mask 0: not known), under ids_lock: rdma_init_qp_attr answers
+	 * from them without asking masqd. */
+	struct masq_cm_qp_attr qp_attrs[3];
 	/* Held to move id.qp and to destroy it: an event (DISCONNECTED) moves
 	 * the QP to ERROR from the thread reading events while another may be
 	 * in rdma_destroy_qp, which the kernel's CM makes safe. */
@@ -933,24 +937,48 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 
 /* ------------------------------------------------------------ QP states */
 
-/* CM_INIT_QP_ATTR: the attributes masqd has for moving id's QP to state. */
+/* The event's attributes for INIT, RTR and RTS, kept for
+ * rdma_init_qp_attr; an event that carries none leaves the kept ones. */
+static void keep_qp_attrs(struct cm_id *c, const struct masq_cm_event *n)
+{
+	if (!n->init_attr.attr_mask)
+		return;
+	pthread_mutex_lock(&ids_lock);
+	c->qp_attrs[0] = n->init_attr;
+	c->qp_attrs[1] = n->rtr_attr;
+	c->qp_attrs[2] = n->rts_attr;
+	pthread_mutex_unlock(&ids_lock);
+}
+
+/* The attributes masqd has for moving id's QP to state: from the last
+ * event when it carried them, else by CM_INIT_QP_ATTR. */
 int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
 {
 	struct masq_msg_cm_init_qp_attr_req req;
 	struct masq_msg_cm_init_qp_attr_reply rep;
 	const struct masq_qp_attr *w = &rep.body.attr;
 	enum ibv_qp_state state;
+	struct cm_id *c;
 	int err, mask;
 
 	if (!id || !qp_attr || !qp_attr_mask)
 		return fail(EINVAL);
+	c = cm_of(id);
 	state = qp_attr->qp_state;
-	masq_msg_cm_init_qp_attr_req_init(&req);
-	req.body.id = cm_of(id)->handle;
-	req.body.qp_state = (uint32_t)state;
-	err = CM_CALL(cm_init_qp_attr, req, rep, NULL);
-	if (err)
-		return fail(-err);
+	rep.body.attr_mask = 0;
+	if (state >= IBV_QPS_INIT && state <= IBV_QPS_RTS) {
+		pthread_mutex_lock(&ids_lock);
+		rep.body = c->qp_attrs[state - IBV_QPS_INIT];
+		pthread_mutex_unlock(&ids_lock);
+	}
+	if (!rep.body.attr_mask) {
+		masq_msg_cm_init_qp_attr_req_init(&req);
+		req.body.id = c->handle;
+		req.body.qp_state = (uint32_t)state;
+		err = CM_CALL(cm_init_qp_attr, req, rep, NULL);
+		if (err)
+			return fail(-err);
+	}
 	mask = (int)rep.body.attr_mask;
 	memset(qp_attr, 0, sizeof(*qp_attr));
 	masq_qp_attr_from_wire(qp_attr, w);
@@ -1155,6 +1183,7 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		c = accept_request(owner, n);
 		if (!c)
 			goto drop;
+		keep_qp_attrs(c, n);
 		e->ev.id = &c->id;
 		e->ev.listen_id = &owner->id;
 		copy_conn_param(e, &n->param);
@@ -1170,11 +1199,13 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		}
 		return 1;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		keep_qp_attrs(c, n);
 		set_route_addrs(c, &n->addrs);
 		if (!e->ev.status)
 			set_route_path(c);
 		return 1;
 	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		keep_qp_attrs(c, n);
 		set_route_addrs(c, &n->addrs);
 		copy_conn_param(e, &n->param);
 		pthread_mutex_lock(&ids_lock);

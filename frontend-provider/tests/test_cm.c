@@ -108,6 +108,21 @@ static void push(uint32_t id, uint32_t listen_id, uint32_t event, int32_t status
 	m.body.addrs = srv.addrs[id];
 	if (param)
 		m.body.param = *param;
+	if (event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		/* As masqd: the new id's QP attributes ride with the request
+		 * (PSNs unlike CM_INIT_QP_ATTR's reply, to tell them apart). */
+		m.body.init_attr.attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					     IBV_QP_ACCESS_FLAGS;
+		m.body.init_attr.attr.qp_state = IBV_QPS_INIT;
+		m.body.init_attr.attr.port_num = 1;
+		m.body.rtr_attr.attr_mask = IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+		m.body.rtr_attr.attr.qp_state = IBV_QPS_RTR;
+		m.body.rtr_attr.attr.dest_qp_num = param ? param->qp_num : 0;
+		m.body.rtr_attr.attr.rq_psn = 0x5678;
+		m.body.rts_attr.attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+		m.body.rts_attr.attr.qp_state = IBV_QPS_RTS;
+		m.body.rts_attr.attr.sq_psn = 0x9abc;
+	}
 	(void)!send(fd, &m, sizeof(m), MSG_NOSIGNAL);
 }
 
@@ -527,6 +542,29 @@ static void test_passive_side(void)
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
 	if (!child)
 		return;
+
+	/* The request carried the new id's QP attributes: rdma_init_qp_attr
+	 * answers from them, with no round trip. */
+	{
+		int asked = ops(MASQ_OP_CM_INIT_QP_ATTR), mask = 0;
+		struct ibv_qp_attr attr;
+
+		memset(&attr, 0x5a, sizeof(attr));
+		attr.qp_state = IBV_QPS_INIT;
+		CHECK_EQ(rdma_init_qp_attr(child, &attr, &mask), 0);
+		CHECK_EQ(mask, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+		CHECK_EQ(attr.port_num, 1);
+		CHECK_EQ(attr.rq_psn, 0); /* not in the mask: zero, not stale */
+		attr.qp_state = IBV_QPS_RTR;
+		CHECK_EQ(rdma_init_qp_attr(child, &attr, &mask), 0);
+		CHECK_EQ(mask, IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);
+		CHECK_EQ(attr.dest_qp_num, 0x12);
+		CHECK_EQ(attr.rq_psn, 0x5678);
+		attr.qp_state = IBV_QPS_RTS;
+		CHECK_EQ(rdma_init_qp_attr(child, &attr, &mask), 0);
+		CHECK_EQ(attr.sq_psn, 0x9abc);
+		CHECK_EQ(ops(MASQ_OP_CM_INIT_QP_ATTR), asked);
+	}
 
 	errno = 0;
 	CHECK_EQ(rdma_reject(child, big, sizeof(big)), -1);

@@ -499,14 +499,13 @@ static void cm_init_qp_attr_req(struct masq_msg_cm_init_qp_attr_req *m)
 	m->body.qp_state = IBV_QPS_RTR;
 }
 
-static void cm_init_qp_attr_reply(struct masq_msg_cm_init_qp_attr_reply *m)
+/* What the CM gives for RTR towards 10.0.0.6's QP 0x12. */
+static void rtr_to_peer(struct masq_cm_qp_attr *q)
 {
-	struct masq_qp_attr *a = &m->body.attr;
+	struct masq_qp_attr *a = &q->attr;
 
-	masq_msg_cm_init_qp_attr_reply_init(m);
-	m->hdr.request_id = 29;
-	m->body.attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	q->attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+		       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 	a->qp_state = IBV_QPS_RTR;
 	a->path_mtu = IBV_MTU_1024;
 	a->dest_qp_num = 0x12;
@@ -516,13 +515,35 @@ static void cm_init_qp_attr_reply(struct masq_msg_cm_init_qp_attr_reply *m)
 	ah_to_peer(&a->ah_attr);
 }
 
+static void cm_init_qp_attr_reply(struct masq_msg_cm_init_qp_attr_reply *m)
+{
+	masq_msg_cm_init_qp_attr_reply_init(m);
+	m->hdr.request_id = 29;
+	rtr_to_peer(&m->body);
+}
+
 static void cm_event_notice(struct masq_msg_cm_event_notice *m)
 {
+	struct masq_cm_qp_attr *init = &m->body.init_attr, *rts = &m->body.rts_attr;
+
 	masq_msg_cm_event_notice_init(m);
 	m->body.id = 3;
 	m->body.event = MASQ_CM_EVENT_CONNECT_RESPONSE;
 	m->body.addrs = cm_addrs();
 	cm_conn_param(&m->body.param, 0x12, "pong");
+	init->attr_mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+	init->attr.qp_state = IBV_QPS_INIT;
+	init->attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	init->attr.port_num = 1;
+	rtr_to_peer(&m->body.rtr_attr);
+	rts->attr_mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			 IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_SQ_PSN;
+	rts->attr.qp_state = IBV_QPS_RTS;
+	rts->attr.timeout = 14;
+	rts->attr.retry_cnt = 7;
+	rts->attr.rnr_retry = 7;
+	rts->attr.sq_psn = 0x4321;
+	rts->attr.max_rd_atomic = 1;
 }
 
 static void create_ah_req(struct masq_msg_create_ah_req *m)
@@ -804,7 +825,7 @@ static void test_framing(void)
 	CHECK_EQ(masq_msg_hello_reply_decode(buf, sizeof(good) + 4, &m), -EPROTO);
 	h->length = sizeof(good);
 
-	h->version = 2;
+	h->version = MASQ_VERSION + 1;
 	CHECK_EQ(masq_msg_hello_reply_decode(buf, sizeof(good), &m), -EPROTONOSUPPORT);
 	h->version = MASQ_VERSION;
 	h->opcode = MASQ_OP_HELLO; /* a request, not its reply */

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from masq_testbed import finish, finish_pair, parse_bw, parse_lat, rdma_moved
+from masq_testbed import finish, finish_pair, parse_bw, parse_lat, rdma_moved, scrape
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -102,8 +102,16 @@ def refused(tb, host, endpoint):
     return {e["name"]: e["refused_requests"] for e in masqctl(tb, host, "endpoints")["endpoints"]}[endpoint]
 
 
+def requests(tb, host):
+    """masqd's request counts by operation so far."""
+    samples = scrape(tb, host)
+    return {dict(ls)["op"]: v for (n, ls), v in samples.items()
+            if n == "masq_request_duration_seconds_count"}
+
+
 def test_rping_across_hosts_by_virtual_ip(cm):
     before = refused(cm, "host2", "acme-b"), refused(cm, "host1", "acme-a")
+    asked = {h: requests(cm, h) for h in ("host1", "host2")}
     srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
                     rping("s", "10.0.0.2", 7174, 20), rping("c", "10.0.0.2", 7174, 20), 7174)
     assert cli.count("ping data: rdma-ping-") == 20, cli
@@ -111,6 +119,16 @@ def test_rping_across_hosts_by_virtual_ip(cm):
     # The server's rdma_disconnect after the client's is answered as the
     # kernel answers it (success), not refused.
     assert (refused(cm, "host2", "acme-b"), refused(cm, "host1", "acme-a")) == before
+    # What the connection cost in requests that wait for masqd: the QPs'
+    # attributes came with the CM's events (no CM_INIT_QP_ATTR), INIT and
+    # RTS ran on the apps' own fds; masqd ran each side's RTR.
+    spent = {h: {op: n - asked[h].get(op, 0) for op, n in requests(cm, h).items()}
+             for h in asked}
+    for h, ops in spent.items():
+        assert ops.get("CmInitQpAttr", 0) == 0, (h, ops)
+        assert ops.get("ModifyQp", 0) == 1, (h, ops)
+    assert spent["host1"].get("CmConnect") == 1 and spent["host1"].get("CmEstablish") == 1
+    assert spent["host2"].get("CmAccept") == 1, spent["host2"]
 
 
 def test_rping_between_endpoints_on_one_host(cm):

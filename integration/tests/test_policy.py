@@ -2,12 +2,11 @@
 table, and policy changes with reset/keep semantics."""
 import json
 import os
-import re
 import time
 
 import pytest
 
-from masq_testbed import finish, parse_bw
+from masq_testbed import finish, parse_bw, scrape, value
 from test_faults import assert_still_moving, long_run, stop
 from test_masq import MASQCTL, PERF, PINGPONG, QP_PROBE, _wait_connected
 
@@ -328,30 +327,6 @@ def test_conntrack_events_stream_new_and_destroy(policy):
 
 
 # Metrics ---------------------------------------------------------------------
-
-_SAMPLE = re.compile(r'^([a-z_]+)(?:\{(.*)\})? (\S+)$')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def scrape(tb, host):
-    """{(name, frozenset(labels)): value} from masqd's /metrics."""
-    r = tb.run(host, "curl", "-sS", "-f", "-D", "-", "http://127.0.0.1:9464/metrics")
-    # (text mode: the reply's CRLFs arrive as newlines)
-    head, _, body = r.stdout.partition("\n\n")
-    assert "application/openmetrics-text" in head, head
-    assert body.rstrip().endswith("# EOF"), body[-200:]
-    out = {}
-    for line in body.splitlines():
-        m = _SAMPLE.match(line)
-        if m:
-            out[(m[1], frozenset(_LABEL.findall(m[2] or "")))] = float(m[3])
-    return out
-
-
-def value(samples, name, **labels):
-    want = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
-
 
 def test_metrics_move_with_admissions_requests_and_traffic(policy):
     before1, before2 = scrape(policy, "host1"), scrape(policy, "host2")

@@ -11,7 +11,7 @@ use crate::wire::{constants, messages, wire_structs};
 
 constants! {
     /// Protocol version carried in every header.
-    VERSION: u16 = 1;
+    VERSION: u16 = 2;
     /// Largest datagram either side sends or accepts.
     MAX_MESSAGE: usize = 4096;
     /// Size of the common header.
@@ -366,6 +366,14 @@ wire_structs! {
         /// CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED:
         /// the peer's parameters and private data.
         param: CmConnParam,
+        /// What CM_INIT_QP_ATTR would answer for INIT, RTR and RTS once
+        /// this event is applied, where the event makes it known
+        /// (attr_mask 0 otherwise): ROUTE_RESOLVED carries INIT's,
+        /// CONNECT_REQUEST and CONNECT_RESPONSE all three. The frontend's
+        /// rdma_init_qp_attr answers from them without a round trip.
+        init_attr: CmQpAttr,
+        rtr_attr: CmQpAttr,
+        rts_attr: CmQpAttr,
     }
 
     /// CREATE_AH: a UD destination by virtual address. `ah_attr` is the

@@ -72,9 +72,10 @@ fn framing_errors_are_fatal_protocol_errors() {
 
 #[test]
 fn other_versions_get_eprotonosupport_even_with_other_sizes() {
-    let b = patch(hello()[..20].to_vec(), 0, &2u16.to_le_bytes());
+    let other = VERSION + 1;
+    let b = patch(hello()[..20].to_vec(), 0, &other.to_le_bytes());
     let e = decode_request(&b).unwrap_err();
-    assert_eq!(e, ProtoError::BadVersion(2));
+    assert_eq!(e, ProtoError::BadVersion(other));
     assert_eq!(e.errno(), EPROTONOSUPPORT);
     assert!(e.is_fatal());
 }

@@ -433,6 +433,9 @@ macro_rules! messages {
 
     (@enum $(#[$m:meta])* $e:ident { $( $op:literal $v:ident ($($t:ident)?) ),* }) => {
         $(#[$m])*
+        // Bodies by value, whatever their sizes: a message lives for one
+        // request, and boxing would allocate for every one.
+        #[allow(clippy::large_enum_variant)]
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum $e {
             $( $v $(($t))? ),*

@@ -5,6 +5,7 @@
 use masq_proto::*;
 use std::path::PathBuf;
 
+#[allow(clippy::large_enum_variant)] // test vectors, built once
 enum Msg {
     Req(Request),
     Rep(Reply),
@@ -39,6 +40,24 @@ fn ah_to_peer() -> AhAttr {
         is_global: 1,
         port_num: 1,
         ..Default::default()
+    }
+}
+
+/// What the CM gives for RTR towards 10.0.0.6's QP 0x12.
+fn rtr_to_peer() -> CmQpAttr {
+    CmQpAttr {
+        // IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+        attr_mask: 1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15),
+        attr: QpAttr {
+            qp_state: 2,
+            path_mtu: 3,
+            dest_qp_num: 0x12,
+            rq_psn: 0x1234,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: ah_to_peer(),
+            ..Default::default()
+        },
     }
 }
 
@@ -570,26 +589,7 @@ fn cm_goldens() -> Vec<(&'static str, &'static str, Msg)> {
             "CM_INIT_QP_ATTR reply: RTR towards 10.0.0.6's QP 0x12",
             rep(
                 29,
-                ReplyBody::CmInitQpAttr(CmQpAttr {
-                    // IBV_QP_STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
-                    attr_mask: 1
-                        | (1 << 7)
-                        | (1 << 8)
-                        | (1 << 20)
-                        | (1 << 12)
-                        | (1 << 17)
-                        | (1 << 15),
-                    attr: QpAttr {
-                        qp_state: 2,
-                        path_mtu: 3,
-                        dest_qp_num: 0x12,
-                        rq_psn: 0x1234,
-                        max_dest_rd_atomic: 1,
-                        min_rnr_timer: 12,
-                        ah_attr: ah_to_peer(),
-                        ..Default::default()
-                    },
-                }),
+                ReplyBody::CmInitQpAttr(rtr_to_peer()),
             ),
         ),
         (
@@ -637,7 +637,7 @@ fn cm_goldens() -> Vec<(&'static str, &'static str, Msg)> {
         ),
         (
             "cm_event_notice",
-            "CM_EVENT notice: CONNECT_RESPONSE for id 3 from QP 0x12",
+            "CM_EVENT notice: CONNECT_RESPONSE for id 3 from QP 0x12, with the QP's INIT, RTR and RTS attributes",
             Msg::Notice(NoticeBody::CmEvent(CmEvent {
                 id: 3,
                 listen_id: 0,
@@ -645,6 +645,31 @@ fn cm_goldens() -> Vec<(&'static str, &'static str, Msg)> {
                 status: 0,
                 addrs,
                 param: conn_param(0x12, b"pong"),
+                init_attr: CmQpAttr {
+                    // IBV_QP_STATE | ACCESS_FLAGS | PKEY_INDEX | PORT
+                    attr_mask: 1 | (1 << 3) | (1 << 4) | (1 << 5),
+                    attr: QpAttr {
+                        qp_state: 1,
+                        // IBV_ACCESS_REMOTE_WRITE | REMOTE_READ
+                        qp_access_flags: 2 | 4,
+                        port_num: 1,
+                        ..Default::default()
+                    },
+                },
+                rtr_attr: rtr_to_peer(),
+                rts_attr: CmQpAttr {
+                    // IBV_QP_STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | SQ_PSN
+                    attr_mask: 1 | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 13) | (1 << 16),
+                    attr: QpAttr {
+                        qp_state: 3,
+                        timeout: 14,
+                        retry_cnt: 7,
+                        rnr_retry: 7,
+                        sq_psn: 0x4321,
+                        max_rd_atomic: 1,
+                        ..Default::default()
+                    },
+                },
             })),
         ),
     ]
