@@ -20,7 +20,6 @@ use crate::registry::Endpoint;
 use crate::registry::Registry;
 use crate::seqpacket::Conn;
 use masq_proto as proto;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
@@ -81,7 +80,7 @@ enum Phase {
 }
 
 /// One side's connection parameters as the CM carries them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 
 pub struct Params {
     pub qpn: u32,
@@ -126,9 +125,9 @@ impl Params {
     }
 }
 
-/// A CM message between masqds. Ids are each host's own numbers.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+/// A CM message between masqds (on the wire: `peer_wire`). Ids are each
+/// host's own numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerMsg {
     Req {
         from_id: u32,
@@ -161,7 +160,6 @@ pub enum PeerMsg {
         from_id: u32,
         /// The sender's QP: with to_id 0 it must be the one the receiver's
         /// id is connected to, so an id number alone disconnects nothing.
-        #[serde(default)]
         from_qpn: u32,
     },
     /// A UD QP of an endpoint of the sending host is up (or gone): a UD
@@ -1594,27 +1592,6 @@ mod tests {
         assert_eq!(ib_mtu(1450), 3);
         assert_eq!(ib_mtu(9000), 5);
         assert_eq!(ib_mtu(1100), 2);
-    }
-
-    #[test]
-    fn peer_messages_round_trip_as_json() {
-        let m = PeerMsg::Req {
-            from_id: 3,
-            vni: 100,
-            src: Ipv4Addr::new(10, 0, 0, 5),
-            src_port: 40001,
-            dst: Ipv4Addr::new(10, 0, 0, 6),
-            dst_port: 7174,
-            params: Params {
-                qpn: 0x11,
-                psn: 5,
-                private_data: b"ping".to_vec(),
-                ..Default::default()
-            },
-        };
-        let s = serde_json::to_string(&m).expect("encode");
-        assert_eq!(serde_json::from_str::<PeerMsg>(&s).expect("decode"), m);
-        assert!(serde_json::from_str::<PeerMsg>("{\"type\":\"rep\"}").is_err());
     }
 
     #[test]

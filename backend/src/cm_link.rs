@@ -1,22 +1,27 @@
-//! The CM exchange between masqds: one JSON line per message over TCP on
-//! the underlay (`cm.port`), accepted only from hosts in the VPC map.
+//! The CM exchange between masqds over TCP on the underlay (`cm.port`),
+//! accepted only from hosts in the VPC map. Messages are masq-proto's peer
+//! messages (`spec.rs`, converted in `peer_wire`): the common header, whose
+//! length frames each one on the stream and whose version tells a masqd of
+//! another protocol apart, and a fixed-layout body. A peer that sends
+//! anything else is logged and its link closed; it reconnects to send
+//! again.
+//!
 //! Sending never blocks a request: messages are queued to one sender
 //! thread, which (re)connects to each peer on demand. Messages for this
 //! host's own endpoints take the same queue, so order is kept and no CM
 //! lock is re-entered.
 
 use crate::cm::PeerMsg;
+use crate::peer_wire;
 use crate::state::Shared;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
-/// Longest line a peer may send: far above any CM message.
-const MAX_LINE: u64 = 16 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn known_hosts(shared: &Shared) -> BTreeSet<Ipv4Addr> {
@@ -67,14 +72,13 @@ fn sender(shared: Arc<Shared>, rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
             shared.cm.on_peer(&*shared, own, msg);
             continue;
         }
-        let mut line = match serde_json::to_vec(&msg) {
-            Ok(l) => l,
+        let bytes = match peer_wire::encode(&msg) {
+            Ok(b) => b,
             Err(e) => {
-                warn!("CM message not encodable: {e}");
+                warn!(%host, ?msg, "CM link: {e}; not sent");
                 continue;
             }
         };
-        line.push(b'\n');
         // One retry on a fresh connection: the old one may have died with
         // the peer's restart.
         let mut sent = false;
@@ -94,7 +98,7 @@ fn sender(shared: Arc<Shared>, rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
                 }
             }
             if let Some(s) = links.get_mut(&host) {
-                if s.write_all(&line).is_ok() {
+                if s.write_all(&bytes).is_ok() {
                     sent = true;
                     break;
                 }
@@ -141,24 +145,173 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
 
 fn receive(shared: Arc<Shared>, from: Ipv4Addr, stream: TcpStream) {
     debug!(%from, "CM link up");
-    let mut reader = BufReader::new(stream);
+    let _ = read_link(from, BufReader::new(stream), |msg| {
+        shared.cm.on_peer(&*shared, from, msg)
+    });
+    debug!(%from, "CM link down");
+}
+
+/// Hands each message from `from` to `deliver` until the stream ends, and
+/// returns why it stopped. A message that does not decode ends the link
+/// too: past a bad header the stream cannot be framed, and a peer that
+/// sends bad bodies is not one to keep listening to.
+fn read_link(
+    from: Ipv4Addr,
+    mut stream: impl Read,
+    mut deliver: impl FnMut(PeerMsg),
+) -> Result<(), peer_wire::Error> {
     loop {
-        let mut line = Vec::new();
-        match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line) {
-            Ok(0) => break,
-            Ok(_) if line.last() != Some(&b'\n') => {
-                warn!(%from, "CM link: over-long or cut message; closing");
-                break;
-            }
-            Ok(_) => match serde_json::from_slice::<PeerMsg>(&line) {
-                Ok(msg) => shared.cm.on_peer(&*shared, from, msg),
-                Err(e) => warn!(%from, "CM link: malformed message dropped: {e}"),
-            },
-            Err(e) => {
+        match peer_wire::read(&mut stream) {
+            Ok(Some(msg)) => deliver(msg),
+            Ok(None) => return Ok(()),
+            Err(peer_wire::Error::Io(e)) => {
                 debug!(%from, "CM link: {e}");
-                break;
+                return Err(peer_wire::Error::Io(e));
+            }
+            Err(e) => {
+                warn!(%from, "CM link: {e}; closing");
+                return Err(e);
             }
         }
     }
-    debug!(%from, "CM link down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+    use std::sync::Mutex;
+
+    /// What `f` logs.
+    fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buf {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+                v.extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let w = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || w.clone())
+            .with_ansi(false)
+            .finish();
+        let out = tracing::subscriber::with_default(sub, f);
+        let text =
+            String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+        (out, text)
+    }
+
+    const PEER: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 2);
+
+    fn rtu(to_id: u32) -> PeerMsg {
+        PeerMsg::Rtu { to_id, from_id: 9 }
+    }
+
+    fn bytes(m: &PeerMsg) -> Vec<u8> {
+        peer_wire::encode(m).expect("encode")
+    }
+
+    /// The stream `good, bad, good`: what `read_link` delivers, returns
+    /// and logs.
+    fn run(bad: &[u8]) -> (Vec<PeerMsg>, Result<(), peer_wire::Error>, String) {
+        let mut stream = bytes(&rtu(1));
+        stream.extend_from_slice(bad);
+        stream.extend(bytes(&rtu(3)));
+        let mut got = Vec::new();
+        let (res, log) = logged(|| read_link(PEER, Cursor::new(stream), |m| got.push(m)));
+        (got, res, log)
+    }
+
+    #[test]
+    fn a_malformed_message_closes_the_link_with_a_warning_naming_the_host() {
+        let good = bytes(&rtu(2));
+        let with = |at: usize, v: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + v.len()].copy_from_slice(v);
+            b
+        };
+        let cases = [
+            ("version 2", with(0, &2u16.to_le_bytes()), "version 2"),
+            (
+                "unknown opcode",
+                with(2, &0x2077u16.to_le_bytes()),
+                "unknown opcode 0x2077",
+            ),
+            (
+                "over-long length",
+                with(4, &(1u32 << 20).to_le_bytes()),
+                "1048576 bytes",
+            ),
+            (
+                "a bad field",
+                // PeerRtu has none to break, so a PEER_UD_QP with up = 2.
+                {
+                    let mut b = bytes(&PeerMsg::UdQp {
+                        vni: 1,
+                        vip: PEER,
+                        qpn: 1,
+                        up: true,
+                    });
+                    b[28] = 2;
+                    b
+                },
+                "PeerUdQp.up",
+            ),
+            ("a JSON line", b"{\"type\":\"rtu\"}\n".to_vec(), "version"),
+        ];
+        for (what, bad, says) in cases {
+            let (got, res, log) = run(&bad);
+            assert_eq!(got, vec![rtu(1)], "{what}: only what came before");
+            assert!(
+                matches!(res, Err(peer_wire::Error::Proto(_))),
+                "{what}: {res:?}"
+            );
+            assert!(
+                log.contains("WARN") && log.contains("192.168.1.2") && log.contains(says),
+                "{what}: {log}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cut_message_is_warned_of() {
+        let cut = bytes(&rtu(2));
+        let mut stream = bytes(&rtu(1));
+        stream.extend_from_slice(&cut[..20]);
+        let mut got = Vec::new();
+        let (res, log) = logged(|| read_link(PEER, Cursor::new(stream), |m| got.push(m)));
+        assert_eq!(got, vec![rtu(1)]);
+        assert!(matches!(res, Err(peer_wire::Error::Cut { .. })), "{res:?}");
+        assert!(log.contains("WARN") && log.contains("192.168.1.2"), "{log}");
+    }
+
+    /// Over a real socket, as `receive` reads: every message in order, and
+    /// a quiet end when the peer closes.
+    #[test]
+    fn messages_over_tcp_arrive_in_order() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let to = listener.local_addr().expect("addr");
+        let all: Vec<PeerMsg> = (1..=50).map(rtu).collect();
+        let send = all.clone();
+        let writer = thread::spawn(move || {
+            let mut s = TcpStream::connect(to).expect("connect");
+            for m in &send {
+                s.write_all(&bytes(m)).expect("write");
+            }
+        });
+        let (stream, _) = listener.accept().expect("accept");
+        let mut got = Vec::new();
+        let (res, log) = logged(|| read_link(PEER, BufReader::new(stream), |m| got.push(m)));
+        writer.join().expect("writer");
+        assert!(res.is_ok(), "{res:?}");
+        assert_eq!(got, all);
+        assert!(!log.contains("WARN"), "{log}");
+    }
 }

@@ -20,6 +20,7 @@ pub mod kconntrack;
 pub mod metrics;
 pub mod nft;
 pub mod ownership;
+pub mod peer_wire;
 pub mod qp;
 pub mod ratelimit;
 pub mod rdma_cgroup;

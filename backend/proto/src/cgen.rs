@@ -3,16 +3,24 @@
 //! padding; `_Static_assert`ed), `_init` and `_decode` helpers per message,
 //! and `_validate` functions that check what the Rust decoder checks except
 //! UTF-8 (the frontend only needs the names to be bounded C strings).
+//! The masqd-to-masqd messages stay out: see [`peer_only`].
 
 use crate::wire::{Kind, StructDesc};
 use crate::{MessageDesc, ALL_STRUCTS, CONSTANTS, MESSAGES, NOTICES};
 use std::fmt::Write;
 
+/// Structs named `Peer*` and constants named `PEER_*` belong to the
+/// masqd-to-masqd messages, which libmasq never sees: the header has no
+/// use for them, and leaving them out keeps it the frontend's contract.
+pub fn peer_only(name: &str) -> bool {
+    name.starts_with("Peer") || name.starts_with("PEER_")
+}
+
 /// The whole header.
 pub fn header() -> String {
     let mut s = String::new();
     s.push_str(PROLOGUE);
-    for (name, value, doc) in CONSTANTS {
+    for (name, value, doc) in CONSTANTS.iter().filter(|c| !peer_only(c.0)) {
         comment(&mut s, doc, "");
         let v = if *value >= 0x4000 {
             format!("{value:#x}")
@@ -29,7 +37,7 @@ pub fn header() -> String {
         let _ = writeln!(s, "#define MASQ_NOTICE_{} {:#x}", upper(m.name), m.opcode);
     }
     s.push_str(HELPERS);
-    for d in ALL_STRUCTS {
+    for d in ALL_STRUCTS.iter().filter(|d| !peer_only(d.name)) {
         c_struct(&mut s, d);
     }
     s.push_str(HEADER_FNS);

@@ -3,7 +3,7 @@
 //! `parse` ignores everything after `#`.
 
 use crate::wire::{Kind, StructDesc, Wire};
-use crate::{HEADER_SIZE, MESSAGES, NOTICES, NOTICE_BASE, REPLY};
+use crate::{HEADER_SIZE, MESSAGES, NOTICES, NOTICE_BASE, PEER_BASE, PEER_MESSAGES, REPLY};
 use std::fmt::Write;
 
 /// The bytes in an annotated hex file.
@@ -64,6 +64,9 @@ fn body_desc(bytes: &[u8]) -> Option<&'static StructDesc> {
     }
     if op >= NOTICE_BASE {
         return NOTICES.iter().find(|m| m.opcode == op)?.reply;
+    }
+    if op >= PEER_BASE {
+        return PEER_MESSAGES.iter().find(|m| m.opcode == op)?.request;
     }
     MESSAGES.iter().find(|m| m.opcode == op)?.request
 }

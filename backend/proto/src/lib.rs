@@ -8,6 +8,11 @@
 //! [`POSTED_FIRST`]..=[`POSTED_LAST`]), which get none. Notices (opcodes from
 //! [`NOTICE_BASE`], request id 0) come from the backend unasked.
 //!
+//! Peer messages (opcodes from [`PEER_BASE`], request id 0, no reply) go
+//! from one masqd to another: the CM exchange, over TCP, framed by the
+//! header's length ([`message_len`]). They share the header, so a masqd of
+//! another protocol version is refused like a frontend would be.
+//!
 //! The layouts live in `spec.rs`; the C header is generated from it
 //! (`cargo run -p masq-proto --bin masq-proto-gen-c`).
 //!
@@ -52,6 +57,9 @@ pub enum ProtoError {
         header: u32,
         actual: usize,
     },
+    /// On a stream: the header's length is less than a header or more
+    /// than [`MAX_MESSAGE`].
+    BadFrameLength(u32),
     BadVersion(u16),
     /// A valid opcode of another kind (a reply or notice sent as a request...).
     WrongKind(u16),
@@ -101,6 +109,10 @@ impl fmt::Display for ProtoError {
             ProtoError::BadLength { header, actual } => {
                 write!(f, "header says {header} bytes, datagram has {actual}")
             }
+            ProtoError::BadFrameLength(n) => write!(
+                f,
+                "header says {n} bytes, outside {HEADER_SIZE}..={MAX_MESSAGE}"
+            ),
             ProtoError::BadVersion(v) => write!(f, "unsupported protocol version {v}"),
             ProtoError::WrongKind(op) => write!(f, "opcode {op:#06x} not expected here"),
             ProtoError::UnknownOpcode(op) => write!(f, "unknown opcode {op:#06x}"),
@@ -204,6 +216,28 @@ pub fn encode_notice(body: &NoticeBody) -> Vec<u8> {
     frame(body.opcode(), 0, 0, |w| body.put(w))
 }
 
+pub fn encode_peer(body: &PeerBody) -> Vec<u8> {
+    frame(body.opcode(), 0, 0, |w| body.put(w))
+}
+
+/// For a byte stream, where no datagram marks where a message ends: the
+/// whole length of the message that starts with `header`, once the
+/// version is ours and the length is one a message can have. The caller
+/// reads that many bytes (header included) and decodes them.
+pub fn message_len(header: &[u8]) -> Result<usize, ProtoError> {
+    if header.len() < HEADER_SIZE {
+        return Err(ProtoError::TooShort { len: header.len() });
+    }
+    let h = Header::get(&mut Reader::new(header))?;
+    if h.version != VERSION {
+        return Err(ProtoError::BadVersion(h.version));
+    }
+    match usize::try_from(h.length) {
+        Ok(n) if (HEADER_SIZE..=MAX_MESSAGE).contains(&n) => Ok(n),
+        _ => Err(ProtoError::BadFrameLength(h.length)),
+    }
+}
+
 /// Opcode and request id as far as they can be read, to address an error
 /// reply to a message that did not decode.
 pub fn peek_ids(bytes: &[u8]) -> (u16, u32) {
@@ -259,6 +293,10 @@ pub fn is_posted(opcode: u16) -> bool {
 
 fn is_notice(opcode: u16) -> bool {
     (NOTICE_BASE..REPLY).contains(&opcode)
+}
+
+fn is_peer(opcode: u16) -> bool {
+    (PEER_BASE..NOTICE_BASE).contains(&opcode)
 }
 
 /// Decode a request from a tenant. The caller replies with
@@ -322,6 +360,24 @@ pub fn decode_notice(bytes: &[u8]) -> Result<NoticeBody, ProtoError> {
         return Err(ProtoError::BadValue("Header.request_id"));
     }
     NoticeBody::get(h.opcode, &mut r)
+}
+
+/// Decode a message from another masqd. It is untrusted like a tenant's
+/// request, and there is no reply to carry an error: the caller logs it
+/// and drops the link.
+pub fn decode_peer(bytes: &[u8]) -> Result<PeerBody, ProtoError> {
+    let (h, mut r) = open(bytes)?;
+    if !is_peer(h.opcode) {
+        return Err(ProtoError::WrongKind(h.opcode));
+    }
+    check_size(h.opcode, PeerBody::body_size(h.opcode), bytes.len())?;
+    if h.status != 0 {
+        return Err(ProtoError::BadStatus(h.status));
+    }
+    if h.request_id != 0 {
+        return Err(ProtoError::BadValue("Header.request_id"));
+    }
+    PeerBody::get(h.opcode, &mut r)
 }
 
 #[cfg(test)]

@@ -6,6 +6,11 @@
 //! explicit `reserved` bytes where C would pad (checked at compile time).
 //! Enum-like fields list their allowed values with `in`, using
 //! libibverbs' numbering.
+//!
+//! The `peers` messages travel between masqds only (the CM exchange, see
+//! `backend/src/cm_link.rs`). Their structs are named `Peer*` and their
+//! constants `PEER_*`, which keeps them out of the C header: libmasq never
+//! sees them.
 
 use crate::wire::{constants, messages, wire_structs};
 
@@ -20,6 +25,9 @@ constants! {
     REPLY: u16 = 0x8000;
     /// Opcodes from here (below REPLY) are asynchronous notices.
     NOTICE_BASE: u16 = 0x4000;
+    /// Opcodes from here (below NOTICE_BASE) are masqd-to-masqd messages.
+    /// None gets a reply; the frontend never sends or receives them.
+    PEER_BASE: u16 = 0x2000;
     /// Requests with opcodes POSTED_FIRST..=POSTED_LAST are posted: the
     /// frontend does not wait and the backend sends no reply, not even an
     /// error (it logs and counts a refusal instead).
@@ -448,6 +456,85 @@ wire_structs! {
         /// QP_ERROR_* reason
         reason: u32 in 1..=2,
     }
+
+    /// One side's connection parameters as the CM exchange carries them
+    /// (REQ, REP); the private data follows in the message, bounded as
+    /// the IB CM bounds that message's.
+    pub struct PeerParams {
+        /// The sender's QP
+        qp_num: u32 in 0..=0xFFFFFF,
+        /// Its starting PSN
+        psn: u32 in 0..=0xFFFFFF,
+        responder_resources: u8,
+        initiator_depth: u8,
+        flow_control: u8 in 0..=1,
+        retry_count: u8 in 0..=7,
+        /// 7 = retry forever
+        rnr_retry_count: u8 in 0..=7,
+        srq: u8 in 0..=1,
+        reserved: reserved[2],
+    }
+
+    /// Connection request from the active side's masqd. Ids in peer
+    /// messages are each host's own numbers.
+    pub struct PeerReq {
+        from_id: u32,
+        vni: u32 in 1..=0xFFFFFF,
+        /// The connecting app's vIP and port, and the one it connects to.
+        src: CmAddr,
+        dst: CmAddr,
+        params: PeerParams,
+        private_data_len: len,
+        private_data: blob[CM_REQ_PRIVATE_DATA; private_data_len],
+    }
+
+    /// The passive side accepted.
+    pub struct PeerRep {
+        to_id: u32,
+        from_id: u32,
+        params: PeerParams,
+        private_data_len: len,
+        private_data: blob[CM_MAX_PRIVATE_DATA; private_data_len],
+    }
+
+    pub struct PeerRej {
+        to_id: u32,
+        /// 0 when the sender made no id (nobody listens on the port).
+        from_id: u32,
+        /// IB CM reject reason (16 bits in IB), the REJECTED event's status
+        reason: i32 in 1..=0xFFFF,
+        private_data_len: len,
+        private_data: blob[CM_REJ_PRIVATE_DATA; private_data_len],
+    }
+
+    /// Ready to use: the active side's QP is at RTS.
+    pub struct PeerRtu {
+        to_id: u32,
+        from_id: u32,
+    }
+
+    pub struct PeerDreq {
+        /// 0: the sender lost the peer's id number (it restarted and its
+        /// app restored the id); then from_id and from_qpn find it.
+        to_id: u32,
+        from_id: u32,
+        /// The sender's QP: with to_id 0 it must be the one the receiver's
+        /// id is connected to, so an id number alone disconnects nothing.
+        from_qpn: u32 in 0..=0xFFFFFF,
+        reserved: reserved[4],
+    }
+
+    /// A UD QP of an endpoint of the sending host is up (or gone): a UD
+    /// packet names its sender by host and QPN only, and the receiving
+    /// masqd names it by vIP.
+    pub struct PeerUdQp {
+        vni: u32 in 1..=0xFFFFFF,
+        /// IPv4, network byte order
+        vip: bytes[4],
+        qpn: u32 in 0..=0xFFFFFF,
+        up: u8 in 0..=1,
+        reserved: reserved[3],
+    }
 }
 
 messages! {
@@ -499,5 +586,15 @@ messages! {
     notices {
         0x4001 QpError(QpErrorNotice),
         0x4002 CmEvent(CmEvent),
+    }
+    // masqd to masqd: the CM exchange on the underlay. Request id and
+    // status are 0.
+    peers {
+        0x2001 Req(PeerReq),
+        0x2002 Rep(PeerRep),
+        0x2003 Rej(PeerRej),
+        0x2004 Rtu(PeerRtu),
+        0x2005 Dreq(PeerDreq),
+        0x2006 UdQp(PeerUdQp),
     }
 }

@@ -302,12 +302,306 @@ fn every_message_fits_and_has_no_holes() {
     for d in ALL_STRUCTS {
         assert!(d.naturally_packed(), "{}", d.name);
     }
-    for m in MESSAGES.iter().chain(NOTICES) {
+    for m in MESSAGES.iter().chain(NOTICES).chain(PEER_MESSAGES) {
         for d in [m.request, m.reply].into_iter().flatten() {
             assert!(HEADER_SIZE + d.size() <= MAX_MESSAGE, "{}", m.name);
         }
     }
     assert_eq!(Header::SIZE, HEADER_SIZE);
+}
+
+/// Every struct a message reaches, nested ones included.
+fn reached(m: &MessageDesc) -> Vec<&'static StructDesc> {
+    fn walk(d: &'static StructDesc, out: &mut Vec<&'static StructDesc>) {
+        out.push(d);
+        for f in d.fields {
+            match f.kind {
+                Kind::Struct(sd) | Kind::Array { elem: sd, .. } => walk(sd, out),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for d in [m.request, m.reply].into_iter().flatten() {
+        walk(d, &mut out);
+    }
+    out
+}
+
+/// The C header leaves out what `cgen::peer_only` names, so the frontend's
+/// messages must not need any of it, and the peer messages' own structs
+/// must be named so that they stay out.
+#[test]
+fn peer_structs_are_apart_from_the_frontends() {
+    for m in MESSAGES.iter().chain(NOTICES) {
+        for d in reached(m) {
+            assert!(!cgen::peer_only(d.name), "{} uses {}", m.name, d.name);
+        }
+    }
+    for m in PEER_MESSAGES {
+        assert!((PEER_BASE..NOTICE_BASE).contains(&m.opcode), "{}", m.name);
+        let top = m.request.map(|d| d.name).unwrap_or_default();
+        assert!(cgen::peer_only(top), "{}: {top}", m.name);
+        assert!(m.reply.is_none());
+    }
+    for m in MESSAGES {
+        assert!(m.opcode < PEER_BASE, "{}", m.name);
+    }
+}
+
+fn peer_req() -> Vec<u8> {
+    encode_peer(&PeerBody::Req(PeerReq {
+        from_id: 3,
+        vni: 100,
+        src: CmAddr {
+            addr: [10, 0, 0, 5],
+            port: 40001,
+        },
+        dst: CmAddr {
+            addr: [10, 0, 0, 6],
+            port: 7174,
+        },
+        params: PeerParams {
+            qp_num: 0x11,
+            psn: 0x1234,
+            retry_count: 7,
+            ..Default::default()
+        },
+        private_data: b"ping".to_vec(),
+    }))
+}
+
+#[test]
+fn peer_framing_errors() {
+    let ok = peer_req();
+    assert_eq!(ok.len(), HEADER_SIZE + 100);
+    assert!(decode_peer(&ok).is_ok());
+    let cases = [
+        (ok[..15].to_vec(), ProtoError::TooShort { len: 15 }),
+        (
+            ok[..60].to_vec(),
+            ProtoError::BadLength {
+                header: 116,
+                actual: 60,
+            },
+        ),
+        (
+            patch(ok.clone(), 0, &2u16.to_le_bytes()),
+            ProtoError::BadVersion(2),
+        ),
+        (
+            patch(ok.clone(), 12, &(-5i32).to_le_bytes()),
+            ProtoError::BadStatus(-5),
+        ),
+        (
+            patch(ok.clone(), 8, &1u32.to_le_bytes()),
+            ProtoError::BadValue("Header.request_id"),
+        ),
+        // Another peer message's opcode: the size gives it away.
+        (
+            patch(ok.clone(), 2, &0x2004u16.to_le_bytes()),
+            ProtoError::BadSize {
+                opcode: 0x2004,
+                expected: HEADER_SIZE + 8,
+                actual: 116,
+            },
+        ),
+        (
+            patch(ok.clone(), 2, &0x2007u16.to_le_bytes()),
+            ProtoError::UnknownOpcode(0x2007),
+        ),
+        (
+            patch(ok.clone(), 2, &0x2000u16.to_le_bytes()),
+            ProtoError::UnknownOpcode(0x2000),
+        ),
+        // Frontend requests, notices and replies are not peer messages.
+        (
+            patch(ok.clone(), 2, &25u16.to_le_bytes()),
+            ProtoError::WrongKind(25),
+        ),
+        (
+            patch(ok.clone(), 2, &0x4002u16.to_le_bytes()),
+            ProtoError::WrongKind(0x4002),
+        ),
+        (
+            patch(ok.clone(), 2, &0xa001u16.to_le_bytes()),
+            ProtoError::WrongKind(0xa001),
+        ),
+    ];
+    for (bytes, want) in cases {
+        assert_eq!(decode_peer(&bytes), Err(want));
+    }
+    // And the other decoders take no peer message.
+    assert_eq!(decode_request(&ok), Err(ProtoError::UnknownOpcode(0x2001)));
+    assert_eq!(decode_notice(&ok), Err(ProtoError::WrongKind(0x2001)));
+    assert_eq!(decode_reply(&ok), Err(ProtoError::WrongKind(0x2001)));
+}
+
+#[test]
+fn peer_field_errors() {
+    let req = peer_req();
+    // PeerReq at 16: vni 20, src 24 (reserved 30), dst 32, params 40
+    // (qp_num 40, psn 44, flow_control 50, retry_count 51, srq 53,
+    // reserved 54), private_data_len 56, private_data 60..116.
+    let cases = [
+        (
+            patch(req.clone(), 20, &[0, 0, 0, 0]),
+            ProtoError::BadValue("PeerReq.vni"),
+        ),
+        (
+            patch(req.clone(), 20, &[0, 0, 0, 1]),
+            ProtoError::BadValue("PeerReq.vni"),
+        ),
+        (
+            patch(req.clone(), 30, &[1]),
+            ProtoError::ReservedNotZero("CmAddr.reserved"),
+        ),
+        (
+            patch(req.clone(), 43, &[1]),
+            ProtoError::BadValue("PeerParams.qp_num"),
+        ),
+        (
+            patch(req.clone(), 47, &[1]),
+            ProtoError::BadValue("PeerParams.psn"),
+        ),
+        (
+            patch(req.clone(), 50, &[2]),
+            ProtoError::BadValue("PeerParams.flow_control"),
+        ),
+        (
+            patch(req.clone(), 51, &[8]),
+            ProtoError::BadValue("PeerParams.retry_count"),
+        ),
+        (
+            patch(req.clone(), 53, &[2]),
+            ProtoError::BadValue("PeerParams.srq"),
+        ),
+        (
+            patch(req.clone(), 55, &[1]),
+            ProtoError::ReservedNotZero("PeerParams.reserved"),
+        ),
+        // More private data than a REQ may carry.
+        (
+            patch(req.clone(), 56, &57u32.to_le_bytes()),
+            ProtoError::BadCount("PeerReq.private_data"),
+        ),
+        // A byte past the count.
+        (
+            patch(req.clone(), 56, &3u32.to_le_bytes()),
+            ProtoError::ReservedNotZero("PeerReq.private_data"),
+        ),
+        (
+            patch(req.clone(), 115, &[1]),
+            ProtoError::ReservedNotZero("PeerReq.private_data"),
+        ),
+    ];
+    for (bytes, want) in cases {
+        assert_eq!(decode_peer(&bytes), Err(want));
+    }
+    // The REQ's full 56 bytes are accepted.
+    let full = patch(
+        patch(req.clone(), 56, &56u32.to_le_bytes()),
+        60,
+        &[0xab; 56],
+    );
+    match decode_peer(&full) {
+        Ok(PeerBody::Req(r)) => assert_eq!(r.private_data, vec![0xab; 56]),
+        other => panic!("{other:?}"),
+    }
+
+    let rej = encode_peer(&PeerBody::Rej(PeerRej {
+        to_id: 1,
+        from_id: 0,
+        reason: CM_REJ_INVALID_SERVICE_ID,
+        private_data: Vec::new(),
+    }));
+    assert!(decode_peer(&rej).is_ok());
+    // PeerRej at 16: reason 24, private_data_len 28.
+    assert_eq!(
+        decode_peer(&patch(rej.clone(), 24, &0i32.to_le_bytes())),
+        Err(ProtoError::BadValue("PeerRej.reason"))
+    );
+    assert_eq!(
+        decode_peer(&patch(rej.clone(), 24, &(-22i32).to_le_bytes())),
+        Err(ProtoError::BadValue("PeerRej.reason"))
+    );
+    assert_eq!(
+        decode_peer(&patch(rej, 28, &149u32.to_le_bytes())),
+        Err(ProtoError::BadCount("PeerRej.private_data"))
+    );
+
+    let rep = encode_peer(&PeerBody::Rep(PeerRep::default()));
+    // PeerRep at 16: params 24, private_data_len 40.
+    assert_eq!(
+        decode_peer(&patch(rep, 40, &197u32.to_le_bytes())),
+        Err(ProtoError::BadCount("PeerRep.private_data"))
+    );
+
+    let dreq = encode_peer(&PeerBody::Dreq(PeerDreq::default()));
+    // PeerDreq at 16: from_qpn 24, reserved 28.
+    assert_eq!(
+        decode_peer(&patch(dreq.clone(), 27, &[1])),
+        Err(ProtoError::BadValue("PeerDreq.from_qpn"))
+    );
+    assert_eq!(
+        decode_peer(&patch(dreq, 28, &[1])),
+        Err(ProtoError::ReservedNotZero("PeerDreq.reserved"))
+    );
+
+    let ud = encode_peer(&PeerBody::UdQp(PeerUdQp {
+        vni: 100,
+        vip: [10, 0, 0, 5],
+        qpn: 0x22,
+        up: 1,
+    }));
+    assert!(decode_peer(&ud).is_ok());
+    // PeerUdQp at 16: vip 20, qpn 24, up 28, reserved 29.
+    let cases = [
+        (
+            patch(ud.clone(), 27, &[1]),
+            ProtoError::BadValue("PeerUdQp.qpn"),
+        ),
+        (
+            patch(ud.clone(), 28, &[2]),
+            ProtoError::BadValue("PeerUdQp.up"),
+        ),
+        (
+            patch(ud.clone(), 31, &[1]),
+            ProtoError::ReservedNotZero("PeerUdQp.reserved"),
+        ),
+        (patch(ud, 16, &[0; 4]), ProtoError::BadValue("PeerUdQp.vni")),
+    ];
+    for (bytes, want) in cases {
+        let e = decode_peer(&bytes).unwrap_err();
+        assert_eq!(e, want);
+        assert_eq!(e.errno(), EINVAL);
+    }
+}
+
+#[test]
+fn message_len_reads_a_stream_header() {
+    let ok = peer_req();
+    assert_eq!(message_len(&ok[..HEADER_SIZE]), Ok(116));
+    assert_eq!(message_len(&ok), Ok(116));
+    assert_eq!(
+        message_len(&ok[..10]),
+        Err(ProtoError::TooShort { len: 10 })
+    );
+    let h = |version: u16, length: u32| {
+        let mut b = ok[..HEADER_SIZE].to_vec();
+        b[0..2].copy_from_slice(&version.to_le_bytes());
+        b[4..8].copy_from_slice(&length.to_le_bytes());
+        message_len(&b)
+    };
+    assert_eq!(h(VERSION, HEADER_SIZE as u32), Ok(HEADER_SIZE));
+    assert_eq!(h(VERSION, MAX_MESSAGE as u32), Ok(MAX_MESSAGE));
+    for bad in [0, 15, MAX_MESSAGE as u32 + 1, u32::MAX] {
+        let e = h(VERSION, bad).unwrap_err();
+        assert_eq!(e, ProtoError::BadFrameLength(bad));
+        assert!(e.is_fatal());
+    }
+    // The version is checked first: another version's lengths mean nothing.
+    assert_eq!(h(2, u32::MAX), Err(ProtoError::BadVersion(2)));
 }
 
 #[test]
@@ -330,6 +624,7 @@ fn random_bytes_never_panic() {
     let sizes: Vec<usize> = MESSAGES
         .iter()
         .chain(NOTICES)
+        .chain(PEER_MESSAGES)
         .flat_map(|m| [m.request, m.reply])
         .map(|d| HEADER_SIZE + d.map_or(0, |d| d.size()))
         .collect();
@@ -337,6 +632,7 @@ fn random_bytes_never_panic() {
         .iter()
         .flat_map(|m| [m.opcode, m.opcode | REPLY])
         .chain(NOTICES.iter().map(|n| n.opcode))
+        .chain(PEER_MESSAGES.iter().map(|n| n.opcode))
         .collect();
     for _ in 0..100_000 {
         let r = next();
@@ -371,6 +667,9 @@ fn random_bytes_never_panic() {
         }
         if let Ok(m) = decode_notice(&b) {
             assert_eq!(encode_notice(&m), b);
+        }
+        if let Ok(m) = decode_peer(&b) {
+            assert_eq!(encode_peer(&m), b);
         }
     }
 }

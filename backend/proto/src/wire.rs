@@ -397,12 +397,13 @@ macro_rules! wire_structs {
     }};
 }
 
-/// Defines the opcode table: the `RequestBody`, `ReplyBody` and
-/// `NoticeBody` enums and the descriptions the C generator reads.
+/// Defines the opcode table: the `RequestBody`, `ReplyBody`, `NoticeBody`
+/// and `PeerBody` enums and the descriptions the C generator reads.
 macro_rules! messages {
     (
         requests { $( $op:literal $v:ident ($($req:ident)?) => ($($rep:ident)?) ),* $(,)? }
         notices { $( $nop:literal $nv:ident ($nt:ident) ),* $(,)? }
+        peers { $( $pop:literal $pv:ident ($pt:ident) ),* $(,)? }
     ) => {
         $crate::wire::messages!(@enum
             /// A request body; the variant is the opcode.
@@ -413,6 +414,9 @@ macro_rules! messages {
         $crate::wire::messages!(@enum
             /// An asynchronous notice from the backend.
             NoticeBody { $( $nop $nv ($nt) ),* });
+        $crate::wire::messages!(@enum
+            /// A message from one masqd to another.
+            PeerBody { $( $pop $pv ($pt) ),* });
 
         /// Every request opcode with its request and reply layouts.
         pub const MESSAGES: &[$crate::MessageDesc] = &[$( $crate::MessageDesc {
@@ -428,6 +432,15 @@ macro_rules! messages {
             opcode: $nop,
             request: None,
             reply: Some(<$nt as $crate::wire::Wire>::KIND.struct_desc()),
+        } ),*];
+
+        /// Every masqd-to-masqd opcode with its layout (as a request: none
+        /// has a reply).
+        pub const PEER_MESSAGES: &[$crate::MessageDesc] = &[$( $crate::MessageDesc {
+            name: stringify!($pv),
+            opcode: $pop,
+            request: Some(<$pt as $crate::wire::Wire>::KIND.struct_desc()),
+            reply: None,
         } ),*];
     };
 

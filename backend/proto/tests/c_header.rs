@@ -20,3 +20,15 @@ fn committed_c_header_is_current() {
         path.display()
     );
 }
+
+/// The masqd-to-masqd messages are not the frontend's business.
+#[test]
+fn peer_messages_stay_out_of_the_c_header() {
+    let h = masq_proto::cgen::header();
+    for m in masq_proto::PEER_MESSAGES {
+        assert!(!h.contains(&format!("{:#06x}", m.opcode)), "{}", m.name);
+    }
+    for bad in ["masq_peer", "MASQ_PEER", "PEER_BASE"] {
+        assert!(!h.contains(bad), "{bad}");
+    }
+}

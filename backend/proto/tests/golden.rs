@@ -1,5 +1,6 @@
 //! Golden vectors: golden/NAME.hex holds the encoding of each instance
-//! below; frontend-provider/tests/test_proto.c checks the same files.
+//! below; frontend-provider/tests/test_proto.c checks the same files
+//! except `peer_*` (masqd-to-masqd messages, not in the C header).
 //! `MASQ_PROTO_BLESS=1 cargo test -p masq-proto` rewrites them.
 
 use masq_proto::*;
@@ -10,6 +11,7 @@ enum Msg {
     Req(Request),
     Rep(Reply),
     Notice(NoticeBody),
+    Peer(PeerBody),
 }
 
 fn req(request_id: u32, body: RequestBody) -> Msg {
@@ -364,6 +366,7 @@ fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
         ),
     ];
     v.extend(cm_goldens());
+    v.extend(peer_goldens());
     v
 }
 
@@ -675,6 +678,84 @@ fn cm_goldens() -> Vec<(&'static str, &'static str, Msg)> {
     ]
 }
 
+fn peer_params(qp_num: u32, psn: u32) -> PeerParams {
+    PeerParams {
+        qp_num,
+        psn,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
+    }
+}
+
+/// The same rping connection as the masqds exchange it: the client's
+/// host knows the id as 3, the server's host the new id as 4.
+fn peer_goldens() -> Vec<(&'static str, &'static str, Msg)> {
+    vec![
+        (
+            "peer_req",
+            "PEER_REQ: id 3's 10.0.0.5:40001 in VNI 100 to 10.0.0.6:7174, QP 0x11, 4 bytes of private data",
+            Msg::Peer(PeerBody::Req(PeerReq {
+                from_id: 3,
+                vni: 100,
+                src: cm_addr([10, 0, 0, 5], 40001),
+                dst: cm_addr([10, 0, 0, 6], 7174),
+                params: peer_params(0x11, 0x1234),
+                private_data: b"ping".to_vec(),
+            })),
+        ),
+        (
+            "peer_rep",
+            "PEER_REP: id 4 accepts for id 3 with QP 0x12, 4 bytes of private data",
+            Msg::Peer(PeerBody::Rep(PeerRep {
+                to_id: 3,
+                from_id: 4,
+                params: peer_params(0x12, 0x5678),
+                private_data: b"pong".to_vec(),
+            })),
+        ),
+        (
+            "peer_rej",
+            "PEER_REJ: id 4's app rejects id 3 with 2 bytes of private data",
+            Msg::Peer(PeerBody::Rej(PeerRej {
+                to_id: 3,
+                from_id: 4,
+                reason: CM_REJ_CONSUMER_DEFINED,
+                private_data: b"no".to_vec(),
+            })),
+        ),
+        (
+            "peer_rtu",
+            "PEER_RTU: id 3 to id 4",
+            Msg::Peer(PeerBody::Rtu(PeerRtu {
+                to_id: 4,
+                from_id: 3,
+            })),
+        ),
+        (
+            "peer_dreq",
+            "PEER_DREQ: id 4 lost (restored), found by id 3's QP 0x11",
+            Msg::Peer(PeerBody::Dreq(PeerDreq {
+                to_id: 0,
+                from_id: 3,
+                from_qpn: 0x11,
+            })),
+        ),
+        (
+            "peer_ud_qp",
+            "PEER_UD_QP: UD QP 0x22 of 10.0.0.5 in VNI 100 is up",
+            Msg::Peer(PeerBody::UdQp(PeerUdQp {
+                vni: 100,
+                vip: [10, 0, 0, 5],
+                qpn: 0x22,
+                up: 1,
+            })),
+        ),
+    ]
+}
+
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden")
 }
@@ -684,6 +765,7 @@ fn encode(m: &Msg) -> Vec<u8> {
         Msg::Req(r) => r.encode(),
         Msg::Rep(r) => r.encode(),
         Msg::Notice(n) => encode_notice(n),
+        Msg::Peer(p) => encode_peer(p),
     }
 }
 
@@ -710,6 +792,7 @@ fn golden_vectors_encode_and_decode() {
             Msg::Req(r) => assert_eq!(decode_request(&file), Ok(r), "{name}"),
             Msg::Rep(r) => assert_eq!(decode_reply(&file), Ok(r), "{name}"),
             Msg::Notice(n) => assert_eq!(decode_notice(&file), Ok(n), "{name}"),
+            Msg::Peer(p) => assert_eq!(decode_peer(&file), Ok(p), "{name}"),
         }
     }
 }
@@ -751,6 +834,14 @@ fn goldens_cover_every_opcode() {
             .iter()
             .any(|(_, _, g)| matches!(g, Msg::Notice(b) if b.opcode() == n.opcode)));
     }
+    for p in PEER_MESSAGES {
+        assert!(
+            all.iter()
+                .any(|(_, _, g)| matches!(g, Msg::Peer(b) if b.opcode() == p.opcode)),
+            "{} lacks a golden message",
+            p.name
+        );
+    }
 }
 
 /// Single-byte corruptions of every golden vector: decoders never panic,
@@ -786,6 +877,11 @@ fn check_canonical(b: &[u8]) -> Result<(), String> {
     if let Ok(n) = decode_notice(b) {
         if encode_notice(&n) != b {
             return Err(format!("notice {n:?} re-encodes differently"));
+        }
+    }
+    if let Ok(p) = decode_peer(b) {
+        if encode_peer(&p) != b {
+            return Err(format!("peer message {p:?} re-encodes differently"));
         }
     }
     Ok(())

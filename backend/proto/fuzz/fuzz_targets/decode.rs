@@ -15,6 +15,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(n) = decode_notice(data) {
         assert_eq!(encode_notice(&n), data, "{n:?}");
     }
+    if let Ok(p) = decode_peer(data) {
+        assert_eq!(encode_peer(&p), data, "{p:?}");
+    }
+    let _ = message_len(data);
     if let Err(e) = decode_request(data) {
         let _ = (e.errno(), e.is_fatal(), e.to_string());
     }
