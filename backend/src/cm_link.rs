@@ -238,7 +238,7 @@ mod tests {
             b
         };
         let cases = [
-            ("version 2", with(0, &2u16.to_le_bytes()), "version 2"),
+            ("another version", with(0, &9u16.to_le_bytes()), "version 9"),
             (
                 "unknown opcode",
                 with(2, &0x2077u16.to_le_bytes()),

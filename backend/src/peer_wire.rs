@@ -404,8 +404,8 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(
-            proto_err(with(0, &2u16.to_le_bytes())),
-            ProtoError::BadVersion(2)
+            proto_err(with(0, &(proto::VERSION + 1).to_le_bytes())),
+            ProtoError::BadVersion(proto::VERSION + 1)
         );
         assert_eq!(
             proto_err(with(2, &0x2077u16.to_le_bytes())),

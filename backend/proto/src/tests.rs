@@ -386,8 +386,8 @@ fn peer_framing_errors() {
             },
         ),
         (
-            patch(ok.clone(), 0, &2u16.to_le_bytes()),
-            ProtoError::BadVersion(2),
+            patch(ok.clone(), 0, &(VERSION + 1).to_le_bytes()),
+            ProtoError::BadVersion(VERSION + 1),
         ),
         (
             patch(ok.clone(), 12, &(-5i32).to_le_bytes()),
@@ -601,7 +601,10 @@ fn message_len_reads_a_stream_header() {
         assert!(e.is_fatal());
     }
     // The version is checked first: another version's lengths mean nothing.
-    assert_eq!(h(2, u32::MAX), Err(ProtoError::BadVersion(2)));
+    assert_eq!(
+        h(VERSION + 1, u32::MAX),
+        Err(ProtoError::BadVersion(VERSION + 1))
+    );
 }
 
 #[test]
