@@ -16,6 +16,7 @@
 use crate::admission::Admission;
 use crate::host::HostDevice;
 use crate::ibv::*;
+use crate::qp::{IBV_QPS_RTR, IBV_QPS_RTS};
 use crate::registry::Endpoint;
 use crate::registry::Registry;
 use crate::seqpacket::Conn;
@@ -544,6 +545,53 @@ impl Cm {
                 self.close_session(st, session);
             }
         }
+    }
+
+    /// What CM_ACCEPT_QP (`accept`: the depths the app accepted with) and
+    /// CM_ESTABLISH_QP need of id: its CM session, for the accept or
+    /// establish that follows, and the RTR and RTS attributes to move its
+    /// QP with. The id must be in endpoint `ep`, on a CM session that
+    /// `same_app` says is the caller's process, and at the step: a
+    /// connection request to accept, or a response to establish for the
+    /// QP `qpn` that connected.
+    pub fn qp_step(
+        &self,
+        shared: &dyn CmHost,
+        id: u32,
+        ep: &str,
+        same_app: &dyn Fn(u64) -> bool,
+        qpn: u32,
+        accept: Option<(u8, u8)>,
+    ) -> CmResult<(u64, proto::CmQpAttr, proto::CmQpAttr)> {
+        let st = self.lock();
+        let i = match st.ids.get(&id) {
+            Some(i) if i.ep.cfg.name == ep && same_app(i.session) => i,
+            _ => return fail(libc::ENOENT, format!("no CM id {id} of this app")),
+        };
+        let want = if accept.is_some() {
+            Phase::ReqReceived
+        } else {
+            Phase::RepReceived
+        };
+        if i.phase != want {
+            return fail(
+                libc::EINVAL,
+                format!("CM id {id} is {:?}, not {want:?}", i.phase),
+            );
+        }
+        if accept.is_none() && i.local.qpn != qpn {
+            return fail(
+                libc::EINVAL,
+                format!("CM id {id} connected QP {:#x}, not {qpn:#x}", i.local.qpn),
+            );
+        }
+        let mut rtr = Self::qp_attr(shared, i, u32::from(IBV_QPS_RTR))?;
+        let mut rts = Self::qp_attr(shared, i, u32::from(IBV_QPS_RTS))?;
+        if let Some((resp_res, init_depth)) = accept {
+            rtr.attr.max_dest_rd_atomic = resp_res;
+            rts.attr.max_rd_atomic = init_depth;
+        }
+        Ok((i.session, rtr, rts))
     }
 
     /// The CM role of a QP whose connection this endpoint set up through

@@ -39,6 +39,7 @@ pub const IBV_QPS_RTR: u8 = 2;
 pub const IBV_QPS_RTS: u8 = 3;
 pub const IBV_QPS_SQE: u8 = 5;
 pub const IBV_QPS_ERR: u8 = 6;
+pub const IBV_QPT_RC: u32 = 2;
 const IBV_QPT_UC: u32 = 3;
 const IBV_QPT_UD: u32 = 4;
 /// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).

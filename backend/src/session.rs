@@ -261,6 +261,25 @@ fn handle(
             }
             Err((errno, why)) => Err(refuse(errno, why)),
         },
+        (proto::RequestBody::CmAcceptQp(r), true) => {
+            with_kernel(shared, sess, "CM_ACCEPT_QP", |k, sess| {
+                cm_qp_step(
+                    shared,
+                    k,
+                    sess,
+                    r.id,
+                    (r.qp_handle, r.param.qp_num),
+                    Some(&r.param),
+                )
+            })
+            .map(|_| (proto::ReplyBody::CmAcceptQp, false))
+        }
+        (proto::RequestBody::CmEstablishQp(r), true) => {
+            with_kernel(shared, sess, "CM_ESTABLISH_QP", |k, sess| {
+                cm_qp_step(shared, k, sess, r.id, (r.qp_handle, r.qp_num), None)
+            })
+            .map(|_| (proto::ReplyBody::CmEstablishQp, false))
+        }
         (proto::RequestBody::CreateAh(r), true) => {
             crate::ud::create_ah(shared, sess, r).map(|r| (r, false))
         }
@@ -287,6 +306,50 @@ fn handle(
             (proto::encode_error(op, id, -r.errno()), false)
         }
     }
+}
+
+/// CM_ACCEPT_QP (`accept`: the app's parameters) or CM_ESTABLISH_QP: the
+/// QP to RTR and RTS through the pipeline, as MODIFY_QP would move it with
+/// the CM id's attributes, then the accept (REP) or establish (RTU) on the
+/// id's own CM session. A refusal stops at its step; the app then moves
+/// its QP to ERROR, as after a failed MODIFY_QP.
+fn cm_qp_step(
+    shared: &Shared,
+    k: &dyn QpKernel,
+    sess: &mut Session,
+    id: u32,
+    (qp_handle, qp_num): (u32, u32),
+    accept: Option<&proto::CmConnParam>,
+) -> Result<(), Refusal> {
+    let pid = sess.pid;
+    let same_app = |s: u64| shared.session_pid(s) == Some(pid);
+    let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
+    let (cm_session, rtr, rts) = shared
+        .cm
+        .qp_step(shared, id, &sess.ep.cfg.name, &same_app, qp_num, depths)
+        .map_err(|(errno, why)| refuse(errno, why))?;
+    for step in [rtr, rts] {
+        let m = proto::ModifyQpReq {
+            qp_handle,
+            qp_num,
+            qp_type: qp::IBV_QPT_RC,
+            attr_mask: step.attr_mask,
+            attr: step.attr,
+        };
+        qp::modify(shared, k, sess, &m)?;
+    }
+    let body = match accept {
+        Some(p) => proto::RequestBody::CmAccept(proto::CmConnectReq {
+            id,
+            param: p.clone(),
+        }),
+        None => proto::RequestBody::CmEstablish(proto::CmId { id }),
+    };
+    shared
+        .cm
+        .request(shared, cm_session, &sess.ep, &body)
+        .map(|_| ())
+        .map_err(|(errno, why)| refuse(errno, why))
 }
 
 fn hello(

@@ -213,6 +213,11 @@ impl Shared {
             .is_some_and(Conn::peer_closed)
     }
 
+    /// The process behind an open session.
+    pub fn session_pid(&self, session: u64) -> Option<i32> {
+        lock(&self.sessions).get(&session).map(|v| v.pid)
+    }
+
     /// One QP as the kernel reports it (a single-QP query).
     pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::rdma_nl::Lookup> {
         lock(&self.rdma).qp(qpn)
@@ -412,7 +417,7 @@ impl crate::cm::CmHost for Shared {
         ep: &crate::registry::Endpoint,
         qpn: u32,
     ) -> Option<(std::net::Ipv4Addr, u32)> {
-        let pid_of = |s: u64| lock(&self.sessions).get(&s).map(|v| v.pid);
+        let pid_of = |s: u64| self.session_pid(s);
         let pid = pid_of(session)?;
         let (owner, remote) = {
             let table = self.admission.table();

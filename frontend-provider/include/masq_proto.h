@@ -134,6 +134,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_OP_CM_ESTABLISH 30
 #define MASQ_OP_CM_RESTORE_CHANNEL 31
 #define MASQ_OP_CM_RESTORE_ID 32
+#define MASQ_OP_CM_ACCEPT_QP 33
+#define MASQ_OP_CM_ESTABLISH_QP 34
 #define MASQ_NOTICE_QP_ERROR 0x4001
 #define MASQ_NOTICE_CM_EVENT 0x4002
 
@@ -1059,6 +1061,59 @@ _Static_assert(offsetof(struct masq_resolve_grh_reply, reserved) == 17, "masq_re
 /* 0 if every field is within its allowed values, else -EINVAL. */
 static inline int masq_resolve_grh_reply_validate(const struct masq_resolve_grh_reply *s)
 {
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * CM_ACCEPT_QP, on the verbs session of the QP's context: masqd
+ * moves the QP to RTR and RTS with the CM id's attributes (RTR's
+ * max_dest_rd_atomic and RTS's max_rd_atomic from `param`'s depths,
+ * as rdma_accept gives them) and then accepts as CM_ACCEPT does. The
+ * id must be a CM id of the same process and endpoint.
+ */
+struct masq_cm_accept_qp_req {
+	uint32_t id;
+	uint32_t qp_handle;
+	struct masq_cm_conn_param param;
+};
+_Static_assert(sizeof(struct masq_cm_accept_qp_req) == 220, "masq_cm_accept_qp_req: size");
+_Static_assert(offsetof(struct masq_cm_accept_qp_req, id) == 0, "masq_cm_accept_qp_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_accept_qp_req, qp_handle) == 4, "masq_cm_accept_qp_req.qp_handle: offset");
+_Static_assert(offsetof(struct masq_cm_accept_qp_req, param) == 8, "masq_cm_accept_qp_req.param: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_accept_qp_req_validate(const struct masq_cm_accept_qp_req *s)
+{
+	if (masq_cm_conn_param_validate(&s->param))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * CM_ESTABLISH_QP, on the verbs session of the QP's context: the
+ * active side's answer to CONNECT_RESPONSE. masqd moves the QP to RTR
+ * and RTS with the CM id's attributes and then establishes as
+ * CM_ESTABLISH does (the RTU).
+ */
+struct masq_cm_establish_qp_req {
+	uint32_t id;
+	uint32_t qp_handle;
+	uint32_t qp_num;
+	uint8_t reserved[4];
+};
+_Static_assert(sizeof(struct masq_cm_establish_qp_req) == 16, "masq_cm_establish_qp_req: size");
+_Static_assert(offsetof(struct masq_cm_establish_qp_req, id) == 0, "masq_cm_establish_qp_req.id: offset");
+_Static_assert(offsetof(struct masq_cm_establish_qp_req, qp_handle) == 4, "masq_cm_establish_qp_req.qp_handle: offset");
+_Static_assert(offsetof(struct masq_cm_establish_qp_req, qp_num) == 8, "masq_cm_establish_qp_req.qp_num: offset");
+_Static_assert(offsetof(struct masq_cm_establish_qp_req, reserved) == 12, "masq_cm_establish_qp_req.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_cm_establish_qp_req_validate(const struct masq_cm_establish_qp_req *s)
+{
+	if (!((s->qp_num >= 1 && s->qp_num <= 0xFFFFFF)))
+		return -EINVAL;
 	if (!masq__zero(s->reserved, sizeof(s->reserved)))
 		return -EINVAL;
 	return 0;
@@ -2361,6 +2416,84 @@ static inline void masq_msg_cm_restore_id_reply_init(struct masq_msg_cm_restore_
 static inline int masq_msg_cm_restore_id_reply_decode(const void *buf, size_t len, struct masq_msg_cm_restore_id_reply *m)
 {
 	return masq__decode(buf, len, (MASQ_OP_CM_RESTORE_ID | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_ACCEPT_QP req (opcode 0x0021) */
+struct masq_msg_cm_accept_qp_req {
+	struct masq_hdr hdr;
+	struct masq_cm_accept_qp_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_accept_qp_req) == 236, "masq_msg_cm_accept_qp_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_accept_qp_req_init(struct masq_msg_cm_accept_qp_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_ACCEPT_QP, sizeof(*m));
+}
+
+static inline int masq_msg_cm_accept_qp_req_decode(const void *buf, size_t len, struct masq_msg_cm_accept_qp_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_ACCEPT_QP, m, sizeof(*m));
+
+	return err ? err : masq_cm_accept_qp_req_validate(&m->body);
+}
+
+/* CM_ACCEPT_QP reply (opcode 0x0021) */
+struct masq_msg_cm_accept_qp_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_accept_qp_reply) == 16, "masq_msg_cm_accept_qp_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_accept_qp_reply_init(struct masq_msg_cm_accept_qp_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_ACCEPT_QP | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_accept_qp_reply_decode(const void *buf, size_t len, struct masq_msg_cm_accept_qp_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_ACCEPT_QP | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* CM_ESTABLISH_QP req (opcode 0x0022) */
+struct masq_msg_cm_establish_qp_req {
+	struct masq_hdr hdr;
+	struct masq_cm_establish_qp_req body;
+};
+_Static_assert(sizeof(struct masq_msg_cm_establish_qp_req) == 32, "masq_msg_cm_establish_qp_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_establish_qp_req_init(struct masq_msg_cm_establish_qp_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_CM_ESTABLISH_QP, sizeof(*m));
+}
+
+static inline int masq_msg_cm_establish_qp_req_decode(const void *buf, size_t len, struct masq_msg_cm_establish_qp_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_CM_ESTABLISH_QP, m, sizeof(*m));
+
+	return err ? err : masq_cm_establish_qp_req_validate(&m->body);
+}
+
+/* CM_ESTABLISH_QP reply (opcode 0x0022) */
+struct masq_msg_cm_establish_qp_reply {
+	struct masq_hdr hdr;
+};
+_Static_assert(sizeof(struct masq_msg_cm_establish_qp_reply) == 16, "masq_msg_cm_establish_qp_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_cm_establish_qp_reply_init(struct masq_msg_cm_establish_qp_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_CM_ESTABLISH_QP | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_cm_establish_qp_reply_decode(const void *buf, size_t len, struct masq_msg_cm_establish_qp_reply *m)
+{
+	return masq__decode(buf, len, (MASQ_OP_CM_ESTABLISH_QP | MASQ_REPLY), m, sizeof(*m));
 }
 
 /* QP_ERROR notice (opcode 0x4001) */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "masq_client.h"
+#include "masq_cm.h"
 #include "masq_loader.h"
 #include "masq_ud.h"
 
@@ -121,6 +122,13 @@ static struct masq_ctx *find_ctx(struct ibv_context *ctx)
 		;
 	pthread_mutex_unlock(&ctx_lock);
 	return m;
+}
+
+struct masq_session *masq_session_of(struct ibv_context *ctx)
+{
+	struct masq_ctx *m = find_ctx(ctx);
+
+	return m ? &m->sess : NULL;
 }
 
 /* ------------------------------------------------------------ devices */

@@ -869,6 +869,56 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 	return -masq_msg_modify_qp_reply_decode(buf, (size_t)n, &rep);
 }
 
+int masq_cm_move_qp(struct masq_session *s, struct ibv_qp *qp, uint32_t id,
+		    const struct masq_cm_conn_param *accept, const struct masq_cm_qp_attr *rtr)
+{
+	union {
+		struct masq_msg_cm_accept_qp_req accept;
+		struct masq_msg_cm_establish_qp_req establish;
+	} req;
+	union {
+		struct masq_msg_cm_accept_qp_reply accept;
+		struct masq_msg_cm_establish_qp_reply establish;
+	} rep;
+	struct masq_qp_info *q;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	size_t len;
+	ssize_t n;
+
+	if (accept) {
+		masq_msg_cm_accept_qp_req_init(&req.accept);
+		req.accept.body.id = id;
+		req.accept.body.qp_handle = qp->handle;
+		req.accept.body.param = *accept;
+		len = sizeof(req.accept);
+	} else {
+		masq_msg_cm_establish_qp_req_init(&req.establish);
+		req.establish.body.id = id;
+		req.establish.body.qp_handle = qp->handle;
+		req.establish.body.qp_num = qp->qp_num;
+		len = sizeof(req.establish);
+	}
+	pthread_mutex_lock(&s->lock);
+	/* Remembered before it is sent, as masq_modify_qp does. */
+	q = remember_qp(s, qp->handle);
+	if (q) {
+		q->qpn = qp->qp_num;
+		q->qp_type = (uint32_t)qp->qp_type;
+		if (rtr->attr_mask & IBV_QP_AV) {
+			q->has_route = 1;
+			q->sgid_index = rtr->attr.ah_attr.sgid_index;
+			memcpy(q->dgid, rtr->attr.ah_attr.dgid, sizeof(q->dgid));
+		}
+	}
+	n = session_call(s, &req, len, -1, buf, 0);
+	pthread_mutex_unlock(&s->lock);
+	if (n < 0)
+		return (int)-n;
+	if (accept)
+		return -masq_msg_cm_accept_qp_reply_decode(buf, (size_t)n, &rep.accept);
+	return -masq_msg_cm_establish_qp_reply_decode(buf, (size_t)n, &rep.establish);
+}
+
 int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr *attr,
 		  int attr_mask)
 {

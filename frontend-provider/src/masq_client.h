@@ -151,6 +151,16 @@ int masq_modify_is_local(const struct masq_session *s, const struct ibv_qp_attr 
 void masq_qp_moved(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
 		   int attr_mask);
 
+/*
+ * CM_ACCEPT_QP (accept: the app's connection parameters) or, with accept
+ * NULL, CM_ESTABLISH_QP for CM id `id`: masqd moves qp to RTR and RTS with
+ * the id's attributes and accepts or establishes, in one round trip. rtr is
+ * what the id's event said RTR would be (remembered for RESYNC_QP, as a
+ * MODIFY_QP's address is). Not sent again once masqd may have seen it.
+ */
+int masq_cm_move_qp(struct masq_session *s, struct ibv_qp *qp, uint32_t id,
+		    const struct masq_cm_conn_param *accept, const struct masq_cm_qp_attr *rtr);
+
 /* One request on the session (under its lock): the reply's length in buf,
  * or -errno, as masq_conn_call. A request that is not `idempotent` is not
  * sent again once masqd may have seen it. */

@@ -1101,17 +1101,48 @@ static void copy_conn_param(struct cm_event *e, const struct masq_cm_conn_param 
 	d->qp_num = p->qp_num;
 }
 
+/*
+ * CM_ACCEPT_QP (accept: the parameters) or CM_ESTABLISH_QP on the verbs
+ * session of the id's QP: masqd moves the QP to RTR and RTS with the id's
+ * attributes, then accepts or establishes, in one round trip where the
+ * kernel's CM takes three steps. ENOTSUP when that cannot be asked (no
+ * RTR attributes came with the id's event, or the QP is not on a masq
+ * context): the caller then takes the steps one by one. 0 or an errno.
+ */
+static int cm_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
+{
+	struct masq_cm_qp_attr rtr;
+	struct masq_session *s;
+	int err = ENOTSUP;
+
+	pthread_mutex_lock(&ids_lock);
+	rtr = c->qp_attrs[IBV_QPS_RTR - IBV_QPS_INIT];
+	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_lock(&c->qp_lock);
+	s = c->id.qp ? masq_session_of(c->id.qp->context) : NULL;
+	if (s && rtr.attr_mask) {
+		err = masq_cm_move_qp(s, c->id.qp, c->handle, accept, &rtr);
+		if (!err)
+			c->id.qp->state = IBV_QPS_RTS;
+	}
+	pthread_mutex_unlock(&c->qp_lock);
+	return err;
+}
+
 /* The active side's half of the handshake once the peer accepted (as
  * librdmacm's ucma_process_conn_resp): 0, or -1 with errno. */
 static int finish_connect(struct cm_id *c)
 {
-	int err;
+	int err = cm_move_qp(c, NULL);
 
-	if (cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) || cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff))
-		return -1;
-	err = CM_ID_CALL(cm_establish, c->handle);
+	if (err == ENOTSUP) {
+		if (cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) ||
+		    cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff))
+			return -1;
+		err = -CM_ID_CALL(cm_establish, c->handle);
+	}
 	if (err)
-		return fail(-err);
+		return fail(err);
 	set_restore(c, MASQ_CM_RESTORE_CONNECTED);
 	return 0;
 }
@@ -1550,12 +1581,16 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	if (conn_param_to_wire(&req.body.param, id, conn_param, resp_res, init_depth,
 			       MASQ_CM_MAX_PRIVATE_DATA))
 		return -1;
-	if (cm_modify_qp(id, IBV_QPS_RTR, resp_res) || cm_modify_qp(id, IBV_QPS_RTS, init_depth))
-		return -1;
-	err = CM_CALL(cm_accept, req, rep, NULL);
+	err = cm_move_qp(c, &req.body.param);
+	if (err == ENOTSUP) {
+		if (cm_modify_qp(id, IBV_QPS_RTR, resp_res) ||
+		    cm_modify_qp(id, IBV_QPS_RTS, init_depth))
+			return -1;
+		err = -CM_CALL(cm_accept, req, rep, NULL);
+	}
 	if (err) {
 		(void)qp_to_error(id);
-		return fail(-err);
+		return fail(err);
 	}
 	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
 }

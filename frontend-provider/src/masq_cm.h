@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 
+#include "masq_client.h"
 #include "masq_proto.h"
 
 /* The wire's IPv4 socket address <-> struct sockaddr_in. */
@@ -22,5 +23,9 @@ void masq_cm_addr_from_wire(struct sockaddr_in *sin, const struct masq_cm_addr *
  */
 void masq_cm_set_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
 			uint8_t max_init_rd_atom);
+
+/* The verbs session of ctx (libmasq.c), where the CM moves a QP with
+ * masqd (CM_ACCEPT_QP, CM_ESTABLISH_QP); NULL when ctx is not masq's. */
+struct masq_session *masq_session_of(struct ibv_context *ctx);
 
 #endif

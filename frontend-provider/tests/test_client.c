@@ -34,6 +34,9 @@
 struct shared {
 	int hellos, opens, opens_with_fd, modifies, queries, resyncs;
 	int die_on_modify; /* run the next MODIFY_QP, then die without replying */
+	int cm_steps;	   /* CM_ACCEPT_QP and CM_ESTABLISH_QP seen */
+	struct masq_cm_accept_qp_req accepted;
+	struct masq_cm_establish_qp_req established;
 	uint8_t state[MAX_HANDLES]; /* the "kernel's" QP states */
 	struct masq_resync_qp_req resynced[64];
 };
@@ -127,6 +130,30 @@ static int serve_one(int c)
 		}
 		if (__atomic_exchange_n(&sh->die_on_modify, 0, __ATOMIC_SEQ_CST))
 			_exit(9);
+		reply_empty(c, h.opcode, h.request_id);
+		break;
+	}
+	case MASQ_OP_CM_ACCEPT_QP: {
+		struct masq_msg_cm_accept_qp_req m;
+
+		if (masq_msg_cm_accept_qp_req_decode(buf, (size_t)n, &m) ||
+		    m.body.qp_handle >= MAX_HANDLES)
+			return -1;
+		sh->accepted = m.body;
+		sh->state[m.body.qp_handle] = IBV_QPS_RTS; /* masqd moved it */
+		__atomic_add_fetch(&sh->cm_steps, 1, __ATOMIC_SEQ_CST);
+		reply_empty(c, h.opcode, h.request_id);
+		break;
+	}
+	case MASQ_OP_CM_ESTABLISH_QP: {
+		struct masq_msg_cm_establish_qp_req m;
+
+		if (masq_msg_cm_establish_qp_req_decode(buf, (size_t)n, &m) ||
+		    m.body.qp_handle >= MAX_HANDLES)
+			return -1;
+		sh->established = m.body;
+		sh->state[m.body.qp_handle] = IBV_QPS_RTS;
+		__atomic_add_fetch(&sh->cm_steps, 1, __ATOMIC_SEQ_CST);
 		reply_empty(c, h.opcode, h.request_id);
 		break;
 	}
@@ -371,6 +398,59 @@ static void *query_loop(void *arg)
 	return NULL;
 }
 
+/* The CM's one-request steps: what they carry, and that the QP they
+ * moved is named again with its route after a restart. */
+static void test_cm_qp_steps_are_one_request_and_resync_with_their_route(void)
+{
+	struct ibv_qp passive = fake_qp(4), active = fake_qp(5);
+	struct masq_cm_conn_param param = { .responder_resources = 1, .qp_num = 0x104 };
+	struct masq_cm_qp_attr rtr = { .attr_mask = IBV_QP_STATE | IBV_QP_AV };
+	struct masq_session s;
+	int fd, i, seen = 0;
+
+	clear_shared();
+	server_start();
+	fd = open_fd(&s);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	rtr.attr.qp_state = IBV_QPS_RTR;
+	rtr.attr.ah_attr.is_global = 1;
+	rtr.attr.ah_attr.sgid_index = 1;
+	rtr.attr.ah_attr.dgid[10] = rtr.attr.ah_attr.dgid[11] = 0xff;
+	rtr.attr.ah_attr.dgid[12] = 10;
+	rtr.attr.ah_attr.dgid[15] = 7;
+	CHECK_EQ(masq_cm_move_qp(&s, &passive, 21, &param, &rtr), 0);
+	CHECK_EQ(sh->accepted.id, 21);
+	CHECK_EQ(sh->accepted.qp_handle, 4);
+	CHECK_EQ(sh->accepted.param.qp_num, 0x104);
+	CHECK_EQ(sh->accepted.param.responder_resources, 1);
+	CHECK_EQ(masq_cm_move_qp(&s, &active, 22, NULL, &rtr), 0);
+	CHECK_EQ(sh->established.id, 22);
+	CHECK_EQ(sh->established.qp_handle, 5);
+	CHECK_EQ(sh->established.qp_num, 0x105);
+	CHECK_EQ(sh->cm_steps, 2);
+	CHECK_EQ(sh->modifies, 0);
+	server_kill();
+	server_start();
+	CHECK(until(&sh->resyncs, 2, 5000));
+	for (i = 0; i < sh->resyncs && i < 64; i++) {
+		const struct masq_resync_qp_req *r = &sh->resynced[i];
+
+		if (r->qp_handle != 4 && r->qp_handle != 5)
+			continue;
+		seen++;
+		CHECK_EQ(r->qp_num, 0x100 + r->qp_handle);
+		CHECK_EQ(r->has_route, 1);
+		CHECK_EQ(r->sgid_index, 1);
+		CHECK_EQ(r->dgid[15], 7);
+	}
+	CHECK_EQ(seen, 2);
+	masq_session_close(&s);
+	close(fd);
+	server_kill();
+}
+
 static void test_calls_during_an_outage_wait_and_get_their_own_replies(void)
 {
 	struct masq_session s;
@@ -501,6 +581,8 @@ int main(int argc, char **argv)
 
 	run("watcher_reconnects_and_resyncs_without_verb_calls",
 	    test_watcher_reconnects_and_resyncs_without_verb_calls);
+	run("cm_qp_steps_are_one_request_and_resync_with_their_route",
+	    test_cm_qp_steps_are_one_request_and_resync_with_their_route);
 	run("calls_during_an_outage_wait_and_get_their_own_replies",
 	    test_calls_during_an_outage_wait_and_get_their_own_replies);
 	run("a_call_fails_with_eagain_when_masqd_stays_away",

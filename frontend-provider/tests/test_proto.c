@@ -375,6 +375,8 @@ CM_ID_MSG(cm_establish_req, masq_msg_cm_establish_req, 30, 3)
 CM_EMPTY_MSG(cm_establish_reply, masq_msg_cm_establish_reply, 30)
 CM_EMPTY_MSG(cm_restore_channel_reply, masq_msg_cm_restore_channel_reply, 31)
 CM_EMPTY_MSG(cm_restore_id_reply, masq_msg_cm_restore_id_reply, 32)
+CM_EMPTY_MSG(cm_accept_qp_reply, masq_msg_cm_accept_qp_reply, 33)
+CM_EMPTY_MSG(cm_establish_qp_reply, masq_msg_cm_establish_qp_reply, 34)
 
 static void cm_restore_channel_req(struct masq_msg_cm_restore_channel_req *m)
 {
@@ -480,6 +482,24 @@ static void cm_accept_req(struct masq_msg_cm_accept_req *m)
 	m->hdr.request_id = 26;
 	m->body.id = 4;
 	cm_conn_param(&m->body.param, 0x12, "");
+}
+
+static void cm_accept_qp_req(struct masq_msg_cm_accept_qp_req *m)
+{
+	masq_msg_cm_accept_qp_req_init(m);
+	m->hdr.request_id = 33;
+	m->body.id = 4;
+	m->body.qp_handle = 9;
+	cm_conn_param(&m->body.param, 0x12, "");
+}
+
+static void cm_establish_qp_req(struct masq_msg_cm_establish_qp_req *m)
+{
+	masq_msg_cm_establish_qp_req_init(m);
+	m->hdr.request_id = 34;
+	m->body.id = 3;
+	m->body.qp_handle = 8;
+	m->body.qp_num = 0x11;
 }
 
 static void cm_reject_req(struct masq_msg_cm_reject_req *m)
@@ -768,6 +788,10 @@ static void test_golden_cm(void)
 	GOLDEN_CM(cm_restore_channel_reply);
 	GOLDEN_CM(cm_restore_id_req);
 	GOLDEN_CM(cm_restore_id_reply);
+	GOLDEN_CM(cm_accept_qp_req);
+	GOLDEN_CM(cm_accept_qp_reply);
+	GOLDEN_CM(cm_establish_qp_req);
+	GOLDEN_CM(cm_establish_qp_reply);
 	GOLDEN("cm_event_notice", masq_msg_cm_event_notice, cm_event_notice);
 }
 

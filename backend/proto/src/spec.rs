@@ -430,6 +430,28 @@ wire_structs! {
         reserved: reserved[7],
     }
 
+    /// CM_ACCEPT_QP, on the verbs session of the QP's context: masqd
+    /// moves the QP to RTR and RTS with the CM id's attributes (RTR's
+    /// max_dest_rd_atomic and RTS's max_rd_atomic from `param`'s depths,
+    /// as rdma_accept gives them) and then accepts as CM_ACCEPT does. The
+    /// id must be a CM id of the same process and endpoint.
+    pub struct CmAcceptQpReq {
+        id: u32,
+        qp_handle: u32,
+        param: CmConnParam,
+    }
+
+    /// CM_ESTABLISH_QP, on the verbs session of the QP's context: the
+    /// active side's answer to CONNECT_RESPONSE. masqd moves the QP to RTR
+    /// and RTS with the CM id's attributes and then establishes as
+    /// CM_ESTABLISH does (the RTU).
+    pub struct CmEstablishQpReq {
+        id: u32,
+        qp_handle: u32,
+        qp_num: u32 in 1..=0xFFFFFF,
+        reserved: reserved[4],
+    }
+
     /// After a masqd restart: an id as the app holds it, under its old
     /// number (the peer's masqd knows it by that number).
     pub struct CmRestoreIdReq {
@@ -582,6 +604,10 @@ messages! {
         // then each id.
         31 CmRestoreChannel(CmChannel) => (),
         32 CmRestoreId(CmRestoreIdReq) => (),
+        // The CM moving a QP itself: one round trip instead of an RTR
+        // MODIFY_QP and an accept or establish.
+        33 CmAcceptQp(CmAcceptQpReq) => (),
+        34 CmEstablishQp(CmEstablishQpReq) => (),
     }
     notices {
         0x4001 QpError(QpErrorNotice),

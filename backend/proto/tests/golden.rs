@@ -639,6 +639,40 @@ fn cm_goldens() -> Vec<(&'static str, &'static str, Msg)> {
             rep(32, ReplyBody::CmRestoreId),
         ),
         (
+            "cm_accept_qp_req",
+            "CM_ACCEPT_QP request: id 4 with QP 0x12 (handle 9)",
+            req(
+                33,
+                RequestBody::CmAcceptQp(CmAcceptQpReq {
+                    id: 4,
+                    qp_handle: 9,
+                    param: conn_param(0x12, b""),
+                }),
+            ),
+        ),
+        (
+            "cm_accept_qp_reply",
+            "CM_ACCEPT_QP reply",
+            rep(33, ReplyBody::CmAcceptQp),
+        ),
+        (
+            "cm_establish_qp_req",
+            "CM_ESTABLISH_QP request: id 3 with QP 0x11 (handle 8)",
+            req(
+                34,
+                RequestBody::CmEstablishQp(CmEstablishQpReq {
+                    id: 3,
+                    qp_handle: 8,
+                    qp_num: 0x11,
+                }),
+            ),
+        ),
+        (
+            "cm_establish_qp_reply",
+            "CM_ESTABLISH_QP reply",
+            rep(34, ReplyBody::CmEstablishQp),
+        ),
+        (
             "cm_event_notice",
             "CM_EVENT notice: CONNECT_RESPONSE for id 3 from QP 0x12, with the QP's INIT, RTR and RTS attributes",
             Msg::Notice(NoticeBody::CmEvent(CmEvent {
