@@ -99,7 +99,8 @@ deb: build
 
 # apt install ./$(DEB) on a clean Debian 12 (a debootstrapped minbase root,
 # cached under /var/tmp/masq-deb-clean), apt fetching the dependencies from
-# deb.debian.org; then its binaries run, ldd, and purge leaves nothing.
+# deb.debian.org; then its binaries run, ldd finds their libraries, purge
+# leaves nothing, and systemd-analyze verifies the unit. About 30s once cached.
 test-deb-clean: deb
 	scripts/test-deb-clean $(DEB)
 
