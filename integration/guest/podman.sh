@@ -26,10 +26,10 @@ build_rootfs() {
     # A tenant image with stock RDMA tools and rdma-core's userland; masq
     # itself (libmasq) is not in it: the CDI device brings it.
     local bins=(/usr/bin/ib_write_bw /usr/bin/ibv_devinfo /usr/bin/ibv_devices
-                "$MASQ_REPO/integration/build/qp_probe")
+                /usr/bin/ibv_rc_pingpong "$MASQ_REPO/integration/build/qp_probe")
     local providers=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so)
     local f
-    for f in "${bins[@]:0:3}" "${providers[@]}" $(libs_of "${bins[@]}" "${providers[@]}" \
+    for f in "${bins[@]:0:4}" "${providers[@]}" $(libs_of "${bins[@]}" "${providers[@]}" \
             /usr/lib/x86_64-linux-gnu/librdmacm.so.1 /usr/lib/x86_64-linux-gnu/libnl-route-3.so.200); do
         mkdir -p "$ROOTFS$(dirname "$f")"
         cp -L "$f" "$ROOTFS$f"

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from masq_testbed import finish, parse_bw, rdma_moved, wait_for
+from masq_testbed import finish, parse_bw, parse_pingpong, rdma_moved, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -97,7 +97,11 @@ def wait_listening(tb, host, netns, port):
         check=False).stdout.strip())
 
 
-BW = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-s", "65536"]
+BW = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-s", "65536"]
+# A ping-pong (one message in flight): its exit status does not hang on a
+# cycle clock, which perftest calibrates at its end and, with two runs at
+# once in a loaded guest, can fail to ("Can't produce a report", exit 1).
+PINGPONG = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-n", "200"]
 
 
 def test_containers_on_two_hosts_run_ib_write_bw_by_vip(pods):
@@ -164,7 +168,7 @@ def test_security_groups_apply_to_containers(pods):
 def test_two_vpcs_with_the_same_addresses_run_at_once(pods):
     """acme's VNI 100 and globex's VNI 200 each get a server at 10.0.0.40
     on host2 and a client at 10.0.0.41 on host1 (networks of one address
-    each); both pairs run ib_write_bw at the same time, each in its own VPC."""
+    each); both pairs run a ping-pong at the same time, each in its own VPC."""
     tb = pods
     srv_ip, cli_ip, port = "10.0.0.40", "10.0.0.41", "18902"
     vpcs = {"same-a": (100, "acme", "ct"), "same-g": (200, "globex", "gx")}
@@ -180,25 +184,25 @@ def test_two_vpcs_with_the_same_addresses_run_at_once(pods):
                             tenant, "--subnet", "10.0.0.0/24", "--range", f"{ip}-{ip}", *new)
         events = tb.spawn("host2", MASQCTL, "-o", "json", "conntrack", "-E")
         for net, (_, _, who) in vpcs.items():
-            servers[net] = start_server(tb, "host2", f"{who}-srv", *BW, "-n", "100",
-                                        "-p", port, network=net)
+            servers[net] = start_server(tb, "host2", f"{who}-srv", *PINGPONG, "-p", port,
+                                        network=net)
             assert servers[net][1] == srv_ip, servers[net]
             wait_listening(tb, "host2", endpoint(tb, "host2", f"{who}-srv")["netns"], int(port))
         for net, (vni, _, _) in vpcs.items():
             eventually(f"host1 knows {srv_ip} in VNI {vni}", lambda: any(
                 e["vip"] == srv_ip and e["vni"] == vni for e in ctl(tb, "host1", "vpc")["vpc"]))
-        with rdma_moved(tb, "host2", 65536, 200):
+        with rdma_moved(tb, "host2", 4096, 2 * 200):
             for net, (_, _, who) in vpcs.items():
                 clients[net] = tb.spawn("host1", *podman_argv(
-                    f"{who}-cli", *BW, "-n", "100", "-p", port, srv_ip, network=net))
+                    f"{who}-cli", *PINGPONG, "-p", port, srv_ip, network=net))
             done = {net: finish(proc) for net, proc in clients.items()}
         for net, (rc, out, err) in done.items():
             assert rc == 0, f"{net} client:\n{out}\n{err}"
-            assert parse_bw(out)["iterations"] == 100, out
+            assert parse_pingpong(out + err)["iters"] == 200, out + err
         for net, (proc, _) in servers.items():
             rc, out, err = finish(proc)
             assert rc == 0, f"{net} server:\n{out}\n{err}"
-            assert parse_bw(out)["iterations"] == 100, out
+            assert parse_pingpong(out + err)["iters"] == 200, out + err
     finally:
         for host in HOSTS:
             for who in ("ct", "gx"):

@@ -73,6 +73,7 @@ struct result {
 	int32_t ok;
 	double t_start, t_connected, t_destroy_start, t_destroyed;
 	double create_s, init_s, rtr_s, rts_s;
+	double query_s; /* one ibv_query_qp per QP: through masq, the bare round trip */
 	int32_t pid;
 	char error[200];
 };
@@ -648,6 +649,24 @@ static void run_worker(const struct opts *o, struct worker_fds *w)
 			goto out;
 		}
 	}
+	/* Untimed as a phase: one ibv_query_qp per QP, the verb whose only
+	 * work through masq is a request and its reply (the control path's
+	 * floor: what no step that must ask masqd can go below). */
+	{
+		double t = now();
+
+		for (i = 0; i < n; i++) {
+			struct ibv_qp_init_attr init;
+			struct ibv_qp_attr attr;
+
+			if (ibv_query_qp(qps[i], &attr, IBV_QP_STATE, &init)) {
+				snprintf(res.error, sizeof(res.error), "ibv_query_qp %d of %d: %s",
+					 i + 1, n, strerror(errno));
+				goto out;
+			}
+		}
+		res.query_s = now() - t;
+	}
 	if (barrier(w, res.error, sizeof(res.error)))
 		goto out;
 	res.t_destroy_start = now();
@@ -724,10 +743,10 @@ static void print_json(const struct opts *o, struct result *r, int procs)
 	for (i = 0; i < procs; i++)
 		printf("%s\n  {\"index\": %d, \"pid\": %d, \"connect_s\": %.9f, \"destroy_s\": %.9f, "
 		       "\"create_s\": %.9f, \"init_s\": %.9f, \"rtr_s\": %.9f, \"rts_s\": %.9f, "
-		       "\"start_offset_s\": %.9f}",
+		       "\"query_s\": %.9f, \"start_offset_s\": %.9f}",
 		       i ? "," : "", r[i].index, r[i].pid, r[i].t_connected - r[i].t_start,
 		       r[i].t_destroyed - r[i].t_destroy_start, r[i].create_s, r[i].init_s,
-		       r[i].rtr_s, r[i].rts_s, r[i].t_start - c0);
+		       r[i].rtr_s, r[i].rts_s, r[i].query_s, r[i].t_start - c0);
 	printf("]}\n");
 	free(conn);
 }
