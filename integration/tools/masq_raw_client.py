@@ -12,11 +12,25 @@ import struct
 import sys
 
 SOCK = os.environ.get("MASQ_SOCKET", "/run/masq/masq.sock")
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                      "frontend-provider", "include", "masq_proto.h")
+
+
+def protocol_version():
+    """MASQ_VERSION as the generated C header (from spec.rs) has it."""
+    with open(HEADER) as f:
+        for line in f:
+            if line.startswith("#define MASQ_VERSION "):
+                return int(line.split()[2])
+    raise SystemExit(f"no MASQ_VERSION in {HEADER}")
+
+
+VERSION = protocol_version()
 HELLO, OPEN_DEVICE, QUERY_GID_TABLE, MODIFY_QP, QUERY_QP, RESYNC_QP = 1, 2, 3, 4, 5, 7
 MODIFY_QP_BODY = 108
 
 
-def msg(opcode, body=b"", version=1, length=None, req_id=7):
+def msg(opcode, body=b"", version=VERSION, length=None, req_id=7):
     n = 16 + len(body) if length is None else length
     return struct.pack("<HHIIi", version, opcode, n, req_id, 0) + body
 
