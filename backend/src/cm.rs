@@ -55,7 +55,11 @@ const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
 /// The kernel CM's defaults for RoCE: ~67 ms local ACK timeout, 12 (0.64 ms)
 /// minimum RNR timer.
-const ACK_TIMEOUT: u8 = 14;
+/// The RTS ACK timeout (4.096 us * 2^17, about 0.5 s): what the kernel's
+/// CM gives a RoCE QP (packet life time 16, plus one). 14 (67 ms) made rxe
+/// retransmit whenever a loaded guest answered late, and rxe 6.1 sometimes
+/// fails a long run with status 9 while it sorts out the duplicates.
+const ACK_TIMEOUT: u8 = 17;
 const MIN_RNR_TIMER: u8 = 12;
 
 /// Where an id is in its life, as the kernel's CM would have it.

@@ -257,7 +257,7 @@ def test_a_rate_limit_shapes_the_endpoints_roce_egress(acme_d):
     masqctl(tb, "host2", *ADD, "--max-rate-mbps", "24")
     assert listed(tb, "host2")[NAME]["max_rate_mbps"] == 24
     size, n = 65536, 60
-    argv = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-s", str(size), "-n", str(n)]
+    argv = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-u", "18", "-s", str(size), "-n", str(n)]
     # acme-d (host2) writes to acme-a (host1): its packets leave host2
     # through its HTB class; the run completes, only slower.
     pair(tb, ("host1", "acme-a"), ("host2", NAME), argv, 18811, "10.0.0.1")
