@@ -167,6 +167,25 @@ pub enum PeerMsg {
         /// id is connected to, so an id number alone disconnects nothing.
         from_qpn: u32,
     },
+    /// A UD id asks for the QP of the listener at dst (SIDR REQ).
+    SidrReq {
+        from_id: u32,
+        vni: u32,
+        src: Ipv4Addr,
+        src_port: u16,
+        dst: Ipv4Addr,
+        dst_port: u16,
+        private_data: Vec<u8>,
+    },
+    /// The answer (SIDR REP): status 0 with the QP and Q_Key, or
+    /// CM_SIDR_UNSUPPORTED (nobody listens), CM_SIDR_REJECT.
+    SidrRep {
+        to_id: u32,
+        status: u32,
+        qpn: u32,
+        qkey: u32,
+        private_data: Vec<u8>,
+    },
     /// A UD QP of an endpoint of the sending host is up (or gone): a UD
     /// packet names its sender by host and QPN only, and the receiving
     /// masqd names it by vIP (see `ud.rs`).
@@ -188,6 +207,10 @@ struct Id {
     session: u64,
     channel: u32,
     ep: Arc<Endpoint>,
+    /// RDMA_PS_UDP: a UD id, whose "connection" is one SIDR exchange
+    /// that tells the active side the passive side's QP. Its ports are a
+    /// space of their own.
+    udp: bool,
     /// 0.0.0.0 (wildcard bind) or the endpoint's vIP.
     src_ip: Ipv4Addr,
     /// 0 while unbound. Passive ids share their listener's port.
@@ -233,14 +256,16 @@ struct Channel {
     sock: Conn,
 }
 
+type PortKey = (String, bool, u16);
+
 #[derive(Default)]
 struct State {
     next_id: u32,
     next_channel: u32,
     channels: BTreeMap<u32, Channel>,
     ids: BTreeMap<u32, Id>,
-    /// (endpoint, port) -> the id holding it.
-    ports: BTreeMap<(String, u16), u32>,
+    /// (endpoint, UDP port space?, port) -> the id holding it.
+    ports: BTreeMap<PortKey, u32>,
     /// Events delivered, counted per endpoint.
     metrics: crate::metrics::Metrics,
 }
@@ -414,16 +439,16 @@ impl Cm {
         }
     }
 
-    fn free_port(st: &mut State, ep: &str, port: u16, id: u32) {
-        let key = (ep.to_string(), port);
+    fn free_port(st: &mut State, ep: &str, udp: bool, port: u16, id: u32) {
+        let key = (ep.to_string(), udp, port);
         if st.ports.get(&key) == Some(&id) {
             st.ports.remove(&key);
         }
     }
 
-    fn bind_port(st: &mut State, id: u32, ep: &str, want: u16) -> CmResult<u16> {
+    fn bind_port(st: &mut State, id: u32, ep: &str, udp: bool, want: u16) -> CmResult<u16> {
         if want != 0 {
-            let key = (ep.to_string(), want);
+            let key = (ep.to_string(), udp, want);
             if st.ports.contains_key(&key) {
                 return fail(libc::EADDRINUSE, format!("port {want} is in use"));
             }
@@ -434,7 +459,7 @@ impl Cm {
         let start = random_u32() % span;
         for k in 0..span {
             let port = EPHEMERAL.start() + ((start + k) % span) as u16;
-            let key = (ep.to_string(), port);
+            let key = (ep.to_string(), udp, port);
             if let std::collections::btree_map::Entry::Vacant(v) = st.ports.entry(key) {
                 v.insert(id);
                 return Ok(port);
@@ -451,12 +476,12 @@ impl Cm {
         addr: Ipv4Addr,
         port: u16,
     ) -> CmResult<()> {
-        let (ep_name, vip) = {
+        let (ep_name, vip, udp) = {
             let i = st.ids.get(&id).ok_or((libc::ENOENT, "id".to_string()))?;
             if i.port != 0 {
                 return fail(libc::EINVAL, "id already bound");
             }
-            (i.ep.cfg.name.clone(), i.ep.cfg.vip)
+            (i.ep.cfg.name.clone(), i.ep.cfg.vip, i.udp)
         };
         if addr != Ipv4Addr::UNSPECIFIED && addr != vip {
             return fail(
@@ -465,9 +490,9 @@ impl Cm {
             );
         }
         if port != 0 {
-            self.reap_holder(shared, st, &ep_name, port);
+            self.reap_holder(shared, st, &ep_name, udp, port);
         }
-        let port = Self::bind_port(st, id, &ep_name, port)?;
+        let port = Self::bind_port(st, id, &ep_name, udp, port)?;
         if let Some(i) = st.ids.get_mut(&id) {
             i.src_ip = addr;
             i.port = port;
@@ -480,7 +505,13 @@ impl Cm {
     /// peer (DREQ, or REJ for a request never answered), free its port.
     fn teardown(&self, st: &mut State, id: u32) {
         let Some(i) = st.ids.remove(&id) else { return };
-        if let Some(p) = i.peer {
+        if let (true, Some(p), Phase::ReqReceived) = (i.udp, i.peer, i.phase) {
+            // A SIDR REQ left unanswered is rejected, as the IB CM does.
+            self.send(
+                p.host,
+                Self::sidr_rep(p.id, proto::CM_SIDR_REJECT, Vec::new()),
+            );
+        } else if let (false, Some(p)) = (i.udp, i.peer) {
             match i.phase {
                 Phase::ReqReceived => self.send(
                     p.host,
@@ -503,7 +534,7 @@ impl Cm {
             }
         }
         if i.owns_port {
-            Self::free_port(st, &i.ep.cfg.name, i.port, id);
+            Self::free_port(st, &i.ep.cfg.name, i.udp, i.port, id);
         }
     }
 
@@ -534,10 +565,10 @@ impl Cm {
     /// kernel frees an exited process's CM ports before its parent can
     /// reap it, so a next server may bind the port, or a client reach the
     /// next listener, at once.
-    fn reap_holder(&self, shared: &dyn CmHost, st: &mut State, ep: &str, port: u16) {
+    fn reap_holder(&self, shared: &dyn CmHost, st: &mut State, ep: &str, udp: bool, port: u16) {
         let holder = st
             .ports
-            .get(&(ep.to_string(), port))
+            .get(&(ep.to_string(), udp, port))
             .and_then(|h| st.ids.get(h))
             .map(|i| i.session);
         if let Some(session) = holder {
@@ -572,6 +603,9 @@ impl Cm {
             Some(i) if i.ep.cfg.name == ep && same_app(i.session) => i,
             _ => return fail(libc::ENOENT, format!("no CM id {id} of this app")),
         };
+        if i.udp {
+            return fail(libc::EINVAL, format!("CM id {id} is a UD id: no QP step"));
+        }
         let want = if accept.is_some() {
             Phase::ReqReceived
         } else {
@@ -605,7 +639,10 @@ impl Cm {
         st.ids
             .values()
             .find(|i| {
-                i.ep.cfg.name == endpoint && i.local.qpn == qpn && i.connected_or_connecting()
+                !i.udp
+                    && i.ep.cfg.name == endpoint
+                    && i.local.qpn == qpn
+                    && i.connected_or_connecting()
             })
             .map(|i| Role {
                 active: i.active,
@@ -634,6 +671,7 @@ impl Cm {
                     "vni": i.ep.cfg.vni,
                     "session": i.session,
                     "state": format!("{:?}", i.phase).to_lowercase(),
+                    "ps": if i.udp { "udp" } else { "tcp" },
                     "side": side,
                     "local": format!("{}:{}", i.src_ip, i.port),
                     "peer": format!("{dip}:{dport}"),
@@ -708,6 +746,9 @@ impl Cm {
                     return fail(libc::ENOMEM, "too many CM ids");
                 }
                 let id = self.new_id(st, session, c.channel, ep.clone());
+                if let Some(i) = st.ids.get_mut(&id) {
+                    i.udp = c.port_space == proto::CM_PS_UDP;
+                }
                 proto::ReplyBody::CmCreateId(proto::CmId { id })
             }
             R::CmDestroyId(c) => {
@@ -764,11 +805,19 @@ impl Cm {
                 proto::ReplyBody::CmListen
             }
             R::CmConnect(c) => {
-                self.connect(shared, st, session, c)?;
+                if Self::own(st, session, c.id)?.udp {
+                    self.connect_ud(shared, st, session, c)?;
+                } else {
+                    self.connect(shared, st, session, c)?;
+                }
                 proto::ReplyBody::CmConnect
             }
             R::CmAccept(c) => {
-                self.accept(shared, st, session, c)?;
+                if Self::own(st, session, c.id)?.udp {
+                    self.accept_ud(st, session, c)?;
+                } else {
+                    self.accept(shared, st, session, c)?;
+                }
                 proto::ReplyBody::CmAccept
             }
             R::CmReject(r) => {
@@ -778,6 +827,12 @@ impl Cm {
                 }
                 let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
                 i.phase = Phase::Closed;
+                if i.udp {
+                    let mut data = r.private_data.clone();
+                    data.truncate(proto::CM_SIDR_REP_PRIVATE_DATA);
+                    self.send(p.host, Self::sidr_rep(p.id, proto::CM_SIDR_REJECT, data));
+                    return Ok((proto::ReplyBody::CmReject, None));
+                }
                 self.send(
                     p.host,
                     PeerMsg::Rej {
@@ -791,6 +846,9 @@ impl Cm {
             }
             R::CmDisconnect(c) => {
                 let i = Self::own(st, session, c.id)?;
+                if i.udp {
+                    return fail(libc::EINVAL, "a UD id has no connection to end");
+                }
                 match i.phase {
                     // The peer's DREQ came first: answering it is all.
                     Phase::PeerClosed => i.phase = Phase::Closed,
@@ -824,7 +882,7 @@ impl Cm {
             }
             R::CmEstablish(c) => {
                 let i = Self::own(st, session, c.id)?;
-                if i.phase != Phase::RepReceived {
+                if i.phase != Phase::RepReceived || i.udp {
                     return fail(libc::EINVAL, "establish without a connect response");
                 }
                 let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
@@ -900,6 +958,7 @@ impl Cm {
                 session,
                 channel,
                 ep,
+                udp: false,
                 src_ip: Ipv4Addr::UNSPECIFIED,
                 port: 0,
                 owns_port: false,
@@ -946,9 +1005,13 @@ impl Cm {
         if r.state == proto::CM_RESTORE_LISTENING && src.1 == 0 {
             return fail(libc::EINVAL, "a listening id has a port");
         }
+        let udp = r.port_space == proto::CM_PS_UDP;
         if r.state != proto::CM_RESTORE_CONNECTED {
             let pending = r.state == proto::CM_RESTORE_PENDING;
             Self::insert_id(st, r.id, session, r.channel, ep.clone());
+            if let Some(i) = st.ids.get_mut(&r.id) {
+                i.udp = udp;
+            }
             // A passive id's port is its listener's.
             let own_port = src.1 != 0 && !(pending && r.active == 0);
             if own_port {
@@ -980,6 +1043,10 @@ impl Cm {
         }
         if src.1 == 0 {
             return fail(libc::EINVAL, "a connected id has a port");
+        }
+        if udp {
+            // A UD id keeps no connection: the frontend restores it as bound.
+            return fail(libc::EINVAL, "a UD id is never restored as connected");
         }
         if src.0 != ep.cfg.vip && src.0 != Ipv4Addr::UNSPECIFIED {
             return fail(
@@ -1020,10 +1087,11 @@ impl Cm {
         let active = r.active == 1;
         if active {
             // The active side holds its own port; a passive one shares its listener's.
-            if st.ports.contains_key(&(ep.cfg.name.clone(), src.1)) {
+            let key = (ep.cfg.name.clone(), false, src.1);
+            if st.ports.contains_key(&key) {
                 return fail(libc::EADDRINUSE, format!("port {} is in use", src.1));
             }
-            st.ports.insert((ep.cfg.name.clone(), src.1), r.id);
+            st.ports.insert(key, r.id);
         }
         Self::insert_id(st, r.id, session, r.channel, ep.clone());
         if let Some(i) = st.ids.get_mut(&r.id) {
@@ -1216,9 +1284,162 @@ impl Cm {
         Ok(())
     }
 
+    /// A UD id's connect: a SIDR REQ asking the listener at the
+    /// destination for its QP, admitted as an RC connect is. A denied one
+    /// is dropped and times out, as an unanswered SIDR REQ does in the
+    /// kernel (UNREACHABLE, ETIMEDOUT). The id's own QP plays no part.
+    fn connect_ud(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> CmResult<()> {
+        let timeout = self.timeout;
+        let i = Self::own(st, session, c.id)?;
+        if i.phase != Phase::RouteResolved {
+            return fail(libc::EINVAL, "connect before route resolution");
+        }
+        if c.param.private_data.len() > proto::CM_SIDR_REQ_PRIVATE_DATA {
+            return fail(libc::EINVAL, "more than 180 bytes of private data");
+        }
+        let Some((dst, dst_port)) = i.dst else {
+            return fail(libc::EINVAL, "no destination");
+        };
+        i.local = Params {
+            qpn: c.param.qp_num,
+            ..Default::default()
+        };
+        i.active = true;
+        i.phase = Phase::Connecting;
+        i.deadline = Some(Instant::now() + timeout);
+        let cfg = &i.ep.cfg;
+        match shared
+            .admission()
+            .decide(&cfg.tenant, cfg.vni, cfg.vip, dst)
+        {
+            Ok(rule) => {
+                info!(%rule, "CM UD query {}:{} -> {dst}:{dst_port}", cfg.vip, i.port);
+                let msg = PeerMsg::SidrReq {
+                    from_id: c.id,
+                    vni: cfg.vni,
+                    src: cfg.vip,
+                    src_port: i.port,
+                    dst,
+                    dst_port,
+                    private_data: c.param.private_data.clone(),
+                };
+                self.send(i.peer_host, msg);
+            }
+            Err(why) => warn!(
+                "CM UD query {}:{} -> {dst}:{dst_port} denied by security groups: {why}",
+                cfg.vip, i.port
+            ),
+        }
+        Ok(())
+    }
+
+    /// A UD id's accept: the SIDR REP telling the querying side this
+    /// app's QP and the port space's Q_Key. The QP needs no step here (the
+    /// app moved it to RTS itself, as rdma_create_qp does for UD).
+    fn accept_ud(&self, st: &mut State, session: u64, c: &proto::CmConnectReq) -> CmResult<()> {
+        let i = Self::own(st, session, c.id)?;
+        if i.phase != Phase::ReqReceived {
+            return fail(libc::EINVAL, "accept without a connect request");
+        }
+        if c.param.qp_num == 0 {
+            return fail(libc::EINVAL, "accept without a QP number");
+        }
+        if c.param.private_data.len() > proto::CM_SIDR_REP_PRIVATE_DATA {
+            return fail(libc::EINVAL, "more than 136 bytes of private data");
+        }
+        let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+        i.local.qpn = c.param.qp_num;
+        i.phase = Phase::Established;
+        info!(
+            qpn = c.param.qp_num,
+            "CM UD query answered: {}:{} <- {}:{}",
+            i.src_ip,
+            i.port,
+            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+            i.dst.map_or(0, |d| d.1)
+        );
+        self.send(
+            p.host,
+            PeerMsg::SidrRep {
+                to_id: p.id,
+                status: 0,
+                qpn: c.param.qp_num,
+                qkey: proto::CM_UDP_QKEY,
+                private_data: c.param.private_data.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    fn sidr_rep(to_id: u32, status: u32, private_data: Vec<u8>) -> PeerMsg {
+        PeerMsg::SidrRep {
+            to_id,
+            status,
+            qpn: 0,
+            qkey: 0,
+            private_data,
+        }
+    }
+
+    /// This endpoint's virtual GID index and its vNIC's MTU.
+    fn vnic_route(i: &Id) -> CmResult<(u8, u32)> {
+        // The kept view, not a fresh netlink dump: that cost milliseconds
+        // on every connection.
+        let (vgids, mtu) =
+            i.ep.with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
+                .map_err(|e| (libc::EIO, format!("cannot read the vNIC: {e}")))?;
+        let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
+        let sgid = vgids
+            .iter()
+            .find(|g| g.gid == own)
+            .ok_or((libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
+        Ok((sgid.index as u8, mtu))
+    }
+
+    /// The virtual address vector from this endpoint to vIP `dst`.
+    fn virtual_ah(shared: &dyn CmHost, sgid_index: u8, dst: Ipv4Addr) -> proto::AhAttr {
+        proto::AhAttr {
+            dgid: vbond::ipv4_mapped_gid(dst),
+            sgid_index,
+            hop_limit: 64,
+            is_global: 1,
+            port_num: shared.host().port,
+            ..Default::default()
+        }
+    }
+
+    /// A UD id's QP attributes, as librdmacm's ucma_init_ud_qp uses them:
+    /// INIT with the port space's Q_Key, then RTR, then RTS at PSN 0.
+    fn ud_qp_attr(shared: &dyn CmHost, state: u32) -> CmResult<proto::CmQpAttr> {
+        let mut a = proto::QpAttr {
+            qp_state: state as u8,
+            ..Default::default()
+        };
+        let attr_mask = match state {
+            1 => {
+                a.port_num = shared.host().port;
+                a.qkey = proto::CM_UDP_QKEY;
+                IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY
+            }
+            2 => IBV_QP_STATE,
+            3 => IBV_QP_STATE | IBV_QP_SQ_PSN,
+            _ => return fail(libc::EINVAL, format!("QP state {state}")),
+        };
+        Ok(proto::CmQpAttr { attr_mask, attr: a })
+    }
+
     /// What librdmacm gets from the kernel's INIT_QP_ATTR, in virtual
     /// terms: libmasq passes it to MODIFY_QP, which translates and admits.
     fn qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> CmResult<proto::CmQpAttr> {
+        if i.udp {
+            return Self::ud_qp_attr(shared, state);
+        }
         let mut a = proto::QpAttr {
             qp_state: state as u8,
             ..Default::default()
@@ -1245,16 +1466,7 @@ impl Cm {
                     return fail(libc::EINVAL, "RTR attributes before the peer is known");
                 }
                 let (dst, _) = i.dst.ok_or((libc::EINVAL, "no destination".to_string()))?;
-                // The kept view, not a fresh netlink dump: that cost
-                // milliseconds on every connection.
-                let (vgids, mtu) =
-                    i.ep.with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
-                        .map_err(|e| (libc::EIO, format!("cannot read the vNIC: {e}")))?;
-                let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
-                let sgid = vgids
-                    .iter()
-                    .find(|g| g.gid == own)
-                    .ok_or((libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
+                let (sgid_index, mtu) = Self::vnic_route(i)?;
                 mask = IBV_QP_STATE
                     | IBV_QP_AV
                     | IBV_QP_PATH_MTU
@@ -1274,14 +1486,7 @@ impl Cm {
                     } else {
                         0
                     };
-                a.ah_attr = proto::AhAttr {
-                    dgid: vbond::ipv4_mapped_gid(dst),
-                    sgid_index: sgid.index as u8,
-                    hop_limit: 64,
-                    is_global: 1,
-                    port_num: shared.host().port,
-                    ..Default::default()
-                };
+                a.ah_attr = Self::virtual_ah(shared, sgid_index, dst);
             }
             3 => {
                 if !matches!(
@@ -1428,6 +1633,31 @@ impl Cm {
                 };
                 Self::emit(st, to_id, proto::CM_EVENT_REJECTED, reason, param);
             }
+            PeerMsg::SidrReq {
+                from_id,
+                vni,
+                src,
+                src_port,
+                dst,
+                dst_port,
+                private_data,
+            } => self.on_sidr_req(
+                shared,
+                st,
+                from,
+                from_id,
+                vni,
+                (src, src_port),
+                (dst, dst_port),
+                private_data,
+            ),
+            PeerMsg::SidrRep {
+                to_id,
+                status,
+                qpn,
+                qkey,
+                private_data,
+            } => Self::on_sidr_rep(shared, st, from, to_id, status, qpn, qkey, private_data),
             // Taken above, without the CM's lock.
             PeerMsg::UdQp { .. } => {}
             PeerMsg::Rtu { to_id, from_id } => {
@@ -1527,23 +1757,13 @@ impl Cm {
         dst: (Ipv4Addr, u16),
         params: Params,
     ) {
-        // The sending host must be where the VPC map puts the source.
-        let src_host = shared.registry().vpc().lookup(vni, src.0).map(|p| p.host);
-        match src_host {
-            Some(host) if host == from => {}
-            _ => {
-                warn!(%from, vni, src = %src.0, "CM request from a host that does not hold its source; dropped");
-                return;
-            }
-        }
-        let Some(ep) = shared.registry().local_at(vni, dst.0) else {
-            warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
-            return;
-        };
         if params.private_data.len() > proto::CM_REQ_PRIVATE_DATA || params.qpn == 0 {
             warn!(%from, "malformed CM request; dropped");
             return;
         }
+        let Some(ep) = Self::admit_request(shared, from, vni, src, dst) else {
+            return;
+        };
         // A repeated REQ for a connection already under way changes nothing.
         if st.ids.values().any(|i| {
             i.peer
@@ -1554,20 +1774,7 @@ impl Cm {
         }) {
             return;
         }
-        if let Err(why) = shared.admission().decide(&ep.cfg.tenant, vni, dst.0, src.0) {
-            warn!(
-                "CM connect {}:{} -> {}:{} denied by security groups: {why}",
-                src.0, src.1, dst.0, dst.1
-            );
-            return;
-        }
-        self.reap_holder(shared, st, &ep.cfg.name, dst.1);
-        let listener = st
-            .ports
-            .get(&(ep.cfg.name.clone(), dst.1))
-            .copied()
-            .filter(|l| st.ids.get(l).is_some_and(|i| i.phase == Phase::Listening));
-        let Some(listener) = listener else {
+        let Some(listener) = self.listener(shared, st, &ep.cfg.name, false, dst.1) else {
             debug!(port = dst.1, "CM request for a port nobody listens on");
             self.send(
                 from,
@@ -1605,6 +1812,174 @@ impl Cm {
             let param = i.remote.to_event();
             Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
         }
+    }
+
+    /// The local endpoint a request from host `from` (REQ or SIDR REQ) is
+    /// for, if the VPC map puts its source on that host and the security
+    /// groups admit it; None (logged) drops the request: a denied one
+    /// looks as a firewall makes it look.
+    fn admit_request(
+        shared: &dyn CmHost,
+        from: Ipv4Addr,
+        vni: u32,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+    ) -> Option<Arc<Endpoint>> {
+        let src_host = shared.registry().vpc().lookup(vni, src.0).map(|p| p.host);
+        if src_host != Some(from) {
+            warn!(%from, vni, src = %src.0, "CM request from a host that does not hold its source; dropped");
+            return None;
+        }
+        let Some(ep) = shared.registry().local_at(vni, dst.0) else {
+            warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
+            return None;
+        };
+        if let Err(why) = shared.admission().decide(&ep.cfg.tenant, vni, dst.0, src.0) {
+            warn!(
+                "CM connect {}:{} -> {}:{} denied by security groups: {why}",
+                src.0, src.1, dst.0, dst.1
+            );
+            return None;
+        }
+        Some(ep)
+    }
+
+    /// The id listening on `port` of endpoint `ep` in one port space,
+    /// after closing a holder whose app has exited.
+    fn listener(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        ep: &str,
+        udp: bool,
+        port: u16,
+    ) -> Option<u32> {
+        self.reap_holder(shared, st, ep, udp, port);
+        st.ports
+            .get(&(ep.to_string(), udp, port))
+            .copied()
+            .filter(|l| st.ids.get(l).is_some_and(|i| i.phase == Phase::Listening))
+    }
+
+    /// A SIDR REQ: a new UD id on the listener's channel gets
+    /// CONNECT_REQUEST; nobody listening answers CM_SIDR_UNSUPPORTED.
+    #[allow(clippy::too_many_arguments)]
+    fn on_sidr_req(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        from: Ipv4Addr,
+        from_id: u32,
+        vni: u32,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        private_data: Vec<u8>,
+    ) {
+        let Some(ep) = Self::admit_request(shared, from, vni, src, dst) else {
+            return;
+        };
+        let sender = Some(PeerRef {
+            host: from,
+            id: from_id,
+        });
+        if st.ids.values().any(|i| i.peer == sender) {
+            return; // a repeated request
+        }
+        let Some(listener) = self.listener(shared, st, &ep.cfg.name, true, dst.1) else {
+            debug!(port = dst.1, "CM UD query for a port nobody listens on");
+            self.send(
+                from,
+                Self::sidr_rep(from_id, proto::CM_SIDR_UNSUPPORTED, Vec::new()),
+            );
+            return;
+        };
+        let Some((session, channel)) = st.ids.get(&listener).map(|l| (l.session, l.channel)) else {
+            return;
+        };
+        let id = self.new_id(st, session, channel, ep.clone());
+        if let Some(i) = st.ids.get_mut(&id) {
+            i.udp = true;
+            i.src_ip = ep.cfg.vip;
+            i.port = dst.1;
+            i.dst = Some(src);
+            i.phase = Phase::ReqReceived;
+            i.listen_id = listener;
+            i.peer = sender;
+            i.peer_host = from;
+            i.remote.private_data = private_data.clone();
+            info!("CM UD query {}:{} -> {}:{}", src.0, src.1, dst.0, dst.1);
+        }
+        let param = proto::CmConnParam {
+            private_data,
+            ..Default::default()
+        };
+        Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
+    }
+
+    /// A SIDR REP for a UD id that is waiting for one: ESTABLISHED with
+    /// the peer's QP, Q_Key and virtual address vector (in the event's
+    /// rtr_attr), or UNREACHABLE with the SIDR status. A late one is
+    /// dropped: SIDR leaves no state on the answering side to clean up.
+    #[allow(clippy::too_many_arguments)]
+    fn on_sidr_rep(
+        shared: &dyn CmHost,
+        st: &mut State,
+        from: Ipv4Addr,
+        to_id: u32,
+        status: u32,
+        qpn: u32,
+        qkey: u32,
+        private_data: Vec<u8>,
+    ) {
+        let Some(i) = st.ids.get_mut(&to_id) else {
+            return;
+        };
+        if !(i.udp && i.phase == Phase::Connecting && i.peer_host == from) {
+            return;
+        }
+        i.deadline = None;
+        let mut param = proto::CmConnParam {
+            private_data,
+            ..Default::default()
+        };
+        let route = Self::vnic_route(i);
+        let (dst, _) = i.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
+        let (sgid_index, _) = match (status, route) {
+            (0, Ok(r)) => r,
+            (0, Err((errno, why))) => {
+                warn!(id = to_id, "CM UD answer unusable: {why}");
+                i.phase = Phase::Closed;
+                Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, -errno, param);
+                return;
+            }
+            _ => {
+                i.phase = Phase::Closed;
+                debug!(id = to_id, status, "CM UD query refused");
+                Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, status as i32, param);
+                return;
+            }
+        };
+        i.phase = Phase::Established;
+        i.remote.qpn = qpn;
+        param.qp_num = qpn;
+        let peer = proto::CmQpAttr {
+            attr_mask: IBV_QP_AV | IBV_QP_QKEY | IBV_QP_DEST_QPN,
+            attr: proto::QpAttr {
+                qkey,
+                dest_qp_num: qpn,
+                ah_attr: Self::virtual_ah(shared, sgid_index, dst),
+                ..Default::default()
+            },
+        };
+        info!(id = to_id, qpn, "CM UD query answered by {dst}");
+        Self::emit_attrs(
+            st,
+            to_id,
+            proto::CM_EVENT_ESTABLISHED,
+            0,
+            param,
+            [Default::default(), peer, Default::default()],
+        );
     }
 
     /// Time out what waited too long; called a few times a second.

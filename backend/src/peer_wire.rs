@@ -1,5 +1,5 @@
 //! The CM exchange on the wire: `cm::PeerMsg` to and from masq-proto's
-//! peer messages (`PeerReq` .. `PeerUdQp`, defined in its `spec.rs`), and
+//! peer messages (`PeerReq` .. `PeerSidrRep`, defined in its `spec.rs`), and
 //! their framing on the TCP stream between masqds, where each message's
 //! header gives its length.
 //!
@@ -136,6 +136,34 @@ fn to_wire(msg: &PeerMsg) -> PeerBody {
             from_id: *from_id,
             from_qpn: *from_qpn,
         }),
+        PeerMsg::SidrReq {
+            from_id,
+            vni,
+            src,
+            src_port,
+            dst,
+            dst_port,
+            private_data,
+        } => PeerBody::SidrReq(proto::PeerSidrReq {
+            from_id: *from_id,
+            vni: *vni,
+            src: addr(*src, *src_port),
+            dst: addr(*dst, *dst_port),
+            private_data: private_data.clone(),
+        }),
+        PeerMsg::SidrRep {
+            to_id,
+            status,
+            qpn,
+            qkey,
+            private_data,
+        } => PeerBody::SidrRep(proto::PeerSidrRep {
+            to_id: *to_id,
+            status: *status,
+            qp_num: *qpn,
+            qkey: *qkey,
+            private_data: private_data.clone(),
+        }),
         PeerMsg::UdQp { vni, vip, qpn, up } => PeerBody::UdQp(proto::PeerUdQp {
             vni: *vni,
             vip: vip.octets(),
@@ -176,6 +204,22 @@ fn from_wire(body: PeerBody) -> PeerMsg {
             to_id: r.to_id,
             from_id: r.from_id,
             from_qpn: r.from_qpn,
+        },
+        PeerBody::SidrReq(r) => PeerMsg::SidrReq {
+            from_id: r.from_id,
+            vni: r.vni,
+            src: Ipv4Addr::from(r.src.addr),
+            src_port: r.src.port,
+            dst: Ipv4Addr::from(r.dst.addr),
+            dst_port: r.dst.port,
+            private_data: r.private_data,
+        },
+        PeerBody::SidrRep(r) => PeerMsg::SidrRep {
+            to_id: r.to_id,
+            status: r.status,
+            qpn: r.qp_num,
+            qkey: r.qkey,
+            private_data: r.private_data,
         },
         PeerBody::UdQp(u) => PeerMsg::UdQp {
             vni: u.vni,
@@ -318,6 +362,29 @@ mod tests {
                 qpn: 0x22,
                 up: false,
             },
+            PeerMsg::SidrReq {
+                from_id: 9,
+                vni: 200,
+                src: Ipv4Addr::new(10, 0, 0, 5),
+                src_port: 40002,
+                dst: Ipv4Addr::new(10, 0, 0, 6),
+                dst_port: 7174,
+                private_data: vec![7; proto::CM_SIDR_REQ_PRIVATE_DATA],
+            },
+            PeerMsg::SidrRep {
+                to_id: 9,
+                status: 0,
+                qpn: 0x33,
+                qkey: proto::CM_UDP_QKEY,
+                private_data: vec![8; proto::CM_SIDR_REP_PRIVATE_DATA],
+            },
+            PeerMsg::SidrRep {
+                to_id: 9,
+                status: proto::CM_SIDR_UNSUPPORTED,
+                qpn: 0,
+                qkey: 0,
+                private_data: Vec::new(),
+            },
         ]
     }
 
@@ -372,6 +439,20 @@ mod tests {
                 vip: Ipv4Addr::LOCALHOST,
                 qpn: 1,
                 up: true,
+            },
+            PeerMsg::SidrRep {
+                to_id: 1,
+                status: 3,
+                qpn: 1,
+                qkey: 0,
+                private_data: Vec::new(),
+            },
+            PeerMsg::SidrRep {
+                to_id: 1,
+                status: 0,
+                qpn: 1,
+                qkey: 0,
+                private_data: vec![0; proto::CM_SIDR_REP_PRIVATE_DATA + 1],
             },
         ];
         for m in bad {

@@ -66,8 +66,14 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
  * destination in the kernel is not the one claimed.
  */
 #define MASQ_RESYNC_RESET 2
-/* RDMA CM: the one port space masq serves (RDMA_PS_TCP, RC QPs). */
+/*
+ * RDMA CM port spaces masq serves: RDMA_PS_TCP (RC QPs) and
+ * RDMA_PS_UDP (UD QPs; the IB CM's SIDR exchange).
+ */
 #define MASQ_CM_PS_TCP 262
+#define MASQ_CM_PS_UDP 273
+/* The Q_Key of every RDMA_PS_UDP id (the kernel's RDMA_UDP_QKEY). */
+#define MASQ_CM_UDP_QKEY 0x1234567
 /*
  * Private data a CM message can carry (the IB CM limits once the
  * RDMA CM header is taken out): REQ, REJ, and REP/the cap.
@@ -75,6 +81,15 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_CM_REQ_PRIVATE_DATA 56
 #define MASQ_CM_REJ_PRIVATE_DATA 148
 #define MASQ_CM_MAX_PRIVATE_DATA 196
+/* The same for a UD id's SIDR REQ and REP. */
+#define MASQ_CM_SIDR_REQ_PRIVATE_DATA 180
+#define MASQ_CM_SIDR_REP_PRIVATE_DATA 136
+/*
+ * SIDR REP statuses, the UNREACHABLE event's status on a UD id: no
+ * listener on the port, and a reject by the peer app.
+ */
+#define MASQ_CM_SIDR_UNSUPPORTED 1
+#define MASQ_CM_SIDR_REJECT 2
 /* enum rdma_cm_event_type, as librdmacm numbers it. */
 #define MASQ_CM_EVENT_ADDR_RESOLVED 0
 #define MASQ_CM_EVENT_ADDR_ERROR 1
@@ -623,7 +638,7 @@ static inline int masq_cm_channel_validate(const struct masq_cm_channel *s)
 
 struct masq_cm_create_id_req {
 	uint32_t channel;
-	uint32_t port_space; /* enum rdma_port_space; only RDMA_PS_TCP */
+	uint32_t port_space; /* enum rdma_port_space: RDMA_PS_TCP or RDMA_PS_UDP */
 };
 _Static_assert(sizeof(struct masq_cm_create_id_req) == 8, "masq_cm_create_id_req: size");
 _Static_assert(offsetof(struct masq_cm_create_id_req, channel) == 0, "masq_cm_create_id_req.channel: offset");
@@ -632,7 +647,7 @@ _Static_assert(offsetof(struct masq_cm_create_id_req, port_space) == 4, "masq_cm
 /* 0 if every field is within its allowed values, else -EINVAL. */
 static inline int masq_cm_create_id_req_validate(const struct masq_cm_create_id_req *s)
 {
-	if (!(s->port_space == 0x0106))
+	if (!(s->port_space == 0x0106 || s->port_space == 0x0111))
 		return -EINVAL;
 	return 0;
 }
@@ -905,7 +920,7 @@ struct masq_cm_event {
 	int32_t status; /* 0, a negative errno, or for REJECTED the IB CM reject reason */
 	struct masq_cm_addrs addrs; /* The id's addresses once the event is applied. */
 	struct masq_cm_conn_param param; /* CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED: the peer's parameters and private data. */
-	struct masq_cm_qp_attr init_attr; /* What CM_INIT_QP_ATTR would answer for INIT, RTR and RTS once this event is applied, where the event makes it known (attr_mask 0 otherwise): ROUTE_RESOLVED carries INIT's, CONNECT_REQUEST and CONNECT_RESPONSE all three. The frontend's rdma_init_qp_attr answers from them without a round trip. */
+	struct masq_cm_qp_attr init_attr; /* What CM_INIT_QP_ATTR would answer for INIT, RTR and RTS once this event is applied, where the event makes it known (attr_mask 0 otherwise): ROUTE_RESOLVED carries INIT's, CONNECT_REQUEST and CONNECT_RESPONSE all three. The frontend's rdma_init_qp_attr answers from them without a round trip. On a UD id's ESTABLISHED, rtr_attr instead names the peer as rdma_ud_param does: ah_attr (virtual), qkey and dest_qp_num (mask IBV_QP_AV | IBV_QP_QKEY | IBV_QP_DEST_QPN). */
 	struct masq_cm_qp_attr rtr_attr;
 	struct masq_cm_qp_attr rts_attr;
 };
@@ -1126,7 +1141,7 @@ static inline int masq_cm_establish_qp_req_validate(const struct masq_cm_establi
 struct masq_cm_restore_id_req {
 	uint32_t id;
 	uint32_t channel;
-	uint32_t port_space; /* enum rdma_port_space; only RDMA_PS_TCP */
+	uint32_t port_space; /* enum rdma_port_space: RDMA_PS_TCP or RDMA_PS_UDP */
 	uint32_t state; /* CM_RESTORE_* */
 	uint32_t active; /* CONNECTED, PENDING: 1 if this side called rdma_connect, 0 if it answers a connection request */
 	uint32_t backlog; /* LISTENING: rdma_listen's backlog */
@@ -1148,7 +1163,7 @@ _Static_assert(offsetof(struct masq_cm_restore_id_req, addrs) == 32, "masq_cm_re
 /* 0 if every field is within its allowed values, else -EINVAL. */
 static inline int masq_cm_restore_id_req_validate(const struct masq_cm_restore_id_req *s)
 {
-	if (!(s->port_space == 0x0106))
+	if (!(s->port_space == 0x0106 || s->port_space == 0x0111))
 		return -EINVAL;
 	if (!((s->state >= 1 && s->state <= 4)))
 		return -EINVAL;

@@ -12,8 +12,10 @@
  *
  * QP transitions go through ibv_modify_qp, i.e. libmasq's own: RTR (and any
  * change with an address) to masqd, the others on the app's fd, posted.
- * Only IPv4 and RDMA_PS_TCP (RC) are served; multicast, SRQs and ECE
- * answer ENOSYS, so the stock librdmacm never sees a libmasq id.
+ * Only IPv4, RDMA_PS_TCP (RC) and RDMA_PS_UDP (UD: one SIDR exchange that
+ * tells the active side the listener's QP) are served; other port spaces,
+ * multicast, SRQs and ECE answer ENOSYS, so the stock librdmacm never sees
+ * a libmasq id.
  *
  * libibverbs is not linked: the verbs this file needs and libmasq does not
  * define are looked up at run time, like libmasq.c does.
@@ -46,6 +48,8 @@
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 _Static_assert(MASQ_CM_PS_TCP == RDMA_PS_TCP, "port space");
+_Static_assert(MASQ_CM_PS_UDP == RDMA_PS_UDP, "port space");
+_Static_assert(MASQ_CM_UDP_QKEY == RDMA_UDP_QKEY, "UD Q_Key");
 _Static_assert(MASQ_CM_EVENT_TIMEWAIT_EXIT == RDMA_CM_EVENT_TIMEWAIT_EXIT, "event numbers");
 _Static_assert(MASQ_CM_EVENT_DISCONNECTED == RDMA_CM_EVENT_DISCONNECTED, "event numbers");
 
@@ -478,6 +482,12 @@ static struct cm_id *cm_of(struct rdma_cm_id *id)
 	return container_of(id, struct cm_id, id);
 }
 
+/* An RDMA_PS_UDP id: its "connection" is one SIDR exchange. */
+static int is_ud(const struct cm_id *c)
+{
+	return c->id.ps == RDMA_PS_UDP;
+}
+
 static void set_restore(struct cm_id *c, uint32_t state)
 {
 	pthread_mutex_lock(&ids_lock);
@@ -618,7 +628,7 @@ static int snapshot(struct channel_snap **chans, size_t *nch, struct id_snap **s
 		(*snaps)[n].handle = c->handle;
 		r->id = c->handle;
 		r->channel = channel_handle(c->id.channel);
-		r->port_space = MASQ_CM_PS_TCP;
+		r->port_space = is_ud(c) ? MASQ_CM_PS_UDP : MASQ_CM_PS_TCP;
 		r->state = c->restore ? c->restore : MASQ_CM_RESTORE_BOUND;
 		if (r->state == MASQ_CM_RESTORE_CONNECTED && !c->id.qp)
 			r->state = MASQ_CM_RESTORE_BOUND; /* its QP is gone */
@@ -628,6 +638,9 @@ static int snapshot(struct channel_snap **chans, size_t *nch, struct id_snap **s
 		r->remote_qpn = c->remote_qpn & 0xffffff;
 		if (c->restore)
 			masq_cm_addr_to_wire(&r->addrs.src, &c->id.route.addr.src_sin);
+		/* An answered UD request holds nothing: its port is its listener's. */
+		if (is_ud(c) && !c->active && r->state == MASQ_CM_RESTORE_BOUND)
+			r->addrs.src.port = 0;
 		if (r->state == MASQ_CM_RESTORE_CONNECTED)
 			masq_cm_addr_to_wire(&r->addrs.dst, &c->id.route.addr.dst_sin);
 	}
@@ -848,10 +861,9 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
 int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
 		   enum rdma_port_space ps)
 {
-	enum ibv_qp_type qp_type =
-		(ps == RDMA_PS_IPOIB || ps == RDMA_PS_UDP) ? IBV_QPT_UD : IBV_QPT_RC;
-
-	return create_id(channel, id, context, ps, qp_type);
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP)
+		return fail(ENOSYS); /* RDMA_PS_IPOIB and RDMA_PS_IB: IB fabrics only */
+	return create_id(channel, id, context, ps, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
 }
 
 int rdma_ack_cm_event(struct rdma_cm_event *event)
@@ -1101,6 +1113,30 @@ static void copy_conn_param(struct cm_event *e, const struct masq_cm_conn_param 
 	d->qp_num = p->qp_num;
 }
 
+/* A UD id's event as librdmacm's ucma_copy_ud_event gives it: the peer's
+ * private data and, on ESTABLISHED, its QP, Q_Key and address vector
+ * (virtual), which masqd carries in the event's rtr_attr. */
+static void copy_ud_param(struct cm_event *e, const struct masq_cm_event *n)
+{
+	struct rdma_ud_param *d = &e->ev.param.ud;
+	const struct masq_cm_qp_attr *peer = &n->rtr_attr;
+	uint32_t len = n->param.private_data_len; /* validated */
+
+	memset(d, 0, sizeof(*d));
+	if (len) {
+		memcpy(e->private_data, n->param.private_data, len);
+		d->private_data = e->private_data;
+		d->private_data_len = (uint8_t)len;
+	}
+	if (n->event != RDMA_CM_EVENT_ESTABLISHED)
+		return;
+	d->qp_num = n->param.qp_num;
+	if (peer->attr_mask & IBV_QP_QKEY)
+		d->qkey = peer->attr.qkey;
+	if (peer->attr_mask & IBV_QP_AV)
+		masq_ah_attr_from_wire(&d->ah_attr, &peer->attr.ah_attr);
+}
+
 /*
  * CM_ACCEPT_QP (accept: the parameters) or CM_ESTABLISH_QP on the verbs
  * session of the id's QP: masqd moves the QP to RTR and RTS with the id's
@@ -1217,7 +1253,10 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		keep_qp_attrs(c, n);
 		e->ev.id = &c->id;
 		e->ev.listen_id = &owner->id;
-		copy_conn_param(e, &n->param);
+		if (is_ud(c))
+			copy_ud_param(e, n);
+		else
+			copy_conn_param(e, &n->param);
 		return 1;
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		set_route_addrs(c, &n->addrs);
@@ -1264,13 +1303,18 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		(void)qp_to_error(&c->id);
 		return 1;
 	default:
-		if (n->event == RDMA_CM_EVENT_ESTABLISHED)
+		/* A UD id keeps no connection to restore: bound, holding its port. */
+		if (n->event == RDMA_CM_EVENT_ESTABLISHED && !is_ud(c))
 			set_restore(c, MASQ_CM_RESTORE_CONNECTED); /* the passive side's */
-		else if (n->event == RDMA_CM_EVENT_CONNECT_ERROR ||
+		else if (n->event == RDMA_CM_EVENT_ESTABLISHED ||
+			 n->event == RDMA_CM_EVENT_CONNECT_ERROR ||
 			 n->event == RDMA_CM_EVENT_UNREACHABLE)
 			set_restore(c, MASQ_CM_RESTORE_BOUND);
 		set_route_addrs(c, &n->addrs);
-		copy_conn_param(e, &n->param);
+		if (is_ud(c))
+			copy_ud_param(e, n);
+		else
+			copy_conn_param(e, &n->param);
 		return 1;
 	}
 drop:
@@ -1502,6 +1546,54 @@ static int conn_param_to_wire(struct masq_cm_conn_param *w, struct rdma_cm_id *i
 	return 0;
 }
 
+/* A UD id's connect: masqd asks the listener for its QP (SIDR); the
+ * answer comes as ESTABLISHED or UNREACHABLE. No QP is needed for it. */
+static int connect_ud(struct cm_id *c, const struct rdma_conn_param *conn_param)
+{
+	struct masq_msg_cm_connect_req req;
+	struct masq_msg_cm_connect_reply rep;
+	int err;
+
+	masq_msg_cm_connect_req_init(&req);
+	req.body.id = c->handle;
+	if (conn_param_to_wire(&req.body.param, &c->id, conn_param, 0, 0,
+			       MASQ_CM_SIDR_REQ_PRIVATE_DATA))
+		return -1;
+	err = CM_CALL(cm_connect, req, rep, NULL);
+	if (err)
+		return fail(-err);
+	pthread_mutex_lock(&ids_lock);
+	c->restore = MASQ_CM_RESTORE_PENDING;
+	c->active = 1;
+	pthread_mutex_unlock(&ids_lock);
+	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+/* A UD id's accept (librdmacm's rdma_accept for UD): the SIDR answer with
+ * the QP; the app's rdma_create_qp already took it to RTS. Nothing more
+ * comes for the id. */
+static int accept_ud(struct cm_id *c, const struct rdma_conn_param *conn_param)
+{
+	struct masq_msg_cm_accept_req req;
+	struct masq_msg_cm_accept_reply rep;
+	int err;
+
+	masq_msg_cm_accept_req_init(&req);
+	req.body.id = c->handle;
+	if (conn_param_to_wire(&req.body.param, &c->id, conn_param, 0, 0,
+			       MASQ_CM_SIDR_REP_PRIVATE_DATA))
+		return -1;
+	err = CM_CALL(cm_accept, req, rep, NULL);
+	if (err)
+		return fail(-err);
+	set_restore(c, MASQ_CM_RESTORE_BOUND);
+	if (c->sync && c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	return 0;
+}
+
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
 	struct masq_msg_cm_connect_req req;
@@ -1510,9 +1602,13 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	struct cm_id *c;
 	int err;
 
-	if (!id || (!id->qp && !conn_param))
+	if (!id)
 		return fail(EINVAL);
 	c = cm_of(id);
+	if (is_ud(c))
+		return connect_ud(c, conn_param);
+	if (!id->qp && !conn_param)
+		return fail(EINVAL);
 	device_limits(&max_rd, &max_init);
 	resp_res = max_rd;
 	init_depth = max_init;
@@ -1563,9 +1659,13 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	struct cm_id *c;
 	int err;
 
-	if (!id || (!id->qp && !conn_param))
+	if (!id)
 		return fail(EINVAL);
 	c = cm_of(id);
+	if (is_ud(c))
+		return accept_ud(c, conn_param);
+	if (!id->qp && !conn_param)
+		return fail(EINVAL);
 	device_limits(&max_rd, &max_init);
 	/* The request's depths, within the device's, unless the app chose. */
 	if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH)
@@ -1703,6 +1803,23 @@ static int create_cq(struct rdma_cm_id *id, uint32_t size, struct ibv_cq **cq,
 	return *cq ? 0 : -1;
 }
 
+/* A UD id's QP goes on from INIT to RTS at once, as librdmacm's
+ * ucma_init_ud_qp takes it: it needs no peer. 0 or an errno. */
+static int ud_qp_ready(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr;
+	int err;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_RTR;
+	err = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+	if (err)
+		return err;
+	attr.qp_state = IBV_QPS_RTS;
+	attr.sq_psn = 0;
+	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
 int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
 	struct ibv_qp_attr qp_attr;
@@ -1745,6 +1862,8 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 	if (rdma_init_qp_attr(id, &qp_attr, &mask))
 		goto err_qp;
 	err = ibv_modify_qp(qp, &qp_attr, mask);
+	if (!err && is_ud(cm_of(id)))
+		err = ud_qp_ready(qp);
 	if (err) {
 		errno = err;
 		goto err_qp;
@@ -1895,8 +2014,10 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 		return fail(ENOMEM);
 	rai->ai_flags = hints->ai_flags & RAI_PASSIVE;
 	rai->ai_family = AF_INET;
-	rai->ai_qp_type = hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
 	rai->ai_port_space = hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+	rai->ai_qp_type = hints->ai_qp_type	       ? hints->ai_qp_type
+			  : rai->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD
+							       : IBV_QPT_RC;
 
 	if (node || service) {
 		memset(&ai_hints, 0, sizeof(ai_hints));

@@ -40,6 +40,7 @@ static void run(const char *name, void (*fn)(void))
 static struct {
 	int chan_fd[MAX_CHANNELS + 1]; /* masqd's end of each channel socket */
 	uint32_t id_chan[MAX_IDS];     /* id -> its channel */
+	int id_ud[MAX_IDS];	       /* id -> RDMA_PS_UDP */
 	uint32_t next_id;
 	struct masq_cm_addrs addrs[MAX_IDS];
 	int ops[64];		       /* requests seen, by opcode */
@@ -124,6 +125,33 @@ static void push(uint32_t id, uint32_t listen_id, uint32_t event, int32_t status
 		m.body.rts_attr.attr.sq_psn = 0x9abc;
 	}
 	(void)!send(fd, &m, sizeof(m), MSG_NOSIGNAL);
+}
+
+/* As masqd answers a UD id's connect: the listener's QP 0x33, the UDP
+ * port space's Q_Key and the virtual address vector, in rtr_attr. */
+static void push_ud_answer(uint32_t id)
+{
+	struct masq_msg_cm_event_notice m;
+	struct masq_qp_attr *a = &m.body.rtr_attr.attr;
+
+	masq_msg_cm_event_notice_init(&m);
+	m.body.id = id;
+	m.body.event = RDMA_CM_EVENT_ESTABLISHED;
+	m.body.addrs = srv.addrs[id];
+	m.body.param.qp_num = 0x33;
+	m.body.param.private_data_len = 3;
+	memcpy(m.body.param.private_data, "ud!", 3);
+	m.body.rtr_attr.attr_mask = IBV_QP_AV | IBV_QP_QKEY | IBV_QP_DEST_QPN;
+	a->qkey = MASQ_CM_UDP_QKEY;
+	a->dest_qp_num = 0x33;
+	a->ah_attr.dgid[10] = a->ah_attr.dgid[11] = 0xff;
+	a->ah_attr.dgid[12] = 10;
+	a->ah_attr.dgid[15] = 6;
+	a->ah_attr.sgid_index = 1;
+	a->ah_attr.hop_limit = 64;
+	a->ah_attr.is_global = 1;
+	a->ah_attr.port_num = 1;
+	(void)!send(srv.chan_fd[srv.id_chan[id]], &m, sizeof(m), MSG_NOSIGNAL);
 }
 
 static struct masq_cm_conn_param conn_param(uint32_t qpn, const char *pdata)
@@ -224,6 +252,7 @@ static void serve(int c, const uint8_t *buf, size_t n)
 		}
 		id = srv.next_id++;
 		srv.id_chan[id] = q.body.channel;
+		srv.id_ud[id] = q.body.port_space == MASQ_CM_PS_UDP;
 		memset(&srv.addrs[id], 0, sizeof(srv.addrs[id]));
 		REPLY(c, cm_create_id, h.request_id, (r_.body.id = id));
 		break;
@@ -261,6 +290,9 @@ static void serve(int c, const uint8_t *buf, size_t n)
 
 		reply_hdr(c, h.opcode, h.request_id, 0);
 		srv.id_chan[child] = srv.id_chan[id];
+		srv.id_ud[child] = srv.id_ud[id];
+		if (srv.id_ud[child])
+			p.qp_num = 0; /* a SIDR REQ names no QP */
 		srv.addrs[child].src = wire_addr(10, 0, 0, 6, 7174);
 		srv.addrs[child].dst = wire_addr(10, 0, 0, 5, 40001);
 		push(child, id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p);
@@ -271,13 +303,17 @@ static void serve(int c, const uint8_t *buf, size_t n)
 
 		srv.connect_param = BODY(struct masq_cm_connect_req).param;
 		reply_hdr(c, h.opcode, h.request_id, 0);
-		push(id, 0, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &p);
+		if (srv.id_ud[id])
+			push_ud_answer(id);
+		else
+			push(id, 0, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &p);
 		break;
 	}
 	case MASQ_OP_CM_ACCEPT:
 		srv.accept_param = BODY(struct masq_cm_connect_req).param;
 		reply_hdr(c, h.opcode, h.request_id, 0);
-		push(id, 0, RDMA_CM_EVENT_ESTABLISHED, 0, NULL);
+		if (!srv.id_ud[id]) /* a UD accept is the SIDR REP: nothing comes back */
+			push(id, 0, RDMA_CM_EVENT_ESTABLISHED, 0, NULL);
 		break;
 	case MASQ_OP_CM_REJECT:
 		srv.reject = BODY(struct masq_cm_reject_req);
@@ -405,7 +441,7 @@ static int is_sin(const struct sockaddr_in *s, uint8_t a, uint8_t b, uint8_t c, 
 static void test_active_side(void)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct rdma_cm_id *id = NULL, *udp = NULL;
+	struct rdma_cm_id *id = NULL, *ipoib = NULL;
 	struct sockaddr_in dst = sin4(10, 0, 0, 6, 7174);
 	struct rdma_conn_param param = { .private_data = "hi", .private_data_len = 2,
 					 .responder_resources = 1, .initiator_depth = 1,
@@ -419,10 +455,10 @@ static void test_active_side(void)
 		return;
 	CHECK(ch->fd >= 0);
 	CHECK_EQ(rdma_create_id(ch, &id, &ctx_tag, RDMA_PS_TCP), 0);
-	/* masqd's refusal, errno passed through. */
+	/* An IB-only port space: not served. */
 	errno = 0;
-	CHECK_EQ(rdma_create_id(ch, &udp, NULL, RDMA_PS_UDP), -1);
-	CHECK_EQ(errno, EINVAL);
+	CHECK_EQ(rdma_create_id(ch, &ipoib, NULL, RDMA_PS_IPOIB), -1);
+	CHECK_EQ(errno, ENOSYS);
 	if (!id)
 		return;
 	CHECK(id->channel == ch && id->context == &ctx_tag && id->ps == RDMA_PS_TCP);
@@ -618,6 +654,87 @@ static void test_sync_id(void)
 	CHECK_EQ(rdma_resolve_route(id, 2000), 0);
 	CHECK_EQ(id->route.num_paths, 1);
 	CHECK_EQ(rdma_destroy_id(id), 0); /* acks id->event, drops its channel */
+}
+
+/* RDMA_PS_UDP: the active side's connect needs no QP and ends in
+ * ESTABLISHED with the peer's QP, Q_Key and virtual address vector; the
+ * passive side's accept sends its QP and waits for nothing. */
+static void test_ud_ids(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL, *listen = NULL, *child;
+	struct sockaddr_in dst = sin4(10, 0, 0, 6, 7174), any = sin4(0, 0, 0, 0, 7174);
+	struct rdma_conn_param param = { 0 };
+	struct rdma_cm_event *ev = NULL;
+	char big[181] = { 0 };
+
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	CHECK_EQ(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP), 0);
+	if (!id)
+		return;
+	CHECK(id->ps == RDMA_PS_UDP && id->qp_type == IBV_QPT_UD);
+	CHECK_EQ(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000), 0);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	rdma_ack_cm_event(ev);
+	CHECK_EQ(rdma_resolve_route(id, 2000), 0);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	rdma_ack_cm_event(ev);
+
+	param.private_data = big;
+	param.private_data_len = sizeof(big); /* one more than a SIDR REQ carries */
+	errno = 0;
+	CHECK_EQ(rdma_connect(id, &param), -1);
+	CHECK_EQ(errno, EINVAL);
+	CHECK_EQ(rdma_connect(id, NULL), 0);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_ESTABLISHED);
+	CHECK_EQ(ev->status, 0);
+	CHECK_EQ(ev->param.ud.qp_num, 0x33);
+	CHECK_EQ(ev->param.ud.qkey, RDMA_UDP_QKEY);
+	CHECK_EQ(ev->param.ud.private_data_len, 3);
+	CHECK(ev->param.ud.private_data && memcmp(ev->param.ud.private_data, "ud!", 3) == 0);
+	CHECK_EQ(ev->param.ud.ah_attr.is_global, 1);
+	CHECK_EQ(ev->param.ud.ah_attr.grh.sgid_index, 1);
+	CHECK_EQ(ev->param.ud.ah_attr.grh.dgid.raw[11], 0xff);
+	CHECK_EQ(ev->param.ud.ah_attr.grh.dgid.raw[15], 6);
+	CHECK_EQ(ev->param.ud.ah_attr.port_num, 1);
+	rdma_ack_cm_event(ev);
+	CHECK_EQ(rdma_destroy_id(id), 0);
+
+	CHECK_EQ(rdma_create_id(ch, &listen, NULL, RDMA_PS_UDP), 0);
+	if (!listen)
+		return;
+	CHECK_EQ(rdma_bind_addr(listen, (struct sockaddr *)&any), 0);
+	CHECK_EQ(rdma_listen(listen, 1), 0);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	child = ev->id;
+	CHECK(child != listen && child->qp_type == IBV_QPT_UD);
+	CHECK_EQ(ev->param.ud.private_data_len, 4);
+	CHECK(ev->param.ud.private_data && memcmp(ev->param.ud.private_data, "ping", 4) == 0);
+	CHECK_EQ(ev->param.ud.qp_num, 0);
+	rdma_ack_cm_event(ev);
+	param.private_data = big;
+	param.private_data_len = 137; /* one more than a SIDR REP carries */
+	param.qp_num = 0x44;
+	errno = 0;
+	CHECK_EQ(rdma_accept(child, &param), -1);
+	CHECK_EQ(errno, EINVAL);
+	param.private_data_len = 0;
+	CHECK_EQ(rdma_accept(child, &param), 0);
+	pthread_mutex_lock(&srv_lock);
+	CHECK_EQ(srv.accept_param.qp_num, 0x44);
+	pthread_mutex_unlock(&srv_lock);
+	/* Nothing follows a UD accept. */
+	CHECK_EQ(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
+	errno = 0;
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), -1);
+	CHECK_EQ(errno, EAGAIN);
+	CHECK_EQ(rdma_destroy_id(child), 0);
+	CHECK_EQ(rdma_destroy_id(listen), 0);
+	rdma_destroy_event_channel(ch);
 }
 
 static void test_init_qp_attr(void)
@@ -941,6 +1058,7 @@ int main(void)
 	run("active_side", test_active_side);
 	run("passive_side", test_passive_side);
 	run("sync_id", test_sync_id);
+	run("ud_ids", test_ud_ids);
 	run("init_qp_attr", test_init_qp_attr);
 	run("get_request", test_get_request);
 	run("misc", test_misc);

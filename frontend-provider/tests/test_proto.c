@@ -822,7 +822,7 @@ static void test_cm_fields(void)
 
 	cm_create_id_req(&ci);
 	CHECK_EQ(masq_cm_create_id_req_validate(&ci.body), 0);
-	ci.body.port_space = 0x0111; /* RDMA_PS_UDP: not served */
+	ci.body.port_space = 0x0002; /* RDMA_PS_IPOIB: not served */
 	CHECK_EQ(masq_cm_create_id_req_validate(&ci.body), -EINVAL);
 	cm_init_qp_attr_req(&qa);
 	qa.body.qp_state = IBV_QPS_ERR;

@@ -1,7 +1,8 @@
-"""Stock librdmacm apps (rping, perftest -R, rdma_server/rdma_client)
-connect by virtual IP and port through masq's RDMA CM: listeners per
-endpoint, the CM exchange between the hosts' masqds, security groups at
-connect time, and RConntrack entries that know which side connected."""
+"""Stock librdmacm apps (rping, perftest -R, rdma_server/rdma_client,
+udaddy) connect by virtual IP and port through masq's RDMA CM: listeners
+per endpoint, the CM exchange between the hosts' masqds (REQ/REP/RTU, and
+SIDR for RDMA_PS_UDP), security groups at connect time, and RConntrack
+entries that know which side connected."""
 import json
 import os
 import time
@@ -40,22 +41,24 @@ def _fail_if_exited(procs):
             raise AssertionError(f"app exited ({rc}) too early:\n{out}\n{err}")
 
 
-def wait_cm_listening(tb, host, endpoint, port, procs=(), timeout=60):
-    """Block until endpoint has a CM listener on port (masqctl cm)."""
+def wait_cm_listening(tb, host, endpoint, port, procs=(), timeout=60, ps="tcp"):
+    """Block until endpoint has a CM listener on port (masqctl cm) in port
+    space ps ("tcp" or "udp")."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for i in masqctl(tb, host, "cm")["ids"]:
-            if i["endpoint"] == endpoint and i["side"] == "listen" and i["local"].endswith(f":{port}"):
+            if (i["endpoint"] == endpoint and i["side"] == "listen" and i["ps"] == ps
+                    and i["local"].endswith(f":{port}")):
                 return
         _fail_if_exited(procs)
         time.sleep(0.3)
     raise TimeoutError(f"no CM listener on port {port} in {endpoint}")
 
 
-def serve(tb, host, endpoint, port, *argv):
+def serve(tb, host, endpoint, port, *argv, ps="tcp"):
     srv = tb.tenant_spawn(host, endpoint, *argv)
     try:
-        wait_cm_listening(tb, host, endpoint, port, procs=(srv,))
+        wait_cm_listening(tb, host, endpoint, port, procs=(srv,), ps=ps)
     except BaseException:
         srv.kill()
         finish(srv)
@@ -63,9 +66,9 @@ def serve(tb, host, endpoint, port, *argv):
     return srv
 
 
-def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300):
+def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300, ps="tcp"):
     """Run srv_argv in endpoint server (host, name), then cli_argv in client."""
-    srv = serve(tb, *server, port, *srv_argv)
+    srv = serve(tb, *server, port, *srv_argv, ps=ps)
     try:
         cli = tb.tenant_run(*client, *cli_argv, check=False, timeout=timeout)
     except BaseException:
@@ -350,3 +353,89 @@ def test_twenty_forked_pairs_on_one_port_across_hosts(cm):
                     fork_pair("server", "10.0.0.2", "10.0.0.1", 7196, 20),
                     fork_pair("client", "10.0.0.1", "10.0.0.2", 7196, 20), 7196, timeout=600)
     assert "ok: 20 rounds" in srv and "ok: 20 rounds" in cli, (srv, cli)
+
+
+# RDMA_PS_UDP: udaddy's port is fixed at 7174 (its own, apart from the TCP
+# port space's 7174), and it moves 10 datagrams each way.
+UDADDY_PORT = 7174
+
+
+def udaddy_pair(tb, server, client, dst):
+    srv, cli = pair(tb, server, client, ["udaddy"], ["udaddy", "-s", dst], UDADDY_PORT, ps="udp")
+    for out in (srv, cli):
+        assert "data transfers complete" in out and "return status 0" in out, out
+        assert "failing connection request" not in out, out
+    return srv, cli
+
+
+def test_udaddy_across_hosts_by_virtual_ip(cm):
+    udaddy_pair(cm, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
+    assert "CM UD query answered by 10.0.0.2" in cm.masqd_log("host1")
+
+
+def test_udaddy_between_endpoints_on_one_host(cm):
+    udaddy_pair(cm, ("host1", "acme-c"), ("host1", "acme-a"), "10.0.0.3")
+
+
+def test_udaddy_with_the_same_vip_in_two_vnis_at_once(cm):
+    # acme-b and globex-b are both 10.0.0.2 on host2, both listening on
+    # UDP port 7174; each client must get its own tenant's server (a
+    # server that got a second request would refuse it and say so).
+    servers = [serve(cm, "host2", ep, UDADDY_PORT, "udaddy", ps="udp")
+               for ep in ("acme-b", "globex-b")]
+    clients = [cm.tenant_spawn("host1", ep, "udaddy", "-s", "10.0.0.2")
+               for ep in ("acme-a", "globex-a")]
+    results = [finish(p, 300) for p in clients + servers]
+    for rc, out, err in results:
+        assert rc == 0, out + err
+        assert "data transfers complete" in out and "failing connection request" not in out, out
+
+
+def test_ud_query_carries_private_data_qpn_qkey_and_a_virtual_address(cm):
+    srv = serve(cm, "host2", "acme-b", 7197, CM_PDATA, "udserver", "7197", "2", ps="udp")
+    try:
+        ok = cm.tenant_run("host1", "acme-a", CM_PDATA, "udclient", "10.0.0.2", "7197", "hello",
+                           check=False)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert "established private_data=welcome:hello" in ok.stdout
+        # The port space's Q_Key, and the server named by its vIP.
+        assert "qkey=0x1234567 dgid=10.0.0.2 global=1" in ok.stdout, ok.stdout
+        # A reject is a SIDR answer with status 2 (IB_SIDR_REJECT): the
+        # client's UNREACHABLE, carrying the server's private data.
+        no = cm.tenant_run("host1", "acme-a", CM_PDATA, "udclient", "10.0.0.2", "7197",
+                           "reject-me", check=False)
+        assert no.returncode == 3, no.stdout + no.stderr
+        assert "event RDMA_CM_EVENT_UNREACHABLE status 2" in no.stdout
+        assert "unreachable private_data=go-away" in no.stdout
+    finally:
+        rc, out, err = finish(srv, 60)
+    assert rc == 0, out + err
+    assert "request private_data=hello" in out and "request private_data=reject-me" in out
+    qpn = out.split("accepted qpn=")[1].split()[0]
+    assert f"peer qpn={qpn} " in ok.stdout, (out, ok.stdout)
+
+
+def test_ud_query_to_a_port_nobody_listens_on_is_unreachable(cm):
+    r = cm.tenant_run("host1", "acme-a", CM_PDATA, "udclient", "10.0.0.2", "7199", "x",
+                      check=False)
+    # As the kernel answers it: UNREACHABLE, status 1 (IB_SIDR_UNSUPPORTED).
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "event RDMA_CM_EVENT_UNREACHABLE status 1" in r.stdout
+
+
+def test_denied_ud_query_looks_dropped(cm):
+    srv = serve(cm, "host2", "acme-b", 7198, CM_PDATA, "udserver", "7198", "1", ps="udp")
+    try:
+        t0 = time.monotonic()
+        r = cm.tenant_run("host1", "acme-c", CM_PDATA, "udclient", "10.0.0.2", "7198", "x",
+                          check=False)
+        waited = time.monotonic() - t0
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert "event RDMA_CM_EVENT_UNREACHABLE status -110" in r.stdout  # ETIMEDOUT
+        assert waited >= 4.5, waited
+        assert "CM UD query 10.0.0.3" in cm.masqd_log("host1")
+        assert "denied by security groups" in cm.masqd_log("host1")
+    finally:
+        srv.kill()
+        _, out, _ = finish(srv, 60)
+    assert "request" not in out, out

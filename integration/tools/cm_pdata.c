@@ -11,10 +11,17 @@
  *                                the outcome, disconnect; with "hold", once
  *                                established print "holding" and wait for
  *                                SIGUSR1 before disconnecting
+ *   cm_pdata udserver PORT COUNT, cm_pdata udclient ADDR PORT DATA
+ *                                the same in RDMA_PS_UDP (UD QPs): the
+ *                                server answers COUNT requests, the client
+ *                                prints what ESTABLISHED tells it (the
+ *                                server's QPN, the Q_Key, the address
+ *                                vector's destination) and exits
  *
  * Prints one line per CM event it sees. Client exit codes: 0 established,
  * 2 rejected, 3 unreachable, 1 anything else.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <netdb.h>
@@ -22,6 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <rdma/rdma_cma.h>
+
+/* RDMA_PS_UDP and UD QPs instead of RDMA_PS_TCP and RC. */
+static int ud;
 
 static void die(const char *what)
 {
@@ -50,7 +60,7 @@ static void make_qp(struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr = {
 		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
+		.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC,
 	};
 	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
 	struct ibv_cq *cq = pd ? ibv_create_cq(id->verbs, 8, NULL, NULL, 0) : NULL;
@@ -69,7 +79,7 @@ static int server(int port, int count)
 	struct rdma_cm_id *listener;
 	char reply[128];
 
-	if (!ch || rdma_create_id(ch, &listener, NULL, RDMA_PS_TCP))
+	if (!ch || rdma_create_id(ch, &listener, NULL, ud ? RDMA_PS_UDP : RDMA_PS_TCP))
 		die("create id");
 	if (rdma_bind_addr(listener, (struct sockaddr *)&sin) || rdma_listen(listener, 8))
 		die("listen");
@@ -81,28 +91,37 @@ static int server(int port, int count)
 		struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1,
 						 .rnr_retry_count = 7 };
 
+		const void *data = ud ? ev->param.ud.private_data : ev->param.conn.private_data;
+		uint8_t data_len = ud ? ev->param.ud.private_data_len
+				      : ev->param.conn.private_data_len;
+
 		switch (ev->event) {
 		case RDMA_CM_EVENT_CONNECT_REQUEST:
 			count--;
-			print_data("request", ev->param.conn.private_data,
-				   ev->param.conn.private_data_len);
-			if (ev->param.conn.private_data_len >= 9 &&
-			    memcmp(ev->param.conn.private_data, "reject-me", 9) == 0) {
+			print_data("request", data, data_len);
+			if (data_len >= 9 && memcmp(data, "reject-me", 9) == 0) {
 				rdma_ack_cm_event(ev);
 				if (rdma_reject(id, "go-away", 7))
 					die("rdma_reject");
 				rdma_destroy_id(id);
 				continue;
 			}
-			snprintf(reply, sizeof(reply), "welcome:%.*s",
-				 (int)ev->param.conn.private_data_len,
-				 (const char *)ev->param.conn.private_data);
+			snprintf(reply, sizeof(reply), "welcome:%.*s", (int)data_len,
+				 (const char *)data);
 			rdma_ack_cm_event(ev);
 			make_qp(id);
 			param.private_data = reply;
 			param.private_data_len = (uint8_t)strlen(reply);
 			if (rdma_accept(id, &param))
 				die("rdma_accept");
+			if (ud) {
+				/* SIDR: the answer was all; nothing follows. */
+				printf("accepted qpn=0x%x\n", id->qp->qp_num);
+				fflush(stdout);
+				rdma_destroy_qp(id);
+				rdma_destroy_id(id);
+				break;
+			}
 			/* ESTABLISHED, then DISCONNECTED when the client leaves. */
 			count++;
 			break;
@@ -137,7 +156,7 @@ static int client(const char *addr, const char *port, const char *data, int hold
 	struct rdma_cm_id *id;
 	int rc = 1;
 
-	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+	if (!ch || rdma_create_id(ch, &id, NULL, ud ? RDMA_PS_UDP : RDMA_PS_TCP))
 		die("create id");
 	if (getaddrinfo(addr, port, NULL, &ai))
 		die("getaddrinfo");
@@ -158,7 +177,23 @@ static int client(const char *addr, const char *port, const char *data, int hold
 	if (rdma_connect(id, &param))
 		die("rdma_connect");
 	ev = next_event(ch);
-	switch (ev->event) {
+	switch (ud ? ev->event + 100 : ev->event) {
+	case RDMA_CM_EVENT_ESTABLISHED + 100: {
+		const struct rdma_ud_param *u = &ev->param.ud;
+		char dgid[INET_ADDRSTRLEN] = "?";
+
+		print_data("established", u->private_data, u->private_data_len);
+		inet_ntop(AF_INET, &u->ah_attr.grh.dgid.raw[12], dgid, sizeof(dgid));
+		printf("peer qpn=0x%x qkey=0x%x dgid=%s global=%d\n", u->qp_num, u->qkey, dgid,
+		       u->ah_attr.is_global);
+		rc = 0;
+		break;
+	}
+	case RDMA_CM_EVENT_UNREACHABLE + 100:
+		print_data("unreachable", ev->param.ud.private_data,
+			   ev->param.ud.private_data_len);
+		rc = 3;
+		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		print_data("established", ev->param.conn.private_data,
 			   ev->param.conn.private_data_len);
@@ -205,12 +240,16 @@ int main(int argc, char **argv)
 	sigemptyset(&usr1);
 	sigaddset(&usr1, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+	if (argc > 1 && strncmp(argv[1], "ud", 2) == 0) {
+		ud = 1;
+		argv[1] += 2;
+	}
 	if (argc == 4 && strcmp(argv[1], "server") == 0)
 		return server(atoi(argv[2]), atoi(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "client") == 0)
 		return client(argv[2], argv[3], argv[4], 0);
 	if (argc == 6 && strcmp(argv[1], "client") == 0 && strcmp(argv[5], "hold") == 0)
 		return client(argv[2], argv[3], argv[4], 1);
-	fprintf(stderr, "usage: cm_pdata server PORT COUNT | client ADDR PORT DATA [hold]\n");
+	fprintf(stderr, "usage: cm_pdata [ud]server PORT COUNT | [ud]client ADDR PORT DATA [hold]\n");
 	return 1;
 }

@@ -56,13 +56,24 @@ constants! {
     /// masqd moved the QP to ERROR: the current policy denies it, or its
     /// destination in the kernel is not the one claimed.
     RESYNC_RESET: u32 = 2;
-    /// RDMA CM: the one port space masq serves (RDMA_PS_TCP, RC QPs).
+    /// RDMA CM port spaces masq serves: RDMA_PS_TCP (RC QPs) and
+    /// RDMA_PS_UDP (UD QPs; the IB CM's SIDR exchange).
     CM_PS_TCP: u32 = 0x0106;
+    CM_PS_UDP: u32 = 0x0111;
+    /// The Q_Key of every RDMA_PS_UDP id (the kernel's RDMA_UDP_QKEY).
+    CM_UDP_QKEY: u32 = 0x0123_4567;
     /// Private data a CM message can carry (the IB CM limits once the
     /// RDMA CM header is taken out): REQ, REJ, and REP/the cap.
     CM_REQ_PRIVATE_DATA: usize = 56;
     CM_REJ_PRIVATE_DATA: usize = 148;
     CM_MAX_PRIVATE_DATA: usize = 196;
+    /// The same for a UD id's SIDR REQ and REP.
+    CM_SIDR_REQ_PRIVATE_DATA: usize = 180;
+    CM_SIDR_REP_PRIVATE_DATA: usize = 136;
+    /// SIDR REP statuses, the UNREACHABLE event's status on a UD id: no
+    /// listener on the port, and a reject by the peer app.
+    CM_SIDR_UNSUPPORTED: u32 = 1;
+    CM_SIDR_REJECT: u32 = 2;
     /// enum rdma_cm_event_type, as librdmacm numbers it.
     CM_EVENT_ADDR_RESOLVED: u32 = 0;
     CM_EVENT_ADDR_ERROR: u32 = 1;
@@ -270,8 +281,8 @@ wire_structs! {
 
     pub struct CmCreateIdReq {
         channel: u32,
-        /// enum rdma_port_space; only RDMA_PS_TCP
-        port_space: u32 in 0x0106,
+        /// enum rdma_port_space: RDMA_PS_TCP or RDMA_PS_UDP
+        port_space: u32 in 0x0106 | 0x0111,
     }
 
     pub struct CmId {
@@ -379,6 +390,9 @@ wire_structs! {
         /// (attr_mask 0 otherwise): ROUTE_RESOLVED carries INIT's,
         /// CONNECT_REQUEST and CONNECT_RESPONSE all three. The frontend's
         /// rdma_init_qp_attr answers from them without a round trip.
+        /// On a UD id's ESTABLISHED, rtr_attr instead names the peer as
+        /// rdma_ud_param does: ah_attr (virtual), qkey and dest_qp_num
+        /// (mask IBV_QP_AV | IBV_QP_QKEY | IBV_QP_DEST_QPN).
         init_attr: CmQpAttr,
         rtr_attr: CmQpAttr,
         rts_attr: CmQpAttr,
@@ -457,8 +471,8 @@ wire_structs! {
     pub struct CmRestoreIdReq {
         id: u32,
         channel: u32,
-        /// enum rdma_port_space; only RDMA_PS_TCP
-        port_space: u32 in 0x0106,
+        /// enum rdma_port_space: RDMA_PS_TCP or RDMA_PS_UDP
+        port_space: u32 in 0x0106 | 0x0111,
         /// CM_RESTORE_*
         state: u32 in 1..=4,
         /// CONNECTED, PENDING: 1 if this side called rdma_connect, 0 if it
@@ -546,6 +560,28 @@ wire_structs! {
         reserved: reserved[4],
     }
 
+    /// A UD id asks the listener at dst for its QP (the IB CM's SIDR REQ).
+    pub struct PeerSidrReq {
+        from_id: u32,
+        vni: u32 in 1..=0xFFFFFF,
+        src: CmAddr,
+        dst: CmAddr,
+        private_data_len: len,
+        private_data: blob[CM_SIDR_REQ_PRIVATE_DATA; private_data_len],
+    }
+
+    /// The answer to a SIDR REQ: the listener's app accepted with QP
+    /// qp_num and Q_Key qkey (status 0), or CM_SIDR_UNSUPPORTED (nobody
+    /// listens) or CM_SIDR_REJECT (it rejected).
+    pub struct PeerSidrRep {
+        to_id: u32,
+        status: u32 in 0..=2,
+        qp_num: u32 in 0..=0xFFFFFF,
+        qkey: u32,
+        private_data_len: len,
+        private_data: blob[CM_SIDR_REP_PRIVATE_DATA; private_data_len],
+    }
+
     /// A UD QP of an endpoint of the sending host is up (or gone): a UD
     /// packet names its sender by host and QPN only, and the receiving
     /// masqd names it by vIP.
@@ -622,5 +658,7 @@ messages! {
         0x2004 Rtu(PeerRtu),
         0x2005 Dreq(PeerDreq),
         0x2006 UdQp(PeerUdQp),
+        0x2007 SidrReq(PeerSidrReq),
+        0x2008 SidrRep(PeerSidrRep),
     }
 }

@@ -407,8 +407,8 @@ fn peer_framing_errors() {
             },
         ),
         (
-            patch(ok.clone(), 2, &0x2007u16.to_le_bytes()),
-            ProtoError::UnknownOpcode(0x2007),
+            patch(ok.clone(), 2, &0x2009u16.to_le_bytes()),
+            ProtoError::UnknownOpcode(0x2009),
         ),
         (
             patch(ok.clone(), 2, &0x2000u16.to_le_bytes()),
@@ -571,11 +571,43 @@ fn peer_field_errors() {
         ),
         (patch(ud, 16, &[0; 4]), ProtoError::BadValue("PeerUdQp.vni")),
     ];
+    let cases = cases.into_iter().chain(sidr_cases());
     for (bytes, want) in cases {
         let e = decode_peer(&bytes).unwrap_err();
         assert_eq!(e, want);
         assert_eq!(e.errno(), EINVAL);
     }
+}
+
+/// The SIDR messages' range checks, as (bytes, error) cases.
+fn sidr_cases() -> Vec<(Vec<u8>, ProtoError)> {
+    let req = encode_peer(&PeerBody::SidrReq(PeerSidrReq {
+        from_id: 1,
+        vni: 100,
+        ..Default::default()
+    }));
+    let rep = encode_peer(&PeerBody::SidrRep(PeerSidrRep {
+        to_id: 1,
+        qp_num: 0x33,
+        qkey: 0x0123_4567,
+        ..Default::default()
+    }));
+    assert!(decode_peer(&req).is_ok() && decode_peer(&rep).is_ok());
+    // PeerSidrReq at 16: vni 20. PeerSidrRep at 16: status 20, qp_num 24.
+    vec![
+        (
+            patch(req, 20, &[0; 4]),
+            ProtoError::BadValue("PeerSidrReq.vni"),
+        ),
+        (
+            patch(rep.clone(), 20, &[3]),
+            ProtoError::BadValue("PeerSidrRep.status"),
+        ),
+        (
+            patch(rep, 27, &[1]),
+            ProtoError::BadValue("PeerSidrRep.qp_num"),
+        ),
+    ]
 }
 
 #[test]

@@ -787,6 +787,34 @@ fn peer_goldens() -> Vec<(&'static str, &'static str, Msg)> {
                 up: 1,
             })),
         ),
+        (
+            "peer_sidr_req",
+            "PEER_SIDR_REQ: id 9 of 10.0.0.5:40002 asks 10.0.0.6:7174 in VNI 100",
+            Msg::Peer(PeerBody::SidrReq(PeerSidrReq {
+                from_id: 9,
+                vni: 100,
+                src: CmAddr {
+                    addr: [10, 0, 0, 5],
+                    port: 40002,
+                },
+                dst: CmAddr {
+                    addr: [10, 0, 0, 6],
+                    port: 7174,
+                },
+                private_data: b"ud?".to_vec(),
+            })),
+        ),
+        (
+            "peer_sidr_rep",
+            "PEER_SIDR_REP: to id 9, QP 0x33 with Q_Key 0x01234567",
+            Msg::Peer(PeerBody::SidrRep(PeerSidrRep {
+                to_id: 9,
+                status: 0,
+                qp_num: 0x33,
+                qkey: 0x0123_4567,
+                private_data: b"ud!".to_vec(),
+            })),
+        ),
     ]
 }
 
