@@ -39,6 +39,8 @@ pub trait CmHost {
     /// the app behind `session` (any of its sessions) owns that QP: the
     /// remote vIP and QPN.
     fn tracked_qp(&self, session: u64, ep: &Endpoint, qpn: u32) -> Option<(Ipv4Addr, u32)>;
+    /// Announce this host's UD QPs to `host` again (its masqd asked).
+    fn reannounce_ud(&self, host: Ipv4Addr);
 }
 
 /// What a refused CM request returns: errno and the reason for the log.
@@ -186,6 +188,8 @@ pub enum PeerMsg {
         qkey: u32,
         private_data: Vec<u8>,
     },
+    /// The sender (re)started: announce this host's UD QPs to it again.
+    UdQuery,
     /// A UD QP of an endpoint of the sending host is up (or gone): a UD
     /// packet names its sender by host and QPN only, and the receiving
     /// masqd names it by vIP (see `ud.rs`).
@@ -344,6 +348,14 @@ impl Cm {
     /// up or gone.
     pub fn announce_ud(&self, host: Ipv4Addr, vni: u32, vip: Ipv4Addr, qpn: u32, up: bool) {
         self.send(host, PeerMsg::UdQp { vni, vip, qpn, up });
+    }
+
+    /// Ask each of `hosts`' masqds to announce its UD QPs: after a
+    /// restart this masqd knows none of them.
+    pub fn query_ud(&self, hosts: impl IntoIterator<Item = Ipv4Addr>) {
+        for h in hosts {
+            self.send(h, PeerMsg::UdQuery);
+        }
     }
 
     /// Who `host`'s masqd said holds UD QP `qpn`: (VNI, vIP).
@@ -1524,6 +1536,10 @@ impl Cm {
     /// of the VPC map). Anything that does not fit is logged and dropped.
     pub fn on_peer(&self, shared: &dyn CmHost, from: Ipv4Addr, msg: PeerMsg) {
         debug!(%from, ?msg, "CM message in");
+        if msg == PeerMsg::UdQuery {
+            shared.reannounce_ud(from);
+            return;
+        }
         if let PeerMsg::UdQp { vni, vip, qpn, up } = msg {
             let mut m = self.ud_peers.lock().unwrap_or_else(|p| p.into_inner());
             if up {
@@ -1659,7 +1675,7 @@ impl Cm {
                 private_data,
             } => Self::on_sidr_rep(shared, st, from, to_id, status, qpn, qkey, private_data),
             // Taken above, without the CM's lock.
-            PeerMsg::UdQp { .. } => {}
+            PeerMsg::UdQp { .. } | PeerMsg::UdQuery => {}
             PeerMsg::Rtu { to_id, from_id } => {
                 let Some(i) = st.ids.get_mut(&to_id) else {
                     return;

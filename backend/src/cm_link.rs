@@ -60,6 +60,10 @@ pub fn start(shared: &Arc<Shared>) -> io::Result<()> {
             })?;
     }
     info!(%addr, "CM link listening");
+    // Other hosts' UD QPs were announced to the masqd before this one.
+    shared
+        .cm
+        .query_ud(known_hosts(shared).into_iter().filter(|h| *h != own));
     Ok(())
 }
 

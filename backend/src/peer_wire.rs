@@ -1,5 +1,5 @@
 //! The CM exchange on the wire: `cm::PeerMsg` to and from masq-proto's
-//! peer messages (`PeerReq` .. `PeerSidrRep`, defined in its `spec.rs`), and
+//! peer messages (`PeerReq` .. `PeerUdQuery`, defined in its `spec.rs`), and
 //! their framing on the TCP stream between masqds, where each message's
 //! header gives its length.
 //!
@@ -164,6 +164,7 @@ fn to_wire(msg: &PeerMsg) -> PeerBody {
             qkey: *qkey,
             private_data: private_data.clone(),
         }),
+        PeerMsg::UdQuery => PeerBody::UdQuery(proto::PeerUdQuery {}),
         PeerMsg::UdQp { vni, vip, qpn, up } => PeerBody::UdQp(proto::PeerUdQp {
             vni: *vni,
             vip: vip.octets(),
@@ -221,6 +222,7 @@ fn from_wire(body: PeerBody) -> PeerMsg {
             qkey: r.qkey,
             private_data: r.private_data,
         },
+        PeerBody::UdQuery(_) => PeerMsg::UdQuery,
         PeerBody::UdQp(u) => PeerMsg::UdQp {
             vni: u.vni,
             vip: Ipv4Addr::from(u.vip),
@@ -362,6 +364,7 @@ mod tests {
                 qpn: 0x22,
                 up: false,
             },
+            PeerMsg::UdQuery,
             PeerMsg::SidrReq {
                 from_id: 9,
                 vni: 200,

@@ -620,6 +620,11 @@ pub fn resync(
         rec.guarded = true;
     }
     sess.touched.push(r.qp_handle);
+    if r.qp_type == IBV_QPT_UD && connected && owner_checked {
+        // Hosts whose masqd restarted too forgot it (the others ask again
+        // with PEER_UD_QUERY when they start).
+        h.ud_announce(&sess.ep, r.qp_num, true);
+    }
     if !connected || r.qp_type == IBV_QPT_UD {
         debug!(
             qpn = r.qp_num,

@@ -290,6 +290,9 @@ fn handle(
             crate::ud::destroy_ah(shared, sess, d);
             Ok((proto::ReplyBody::DestroyAh, false))
         }
+        (proto::RequestBody::ResyncAh(r), true) => {
+            crate::ud::resync_ah(shared, sess, r).map(|r| (r, false))
+        }
         (proto::RequestBody::ResolveGrh(r), true) => {
             crate::ud::resolve_grh(shared, sess, r).map(|r| (r, false))
         }

@@ -428,4 +428,7 @@ impl crate::cm::CmHost for Shared {
         };
         (pid_of(owner)? == pid).then_some(remote)
     }
+    fn reannounce_ud(&self, host: std::net::Ipv4Addr) {
+        crate::ud::reannounce(self, host);
+    }
 }

@@ -17,6 +17,7 @@ use crate::state::{lock, Shared};
 use masq_proto as proto;
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
@@ -117,17 +118,29 @@ pub(crate) fn bind_ah(
         .ah_pending
         .remove(&b.ah_id)
         .ok_or_else(|| refuse(libc::ENOENT, format!("no pending CREATE_AH {}", b.ah_id)))?;
+    track(shared, sess, b.ah_handle, &p, "admitted")
+}
+
+/// Admit AH `handle` towards `p` and track it: the RConntrack entry, the
+/// backstop's sets, the session's record. Decided again under the gate: a
+/// rule change since the AH was asked for either sees this entry in the
+/// table or is seen here.
+fn track(
+    shared: &Shared,
+    sess: &mut Session,
+    handle: u32,
+    p: &PendingAh,
+    what: &str,
+) -> Result<(), Refusal> {
     let ep = sess.ep.clone();
-    // Decided again under the gate: a rule change since CREATE_AH either
-    // sees this entry in the table or is seen here.
-    let _gate = shared.admission.admitting();
+    let gate = shared.admission.admitting();
     let rule = shared
         .admission
         .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, p.remote_vip)
         .map_err(|why| deny(&ep, p.remote_vip, &why))?;
     let entry = rconntrack::Entry {
         session: sess.id,
-        qp_handle: b.ah_handle,
+        qp_handle: handle,
         tenant: Arc::from(ep.cfg.tenant.as_str()),
         vni: ep.cfg.vni,
         local_vip: ep.cfg.vip,
@@ -141,30 +154,91 @@ pub(crate) fn bind_ah(
     };
     if shared.admission.table().upsert(entry).is_err() {
         warn!(
-            ah = b.ah_handle,
+            ah = handle,
             "connection table full; UD destination not tracked"
         );
     }
-    info!(ah = b.ah_handle, rule = %rule, "UD address handle {} -> {} admitted", ep.cfg.vip, p.remote_vip);
-    drop(_gate);
+    info!(ah = handle, rule = %rule, "UD address handle {} -> {} {what}", ep.cfg.vip, p.remote_vip);
+    drop(gate);
     // The app sends as soon as the AH exists: the backstop must let its
     // datagrams through by then, or they are lost without a trace.
     if let Some(bs) = shared.admission.backstop() {
         if !bs.wait_applied(crate::qp::BACKSTOP_WAIT) {
             warn!(
-                ah = b.ah_handle,
+                ah = handle,
                 "backstop sets not updated in time; the first datagrams may be dropped"
             );
         }
     }
     sess.ahs.insert(
-        b.ah_handle,
+        handle,
         AhRecord {
             remote_vip: p.remote_vip,
             peer_host: p.peer_host,
         },
     );
     Ok(())
+}
+
+/// RESYNC_AH: after a restart, an AH the app holds is admitted again as
+/// it was first (the claim is the virtual destination; granting it gives
+/// no more than CREATE_AH would), or destroyed on the app's uverbs file
+/// if the security groups no longer allow it.
+pub(crate) fn resync_ah(
+    shared: &Shared,
+    sess: &mut Session,
+    r: &proto::ResyncAhReq,
+) -> Result<proto::ReplyBody, Refusal> {
+    if !sess.has_device() {
+        return Err(refuse(libc::EPROTO, "RESYNC_AH before OPEN_DEVICE"));
+    }
+    if sess.ahs.contains_key(&r.ah_handle) {
+        return Err(refuse(
+            libc::EEXIST,
+            format!("AH handle {} is already bound", r.ah_handle),
+        ));
+    }
+    if r.ah_attr.dgid[0] == 0xff {
+        return Err(refuse(
+            libc::ENOSYS,
+            "multicast destinations are not virtualized",
+        ));
+    }
+    let ep = sess.ep.clone();
+    // A destination that left the VPC is refused as a denied one is.
+    let tracked = physical_av(shared, &ep, &r.ah_attr).and_then(|av| {
+        let p = PendingAh {
+            remote_vip: av.vip,
+            peer_host: av.host,
+            dscp: av.traffic_class >> 2,
+        };
+        track(shared, sess, r.ah_handle, &p, "re-registered")
+    });
+    let result = match tracked {
+        Ok(()) => proto::RESYNC_TRACKED,
+        Err(denied) => {
+            let fd = lock(&shared.fds).get(&sess.id).cloned();
+            match fd
+                .map(|fd| crate::uverbs::destroy_ah(fd.as_fd(), shared.host.driver_id, r.ah_handle))
+            {
+                Some(Ok(())) => info!(
+                    ah = r.ah_handle,
+                    "UD address handle destroyed: {}",
+                    denied.why()
+                ),
+                Some(Err(e)) => warn!(
+                    ah = r.ah_handle,
+                    "cannot destroy the AH ({}): {e}",
+                    denied.why()
+                ),
+                None => {}
+            }
+            proto::RESYNC_RESET
+        }
+    };
+    Ok(proto::ReplyBody::ResyncAh(proto::ResyncAhReply {
+        result: result as u8,
+    }))
 }
 
 pub(crate) fn destroy_ah(shared: &Shared, sess: &mut Session, d: &proto::DestroyAhReq) {
@@ -194,6 +268,39 @@ pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
         .collect();
     for h in hosts {
         shared.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, up);
+    }
+}
+
+/// Another host's masqd (re)started and forgot this host's UD QPs: name
+/// them to it again, those of the VNIs it serves.
+pub(crate) fn reannounce(shared: &Shared, host: Ipv4Addr) {
+    let qps: Vec<(String, u32)> = lock(&shared.sessions)
+        .values()
+        .flat_map(|v| {
+            v.qps
+                .values()
+                .filter(|q| q.qp_type == "UD")
+                .map(|q| (v.endpoint.clone(), q.qpn))
+        })
+        .collect();
+    let vpc = shared.registry.vpc();
+    let mut n = 0;
+    for (name, qpn) in qps {
+        let Some(ep) = shared.registry.local_named(&name) else {
+            continue;
+        };
+        if vpc
+            .iter()
+            .any(|(vni, _, p)| vni == ep.cfg.vni && p.host == host)
+        {
+            shared
+                .cm
+                .announce_ud(host, ep.cfg.vni, ep.cfg.vip, qpn, true);
+            n += 1;
+        }
+    }
+    if n > 0 {
+        info!(%host, "{n} UD QP(s) announced again at that host's request");
     }
 }
 

@@ -151,6 +151,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MASQ_OP_CM_RESTORE_ID 32
 #define MASQ_OP_CM_ACCEPT_QP 33
 #define MASQ_OP_CM_ESTABLISH_QP 34
+#define MASQ_OP_RESYNC_AH 35
 #define MASQ_NOTICE_QP_ERROR 0x4001
 #define MASQ_NOTICE_CM_EVENT 0x4002
 
@@ -1026,6 +1027,51 @@ _Static_assert(offsetof(struct masq_destroy_ah_req, reserved) == 4, "masq_destro
 /* 0 if every field is within its allowed values, else -EINVAL. */
 static inline int masq_destroy_ah_req_validate(const struct masq_destroy_ah_req *s)
 {
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * After a masqd restart, once per AH the frontend holds: its kernel
+ * handle and the virtual attributes the app created it with. masqd
+ * admits it again as CREATE_AH and BIND_AH would have (RESYNC_TRACKED)
+ * or, if the security groups no longer allow it, destroys it on the
+ * app's uverbs file (RESYNC_RESET).
+ */
+struct masq_resync_ah_req {
+	uint32_t ah_handle;
+	uint8_t reserved[4];
+	struct masq_ah_attr ah_attr;
+};
+_Static_assert(sizeof(struct masq_resync_ah_req) == 40, "masq_resync_ah_req: size");
+_Static_assert(offsetof(struct masq_resync_ah_req, ah_handle) == 0, "masq_resync_ah_req.ah_handle: offset");
+_Static_assert(offsetof(struct masq_resync_ah_req, reserved) == 4, "masq_resync_ah_req.reserved: offset");
+_Static_assert(offsetof(struct masq_resync_ah_req, ah_attr) == 8, "masq_resync_ah_req.ah_attr: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_resync_ah_req_validate(const struct masq_resync_ah_req *s)
+{
+	if (!masq__zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if (masq_ah_attr_validate(&s->ah_attr))
+		return -EINVAL;
+	return 0;
+}
+
+struct masq_resync_ah_reply {
+	uint8_t result; /* RESYNC_TRACKED or RESYNC_RESET */
+	uint8_t reserved[7];
+};
+_Static_assert(sizeof(struct masq_resync_ah_reply) == 8, "masq_resync_ah_reply: size");
+_Static_assert(offsetof(struct masq_resync_ah_reply, result) == 0, "masq_resync_ah_reply.result: offset");
+_Static_assert(offsetof(struct masq_resync_ah_reply, reserved) == 1, "masq_resync_ah_reply.reserved: offset");
+
+/* 0 if every field is within its allowed values, else -EINVAL. */
+static inline int masq_resync_ah_reply_validate(const struct masq_resync_ah_reply *s)
+{
+	if (!((s->result >= 1 && s->result <= 2)))
+		return -EINVAL;
 	if (!masq__zero(s->reserved, sizeof(s->reserved)))
 		return -EINVAL;
 	return 0;
@@ -2509,6 +2555,48 @@ static inline void masq_msg_cm_establish_qp_reply_init(struct masq_msg_cm_establ
 static inline int masq_msg_cm_establish_qp_reply_decode(const void *buf, size_t len, struct masq_msg_cm_establish_qp_reply *m)
 {
 	return masq__decode(buf, len, (MASQ_OP_CM_ESTABLISH_QP | MASQ_REPLY), m, sizeof(*m));
+}
+
+/* RESYNC_AH req (opcode 0x0023) */
+struct masq_msg_resync_ah_req {
+	struct masq_hdr hdr;
+	struct masq_resync_ah_req body;
+};
+_Static_assert(sizeof(struct masq_msg_resync_ah_req) == 56, "masq_msg_resync_ah_req: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_resync_ah_req_init(struct masq_msg_resync_ah_req *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, MASQ_OP_RESYNC_AH, sizeof(*m));
+}
+
+static inline int masq_msg_resync_ah_req_decode(const void *buf, size_t len, struct masq_msg_resync_ah_req *m)
+{
+	int err = masq__decode(buf, len, MASQ_OP_RESYNC_AH, m, sizeof(*m));
+
+	return err ? err : masq_resync_ah_req_validate(&m->body);
+}
+
+/* RESYNC_AH reply (opcode 0x0023) */
+struct masq_msg_resync_ah_reply {
+	struct masq_hdr hdr;
+	struct masq_resync_ah_reply body;
+};
+_Static_assert(sizeof(struct masq_msg_resync_ah_reply) == 24, "masq_msg_resync_ah_reply: size");
+
+/* Zeroed, with the header filled in (request_id 0). */
+static inline void masq_msg_resync_ah_reply_init(struct masq_msg_resync_ah_reply *m)
+{
+	memset(m, 0, sizeof(*m));
+	masq_hdr_init(&m->hdr, (MASQ_OP_RESYNC_AH | MASQ_REPLY), sizeof(*m));
+}
+
+static inline int masq_msg_resync_ah_reply_decode(const void *buf, size_t len, struct masq_msg_resync_ah_reply *m)
+{
+	int err = masq__decode(buf, len, (MASQ_OP_RESYNC_AH | MASQ_REPLY), m, sizeof(*m));
+
+	return err ? err : masq_resync_ah_reply_validate(&m->body);
 }
 
 /* QP_ERROR notice (opcode 0x4001) */

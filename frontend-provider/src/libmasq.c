@@ -550,7 +550,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		errno = err ? err : EIO;
 		return NULL;
 	}
-	err = masq_bind_ah(&m->sess, ah_id, ah->handle);
+	err = masq_bind_ah(&m->sess, ah_id, ah->handle, attr);
 	if (err) {
 		real.destroy_ah(ah);
 		errno = err;

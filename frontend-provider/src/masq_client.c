@@ -473,6 +473,78 @@ static int resync_all(struct masq_session *s, int sock, uint32_t *next_id, unsig
 	return 0;
 }
 
+int masq_session_remember_ah(struct masq_session *s, uint32_t handle,
+			     const struct ibv_ah_attr *virt)
+{
+	struct masq_ah_info *more;
+	size_t cap;
+	int err = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->nahs == s->cap_ahs) {
+		cap = s->cap_ahs ? 2 * s->cap_ahs : 8;
+		more = realloc(s->ahs, cap * sizeof(*more));
+		if (more) {
+			s->ahs = more;
+			s->cap_ahs = cap;
+		}
+	}
+	if (s->nahs < s->cap_ahs) {
+		s->ahs[s->nahs].handle = handle;
+		masq_ah_attr_to_wire(&s->ahs[s->nahs].virt, virt);
+		s->nahs++;
+	} else {
+		err = ENOMEM;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+void masq_session_forget_ah(struct masq_session *s, uint32_t handle)
+{
+	size_t i;
+
+	pthread_mutex_lock(&s->lock);
+	for (i = 0; i < s->nahs; i++)
+		if (s->ahs[i].handle == handle) {
+			s->ahs[i] = s->ahs[--s->nahs];
+			break;
+		}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/*
+ * Call under s->lock, after resync_all on the same socket: name every
+ * address handle again. masqd admits each as it was first, or destroys it
+ * (the policy no longer allows it: the app's sends with it then fail, as
+ * after a reset). 0, or -errno if the connection failed.
+ */
+static int resync_ahs(struct masq_session *s, int sock, uint32_t *next_id)
+{
+	struct masq_msg_resync_ah_req req;
+	struct masq_msg_resync_ah_reply rep;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	ssize_t n;
+	size_t i;
+	int sent, err;
+
+	for (i = 0; i < s->nahs; i++) {
+		masq_msg_resync_ah_req_init(&req);
+		req.body.ah_handle = s->ahs[i].handle;
+		req.body.ah_attr = s->ahs[i].virt;
+		n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
+		if (n < 0)
+			return (int)n;
+		err = masq_msg_resync_ah_reply_decode(buf, (size_t)n, &rep);
+		if (err || rep.body.result != MASQ_RESYNC_TRACKED || masq_debug_on())
+			masq_log("address handle %u re-registered: %s", s->ahs[i].handle,
+				 err ? strerror(-err)
+				 : rep.body.result == MASQ_RESYNC_TRACKED ? "tracked"
+									  : "destroyed by masqd");
+	}
+	return 0;
+}
+
 static double now_s(void)
 {
 	struct timespec t;
@@ -549,7 +621,8 @@ static void *watcher_main(void *arg)
 				close(sock);
 			break;
 		}
-		if (sock >= 0 && (err = -resync_all(s, sock, &next_id, &tracked)) != 0) {
+		if (sock >= 0 && ((err = -resync_all(s, sock, &next_id, &tracked)) != 0 ||
+				  (err = -resync_ahs(s, sock, &next_id)) != 0)) {
 			close(sock);
 			sock = -1;
 		}
@@ -649,6 +722,9 @@ void masq_session_close(struct masq_session *s)
 	free(s->qps);
 	s->qps = NULL;
 	s->nqps = s->cap_qps = 0;
+	free(s->ahs);
+	s->ahs = NULL;
+	s->nahs = s->cap_ahs = 0;
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
 }

@@ -5,8 +5,9 @@
  *
  * Recovery: a watcher thread per session waits (poll, no reads) for masqd
  * to hang up, then reconnects with backoff, redoes HELLO + OPEN_DEVICE with
- * the same uverbs fd and names every QP it has seen again (RESYNC_QP)
- * before requests may use the new connection. Only the calling threads
+ * the same uverbs fd and names every QP it has seen again (RESYNC_QP),
+ * then every address handle (RESYNC_AH), before requests may use the new
+ * connection. Only the calling threads
  * ever read the socket, one at a time under `lock`, so replies cannot be
  * taken by the watcher. Control verbs that need masqd while it is away
  * wait for the reconnection up to MASQ_RECONNECT_WAIT_MS (default 10000),
@@ -56,6 +57,12 @@ struct masq_qp_info {
 	uint8_t dgid[16]; /* virtual, as the app set it */
 };
 
+/* What the frontend remembers of an address handle, to name it again. */
+struct masq_ah_info {
+	uint32_t handle;
+	struct masq_ah_attr virt; /* as the app created it */
+};
+
 struct masq_session {
 	int fd;		/* -1 while masqd is away */
 	int broken;	/* fd hung up; the watcher replaces it */
@@ -72,6 +79,8 @@ struct masq_session {
 	unsigned long reconnects;
 	struct masq_qp_info *qps;
 	size_t nqps, cap_qps;
+	struct masq_ah_info *ahs;
+	size_t nahs, cap_ahs;
 	pthread_mutex_t lock; /* everything above; held across a request */
 	pthread_cond_t cond;  /* signalled when fd is usable again or closing */
 };
@@ -160,6 +169,12 @@ void masq_qp_moved(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
  */
 int masq_cm_move_qp(struct masq_session *s, struct ibv_qp *qp, uint32_t id,
 		    const struct masq_cm_conn_param *accept, const struct masq_cm_qp_attr *rtr);
+
+/* Remember the AH of kernel handle `handle`, made from `virt` (for
+ * RESYNC_AH), or forget it. ENOMEM, or 0. */
+int masq_session_remember_ah(struct masq_session *s, uint32_t handle,
+			     const struct ibv_ah_attr *virt);
+void masq_session_forget_ah(struct masq_session *s, uint32_t handle);
 
 /* One request on the session (under its lock): the reply's length in buf,
  * or -errno, as masq_conn_call. A request that is not `idempotent` is not

@@ -93,12 +93,14 @@ int masq_create_ah_admit(struct masq_session *s, const struct ibv_ah_attr *virt,
 	return 0;
 }
 
-int masq_bind_ah(struct masq_session *s, uint32_t ah_id, uint32_t handle)
+int masq_bind_ah(struct masq_session *s, uint32_t ah_id, uint32_t handle,
+		 const struct ibv_ah_attr *virt)
 {
 	struct masq_msg_bind_ah_req req;
 	struct masq_msg_bind_ah_reply rep;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
+	int err;
 
 	masq_msg_bind_ah_req_init(&req);
 	req.body.ah_id = ah_id;
@@ -106,7 +108,8 @@ int masq_bind_ah(struct masq_session *s, uint32_t ah_id, uint32_t handle)
 	n = masq_session_request(s, &req, sizeof(req), buf, 0);
 	if (n < 0)
 		return (int)-n;
-	return -masq_msg_bind_ah_reply_decode(buf, (size_t)n, &rep);
+	err = -masq_msg_bind_ah_reply_decode(buf, (size_t)n, &rep);
+	return err ? err : masq_session_remember_ah(s, handle, virt);
 }
 
 void masq_destroy_ah(struct masq_session *s, uint32_t handle)
@@ -114,6 +117,7 @@ void masq_destroy_ah(struct masq_session *s, uint32_t handle)
 	struct masq_msg_destroy_ah_req req;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 
+	masq_session_forget_ah(s, handle);
 	masq_msg_destroy_ah_req_init(&req);
 	req.body.ah_handle = handle;
 	/* The AH is gone already; the reply only keeps requests in step. */

@@ -33,8 +33,10 @@ int masq_parse_grh(const struct ibv_grh *grh, struct masq_grh_info *out);
  * for the provider, and the admission's id for masq_bind_ah. */
 int masq_create_ah_admit(struct masq_session *s, const struct ibv_ah_attr *virt,
 			 struct ibv_ah_attr *phys, uint32_t *ah_id);
-/* The provider made admission ah_id's AH, kernel handle `handle`. */
-int masq_bind_ah(struct masq_session *s, uint32_t ah_id, uint32_t handle);
+/* The provider made admission ah_id's AH, kernel handle `handle`, from
+ * the app's `virt` (remembered, to name the AH again after a restart). */
+int masq_bind_ah(struct masq_session *s, uint32_t ah_id, uint32_t handle,
+		 const struct ibv_ah_attr *virt);
 void masq_destroy_ah(struct masq_session *s, uint32_t handle);
 /* The sender of a received packet: its virtual GID, and the index of this
  * endpoint's virtual GID it was sent to. */

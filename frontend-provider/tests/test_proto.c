@@ -597,6 +597,21 @@ static void bind_ah_reply(struct masq_msg_bind_ah_reply *m)
 	m->hdr.request_id = 9;
 }
 
+static void resync_ah_req(struct masq_msg_resync_ah_req *m)
+{
+	masq_msg_resync_ah_req_init(m);
+	m->hdr.request_id = 35;
+	m->body.ah_handle = 5;
+	ah_to_peer(&m->body.ah_attr);
+}
+
+static void resync_ah_reply(struct masq_msg_resync_ah_reply *m)
+{
+	masq_msg_resync_ah_reply_init(m);
+	m->hdr.request_id = 35;
+	m->body.result = MASQ_RESYNC_TRACKED;
+}
+
 static void destroy_ah_req(struct masq_msg_destroy_ah_req *m)
 {
 	masq_msg_destroy_ah_req_init(m);
@@ -638,6 +653,8 @@ static void test_golden_ah(void)
 	GOLDEN("create_ah_reply", masq_msg_create_ah_reply, create_ah_reply);
 	GOLDEN("bind_ah_req", masq_msg_bind_ah_req, bind_ah_req);
 	GOLDEN("bind_ah_reply", masq_msg_bind_ah_reply, bind_ah_reply);
+	GOLDEN("resync_ah_req", masq_msg_resync_ah_req, resync_ah_req);
+	GOLDEN("resync_ah_reply", masq_msg_resync_ah_reply, resync_ah_reply);
 	GOLDEN("destroy_ah_req", masq_msg_destroy_ah_req, destroy_ah_req);
 	GOLDEN("destroy_ah_reply", masq_msg_destroy_ah_reply, destroy_ah_reply);
 	GOLDEN("resolve_grh_req", masq_msg_resolve_grh_req, resolve_grh_req);

@@ -266,9 +266,15 @@ static void test_create_ah_sends_virtual_and_returns_physical(void)
 	CHECK_EQ(p.grh.dgid.raw[12], 198);
 	CHECK_EQ(p.grh.sgid_index, 3);
 	CHECK_EQ(p.is_global, 1);
-	CHECK_EQ(masq_bind_ah(&sess, id, 42), 0);
+	CHECK_EQ(masq_bind_ah(&sess, id, 42, &v), 0);
 	CHECK_EQ(fake.bind.ah_id, 7);
 	CHECK_EQ(fake.bind.ah_handle, 42);
+	/* Remembered with its virtual attributes, for RESYNC_AH. */
+	CHECK_EQ(sess.nahs, 1);
+	CHECK_EQ(sess.ahs[0].handle, 42);
+	CHECK(memcmp(sess.ahs[0].virt.dgid, v.grh.dgid.raw, 16) == 0);
+	masq_destroy_ah(&sess, 42);
+	CHECK_EQ(sess.nahs, 0);
 	session_down();
 }
 
@@ -288,7 +294,8 @@ static void test_refusals_become_errno(void)
 	session_down();
 	session_up(-EACCES);
 	CHECK_EQ(masq_create_ah_admit(&sess, &v, &p, &id), EACCES);
-	CHECK_EQ(masq_bind_ah(&sess, 1, 2), EACCES);
+	CHECK_EQ(masq_bind_ah(&sess, 1, 2, &v), EACCES);
+	CHECK_EQ(sess.nahs, 0);
 	session_down();
 	/* Out of range: refused before masqd hears of it. */
 	session_up(0);

@@ -331,3 +331,53 @@ def test_policy_applied_during_connection_churn_leaves_a_consistent_table(tb):
         stop((*churn, g_cli, g_srv))
     for h in HOSTS:
         wait_for(f"{h}: empty at the end", lambda h=h: conntrack(tb, h) == [], timeout=60)
+
+
+UD_PROBE = os.path.join(os.path.dirname(HERE), "build", "ud_probe")
+
+
+def ud_entries(tb, host):
+    return sorted((e["local_vip"], e["remote_vip"], e["peer_host"], e["rule"])
+                  for e in conntrack(tb, host, "-p", "ud", "-t", "acme"))
+
+
+def test_ud_state_survives_a_masqd_restart(tb):
+    """An address handle is tracked again (RESYNC_AH); a restarted masqd
+    asks the other hosts for their UD QPs (PEER_UD_QUERY) and names their
+    datagrams' senders again; a UD CM listener keeps listening."""
+    server = tb.tenant_spawn("host2", "acme-b", UD_PROBE, "vrdma0", "1", "serve")
+    holder = tb.tenant_spawn("host1", "acme-a", UD_PROBE, "vrdma0", "1", "ah", "10.0.0.2", "300")
+    listener = tb.tenant_spawn("host2", "acme-b", CM_PDATA, "udserver", "7482", "1")
+    procs = [server, holder, listener]
+    try:
+        qpn = server.stdout.readline().strip().split("=")[1]
+        assert holder.stdout.readline().strip() == "create_ah=ok"
+        wait_for("host2: UD listener",
+                 lambda: any(i[1] == "listening" and i[3] == "7482" for i in cm_ids(tb, "host2")))
+        before = ud_entries(tb, "host1")
+        assert len(before) == 1, before
+
+        masq_cmd(tb, "kill", "host1")
+        masq_cmd(tb, "start", "host1")
+        after = wait_for("host1: the AH tracked again", lambda: ud_entries(tb, "host1"), timeout=30)
+        assert after == before
+        # host2 named its UD QP (the server's) to host1's new masqd again,
+        # so host1 resolves the server's answer to its vIP.
+        assert "UD QP(s) announced again at that host's request" in tb.masqd_log("host2")
+        r = tb.tenant_run("host1", "acme-a", UD_PROBE, "vrdma0", "1", "send", "10.0.0.2", qpn,
+                          check=False)
+        assert r.returncode == 0 and "from=::ffff:10.0.0.2" in r.stdout, r.stdout + r.stderr
+
+        masq_cmd(tb, "kill", "host2")
+        masq_cmd(tb, "start", "host2")
+        wait_for("host2: UD listener restored",
+                 lambda: any(i[1] == "listening" and i[3] == "7482" for i in cm_ids(tb, "host2")),
+                 timeout=60)
+        r = tb.tenant_run("host1", "acme-a", CM_PDATA, "udclient", "10.0.0.2", "7482", "again",
+                          check=False)
+        assert r.returncode == 0 and "welcome:again" in r.stdout, r.stdout + r.stderr
+        rc, out, err = finish(listener, timeout=60)
+        assert rc == 0 and "request private_data=again" in out, out + err
+        assert "not restored" not in err
+    finally:
+        stop(procs)

@@ -425,6 +425,23 @@ wire_structs! {
         reserved: reserved[4],
     }
 
+    /// After a masqd restart, once per AH the frontend holds: its kernel
+    /// handle and the virtual attributes the app created it with. masqd
+    /// admits it again as CREATE_AH and BIND_AH would have (RESYNC_TRACKED)
+    /// or, if the security groups no longer allow it, destroys it on the
+    /// app's uverbs file (RESYNC_RESET).
+    pub struct ResyncAhReq {
+        ah_handle: u32,
+        reserved: reserved[4],
+        ah_attr: AhAttr,
+    }
+
+    pub struct ResyncAhReply {
+        /// RESYNC_TRACKED or RESYNC_RESET
+        result: u8 in 1..=2,
+        reserved: reserved[7],
+    }
+
     /// A received UD packet's GRH (as the app's ibv_init_ah_from_wc sees
     /// it), to be named in virtual terms: the sender host's physical
     /// source GID, this host's physical destination GID, and the sending
@@ -582,6 +599,13 @@ wire_structs! {
         private_data: blob[CM_SIDR_REP_PRIVATE_DATA; private_data_len],
     }
 
+    /// The sender (re)started and knows no other host's UD QPs: the
+    /// receiver announces its own again (PEER_UD_QP), those of the VNIs the
+    /// sender's host serves.
+    pub struct PeerUdQuery {
+        reserved: reserved[8],
+    }
+
     /// A UD QP of an endpoint of the sending host is up (or gone): a UD
     /// packet names its sender by host and QPN only, and the receiving
     /// masqd names it by vIP.
@@ -644,6 +668,9 @@ messages! {
         // MODIFY_QP and an accept or establish.
         33 CmAcceptQp(CmAcceptQpReq) => (),
         34 CmEstablishQp(CmEstablishQpReq) => (),
+        // After a masqd restart, once per AH the frontend holds (after
+        // its QPs' RESYNC_QP).
+        35 ResyncAh(ResyncAhReq) => (ResyncAhReply),
     }
     notices {
         0x4001 QpError(QpErrorNotice),
@@ -660,5 +687,6 @@ messages! {
         0x2006 UdQp(PeerUdQp),
         0x2007 SidrReq(PeerSidrReq),
         0x2008 SidrRep(PeerSidrRep),
+        0x2009 UdQuery(PeerUdQuery),
     }
 }

@@ -324,6 +324,27 @@ fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
         ),
         ("bind_ah_reply", "BIND_AH reply", rep(9, ReplyBody::BindAh)),
         (
+            "resync_ah_req",
+            "RESYNC_AH request: the AH of kernel handle 5, made towards 10.0.0.6 from sgid 1",
+            req(
+                35,
+                RequestBody::ResyncAh(ResyncAhReq {
+                    ah_handle: 5,
+                    ah_attr: ah_to_peer(),
+                }),
+            ),
+        ),
+        (
+            "resync_ah_reply",
+            "RESYNC_AH reply: tracked again",
+            rep(
+                35,
+                ReplyBody::ResyncAh(ResyncAhReply {
+                    result: RESYNC_TRACKED as u8,
+                }),
+            ),
+        ),
+        (
             "destroy_ah_req",
             "DESTROY_AH request: the AH of kernel handle 5",
             req(10, RequestBody::DestroyAh(DestroyAhReq { ah_handle: 5 })),
@@ -786,6 +807,11 @@ fn peer_goldens() -> Vec<(&'static str, &'static str, Msg)> {
                 qpn: 0x22,
                 up: 1,
             })),
+        ),
+        (
+            "peer_ud_query",
+            "PEER_UD_QUERY: announce your UD QPs again",
+            Msg::Peer(PeerBody::UdQuery(PeerUdQuery {})),
         ),
         (
             "peer_sidr_req",
