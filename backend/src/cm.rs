@@ -817,11 +817,7 @@ impl Cm {
                 proto::ReplyBody::CmListen
             }
             R::CmConnect(c) => {
-                if Self::own(st, session, c.id)?.udp {
-                    self.connect_ud(shared, st, session, c)?;
-                } else {
-                    self.connect(shared, st, session, c)?;
-                }
+                self.connect(shared, st, session, c)?;
                 proto::ReplyBody::CmConnect
             }
             R::CmAccept(c) => {
@@ -1189,6 +1185,11 @@ impl Cm {
         Ok(())
     }
 
+    /// rdma_connect: a REQ, or for a UD id a SIDR REQ asking the listener
+    /// at the destination for its QP (the id's own QP plays no part).
+    /// Either is admitted here first; a denied one is dropped, as a
+    /// firewall drops it: the app times out (UNREACHABLE, ETIMEDOUT), as
+    /// it does when nothing answers in the kernel's CM.
     fn connect(
         &self,
         shared: &dyn CmHost,
@@ -1201,10 +1202,18 @@ impl Cm {
         if i.phase != Phase::RouteResolved {
             return fail(libc::EINVAL, "connect before route resolution");
         }
-        if c.param.private_data.len() > proto::CM_REQ_PRIVATE_DATA {
-            return fail(libc::EINVAL, "more than 56 bytes of private data");
+        let (max_pdata, what) = if i.udp {
+            (proto::CM_SIDR_REQ_PRIVATE_DATA, "CM UD query")
+        } else {
+            (proto::CM_REQ_PRIVATE_DATA, "CM connect")
+        };
+        if c.param.private_data.len() > max_pdata {
+            return fail(
+                libc::EINVAL,
+                format!("more than {max_pdata} bytes of private data"),
+            );
         }
-        if c.param.qp_num == 0 {
+        if c.param.qp_num == 0 && !i.udp {
             return fail(libc::EINVAL, "connect without a QP number");
         }
         let Some((dst, dst_port)) = i.dst else {
@@ -1215,34 +1224,42 @@ impl Cm {
         i.phase = Phase::Connecting;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
-        match shared
+        let rule = match shared
             .admission()
             .decide(&cfg.tenant, cfg.vni, cfg.vip, dst)
         {
-            Ok(rule) => {
-                info!(
-                    qpn = c.param.qp_num, %rule,
-                    "CM connect {}:{} -> {dst}:{dst_port}", cfg.vip, i.port
-                );
-                let msg = PeerMsg::Req {
-                    from_id: c.id,
-                    vni: cfg.vni,
-                    src: cfg.vip,
-                    src_port: i.port,
-                    dst,
-                    dst_port,
-                    params: i.local.clone(),
-                };
-                self.send(i.peer_host, msg);
-            }
+            Ok(rule) => rule,
             Err(why) => {
-                // Dropped, as a firewall drops it: the app times out.
                 warn!(
-                    "CM connect {}:{} -> {dst}:{dst_port} denied by security groups: {why}",
+                    "{what} {}:{} -> {dst}:{dst_port} denied by security groups: {why}",
                     cfg.vip, i.port
                 );
+                return Ok(());
             }
-        }
+        };
+        info!(qpn = c.param.qp_num, %rule, "{what} {}:{} -> {dst}:{dst_port}", cfg.vip, i.port);
+        let msg = if i.udp {
+            PeerMsg::SidrReq {
+                from_id: c.id,
+                vni: cfg.vni,
+                src: cfg.vip,
+                src_port: i.port,
+                dst,
+                dst_port,
+                private_data: c.param.private_data.clone(),
+            }
+        } else {
+            PeerMsg::Req {
+                from_id: c.id,
+                vni: cfg.vni,
+                src: cfg.vip,
+                src_port: i.port,
+                dst,
+                dst_port,
+                params: i.local.clone(),
+            }
+        };
+        self.send(i.peer_host, msg);
         Ok(())
     }
 
@@ -1293,61 +1310,6 @@ impl Cm {
                 params: i.local.clone(),
             },
         );
-        Ok(())
-    }
-
-    /// A UD id's connect: a SIDR REQ asking the listener at the
-    /// destination for its QP, admitted as an RC connect is. A denied one
-    /// is dropped and times out, as an unanswered SIDR REQ does in the
-    /// kernel (UNREACHABLE, ETIMEDOUT). The id's own QP plays no part.
-    fn connect_ud(
-        &self,
-        shared: &dyn CmHost,
-        st: &mut State,
-        session: u64,
-        c: &proto::CmConnectReq,
-    ) -> CmResult<()> {
-        let timeout = self.timeout;
-        let i = Self::own(st, session, c.id)?;
-        if i.phase != Phase::RouteResolved {
-            return fail(libc::EINVAL, "connect before route resolution");
-        }
-        if c.param.private_data.len() > proto::CM_SIDR_REQ_PRIVATE_DATA {
-            return fail(libc::EINVAL, "more than 180 bytes of private data");
-        }
-        let Some((dst, dst_port)) = i.dst else {
-            return fail(libc::EINVAL, "no destination");
-        };
-        i.local = Params {
-            qpn: c.param.qp_num,
-            ..Default::default()
-        };
-        i.active = true;
-        i.phase = Phase::Connecting;
-        i.deadline = Some(Instant::now() + timeout);
-        let cfg = &i.ep.cfg;
-        match shared
-            .admission()
-            .decide(&cfg.tenant, cfg.vni, cfg.vip, dst)
-        {
-            Ok(rule) => {
-                info!(%rule, "CM UD query {}:{} -> {dst}:{dst_port}", cfg.vip, i.port);
-                let msg = PeerMsg::SidrReq {
-                    from_id: c.id,
-                    vni: cfg.vni,
-                    src: cfg.vip,
-                    src_port: i.port,
-                    dst,
-                    dst_port,
-                    private_data: c.param.private_data.clone(),
-                };
-                self.send(i.peer_host, msg);
-            }
-            Err(why) => warn!(
-                "CM UD query {}:{} -> {dst}:{dst_port} denied by security groups: {why}",
-                cfg.vip, i.port
-            ),
-        }
         Ok(())
     }
 
