@@ -216,15 +216,16 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
         Request::Cm => {
             let _ = writeln!(
                 out,
-                "{:<12} {:>6} {:<13} {:<7} {:<21} {:<21} {:>8}",
-                "ENDPOINT", "ID", "STATE", "SIDE", "LOCAL", "PEER", "QPN"
+                "{:<12} {:>6} {:<4} {:<13} {:<7} {:<21} {:<21} {:>8}",
+                "ENDPOINT", "ID", "PS", "STATE", "SIDE", "LOCAL", "PEER", "QPN"
             );
             for i in reply["ids"].as_array().into_iter().flatten() {
                 let _ = writeln!(
                     out,
-                    "{:<12} {:>6} {:<13} {:<7} {:<21} {:<21} {:>8}",
+                    "{:<12} {:>6} {:<4} {:<13} {:<7} {:<21} {:<21} {:>8}",
                     s(i, "endpoint"),
                     s(i, "id"),
+                    s(i, "ps"),
                     s(i, "state"),
                     s(i, "side"),
                     s(i, "local"),
