@@ -17,9 +17,12 @@
 //!   connection of that QPN (set `conn_in`).
 //! - UD (BTH opcodes 0b011xxxxx): an address handle names a host, not a
 //!   QPN (that is chosen per send), so an endpoint's UD packets pass to
-//!   the hosts of its admitted AHs (set `ud_<endpoint>`), and a UD packet
-//!   to a tenant QP passes on ingress whatever QPN it names: the sending
-//!   host's egress filter is what admitted it (see the README on UD).
+//!   the hosts of its admitted AHs (set `ud_<endpoint>`). On ingress a UD
+//!   packet to a tenant's UD QP (set `ud_qpns`) passes only from a UD QP
+//!   of the same VNI: the sending QP (host, and the DETH's source QPN,
+//!   which rxe writes from the real QP) maps to its VNI's chain (map
+//!   `ud_from`, filled from the other masqds' announcements), which
+//!   accepts only that VNI's QPs (set `udq_<vni>`).
 //! - a container runtime puts a container's processes in a cgroup of its
 //!   own (podman: `libpod_parent/libpod-<id>`), outside `<cgroupParent>`.
 //!   When an app in such a cgroup opens a session, masqd adopts the cgroup
@@ -60,6 +63,9 @@ const ROCE_PORT: u16 = 4791;
 const BTH_DEST_QPN: &str = "@th,104,24";
 /// The BTH opcode's transport bits (its top 3): 0b011 is UD.
 const BTH_UD: &str = "@th,64,3 3";
+/// The DETH's source QPN (after 8 bytes of UDP header, 12 of BTH, 4 of
+/// Q_Key and a reserved byte).
+const DETH_SRC_QPN: &str = "@th,200,24";
 /// The deepest cgroup masqd adopts (one verdict map per depth): runtimes
 /// nest containers 2 (podman) to 5 (Kubernetes' QoS slices) deep.
 pub const MAX_ADOPTED_DEPTH: usize = 8;
@@ -94,6 +100,10 @@ struct Elements {
     live_ud: HashMap<QpKey, (EpId, Ipv4Addr)>,
     /// endpoint -> peer host of an admitted UD AH -> references
     ud: HashMap<EpId, HashMap<Ipv4Addr, u32>>,
+    /// The local endpoints' UD QPs: QPN -> VNI (sets ud_qpns, udq_<vni>).
+    ud_local: HashMap<u32, u32>,
+    /// Other hosts' UD QPs as announced: (host, QPN) -> VNI (map ud_from).
+    ud_remote: HashMap<Pair, u32>,
     /// cgroups in the verdict map, with the inode they had then.
     cgroups: BTreeMap<EpId, u64>,
     /// Adopted cgroups (path below the root) -> (endpoint, inode then).
@@ -203,6 +213,11 @@ impl Backstop {
             "add set {t} conn_in {{ typeof ip saddr . {BTH_DEST_QPN}; }}"
         );
         let _ = writeln!(s, "add set {t} tenant_qpns {{ typeof {BTH_DEST_QPN}; }}");
+        let _ = writeln!(s, "add set {t} ud_qpns {{ typeof {BTH_DEST_QPN}; }}");
+        let _ = writeln!(
+            s,
+            "add map {t} ud_from {{ typeof ip saddr . {DETH_SRC_QPN} : verdict; }}"
+        );
         let _ = writeln!(
             s,
             "add map {t} endpoint_cgroup {{ typeof socket cgroupv2 level {} : verdict; }}",
@@ -217,7 +232,7 @@ impl Backstop {
                  flush map {t} adopted_l{n}"
             );
         }
-        for c in ["unknown_cgroup_drop", "ingress_drop"] {
+        for c in ["unknown_cgroup_drop", "ingress_drop", "ud_ingress_drop"] {
             let _ = writeln!(s, "add counter {t} {c}");
         }
         // Chains: created if missing, emptied, refilled, all in this one
@@ -226,6 +241,17 @@ impl Backstop {
         for id in endpoints.keys() {
             s.push_str(&endpoint_rules(id));
         }
+        let vnis: std::collections::BTreeSet<u32> = endpoints.values().map(|e| e.at.0).collect();
+        for vni in vnis {
+            s.push_str(&vni_rules(vni));
+        }
+        let _ = writeln!(
+            s,
+            "add chain {t} ud_in
+flush chain {t} ud_in
+             add rule {t} ud_in ip saddr . {DETH_SRC_QPN} vmap @ud_from
+             add rule {t} ud_in counter name ud_ingress_drop drop"
+        );
         let hooks = [
             ("prerouting", "prerouting", "raw"),
             ("output", "output", "raw"),
@@ -256,6 +282,10 @@ impl Backstop {
             s,
             "add rule {t} input {roce} ip saddr . {BTH_DEST_QPN} @conn_in accept"
         );
+        let _ = writeln!(
+            s,
+            "add rule {t} input {roce} {BTH_UD} {BTH_DEST_QPN} @ud_qpns goto ud_in"
+        );
         let _ = writeln!(s, "add rule {t} input {roce} {BTH_UD} accept");
         let _ = writeln!(
             s,
@@ -275,8 +305,9 @@ impl Backstop {
         let one = BTreeMap::from([(id.clone(), EndpointRules::of(&self.parent, e))]);
         let cgroups = cgroups_now(&one);
         self.nft.run(&format!(
-            "{}{}",
+            "{}{}{}",
             endpoint_rules(&id),
+            vni_rules(e.vni),
             map_elements(&one, &cgroups)
         ))?;
         el.endpoints.extend(one);
@@ -535,6 +566,62 @@ impl Backstop {
         }
     }
 
+    /// A UD QP of a local endpoint in `vni` is up (at RTR) or gone: from
+    /// now on datagrams reach it only from UD QPs announced in its VNI.
+    pub fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
+        let mut el = self.lock();
+        let t = format!("inet {TABLE}");
+        let mut cmd = String::new();
+        let had = if up {
+            el.ud_local.insert(qpn, vni)
+        } else {
+            el.ud_local.remove(&qpn)
+        };
+        if had == Some(vni) && up {
+            return;
+        }
+        if let Some(old) = had {
+            let _ = writeln!(cmd, "delete element {t} udq_{old} {{ {qpn} }}");
+            if !up {
+                let _ = writeln!(cmd, "delete element {t} ud_qpns {{ {qpn} }}");
+            }
+        }
+        if up {
+            let _ = writeln!(
+                cmd,
+                "add element {t} udq_{vni} {{ {qpn} }}
+add element {t} ud_qpns {{ {qpn} }}"
+            );
+        }
+        self.submit(cmd);
+    }
+
+    /// Host `host`'s masqd announced its UD QP `qpn` in `vni` (or its
+    /// end): its datagrams may reach this host's UD QPs of that VNI. A VNI
+    /// with no endpoint here has no chain, and nothing to reach.
+    pub fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
+        let mut el = self.lock();
+        let served = el.endpoints.values().any(|e| e.at.0 == vni);
+        let t = format!("inet {TABLE}");
+        let mut cmd = String::new();
+        let had = el.ud_remote.get(&(host, qpn)).copied();
+        if up && had == Some(vni) {
+            return;
+        }
+        if had.is_some() && (up || had == Some(vni)) {
+            el.ud_remote.remove(&(host, qpn));
+            let _ = writeln!(cmd, "delete element {t} ud_from {{ {host} . {qpn} }}");
+        }
+        if up && served {
+            el.ud_remote.insert((host, qpn), vni);
+            let _ = writeln!(
+                cmd,
+                "add element {t} ud_from {{ {host} . {qpn} : jump udvni_{vni} }}"
+            );
+        }
+        self.submit(cmd);
+    }
+
     /// The QP is destroyed (or its session ended).
     pub fn qp_gone(&self, qpn: u32) {
         let mut el = self.lock();
@@ -645,7 +732,31 @@ impl Backstop {
             (std::mem::take(&mut q.cmds), q.last)
         };
         let t = format!("inet {TABLE}");
-        let mut cmd = format!("flush set {t} conn_in\nflush set {t} tenant_qpns\n");
+        let mut cmd = format!(
+            "flush set {t} conn_in\nflush set {t} tenant_qpns\n\
+             flush set {t} ud_qpns\nflush map {t} ud_from\n"
+        );
+        let vnis: std::collections::BTreeSet<u32> = el.endpoints.values().map(|e| e.at.0).collect();
+        for vni in &vnis {
+            let _ = writeln!(cmd, "flush set {t} udq_{vni}");
+        }
+        for (qpn, vni) in &el.ud_local {
+            if vnis.contains(vni) {
+                let _ = writeln!(
+                    cmd,
+                    "add element {t} udq_{vni} {{ {qpn} }}
+add element {t} ud_qpns {{ {qpn} }}"
+                );
+            }
+        }
+        for ((host, qpn), vni) in &el.ud_remote {
+            if vnis.contains(vni) {
+                let _ = writeln!(
+                    cmd,
+                    "add element {t} ud_from {{ {host} . {qpn} : jump udvni_{vni} }}"
+                );
+            }
+        }
         for id in el.endpoints.keys() {
             let _ = writeln!(cmd, "flush set {t} eg_{id}\nflush set {t} ud_{id}");
         }
@@ -711,6 +822,7 @@ impl Backstop {
             "ingress_drop" => {
                 "to a tenant QP from a host no admitted connection of it names".into()
             }
+            "ud_ingress_drop" => "a datagram to a tenant's UD QP from no UD QP of its VNI".into(),
             _ => {
                 let id = counter.strip_prefix("drop_").unwrap_or(counter);
                 let el = self.lock();
@@ -744,6 +856,20 @@ fn endpoint_rules(id: &str) -> String {
          add rule {t} {c} ip daddr . {BTH_DEST_QPN} @eg_{id} accept\n\
          add rule {t} {c} ip daddr @ud_{id} {BTH_UD} accept\n\
          add rule {t} {c} counter name drop_{id} drop\n"
+    )
+}
+
+/// One VNI's UD ingress: the set of its local UD QPs and the chain that
+/// a datagram from one of the VNI's UD QPs elsewhere jumps to (created if
+/// missing; the set is kept, the chain rewritten).
+fn vni_rules(vni: u32) -> String {
+    let t = format!("inet {TABLE}");
+    format!(
+        "add set {t} udq_{vni} {{ typeof {BTH_DEST_QPN}; }}
+         add chain {t} udvni_{vni}
+flush chain {t} udvni_{vni}
+         add rule {t} udvni_{vni} {BTH_DEST_QPN} @udq_{vni} accept
+"
     )
 }
 

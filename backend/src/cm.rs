@@ -190,6 +190,11 @@ pub enum PeerMsg {
     },
     /// The sender (re)started: announce this host's UD QPs to it again.
     UdQuery,
+    /// The sender has the receiver's UdQp (up) in force.
+    UdQpAck {
+        vni: u32,
+        qpn: u32,
+    },
     /// A UD QP of an endpoint of the sending host is up (or gone): a UD
     /// packet names its sender by host and QPN only, and the receiving
     /// masqd names it by vIP (see `ud.rs`).
@@ -289,6 +294,10 @@ pub struct Cm {
     /// Other hosts' UD QPs as their masqds announced them:
     /// (host, QPN) -> (VNI, vIP). Claims: checked against the VPC map.
     ud_peers: Mutex<std::collections::HashMap<(Ipv4Addr, u32), (u32, Ipv4Addr)>>,
+    /// This host's UD QP announcements not yet in force at the peer:
+    /// (peer host, QPN), and the signal that one came in.
+    ud_unacked: Mutex<std::collections::HashSet<(Ipv4Addr, u32)>>,
+    ud_acked: std::sync::Condvar,
 }
 
 fn random_u32() -> u32 {
@@ -332,6 +341,8 @@ impl Cm {
             out: Mutex::new(None),
             timeout,
             ud_peers: Mutex::new(std::collections::HashMap::new()),
+            ud_unacked: Mutex::new(std::collections::HashSet::new()),
+            ud_acked: std::sync::Condvar::new(),
         }
     }
 
@@ -348,6 +359,47 @@ impl Cm {
     /// up or gone.
     pub fn announce_ud(&self, host: Ipv4Addr, vni: u32, vip: Ipv4Addr, qpn: u32, up: bool) {
         self.send(host, PeerMsg::UdQp { vni, vip, qpn, up });
+    }
+
+    /// Announce this host's UD QP `qpn` of (vni, vip) as up to `hosts`,
+    /// and wait up to `timeout` until each has it in force (its backstop
+    /// lets the QP's datagrams in), as the app's first datagram may follow
+    /// at once. A host the message could not reach counts as answered.
+    /// False if one did not answer in time.
+    pub fn announce_ud_up(
+        &self,
+        hosts: &[Ipv4Addr],
+        vni: u32,
+        vip: Ipv4Addr,
+        qpn: u32,
+        timeout: Duration,
+    ) -> bool {
+        let mut unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
+        unacked.extend(hosts.iter().map(|h| (*h, qpn)));
+        drop(unacked);
+        for h in hosts {
+            self.announce_ud(*h, vni, vip, qpn, true);
+        }
+        let unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut unacked, waited) = self
+            .ud_acked
+            .wait_timeout_while(unacked, timeout, |u| {
+                hosts.iter().any(|h| u.contains(&(*h, qpn)))
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        for h in hosts {
+            unacked.remove(&(*h, qpn));
+        }
+        !waited.timed_out()
+    }
+
+    /// `host` has UD QP `qpn`'s announcement in force, or it could not be
+    /// sent there.
+    pub fn ud_acked(&self, host: Ipv4Addr, qpn: u32) {
+        let mut unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
+        if unacked.remove(&(host, qpn)) {
+            self.ud_acked.notify_all();
+        }
     }
 
     /// Ask each of `hosts`' masqds to announce its UD QPs: after a
@@ -1502,12 +1554,35 @@ impl Cm {
             shared.reannounce_ud(from);
             return;
         }
+        if let PeerMsg::UdQpAck { qpn, .. } = msg {
+            self.ud_acked(from, qpn);
+            return;
+        }
         if let PeerMsg::UdQp { vni, vip, qpn, up } = msg {
-            let mut m = self.ud_peers.lock().unwrap_or_else(|p| p.into_inner());
+            {
+                let mut m = self.ud_peers.lock().unwrap_or_else(|p| p.into_inner());
+                if up {
+                    m.insert((from, qpn), (vni, vip));
+                } else if m.get(&(from, qpn)) == Some(&(vni, vip)) {
+                    m.remove(&(from, qpn));
+                }
+            }
+            // The backstop takes only what the VPC map puts on that host.
+            let theirs = shared
+                .registry()
+                .vpc()
+                .lookup(vni, vip)
+                .is_some_and(|p| p.host == from);
+            if let Some(bs) = shared.admission().backstop() {
+                if theirs {
+                    bs.ud_remote(from, qpn, vni, up);
+                }
+                if up && !bs.wait_applied(crate::qp::BACKSTOP_WAIT) {
+                    warn!(%from, qpn, "backstop sets not updated in time for a UD QP");
+                }
+            }
             if up {
-                m.insert((from, qpn & 0xFF_FFFF), (vni, vip));
-            } else if m.get(&(from, qpn)) == Some(&(vni, vip)) {
-                m.remove(&(from, qpn));
+                self.send(from, PeerMsg::UdQpAck { vni, qpn });
             }
             return;
         }
@@ -1637,7 +1712,7 @@ impl Cm {
                 private_data,
             } => Self::on_sidr_rep(shared, st, from, to_id, status, qpn, qkey, private_data),
             // Taken above, without the CM's lock.
-            PeerMsg::UdQp { .. } | PeerMsg::UdQuery => {}
+            PeerMsg::UdQp { .. } | PeerMsg::UdQuery | PeerMsg::UdQpAck { .. } => {}
             PeerMsg::Rtu { to_id, from_id } => {
                 let Some(i) = st.ids.get_mut(&to_id) else {
                     return;

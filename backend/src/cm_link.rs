@@ -112,6 +112,9 @@ fn sender(shared: Arc<Shared>, rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
         if !sent {
             // The app sees what a lost CM packet gives: a timeout.
             warn!(%host, "CM message lost");
+            if let PeerMsg::UdQp { qpn, up: true, .. } = msg {
+                shared.cm.ud_acked(host, qpn); // nobody there to wait for
+            }
         }
     }
 }

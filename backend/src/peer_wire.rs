@@ -165,6 +165,10 @@ fn to_wire(msg: &PeerMsg) -> PeerBody {
             private_data: private_data.clone(),
         }),
         PeerMsg::UdQuery => PeerBody::UdQuery(proto::PeerUdQuery {}),
+        PeerMsg::UdQpAck { vni, qpn } => PeerBody::UdQpAck(proto::PeerUdQpAck {
+            vni: *vni,
+            qpn: *qpn,
+        }),
         PeerMsg::UdQp { vni, vip, qpn, up } => PeerBody::UdQp(proto::PeerUdQp {
             vni: *vni,
             vip: vip.octets(),
@@ -223,6 +227,10 @@ fn from_wire(body: PeerBody) -> PeerMsg {
             private_data: r.private_data,
         },
         PeerBody::UdQuery(_) => PeerMsg::UdQuery,
+        PeerBody::UdQpAck(a) => PeerMsg::UdQpAck {
+            vni: a.vni,
+            qpn: a.qpn,
+        },
         PeerBody::UdQp(u) => PeerMsg::UdQp {
             vni: u.vni,
             vip: Ipv4Addr::from(u.vip),
@@ -365,6 +373,10 @@ mod tests {
                 up: false,
             },
             PeerMsg::UdQuery,
+            PeerMsg::UdQpAck {
+                vni: 100,
+                qpn: 0x22,
+            },
             PeerMsg::SidrReq {
                 from_id: 9,
                 vni: 200,

@@ -594,7 +594,7 @@ pub fn resync(
             format!("QP handle {} is already known", r.qp_handle),
         ));
     }
-    let _gate = h.admission().admitting();
+    let gate = h.admission().admitting();
     // The handle first, in the app's own uverbs file: another app's handle
     // is ENOENT there, whatever QPN comes with it.
     let kq = k
@@ -620,11 +620,6 @@ pub fn resync(
         rec.guarded = true;
     }
     sess.touched.push(r.qp_handle);
-    if r.qp_type == IBV_QPT_UD && connected && owner_checked {
-        // Hosts whose masqd restarted too forgot it (the others ask again
-        // with PEER_UD_QUERY when they start).
-        h.ud_announce(&sess.ep, r.qp_num, true);
-    }
     if !connected || r.qp_type == IBV_QPT_UD {
         debug!(
             qpn = r.qp_num,
@@ -632,6 +627,13 @@ pub fn resync(
             "QP resynced: nothing to track"
         );
         sess.qps.insert(r.qp_handle, rec);
+        drop(gate);
+        if r.qp_type == IBV_QPT_UD && connected && owner_checked {
+            // This host's backstop sets, and hosts whose masqd restarted
+            // too, learn it again (the others ask with PEER_UD_QUERY when
+            // they start).
+            h.ud_announce(&sess.ep, r.qp_num, true);
+        }
         return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
     }
     let ep = &sess.ep.cfg;

@@ -258,16 +258,36 @@ const ANNOUNCE_WAIT: Duration = Duration::from_secs(2);
 /// Tell the other hosts of the endpoint's VNI that its UD QP `qpn` is up
 /// (at RTR) or gone, so that they can name its datagrams' sender.
 pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
+    if let Some(bs) = shared.admission.backstop() {
+        bs.ud_local(ep.cfg.vni, qpn, up);
+    }
     let me = shared.cfg.underlay.ip;
-    let hosts: BTreeSet<Ipv4Addr> = shared
+    let hosts: Vec<Ipv4Addr> = shared
         .registry
         .vpc()
         .iter()
         .filter(|(vni, _, p)| *vni == ep.cfg.vni && p.host != me)
         .map(|(_, _, p)| p.host)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
         .collect();
-    for h in hosts {
-        shared.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, up);
+    if !up {
+        for h in hosts {
+            shared.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, false);
+        }
+        return;
+    }
+    // The other hosts' backstops let the QP's datagrams in only once they
+    // know it: its app may send right after this RTR.
+    let vni = ep.cfg.vni;
+    if !shared
+        .cm
+        .announce_ud_up(&hosts, vni, ep.cfg.vip, qpn, crate::qp::BACKSTOP_WAIT)
+    {
+        warn!(
+            qpn,
+            "UD QP not confirmed by every host of VNI {vni} in time; its first datagrams there may be dropped"
+        );
     }
 }
 

@@ -177,32 +177,54 @@ def _rogue_send(tb, where, qpn):
     return r.returncode, r.stdout + r.stderr
 
 
+def _serve_and_send(tb, server, send):
+    """ud_probe serve in `server`; send(qpn) -> (rc, out); the server's
+    output, once it is stopped (nothing is expected to reach it)."""
+    srv = tb.tenant_spawn(*server, UD_PROBE, "vrdma0", "1", "serve")
+    try:
+        m = re.match(r"qpn=(0x[0-9a-f]+)", srv.stdout.readline())
+        assert m, srv.stderr.read()
+        rc, out = send(m.group(1))
+    finally:
+        srv.kill()  # it would wait 60 s for a datagram that never comes
+    _, sout, serr = finish(srv)
+    assert rc != 0, out  # no answer
+    assert "payload=" not in sout and "init_ah" not in sout, sout + serr
+    return sout
+
+
 def test_a_ud_sender_skipping_libmasq_reaches_no_unadmitted_host(ud):
     # acme-a has no address handle towards host2: its forged datagrams stop
-    # at host1's backstop. The same program from host1 itself (outside
-    # any tenant cgroup, which the backstop does not filter) gets through,
-    # so the silence comes from the backstop, not from the tool.
-    for sender, delivered in ((("host1", "acme-a"), False), (("host1",), True)):
-        before = _drops(ud, "host1")
-        srv = ud.tenant_spawn("host2", "acme-b", UD_PROBE, "vrdma0", "1", "serve")
-        try:
-            m = re.match(r"qpn=(0x[0-9a-f]+)", srv.stdout.readline())
-            assert m, srv.stderr.read()
-            rc, out = _rogue_send(ud, sender, m.group(1))
-            if not delivered:
-                srv.kill()  # it would wait 60 s for a datagram that never comes
-        except BaseException:
-            srv.kill()
-            raise
-        _, sout, serr = finish(srv)
-        assert rc != 0, out  # no answer either way
-        if delivered:
-            # Received; its sender is no endpoint of the VPC, so libmasq
-            # gives the server no address for it.
-            assert "init_ah_from_wc_errno=113" in sout, sout + serr
-        else:
-            assert "payload=" not in sout and "init_ah" not in sout, sout
-            assert _drops(ud, "host1")["drop_acme_a"] > before["drop_acme_a"]
+    # at host1's backstop (egress). The same program run by host1 itself
+    # (outside any tenant cgroup, which the egress filter does not see)
+    # leaves host1, and stops at host2's (ingress): its QP is no UD QP
+    # announced in acme's VNI. Each drop is counted where it happens, so
+    # the silence comes from the backstop, not from the tool.
+    for sender, host, counter in ((("host1", "acme-a"), "host1", "drop_acme_a"),
+                                  (("host1",), "host2", "ud_ingress_drop")):
+        before = _drops(ud, host)[counter]
+        _serve_and_send(ud, ("host2", "acme-b"), lambda qpn: _rogue_send(ud, sender, qpn))
+        assert _drops(ud, host)[counter] > before, (sender, counter)
+
+
+def test_a_ud_datagram_reaches_no_other_vnis_qp(ud):
+    # globex-a may send to host2 (an admitted address handle to its own
+    # 10.0.0.2, globex-b), and names acme-b's UD QP there, with the same
+    # Q_Key: host2's backstop lets datagrams of globex's UD QPs in only to
+    # globex's. Through libmasq, as any app could.
+    before = _drops(ud, "host2")["ud_ingress_drop"]
+    _serve_and_send(ud, ("host2", "acme-b"),
+                    lambda qpn: probe(ud, "host1", "globex-a", "send", "10.0.0.2", qpn, "5"))
+    assert _drops(ud, "host2")["ud_ingress_drop"] > before
+    # The same datagram from acme-a, acme-b's own VNI, is answered.
+    srv = ud.tenant_spawn("host2", "acme-b", UD_PROBE, "vrdma0", "1", "serve")
+    try:
+        qpn = re.match(r"qpn=(0x[0-9a-f]+)", srv.stdout.readline()).group(1)
+        rc, out = probe(ud, "host1", "acme-a", "send", "10.0.0.2", qpn)
+    finally:
+        rc_s, sout, serr = finish(srv)
+    assert rc == 0 and "payload=pong" in out, out
+    assert rc_s == 0 and "payload=ping" in sout, sout + serr
 
 
 def _ud_set(tb, host, endpoint):

@@ -12,12 +12,13 @@
  *       ibv_create_ah_from_wc, then wait for the sender's "done" (its QP
  *       stays up until the sender has resolved the answer's GRH: masqd
  *       names no sender whose QP is gone)
- *   ud_probe DEVICE GID_INDEX send DEST_IPV4 QPN
+ *   ud_probe DEVICE GID_INDEX send DEST_IPV4 QPN [WAIT_SECONDS]
  *       send one datagram to QPN at DEST, wait for the answer, reply
  *       "done" through an address handle made from the answer
  *
  * Prints key=value lines. Exit: 0 ok, 3 the verb under test failed (errno
- * printed), 1 other failures (including a 60 s wait for a datagram).
+ * printed), 1 other failures (including a wait for a datagram that ran
+ * out: 60 s unless WAIT_SECONDS says otherwise).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -39,6 +40,7 @@ static struct ibv_qp *qp;
 static struct ibv_mr *mr;
 static char buf[2][BUF];
 static int gid_index;
+static int wait_seconds = 60;
 
 static void die(const char *what)
 {
@@ -131,13 +133,13 @@ static void post_send(struct ibv_ah *ah, uint32_t qpn, const char *msg)
 		die("post_send");
 }
 
-/* The completion of wr_id `want` (0 receive, 1 send), within 60 s; the
- * other one may come first and is kept. */
+/* The completion of wr_id `want` (0 receive, 1 send), within
+ * wait_seconds; the other one may come first and is kept. */
 static struct ibv_wc wait_wc(uint64_t want)
 {
 	static struct ibv_wc seen[2];
 	static int have[2];
-	time_t end = time(NULL) + 60;
+	time_t end = time(NULL) + wait_seconds;
 	struct ibv_wc wc;
 
 	while (!have[want]) {
@@ -250,7 +252,9 @@ int main(int argc, char **argv)
 		printf("closing=%s\n", buf[0] + 40);
 		return 0;
 	}
-	if (strcmp(argv[3], "send") == 0 && argc == 6) {
+	if (strcmp(argv[3], "send") == 0 && (argc == 6 || argc == 7)) {
+		if (argc == 7)
+			wait_seconds = atoi(argv[6]);
 		ud_qp();
 		to_rts();
 		post_recv();

@@ -599,6 +599,13 @@ wire_structs! {
         private_data: blob[CM_SIDR_REP_PRIVATE_DATA; private_data_len],
     }
 
+    /// The receiver of PEER_UD_QP (up) has it in force: its backstop lets
+    /// that QP's datagrams in to the VNI's UD QPs from now on.
+    pub struct PeerUdQpAck {
+        vni: u32 in 1..=0xFFFFFF,
+        qpn: u32 in 0..=0xFFFFFF,
+    }
+
     /// The sender (re)started and knows no other host's UD QPs: the
     /// receiver announces its own again (PEER_UD_QP), those of the VNIs the
     /// sender's host serves.
@@ -688,5 +695,6 @@ messages! {
         0x2007 SidrReq(PeerSidrReq),
         0x2008 SidrRep(PeerSidrRep),
         0x2009 UdQuery(PeerUdQuery),
+        0x200a UdQpAck(PeerUdQpAck),
     }
 }

@@ -407,8 +407,8 @@ fn peer_framing_errors() {
             },
         ),
         (
-            patch(ok.clone(), 2, &0x200au16.to_le_bytes()),
-            ProtoError::UnknownOpcode(0x200a),
+            patch(ok.clone(), 2, &0x200bu16.to_le_bytes()),
+            ProtoError::UnknownOpcode(0x200b),
         ),
         (
             patch(ok.clone(), 2, &0x2000u16.to_le_bytes()),

@@ -809,6 +809,11 @@ fn peer_goldens() -> Vec<(&'static str, &'static str, Msg)> {
             })),
         ),
         (
+            "peer_ud_qp_ack",
+            "PEER_UD_QP_ACK: UD QP 0x22 of VNI 100 is let in",
+            Msg::Peer(PeerBody::UdQpAck(PeerUdQpAck { vni: 100, qpn: 0x22 })),
+        ),
+        (
             "peer_ud_query",
             "PEER_UD_QUERY: announce your UD QPs again",
             Msg::Peer(PeerBody::UdQuery(PeerUdQuery {})),
