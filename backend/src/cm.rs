@@ -3,8 +3,9 @@
 //! libmasq carries librdmacm's calls here (the CM_* requests); ids, ports
 //! and listeners live per endpoint, so two tenants may listen on the same
 //! vIP:port in different VNIs. The CM exchange itself (REQ, REP, REJ, RTU,
-//! DREQ) goes to the peer's masqd over the underlay (`cm_link`), never
-//! through the tenant's network. A connect the security groups deny is
+//! DREQ, and for RDMA_PS_UDP ids the SIDR query: SIDR REQ and REP) goes to
+//! the peer's masqd over the underlay (`cm_link`), never through the
+//! tenant's network. A connect the security groups deny is
 //! dropped, so it looks as a firewall makes it look: nothing answers, and
 //! the app gets UNREACHABLE (ETIMEDOUT) after `cm.timeoutMs`.
 //!
