@@ -2,18 +2,175 @@
 hosts and tenant endpoints through the `integration/testbed` CLI, so the
 tests exercise the same tool a developer uses."""
 import contextlib
+import importlib.machinery
+import importlib.util
 import os
 import re
 import subprocess
+import sys
+import threading
 import time
 
 CLI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testbed")
+
+
+def _load_cli():
+    """The testbed CLI as a module: its console scan, agent probe and
+    libvirt helpers, so the harness judges a host as `testbed status` does."""
+    loader = importlib.machinery.SourceFileLoader("masq_testbed_cli", CLI)
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+tbcli = _load_cli()
+# Where the evidence of every wedged host of a run is kept (the state dir
+# goes with `testbed down`): console, vCPU stacks, what the harness saw.
+WEDGES = os.environ.get("MASQ_TESTBED_WEDGES", "/var/tmp/masq-testbed-wedges")
 # hostN's underlay address is 198.18.0.N (integration/testbed).
 UNDERLAY = {f"host{i}": f"198.18.0.{i}" for i in range(1, 10)}
 
 
+class ConsoleWatch(threading.Thread):
+    """Reads every host's console as it grows. A lockup, stall or panic is
+    noted for the harness's next check; if the host's agent then does not
+    answer, its vCPU stacks are kept and the domain is destroyed, so a
+    command hung in it ends now (with a connection error) instead of
+    waiting out its timeout, and the harness boots the host again."""
+
+    def __init__(self, tb):
+        super().__init__(name="console-watch", daemon=True)
+        self.tb = tb
+        self.lock = threading.Lock()
+        self.offsets = {}
+        self.pending = {}  # host -> [console lines not yet reported]
+        self.records = {}  # host -> wedge record path not yet reported
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.wait(2):
+            for host in self.tb.known_hosts():
+                try:
+                    new = self.scan(host)
+                except OSError:
+                    continue
+                if new:
+                    self.on_trouble(host, new)
+
+    def scan(self, host):
+        path = tbcli.console_path(host)
+        size = os.path.getsize(path)
+        start = self.offsets.get(host, 0)
+        if size < start:  # a new boot started the file again
+            start = 0
+        if size == start:
+            return []
+        with open(path, "rb") as f:
+            f.seek(start)
+            chunk = f.read(size - start)
+        # Only whole lines: the rest is read again next time.
+        end = chunk.rfind(b"\n") + 1
+        self.offsets[host] = start + end
+        return tbcli.console_problems(chunk[:end].decode(errors="replace"))
+
+    def on_trouble(self, host, lines):
+        with self.lock:
+            first = host not in self.pending
+            self.pending.setdefault(host, []).extend(lines)
+        if not first:
+            return
+        print(f"testbed: {host}'s console: {lines[0]}", file=sys.stderr, flush=True)
+        if tbcli.domain_running(host) and not tbcli.agent_ready(host):
+            record = self.tb.keep_wedge(host, lines)
+            with self.lock:
+                self.records[host] = record
+            tbcli.virsh("destroy", tbcli.domain(host), check=False)
+            print(f"testbed: {host} stopped answering; destroyed it (evidence in {record})",
+                  file=sys.stderr, flush=True)
+
+    def take(self, host):
+        """Console trouble and the wedge record seen on host since the last take."""
+        with self.lock:
+            return self.pending.pop(host, []), self.records.pop(host, None)
+
+
 class Testbed:
     cli = CLI
+
+    def __init__(self):
+        # Steps that put back what a module's fixture made on a host, run
+        # in order after that host was booted again: [(name, fn(host))].
+        self.restore_steps = []
+        self.watch = None
+
+    # Health: a host that stopped answering fails its test and comes back --
+    def known_hosts(self):
+        return list(tbcli.host_table(tbcli._running_count()))
+
+    def start_watching(self):
+        self.watch = ConsoleWatch(self)
+        self.watch.start()
+
+    @contextlib.contextmanager
+    def restorable(self, name, fn):
+        """For the block, fn(host) is run on any host booted again."""
+        step = (name, fn)
+        self.restore_steps.append(step)
+        try:
+            yield
+        finally:
+            self.restore_steps.remove(step)
+
+    def trouble(self, probe_agents=True):
+        """{host: why} for every host that is not fit to run the next test:
+        its domain is not running, its console showed a lockup or panic, or
+        (probe_agents) its agent does not answer."""
+        found = {}
+        for host in self.known_hosts():
+            why = []
+            state = tbcli.virsh("domstate", tbcli.domain(host), check=False).strip()
+            if state != "running":
+                why.append(f"its domain is {state or 'gone'}")
+            lines, record = self.watch.take(host) if self.watch else ([], None)
+            if lines:
+                why.append("its console shows: " + " | ".join(lines[:4]))
+            if state == "running" and probe_agents and not tbcli.agent_ready(host):
+                why.append("its agent does not answer")
+            if why:
+                if record is None and state == "running":
+                    record = self.keep_wedge(host, lines)
+                found[host] = (why, record)
+        return found
+
+    def keep_wedge(self, host, lines):
+        """Write what is known of a wedged host to WEDGES; return the path."""
+        os.makedirs(WEDGES, exist_ok=True)
+        path = os.path.join(WEDGES, f"{time.strftime('%Y%m%d-%H%M%S')}-{host}.txt")
+        try:
+            stacks = tbcli.vcpu_stacks(host)
+        except Exception as e:  # noqa: BLE001 - evidence is best effort
+            stacks = f"(no stacks: {e})"
+        try:
+            console = open(tbcli.console_path(host), errors="replace").read()
+        except OSError:
+            console = "(no console log)"
+        with open(path, "w") as f:
+            f.write(f"{host} at {time.ctime()}\n\nconsole trouble:\n" + "\n".join(lines)
+                    + f"\n\nvCPU stacks:\n{stacks}\n\nconsole:\n{console}")
+        return path
+
+    def recover(self, host):
+        """Boot host again and put back what the running fixtures made."""
+        subprocess.run([CLI, "poweroff", host], capture_output=True, timeout=120)
+        self._run([CLI, "poweron", host], True, 900)
+        failed = []
+        for name, fn in list(self.restore_steps):
+            try:
+                fn(host)
+            except Exception as e:  # noqa: BLE001 - say which step, go on
+                failed.append(f"{name}: {e}")
+        return failed
 
     def is_up(self):
         return subprocess.run([CLI, "status"], capture_output=True).returncode == 0
@@ -48,7 +205,10 @@ class Testbed:
         """masqd on both hosts from the configs in `config` for the block."""
         self._run([CLI, "masq", "up", "--config", config], True, 300)
         try:
-            yield self
+            # A host booted again gets its endpoints and masqd back.
+            with self.restorable(f"masq up --config {config}", lambda _host: self._run(
+                    [CLI, "masq", "up", "--config", config], True, 300)):
+                yield self
         finally:
             self._run([CLI, "masq", "down"], False, 120)
 

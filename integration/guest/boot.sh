@@ -11,6 +11,9 @@ ul_mac=$(arg ulmac) ctl_mac=$(arg ctlmac) ctl_ip=$(arg ctlip) agent_port=$(arg a
 
 log() { echo "masq-boot[$host]: $*" >/dev/console; }
 
+# Messages without a level (a lockup's or oops's backtrace, dump_stack)
+# are printed as errors, which a `quiet` console shows; warnings stay off it.
+echo "4 3 1 7" >/proc/sys/kernel/printk
 mount -t tmpfs -o mode=755 tmpfs /run
 # /tmp stays the overlay's (writable, private to this guest): a tmpfs there
 # would hide a checkout that lives under /tmp, which the initramfs mounted.

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from masq_testbed import Testbed  # noqa: E402
+from masq_testbed import Testbed, tbcli  # noqa: E402
 
 
 def _sigterm(_signo, _frame):
@@ -26,15 +26,76 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "three_hosts: needs a three-host testbed (make test-cluster)")
 
 
+# The testbed of this run, once a test asked for it: the hooks below check
+# its hosts between tests.
+ACTIVE = None
+# (host, why, evidence) of each host booted again, for the run's summary.
+RECOVERED = []
+
+
 @pytest.fixture(scope="session")
 def testbed():
+    global ACTIVE
     tb = Testbed()
     was_up = tb.is_up()
     if not was_up:
         hosts = os.environ.get("MASQ_TESTBED_HOSTS", "2")
         subprocess.run([tb.cli, "up", "--hosts", hosts], check=True)
+    tb.start_watching()
+    ACTIVE = tb
     try:
         yield tb
     finally:
+        ACTIVE = None
         if not was_up and os.environ.get("MASQ_TESTBED_KEEP") != "1":
             subprocess.run([tb.cli, "down"], check=False)
+
+
+def _recover(tb, trouble):
+    """Boot each troubled host again; the text a failed test carries."""
+    text = []
+    for host, (why, record) in trouble.items():
+        tail = tbcli.console_tail(host, 40)
+        failed = tb.recover(host)
+        RECOVERED.append((host, "; ".join(why), record))
+        text.append(f"testbed: {host} was not fit to go on: {'; '.join(why)}"
+                    + (f"\n(evidence kept in {record})" if record else "")
+                    + f"\n--- {host}'s console, last lines ---\n{tail}\n"
+                    + f"--- {host} booted again"
+                    + (", but restoring failed: " + "; ".join(failed) if failed else
+                       " with what the running fixtures had made") + " ---")
+    return "\n".join(text)
+
+
+def pytest_runtest_setup(item):
+    # A host that died after the last check (in a fixture's teardown, say)
+    # is booted again before the next test, which should not pay for it.
+    if ACTIVE is not None:
+        trouble = ACTIVE.trouble(probe_agents=False)
+        if trouble:
+            print(_recover(ACTIVE, trouble), file=sys.stderr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    tb = ACTIVE
+    # After each test, and after a failed setup or teardown: is every host
+    # still fit? If not, the test fails with its console and the host is
+    # booted again, so the rest of the run still means something.
+    if tb is None or not (rep.when == "call" or rep.failed):
+        return
+    trouble = tb.trouble()
+    if not trouble:
+        return
+    note = _recover(tb, trouble)
+    rep.outcome = "failed"
+    rep.longrepr = f"{rep.longrepr}\n\n{note}" if rep.longrepr else note
+
+
+def pytest_terminal_summary(terminalreporter):
+    if RECOVERED:
+        terminalreporter.section("hosts booted again during the run")
+        for host, why, record in RECOVERED:
+            terminalreporter.write_line(f"{host}: {why}" + (f" ({record})" if record else ""))

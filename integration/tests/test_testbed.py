@@ -1,7 +1,12 @@
 """The testbed CLI itself: exit statuses, streams and input checks."""
+import os
+import re
 import subprocess
+import sys
 
 from masq_testbed import CLI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def cli(*args, **kw):
@@ -45,3 +50,30 @@ def test_tenant_add_rejects_bad_input_by_name(testbed):
 def test_tenant_exec_of_unknown_endpoint_fails(testbed):
     r = cli("tenant", "exec", "host1", "nobody", "--", "true")
     assert r.returncode == 2 and "no endpoint nobody" in r.stderr
+
+
+def test_a_wedged_host_fails_its_test_and_the_run_goes_on(testbed):
+    """A pytest run of its own on this testbed (wedge_cases.py): host2's
+    kernel panics in one test, host1 is paused in another. Each of those
+    tests fails with the host's console in its message, the host is booted
+    again with masqd and its endpoints, and the test after it passes."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                        os.path.join(HERE, "wedge_cases.py")],
+                       capture_output=True, text=True, timeout=1800)
+    out = r.stdout + r.stderr
+    # This run's own watch saw host2's panic too; the inner run handled it.
+    for host in testbed.known_hosts():
+        testbed.watch.take(host)
+    outcomes = dict(re.findall(r"::(test_\w+) (PASSED|FAILED|ERROR)", out))
+    assert outcomes == {
+        "test_1_host2_panics": "FAILED",
+        "test_2_host2_is_back_with_masqd_and_its_endpoints": "PASSED",
+        "test_3_host1_stops_answering": "FAILED",
+        "test_4_host1_is_back_with_masqd_and_its_endpoints": "PASSED",
+    }, out
+    assert re.search(r"host2 was not fit to go on: its domain is shut off.*Kernel panic", out), out
+    assert "--- host2's console, last lines ---" in out, out
+    assert "host1 was not fit to go on: its domain is paused" in out, out
+    assert "hosts booted again during the run" in out, out
+    r = cli("status")
+    assert r.returncode == 0, r.stdout
