@@ -30,21 +30,33 @@ def run_testbed(tb, *args):
     tb._run([TESTBED, *args], True, 600)
 
 
+def podman_ready(tb, host):
+    """podman set up on host, with the module's networks."""
+    run_testbed(tb, "podman", "setup", host)
+    first, last = RANGES[host]
+    run_testbed(tb, "podman", "net", host, NET, "--vni", "100", "--tenant", "acme",
+                "--subnet", "10.0.0.0/24", "--range", f"{first}-{last}")
+    if host == "host1":
+        # VNI 4242: no VPC masqd knows.
+        run_testbed(tb, "podman", "net", "host1", "nope", "--vni", "4242", "--tenant",
+                    "acme", "--subnet", "10.9.0.0/24", "--range", "10.9.0.20-10.9.0.29")
+
+
+RANGES = {"host1": ("10.0.0.20", "10.0.0.29"), "host2": ("10.0.0.30", "10.0.0.39")}
+
+
 @pytest.fixture(scope="module")
 def pods(testbed):
     tb = testbed
     tb.run("host1", ETCD, "wipe")
     tb.run("host1", ETCD, "start")
     try:
-        with tb.masq_running(CONFIG):
-            run_testbed(tb, "podman", "setup")
-            for host, first, last in (("host1", "10.0.0.20", "10.0.0.29"),
-                                      ("host2", "10.0.0.30", "10.0.0.39")):
-                run_testbed(tb, "podman", "net", host, NET, "--vni", "100", "--tenant", "acme",
-                            "--subnet", "10.0.0.0/24", "--range", f"{first}-{last}")
-            # VNI 4242: no VPC masqd knows.
-            run_testbed(tb, "podman", "net", "host1", "nope", "--vni", "4242", "--tenant",
-                        "acme", "--subnet", "10.9.0.0/24", "--range", "10.9.0.20-10.9.0.29")
+        # A host booted again (testbed harness) gets etcd, masqd and podman back.
+        with tb.restorable("etcd on host1", lambda h: h == "host1" and tb.run(h, ETCD, "start")), \
+                tb.masq_running(CONFIG), \
+                tb.restorable("podman and its networks", lambda h: podman_ready(tb, h)):
+            for host in HOSTS:
+                podman_ready(tb, host)
             yield tb
     finally:
         for h in HOSTS:
