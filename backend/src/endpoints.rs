@@ -316,6 +316,7 @@ impl Shared {
     /// policies resolve names against the new one, the active one again.
     /// `changed` names the endpoints that came or went (empty: any).
     pub fn rebind_policy(&self, why: &str, changed: &[&str]) {
+        let _one_at_a_time = lock(&self.policy_ops);
         let refs = || self.registry.policy_refs();
         if let Some((policy, dangling)) = self.admission.rebind(refs, changed) {
             if !dangling.is_empty() {
