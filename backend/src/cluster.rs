@@ -20,6 +20,13 @@
 //!
 //! A `Source` (`source.rs`): it feeds the daemon's state through `Store`
 //! and knows nothing of sessions or sockets.
+//!
+//! Applying a change (a policy recompiled, nftables loaded) can take
+//! seconds on a busy host, so it never runs on the task that talks to etcd:
+//! the `cluster-apply` thread applies the view and the watch's events in
+//! their order, and the lease is renewed by a task of its own. A host whose
+//! renewals waited behind that work would lose its lease, and every peer
+//! would reset the connections its endpoints' names admitted.
 
 use crate::config::{ClusterConfig, EndpointConfig};
 use crate::source::{Placement, Source, SourceId, Store};
@@ -29,11 +36,12 @@ use etcd_client::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 /// An endpoint as stored under `P/endpoints/`.
@@ -55,6 +63,19 @@ enum Publish {
     Up(EndpointConfig),
     Down(String),
     Status,
+}
+
+/// What the cluster task hands the `cluster-apply` thread, in store order.
+enum Apply {
+    /// The whole view; `done` is told once it is in force.
+    View {
+        remotes: Vec<Placement>,
+        policy: Option<StoredPolicy>,
+        done: Option<oneshot::Sender<()>>,
+    },
+    Placed(Placement),
+    Unplaced(Ipv4Addr, String),
+    Policy(StoredPolicy),
 }
 
 #[derive(Clone, Serialize)]
@@ -178,6 +199,7 @@ impl Cluster {
     async fn follow(
         &self,
         store: &dyn Store,
+        apply: &std::sync::mpsc::Sender<Apply>,
         rx: &mut mpsc::UnboundedReceiver<Publish>,
     ) -> Result<(), String> {
         let opts = ConnectOptions::new()
@@ -190,6 +212,20 @@ impl Cluster {
         let ttl = self.cfg.lease_seconds as i64;
         let lease = self.lease(&mut client, ttl).await?;
         let (mut keeper, mut alive) = client.lease_keep_alive(lease).await.map_err(etcd_err)?;
+        // Renewed apart from the watch and the publishing, so that neither
+        // a slow etcd call nor a burst of events delays it.
+        let period = Duration::from_secs((ttl as u64 / 3).max(1));
+        let mut renewal = AbortOnDrop(tokio::spawn(async move {
+            let mut renew = tokio::time::interval(period);
+            loop {
+                renew.tick().await;
+                keeper.keep_alive().await.map_err(etcd_err)?;
+                match alive.message().await.map_err(etcd_err)? {
+                    Some(r) if r.ttl() > 0 => {}
+                    _ => return Err::<(), String>("this host's lease expired".into()),
+                }
+            }
+        }));
         // What was queued while etcd was away is in the full registration.
         while rx.try_recv().is_ok() {}
         self.register(&mut client, lease, store).await?;
@@ -213,7 +249,10 @@ impl Cluster {
             .await
             .map_err(etcd_err)?;
         let mut revision = view.header().map(|h| h.revision()).unwrap_or(0);
-        self.apply_view(store, view.kvs());
+        let (done, applied) = oneshot::channel();
+        self.apply_view(apply, view.kvs(), done);
+        // Connected means serving this view (`wait_connected`).
+        let _ = applied.await;
         let mut watch = client
             .watch(
                 prefix.as_str(),
@@ -236,13 +275,14 @@ impl Cluster {
             info!(revision, lease = format!("{lease:x}"), etcd = ?self.cfg.etcd,
                   "cluster: registered and following");
         }
-        let mut renew = tokio::time::interval(Duration::from_secs((ttl as u64 / 3).max(1)));
+        // Endpoint keys this host deleted itself: their watch events are
+        // expected, not a sign that its lease or keys were lost.
+        let mut deleting = HashSet::new();
         loop {
             tokio::select! {
-                _ = renew.tick() => keeper.keep_alive().await.map_err(etcd_err)?,
-                msg = alive.message() => match msg.map_err(etcd_err)? {
-                    Some(r) if r.ttl() > 0 => {}
-                    _ => return Err("this host's lease expired".into()),
+                r = &mut renewal.0 => return match r {
+                    Ok(Err(e)) => Err(e),
+                    _ => Err("lease renewal stopped".into()),
                 },
                 msg = watch.message() => {
                     let Some(resp) = msg.map_err(etcd_err)? else {
@@ -258,12 +298,12 @@ impl Cluster {
                         let Some(kv) = ev.kv() else { continue };
                         revision = revision.max(kv.mod_revision());
                         let put = ev.event_type() == EventType::Put;
-                        self.apply_event(store, kv, put)?;
+                        self.apply_event(apply, kv, put, &mut deleting)?;
                     }
                     lock(&self.health).revision = revision;
                 }
                 p = rx.recv() => match p {
-                    Some(p) => self.publish_one(&mut client, lease, store, p).await?,
+                    Some(p) => self.publish_one(&mut client, lease, store, p, &mut deleting).await?,
                     None => return Ok(()),
                 },
             }
@@ -376,19 +416,28 @@ impl Cluster {
         lease: i64,
         store: &dyn Store,
         p: Publish,
+        deleting: &mut HashSet<String>,
     ) -> Result<(), String> {
         match p {
-            Publish::Up(e) => self.put_endpoint(client, lease, e).await,
-            Publish::Down(name) => client
-                .delete(self.key(&format!("endpoints/{}/{name}", self.me)), None)
-                .await
-                .map_err(etcd_err)
-                .map(|_| ()),
+            Publish::Up(e) => {
+                deleting.remove(&e.name);
+                self.put_endpoint(client, lease, e).await
+            }
+            Publish::Down(name) => {
+                let key = self.key(&format!("endpoints/{}/{name}", self.me));
+                deleting.insert(name);
+                client.delete(key, None).await.map_err(etcd_err).map(|_| ())
+            }
             Publish::Status => self.put_status(client, lease, store).await,
         }
     }
 
-    fn apply_view(&self, store: &dyn Store, kvs: &[etcd_client::KeyValue]) {
+    fn apply_view(
+        &self,
+        apply: &std::sync::mpsc::Sender<Apply>,
+        kvs: &[etcd_client::KeyValue],
+        done: oneshot::Sender<()>,
+    ) {
         let mut remotes = Vec::new();
         let mut policy = None;
         for kv in kvs {
@@ -400,31 +449,34 @@ impl Cluster {
             }
         }
         debug!(endpoints = remotes.len(), "cluster: view read");
-        store.placements(SourceId::Cluster, remotes);
-        match policy {
-            Some((p, rev)) => {
-                self.policy_rev.store(rev, Ordering::SeqCst);
-                self.feed_policy(store, &p);
-            }
-            None => self.policy_rev.store(0, Ordering::SeqCst),
-        }
+        let rev = policy.as_ref().map_or(0, |(_, rev)| *rev);
+        self.policy_rev.store(rev, Ordering::SeqCst);
+        let _ = apply.send(Apply::View {
+            remotes,
+            policy: policy.map(|(p, _)| p),
+            done: Some(done),
+        });
     }
 
     fn apply_event(
         &self,
-        store: &dyn Store,
+        apply: &std::sync::mpsc::Sender<Apply>,
         kv: &etcd_client::KeyValue,
         put: bool,
+        deleting: &mut HashSet<String>,
     ) -> Result<(), String> {
         let key = kv.key_str().unwrap_or_default();
         if !put {
             if let Some((host, name)) = self.endpoint_key(key) {
                 if host == self.me {
+                    if deleting.remove(name) {
+                        return Ok(()); // our own endpoint_down
+                    }
                     // Our lease expired while we were cut off, or someone
                     // deleted it: register again.
                     return Err(format!("this host's endpoint {name} left the store"));
                 }
-                store.unplaced(SourceId::Cluster, host, name);
+                let _ = apply.send(Apply::Unplaced(host, name.to_string()));
             } else if key == self.key("policy") {
                 warn!("cluster: the policy was deleted from etcd; keeping the one in force");
                 self.policy_rev.store(0, Ordering::SeqCst);
@@ -432,16 +484,45 @@ impl Cluster {
             return Ok(());
         }
         match self.parse(kv) {
-            Parsed::Endpoint(r) if r.host != self.me => store.placed(SourceId::Cluster, r),
+            Parsed::Endpoint(r) if r.host != self.me => {
+                let _ = apply.send(Apply::Placed(r));
+            }
             Parsed::Policy(p) => {
                 self.policy_rev.store(kv.mod_revision(), Ordering::SeqCst);
-                self.feed_policy(store, &p);
-                let _ = self.publish.send(Publish::Status);
+                let _ = apply.send(Apply::Policy(p));
             }
             Parsed::Bad(why) => warn!("cluster: {why}"),
             _ => {}
         }
         Ok(())
+    }
+
+    /// The `cluster-apply` thread: the store's changes, one at a time, in
+    /// the order etcd gave them.
+    fn applier(self: Arc<Self>, store: Arc<dyn Store>, ops: std::sync::mpsc::Receiver<Apply>) {
+        for op in ops {
+            match op {
+                Apply::View {
+                    remotes,
+                    policy,
+                    done,
+                } => {
+                    store.placements(SourceId::Cluster, remotes);
+                    if let Some(p) = policy {
+                        self.feed_policy(&*store, &p);
+                    }
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                }
+                Apply::Placed(p) => store.placed(SourceId::Cluster, p),
+                Apply::Unplaced(host, name) => store.unplaced(SourceId::Cluster, host, &name),
+                Apply::Policy(p) => {
+                    self.feed_policy(&*store, &p);
+                    let _ = self.publish.send(Publish::Status);
+                }
+            }
+        }
     }
 
     fn feed_policy(&self, store: &dyn Store, p: &StoredPolicy) {
@@ -574,12 +655,18 @@ impl Source for Cluster {
         let Some(mut rx) = lock(&self.publish_rx).take() else {
             return Err("cluster: started twice".into());
         };
+        let (apply, ops) = std::sync::mpsc::channel();
+        let (me, to) = (self.clone(), store.clone());
+        std::thread::Builder::new()
+            .name("cluster-apply".into())
+            .spawn(move || me.applier(to, ops))
+            .map_err(|e| format!("cluster: cannot start its apply thread: {e}"))?;
         let me = self.clone();
         let retry_max = retry_max(self.cfg.lease_seconds);
         self.rt.spawn(async move {
             let mut backoff = RETRY_MIN;
             loop {
-                let err = match me.follow(&*store, &mut rx).await {
+                let err = match me.follow(&*store, &apply, &mut rx).await {
                     Ok(()) => return,
                     Err(e) => e,
                 };
@@ -596,6 +683,15 @@ impl Source for Cluster {
             }
         });
         Ok(())
+    }
+}
+
+/// A task that ends with the connection it serves.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

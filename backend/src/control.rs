@@ -22,6 +22,10 @@ pub enum Request {
     /// Stop serving an endpoint: its QPs are reset, its sessions closed.
     EndpointDel {
         name: String,
+        /// Only if it is this CNI attachment's (checked and deleted in one
+        /// step: a name taken again since is another endpoint, kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<crate::config::CniOwner>,
     },
     Sessions,
     /// The VPC map: every endpoint of every VPC and its host.
@@ -242,7 +246,10 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 s(reply, "socket")
             );
         }
-        Request::EndpointDel { name } => {
+        Request::EndpointDel { name, .. } if reply["kept"] == true => {
+            let _ = writeln!(out, "endpoint {name} kept: {}", s(reply, "why"));
+        }
+        Request::EndpointDel { name, .. } => {
             let _ = writeln!(
                 out,
                 "endpoint {name} deleted: {} session(s) closed, {} QP(s) reset",

@@ -98,8 +98,8 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
         Request::EndpointAdd { endpoint } => shared
             .add_endpoint(endpoint.clone())
             .unwrap_or_else(|e| json!({ "error": format!("{e}\nnothing changed") })),
-        Request::EndpointDel { name } => shared
-            .remove_endpoint(name)
+        Request::EndpointDel { name, owner } => shared
+            .remove_endpoint(name, owner.as_ref())
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::Endpoints => {
             let rates = shared.rates.as_ref().map(|r| r.stats()).unwrap_or_default();

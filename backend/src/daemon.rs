@@ -322,9 +322,12 @@ impl Store for Shared {
     fn placed(&self, from: SourceId, p: Placement) {
         let (name, host, vni, vip) = (p.name.clone().unwrap_or_default(), p.host, p.vni, p.vip);
         match self.registry.place(from, p) {
-            Ok(()) => {
+            Ok(true) => {
                 info!(endpoint = %name, %host, vni, %vip, "{from}: endpoint up");
                 self.rebind_policy(&format!("endpoint {name} up on {host}"), &[&name]);
+            }
+            Ok(false) => {
+                debug!(endpoint = %name, %host, "{from}: endpoint placed again, unchanged")
             }
             Err(why) => warn!("{from}: {why}; left out of the VPC map"),
         }
@@ -338,6 +341,7 @@ impl Store for Shared {
     }
 
     fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String> {
+        let _one_at_a_time = lock(&self.policy_ops);
         let (p, dangling) = self
             .admission
             .check_text(text, file, &self.registry.policy_refs())?;

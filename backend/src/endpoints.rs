@@ -3,7 +3,7 @@
 //! (`masqctl endpoint add/del`): everything an endpoint has in the kernel
 //! and on disk comes and goes with it, and no other endpoint notices.
 
-use crate::config::EndpointConfig;
+use crate::config::{CniOwner, EndpointConfig};
 use crate::registry::{Endpoint, Origin, RuntimeFile};
 use crate::seqpacket::{Conn, Listener};
 use crate::session::{self, Session};
@@ -197,9 +197,31 @@ impl Shared {
     /// `masqctl endpoint del`: the endpoint's QPs go to ERROR (its apps see
     /// their work requests flushed), its sessions and CM ids close, its
     /// connections are untracked, and its socket, sysfs view, backstop
-    /// chain and tcp/udp table go.
-    pub fn remove_endpoint(&self, name: &str) -> Result<Value, String> {
+    /// chain and tcp/udp table go. With `owner`, only if the endpoint is
+    /// that CNI attachment's: a late DEL of a container whose name a new
+    /// one has taken since leaves the new endpoint alone.
+    pub fn remove_endpoint(&self, name: &str, owner: Option<&CniOwner>) -> Result<Value, String> {
         let _one_at_a_time = lock(&self.endpoint_ops);
+        if let Some(want) = owner {
+            let have = self
+                .registry
+                .local_named(name)
+                .and_then(|e| e.cfg.cni.as_deref().cloned());
+            if have.as_ref() != Some(want) {
+                let why = match have {
+                    Some(o) => format!(
+                        "it is container {}'s on network {}, not {}'s on {}",
+                        o.container_id, o.network, want.container_id, want.network
+                    ),
+                    None if self.registry.local_named(name).is_some() => {
+                        "it is no CNI attachment's".to_string()
+                    }
+                    None => "no such endpoint on this host".to_string(),
+                };
+                info!(endpoint = name, container = %want.container_id, "endpoint kept: {why}");
+                return Ok(json!({ "name": name, "kept": true, "why": why }));
+            }
+        }
         let ep = self
             .registry
             .remove(name)
@@ -316,6 +338,7 @@ impl Shared {
     /// policies resolve names against the new one, the active one again.
     /// `changed` names the endpoints that came or went (empty: any).
     pub fn rebind_policy(&self, why: &str, changed: &[&str]) {
+        let _one_at_a_time = lock(&self.policy_ops);
         let refs = || self.registry.policy_refs();
         if let Some((policy, dangling)) = self.admission.rebind(refs, changed) {
             if !dangling.is_empty() {

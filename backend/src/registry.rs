@@ -390,14 +390,16 @@ impl Registry {
             .collect()
     }
 
-    /// `from` placed an endpoint (new, or changed).
-    pub fn place(&self, from: SourceId, p: Placement) -> Result<(), String> {
+    /// `from` placed an endpoint (new, or changed). False: `from` had
+    /// placed it just so already (a source that says it again changes
+    /// nothing, and nothing need follow).
+    pub fn place(&self, from: SourceId, p: Placement) -> Result<bool, String> {
         let mut st = self.write();
         let label = p.name.as_deref().unwrap_or_default();
         if st.fed.get(&from).and_then(|f| f.by_name.get(label)) == Some(&p) {
-            return Ok(());
+            return Ok(false);
         }
-        st.place(self.host, from, p)
+        st.place(self.host, from, p).map(|()| true)
     }
 
     /// `from` took endpoint `name` of `host` away. False if it had not
@@ -675,13 +677,12 @@ mod tests {
         );
         assert_eq!(refused.len(), 3, "{refused:?}");
         assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
-        // An endpoint that moves to another host follows.
-        r.place(
-            SourceId::Cluster,
-            placement("198.18.0.4", "acme-x", 100, "10.0.0.8"),
-        )
-        .unwrap();
+        // An endpoint that moves to another host follows; the same word
+        // again changes nothing, and says so.
+        let moved = placement("198.18.0.4", "acme-x", 100, "10.0.0.8");
+        assert_eq!(r.place(SourceId::Cluster, moved.clone()), Ok(true));
         assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.4"));
+        assert_eq!(r.place(SourceId::Cluster, moved), Ok(false));
         assert!(
             !r.unplace(SourceId::Cluster, "198.18.0.3".parse().unwrap(), "acme-x"),
             "a stale host's delete is ignored"

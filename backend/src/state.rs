@@ -76,6 +76,12 @@ pub struct Shared {
     pub registry: Registry,
     /// Held across an endpoint's addition or removal: one at a time.
     pub(crate) endpoint_ops: Mutex<()>,
+    /// Held from resolving a policy against the endpoints to putting it in
+    /// force: of two changes at once (an endpoint placed from the cluster,
+    /// one added here), the one resolved first must not land last and put
+    /// back a policy that lacks the other's endpoint (resetting its
+    /// connections).
+    pub(crate) policy_ops: Mutex<()>,
     started: Instant,
     pub(crate) sessions: Mutex<BTreeMap<u64, SessionView>>,
     pub(crate) conns: Mutex<BTreeMap<u64, Conn>>,
@@ -132,6 +138,7 @@ impl Shared {
             fds: Mutex::new(BTreeMap::new()),
             registry,
             endpoint_ops: Mutex::new(()),
+            policy_ops: Mutex::new(()),
             host,
             started: Instant::now(),
             sessions: Mutex::new(BTreeMap::new()),
@@ -241,6 +248,7 @@ impl Shared {
     /// elsewhere makes this one fail), and apply it here.
     pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
         let not_changed = |e: String| format!("{e}\npolicy not changed");
+        let _one_at_a_time = lock(&self.policy_ops);
         let refs = self.registry.policy_refs();
         let (p, unknown) = self.admission.check(path, &refs).map_err(not_changed)?;
         let Some(c) = &self.cluster else {

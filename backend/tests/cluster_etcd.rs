@@ -18,6 +18,9 @@ struct Fake {
     policy: Mutex<Option<String>>,
     /// Every endpoint that left the view (deleted or missing from a read).
     gone: Mutex<Vec<String>>,
+    /// How long applying one placement takes (masqd recompiles its policy
+    /// and loads nftables for each; seconds on a loaded host).
+    slow: Mutex<Duration>,
 }
 
 impl Store for Fake {
@@ -32,6 +35,7 @@ impl Store for Fake {
         *old = new;
     }
     fn placed(&self, _from: SourceId, r: Placement) {
+        std::thread::sleep(*self.slow.lock().unwrap());
         let name = r.name.clone().unwrap_or_default();
         self.remote.lock().unwrap().insert(name, r);
     }
@@ -268,4 +272,64 @@ fn retries_stay_well_inside_the_lease() {
     assert_eq!(retry_max(4), Duration::from_secs(1));
     assert_eq!(retry_max(10), Duration::from_millis(2500));
     assert_eq!(retry_max(300), Duration::from_secs(5));
+}
+
+#[test]
+fn a_host_busy_applying_keeps_its_lease_and_its_own_deletes_are_no_outage() {
+    let Some(etcd) = Etcd::start() else {
+        return;
+    };
+    let long = Duration::from_secs(60);
+    let (a, store_a) = host(&etcd, "198.18.0.1", &[endpoint("acme-a", "10.0.0.1")]);
+    let (b, store_b) = host(&etcd, "198.18.0.2", &[endpoint("acme-b", "10.0.0.2")]);
+    until("both connected", long, || {
+        a.health().state == "connected" && b.health().state == "connected"
+    });
+    until("b sees acme-a", long, || {
+        store_b.remote.lock().unwrap().contains_key("acme-a")
+    });
+    let (lease, since) = (a.health().lease, a.health().since);
+
+    // Each of b's new endpoints takes 2 s to apply, 8 s in all: more
+    // than a's 3 s lease, which a must go on renewing meanwhile.
+    *store_a.slow.lock().unwrap() = Duration::from_secs(2);
+    for i in 0..4 {
+        b.endpoint_up(endpoint(
+            &format!("acme-b{i}"),
+            &format!("10.0.0.{}", 10 + i),
+        ));
+    }
+    until("a applied all of b's endpoints", long, || {
+        store_a.remote.lock().unwrap().contains_key("acme-b3")
+    });
+    *store_a.slow.lock().unwrap() = Duration::ZERO;
+    assert_eq!(a.health().lease, lease, "a lost its lease while applying");
+    assert!(
+        store_b.gone.lock().unwrap().is_empty(),
+        "b saw a's endpoints leave: {:?}",
+        store_b.gone.lock().unwrap()
+    );
+
+    // a deletes an endpoint of its own: its watch sees the delete, which
+    // is no reason to register again (b would read a's endpoints anew).
+    let x = endpoint("acme-x", "10.0.0.30");
+    store_a.local.lock().unwrap().push(x.clone());
+    a.endpoint_up(x);
+    until("b sees acme-x", long, || {
+        store_b.remote.lock().unwrap().contains_key("acme-x")
+    });
+    store_a.local.lock().unwrap().retain(|e| e.name != "acme-x");
+    a.endpoint_down("acme-x");
+    until("b forgets acme-x", long, || {
+        !store_b.remote.lock().unwrap().contains_key("acme-x")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let h = a.health();
+    assert_eq!(
+        (h.state, h.since),
+        ("connected", since),
+        "a left the connected state: {:?}",
+        h.error
+    );
+    assert_eq!(*store_b.gone.lock().unwrap(), vec!["acme-x".to_string()]);
 }

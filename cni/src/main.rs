@@ -149,9 +149,13 @@ impl Masqd {
         Ok(self.endpoints()?.into_iter().find(|e| e["name"] == name))
     }
 
-    fn delete(&self, name: &str) -> Result<()> {
+    /// Delete endpoint `name` if it is still `owner`'s: masqd checks that
+    /// and deletes in one step, so a name a new container has taken since
+    /// this plugin looked is kept.
+    fn delete(&self, name: &str, owner: CniOwner) -> Result<()> {
         self.call(&Request::EndpointDel {
             name: name.to_string(),
+            owner: Some(owner),
         })
         .map(|_| ())
         .map_err(|e| {
@@ -267,7 +271,9 @@ fn del(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
     // Only this attachment's endpoint: a name taken again since, or one an
     // operator made, is not ours to remove.
     match owner_of(&ep) {
-        Some(o) if o.container_id == container_id && o.network == conf.name => masqd.delete(&name),
+        Some(o) if o.container_id == container_id && o.network == conf.name => {
+            masqd.delete(&name, o)
+        }
         _ => Ok(()),
     }
 }
@@ -323,7 +329,7 @@ fn gc(conf: &NetConf, masqd: &Masqd) -> Result<()> {
             continue;
         }
         if let Some(name) = ep["name"].as_str() {
-            if let Err(e) = masqd.delete(name) {
+            if let Err(e) = masqd.delete(name, o) {
                 failed.push(e.msg);
             }
         }

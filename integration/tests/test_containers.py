@@ -244,6 +244,129 @@ def test_two_vpcs_with_the_same_addresses_run_at_once(pods):
     assert new == {("acme", 100, "acme"), ("globex", 200, "globex")}, stream
 
 
+def masqd_log_from(tb, host, start):
+    """host's masqd log after its first `start` lines."""
+    return "\n".join(tb.masqd_log(host).splitlines()[start:])
+
+
+def log_lines(tb):
+    return {h: len(tb.masqd_log(h).splitlines()) for h in HOSTS}
+
+
+def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pods):
+    """acme's pair moves data while globex's VPC, with the same addresses,
+    comes up on both hosts (its first containers, learnt through etcd) and
+    a policy with a new tenant is applied: acme's connection runs to its
+    end, and no masqd resets a QP."""
+    tb = pods
+    srv_ip, cli_ip, port = "10.0.0.40", "10.0.0.41", "18903"
+    nets = {"same-a": (100, "acme"), "same-g": (200, "globex")}
+    for net, (vni, tenant) in nets.items():
+        for host, ip in (("host2", srv_ip), ("host1", cli_ip)):
+            new = ["--new-vpc"] if host == "host2" and vni == 200 else []
+            run_testbed(tb, "podman", "net", host, net, "--vni", str(vni), "--tenant", tenant,
+                        "--subnet", "10.0.0.0/24", "--range", f"{ip}-{ip}", *new)
+    start = log_lines(tb)
+    # Long enough for globex's containers to start under TCG (15-60 s each).
+    run = [*BW, "-D", "150", "-p", port]
+    gx = []
+    srv = cli = None
+    try:
+        srv, _ = start_server(tb, "host2", "ct-srv", *run, network="same-a")
+        wait_listening(tb, "host2", endpoint(tb, "host2", "ct-srv")["netns"], int(port))
+        cli = tb.spawn("host1", *podman_argv("ct-cli", *run, srv_ip, network="same-a"))
+        eventually("acme's connection is tracked on both hosts",
+                   lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
+                   and conntrack(tb, "host2", srv_ip) and conntrack(tb, "host1", srv_ip))
+        # globex's VPC arrives on both hosts, and a tenant more in the policy.
+        gx.append(tb.spawn("host2", *podman_argv("gx-srv", "sleep", "300", network="same-g")))
+        gx.append(tb.spawn("host1", *podman_argv("gx-cli", "sleep", "300", network="same-g")))
+        tb.run("host1", MASQCTL, "policy", "apply", os.path.join(CONFIG, "policy-initech.yaml"))
+        for host in HOSTS:
+            eventually(f"{host} knows globex's two endpoints", lambda: {
+                (e["vip"], e["vni"]) for e in ctl(tb, host, "vpc")["vpc"]
+            } >= {(srv_ip, 200), (cli_ip, 200)})
+        assert cli.poll() is None, "acme's run ended before globex's VPC was up: lengthen -D"
+        rc, out, err = finish(cli)
+        assert rc == 0, f"acme's client:\n{out}\n{err}"
+        rc, out, err = finish(srv)
+        assert rc == 0, f"acme's server:\n{out}\n{err}"
+        for host in HOSTS:
+            log = masqd_log_from(tb, host, start[host])
+            assert "QP moved to ERROR" not in log, f"{host} reset a QP:\n{log}"
+            assert "lease expired" not in log and "left the store" not in log, log
+    finally:
+        for host in HOSTS:
+            tb.run(host, "podman", "rm", "-f", "-t", "0", "ct-srv", "ct-cli", "gx-srv", "gx-cli",
+                   check=False)
+            for net in nets:
+                tb._run([TESTBED, "podman", "netdel", host, net], False, 60)
+        tb.run("host1", MASQCTL, "policy", "apply", os.path.join(CONFIG, "policy.yaml"),
+               check=False)
+        for proc in [p for p in (srv, cli) if p] + gx:
+            finish(proc, 60)
+    for h in HOSTS:
+        for dev in ("mvx200", "mbr200"):
+            tb.run(h, "ip", "link", "del", dev, check=False)
+
+
+def test_a_late_delete_of_an_old_container_keeps_the_new_one_of_that_name(pods):
+    """ct-srv is removed and started again; the old container's CNI DEL
+    comes late, while the new ct-srv serves a connection: as the plugin
+    sends it (it sees another owner) and as a plugin that looked before the
+    new ADD would (masqd checks the owner and deletes in one step). The new
+    endpoint and its connection stay."""
+    tb = pods
+    old, _ = start_server(tb, "host2", "ct-srv", "sleep", "300")
+    old_id = endpoint(tb, "host2", "ct-srv")["cni"]["containerId"]
+    tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv")
+    finish(old, 60)
+    run = [*BW, "-D", "60", "-p", "18904"]
+    srv, vip = start_server(tb, "host2", "ct-srv", *run)
+    cli = None
+    try:
+        new_id = endpoint(tb, "host2", "ct-srv")["cni"]["containerId"]
+        assert new_id != old_id
+        wait_listening(tb, "host2", endpoint(tb, "host2", "ct-srv")["netns"], 18904)
+        start = log_lines(tb)
+        cli = tb.spawn("host1", *podman_argv("ct-cli", *run, vip))
+        eventually("the connection is tracked on both hosts",
+                   lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
+                   and conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip))
+        rc, out = cni(tb, PLUGIN, "DEL", {**masq_conf(), "name": NET}, container=old_id,
+                      args="IgnoreUnknown=1;K8S_POD_NAME=ct-srv", host="host2")
+        assert rc == 0, out
+        late = {"cmd": "endpoint_del", "name": "ct-srv",
+                "owner": {"containerId": old_id, "network": NET, "ifname": "eth0"}}
+        reply = json.loads(tb.run("host2", "python3", "-c", CONTROL_CALL, json.dumps(late)).stdout)
+        assert reply.get("kept") is True and old_id in reply.get("why", ""), reply
+        assert endpoint(tb, "host2", "ct-srv")["cni"]["containerId"] == new_id
+        assert conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip)
+        rc, out, err = finish(cli)
+        assert rc == 0, f"client:\n{out}\n{err}"
+        rc, out, err = finish(srv)
+        assert rc == 0, f"server:\n{out}\n{err}"
+        for host in HOSTS:
+            log = masqd_log_from(tb, host, start[host])
+            assert "QP moved to ERROR" not in log, f"{host} reset a QP:\n{log}"
+    finally:
+        tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv", check=False)
+        tb.run("host1", "podman", "rm", "-f", "-t", "0", "ct-cli", check=False)
+        for proc in (srv, cli):
+            if proc:
+                finish(proc, 60)
+
+
+# One request to masqd's control socket, as masq-cni sends it.
+CONTROL_CALL = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/masq/control.sock")
+s.sendall(sys.argv[1].encode() + b"\\n")
+print(s.makefile().readline())
+"""
+
+
 def conntrack(tb, host, vip):
     return [e for e in ctl(tb, host, "conntrack", "-L")["entries"]
             if vip in (e.get("local_vip"), e.get("remote_vip"))]
@@ -295,10 +418,11 @@ def test_a_bad_vni_fails_the_container_and_leaves_nothing(pods):
 
 # The plugin driven directly, as a runtime drives it: the bridge plugin's
 # ADD, then masq-cni's with its result as prevResult.
-def cni(tb, plugin, command, conf, container="c0123", netns="/run/netns/cnitest", args=""):
+def cni(tb, plugin, command, conf, container="c0123", netns="/run/netns/cnitest", args="",
+        host="host1"):
     env = [f"CNI_COMMAND={command}", f"CNI_CONTAINERID={container}", f"CNI_NETNS={netns}",
            "CNI_IFNAME=eth0", "CNI_PATH=/usr/lib/cni", f"CNI_ARGS={args}"]
-    r = tb.run("host1", "sh", "-c", 'printf %s "$0" | env "$@"', json.dumps(conf),
+    r = tb.run(host, "sh", "-c", 'printf %s "$0" | env "$@"', json.dumps(conf),
                *env, plugin, check=False)
     out = json.loads(r.stdout) if r.stdout.strip() else None
     return r.returncode, out

@@ -184,7 +184,7 @@ fn main() -> ExitCode {
                 cni: None,
             },
         },
-        Command::Endpoint(EndpointCmd::Del { name }) => Request::EndpointDel { name },
+        Command::Endpoint(EndpointCmd::Del { name }) => Request::EndpointDel { name, owner: None },
         Command::Sessions => Request::Sessions,
         Command::Vpc => Request::Vpc,
         Command::Cm => Request::Cm,
