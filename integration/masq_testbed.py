@@ -46,19 +46,32 @@ class ConsoleWatch(threading.Thread):
         self.offsets = {}
         self.pending = {}  # host -> [console lines not yet reported]
         self.records = {}  # host -> wedge record path not yet reported
+        self.scanning = threading.Lock()
         self.stop = threading.Event()
 
     def run(self):
         while not self.stop.wait(2):
             for host in self.tb.known_hosts():
-                try:
-                    new = self.scan(host)
-                except OSError:
-                    continue
+                new = self.scan(host)
                 if new:
                     self.on_trouble(host, new)
 
+    def catch_up(self, host):
+        """Read what host's console printed since the last look, now (the
+        harness's check must not miss a panic printed a moment ago)."""
+        new = self.scan(host)
+        if new:
+            with self.lock:
+                self.pending.setdefault(host, []).extend(new)
+
     def scan(self, host):
+        with self.scanning:
+            try:
+                return self._scan(host)
+            except OSError:
+                return []
+
+    def _scan(self, host):
         path = tbcli.console_path(host)
         size = os.path.getsize(path)
         start = self.offsets.get(host, 0)
@@ -132,6 +145,8 @@ class Testbed:
             state = tbcli.virsh("domstate", tbcli.domain(host), check=False).strip()
             if state != "running":
                 why.append(f"its domain is {state or 'gone'}")
+            if self.watch:
+                self.watch.catch_up(host)
             lines, record = self.watch.take(host) if self.watch else ([], None)
             if lines:
                 why.append("its console shows: " + " | ".join(lines[:4]))

@@ -388,6 +388,30 @@ mod tests {
     }
 
     #[test]
+    fn an_endpoint_delete_names_its_attachment_or_none() {
+        let plain = r#"{"cmd":"endpoint_del","name":"ct-srv"}"#;
+        let del = |owner| Request::EndpointDel {
+            name: "ct-srv".into(),
+            owner,
+        };
+        assert_eq!(
+            serde_json::from_str::<Request>(plain).expect("plain"),
+            del(None)
+        );
+        assert_eq!(serde_json::to_string(&del(None)).expect("json"), plain);
+        let cni = r#"{"cmd":"endpoint_del","name":"ct-srv","owner":{"containerId":"c1","network":"n","ifname":"eth0"}}"#;
+        let owner = crate::config::CniOwner {
+            container_id: "c1".into(),
+            network: "n".into(),
+            ifname: "eth0".into(),
+        };
+        assert_eq!(
+            serde_json::from_str::<Request>(cni).expect("cni"),
+            del(Some(owner))
+        );
+    }
+
+    #[test]
     fn conntrack_filter_selects_by_qp_type() {
         let ud = rconntrack::Entry {
             qp_type: rconntrack::QpType::Ud,
