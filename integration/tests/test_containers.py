@@ -268,7 +268,7 @@ def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pod
                         "--subnet", "10.0.0.0/24", "--range", f"{ip}-{ip}", *new)
     start = log_lines(tb)
     # Long enough for globex's containers to start under TCG (15-60 s each).
-    run = [*BW, "-D", "150", "-p", port]
+    run = [*BW, "-D", "100", "-p", port]
     gx = []
     srv = cli = None
     try:
@@ -321,7 +321,7 @@ def test_a_late_delete_of_an_old_container_keeps_the_new_one_of_that_name(pods):
     old_id = endpoint(tb, "host2", "ct-srv")["cni"]["containerId"]
     tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv")
     finish(old, 60)
-    run = [*BW, "-D", "60", "-p", "18904"]
+    run = [*BW, "-D", "40", "-p", "18904"]
     srv, vip = start_server(tb, "host2", "ct-srv", *run)
     cli = None
     try:
