@@ -22,6 +22,14 @@ def _sigterm(_signo, _frame):
 signal.signal(signal.SIGTERM, _sigterm)
 
 
+def pytest_collection_modifyitems(config, items):
+    # integration/repeat --rounds N: every selected test N times over, in
+    # this one session (one boot, module fixtures set up once).
+    rounds = int(os.environ.get("MASQ_TEST_ROUNDS", "1"))
+    if rounds > 1:
+        items[:] = [item for _ in range(rounds) for item in items]
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "three_hosts: needs a three-host testbed (make test-cluster)")
 
