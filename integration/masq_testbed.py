@@ -115,6 +115,8 @@ class Testbed:
         # Steps that put back what a module's fixture made on a host, run
         # in order after that host was booted again: [(name, fn(host))].
         self.restore_steps = []
+        # Endpoints made with tenant_add and not deleted: {(host, name): (vni, vip)}.
+        self.tenants = {}
         self.watch = None
 
     # Health: a host that stopped answering fails its test and comes back --
@@ -180,6 +182,13 @@ class Testbed:
         subprocess.run([CLI, "poweroff", host], capture_output=True, timeout=120)
         self._run([CLI, "poweron", host], True, 900)
         failed = []
+        for (at, name), (vni, vip) in list(self.tenants.items()):
+            if at == host:
+                try:
+                    self._run([CLI, "tenant", "add", host, name, "--vni", str(vni), "--vip", vip],
+                              True, 60)
+                except AssertionError as e:
+                    failed.append(f"tenant {name}: {e}")
         for name, fn in list(self.restore_steps):
             try:
                 fn(host)
@@ -233,8 +242,10 @@ class Testbed:
     # Commands in a tenant endpoint -----------------------------------------
     def tenant_add(self, host, name, vni, vip):
         self._run([CLI, "tenant", "add", host, name, "--vni", str(vni), "--vip", vip], True, 60)
+        self.tenants[(host, name)] = (vni, vip)
 
     def tenant_del(self, host, name, check=True):
+        self.tenants.pop((host, name), None)
         self._run([CLI, "tenant", "del", host, name], check, 60)
 
     def tenant_run(self, host, name, *cmd, check=True, timeout=300):
