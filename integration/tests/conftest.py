@@ -22,12 +22,21 @@ def _sigterm(_signo, _frame):
 signal.signal(signal.SIGTERM, _sigterm)
 
 
-def pytest_collection_modifyitems(config, items):
-    # integration/repeat --rounds N: every selected test N times over, in
-    # this one session (one boot, module fixtures set up once).
+@pytest.fixture
+def masq_round(request):
+    """Which of MASQ_TEST_ROUNDS rounds this is (see pytest_generate_tests)."""
+    return request.param
+
+
+def pytest_generate_tests(metafunc):
+    # integration/repeat --rounds N: every test N times over (test[round-1]
+    # .. test[round-N]) in this one session: one boot, module fixtures set
+    # up once.
     rounds = int(os.environ.get("MASQ_TEST_ROUNDS", "1"))
     if rounds > 1:
-        items[:] = [item for _ in range(rounds) for item in items]
+        metafunc.fixturenames.append("masq_round")
+        metafunc.parametrize("masq_round", range(1, rounds + 1), indirect=True,
+                             ids=[f"round-{i}" for i in range(1, rounds + 1)])
 
 
 def pytest_configure(config):
