@@ -48,6 +48,9 @@ def pytest_configure(config):
 ACTIVE = None
 # (host, why, evidence) of each host booted again, for the run's summary.
 RECOVERED = []
+# Seconds spent per test file (setup, call and teardown), for the summary:
+# where the run's time goes, to keep `make test` within its budget.
+FILE_SECONDS = {}
 
 
 @pytest.fixture(scope="session")
@@ -97,6 +100,8 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    path = item.nodeid.split("::")[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + rep.duration
     tb = ACTIVE
     # After each test, and after a failed setup or teardown: is every host
     # still fit? If not, the test fails with its console and the host is
@@ -112,6 +117,10 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if FILE_SECONDS:
+        terminalreporter.section("time per test file")
+        for path, secs in sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{secs:8.1f}s  {path}")
     if RECOVERED:
         terminalreporter.section("hosts booted again during the run")
         for host, why, record in RECOVERED:
