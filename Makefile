@@ -3,6 +3,7 @@
 # three-host cluster tests; `make bench` measures native vs masq
 # (BENCH_ARGS=--quick for a short check). Each installs what it needs first.
 # `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
+# `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 # make install: where (PREFIX) and under which staging root (DESTDIR).
@@ -15,7 +16,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB := target/masq_$(VERSION)_$(ARCH).deb
 
-.PHONY: all build deps demo lint test test-rust test-c test-fuzz test-integration \
+.PHONY: all build deps demo lint check-docs test test-rust test-c test-fuzz test-integration \
         test-cluster testbed-up testbed-down clean install deb test-deb-clean
 
 all: build
@@ -46,9 +47,14 @@ bench-cluster: build
 	$(CARGO) build --release --example cluster_scale
 	integration/bench/cluster $(CLUSTER_BENCH_ARGS)
 
-lint: deps
+lint: deps check-docs
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Every relative link of README.md and docs/ resolves in a clone, none leaves
+# the repository, every page is reachable from README.md (python3 only).
+check-docs:
+	scripts/check-docs
 
 test: build lint test-rust test-c test-fuzz test-integration
 
