@@ -77,7 +77,10 @@ test-cluster: build
 	integration/run-tests --cluster
 
 # masqd, masqctl, libmasq (and its facades), the CNI plugin, the systemd
-# unit and an example config; nothing is built here (run make first).
+# unit, an example config and the documentation (README.md, docs/ without
+# the working plans, policy/README.md and the published plots, at their
+# places in the repository so that the pages' links hold); nothing is
+# built here (run make first).
 install:
 	install -D -m 0755 target/release/masqd $(DESTDIR)$(PREFIX)/sbin/masqd
 	install -D -m 0755 target/release/masqctl $(DESTDIR)$(PREFIX)/bin/masqctl
@@ -90,7 +93,12 @@ install:
 	sed 's|@PREFIX@|$(PREFIX)|g' packaging/masqd.yaml.example \
 		>$(DESTDIR)$(SYSCONFDIR)/masq/masqd.yaml.example
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/masq/README.md
-	install -m 0644 policy/README.md $(DESTDIR)$(PREFIX)/share/doc/masq/policy.md
+	install -d $(DESTDIR)$(PREFIX)/share/doc/masq/docs $(DESTDIR)$(PREFIX)/share/doc/masq/policy \
+		$(DESTDIR)$(PREFIX)/share/doc/masq/integration/bench/published
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/masq/docs/
+	install -m 0644 policy/README.md $(DESTDIR)$(PREFIX)/share/doc/masq/policy/README.md
+	install -m 0644 integration/bench/published/*.png \
+		$(DESTDIR)$(PREFIX)/share/doc/masq/integration/bench/published/
 
 # A Debian package of `make install` (PREFIX=/usr): apt install ./$(DEB)
 deb: build

@@ -12,7 +12,7 @@
 //! a RoCE RC sender that loses packets retransmits whole windows.
 //!
 //! Hardware RNICs send past the host's qdiscs; there the NIC's own
-//! limiters apply (see the README).
+//! limiters apply (see docs/qos.md).
 
 use crate::config::EndpointConfig;
 use crate::nft::Nft;
