@@ -563,7 +563,7 @@ static inline int masq_resync_qp_req_validate(const struct masq_resync_qp_req *s
 
 /*
  * Posted after the frontend moved one of its QPs itself, on its own
- * uverbs fd (a change that carries no address: see the README). Only
+ * uverbs fd (a change that carries no address: see docs/trust-model.md). Only
  * a prompt: masqd reads the QP's state from the kernel, so a false
  * claim changes nothing it records.
  */

@@ -249,7 +249,7 @@ wire_structs! {
     }
 
     /// Posted after the frontend moved one of its QPs itself, on its own
-    /// uverbs fd (a change that carries no address: see the README). Only
+    /// uverbs fd (a change that carries no address: see docs/trust-model.md). Only
     /// a prompt: masqd reads the QP's state from the kernel, so a false
     /// claim changes nothing it records.
     pub struct QpMovedReq {
