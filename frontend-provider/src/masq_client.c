@@ -1,7 +1,7 @@
 /*
- * Talking to masqd: SOCK_SEQPACKET, one message per datagram, the uverbs fd
- * as SCM_RIGHTS with OPEN_DEVICE. Layouts and validation come from
- * include/masq_proto.h, generated from the protocol's single definition.
+ * A session on masqd (see masq_client.h): its requests, its watcher and
+ * reconnection, and the QPs and AHs it names again. The socket itself is
+ * transport/conn.c's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,191 +19,7 @@
 
 #include "masq_client.h"
 #include "masq_proto.h"
-
-const char *masq_socket_path(void)
-{
-	const char *p = getenv("MASQ_SOCKET");
-
-	return p && *p ? p : MASQ_DEFAULT_SOCKET;
-}
-
-static int connect_masqd(const char *path)
-{
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	int fd;
-
-	if (strlen(path) >= sizeof(addr.sun_path)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	strcpy(addr.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-		int e = errno;
-
-		close(fd);
-		errno = e;
-		return -1;
-	}
-	return fd;
-}
-
-static int send_msg(int sock, const void *buf, size_t len, int pass_fd)
-{
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *c;
-	ssize_t n;
-
-	if (pass_fd >= 0) {
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-	}
-	do
-		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return errno;
-	return (size_t)n == len ? 0 : EPROTO;
-}
-
-/* Close every descriptor an SCM_RIGHTS message of mh carried, but hand the
- * first to *keep when keep is not NULL. */
-static void take_fds(struct msghdr *mh, int *keep)
-{
-	struct cmsghdr *c;
-
-	for (c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-		size_t i, n;
-
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < n; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (keep && *keep < 0)
-				*keep = fd;
-			else
-				close(fd);
-		}
-	}
-}
-
-/*
- * Send a request and wait for the datagram answering it, skipping any
- * asynchronous notices that arrive first. Returns the reply's length in
- * buf (to be checked by the typed masq_msg_*_decode), or -errno. *sent
- * tells whether the request left (then masqd may have acted on it). A
- * descriptor the reply carries goes to *got_fd (-1 if none) when got_fd
- * is not NULL, else it is closed.
- */
-static ssize_t roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len, int pass_fd,
-			 uint8_t buf[MASQ_MAX_MESSAGE], int *sent, int *got_fd)
-{
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { .iov_base = buf, .iov_len = MASQ_MAX_MESSAGE };
-	struct msghdr mh;
-	struct masq_hdr hdr;
-	uint32_t id = ++*next_id;
-	ssize_t n;
-	int err, fd;
-
-	*sent = 0;
-	if (got_fd)
-		*got_fd = -1;
-	masq_hdr_set_request_id(req, id);
-	err = send_msg(sock, req, req_len, pass_fd);
-	if (err)
-		return -err;
-	*sent = 1;
-	for (;;) {
-		memset(&mh, 0, sizeof(mh));
-		mh.msg_iov = &iov;
-		mh.msg_iovlen = 1;
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		do
-			n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-		while (n < 0 && errno == EINTR);
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -ECONNRESET;
-		fd = -1;
-		take_fds(&mh, &fd);
-		err = masq_hdr_decode(buf, (size_t)n, &hdr);
-		if (!err && masq_opcode_is_notice(hdr.opcode)) {
-			if (fd >= 0)
-				close(fd);
-			continue; /* no notice needs the frontend's action yet */
-		}
-		if (!err && hdr.request_id != id)
-			err = -EPROTO;
-		if (err || !got_fd) {
-			if (fd >= 0)
-				close(fd);
-			if (err)
-				return err;
-		} else {
-			*got_fd = fd;
-		}
-		return n;
-	}
-}
-
-/* The connection to masqd is gone (as opposed to a refused request). */
-static int lost(ssize_t n)
-{
-	return n == -ECONNRESET || n == -EPIPE || n == -ENOTCONN || n == -ECONNREFUSED ||
-	       n == -ECONNABORTED;
-}
-
-long masq_reconnect_wait_ms(void)
-{
-	const char *v = getenv("MASQ_RECONNECT_WAIT_MS");
-	char *end;
-	long ms;
-
-	if (!v || !*v)
-		return 10000;
-	ms = strtol(v, &end, 10);
-	return *end || ms < 0 ? 10000 : ms;
-}
-
-void masq_log(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("libmasq: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-int masq_debug_on(void)
-{
-	const char *v = getenv("MASQ_DEBUG");
-
-	return v && *v && strcmp(v, "0") != 0;
-}
+#include "transport/internal.h"
 
 static void wake_watcher(struct masq_session *s)
 {
@@ -253,8 +69,8 @@ static ssize_t session_call(struct masq_session *s, void *req, size_t len, int p
 		err = wait_connected(s, &deadline);
 		if (err)
 			return err;
-		n = roundtrip(s->fd, &s->next_request, req, len, pass_fd, buf, &sent, NULL);
-		if (n >= 0 || !lost(n))
+		n = masq_roundtrip(s->fd, &s->next_request, req, len, pass_fd, buf, &sent, NULL);
+		if (n >= 0 || !masq_lost(n))
 			return n;
 		/* Only the watcher closes the socket (it may be polling it). */
 		s->broken = 1;
@@ -262,132 +78,6 @@ static ssize_t session_call(struct masq_session *s, void *req, size_t len, int p
 		if (sent && !idempotent)
 			return -ECONNRESET;
 	}
-}
-
-static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
-		 uint32_t features)
-{
-	extern char *program_invocation_short_name;
-	struct masq_msg_hello_req req;
-	uint8_t buf[MASQ_MAX_MESSAGE];
-	ssize_t n;
-	int err, sent;
-
-	masq_msg_hello_req_init(&req);
-	req.body.features = features;
-	masq_copy_name(req.body.app_name, sizeof(req.body.app_name),
-		       program_invocation_short_name);
-	n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
-	if (n < 0)
-		return (int)-n;
-	err = masq_msg_hello_reply_decode(buf, (size_t)n, rep);
-	return -err;
-}
-
-static void fill_device(struct masq_device *out, const struct masq_hello_reply *r)
-{
-	memset(out, 0, sizeof(*out));
-	masq_copy_name(out->vdev_name, sizeof(out->vdev_name), r->vdev_name);
-	masq_copy_name(out->phys_dev_name, sizeof(out->phys_dev_name), r->phys_dev_name);
-	out->node_guid = r->node_guid;
-	out->sys_image_guid = r->sys_image_guid;
-	out->phys_port = r->phys_port;
-	out->gid_count = r->gid_count;
-}
-
-int masq_describe_device(struct masq_device *out)
-{
-	struct masq_msg_hello_reply rep;
-	uint32_t id = 0;
-	int sock, err;
-
-	sock = connect_masqd(masq_socket_path());
-	if (sock < 0)
-		return -1;
-	err = hello(sock, &id, &rep, 0);
-	close(sock);
-	if (err) {
-		errno = err;
-		return -1;
-	}
-	fill_device(out, &rep.body);
-	return 0;
-}
-
-int masq_conn_open(struct masq_conn *c)
-{
-	struct masq_msg_hello_reply rep;
-	int err;
-
-	c->next_request = 0;
-	c->fd = connect_masqd(masq_socket_path());
-	if (c->fd < 0)
-		return errno;
-	err = hello(c->fd, &c->next_request, &rep, 0);
-	if (err) {
-		close(c->fd);
-		c->fd = -1;
-	}
-	return err;
-}
-
-void masq_conn_close(struct masq_conn *c)
-{
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
-}
-
-ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE],
-		       int *got_fd)
-{
-	ssize_t n;
-	int sent;
-
-	if (got_fd)
-		*got_fd = -1;
-	if (c->fd < 0)
-		return -ENOTCONN;
-	n = roundtrip(c->fd, &c->next_request, req, len, -1, buf, &sent, got_fd);
-	if (n < 0 && lost(n)) {
-		masq_conn_close(c);
-		return -ECONNRESET;
-	}
-	return n;
-}
-
-/* Connect, HELLO, OPEN_DEVICE with cmd_fd: a new session socket, or -1
- * with *err set. */
-static int open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t *session_id,
-			uint8_t *port, uint32_t *features, int *err)
-{
-	struct masq_msg_open_device_req req;
-	struct masq_msg_open_device_reply rep;
-	struct masq_msg_hello_reply hrep;
-	uint8_t buf[MASQ_MAX_MESSAGE];
-	int sock, sent;
-	ssize_t n;
-
-	sock = connect_masqd(path);
-	if (sock < 0) {
-		*err = errno;
-		return -1;
-	}
-	*next_id = 0;
-	*err = hello(sock, next_id, &hrep, MASQ_FEATURE_POSTED);
-	if (!*err) {
-		*session_id = hrep.body.session_id;
-		*features = hrep.body.features;
-		*port = hrep.body.phys_port;
-		masq_msg_open_device_req_init(&req);
-		n = roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent, NULL);
-		*err = n < 0 ? (int)-n : -masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
-	}
-	if (*err) {
-		close(sock);
-		return -1;
-	}
-	return sock;
 }
 
 static struct masq_qp_info *find_qp(struct masq_session *s, uint32_t handle)
@@ -457,7 +147,7 @@ static int resync_all(struct masq_session *s, int sock, uint32_t *next_id, unsig
 		memcpy(req.body.dgid, q->dgid, sizeof(req.body.dgid));
 		if (masq_resync_qp_req_validate(&req.body))
 			continue;
-		n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
+		n = masq_roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
 		if (n < 0)
 			return (int)n; /* the new connection failed too: retry */
 		err = masq_msg_resync_qp_reply_decode(buf, (size_t)n, &rep);
@@ -532,7 +222,7 @@ static int resync_ahs(struct masq_session *s, int sock, uint32_t *next_id)
 		masq_msg_resync_ah_req_init(&req);
 		req.body.ah_handle = s->ahs[i].handle;
 		req.body.ah_attr = s->ahs[i].virt;
-		n = roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
+		n = masq_roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
 		if (n < 0)
 			return (int)n;
 		err = masq_msg_resync_ah_reply_decode(buf, (size_t)n, &rep);
@@ -614,7 +304,7 @@ static void *watcher_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 		if (backoff)
 			nap(s, backoff);
-		sock = open_session(s->path, s->cmd_fd, &next_id, &sid, &port, &features, &err);
+		sock = masq_open_session(s->path, s->cmd_fd, &next_id, &sid, &port, &features, &err);
 		pthread_mutex_lock(&s->lock);
 		if (s->closing) {
 			if (sock >= 0)
@@ -692,7 +382,7 @@ int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
 	if (strlen(path) >= sizeof(s->path))
 		return ENAMETOOLONG;
 	strcpy(s->path, path);
-	s->fd = open_session(s->path, cmd_fd, &s->next_request, &s->session_id, &s->port,
+	s->fd = masq_open_session(s->path, cmd_fd, &s->next_request, &s->session_id, &s->port,
 			     &features, &err);
 	if (s->fd < 0)
 		return err;
@@ -1043,8 +733,8 @@ static void post(struct masq_session *s, void *req, size_t len)
 	if (s->fd < 0 || s->broken)
 		return;
 	masq_hdr_set_request_id(req, ++s->next_request);
-	err = send_msg(s->fd, req, len, -1);
-	if (err && lost(-err)) {
+	err = masq_send_msg(s->fd, req, len, -1);
+	if (err && masq_lost(-err)) {
 		s->broken = 1;
 		wake_watcher(s);
 	}
