@@ -1,5 +1,5 @@
 /* What the files of src/transport share and nothing else uses: the socket
- * primitives of conn.c. */
+ * primitives of conn.c and the watcher of reconnect.c. */
 #ifndef MASQ_TRANSPORT_INTERNAL_H
 #define MASQ_TRANSPORT_INTERNAL_H
 
@@ -31,5 +31,11 @@ int masq_lost(ssize_t n);
  * with *err set. */
 int masq_open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t *session_id,
 		      uint8_t *port, uint32_t *features, int *err);
+
+/* Wake s's watcher (it polls the socket and an eventfd). */
+void masq_wake_watcher(struct masq_session *s);
+
+/* Start s's watcher thread. 0 or an errno. */
+int masq_start_watcher(struct masq_session *s);
 
 #endif
