@@ -182,4 +182,11 @@ void masq_session_forget_ah(struct masq_session *s, uint32_t handle);
 ssize_t masq_session_request(struct masq_session *s, void *req, size_t len,
 			     uint8_t buf[MASQ_MAX_MESSAGE], int idempotent);
 
+/* For the command files (src/cmd), which hold s->lock across more than one
+ * request: masq_session_request without the locking (pass_fd -1 or a
+ * descriptor to pass), and a posted request, which gets no reply. */
+ssize_t masq_session_call(struct masq_session *s, void *req, size_t len, int pass_fd,
+			  uint8_t buf[MASQ_MAX_MESSAGE], int idempotent);
+void masq_session_post(struct masq_session *s, void *req, size_t len);
+
 #endif
