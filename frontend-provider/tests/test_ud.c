@@ -1,5 +1,5 @@
 /*
- * The UD address handle client (masq_ud.c): reading received GRHs in both
+ * The UD address handle client (src/cmd/ah.c): reading received GRHs in both
  * RoCE v2 forms, the AH attributes on the wire, and CREATE_AH / BIND_AH /
  * RESOLVE_GRH against a fake masqd on a socket pair (what it was sent,
  * what the caller gets back, errors as errno values).

@@ -1,9 +1,12 @@
 /*
- * UD address handles through masqd (see masq_ud.h and backend/src/ud.rs).
+ * UD address handles through masqd (see masq_ud.h and backend/src/ud.rs),
+ * ibv_ah_attr on the wire, and the AHs a session remembers to name them
+ * again after a restart.
  */
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "masq_proto.h"
@@ -146,4 +149,78 @@ int masq_resolve_grh(struct masq_session *s, uint32_t src_qp, const struct masq_
 	memcpy(vsgid, rep.body.sgid, 16);
 	*vindex = rep.body.sgid_index;
 	return 0;
+}
+
+int masq_session_remember_ah(struct masq_session *s, uint32_t handle,
+			     const struct ibv_ah_attr *virt)
+{
+	struct masq_ah_info *more;
+	size_t cap;
+	int err = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->nahs == s->cap_ahs) {
+		cap = s->cap_ahs ? 2 * s->cap_ahs : 8;
+		more = realloc(s->ahs, cap * sizeof(*more));
+		if (more) {
+			s->ahs = more;
+			s->cap_ahs = cap;
+		}
+	}
+	if (s->nahs < s->cap_ahs) {
+		s->ahs[s->nahs].handle = handle;
+		masq_ah_attr_to_wire(&s->ahs[s->nahs].virt, virt);
+		s->nahs++;
+	} else {
+		err = ENOMEM;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+void masq_session_forget_ah(struct masq_session *s, uint32_t handle)
+{
+	size_t i;
+
+	pthread_mutex_lock(&s->lock);
+	for (i = 0; i < s->nahs; i++)
+		if (s->ahs[i].handle == handle) {
+			s->ahs[i] = s->ahs[--s->nahs];
+			break;
+		}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void masq_ah_attr_to_wire(struct masq_ah_attr *w, const struct ibv_ah_attr *ah)
+{
+	memset(w, 0, sizeof(*w));
+	memcpy(w->dgid, ah->grh.dgid.raw, sizeof(w->dgid));
+	/* The GRH carries 20 bits and the kernel uses no more (UCX passes
+	 * 0xffffffff); the wire takes what the kernel would. */
+	w->flow_label = ah->grh.flow_label & 0xFFFFF;
+	w->sgid_index = ah->grh.sgid_index;
+	w->hop_limit = ah->grh.hop_limit;
+	w->traffic_class = ah->grh.traffic_class;
+	w->is_global = ah->is_global ? 1 : 0;
+	w->dlid = ah->dlid;
+	w->sl = ah->sl;
+	w->src_path_bits = ah->src_path_bits;
+	w->static_rate = ah->static_rate;
+	w->port_num = ah->port_num;
+}
+
+void masq_ah_attr_from_wire(struct ibv_ah_attr *ah, const struct masq_ah_attr *w)
+{
+	memset(ah, 0, sizeof(*ah));
+	memcpy(ah->grh.dgid.raw, w->dgid, sizeof(ah->grh.dgid.raw));
+	ah->grh.flow_label = w->flow_label;
+	ah->grh.sgid_index = w->sgid_index;
+	ah->grh.hop_limit = w->hop_limit;
+	ah->grh.traffic_class = w->traffic_class;
+	ah->is_global = w->is_global;
+	ah->dlid = w->dlid;
+	ah->sl = w->sl;
+	ah->src_path_bits = w->src_path_bits;
+	ah->static_rate = w->static_rate;
+	ah->port_num = w->port_num;
 }
