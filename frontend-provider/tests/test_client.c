@@ -1,5 +1,5 @@
 /*
- * masq_client.c against a fake masqd that the test kills with SIGKILL and
+ * src/transport/ against a fake masqd that the test kills with SIGKILL and
  * starts again: the session's watcher reconnects on its own, passes the
  * uverbs fd again and names every remembered QP (RESYNC_QP); verbs called
  * during the outage wait for it; a request whose masqd died after running

@@ -1,7 +1,7 @@
 /*
  * A session on masqd (see masq_client.h): open, close, and its requests,
- * which wait for a masqd that went away. The socket is transport/conn.c's,
- * the watcher that reconnects transport/reconnect.c's.
+ * which wait for a masqd that went away. The socket is conn.c's, the
+ * watcher that reconnects reconnect.c's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,9 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "masq_client.h"
+#include "internal.h"
 #include "masq_proto.h"
-#include "transport/internal.h"
 
 /* Call under s->lock: wait until the connection is usable. 0, -EAGAIN
  * after `deadline`, or -ENOTCONN when there will be none. */
