@@ -110,7 +110,7 @@ static void take_fds(struct msghdr *mh, int *keep)
  * is not NULL, else it is closed.
  */
 ssize_t masq_roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len, int pass_fd,
-			 uint8_t buf[MASQ_MAX_MESSAGE], int *sent, int *got_fd)
+		       uint8_t buf[MASQ_MAX_MESSAGE], int *sent, int *got_fd)
 {
 	union {
 		char buf[CMSG_SPACE(4 * sizeof(int))];

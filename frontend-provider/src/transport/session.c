@@ -80,7 +80,7 @@ int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
 		return ENAMETOOLONG;
 	strcpy(s->path, path);
 	s->fd = masq_open_session(s->path, cmd_fd, &s->next_request, &s->session_id, &s->port,
-			     &features, &err);
+				  &features, &err);
 	if (s->fd < 0)
 		return err;
 	s->posted = (features & MASQ_FEATURE_POSTED) != 0;
