@@ -44,239 +44,7 @@
 #include "masq_cm.h"
 #include "masq_loader.h"
 #include "masq_proto.h"
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
-
-_Static_assert(MASQ_CM_PS_TCP == RDMA_PS_TCP, "port space");
-_Static_assert(MASQ_CM_PS_UDP == RDMA_PS_UDP, "port space");
-_Static_assert(MASQ_CM_UDP_QKEY == RDMA_UDP_QKEY, "UD Q_Key");
-_Static_assert(MASQ_CM_EVENT_TIMEWAIT_EXIT == RDMA_CM_EVENT_TIMEWAIT_EXIT, "event numbers");
-_Static_assert(MASQ_CM_EVENT_DISCONNECTED == RDMA_CM_EVENT_DISCONNECTED, "event numbers");
-
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
-/* ------------------------------------------------------------ verbs */
-
-static struct {
-	struct ibv_pd *(*alloc_pd)(struct ibv_context *);
-	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *);
-	int (*destroy_comp_channel)(struct ibv_comp_channel *);
-	struct ibv_cq *(*create_cq)(struct ibv_context *, int, void *, struct ibv_comp_channel *,
-				    int);
-	int (*destroy_cq)(struct ibv_cq *);
-	struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
-	void (*free_device_list)(struct ibv_device **);
-	int ok;
-} vb;
-
-static pthread_once_t vb_once = PTHREAD_ONCE_INIT;
-
-/* As the app sees it: a verb libmasq ever interposes is then libmasq's. */
-static void *verb(const char *name)
-{
-	void *p = masq_app_verb(name);
-
-	if (!p)
-		vb.ok = 0;
-	return p;
-}
-
-static void resolve_verbs(void)
-{
-	vb.ok = 1;
-	vb.alloc_pd = verb("ibv_alloc_pd");
-	vb.create_comp_channel = verb("ibv_create_comp_channel");
-	vb.destroy_comp_channel = verb("ibv_destroy_comp_channel");
-	vb.create_cq = verb("ibv_create_cq");
-	vb.destroy_cq = verb("ibv_destroy_cq");
-	vb.create_qp = verb("ibv_create_qp");
-	vb.free_device_list = verb("ibv_free_device_list");
-}
-
-static int have_verbs(void)
-{
-	pthread_once(&vb_once, resolve_verbs);
-	if (!vb.ok)
-		return fail(ENOSYS);
-	return 0;
-}
-
-/* ibv_create_qp_ex (an inline of verbs.h) without linking libibverbs. */
-static struct ibv_qp *create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
-{
-	struct verbs_context *vctx;
-
-	if (attr->comp_mask == IBV_QP_INIT_ATTR_PD)
-		return vb.create_qp(attr->pd, (struct ibv_qp_init_attr *)attr);
-	vctx = verbs_get_ctx_op(ctx, create_qp_ex);
-	if (!vctx) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	return vctx->create_qp_ex(ctx, attr);
-}
-
-/* ------------------------------------------------------------ device */
-
-/* Like librdmacm's cma_dev: opened once, kept for the process. */
-static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ibv_context *dev_ctx;
-static struct ibv_pd *dev_pd;
-static uint8_t dev_max_rd_atom = 1, dev_max_init_rd_atom = 1;
-
-void masq_cm_set_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
-			uint8_t max_init_rd_atom)
-{
-	pthread_mutex_lock(&dev_lock);
-	dev_ctx = ctx;
-	dev_pd = pd;
-	dev_max_rd_atom = max_rd_atom;
-	dev_max_init_rd_atom = max_init_rd_atom;
-	pthread_mutex_unlock(&dev_lock);
-}
-
-/* The masq virtual device (libmasq's own ibv_get_device_list and
- * ibv_open_device), or NULL with errno set. */
-static struct ibv_context *cm_device(void)
-{
-	struct ibv_device_attr attr;
-	struct ibv_device **list;
-	struct ibv_context *ctx;
-	int n = 0;
-
-	pthread_mutex_lock(&dev_lock);
-	if (dev_ctx) {
-		ctx = dev_ctx;
-		pthread_mutex_unlock(&dev_lock);
-		return ctx;
-	}
-	if (have_verbs()) {
-		pthread_mutex_unlock(&dev_lock);
-		return NULL;
-	}
-	list = ibv_get_device_list(&n);
-	if (!list) {
-		pthread_mutex_unlock(&dev_lock);
-		return NULL;
-	}
-	ctx = n > 0 ? ibv_open_device(list[0]) : NULL;
-	if (n <= 0)
-		errno = ENODEV;
-	vb.free_device_list(list);
-	if (ctx) {
-		if (ibv_query_device(ctx, &attr) == 0) {
-			dev_max_rd_atom = (uint8_t)(attr.max_qp_rd_atom > 0xfe ? 0xfe
-							   : attr.max_qp_rd_atom);
-			dev_max_init_rd_atom = (uint8_t)(attr.max_qp_init_rd_atom > 0xfe
-								? 0xfe
-								: attr.max_qp_init_rd_atom);
-		}
-		dev_ctx = ctx;
-	}
-	pthread_mutex_unlock(&dev_lock);
-	return ctx;
-}
-
-/* The default PD of the CM device, for QPs created without one. */
-static struct ibv_pd *cm_default_pd(void)
-{
-	struct ibv_context *ctx = cm_device();
-	struct ibv_pd *pd;
-
-	if (!ctx)
-		return NULL;
-	pthread_mutex_lock(&dev_lock);
-	if (!dev_pd)
-		dev_pd = vb.alloc_pd(ctx);
-	pd = dev_pd;
-	pthread_mutex_unlock(&dev_lock);
-	return pd;
-}
-
-static void device_limits(uint8_t *rd_atom, uint8_t *init_rd_atom)
-{
-	pthread_mutex_lock(&dev_lock);
-	*rd_atom = dev_max_rd_atom;
-	*init_rd_atom = dev_max_init_rd_atom;
-	pthread_mutex_unlock(&dev_lock);
-}
-
-/* ------------------------------------------------------------ masqd */
-
-/* The process's one CM connection, opened on first use; requests are
- * serialized on it. conn_generation counts the connections opened: one
- * after the first means masqd went away and came back (cm_recover). */
-static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct masq_conn conn = { .fd = -1 };
-static unsigned int conn_generation;
-/* Held by the thread that restores what a restarted masqd forgot. */
-static pthread_mutex_t recover_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int cm_recover(unsigned int lost_generation);
-static unsigned int current_generation(void);
-
-/* One request on the connection of generation *gen (opened if there is
- * none yet): the reply's length, or -errno. *gen is the generation used. */
-static ssize_t cm_call_once(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd,
-			    unsigned int *gen)
-{
-	ssize_t n;
-	int err;
-
-	pthread_mutex_lock(&conn_lock);
-	if (conn.fd < 0 && conn_generation == 0) {
-		if ((err = masq_conn_open(&conn)) != 0) {
-			pthread_mutex_unlock(&conn_lock);
-			masq_log("cannot reach masqd at %s: %s", masq_socket_path(),
-				 strerror(err));
-			return -err;
-		}
-		conn_generation = 1;
-	}
-	*gen = conn_generation;
-	n = conn.fd < 0 ? -ECONNRESET : masq_conn_call(&conn, req, len, buf, got_fd);
-	pthread_mutex_unlock(&conn_lock);
-	return n;
-}
-
-/* Send req, get its reply into buf: the reply's length, or -errno. A
- * masqd that went away is reconnected to and told every channel and id
- * again first; the request then goes to it (the old one took whatever
- * it had done of the request with it). */
-static ssize_t cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd)
-{
-	unsigned int gen;
-	ssize_t n;
-
-	if (got_fd)
-		*got_fd = -1;
-	n = cm_call_once(req, len, buf, got_fd, &gen);
-	if (n != -ECONNRESET || cm_recover(gen) != 0)
-		return n;
-	return cm_call_once(req, len, buf, got_fd, &gen);
-}
-
-/* One request of kind KIND: 0, or a negative errno (masqd's status). */
-#define CM_CALL(KIND, req, rep, got_fd)                                                   \
-	({                                                                                \
-		uint8_t buf_[MASQ_MAX_MESSAGE];                                           \
-		ssize_t n_ = cm_roundtrip(&(req), sizeof(req), buf_, (got_fd));           \
-		n_ < 0 ? (int)n_ : masq_msg_##KIND##_reply_decode(buf_, (size_t)n_, &(rep)); \
-	})
-
-/* The same, for the requests that name an id and have no reply body. */
-#define CM_ID_CALL(KIND, handle)                                 \
-	({                                                       \
-		struct masq_msg_##KIND##_req r_;                 \
-		struct masq_msg_##KIND##_reply p_;               \
-		masq_msg_##KIND##_req_init(&r_);                 \
-		r_.body.id = (handle);                           \
-		CM_CALL(KIND, r_, p_, NULL);                     \
-	})
+#include "cm/internal.h"
 
 /* ------------------------------------------------------------ addresses */
 
@@ -310,14 +78,6 @@ static void v4_gid(union ibv_gid *gid, const struct sockaddr_in *sin)
 
 /* ------------------------------------------------------------ channels, ids */
 
-struct cm_channel {
-	struct rdma_event_channel ch; /* what the app holds */
-	uint32_t handle;
-	uint64_t serial; /* process-unique, never reused */
-	unsigned int generation; /* of the masqd connection that serves it */
-	struct cm_channel *next;
-};
-
 /*
  * The channels not destroyed yet. The kernel never wakes a thread blocked
  * reading a channel another thread destroys (rping's CM thread sits there
@@ -325,407 +85,79 @@ struct cm_channel {
  * a reader that wakes to a closed channel checks here whether the app
  * destroyed it (then it blocks like the kernel's) or masqd went away.
  */
-static pthread_mutex_t channels_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cm_channel *channels;
+pthread_mutex_t masq_cm_channels_lock = PTHREAD_MUTEX_INITIALIZER;
+struct cm_channel *masq_cm_channels;
 static uint64_t next_channel_serial = 1;
 
-static int channel_live(uint64_t serial)
+int masq_cm_channel_live(uint64_t serial)
 {
 	struct cm_channel *c;
 
-	pthread_mutex_lock(&channels_lock);
-	for (c = channels; c && c->serial != serial; c = c->next)
+	pthread_mutex_lock(&masq_cm_channels_lock);
+	for (c = masq_cm_channels; c && c->serial != serial; c = c->next)
 		;
-	pthread_mutex_unlock(&channels_lock);
+	pthread_mutex_unlock(&masq_cm_channels_lock);
 	return c != NULL;
 }
 
 /* The generation of the connection serving the channel (0: none). */
-static unsigned int channel_generation(uint64_t serial, unsigned int set)
+unsigned int masq_cm_channel_generation(uint64_t serial, unsigned int set)
 {
 	struct cm_channel *c;
 	unsigned int g = 0;
 
-	pthread_mutex_lock(&channels_lock);
-	for (c = channels; c && c->serial != serial; c = c->next)
+	pthread_mutex_lock(&masq_cm_channels_lock);
+	for (c = masq_cm_channels; c && c->serial != serial; c = c->next)
 		;
 	if (c && set)
 		c->generation = set;
 	if (c)
 		g = c->generation;
-	pthread_mutex_unlock(&channels_lock);
+	pthread_mutex_unlock(&masq_cm_channels_lock);
 	return g;
 }
 
-struct cm_id {
-	struct rdma_cm_id id; /* what the app holds */
-	uint32_t handle;
-	int sync;	   /* private channel; calls wait for their event */
-	int connect_error; /* the later REJECTED/DISCONNECTED are ours, not the app's */
-	unsigned int unacked; /* events reported for this id and not acked yet */
-	uint8_t responder_resources, initiator_depth; /* from the connection request */
-	struct ibv_qp_init_attr *qp_init_attr;	       /* rdma_create_ep, passive */
-	struct ibv_sa_path_rec path;
-	/* What a restarted masqd is told of the id (cm_recover), under
-	 * ids_lock: MASQ_CM_RESTORE_*, 0 while it holds no port. */
-	uint32_t restore, backlog, remote_qpn;
-	int active;
-	/* INIT, RTR and RTS attributes as the last event carried them
-	 * (attr_mask 0: not known), under ids_lock: rdma_init_qp_attr answers
-	 * from them without asking masqd. */
-	struct masq_cm_qp_attr qp_attrs[3];
-	/* Held to move id.qp and to destroy it: an event (DISCONNECTED) moves
-	 * the QP to ERROR from the thread reading events while another may be
-	 * in rdma_destroy_qp, which the kernel's CM makes safe. */
-	pthread_mutex_t qp_lock;
-	struct cm_id *next;
-};
-
-struct cm_event {
-	struct rdma_cm_event ev; /* what the app holds */
-	struct cm_id *owner;	 /* whose unacked count it is in */
-	uint8_t private_data[MASQ_CM_MAX_PRIVATE_DATA];
-};
-
 /* handle -> id; the lock also covers every unacked count and ids_cond
  * signals acks. */
-static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t ids_cond = PTHREAD_COND_INITIALIZER;
-static struct cm_id *ids;
+pthread_mutex_t masq_cm_ids_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t masq_cm_ids_cond = PTHREAD_COND_INITIALIZER;
+struct cm_id *masq_cm_ids;
 
-/*
- * fork(): masqd knows a process by its CM connection (ids, channels and
- * ports belong to it), while the kernel's CM knows each event channel by
- * its own rdma_cm file. A child that kept the parent's connection would
- * share it with the parent and its siblings: their replies cross (each
- * process holds its own copy of conn_lock), and the ids a child creates
- * would outlive it, holding their ports until the parent exits. So the
- * child drops its copy and opens a connection of its own on its first CM
- * call, as a fresh rdma_cm file would be. The locks are taken across
- * fork() so the child never inherits one held by a thread it does not
- * have (masqd answers each request at once, so none is held for long).
- */
-static void fork_prepare(void)
-{
-	pthread_mutex_lock(&recover_lock);
-	pthread_mutex_lock(&dev_lock);
-	pthread_mutex_lock(&channels_lock);
-	pthread_mutex_lock(&ids_lock);
-	pthread_mutex_lock(&conn_lock);
-}
-
-static void fork_parent(void)
-{
-	pthread_mutex_unlock(&conn_lock);
-	pthread_mutex_unlock(&ids_lock);
-	pthread_mutex_unlock(&channels_lock);
-	pthread_mutex_unlock(&dev_lock);
-	pthread_mutex_unlock(&recover_lock);
-}
-
-static void fork_child(void)
-{
-	masq_conn_close(&conn); /* the parent's stays open */
-	conn_generation = 0;	/* a connection of its own, not a restart */
-	fork_parent();
-}
-
-/* A session's watcher is back on a restarted masqd, its QPs tracked
- * again: restore the ids now, not at the app's next CM call (an app idle
- * in the CM would miss its peer's DISCONNECTED meanwhile). */
-static void after_reconnect(void)
-{
-	unsigned int gen = current_generation();
-
-	if (gen)
-		(void)cm_recover(gen);
-}
-
-__attribute__((constructor)) static void register_fork_handlers(void)
-{
-	pthread_atfork(fork_prepare, fork_parent, fork_child);
-	masq_set_reconnect_hook(after_reconnect);
-}
-
-static struct cm_id *lookup_id(uint32_t handle)
+struct cm_id *masq_cm_lookup_id(uint32_t handle)
 {
 	struct cm_id *c;
 
-	for (c = ids; c && c->handle != handle; c = c->next)
+	for (c = masq_cm_ids; c && c->handle != handle; c = c->next)
 		;
 	return c;
 }
 
-static void insert_id(struct cm_id *c)
+void masq_cm_insert_id(struct cm_id *c)
 {
-	pthread_mutex_lock(&ids_lock);
-	c->next = ids;
-	ids = c;
-	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
+	c->next = masq_cm_ids;
+	masq_cm_ids = c;
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 }
 
 static void remove_id(struct cm_id *c)
 {
 	struct cm_id **pp;
 
-	pthread_mutex_lock(&ids_lock);
-	for (pp = &ids; *pp; pp = &(*pp)->next)
+	pthread_mutex_lock(&masq_cm_ids_lock);
+	for (pp = &masq_cm_ids; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
 			break;
 		}
-	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 }
 
-static struct cm_id *cm_of(struct rdma_cm_id *id)
+void masq_cm_set_restore(struct cm_id *c, uint32_t state)
 {
-	return container_of(id, struct cm_id, id);
-}
-
-/* An RDMA_PS_UDP id: its "connection" is one SIDR exchange. */
-static int is_ud(const struct cm_id *c)
-{
-	return c->id.ps == RDMA_PS_UDP;
-}
-
-static void set_restore(struct cm_id *c, uint32_t state)
-{
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	c->restore = state;
-	pthread_mutex_unlock(&ids_lock);
-}
-
-static uint32_t channel_handle(struct rdma_event_channel *ch)
-{
-	return container_of(ch, struct cm_channel, ch)->handle;
-}
-
-/* ------------------------------------------------------------ masqd restarts */
-
-/*
- * masqd went away (it was restarted): its channels' sockets and the CM
- * connection closed. As libmasq's session watchers do for QPs, the first
- * thread to notice reconnects and names every channel and id again, under
- * their old numbers; masqd checks each claim (a connected id must be the
- * connection it tracks again for the app's own QP). A channel's new event
- * socket takes the old one's fd number (dup2, with the app's flags), so an
- * app polling or blocked on channel->fd carries on. A handshake in flight
- * is lost: its id gets CONNECT_ERROR.
- */
-struct channel_snap {
-	uint32_t handle;
-	uint64_t serial;
-	int fd;
-};
-
-struct id_snap {
-	struct masq_cm_restore_id_req req;
-	uint32_t handle;
-};
-
-static unsigned int current_generation(void)
-{
-	unsigned int g;
-
-	pthread_mutex_lock(&conn_lock);
-	g = conn_generation;
-	pthread_mutex_unlock(&conn_lock);
-	return g;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap_ms(long ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-/* Restore one channel on the new connection (conn_lock held): 0 or -errno. */
-static int restore_channel(const struct channel_snap *c)
-{
-	struct masq_msg_cm_restore_channel_req req;
-	struct masq_msg_cm_restore_channel_reply rep;
-	uint8_t buf[MASQ_MAX_MESSAGE];
-	int fd = -1, err, fl, fdfl;
-	ssize_t n;
-
-	masq_msg_cm_restore_channel_req_init(&req);
-	req.body.channel = c->handle;
-	n = masq_conn_call(&conn, &req, sizeof(req), buf, &fd);
-	err = n < 0 ? (int)n : masq_msg_cm_restore_channel_reply_decode(buf, (size_t)n, &rep);
-	if (!err && fd < 0)
-		err = -EPROTO;
-	/* A channel the app destroys meanwhile waits for conn_lock before it
-	 * closes its fd: if it is still listed, its fd is still its own. */
-	if (!err && channel_live(c->serial)) {
-		fl = fcntl(c->fd, F_GETFL);
-		fdfl = fcntl(c->fd, F_GETFD);
-		if (dup2(fd, c->fd) < 0)
-			err = -errno;
-		else if ((fl >= 0 && fcntl(c->fd, F_SETFL, fl) < 0) ||
-			 (fdfl >= 0 && fcntl(c->fd, F_SETFD, fdfl) < 0))
-			err = -errno;
-		else
-			(void)channel_generation(c->serial, conn_generation);
-	}
-	if (fd >= 0)
-		close(fd);
-	return err;
-}
-
-/* Restore one id (conn_lock held), retrying while masqd does not track
- * its QP yet (the session watcher re-registers it): 0 or -errno. */
-static int restore_id(struct id_snap *s, double deadline)
-{
-	struct masq_msg_cm_restore_id_req req;
-	struct masq_msg_cm_restore_id_reply rep;
-	uint8_t buf[MASQ_MAX_MESSAGE];
-	ssize_t n;
-	int err;
-
-	for (;;) {
-		masq_msg_cm_restore_id_req_init(&req);
-		req.body = s->req;
-		n = masq_conn_call(&conn, &req, sizeof(req), buf, NULL);
-		err = n < 0 ? (int)n : masq_msg_cm_restore_id_reply_decode(buf, (size_t)n, &rep);
-		if (err != -EAGAIN || now_s() > deadline)
-			return err;
-		nap_ms(50);
-	}
-}
-
-static int snapshot(struct channel_snap **chans, size_t *nch, struct id_snap **snaps, size_t *nid)
-{
-	struct cm_channel *ch;
-	struct cm_id *c;
-	size_t n = 0;
-
-	pthread_mutex_lock(&channels_lock);
-	for (ch = channels; ch; ch = ch->next)
-		n++;
-	*chans = calloc(n ? n : 1, sizeof(**chans));
-	for (ch = channels, n = 0; *chans && ch; ch = ch->next, n++)
-		(*chans)[n] = (struct channel_snap){ ch->handle, ch->serial, ch->ch.fd };
-	*nch = n;
-	pthread_mutex_unlock(&channels_lock);
-
-	pthread_mutex_lock(&ids_lock);
-	for (c = ids, n = 0; c; c = c->next)
-		n++;
-	*snaps = calloc(n ? n : 1, sizeof(**snaps));
-	for (c = ids, n = 0; *snaps && c; c = c->next, n++) {
-		struct masq_cm_restore_id_req *r = &(*snaps)[n].req;
-
-		(*snaps)[n].handle = c->handle;
-		r->id = c->handle;
-		r->channel = channel_handle(c->id.channel);
-		r->port_space = is_ud(c) ? MASQ_CM_PS_UDP : MASQ_CM_PS_TCP;
-		r->state = c->restore ? c->restore : MASQ_CM_RESTORE_BOUND;
-		if (r->state == MASQ_CM_RESTORE_CONNECTED && !c->id.qp)
-			r->state = MASQ_CM_RESTORE_BOUND; /* its QP is gone */
-		r->active = c->active ? 1 : 0;
-		r->backlog = c->backlog;
-		r->qp_num = c->id.qp ? c->id.qp->qp_num & 0xffffff : 0;
-		r->remote_qpn = c->remote_qpn & 0xffffff;
-		if (c->restore)
-			masq_cm_addr_to_wire(&r->addrs.src, &c->id.route.addr.src_sin);
-		/* An answered UD request holds nothing: its port is its listener's. */
-		if (is_ud(c) && !c->active && r->state == MASQ_CM_RESTORE_BOUND)
-			r->addrs.src.port = 0;
-		if (r->state == MASQ_CM_RESTORE_CONNECTED)
-			masq_cm_addr_to_wire(&r->addrs.dst, &c->id.route.addr.dst_sin);
-	}
-	*nid = n;
-	pthread_mutex_unlock(&ids_lock);
-	if (!*chans || !*snaps) {
-		free(*chans);
-		free(*snaps);
-		return ENOMEM;
-	}
-	return 0;
-}
-
-/* Whether the CM connection is gone (conn_lock held): masqd exited. A
- * channel closed by a masqd that is still there is not a restart, and
- * reconnecting would make it close every id of this process. An exiting
- * masqd's fds close one by one: the channel's EOF can wake us before the
- * connection's, so it gets CONN_HANGUP_WAIT_MS to follow. */
-#define CONN_HANGUP_WAIT_MS 2000
-static int conn_dead(void)
-{
-	struct pollfd p = { .fd = conn.fd, .events = POLLRDHUP };
-	double deadline = now_s() + CONN_HANGUP_WAIT_MS / 1000.0;
-	int n;
-
-	if (conn.fd < 0)
-		return 1;
-	do {
-		double left_ms = (deadline - now_s()) * 1000;
-
-		n = poll(&p, 1, left_ms > 0 ? (int)left_ms : 0);
-	} while (n < 0 && errno == EINTR);
-	return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
-/* The connection of generation `lost` failed: 0 once a masqd has every
- * channel and id again (by this thread or another), or an errno. */
-static int cm_recover(unsigned int lost)
-{
-	struct channel_snap *chans = NULL;
-	struct id_snap *snaps = NULL;
-	size_t nch = 0, nid = 0, i, restored = 0;
-	double started = now_s(), deadline = started + (double)masq_reconnect_wait_ms() / 1000;
-	int err = 0, e;
-
-	pthread_mutex_lock(&recover_lock);
-	if (current_generation() != lost)
-		goto out; /* another thread did it */
-	if ((err = snapshot(&chans, &nch, &snaps, &nid)) != 0)
-		goto out;
-	pthread_mutex_lock(&conn_lock);
-	if (!conn_dead()) {
-		pthread_mutex_unlock(&conn_lock);
-		err = ECONNRESET;
-		goto out;
-	}
-	masq_conn_close(&conn);
-	while ((err = masq_conn_open(&conn)) != 0 && now_s() < deadline)
-		nap_ms(50);
-	if (err) {
-		pthread_mutex_unlock(&conn_lock);
-		if (masq_debug_on())
-			masq_log("CM: masqd went away and is not back yet: %s", strerror(err));
-		err = EAGAIN; /* the conn stays dead: a later call tries again */
-		goto out;
-	}
-	conn_generation++;
-	for (i = 0; i < nch; i++)
-		if ((e = restore_channel(&chans[i])) != 0)
-			masq_log("CM channel %u not restored: %s", chans[i].handle, strerror(-e));
-	for (i = 0; i < nid; i++) {
-		if ((e = restore_id(&snaps[i], deadline)) != 0)
-			masq_log("CM id %u not restored: %s", snaps[i].handle, strerror(-e));
-		else
-			restored++;
-	}
-	pthread_mutex_unlock(&conn_lock);
-	if (masq_debug_on())
-		masq_log("CM: masqd back after %.3f s; %zu channel(s), %zu of %zu id(s) restored",
-			 now_s() - started, nch, restored, nid);
-out:
-	pthread_mutex_unlock(&recover_lock);
-	free(chans);
-	free(snaps);
-	return err;
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 }
 
 struct rdma_event_channel *rdma_create_event_channel(void)
@@ -753,12 +185,12 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 	}
 	c->handle = rep.body.channel;
 	c->ch.fd = fd;
-	c->generation = current_generation();
-	pthread_mutex_lock(&channels_lock);
+	c->generation = masq_cm_generation();
+	pthread_mutex_lock(&masq_cm_channels_lock);
 	c->serial = next_channel_serial++;
-	c->next = channels;
-	channels = c;
-	pthread_mutex_unlock(&channels_lock);
+	c->next = masq_cm_channels;
+	masq_cm_channels = c;
+	pthread_mutex_unlock(&masq_cm_channels_lock);
 	return &c->ch;
 }
 
@@ -771,13 +203,13 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	if (!channel)
 		return;
 	c = container_of(channel, struct cm_channel, ch);
-	pthread_mutex_lock(&channels_lock);
-	for (pp = &channels; *pp; pp = &(*pp)->next)
+	pthread_mutex_lock(&masq_cm_channels_lock);
+	for (pp = &masq_cm_channels; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
 			break;
 		}
-	pthread_mutex_unlock(&channels_lock);
+	pthread_mutex_unlock(&masq_cm_channels_lock);
 	masq_msg_cm_destroy_channel_req_init(&req);
 	req.body.channel = c->handle;
 	(void)CM_CALL(cm_destroy_channel, req, rep, NULL);
@@ -785,9 +217,9 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	free(c);
 }
 
-static void attach_device(struct cm_id *c)
+void masq_cm_attach_device(struct cm_id *c)
 {
-	struct ibv_context *ctx = cm_device();
+	struct ibv_context *ctx = masq_cm_device();
 
 	if (ctx) {
 		c->id.verbs = ctx;
@@ -796,8 +228,8 @@ static void attach_device(struct cm_id *c)
 }
 
 /* An id struct on channel (NULL: a private one, the id is then sync). */
-static struct cm_id *alloc_id(struct rdma_event_channel *channel, void *context,
-			      enum rdma_port_space ps, enum ibv_qp_type qp_type)
+struct cm_id *masq_cm_alloc_id(struct rdma_event_channel *channel, void *context,
+			       enum rdma_port_space ps, enum ibv_qp_type qp_type)
 {
 	struct cm_id *c = calloc(1, sizeof(*c));
 
@@ -831,8 +263,8 @@ static void free_id(struct cm_id *c)
 	free(c);
 }
 
-static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
-		     enum rdma_port_space ps, enum ibv_qp_type qp_type)
+int masq_cm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		      enum rdma_port_space ps, enum ibv_qp_type qp_type)
 {
 	struct masq_msg_cm_create_id_req req;
 	struct masq_msg_cm_create_id_reply rep;
@@ -841,7 +273,7 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
 
 	if (!id)
 		return fail(EINVAL);
-	c = alloc_id(channel, context, ps, qp_type);
+	c = masq_cm_alloc_id(channel, context, ps, qp_type);
 	if (!c)
 		return -1;
 	masq_msg_cm_create_id_req_init(&req);
@@ -853,7 +285,7 @@ static int create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
 		return fail(-err);
 	}
 	c->handle = rep.body.id;
-	insert_id(c);
+	masq_cm_insert_id(c);
 	*id = &c->id;
 	return 0;
 }
@@ -863,7 +295,8 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 {
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP)
 		return fail(ENOSYS); /* RDMA_PS_IPOIB and RDMA_PS_IB: IB fabrics only */
-	return create_id(channel, id, context, ps, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
+	return masq_cm_create_id(channel, id, context, ps,
+				 ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
 }
 
 int rdma_ack_cm_event(struct rdma_cm_event *event)
@@ -873,10 +306,10 @@ int rdma_ack_cm_event(struct rdma_cm_event *event)
 	if (!event)
 		return fail(EINVAL);
 	e = container_of(event, struct cm_event, ev);
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	e->owner->unacked--;
-	pthread_cond_broadcast(&ids_cond);
-	pthread_mutex_unlock(&ids_lock);
+	pthread_cond_broadcast(&masq_cm_ids_cond);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 	free(e);
 	return 0;
 }
@@ -898,10 +331,10 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		id->event = NULL;
 	}
 	/* As librdmacm: an event the app holds must not outlive its id. */
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	while (c->unacked)
-		pthread_cond_wait(&ids_cond, &ids_lock);
-	pthread_mutex_unlock(&ids_lock);
+		pthread_cond_wait(&masq_cm_ids_cond, &masq_cm_ids_lock);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 	free_id(c);
 	if (err && err != -ECONNRESET && err != -ENOTCONN)
 		return fail(-err);
@@ -951,15 +384,15 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 
 /* The event's attributes for INIT, RTR and RTS, kept for
  * rdma_init_qp_attr; an event that carries none leaves the kept ones. */
-static void keep_qp_attrs(struct cm_id *c, const struct masq_cm_event *n)
+void masq_cm_keep_qp_attrs(struct cm_id *c, const struct masq_cm_event *n)
 {
 	if (!n->init_attr.attr_mask)
 		return;
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	c->qp_attrs[0] = n->init_attr;
 	c->qp_attrs[1] = n->rtr_attr;
 	c->qp_attrs[2] = n->rts_attr;
-	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 }
 
 /* The attributes masqd has for moving id's QP to state: from the last
@@ -979,9 +412,9 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 	state = qp_attr->qp_state;
 	rep.body.attr_mask = 0;
 	if (state >= IBV_QPS_INIT && state <= IBV_QPS_RTS) {
-		pthread_mutex_lock(&ids_lock);
+		pthread_mutex_lock(&masq_cm_ids_lock);
 		rep.body = c->qp_attrs[state - IBV_QPS_INIT];
-		pthread_mutex_unlock(&ids_lock);
+		pthread_mutex_unlock(&masq_cm_ids_lock);
 	}
 	if (!rep.body.attr_mask) {
 		masq_msg_cm_init_qp_attr_req_init(&req);
@@ -1016,7 +449,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
  * replaces the RTR responder resources or the RTS initiator depth (as
  * librdmacm does with the values the app accepted). 0, or -1 with errno.
  */
-static int cm_modify_qp(struct rdma_cm_id *id, enum ibv_qp_state state, uint8_t depth)
+int masq_cm_modify_qp(struct rdma_cm_id *id, enum ibv_qp_state state, uint8_t depth)
 {
 	struct cm_id *c = cm_of(id);
 	struct ibv_qp_attr attr;
@@ -1040,7 +473,7 @@ out:
 	return err ? fail(err) : 0;
 }
 
-static int qp_to_error(struct rdma_cm_id *id)
+int masq_cm_qp_to_error(struct rdma_cm_id *id)
 {
 	struct cm_id *c = cm_of(id);
 	struct ibv_qp_attr attr;
@@ -1145,15 +578,15 @@ static void copy_ud_param(struct cm_event *e, const struct masq_cm_event *n)
  * RTR attributes came with the id's event, or the QP is not on a masq
  * context): the caller then takes the steps one by one. 0 or an errno.
  */
-static int cm_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
+int masq_cm_id_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
 {
 	struct masq_cm_qp_attr rtr;
 	struct masq_session *s;
 	int err = ENOTSUP;
 
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	rtr = c->qp_attrs[IBV_QPS_RTR - IBV_QPS_INIT];
-	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 	pthread_mutex_lock(&c->qp_lock);
 	s = c->id.qp ? masq_session_of(c->id.qp->context) : NULL;
 	if (s && rtr.attr_mask) {
@@ -1169,17 +602,17 @@ static int cm_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
  * librdmacm's ucma_process_conn_resp): 0, or -1 with errno. */
 static int finish_connect(struct cm_id *c)
 {
-	int err = cm_move_qp(c, NULL);
+	int err = masq_cm_id_move_qp(c, NULL);
 
 	if (err == ENOTSUP) {
-		if (cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) ||
-		    cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff))
+		if (masq_cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) ||
+		    masq_cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff))
 			return -1;
 		err = -CM_ID_CALL(cm_establish, c->handle);
 	}
 	if (err)
 		return fail(err);
-	set_restore(c, MASQ_CM_RESTORE_CONNECTED);
+	masq_cm_set_restore(c, MASQ_CM_RESTORE_CONNECTED);
 	return 0;
 }
 
@@ -1199,8 +632,9 @@ static void reject_after_error(struct cm_id *c)
  */
 static struct cm_id *accept_request(struct cm_id *listener, const struct masq_cm_event *n)
 {
-	struct cm_id *c = alloc_id(listener->id.channel, listener->id.context, listener->id.ps,
-				   listener->id.qp_type);
+	struct cm_id *c = masq_cm_alloc_id(listener->id.channel, listener->id.context,
+					   listener->id.ps,
+					   listener->id.qp_type);
 
 	if (!c) {
 		(void)CM_ID_CALL(cm_destroy_id, n->id);
@@ -1212,8 +646,8 @@ static struct cm_id *accept_request(struct cm_id *listener, const struct masq_cm
 	c->responder_resources = n->param.responder_resources;
 	c->initiator_depth = n->param.initiator_depth;
 	set_route_addrs(c, &n->addrs);
-	attach_device(c);
-	insert_id(c);
+	masq_cm_attach_device(c);
+	masq_cm_insert_id(c);
 	if (listener->sync && rdma_migrate_id(&c->id, NULL)) {
 		masq_log("cannot give the connection request a channel of its own: %s",
 		       strerror(errno));
@@ -1225,15 +659,15 @@ static struct cm_id *accept_request(struct cm_id *listener, const struct masq_cm
 
 /* Turn notice n into e, acting on it as librdmacm would. 1: deliver e;
  * 0: nothing for the app (e unused). Call without ids_lock. */
-static int process_event(const struct masq_cm_event *n, struct cm_event *e)
+int masq_cm_process_event(const struct masq_cm_event *n, struct cm_event *e)
 {
 	struct cm_id *c, *owner;
 
-	pthread_mutex_lock(&ids_lock);
-	owner = lookup_id(n->event == RDMA_CM_EVENT_CONNECT_REQUEST ? n->listen_id : n->id);
+	pthread_mutex_lock(&masq_cm_ids_lock);
+	owner = masq_cm_lookup_id(n->event == RDMA_CM_EVENT_CONNECT_REQUEST ? n->listen_id : n->id);
 	if (owner)
 		owner->unacked++; /* keeps owner alive while we work on it */
-	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 	if (!owner) {
 		masq_log("dropping CM event %u for unknown id %u", n->event,
 		       n->event == RDMA_CM_EVENT_CONNECT_REQUEST ? n->listen_id : n->id);
@@ -1250,7 +684,7 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		c = accept_request(owner, n);
 		if (!c)
 			goto drop;
-		keep_qp_attrs(c, n);
+		masq_cm_keep_qp_attrs(c, n);
 		e->ev.id = &c->id;
 		e->ev.listen_id = &owner->id;
 		if (is_ud(c))
@@ -1261,7 +695,7 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		set_route_addrs(c, &n->addrs);
 		if (!e->ev.status) {
-			attach_device(c);
+			masq_cm_attach_device(c);
 			if (!c->id.verbs) {
 				e->ev.event = RDMA_CM_EVENT_ADDR_ERROR;
 				e->ev.status = -errno;
@@ -1269,18 +703,18 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		}
 		return 1;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
-		keep_qp_attrs(c, n);
+		masq_cm_keep_qp_attrs(c, n);
 		set_route_addrs(c, &n->addrs);
 		if (!e->ev.status)
 			set_route_path(c);
 		return 1;
 	case RDMA_CM_EVENT_CONNECT_RESPONSE:
-		keep_qp_attrs(c, n);
+		masq_cm_keep_qp_attrs(c, n);
 		set_route_addrs(c, &n->addrs);
 		copy_conn_param(e, &n->param);
-		pthread_mutex_lock(&ids_lock);
+		pthread_mutex_lock(&masq_cm_ids_lock);
 		c->remote_qpn = n->param.qp_num;
-		pthread_mutex_unlock(&ids_lock);
+		pthread_mutex_unlock(&masq_cm_ids_lock);
 		if (!c->id.qp)
 			return 1; /* the app modifies its QP and calls rdma_establish */
 		if (finish_connect(c) == 0) {
@@ -1291,25 +725,25 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		e->ev.status = -errno;
 		c->connect_error = 1;
 		reject_after_error(c);
-		(void)qp_to_error(&c->id);
+		(void)masq_cm_qp_to_error(&c->id);
 		return 1;
 	case RDMA_CM_EVENT_REJECTED:
 	case RDMA_CM_EVENT_DISCONNECTED:
-		set_restore(c, MASQ_CM_RESTORE_BOUND); /* holds its port until destroyed */
+		masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND); /* holds its port until destroyed */
 		if (c->connect_error)
 			goto drop; /* the app already has its CONNECT_ERROR */
 		set_route_addrs(c, &n->addrs);
 		copy_conn_param(e, &n->param);
-		(void)qp_to_error(&c->id);
+		(void)masq_cm_qp_to_error(&c->id);
 		return 1;
 	default:
 		/* A UD id keeps no connection to restore: bound, holding its port. */
 		if (n->event == RDMA_CM_EVENT_ESTABLISHED && !is_ud(c))
-			set_restore(c, MASQ_CM_RESTORE_CONNECTED); /* the passive side's */
+			masq_cm_set_restore(c, MASQ_CM_RESTORE_CONNECTED); /* the passive side's */
 		else if (n->event == RDMA_CM_EVENT_ESTABLISHED ||
 			 n->event == RDMA_CM_EVENT_CONNECT_ERROR ||
 			 n->event == RDMA_CM_EVENT_UNREACHABLE)
-			set_restore(c, MASQ_CM_RESTORE_BOUND);
+			masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND);
 		set_route_addrs(c, &n->addrs);
 		if (is_ud(c))
 			copy_ud_param(e, n);
@@ -1318,10 +752,10 @@ static int process_event(const struct masq_cm_event *n, struct cm_event *e)
 		return 1;
 	}
 drop:
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	owner->unacked--;
-	pthread_cond_broadcast(&ids_cond);
-	pthread_mutex_unlock(&ids_lock);
+	pthread_cond_broadcast(&masq_cm_ids_cond);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 	return 0;
 }
 
@@ -1340,23 +774,23 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	serial = container_of(channel, struct cm_channel, ch)->serial;
 	fd = channel->fd;
 	for (;;) {
-		unsigned int gen = current_generation();
+		unsigned int gen = masq_cm_generation();
 
 		/* Blocks unless the app made the fd non-blocking: then EAGAIN. */
 		n = recv(fd, buf, sizeof(buf), 0);
 		if (n < 0)
 			return -1;
 		if (n == 0) {
-			if (!channel_live(serial)) {
+			if (!masq_cm_channel_live(serial)) {
 				for (;;)
 					pause(); /* destroyed under us: no event ever comes */
 			}
 			/* masqd went away: once a new one has the channel and
 			 * its ids again, fd is its new event socket. Blocks
 			 * until masqd is back, as the kernel's would. */
-			while ((err = cm_recover(gen)) == EAGAIN)
-				nap_ms(100);
-			if (err || channel_generation(serial, 0) != current_generation())
+			while ((err = masq_cm_recover(gen)) == EAGAIN)
+				masq_cm_nap_ms(100);
+			if (err || masq_cm_channel_generation(serial, 0) != masq_cm_generation())
 				return fail(ECONNRESET);
 			continue;
 		}
@@ -1368,7 +802,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		e = calloc(1, sizeof(*e));
 		if (!e)
 			return fail(ENOMEM);
-		if (process_event(&m.body, e)) {
+		if (masq_cm_process_event(&m.body, e)) {
 			*event = &e->ev;
 			return 0;
 		}
@@ -1378,7 +812,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 
 /* A sync id's call waits for its outcome, kept in id->event until the
  * next call or rdma_destroy_id (as librdmacm's ucma_complete). */
-static int complete(struct cm_id *c, enum rdma_cm_event_type want, enum rdma_cm_event_type or)
+int masq_cm_complete(struct cm_id *c, enum rdma_cm_event_type want, enum rdma_cm_event_type or)
 {
 	struct rdma_cm_event *ev;
 
@@ -1431,9 +865,9 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (err)
 		return fail(-err);
 	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
-	set_restore(c, MASQ_CM_RESTORE_BOUND);
+	masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND);
 	if (id->route.addr.src_sin.sin_addr.s_addr != htonl(INADDR_ANY)) {
-		attach_device(c);
+		masq_cm_attach_device(c);
 		if (!id->verbs)
 			return -1;
 	}
@@ -1465,10 +899,10 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 	err = CM_CALL(cm_resolve_addr, req, rep, NULL);
 	if (err)
 		return fail(-err);
-	set_restore(c, MASQ_CM_RESTORE_BOUND); /* it holds a port now */
+	masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND); /* it holds a port now */
 	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
 	masq_cm_addr_from_wire(&id->route.addr.dst_sin, &rep.body.dst);
-	return complete(c, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ADDR_RESOLVED);
+	return masq_cm_complete(c, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ADDR_RESOLVED);
 }
 
 int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
@@ -1483,7 +917,7 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	err = CM_ID_CALL(cm_resolve_route, c->handle);
 	if (err)
 		return fail(-err);
-	return complete(c, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	return masq_cm_complete(c, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_ROUTE_RESOLVED);
 }
 
 int rdma_listen(struct rdma_cm_id *id, int backlog)
@@ -1500,10 +934,10 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	err = CM_CALL(cm_listen, req, rep, NULL);
 	if (err)
 		return fail(-err);
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	cm_of(id)->restore = MASQ_CM_RESTORE_LISTENING;
 	cm_of(id)->backlog = req.body.backlog;
-	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 	return 0;
 }
 
@@ -1562,11 +996,11 @@ static int connect_ud(struct cm_id *c, const struct rdma_conn_param *conn_param)
 	err = CM_CALL(cm_connect, req, rep, NULL);
 	if (err)
 		return fail(-err);
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	c->restore = MASQ_CM_RESTORE_PENDING;
 	c->active = 1;
-	pthread_mutex_unlock(&ids_lock);
-	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
+	return masq_cm_complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
 }
 
 /* A UD id's accept (librdmacm's rdma_accept for UD): the SIDR answer with
@@ -1586,7 +1020,7 @@ static int accept_ud(struct cm_id *c, const struct rdma_conn_param *conn_param)
 	err = CM_CALL(cm_accept, req, rep, NULL);
 	if (err)
 		return fail(-err);
-	set_restore(c, MASQ_CM_RESTORE_BOUND);
+	masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND);
 	if (c->sync && c->id.event) {
 		rdma_ack_cm_event(c->id.event);
 		c->id.event = NULL;
@@ -1609,7 +1043,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return connect_ud(c, conn_param);
 	if (!id->qp && !conn_param)
 		return fail(EINVAL);
-	device_limits(&max_rd, &max_init);
+	masq_cm_device_limits(&max_rd, &max_init);
 	resp_res = max_rd;
 	init_depth = max_init;
 	if (conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES) {
@@ -1631,11 +1065,11 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	err = CM_CALL(cm_connect, req, rep, NULL);
 	if (err)
 		return fail(-err);
-	pthread_mutex_lock(&ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
 	c->restore = MASQ_CM_RESTORE_PENDING;
 	c->active = 1;
-	pthread_mutex_unlock(&ids_lock);
-	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	pthread_mutex_unlock(&masq_cm_ids_lock);
+	return masq_cm_complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_CONNECT_RESPONSE);
 }
 
 int rdma_establish(struct rdma_cm_id *id)
@@ -1647,7 +1081,7 @@ int rdma_establish(struct rdma_cm_id *id)
 	err = CM_ID_CALL(cm_establish, cm_of(id)->handle);
 	if (err)
 		return fail(-err);
-	set_restore(cm_of(id), MASQ_CM_RESTORE_CONNECTED);
+	masq_cm_set_restore(cm_of(id), MASQ_CM_RESTORE_CONNECTED);
 	return 0;
 }
 
@@ -1666,7 +1100,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return accept_ud(c, conn_param);
 	if (!id->qp && !conn_param)
 		return fail(EINVAL);
-	device_limits(&max_rd, &max_init);
+	masq_cm_device_limits(&max_rd, &max_init);
 	/* The request's depths, within the device's, unless the app chose. */
 	if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH)
 		init_depth = min_u8(c->initiator_depth, max_init);
@@ -1681,18 +1115,18 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	if (conn_param_to_wire(&req.body.param, id, conn_param, resp_res, init_depth,
 			       MASQ_CM_MAX_PRIVATE_DATA))
 		return -1;
-	err = cm_move_qp(c, &req.body.param);
+	err = masq_cm_id_move_qp(c, &req.body.param);
 	if (err == ENOTSUP) {
-		if (cm_modify_qp(id, IBV_QPS_RTR, resp_res) ||
-		    cm_modify_qp(id, IBV_QPS_RTS, init_depth))
+		if (masq_cm_modify_qp(id, IBV_QPS_RTR, resp_res) ||
+		    masq_cm_modify_qp(id, IBV_QPS_RTS, init_depth))
 			return -1;
 		err = -CM_CALL(cm_accept, req, rep, NULL);
 	}
 	if (err) {
-		(void)qp_to_error(id);
+		(void)masq_cm_qp_to_error(id);
 		return fail(err);
 	}
-	return complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
+	return masq_cm_complete(c, RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
 }
 
 int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
@@ -1721,12 +1155,12 @@ int rdma_disconnect(struct rdma_cm_id *id)
 	if (!id)
 		return fail(EINVAL);
 	c = cm_of(id);
-	if (qp_to_error(id))
+	if (masq_cm_qp_to_error(id))
 		return -1;
 	err = CM_ID_CALL(cm_disconnect, c->handle);
 	if (err)
 		return fail(-err);
-	return complete(c, RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
+	return masq_cm_complete(c, RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
 }
 
 int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
@@ -1774,19 +1208,19 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 static void destroy_cqs(struct rdma_cm_id *id)
 {
 	if (id->recv_cq) {
-		vb.destroy_cq(id->recv_cq);
+		masq_cm_vb.destroy_cq(id->recv_cq);
 		if (id->send_cq && id->send_cq != id->recv_cq)
-			vb.destroy_cq(id->send_cq);
+			masq_cm_vb.destroy_cq(id->send_cq);
 	} else if (id->send_cq) {
-		vb.destroy_cq(id->send_cq);
+		masq_cm_vb.destroy_cq(id->send_cq);
 	}
 	id->recv_cq = id->send_cq = NULL;
 	if (id->recv_cq_channel) {
-		vb.destroy_comp_channel(id->recv_cq_channel);
+		masq_cm_vb.destroy_comp_channel(id->recv_cq_channel);
 		if (id->send_cq_channel && id->send_cq_channel != id->recv_cq_channel)
-			vb.destroy_comp_channel(id->send_cq_channel);
+			masq_cm_vb.destroy_comp_channel(id->send_cq_channel);
 	} else if (id->send_cq_channel) {
-		vb.destroy_comp_channel(id->send_cq_channel);
+		masq_cm_vb.destroy_comp_channel(id->send_cq_channel);
 	}
 	id->recv_cq_channel = id->send_cq_channel = NULL;
 }
@@ -1796,10 +1230,10 @@ static void destroy_cqs(struct rdma_cm_id *id)
 static int create_cq(struct rdma_cm_id *id, uint32_t size, struct ibv_cq **cq,
 		     struct ibv_comp_channel **ch)
 {
-	*ch = vb.create_comp_channel(id->verbs);
+	*ch = masq_cm_vb.create_comp_channel(id->verbs);
 	if (!*ch)
 		return -1;
-	*cq = vb.create_cq(id->verbs, (int)size, id, *ch, 0);
+	*cq = masq_cm_vb.create_cq(id->verbs, (int)size, id, *ch, 0);
 	return *cq ? 0 : -1;
 }
 
@@ -1828,11 +1262,11 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 
 	if (!id || !attr || id->qp || !id->verbs)
 		return fail(EINVAL);
-	if (have_verbs())
+	if (masq_cm_have_verbs())
 		return -1;
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
-		attr->pd = id->pd ? id->pd : cm_default_pd();
+		attr->pd = id->pd ? id->pd : masq_cm_default_pd();
 		if (!attr->pd)
 			return -1;
 	}
@@ -1853,7 +1287,7 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		attr->recv_cq = id->recv_cq;
 	if (id->srq && !attr->srq)
 		attr->srq = id->srq;
-	qp = create_qp_ex(id->verbs, attr);
+	qp = masq_cm_create_qp_ex(id->verbs, attr);
 	if (!qp)
 		goto err_cqs;
 	/* RESET -> INIT with masqd's attributes (librdmacm's ucma_init_conn_qp). */
@@ -1911,7 +1345,7 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
 	pthread_mutex_unlock(&c->qp_lock);
-	if (!have_verbs())
+	if (!masq_cm_have_verbs())
 		destroy_cqs(id);
 }
 
@@ -1926,7 +1360,7 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 
 	if (!id || !res)
 		return fail(EINVAL);
-	if (create_id(NULL, &cm_id, NULL,
+	if (masq_cm_create_id(NULL, &cm_id, NULL,
 		      res->ai_port_space ? (enum rdma_port_space)res->ai_port_space : RDMA_PS_TCP,
 		      res->ai_qp_type ? (enum ibv_qp_type)res->ai_qp_type : IBV_QPT_RC))
 		return -1;
@@ -2106,7 +1540,7 @@ struct ibv_context **rdma_get_devices(int *num_devices)
 		errno = ENOMEM;
 		return NULL;
 	}
-	list[0] = cm_device();
+	list[0] = masq_cm_device();
 	if (num_devices)
 		*num_devices = list[0] ? 1 : 0;
 	return list;

@@ -1,0 +1,197 @@
+/*
+ * What the files of src/cm share and nothing else uses: the id, channel and
+ * event structs, the tables and their locks, and the calls between files.
+ *
+ * The RDMA CM for tenants: libmasq defines librdmacm's entry points itself.
+ *
+ * In a tenant the kernel's RDMA CM cannot resolve a virtual IP, and
+ * librdmacm's kernel device cannot be faked, so the preloaded libmasq's
+ * rdma_* definitions win over librdmacm's and carry each "ucma command" to
+ * masqd as a CM_* request, on one dedicated connection per process. Each
+ * event channel is a socket masqd hands over (SCM_RIGHTS) and pushes
+ * CM_EVENT notices on; rdma_get_cm_event turns them into struct
+ * rdma_cm_event, doing on the way what librdmacm does in user space (the
+ * active side's RTR/RTS/ESTABLISH, new ids for connection requests).
+ *
+ * QP transitions go through ibv_modify_qp, i.e. libmasq's own: RTR (and any
+ * change with an address) to masqd, the others on the app's fd, posted.
+ * Only IPv4, RDMA_PS_TCP (RC) and RDMA_PS_UDP (UD: one SIDR exchange that
+ * tells the active side the listener's QP) are served; other port spaces,
+ * multicast, SRQs and ECE answer ENOSYS, so the stock librdmacm never sees
+ * a libmasq id.
+ *
+ * libibverbs is not linked: the verbs the CM needs and libmasq does not
+ * define are looked up at run time (device.c), like libmasq.c does.
+ */
+#ifndef MASQ_CM_INTERNAL_H
+#define MASQ_CM_INTERNAL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include "masq_client.h"
+#include "masq_cm.h"
+#include "masq_proto.h"
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+_Static_assert(MASQ_CM_PS_TCP == RDMA_PS_TCP, "port space");
+_Static_assert(MASQ_CM_PS_UDP == RDMA_PS_UDP, "port space");
+_Static_assert(MASQ_CM_UDP_QKEY == RDMA_UDP_QKEY, "UD Q_Key");
+_Static_assert(MASQ_CM_EVENT_TIMEWAIT_EXIT == RDMA_CM_EVENT_TIMEWAIT_EXIT, "event numbers");
+_Static_assert(MASQ_CM_EVENT_DISCONNECTED == RDMA_CM_EVENT_DISCONNECTED, "event numbers");
+
+static inline int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/* ------------------------------------------------------------ verbs (device.c) */
+
+/* The verbs the CM needs and libmasq does not define, looked up at run time. */
+struct masq_cm_verbs {
+	struct ibv_pd *(*alloc_pd)(struct ibv_context *);
+	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *);
+	int (*destroy_comp_channel)(struct ibv_comp_channel *);
+	struct ibv_cq *(*create_cq)(struct ibv_context *, int, void *, struct ibv_comp_channel *,
+				    int);
+	int (*destroy_cq)(struct ibv_cq *);
+	struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
+	void (*free_device_list)(struct ibv_device **);
+	int ok;
+};
+extern struct masq_cm_verbs masq_cm_vb;
+
+/* Look the verbs up (once): 0, or -1 with errno ENOSYS. */
+int masq_cm_have_verbs(void);
+struct ibv_qp *masq_cm_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+
+/* ------------------------------------------------------------ device (device.c) */
+
+extern pthread_mutex_t masq_cm_dev_lock;
+struct ibv_context *masq_cm_device(void);
+struct ibv_pd *masq_cm_default_pd(void);
+void masq_cm_device_limits(uint8_t *rd_atom, uint8_t *init_rd_atom);
+
+/* ------------------------------------------------------------ masqd (conn.c) */
+
+ssize_t masq_cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd);
+int masq_cm_recover(unsigned int lost_generation);
+unsigned int masq_cm_generation(void);
+void masq_cm_nap_ms(long ms);
+
+/* One request of kind KIND: 0, or a negative errno (masqd's status). */
+#define CM_CALL(KIND, req, rep, got_fd)                                                   \
+	({                                                                                \
+		uint8_t buf_[MASQ_MAX_MESSAGE];                                           \
+		ssize_t n_ = masq_cm_roundtrip(&(req), sizeof(req), buf_, (got_fd));           \
+		n_ < 0 ? (int)n_ : masq_msg_##KIND##_reply_decode(buf_, (size_t)n_, &(rep)); \
+	})
+
+/* The same, for the requests that name an id and have no reply body. */
+#define CM_ID_CALL(KIND, handle)                                 \
+	({                                                       \
+		struct masq_msg_##KIND##_req r_;                 \
+		struct masq_msg_##KIND##_reply p_;               \
+		masq_msg_##KIND##_req_init(&r_);                 \
+		r_.body.id = (handle);                           \
+		CM_CALL(KIND, r_, p_, NULL);                     \
+	})
+
+/* ------------------------------------------------------------ channels, ids */
+
+struct cm_channel {
+	struct rdma_event_channel ch; /* what the app holds */
+	uint32_t handle;
+	uint64_t serial; /* process-unique, never reused */
+	unsigned int generation; /* of the masqd connection that serves it */
+	struct cm_channel *next;
+};
+
+struct cm_id {
+	struct rdma_cm_id id; /* what the app holds */
+	uint32_t handle;
+	int sync;	   /* private channel; calls wait for their event */
+	int connect_error; /* the later REJECTED/DISCONNECTED are ours, not the app's */
+	unsigned int unacked; /* events reported for this id and not acked yet */
+	uint8_t responder_resources, initiator_depth; /* from the connection request */
+	struct ibv_qp_init_attr *qp_init_attr;	       /* rdma_create_ep, passive */
+	struct ibv_sa_path_rec path;
+	/* What a restarted masqd is told of the id (cm_recover), under
+	 * ids_lock: MASQ_CM_RESTORE_*, 0 while it holds no port. */
+	uint32_t restore, backlog, remote_qpn;
+	int active;
+	/* INIT, RTR and RTS attributes as the last event carried them
+	 * (attr_mask 0: not known), under ids_lock: rdma_init_qp_attr answers
+	 * from them without asking masqd. */
+	struct masq_cm_qp_attr qp_attrs[3];
+	/* Held to move id.qp and to destroy it: an event (DISCONNECTED) moves
+	 * the QP to ERROR from the thread reading events while another may be
+	 * in rdma_destroy_qp, which the kernel's CM makes safe. */
+	pthread_mutex_t qp_lock;
+	struct cm_id *next;
+};
+
+struct cm_event {
+	struct rdma_cm_event ev; /* what the app holds */
+	struct cm_id *owner;	 /* whose unacked count it is in */
+	uint8_t private_data[MASQ_CM_MAX_PRIVATE_DATA];
+};
+
+static inline struct cm_id *cm_of(struct rdma_cm_id *id)
+{
+	return container_of(id, struct cm_id, id);
+}
+
+/* An RDMA_PS_UDP id: its "connection" is one SIDR exchange. */
+static inline int is_ud(const struct cm_id *c)
+{
+	return c->id.ps == RDMA_PS_UDP;
+}
+
+static inline uint32_t channel_handle(struct rdma_event_channel *ch)
+{
+	return container_of(ch, struct cm_channel, ch)->handle;
+}
+
+/* The channels (channel.c) and ids (id.c) not destroyed yet, each under
+ * its lock; fork_prepare (conn.c) takes every lock in a fixed order. */
+extern pthread_mutex_t masq_cm_channels_lock;
+extern struct cm_channel *masq_cm_channels;
+extern pthread_mutex_t masq_cm_ids_lock;
+extern pthread_cond_t masq_cm_ids_cond;
+extern struct cm_id *masq_cm_ids;
+
+/* channel.c */
+int masq_cm_channel_live(uint64_t serial);
+unsigned int masq_cm_channel_generation(uint64_t serial, unsigned int set);
+int masq_cm_complete(struct cm_id *c, enum rdma_cm_event_type want, enum rdma_cm_event_type or);
+
+/* id.c */
+struct cm_id *masq_cm_lookup_id(uint32_t handle);
+void masq_cm_insert_id(struct cm_id *c);
+void masq_cm_set_restore(struct cm_id *c, uint32_t state);
+void masq_cm_attach_device(struct cm_id *c);
+struct cm_id *masq_cm_alloc_id(struct rdma_event_channel *channel, void *context,
+			       enum rdma_port_space ps, enum ibv_qp_type qp_type);
+int masq_cm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		      enum rdma_port_space ps, enum ibv_qp_type qp_type);
+
+/* event.c */
+int masq_cm_process_event(const struct masq_cm_event *n, struct cm_event *e);
+
+/* qp.c */
+void masq_cm_keep_qp_attrs(struct cm_id *c, const struct masq_cm_event *n);
+int masq_cm_modify_qp(struct rdma_cm_id *id, enum ibv_qp_state state, uint8_t depth);
+int masq_cm_qp_to_error(struct rdma_cm_id *id);
+int masq_cm_id_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept);
+
+#endif
