@@ -1,5 +1,5 @@
 /*
- * libmasq's RDMA CM (src/masq_cm.c): librdmacm's API carried to masqd.
+ * libmasq's RDMA CM (src/cm/): librdmacm's API carried to masqd.
  * The API itself is <rdma/rdma_cma.h>; this header holds what the
  * implementation shares with its tests.
  */

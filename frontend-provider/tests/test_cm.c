@@ -1,5 +1,5 @@
 /*
- * libmasq's RDMA CM (src/masq_cm.c) against a fake masqd thread: the
+ * libmasq's RDMA CM (src/cm/) against a fake masqd thread: the
  * requests it sends, the events it makes of the notices (addresses, route,
  * private data, new ids for connection requests, sync ids waiting for
  * their event), errno on refusals; then rdma_getaddrinfo and the address

@@ -108,7 +108,7 @@ static double now_s(void)
 }
 
 /* Run after a session is back on a restarted masqd (its QPs tracked
- * again): the RDMA CM's ids follow them (masq_cm.c). */
+ * again): the RDMA CM's ids follow them (cm/conn.c). */
 static void (*_Atomic reconnect_hook)(void);
 
 void masq_set_reconnect_hook(void (*hook)(void))

@@ -1,50 +1,14 @@
-/*
- * The RDMA CM for tenants: libmasq defines librdmacm's entry points itself.
- *
- * In a tenant the kernel's RDMA CM cannot resolve a virtual IP, and
- * librdmacm's kernel device cannot be faked, so the preloaded libmasq's
- * rdma_* definitions win over librdmacm's and carry each "ucma command" to
- * masqd as a CM_* request, on one dedicated connection per process. Each
- * event channel is a socket masqd hands over (SCM_RIGHTS) and pushes
- * CM_EVENT notices on; rdma_get_cm_event turns them into struct
- * rdma_cm_event, doing on the way what librdmacm does in user space (the
- * active side's RTR/RTS/ESTABLISH, new ids for connection requests).
- *
- * QP transitions go through ibv_modify_qp, i.e. libmasq's own: RTR (and any
- * change with an address) to masqd, the others on the app's fd, posted.
- * Only IPv4, RDMA_PS_TCP (RC) and RDMA_PS_UDP (UD: one SIDR exchange that
- * tells the active side the listener's QP) are served; other port spaces,
- * multicast, SRQs and ECE answer ENOSYS, so the stock librdmacm never sees
- * a libmasq id.
- *
- * libibverbs is not linked: the verbs this file needs and libmasq does not
- * define are looked up at run time, like libmasq.c does.
- */
+/* Endpoints and the rest of librdmacm's API: create_ep, getaddrinfo, the
+ * device list, event names, options, ports, and the ENOSYS stubs. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
-#include <rdma/rdma_verbs.h>
-
-#include "masq_client.h"
-#include "masq_cm.h"
-#include "masq_loader.h"
-#include "masq_proto.h"
-#include "cm/internal.h"
+#include "internal.h"
 
 /* ------------------------------------------------------------ endpoints */
 
