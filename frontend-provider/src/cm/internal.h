@@ -92,7 +92,7 @@ void masq_cm_nap_ms(long ms);
 #define CM_CALL(KIND, req, rep, got_fd)                                                   \
 	({                                                                                \
 		uint8_t buf_[MASQ_MAX_MESSAGE];                                           \
-		ssize_t n_ = masq_cm_roundtrip(&(req), sizeof(req), buf_, (got_fd));           \
+		ssize_t n_ = masq_cm_roundtrip(&(req), sizeof(req), buf_, (got_fd));      \
 		n_ < 0 ? (int)n_ : masq_msg_##KIND##_reply_decode(buf_, (size_t)n_, &(rep)); \
 	})
 
