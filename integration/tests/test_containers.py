@@ -275,9 +275,7 @@ def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pod
         srv, _ = start_server(tb, "host2", "ct-srv", *run, network="same-a")
         wait_listening(tb, "host2", endpoint(tb, "host2", "ct-srv")["netns"], int(port))
         cli = tb.spawn("host1", *podman_argv("ct-cli", *run, srv_ip, network="same-a"))
-        eventually("acme's connection is tracked on both hosts",
-                   lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
-                   and conntrack(tb, "host2", srv_ip) and conntrack(tb, "host1", srv_ip))
+        wait_tracked(tb, cli, srv_ip)
         # globex's VPC arrives on both hosts, and a tenant more in the policy.
         gx.append(tb.spawn("host2", *podman_argv("gx-srv", "sleep", "300", network="same-g")))
         gx.append(tb.spawn("host1", *podman_argv("gx-cli", "sleep", "300", network="same-g")))
@@ -287,13 +285,7 @@ def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pod
                 (e["vip"], e["vni"]) for e in ctl(tb, host, "vpc")["vpc"]
             } >= {(srv_ip, 200), (cli_ip, 200)})
         assert cli.poll() is None, "acme's run ended before globex's VPC was up: lengthen -D"
-        rc, out, err = finish(cli)
-        assert rc == 0, f"acme's client:\n{out}\n{err}"
-        rc, out, err = finish(srv)
-        assert rc == 0, f"acme's server:\n{out}\n{err}"
-        for host in HOSTS:
-            log = masqd_log_from(tb, host, start[host])
-            assert "QP moved to ERROR" not in log, f"{host} reset a QP:\n{log}"
+        for log in ran_without_reset(tb, srv, cli, start):
             assert "lease expired" not in log and "left the store" not in log, log
     finally:
         for host in HOSTS:
@@ -330,9 +322,7 @@ def test_a_late_delete_of_an_old_container_keeps_the_new_one_of_that_name(pods):
         wait_listening(tb, "host2", endpoint(tb, "host2", "ct-srv")["netns"], 18904)
         start = log_lines(tb)
         cli = tb.spawn("host1", *podman_argv("ct-cli", *run, vip))
-        eventually("the connection is tracked on both hosts",
-                   lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
-                   and conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip))
+        wait_tracked(tb, cli, vip)
         rc, out = cni(tb, PLUGIN, "DEL", {**masq_conf(), "name": NET}, container=old_id,
                       args="IgnoreUnknown=1;K8S_POD_NAME=ct-srv", host="host2")
         assert rc == 0, out
@@ -342,13 +332,7 @@ def test_a_late_delete_of_an_old_container_keeps_the_new_one_of_that_name(pods):
         assert reply.get("kept") is True and old_id in reply.get("why", ""), reply
         assert endpoint(tb, "host2", "ct-srv")["cni"]["containerId"] == new_id
         assert conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip)
-        rc, out, err = finish(cli)
-        assert rc == 0, f"client:\n{out}\n{err}"
-        rc, out, err = finish(srv)
-        assert rc == 0, f"server:\n{out}\n{err}"
-        for host in HOSTS:
-            log = masqd_log_from(tb, host, start[host])
-            assert "QP moved to ERROR" not in log, f"{host} reset a QP:\n{log}"
+        ran_without_reset(tb, srv, cli, start)
     finally:
         tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv", check=False)
         tb.run("host1", "podman", "rm", "-f", "-t", "0", "ct-cli", check=False)
@@ -372,15 +356,32 @@ def conntrack(tb, host, vip):
             if vip in (e.get("local_vip"), e.get("remote_vip"))]
 
 
+def wait_tracked(tb, cli, vip):
+    """Wait until both hosts track the client's connection to vip."""
+    eventually("the connection is tracked on both hosts",
+               lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
+               and conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip))
+
+
+def ran_without_reset(tb, srv, cli, start):
+    """Both ends of a run exit 0 and no masqd moved a QP to ERROR since
+    start (log_lines); returns each host's masqd log since then."""
+    for name, proc in (("client", cli), ("server", srv)):
+        rc, out, err = finish(proc)
+        assert rc == 0, f"{name}:\n{out}\n{err}"
+    logs = [masqd_log_from(tb, host, start[host]) for host in HOSTS]
+    for host, log in zip(HOSTS, logs):
+        assert "QP moved to ERROR" not in log, f"{host} reset a QP:\n{log}"
+    return logs
+
+
 def test_podman_rm_removes_the_endpoint_its_connections_and_socket(pods):
     tb = pods
     srv, vip = start_server(tb, "host2", "ct-srv", *BW, "-n", "20000", "-p", "18901")
     wait_listening(tb, "host2", endpoint(tb, "host2", "ct-srv")["netns"], 18901)
     cli = tb.spawn("host1", *podman_argv("ct-cli", *BW, "-n", "20000", "-p", "18901", vip))
     try:
-        eventually("the connection is tracked on both hosts",
-                   lambda: (cli.poll() is None or pytest.fail(f"client ended: {finish(cli)}"))
-                   and conntrack(tb, "host2", vip) and conntrack(tb, "host1", vip))
+        wait_tracked(tb, cli, vip)
         tb.run("host2", "podman", "rm", "-f", "-t", "0", "ct-srv")
         assert endpoint(tb, "host2", "ct-srv") is None
         assert conntrack(tb, "host2", vip) == []
