@@ -1,7 +1,8 @@
 """Shared fixtures: the testbed is booted once per pytest session, with
 MASQ_TESTBED_HOSTS hosts (run-tests sets it: 2, or 3 with --cluster).
 Tests marked `three_hosts` need three; run-tests selects them only with
---cluster (`make test-cluster`)."""
+--cluster (`make test-cluster`). Tests marked `long` run for minutes by
+design; run-tests selects them only with --long (`make test-long`)."""
 import os
 import signal
 import subprocess
@@ -41,6 +42,8 @@ def pytest_generate_tests(metafunc):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "three_hosts: needs a three-host testbed (make test-cluster)")
+    config.addinivalue_line("markers", "long: runs for minutes by design, a soak or a wedged "
+                            "guest; kept out of make test's budget (make test-long)")
 
 
 # The testbed of this run, once a test asked for it: the hooks below check

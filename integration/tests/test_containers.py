@@ -253,6 +253,7 @@ def log_lines(tb):
     return {h: len(tb.masqd_log(h).splitlines()) for h in HOSTS}
 
 
+@pytest.mark.long
 def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pods):
     """acme's pair moves data while globex's VPC, with the same addresses,
     comes up on both hosts (its first containers, learnt through etcd) and

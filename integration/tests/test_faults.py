@@ -291,6 +291,7 @@ def test_a_killed_app_leaves_no_entry_on_either_host(tb, when):
                 finish(p)
 
 
+@pytest.mark.long
 def test_policy_applied_during_connection_churn_leaves_a_consistent_table(tb):
     # A long globex connection, allowed by both policies, must survive.
     g_srv, g_cli = long_run(tb, "globex", 18965)

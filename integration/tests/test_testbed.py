@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from masq_testbed import CLI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,6 +54,7 @@ def test_tenant_exec_of_unknown_endpoint_fails(testbed):
     assert r.returncode == 2 and "no endpoint nobody" in r.stderr
 
 
+@pytest.mark.long
 def test_a_wedged_host_fails_its_test_and_the_run_goes_on(testbed):
     """A pytest run of its own on this testbed (wedge_cases.py): host2's
     kernel panics in one test, host1 is paused in another. Each of those
