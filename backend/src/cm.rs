@@ -17,7 +17,6 @@
 use crate::admission::Admission;
 use crate::host::HostDevice;
 use crate::ibv::*;
-use crate::qp::{IBV_QPS_RTR, IBV_QPS_RTS};
 use crate::registry::Endpoint;
 use crate::registry::Registry;
 use crate::seqpacket::Conn;
@@ -1578,7 +1577,7 @@ impl Cm {
                 if theirs {
                     bs.ud_remote(from, qpn, vni, up);
                 }
-                if up && !bs.wait_applied(crate::qp::BACKSTOP_WAIT) {
+                if up && !bs.wait_applied(crate::ports::BACKSTOP_WAIT) {
                     warn!(%from, qpn, "backstop sets not updated in time for a UD QP");
                 }
             }

@@ -1,5 +1,16 @@
-//! libibverbs' numbering (`infiniband/verbs.h`) of the QP attribute mask
-//! and access flags, as MODIFY_QP and the CM's INIT_QP_ATTR carry them.
+//! libibverbs' numbering (`infiniband/verbs.h`) of the QP states and
+//! types, the QP attribute mask and access flags, as MODIFY_QP and the
+//! CM's INIT_QP_ATTR carry them.
+
+pub const IBV_QPS_RESET: u8 = 0;
+pub const IBV_QPS_INIT: u8 = 1;
+pub const IBV_QPS_RTR: u8 = 2;
+pub const IBV_QPS_RTS: u8 = 3;
+pub const IBV_QPS_SQE: u8 = 5;
+pub const IBV_QPS_ERR: u8 = 6;
+pub const IBV_QPT_RC: u32 = 2;
+pub const IBV_QPT_UC: u32 = 3;
+pub const IBV_QPT_UD: u32 = 4;
 
 pub const IBV_QP_STATE: u32 = 1 << 0;
 pub const IBV_QP_ACCESS_FLAGS: u32 = 1 << 3;
@@ -22,3 +33,12 @@ pub const IBV_QP_DEST_QPN: u32 = 1 << 20;
 pub const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
 pub const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
 pub const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+
+pub fn qp_type_name(t: u32) -> &'static str {
+    match t {
+        2 => "RC",
+        3 => "UC",
+        4 => "UD",
+        _ => "other",
+    }
+}

@@ -19,9 +19,12 @@ use crate::admission::Admission;
 use crate::audit::{state_name, Admitted};
 use crate::error::{from_io, refuse, Refusal};
 use crate::ibv::{
-    IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_STATE,
+    qp_type_name, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQE,
+    IBV_QPT_UC, IBV_QPT_UD, IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY,
+    IBV_QP_STATE,
 };
 use crate::ownership::Verdict;
+use crate::ports::BACKSTOP_WAIT;
 use crate::registry::{Endpoint, Registry};
 use crate::session::Session;
 use crate::state::QpRecord;
@@ -30,23 +33,10 @@ use masq_proto as proto;
 use std::io;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::Duration;
 use tracing::{debug, info, warn};
 
-pub const IBV_QPS_RESET: u8 = 0;
-pub const IBV_QPS_INIT: u8 = 1;
-pub const IBV_QPS_RTR: u8 = 2;
-pub const IBV_QPS_RTS: u8 = 3;
-pub const IBV_QPS_SQE: u8 = 5;
-pub const IBV_QPS_ERR: u8 = 6;
-pub const IBV_QPT_RC: u32 = 2;
-const IBV_QPT_UC: u32 = 3;
-const IBV_QPT_UD: u32 = 4;
 /// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).
 const PRIVILEGED_QKEY: u32 = 0x8000_0000;
-/// How long an admission waits for the backstop to let its packets through.
-pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
-
 /// The verbs commands on one app's uverbs file, and the kernel's word on
 /// who owns a QPN.
 pub trait QpKernel {
@@ -70,15 +60,6 @@ pub trait QpHost {
     fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
     /// A UD QP can receive (`up`) or is gone.
     fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool);
-}
-
-pub fn qp_type_name(t: u32) -> &'static str {
-    match t {
-        2 => "RC",
-        3 => "UC",
-        4 => "UD",
-        _ => "other",
-    }
 }
 
 fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {

@@ -335,7 +335,7 @@ fn cm_qp_step(
         let m = proto::ModifyQpReq {
             qp_handle,
             qp_num,
-            qp_type: qp::IBV_QPT_RC,
+            qp_type: crate::ibv::IBV_QPT_RC,
             attr_mask: step.attr_mask,
             attr: step.attr,
         };

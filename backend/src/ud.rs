@@ -163,7 +163,7 @@ fn track(
     // The app sends as soon as the AH exists: the backstop must let its
     // datagrams through by then, or they are lost without a trace.
     if let Some(bs) = shared.admission.backstop() {
-        if !bs.wait_applied(crate::qp::BACKSTOP_WAIT) {
+        if !bs.wait_applied(crate::ports::BACKSTOP_WAIT) {
             warn!(
                 ah = handle,
                 "backstop sets not updated in time; the first datagrams may be dropped"
@@ -282,7 +282,7 @@ pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
     let vni = ep.cfg.vni;
     if !shared
         .cm
-        .announce_ud_up(&hosts, vni, ep.cfg.vip, qpn, crate::qp::BACKSTOP_WAIT)
+        .announce_ud_up(&hosts, vni, ep.cfg.vip, qpn, crate::ports::BACKSTOP_WAIT)
     {
         warn!(
             qpn,
