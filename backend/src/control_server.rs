@@ -2,8 +2,9 @@
 //! answering the requests of `control.rs`.
 
 use crate::control::{self, Request};
+use crate::records::QpRecord;
 use crate::session;
-use crate::state::{lock, QpRecord, Shared};
+use crate::state::{lock, Shared};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::os::unix::net::UnixListener;

@@ -4,9 +4,10 @@
 //! and on disk comes and goes with it, and no other endpoint notices.
 
 use crate::config::{CniOwner, EndpointConfig};
+use crate::records::Session;
 use crate::registry::{Endpoint, Origin, RuntimeFile};
 use crate::seqpacket::{Conn, Listener};
-use crate::session::{self, Session};
+use crate::session;
 use crate::state::{lock, now_secs, SessionView, Shared};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -26,6 +26,7 @@ pub mod qp;
 pub mod ratelimit;
 pub mod rdma_cgroup;
 pub mod rdma_nl;
+pub mod records;
 pub mod registry;
 pub mod seqpacket;
 pub mod session;

@@ -25,9 +25,8 @@ use crate::ibv::{
 };
 use crate::ownership::Verdict;
 use crate::ports::BACKSTOP_WAIT;
+use crate::records::{QpRecord, Session};
 use crate::registry::{Endpoint, Registry};
-use crate::session::Session;
-use crate::state::QpRecord;
 use crate::uverbs;
 use masq_proto as proto;
 use std::io;

@@ -3,59 +3,18 @@
 
 pub(crate) use crate::error::{from_io, refuse, Refusal};
 use crate::qp::{self, QpHost, QpKernel};
+use crate::records::{QpRecord, Session};
 use crate::registry::{Endpoint, Registry, VDEV_NAME};
 use crate::seqpacket::Conn;
-use crate::state::{QpRecord, Shared};
+use crate::state::Shared;
 use crate::{audit, ownership, uverbs};
 use masq_proto as proto;
-use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tracing::{debug, info, warn};
-
-pub struct Session {
-    pub id: u64,
-    pub pid: i32,
-    pub ep: Arc<Endpoint>,
-    pub app: String,
-    pub requests: u64,
-    hello: bool,
-    uverbs: Option<Arc<OwnedFd>>,
-    pub qps: BTreeMap<u32, QpRecord>,
-    /// UD address handles by kernel handle, and admissions not yet bound.
-    pub(crate) ahs: BTreeMap<u32, crate::ud::AhRecord>,
-    pub(crate) ah_pending: BTreeMap<u32, crate::ud::PendingAh>,
-    pub(crate) next_ah_id: u32,
-    /// QP handles changed by the request being handled (for `publish`).
-    pub(crate) touched: Vec<u32>,
-}
-
-impl Session {
-    pub fn new(id: u64, pid: i32, ep: Arc<Endpoint>) -> Session {
-        Session {
-            id,
-            pid,
-            ep,
-            app: String::new(),
-            requests: 0,
-            hello: false,
-            uverbs: None,
-            qps: BTreeMap::new(),
-            ahs: BTreeMap::new(),
-            ah_pending: BTreeMap::new(),
-            next_ah_id: 0,
-            touched: Vec::new(),
-        }
-    }
-
-    /// Whether OPEN_DEVICE gave the session its uverbs file.
-    pub(crate) fn has_device(&self) -> bool {
-        self.uverbs.is_some()
-    }
-}
 
 /// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
 pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {

@@ -11,47 +11,18 @@ use crate::config::Config;
 use crate::host::HostDevice;
 use crate::rdma_cgroup::{Applied, Cgroups};
 use crate::rdma_nl::RdmaNl;
+use crate::records::QpRecord;
 use crate::registry::{Endpoint, Registry};
 use crate::seqpacket::Conn;
-use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;
-use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
-
-/// What masqd knows of one of the session's QPs.
-#[derive(Debug, Clone, Serialize)]
-pub struct QpRecord {
-    pub handle: u32,
-    pub qpn: u32,
-    pub qp_type: &'static str,
-    pub state: &'static str,
-    pub remote_vip: Option<Ipv4Addr>,
-    pub remote_qpn: Option<u32>,
-    pub peer_host: Option<Ipv4Addr>,
-    #[serde(skip)]
-    pub virt_sgid_index: u8,
-    /// The kernel confirmed `qpn` is this app's, of this type
-    /// (`ownership.rs`); false only while the QP is in RESET.
-    #[serde(skip)]
-    pub owner_checked: bool,
-    /// The backstop guards its QPN (`Backstop::qp_seen`): from its move
-    /// to RTR on, the first state in which it can receive.
-    #[serde(skip)]
-    pub guarded: bool,
-}
-
-impl QpRecord {
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or_else(|_| json!({}))
-    }
-}
 
 /// What the control socket shows of a live session.
 #[derive(Clone)]

@@ -11,8 +11,9 @@
 //! ibv_init_ah_from_wc.
 
 use crate::qp::physical_av;
+use crate::records::{AhRecord, PendingAh, Session};
 use crate::registry::Endpoint;
-use crate::session::{from_io, refuse, virtual_gids, Refusal, Session};
+use crate::session::{from_io, refuse, virtual_gids, Refusal};
 use crate::state::{lock, Shared};
 use masq_proto as proto;
 use std::collections::BTreeSet;
@@ -25,21 +26,6 @@ use tracing::{debug, info, warn};
 /// Admissions not yet bound to a kernel AH that a session may hold: an app
 /// whose provider failed never binds, and must not grow masqd's memory.
 const MAX_PENDING: usize = 64;
-
-/// A CREATE_AH admission waiting for its BIND_AH.
-#[derive(Clone, Debug)]
-pub struct PendingAh {
-    pub remote_vip: Ipv4Addr,
-    pub peer_host: Ipv4Addr,
-    pub dscp: u8,
-}
-
-/// A bound AH, by kernel handle.
-#[derive(Clone, Debug)]
-pub struct AhRecord {
-    pub remote_vip: Ipv4Addr,
-    pub peer_host: Ipv4Addr,
-}
 
 fn deny(ep: &Endpoint, remote: Ipv4Addr, why: &str) -> Refusal {
     ep.refused_connections
