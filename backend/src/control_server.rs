@@ -3,7 +3,6 @@
 
 use crate::control::{self, Request};
 use crate::records::QpRecord;
-use crate::session;
 use crate::state::{lock, Shared};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -140,7 +139,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                         "audit_bypasses": ep.audit_bypasses.load(Ordering::Relaxed),
                         "audit_kills": ep.audit_kills.load(Ordering::Relaxed),
                     });
-                    match session::virtual_gids(ep) {
+                    match ep.virtual_gids() {
                         Ok(t) => {
                             v["gids"] = t
                                 .iter()

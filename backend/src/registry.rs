@@ -113,6 +113,11 @@ impl Endpoint {
         Ok(out)
     }
 
+    /// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
+    pub fn virtual_gids(&self) -> std::io::Result<Vec<vbond::VirtualGid>> {
+        self.with_vnic(|b| b.gids().to_vec())
+    }
+
     /// The endpoint was deleted: its sessions and accept thread stop.
     pub fn is_removed(&self) -> bool {
         self.removed.load(Ordering::SeqCst)

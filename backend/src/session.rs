@@ -1,7 +1,7 @@
 //! One app context's session: decode each request, answer it, and hand
 //! QP changes to the pipeline (`qp.rs`) with the app's own uverbs file.
 
-pub(crate) use crate::error::{from_io, refuse, Refusal};
+use crate::error::{from_io, refuse, Refusal};
 use crate::qp::{self, QpHost, QpKernel};
 use crate::records::{QpRecord, Session};
 use crate::registry::{Endpoint, Registry, VDEV_NAME};
@@ -15,11 +15,6 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tracing::{debug, info, warn};
-
-/// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
-pub fn virtual_gids(ep: &Endpoint) -> io::Result<Vec<vbond::VirtualGid>> {
-    ep.with_vnic(|b| b.gids().to_vec())
-}
 
 /// The app's uverbs file, and the kernel's QP table for ownership.
 struct SessionKernel<'a> {
@@ -376,7 +371,10 @@ fn query_gids(
     if q.port != shared.host.port {
         return Err(refuse(libc::EINVAL, format!("no port {}", q.port)));
     }
-    let gids = virtual_gids(&sess.ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
+    let gids = sess
+        .ep
+        .virtual_gids()
+        .map_err(|e| from_io(e, "cannot read the vNIC"))?;
     Ok(proto::ReplyBody::QueryGidTable(proto::GidTable {
         entries: gids
             .iter()

@@ -10,10 +10,10 @@
 //! RESOLVE_GRH names a received packet's sender in virtual terms, for
 //! ibv_init_ah_from_wc.
 
+use crate::error::{from_io, refuse, Refusal};
 use crate::qp::physical_av;
 use crate::records::{AhRecord, PendingAh, Session};
 use crate::registry::Endpoint;
-use crate::session::{from_io, refuse, virtual_gids, Refusal};
 use crate::state::{lock, Shared};
 use masq_proto as proto;
 use std::collections::BTreeSet;
@@ -333,7 +333,9 @@ pub(crate) fn resolve_grh(
             "the GRH's source is not an IPv4 RoCE v2 GID",
         )
     })?;
-    let vgids = virtual_gids(ep).map_err(|e| from_io(e, "cannot read the vNIC"))?;
+    let vgids = ep
+        .virtual_gids()
+        .map_err(|e| from_io(e, "cannot read the vNIC"))?;
     let mine = vbond::ipv4_mapped_gid(ep.cfg.vip);
     let vindex = vgids
         .iter()
