@@ -492,7 +492,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
         .values()
         .filter(|q| q.qp_type == "UD" && q.owner_checked)
     {
-        crate::ud::announce(&shared, &sess.ep, qp.qpn, false);
+        crate::adapters::announce(&shared, &sess.ep, qp.qpn, false);
     }
     if !sess.qps.is_empty() {
         info!("app gone; forgetting {} QP(s)", sess.qps.len());

@@ -1,7 +1,50 @@
-//! What the verbs pipelines ask of the rest of masqd, and the limits they
-//! share with the CM.
+//! What the verbs pipelines (`qp.rs`, `ud.rs`) ask of the rest of masqd,
+//! and the limits they share with the CM. The pipelines are written against
+//! these traits, so they are tested without RDMA and use no daemon state.
 
+use crate::admission::Admission;
+use crate::audit::Admitted;
+use crate::error::Refusal;
+use crate::ownership::Verdict;
+use crate::registry::{Endpoint, Registry};
+use crate::uverbs;
+use std::io;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// How long an admission waits for the backstop to let its packets through.
 pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
+
+/// The verbs commands on one app's uverbs file, and the kernel's word on
+/// who owns a QPN.
+pub trait QpKernel {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()>;
+    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp>;
+    /// Whether `qpn` is the app's QP of type `qp_type` (`ownership.rs`).
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal>;
+}
+
+/// What the pipeline needs of masqd: the policy and its table, the VPC
+/// map, the host's device, the audit's vouchers.
+pub trait QpHost {
+    fn admission(&self) -> &Admission;
+    fn registry(&self) -> &Registry;
+    fn admitted(&self) -> &Admitted;
+    /// The served port.
+    fn port(&self) -> u8;
+    /// The physical sgid index for the endpoint's virtual index `vindex`.
+    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal>;
+    /// The RDMA CM's side of a connection it set up, if it did.
+    fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
+    /// A UD QP can receive (`up`) or is gone.
+    fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool);
+    /// This host's underlay address.
+    fn underlay(&self) -> Ipv4Addr;
+    /// Another host's announced UD QP `qpn`: its VNI and vIP.
+    fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)>;
+    /// The vIP of this host's endpoint in `vni` whose app holds UD QP `qpn`.
+    fn local_sender(&self, vni: u32, qpn: u32) -> Option<Ipv4Addr>;
+    /// Destroy AH `ah_handle` on the uverbs file session `session`
+    /// registered at OPEN_DEVICE; `None` if there is none (the session is gone).
+    fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>>;
+}

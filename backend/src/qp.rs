@@ -15,8 +15,7 @@
 //! records what the kernel says the QP's state is now. The kernel and the
 //! host are traits, so the pipeline is tested without RDMA (`tests` below).
 
-use crate::admission::Admission;
-use crate::audit::{state_name, Admitted};
+use crate::audit::state_name;
 use crate::error::{from_io, refuse, Refusal};
 use crate::ibv::{
     qp_type_name, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQE,
@@ -24,43 +23,17 @@ use crate::ibv::{
     IBV_QP_STATE,
 };
 use crate::ownership::Verdict;
-use crate::ports::BACKSTOP_WAIT;
+use crate::ports::{QpHost, QpKernel, BACKSTOP_WAIT};
 use crate::records::{QpRecord, Session};
-use crate::registry::{Endpoint, Registry};
+use crate::registry::Endpoint;
 use crate::uverbs;
 use masq_proto as proto;
-use std::io;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use tracing::{debug, info, warn};
 
 /// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).
 const PRIVILEGED_QKEY: u32 = 0x8000_0000;
-/// The verbs commands on one app's uverbs file, and the kernel's word on
-/// who owns a QPN.
-pub trait QpKernel {
-    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()>;
-    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp>;
-    /// Whether `qpn` is the app's QP of type `qp_type` (`ownership.rs`).
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal>;
-}
-
-/// What the pipeline needs of masqd: the policy and its table, the VPC
-/// map, the host's device, the audit's vouchers.
-pub trait QpHost {
-    fn admission(&self) -> &Admission;
-    fn registry(&self) -> &Registry;
-    fn admitted(&self) -> &Admitted;
-    /// The served port.
-    fn port(&self) -> u8;
-    /// The physical sgid index for the endpoint's virtual index `vindex`.
-    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal>;
-    /// The RDMA CM's side of a connection it set up, if it did.
-    fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
-    /// A UD QP can receive (`up`) or is gone.
-    fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool);
-}
-
 fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {
     QpRecord {
         handle: qp_handle,
@@ -727,10 +700,13 @@ mod tests {
     //! destination, every command it ran) and the example config's VPC map
     //! and policy: no RDMA needed.
     use super::*;
+    use crate::admission::Admission;
+    use crate::audit::Admitted;
     use crate::config::Config;
     use crate::rdma_nl::QpInfo;
-    use crate::registry::Origin;
+    use crate::registry::{Origin, Registry};
     use std::cell::RefCell;
+    use std::io;
     use std::path::Path;
 
     const HANDLE: u32 = 1;
@@ -818,6 +794,18 @@ mod tests {
             None
         }
         fn ud_announce(&self, _ep: &Endpoint, _qpn: u32, _up: bool) {}
+        fn underlay(&self) -> Ipv4Addr {
+            Ipv4Addr::new(192, 168, 1, 1)
+        }
+        fn ud_sender(&self, _host: Ipv4Addr, _qpn: u32) -> Option<(u32, Ipv4Addr)> {
+            None
+        }
+        fn local_sender(&self, _vni: u32, _qpn: u32) -> Option<Ipv4Addr> {
+            None
+        }
+        fn destroy_ah(&self, _session: u64, _ah_handle: u32) -> Option<io::Result<()>> {
+            None
+        }
     }
 
     /// host1 of the examples, with `policy` (YAML) or the example's.

@@ -2,9 +2,10 @@
 //! QP changes to the pipeline (`qp.rs`) with the app's own uverbs file.
 
 use crate::error::{from_io, refuse, Refusal};
-use crate::qp::{self, QpHost, QpKernel};
+use crate::ports::QpKernel;
+use crate::qp;
 use crate::records::{QpRecord, Session};
-use crate::registry::{Endpoint, Registry, VDEV_NAME};
+use crate::registry::VDEV_NAME;
 use crate::seqpacket::Conn;
 use crate::state::Shared;
 use crate::{audit, ownership, uverbs};
@@ -40,39 +41,6 @@ impl QpKernel for SessionKernel<'_> {
             .map_err(|e| from_io(e, "rdma netlink QP query"))?;
         ownership::judge(lookup, qpn, qp_type, self.pid, audit::tgid_of)
             .map_err(|(errno, why)| refuse(errno, format!("claimed QPN refused: {why}")))
-    }
-}
-
-impl QpHost for Shared {
-    fn admission(&self) -> &crate::admission::Admission {
-        &self.admission
-    }
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-    fn admitted(&self) -> &audit::Admitted {
-        &self.admitted
-    }
-    fn port(&self) -> u8 {
-        self.host.port
-    }
-    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
-        let underlay = self.cfg.underlay.ip;
-        ep.with_vnic(|b| vbond::translate_sgid_index(b.gids(), &self.host.gids, vindex, underlay))
-            .map_err(|e| from_io(e, "cannot read the vNIC"))?
-            .map_err(|e| refuse(e.errno(), format!("{e} (tenant {})", ep.cfg.tenant)))
-    }
-    fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide> {
-        self.cm
-            .role_of(&ep.cfg.name, qpn)
-            .map(|r| rconntrack::CmSide {
-                active: r.active,
-                local_port: r.local_port,
-                remote_port: r.remote_port,
-            })
-    }
-    fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool) {
-        crate::ud::announce(self, ep, qpn, up);
     }
 }
 

@@ -376,38 +376,3 @@ impl Shared {
         }
     }
 }
-
-impl crate::cm::CmHost for Shared {
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-    fn admission(&self) -> &Admission {
-        &self.admission
-    }
-    fn host(&self) -> &HostDevice {
-        &self.host
-    }
-    fn app_gone(&self, session: u64) -> bool {
-        Shared::app_gone(self, session)
-    }
-    fn tracked_qp(
-        &self,
-        session: u64,
-        ep: &crate::registry::Endpoint,
-        qpn: u32,
-    ) -> Option<(std::net::Ipv4Addr, u32)> {
-        let pid_of = |s: u64| self.session_pid(s);
-        let pid = pid_of(session)?;
-        let (owner, remote) = {
-            let table = self.admission.table();
-            let e = table
-                .iter()
-                .find(|e| e.local_qpn == qpn && e.vni == ep.cfg.vni && e.local_vip == ep.cfg.vip)?;
-            (e.session, (e.remote_vip, e.remote_qpn))
-        };
-        (pid_of(owner)? == pid).then_some(remote)
-    }
-    fn reannounce_ud(&self, host: std::net::Ipv4Addr) {
-        crate::ud::reannounce(self, host);
-    }
-}

@@ -11,14 +11,12 @@
 //! ibv_init_ah_from_wc.
 
 use crate::error::{from_io, refuse, Refusal};
+use crate::ports::{QpHost, BACKSTOP_WAIT};
 use crate::qp::physical_av;
 use crate::records::{AhRecord, PendingAh, Session};
 use crate::registry::Endpoint;
-use crate::state::{lock, Shared};
 use masq_proto as proto;
-use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
@@ -37,7 +35,7 @@ fn deny(ep: &Endpoint, remote: Ipv4Addr, why: &str) -> Refusal {
 }
 
 pub(crate) fn create_ah(
-    shared: &Shared,
+    h: &dyn QpHost,
     sess: &mut Session,
     r: &proto::CreateAhReq,
 ) -> Result<proto::ReplyBody, Refusal> {
@@ -52,11 +50,10 @@ pub(crate) fn create_ah(
         ));
     }
     let ep = sess.ep.clone();
-    let av = physical_av(shared, &ep, ah)?;
+    let av = physical_av(h, &ep, ah)?;
     let (remote_vip, peer_host, traffic_class) = (av.vip, av.host, av.traffic_class);
     // UD is RDMA: the same predicate as a connection, per destination.
-    shared
-        .admission
+    h.admission()
         .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, remote_vip)
         .map_err(|why| deny(&ep, remote_vip, &why))?;
     if sess.ah_pending.len() >= MAX_PENDING {
@@ -83,14 +80,14 @@ pub(crate) fn create_ah(
             dgid: av.phys_dgid,
             sgid_index: av.sgid_index,
             traffic_class,
-            port_num: shared.host.port,
+            port_num: h.port(),
             ..*ah
         },
     }))
 }
 
 pub(crate) fn bind_ah(
-    shared: &Shared,
+    h: &dyn QpHost,
     sess: &mut Session,
     b: &proto::BindAhReq,
 ) -> Result<(), Refusal> {
@@ -104,7 +101,7 @@ pub(crate) fn bind_ah(
         .ah_pending
         .remove(&b.ah_id)
         .ok_or_else(|| refuse(libc::ENOENT, format!("no pending CREATE_AH {}", b.ah_id)))?;
-    track(shared, sess, b.ah_handle, &p, "admitted")
+    track(h, sess, b.ah_handle, &p, "admitted")
 }
 
 /// Admit AH `handle` towards `p` and track it: the RConntrack entry, the
@@ -112,16 +109,16 @@ pub(crate) fn bind_ah(
 /// rule change since the AH was asked for either sees this entry in the
 /// table or is seen here.
 fn track(
-    shared: &Shared,
+    h: &dyn QpHost,
     sess: &mut Session,
     handle: u32,
     p: &PendingAh,
     what: &str,
 ) -> Result<(), Refusal> {
     let ep = sess.ep.clone();
-    let gate = shared.admission.admitting();
-    let rule = shared
-        .admission
+    let gate = h.admission().admitting();
+    let rule = h
+        .admission()
         .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, p.remote_vip)
         .map_err(|why| deny(&ep, p.remote_vip, &why))?;
     let entry = rconntrack::Entry {
@@ -138,7 +135,7 @@ fn track(
         dscp: Some(p.dscp),
         ..Default::default()
     };
-    if shared.admission.table().upsert(entry).is_err() {
+    if h.admission().table().upsert(entry).is_err() {
         warn!(
             ah = handle,
             "connection table full; UD destination not tracked"
@@ -148,8 +145,8 @@ fn track(
     drop(gate);
     // The app sends as soon as the AH exists: the backstop must let its
     // datagrams through by then, or they are lost without a trace.
-    if let Some(bs) = shared.admission.backstop() {
-        if !bs.wait_applied(crate::ports::BACKSTOP_WAIT) {
+    if let Some(bs) = h.admission().backstop() {
+        if !bs.wait_applied(BACKSTOP_WAIT) {
             warn!(
                 ah = handle,
                 "backstop sets not updated in time; the first datagrams may be dropped"
@@ -171,7 +168,7 @@ fn track(
 /// no more than CREATE_AH would), or destroyed on the app's uverbs file
 /// if the security groups no longer allow it.
 pub(crate) fn resync_ah(
-    shared: &Shared,
+    h: &dyn QpHost,
     sess: &mut Session,
     r: &proto::ResyncAhReq,
 ) -> Result<proto::ReplyBody, Refusal> {
@@ -192,21 +189,18 @@ pub(crate) fn resync_ah(
     }
     let ep = sess.ep.clone();
     // A destination that left the VPC is refused as a denied one is.
-    let tracked = physical_av(shared, &ep, &r.ah_attr).and_then(|av| {
+    let tracked = physical_av(h, &ep, &r.ah_attr).and_then(|av| {
         let p = PendingAh {
             remote_vip: av.vip,
             peer_host: av.host,
             dscp: av.traffic_class >> 2,
         };
-        track(shared, sess, r.ah_handle, &p, "re-registered")
+        track(h, sess, r.ah_handle, &p, "re-registered")
     });
     let result = match tracked {
         Ok(()) => proto::RESYNC_TRACKED,
         Err(denied) => {
-            let fd = lock(&shared.fds).get(&sess.id).cloned();
-            match fd
-                .map(|fd| crate::uverbs::destroy_ah(fd.as_fd(), shared.host.driver_id, r.ah_handle))
-            {
+            match h.destroy_ah(sess.id, r.ah_handle) {
                 Some(Ok(())) => info!(
                     ah = r.ah_handle,
                     "UD address handle destroyed: {}",
@@ -227,10 +221,10 @@ pub(crate) fn resync_ah(
     }))
 }
 
-pub(crate) fn destroy_ah(shared: &Shared, sess: &mut Session, d: &proto::DestroyAhReq) {
+pub(crate) fn destroy_ah(h: &dyn QpHost, sess: &mut Session, d: &proto::DestroyAhReq) {
     if sess.ahs.remove(&d.ah_handle).is_some() {
         debug!(ah = d.ah_handle, "UD address handle destroyed");
-        shared.admission.table().remove(rconntrack::QpKey {
+        h.admission().table().remove(rconntrack::QpKey {
             session: sess.id,
             qp_handle: d.ah_handle,
         });
@@ -241,86 +235,17 @@ pub(crate) fn destroy_ah(shared: &Shared, sess: &mut Session, d: &proto::Destroy
 /// QP (sent when the QP reached RTR, so normally long in).
 const ANNOUNCE_WAIT: Duration = Duration::from_secs(2);
 
-/// Tell the other hosts of the endpoint's VNI that its UD QP `qpn` is up
-/// (at RTR) or gone, so that they can name its datagrams' sender.
-pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
-    if let Some(bs) = shared.admission.backstop() {
-        bs.ud_local(ep.cfg.vni, qpn, up);
-    }
-    let me = shared.cfg.underlay.ip;
-    let hosts: Vec<Ipv4Addr> = shared
-        .registry
-        .vpc()
-        .iter()
-        .filter(|(vni, _, p)| *vni == ep.cfg.vni && p.host != me)
-        .map(|(_, _, p)| p.host)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if !up {
-        for h in hosts {
-            shared.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, false);
-        }
-        return;
-    }
-    // The other hosts' backstops let the QP's datagrams in only once they
-    // know it: its app may send right after this RTR.
-    let vni = ep.cfg.vni;
-    if !shared
-        .cm
-        .announce_ud_up(&hosts, vni, ep.cfg.vip, qpn, crate::ports::BACKSTOP_WAIT)
-    {
-        warn!(
-            qpn,
-            "UD QP not confirmed by every host of VNI {vni} in time; its first datagrams there may be dropped"
-        );
-    }
-}
-
-/// Another host's masqd (re)started and forgot this host's UD QPs: name
-/// them to it again, those of the VNIs it serves.
-pub(crate) fn reannounce(shared: &Shared, host: Ipv4Addr) {
-    let qps: Vec<(String, u32)> = lock(&shared.sessions)
-        .values()
-        .flat_map(|v| {
-            v.qps
-                .values()
-                .filter(|q| q.qp_type == "UD")
-                .map(|q| (v.endpoint.clone(), q.qpn))
-        })
-        .collect();
-    let vpc = shared.registry.vpc();
-    let mut n = 0;
-    for (name, qpn) in qps {
-        let Some(ep) = shared.registry.local_named(&name) else {
-            continue;
-        };
-        if vpc
-            .iter()
-            .any(|(vni, _, p)| vni == ep.cfg.vni && p.host == host)
-        {
-            shared
-                .cm
-                .announce_ud(host, ep.cfg.vni, ep.cfg.vip, qpn, true);
-            n += 1;
-        }
-    }
-    if n > 0 {
-        info!(%host, "{n} UD QP(s) announced again at that host's request");
-    }
-}
-
 /// The sender of a received UD packet in virtual terms. A packet names its
 /// sender by host (the GRH's source) and QPN (the DETH's): on this host
 /// masqd knows every tenant QP; another host's masqd announced its UD QPs,
 /// and the claim holds only if that host runs that vIP of this VNI.
 pub(crate) fn resolve_grh(
-    shared: &Shared,
+    h: &dyn QpHost,
     sess: &Session,
     r: &proto::ResolveGrhReq,
 ) -> Result<proto::ReplyBody, Refusal> {
     let ep = &sess.ep;
-    let me = shared.cfg.underlay.ip;
+    let me = h.underlay();
     if vbond::vip_of_gid(&r.dgid) != Some(me) {
         return Err(refuse(
             libc::EINVAL,
@@ -344,9 +269,9 @@ pub(crate) fn resolve_grh(
         .ok_or_else(|| refuse(libc::ENODEV, "the vNIC has no GID for its vIP"))?;
     let vni = ep.cfg.vni;
     let sender = if src_host == me {
-        local_sender(shared, vni, r.src_qp)
+        h.local_sender(vni, r.src_qp)
     } else {
-        remote_sender(shared, vni, src_host, r.src_qp)
+        remote_sender(h, vni, src_host, r.src_qp)
     };
     let vip = sender.ok_or_else(|| {
         refuse(
@@ -363,11 +288,11 @@ pub(crate) fn resolve_grh(
     }))
 }
 
-fn remote_sender(shared: &Shared, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<Ipv4Addr> {
+fn remote_sender(h: &dyn QpHost, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<Ipv4Addr> {
     let deadline = Instant::now() + ANNOUNCE_WAIT;
     loop {
-        if let Some((v, vip)) = shared.cm.ud_sender(host, qpn) {
-            let vpc = shared.registry.vpc();
+        if let Some((v, vip)) = h.ud_sender(host, qpn) {
+            let vpc = h.registry().vpc();
             let theirs = vpc.lookup(v, vip).is_some_and(|p| p.host == host);
             return (v == vni && theirs).then_some(vip);
         }
@@ -378,19 +303,8 @@ fn remote_sender(shared: &Shared, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<
     }
     // Not announced (its masqd is older, or restarted since): the VPC map
     // still answers when the VNI has one endpoint on that host.
-    match shared.registry.vpc().vips_on_host(vni, host)[..] {
+    match h.registry().vpc().vips_on_host(vni, host)[..] {
         [one] => Some(one),
         _ => None,
     }
-}
-
-/// The vIP of the endpoint in `vni` on this host whose app holds UD QP
-/// `qpn`, from the sessions' QP records.
-fn local_sender(shared: &Shared, vni: u32, qpn: u32) -> Option<Ipv4Addr> {
-    let name = lock(&shared.sessions)
-        .values()
-        .find(|v| v.qps.values().any(|q| q.qpn == qpn && q.qp_type == "UD"))
-        .map(|v| v.endpoint.clone())?;
-    let ep = shared.registry.local_named(&name)?;
-    (ep.cfg.vni == vni).then_some(ep.cfg.vip)
 }
