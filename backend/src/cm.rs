@@ -15,6 +15,7 @@
 //! which side connected.
 
 use crate::admission::Admission;
+use crate::error::{refuse, Refusal};
 use crate::host::HostDevice;
 use crate::ibv::*;
 use crate::registry::Endpoint;
@@ -43,11 +44,9 @@ pub trait CmHost {
     fn reannounce_ud(&self, host: Ipv4Addr);
 }
 
-/// What a refused CM request returns: errno and the reason for the log.
-pub type CmResult<T> = Result<T, (i32, String)>;
-
-fn fail<T>(errno: i32, why: impl Into<String>) -> CmResult<T> {
-    Err((errno, why.into()))
+/// A refused CM request: the errno the app sees and why, for the log.
+fn fail<T>(errno: i32, why: impl Into<String>) -> Result<T, Refusal> {
+    Err(refuse(errno, why))
 }
 
 /// Ids one app may hold at once: a bound on what a tenant can make masqd keep.
@@ -496,7 +495,7 @@ impl Cm {
         }
     }
 
-    fn own(st: &mut State, session: u64, id: u32) -> CmResult<&mut Id> {
+    fn own(st: &mut State, session: u64, id: u32) -> Result<&mut Id, Refusal> {
         match st.ids.get_mut(&id) {
             Some(i) if i.session == session => Ok(i),
             _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
@@ -510,7 +509,7 @@ impl Cm {
         }
     }
 
-    fn bind_port(st: &mut State, id: u32, ep: &str, udp: bool, want: u16) -> CmResult<u16> {
+    fn bind_port(st: &mut State, id: u32, ep: &str, udp: bool, want: u16) -> Result<u16, Refusal> {
         if want != 0 {
             let key = (ep.to_string(), udp, want);
             if st.ports.contains_key(&key) {
@@ -539,9 +538,9 @@ impl Cm {
         id: u32,
         addr: Ipv4Addr,
         port: u16,
-    ) -> CmResult<()> {
+    ) -> Result<(), Refusal> {
         let (ep_name, vip, udp) = {
-            let i = st.ids.get(&id).ok_or((libc::ENOENT, "id".to_string()))?;
+            let i = st.ids.get(&id).ok_or_else(|| refuse(libc::ENOENT, "id"))?;
             if i.port != 0 {
                 return fail(libc::EINVAL, "id already bound");
             }
@@ -661,7 +660,7 @@ impl Cm {
         same_app: &dyn Fn(u64) -> bool,
         qpn: u32,
         accept: Option<(u8, u8)>,
-    ) -> CmResult<(u64, proto::CmQpAttr, proto::CmQpAttr)> {
+    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Refusal> {
         let st = self.lock();
         let i = match st.ids.get(&id) {
             Some(i) if i.ep.cfg.name == ep && same_app(i.session) => i,
@@ -753,7 +752,7 @@ impl Cm {
         session: u64,
         ep: &Arc<Endpoint>,
         body: &proto::RequestBody,
-    ) -> CmResult<(proto::ReplyBody, Option<OwnedFd>)> {
+    ) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
         use proto::RequestBody as R;
         // Looked up before the CM's lock: the table is not taken under it.
         let tracked = match body {
@@ -885,7 +884,7 @@ impl Cm {
                 if !matches!(i.phase, Phase::ReqReceived | Phase::RepReceived) {
                     return fail(libc::EINVAL, "reject without a pending connection");
                 }
-                let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+                let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
                 i.phase = Phase::Closed;
                 if i.udp {
                     let mut data = r.private_data.clone();
@@ -945,7 +944,7 @@ impl Cm {
                 if i.phase != Phase::RepReceived || i.udp {
                     return fail(libc::EINVAL, "establish without a connect response");
                 }
-                let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+                let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
                 i.phase = Phase::Established;
                 info!(
                     qpn = i.local.qpn,
@@ -971,7 +970,11 @@ impl Cm {
 
     /// A channel of `session`, numbered `number` (a restored one) or the
     /// next free number: its number and the app's end of its event socket.
-    fn add_channel(st: &mut State, session: u64, number: Option<u32>) -> CmResult<(u32, OwnedFd)> {
+    fn add_channel(
+        st: &mut State,
+        session: u64,
+        number: Option<u32>,
+    ) -> Result<(u32, OwnedFd), Refusal> {
         if st
             .channels
             .values()
@@ -982,7 +985,7 @@ impl Cm {
             return fail(libc::EMFILE, "too many CM channels");
         }
         let (ours, theirs) =
-            Conn::pair().map_err(|e| (libc::EMFILE, format!("socketpair: {e}")))?;
+            Conn::pair().map_err(|e| refuse(libc::EMFILE, format!("socketpair: {e}")))?;
         let channel = number.unwrap_or_else(|| {
             let mut n = st.next_channel;
             while n == 0 || st.channels.contains_key(&n) {
@@ -1049,7 +1052,7 @@ impl Cm {
         ep: &Arc<Endpoint>,
         r: &proto::CmRestoreIdReq,
         tracked: Option<(Ipv4Addr, u32)>,
-    ) -> CmResult<()> {
+    ) -> Result<(), Refusal> {
         if r.id == 0 || st.ids.contains_key(&r.id) {
             return fail(libc::EEXIST, format!("CM id {} is in use", r.id));
         }
@@ -1189,7 +1192,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         r: &proto::CmResolveAddrReq,
-    ) -> CmResult<()> {
+    ) -> Result<(), Refusal> {
         let (port, phase, vni, vip) = {
             let i = Self::own(st, session, r.id)?;
             (i.port, i.phase, i.ep.cfg.vni, i.ep.cfg.vip)
@@ -1248,7 +1251,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         c: &proto::CmConnectReq,
-    ) -> CmResult<()> {
+    ) -> Result<(), Refusal> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
         if i.phase != Phase::RouteResolved {
@@ -1321,7 +1324,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         c: &proto::CmConnectReq,
-    ) -> CmResult<()> {
+    ) -> Result<(), Refusal> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
         if i.phase != Phase::ReqReceived {
@@ -1330,7 +1333,7 @@ impl Cm {
         if c.param.qp_num == 0 {
             return fail(libc::EINVAL, "accept without a QP number");
         }
-        let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+        let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
         let psn = i.local.psn;
         i.local = Params::from_proto(&c.param, psn);
         i.phase = Phase::RepSent;
@@ -1368,7 +1371,12 @@ impl Cm {
     /// A UD id's accept: the SIDR REP telling the querying side this
     /// app's QP and the port space's Q_Key. The QP needs no step here (the
     /// app moved it to RTS itself, as rdma_create_qp does for UD).
-    fn accept_ud(&self, st: &mut State, session: u64, c: &proto::CmConnectReq) -> CmResult<()> {
+    fn accept_ud(
+        &self,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> Result<(), Refusal> {
         let i = Self::own(st, session, c.id)?;
         if i.phase != Phase::ReqReceived {
             return fail(libc::EINVAL, "accept without a connect request");
@@ -1379,7 +1387,7 @@ impl Cm {
         if c.param.private_data.len() > proto::CM_SIDR_REP_PRIVATE_DATA {
             return fail(libc::EINVAL, "more than 136 bytes of private data");
         }
-        let p = i.peer.ok_or((libc::EINVAL, "no peer".to_string()))?;
+        let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
         i.local.qpn = c.param.qp_num;
         i.phase = Phase::Established;
         info!(
@@ -1414,17 +1422,17 @@ impl Cm {
     }
 
     /// This endpoint's virtual GID index and its vNIC's MTU.
-    fn vnic_route(i: &Id) -> CmResult<(u8, u32)> {
+    fn vnic_route(i: &Id) -> Result<(u8, u32), Refusal> {
         // The kept view, not a fresh netlink dump: that cost milliseconds
         // on every connection.
         let (vgids, mtu) =
             i.ep.with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
-                .map_err(|e| (libc::EIO, format!("cannot read the vNIC: {e}")))?;
+                .map_err(|e| refuse(libc::EIO, format!("cannot read the vNIC: {e}")))?;
         let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
         let sgid = vgids
             .iter()
             .find(|g| g.gid == own)
-            .ok_or((libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
+            .ok_or_else(|| refuse(libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
         Ok((sgid.index as u8, mtu))
     }
 
@@ -1442,7 +1450,7 @@ impl Cm {
 
     /// A UD id's QP attributes, as librdmacm's ucma_init_ud_qp uses them:
     /// INIT with the port space's Q_Key, then RTR, then RTS at PSN 0.
-    fn ud_qp_attr(shared: &dyn CmHost, state: u32) -> CmResult<proto::CmQpAttr> {
+    fn ud_qp_attr(shared: &dyn CmHost, state: u32) -> Result<proto::CmQpAttr, Refusal> {
         let mut a = proto::QpAttr {
             qp_state: state as u8,
             ..Default::default()
@@ -1462,7 +1470,7 @@ impl Cm {
 
     /// What librdmacm gets from the kernel's INIT_QP_ATTR, in virtual
     /// terms: libmasq passes it to MODIFY_QP, which translates and admits.
-    fn qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> CmResult<proto::CmQpAttr> {
+    fn qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> Result<proto::CmQpAttr, Refusal> {
         if i.udp {
             return Self::ud_qp_attr(shared, state);
         }
@@ -1491,7 +1499,9 @@ impl Cm {
                 ) {
                     return fail(libc::EINVAL, "RTR attributes before the peer is known");
                 }
-                let (dst, _) = i.dst.ok_or((libc::EINVAL, "no destination".to_string()))?;
+                let (dst, _) = i
+                    .dst
+                    .ok_or_else(|| refuse(libc::EINVAL, "no destination"))?;
                 let (sgid_index, mtu) = Self::vnic_route(i)?;
                 mask = IBV_QP_STATE
                     | IBV_QP_AV
@@ -1999,10 +2009,10 @@ impl Cm {
         let (dst, _) = i.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
         let (sgid_index, _) = match (status, route) {
             (0, Ok(r)) => r,
-            (0, Err((errno, why))) => {
-                warn!(id = to_id, "CM UD answer unusable: {why}");
+            (0, Err(r)) => {
+                warn!(id = to_id, "CM UD answer unusable: {}", r.why());
                 i.phase = Phase::Closed;
-                Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, -errno, param);
+                Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, -r.errno(), param);
                 return;
             }
             _ => {

@@ -37,13 +37,6 @@ impl fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
-/// The CM's (errno, why) pairs.
-impl From<(i32, String)> for Refusal {
-    fn from((errno, why): (i32, String)) -> Refusal {
-        Refusal { errno, why }
-    }
-}
-
 pub fn refuse(errno: i32, why: impl Into<String>) -> Refusal {
     Refusal::new(errno, why)
 }

@@ -181,7 +181,7 @@ fn handle(
                 *reply_fd = fd;
                 Ok((reply, false))
             }
-            Err((errno, why)) => Err(refuse(errno, why)),
+            Err(r) => Err(r),
         },
         (proto::RequestBody::CmAcceptQp(r), true) => {
             with_kernel(shared, sess, "CM_ACCEPT_QP", |k, sess| {
@@ -249,10 +249,10 @@ fn cm_qp_step(
     let pid = sess.pid;
     let same_app = |s: u64| shared.session_pid(s) == Some(pid);
     let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
-    let (cm_session, rtr, rts) = shared
-        .cm
-        .qp_step(shared, id, &sess.ep.cfg.name, &same_app, qp_num, depths)
-        .map_err(|(errno, why)| refuse(errno, why))?;
+    let (cm_session, rtr, rts) =
+        shared
+            .cm
+            .qp_step(shared, id, &sess.ep.cfg.name, &same_app, qp_num, depths)?;
     for step in [rtr, rts] {
         let m = proto::ModifyQpReq {
             qp_handle,
@@ -274,7 +274,6 @@ fn cm_qp_step(
         .cm
         .request(shared, cm_session, &sess.ep, &body)
         .map(|_| ())
-        .map_err(|(errno, why)| refuse(errno, why))
 }
 
 fn hello(
