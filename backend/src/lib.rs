@@ -34,5 +34,6 @@ pub mod session;
 pub mod source;
 pub mod state;
 pub mod sysfs_view;
+pub mod transport;
 pub mod ud;
 pub mod uverbs;

@@ -212,6 +212,13 @@ impl Conn {
     }
 }
 
+/// The other end of `Conn::pair`, used as a connection itself.
+impl From<OwnedFd> for Conn {
+    fn from(fd: OwnedFd) -> Conn {
+        Conn(fd)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

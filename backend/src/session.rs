@@ -8,13 +8,15 @@ use crate::records::{QpRecord, Session};
 use crate::registry::VDEV_NAME;
 use crate::seqpacket::Conn;
 use crate::state::Shared;
+use crate::transport;
 use crate::{audit, ownership, uverbs};
 use masq_proto as proto;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::{debug, info, warn};
 
 /// The app's uverbs file, and the kernel's QP table for ownership.
@@ -63,56 +65,47 @@ fn with_kernel<T>(
     f(&k, sess)
 }
 
-/// Serve requests until the app closes the connection.
-pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
-    let mut buf = vec![0u8; proto::MAX_MESSAGE];
-    loop {
-        let dgram = match conn.recv(&mut buf) {
-            Ok(Some(d)) => d,
-            Ok(None) => return,
-            Err(e) => {
-                if !shared.is_stopping() {
-                    warn!("receive failed: {e}");
-                }
-                return;
-            }
-        };
-        sess.requests += 1;
-        if dgram.truncated {
-            sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
-            warn!("message longer than {} bytes; closing", proto::MAX_MESSAGE);
-            let _ = conn.send(&proto::encode_error(0, 0, -libc::EMSGSIZE), None);
-            return;
-        }
-        let bytes = &buf[..dgram.len];
-        let mut reply_fd = None;
-        let started = std::time::Instant::now();
-        let (op, id) = proto::peek_ids(bytes);
-        let (reply, close) = match proto::decode_request(bytes) {
-            Ok(msg) => handle(shared, sess, msg, dgram.fds, &mut reply_fd),
-            Err(e) => {
-                sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
-                warn!("malformed request: {e}");
-                (proto::encode_error(op, id, -e.errno()), e.is_fatal())
-            }
-        };
-        shared.metrics.request(op, started.elapsed());
+/// One session as the handler of its connection's requests.
+struct SessionHandler<'a> {
+    shared: &'a Shared,
+    sess: &'a mut Session,
+}
+
+impl transport::Handler for SessionHandler<'_> {
+    fn received(&mut self) {
+        self.sess.requests += 1;
+    }
+
+    fn handle(&mut self, req: proto::Request, fds: Vec<OwnedFd>) -> transport::Answer {
+        let mut fd = None;
+        let (reply, close) = handle(self.shared, self.sess, req, fds, &mut fd);
+        transport::Answer { reply, fd, close }
+    }
+
+    fn refused(&mut self) {
+        self.sess
+            .ep
+            .refused_requests
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The metrics, then the control socket's view of the session, and the
+    /// QPs this request touched are forgotten (as `publish` has seen them).
+    fn finished(&mut self, op: u16, took: Duration) {
+        let (shared, sess) = (self.shared, &mut *self.sess);
+        shared.metrics.request(op, took);
         shared.publish(sess.id, &sess.app, sess.requests, &sess.qps, &sess.touched);
         sess.touched.clear();
-        // Posted requests get no reply, not even an error, unless the
-        // session ends (the frontend then sees the hang-up).
-        if proto::is_posted(op) && !close {
-            continue;
-        }
-        let fd = reply_fd.as_ref().map(|f| f.as_raw_fd());
-        if let Err(e) = conn.send(&reply, fd) {
-            debug!("reply not delivered: {e}");
-            return;
-        }
-        if close {
-            return;
-        }
     }
+
+    fn stopping(&self) -> bool {
+        self.shared.is_stopping()
+    }
+}
+
+/// Serve requests until the app closes the connection.
+pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
+    transport::serve(&mut SessionHandler { shared, sess }, conn);
 }
 
 /// Handle one decoded request; returns the encoded reply and whether the
