@@ -1,12 +1,14 @@
 //! `Shared` as the host the verbs pipelines (`ports::QpHost`) and the CM
-//! (`cm::CmHost`) are written against, and the UD announcements that need
+//! (`cm::CmHost`) are written against, as the CM link's sink, and the UD announcements that need
 //! both the sessions and the CM. Kept apart from `state.rs` so that the
 //! daemon's state does not depend on the pipelines nor they on it.
 
 use crate::admission::Admission;
 use crate::audit;
+use crate::cm_link::PeerSink;
 use crate::error::{from_io, refuse, Refusal};
 use crate::host::HostDevice;
+use crate::peer_msg::PeerMsg;
 use crate::ports::{QpHost, BACKSTOP_WAIT};
 use crate::registry::{Endpoint, Registry};
 use crate::state::{lock, Shared};
@@ -15,6 +17,7 @@ use std::collections::BTreeSet;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
+use std::sync::mpsc;
 use tracing::{info, warn};
 
 impl QpHost for Shared {
@@ -95,6 +98,33 @@ impl crate::cm::CmHost for Shared {
     }
     fn reannounce_ud(&self, host: std::net::Ipv4Addr) {
         reannounce(self, host);
+    }
+}
+
+/// The CM link delivers to the CM, with `Shared` as its host.
+impl PeerSink for Shared {
+    fn deliver(&self, from: Ipv4Addr, msg: PeerMsg) {
+        self.cm.on_peer(self, from, msg);
+    }
+    fn lost(&self, host: Ipv4Addr, msg: &PeerMsg) {
+        if let PeerMsg::UdQp { qpn, up: true, .. } = *msg {
+            self.cm.ud_acked(host, qpn); // nobody there to wait for
+        }
+    }
+    fn hosts(&self) -> BTreeSet<Ipv4Addr> {
+        self.registry.hosts().into_iter().collect()
+    }
+    fn stopping(&self) -> bool {
+        self.is_stopping()
+    }
+    fn linked(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
+        self.cm.set_link(tx);
+    }
+    fn tick(&self) {
+        self.cm.expire();
+    }
+    fn listening(&self, others: Vec<Ipv4Addr>) {
+        self.cm.query_ud(others);
     }
 }
 

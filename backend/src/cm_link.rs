@@ -11,9 +11,8 @@
 //! host's own endpoints take the same queue, so order is kept and no CM
 //! lock is re-entered.
 
-use crate::cm::PeerMsg;
+use crate::peer_msg::PeerMsg;
 use crate::peer_wire;
-use crate::state::Shared;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -24,56 +23,70 @@ use tracing::{debug, info, warn};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-fn known_hosts(shared: &Shared) -> BTreeSet<Ipv4Addr> {
-    shared.registry.hosts().into_iter().collect()
+/// Where the link takes what it receives, and what it asks of masqd.
+pub trait PeerSink: Send + Sync {
+    /// A message from `from`, or from this host's own endpoints (through
+    /// the sender thread, so that no CM lock is re-entered).
+    fn deliver(&self, from: Ipv4Addr, msg: PeerMsg);
+    /// `msg` could not be sent to `host`: the app sees a timeout.
+    fn lost(&self, host: Ipv4Addr, msg: &PeerMsg);
+    /// The hosts of the VPC map: links are accepted from these only.
+    fn hosts(&self) -> BTreeSet<Ipv4Addr>;
+    fn stopping(&self) -> bool;
+    /// The queue to the sender thread, handed over right after the bind.
+    fn linked(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>);
+    /// Every 100 ms, for the CM's timeouts.
+    fn tick(&self);
+    /// The link listens; `others` are the other hosts of the VPC map.
+    fn listening(&self, others: Vec<Ipv4Addr>);
 }
 
-/// Bind the CM port and start the listener and sender threads.
-pub fn start(shared: &Arc<Shared>) -> io::Result<()> {
-    let own = shared.cfg.underlay.ip;
-    let addr = SocketAddr::new(IpAddr::V4(own), shared.cfg.cm.port);
+/// Bind the CM port on `own` and start the listener and sender threads.
+pub fn start<S: PeerSink + 'static>(sink: &Arc<S>, own: Ipv4Addr, port: u16) -> io::Result<()> {
+    let addr = SocketAddr::new(IpAddr::V4(own), port);
     let listener = TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("CM link: cannot listen on {addr}: {e}")))?;
     let (tx, rx) = mpsc::channel();
-    shared.cm.set_link(tx);
+    sink.linked(tx);
     {
-        let shared = shared.clone();
+        let sink = sink.clone();
         thread::Builder::new()
             .name("cm-send".into())
-            .spawn(move || sender(shared, rx))?;
+            .spawn(move || sender(sink, own, port, rx))?;
     }
     {
-        let shared = shared.clone();
+        let sink = sink.clone();
         thread::Builder::new()
             .name("cm-listen".into())
-            .spawn(move || accept_loop(shared, listener))?;
+            .spawn(move || accept_loop(sink, listener))?;
     }
     {
-        let shared = shared.clone();
+        let sink = sink.clone();
         thread::Builder::new()
             .name("cm-timer".into())
             .spawn(move || {
-                while !shared.is_stopping() {
+                while !sink.stopping() {
                     thread::sleep(Duration::from_millis(100));
-                    shared.cm.expire();
+                    sink.tick();
                 }
             })?;
     }
     info!(%addr, "CM link listening");
     // Other hosts' UD QPs were announced to the masqd before this one.
-    shared
-        .cm
-        .query_ud(known_hosts(shared).into_iter().filter(|h| *h != own));
+    sink.listening(sink.hosts().into_iter().filter(|h| *h != own).collect());
     Ok(())
 }
 
-fn sender(shared: Arc<Shared>, rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
-    let own = shared.cfg.underlay.ip;
-    let port = shared.cfg.cm.port;
+fn sender<S: PeerSink>(
+    sink: Arc<S>,
+    own: Ipv4Addr,
+    port: u16,
+    rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>,
+) {
     let mut links: BTreeMap<Ipv4Addr, TcpStream> = BTreeMap::new();
     for (host, msg) in rx {
         if host == own {
-            shared.cm.on_peer(&*shared, own, msg);
+            sink.deliver(own, msg);
             continue;
         }
         let bytes = match peer_wire::encode(&msg) {
@@ -112,16 +125,14 @@ fn sender(shared: Arc<Shared>, rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
         if !sent {
             // The app sees what a lost CM packet gives: a timeout.
             warn!(%host, "CM message lost");
-            if let PeerMsg::UdQp { qpn, up: true, .. } = msg {
-                shared.cm.ud_acked(host, qpn); // nobody there to wait for
-            }
+            sink.lost(host, &msg);
         }
     }
 }
 
-fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+fn accept_loop<S: PeerSink + 'static>(sink: Arc<S>, listener: TcpListener) {
     for conn in listener.incoming() {
-        if shared.is_stopping() {
+        if sink.stopping() {
             return;
         }
         let stream = match conn {
@@ -136,25 +147,23 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             Ok(SocketAddr::V4(a)) => *a.ip(),
             _ => continue,
         };
-        if !known_hosts(&shared).contains(&from) {
+        if !sink.hosts().contains(&from) {
             warn!(%from, "CM link: connection from a host not in the VPC map; closed");
             continue;
         }
-        let shared = shared.clone();
+        let sink = sink.clone();
         let spawned = thread::Builder::new()
             .name(format!("cm-from-{from}"))
-            .spawn(move || receive(shared, from, stream));
+            .spawn(move || receive(sink, from, stream));
         if let Err(e) = spawned {
             warn!("CM link: cannot start a reader: {e}");
         }
     }
 }
 
-fn receive(shared: Arc<Shared>, from: Ipv4Addr, stream: TcpStream) {
+fn receive<S: PeerSink>(sink: Arc<S>, from: Ipv4Addr, stream: TcpStream) {
     debug!(%from, "CM link up");
-    let _ = read_link(from, BufReader::new(stream), |msg| {
-        shared.cm.on_peer(&*shared, from, msg)
-    });
+    let _ = read_link(from, BufReader::new(stream), |msg| sink.deliver(from, msg));
     debug!(%from, "CM link down");
 }
 
@@ -320,5 +329,76 @@ mod tests {
         assert!(res.is_ok(), "{res:?}");
         assert_eq!(got, all);
         assert!(!log.contains("WARN"), "{log}");
+    }
+
+    /// Records what the link hands it; hosts 127.0.0.1 and .2.
+    #[derive(Default)]
+    struct FakeSink {
+        got: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
+        lost: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
+        tx: Mutex<Option<mpsc::Sender<(Ipv4Addr, PeerMsg)>>>,
+        listening: Mutex<Option<Vec<Ipv4Addr>>>,
+    }
+
+    impl PeerSink for FakeSink {
+        fn deliver(&self, from: Ipv4Addr, msg: PeerMsg) {
+            self.got.lock().expect("lock").push((from, msg));
+        }
+        fn lost(&self, host: Ipv4Addr, msg: &PeerMsg) {
+            self.lost.lock().expect("lock").push((host, msg.clone()));
+        }
+        fn hosts(&self) -> BTreeSet<Ipv4Addr> {
+            [Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2)].into()
+        }
+        fn stopping(&self) -> bool {
+            false
+        }
+        fn linked(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
+            *self.tx.lock().expect("lock") = Some(tx);
+        }
+        fn tick(&self) {}
+        fn listening(&self, others: Vec<Ipv4Addr>) {
+            *self.listening.lock().expect("lock") = Some(others);
+        }
+    }
+
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{what}: not in 5 s");
+    }
+
+    /// Messages to this host's own endpoints take the sender thread and
+    /// come back through `deliver`; one that cannot reach its host is
+    /// handed to `lost` (port 0: nothing listens there).
+    #[test]
+    fn the_link_loops_own_messages_back_and_reports_lost_ones() {
+        let own = Ipv4Addr::new(127, 0, 0, 1);
+        let other = Ipv4Addr::new(127, 0, 0, 2);
+        let sink = Arc::new(FakeSink::default());
+        start(&sink, own, 0).expect("start");
+        assert_eq!(*sink.listening.lock().expect("lock"), Some(vec![other]));
+        let tx = sink
+            .tx
+            .lock()
+            .expect("lock")
+            .clone()
+            .expect("linked at start");
+        tx.send((own, rtu(1))).expect("send");
+        let ud = PeerMsg::UdQp {
+            vni: 1,
+            vip: PEER,
+            qpn: 5,
+            up: true,
+        };
+        tx.send((other, ud.clone())).expect("send");
+        wait_for("delivered", || !sink.got.lock().expect("lock").is_empty());
+        assert_eq!(*sink.got.lock().expect("lock"), vec![(own, rtu(1))]);
+        wait_for("lost", || !sink.lost.lock().expect("lock").is_empty());
+        assert_eq!(*sink.lost.lock().expect("lock"), vec![(other, ud)]);
     }
 }

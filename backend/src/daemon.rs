@@ -174,7 +174,7 @@ impl Daemon {
                 return Err(e);
             }
         }
-        if let Err(e) = crate::cm_link::start(&shared) {
+        if let Err(e) = crate::cm_link::start(&shared, shared.cfg.underlay.ip, shared.cfg.cm.port) {
             unserve_all(&shared);
             return Err(e);
         }

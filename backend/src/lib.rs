@@ -21,6 +21,7 @@ pub mod kconntrack;
 pub mod metrics;
 pub mod nft;
 pub mod ownership;
+pub mod peer_msg;
 pub mod peer_wire;
 pub mod ports;
 pub mod qp;
