@@ -14,7 +14,7 @@
 //! the time its process takes to exit and the kernel to destroy its QPs.
 
 use crate::config::AuditAction;
-use crate::rdma_nl::QpInfo;
+use crate::kernel::rdma_nl::QpInfo;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -161,38 +161,6 @@ pub fn plan(
         }
     }
     p
-}
-
-/// The ib_qp_type names `rdma res` uses.
-pub fn type_name(t: u8) -> &'static str {
-    match t {
-        0 => "SMI",
-        1 => "GSI",
-        2 => "RC",
-        3 => "UC",
-        4 => "UD",
-        8 => "RAW_PACKET",
-        9 => "XRC_INI",
-        10 => "XRC_TGT",
-        _ => "other",
-    }
-}
-
-pub fn state_name(s: u8) -> &'static str {
-    ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR"]
-        .get(s as usize)
-        .copied()
-        .unwrap_or("UNKNOWN")
-}
-
-/// A task id -> its thread group id, from /proc (the kernel reports the
-/// task that created the QP, which may be any thread of the process).
-pub fn tgid_of(tid: u32) -> Option<i32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The endpoints as the audit tells processes apart: network namespace

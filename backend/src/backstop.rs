@@ -43,7 +43,7 @@
 //! its table in one transaction (`reconcile`).
 
 use crate::config::{BackstopConfig, Config, EndpointConfig};
-use crate::nft::Nft;
+use crate::kernel::nft::{nft_id, Nft};
 use crate::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use rconntrack::{Entry, Event, EventKind, QpKey, QpType, State};
 use serde_json::Value;
@@ -132,13 +132,6 @@ pub struct Backstop {
 struct Queue {
     cmds: Vec<String>,
     last: u64,
-}
-
-/// The part of nftables names (chain, set, counter) that is the endpoint's.
-pub fn nft_id(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
 }
 
 /// Whether the backstop applies to this device: on by default for software

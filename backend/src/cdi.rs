@@ -62,10 +62,10 @@ pub fn spec(cfg: &CdiConfig, d: &Device) -> Value {
         let view = d.socket_dir.join("sysfs");
         mounts.push(bind(
             Path::new("/sys"),
-            &format!("/run/masq/{}", crate::sysfs_view::PHYS_SYSFS_DIR),
+            &format!("/run/masq/{}", crate::kernel::sysfs_view::PHYS_SYSFS_DIR),
             true,
         ));
-        for class in crate::sysfs_view::CLASS_DIRS {
+        for class in crate::kernel::sysfs_view::CLASS_DIRS {
             mounts.push(bind(&view.join(class), &format!("/sys/{class}"), true));
         }
     }

@@ -16,8 +16,8 @@
 
 use crate::admission::Admission;
 use crate::error::{refuse, Refusal};
-use crate::host::HostDevice;
-use crate::ibv::*;
+use crate::kernel::host::HostDevice;
+use crate::kernel::ibv::*;
 use crate::peer_msg::{Params, PeerMsg};
 use crate::registry::Endpoint;
 use crate::registry::Registry;

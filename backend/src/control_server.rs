@@ -128,7 +128,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                         "cni": ep.cfg.cni,
                         // Container cgroups the backstop filters as this endpoint's.
                         "cgroups": adopted.iter()
-                            .filter(|(_, id)| **id == crate::backstop::nft_id(&ep.cfg.name))
+                            .filter(|(_, id)| **id == crate::kernel::nft::nft_id(&ep.cfg.name))
                             .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
                         "rate": rates.get(&ep.cfg.name),
                         "rdma_current": shared.rdma_cgroups.current(&ep.cfg.name)

@@ -5,7 +5,7 @@
 use crate::admission::Admission;
 use crate::audit;
 use crate::config::Config;
-use crate::host::HostDevice;
+use crate::kernel::host::HostDevice;
 use crate::registry::{Endpoint, Origin, Registry, RuntimeFile};
 use crate::source::{FileSource, Placement, Source, SourceId, Store};
 use crate::state::{lock, Shared};
@@ -90,7 +90,7 @@ impl Daemon {
             ));
         }
         let rdma_nl = |what: &str| {
-            crate::rdma_nl::RdmaNl::open(&cfg.device, cfg.port)
+            crate::kernel::rdma_nl::RdmaNl::open(&cfg.device, cfg.port)
                 .map_err(|e| io::Error::new(e.kind(), format!("rdma netlink ({what}): {e}")))
         };
         let rdma = rdma_nl("QP ownership")?;
@@ -100,7 +100,7 @@ impl Daemon {
             warn!("QP audit disabled: QPs moved without libmasq go unnoticed on hardware RNICs");
             None
         };
-        let is_rxe = host.driver_id == crate::uverbs::RDMA_DRIVER_RXE;
+        let is_rxe = host.driver_id == crate::kernel::uverbs::RDMA_DRIVER_RXE;
         let backstop = crate::backstop::wanted(&cfg.backstop, is_rxe);
         if !backstop && is_rxe {
             warn!("backstop disabled: a tenant that skips libmasq can reach any QP");
@@ -432,7 +432,7 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
 /// After a start, apps need the recovery grace (`backstop.
 /// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
 /// QPs look unadmitted, so the audit only counts what it would flag.
-fn audit_loop(shared: Arc<Shared>, mut nl: crate::rdma_nl::RdmaNl) {
+fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
     let interval = shared.audit_interval();
     let action = shared.cfg.audit.action;
     let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
@@ -455,7 +455,7 @@ fn audit_loop(shared: Arc<Shared>, mut nl: crate::rdma_nl::RdmaNl) {
         let admitted = shared.admitted.snapshot();
         let ids = audit::EndpointIds::read(&shared.registry.configs(), &parent);
         let found: Vec<audit::Bypass> = audit::find_bypasses(&qps, &admitted, |task| {
-            let pid = audit::tgid_of(task)?;
+            let pid = crate::kernel::ownership::tgid_of(task)?;
             Some((ids.endpoint_of(pid)?, pid))
         })
         .into_iter()
@@ -482,9 +482,9 @@ fn audit_loop(shared: Arc<Shared>, mut nl: crate::rdma_nl::RdmaNl) {
                 ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);
             }
             warn!(
-                endpoint = %b.endpoint, pid = b.pid, qpn = b.qpn, state = audit::state_name(b.state),
+                endpoint = %b.endpoint, pid = b.pid, qpn = b.qpn, state = crate::kernel::ibv::state_name(b.state),
                 "audit: bypass: {} QP {:#x} of pid {} in {} is {} but masqd never admitted it",
-                audit::type_name(b.qp_type), b.qpn, b.pid, b.endpoint, audit::state_name(b.state)
+                crate::kernel::ibv::type_name(b.qp_type), b.qpn, b.pid, b.endpoint, crate::kernel::ibv::state_name(b.state)
             );
         }
         for (endpoint, pid) in &p.kill_pids {

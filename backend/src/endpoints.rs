@@ -99,8 +99,8 @@ fn unserve(shared: &Shared, ep: &Endpoint) {
 pub fn sysfs_view_for(
     socket: &Path,
     others: &[std::path::PathBuf],
-    host: &crate::host::HostDevice,
-) -> Option<crate::sysfs_view::View> {
+    host: &crate::kernel::host::HostDevice,
+) -> Option<crate::kernel::sysfs_view::View> {
     let dir = socket.parent()?;
     if others
         .iter()
@@ -109,7 +109,7 @@ pub fn sysfs_view_for(
         warn!(dir = %dir.display(), "endpoints share a socket directory: no sysfs view");
         return None;
     }
-    match crate::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port) {
+    match crate::kernel::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port) {
         Ok(v) => Some(v),
         Err(e) => {
             warn!("no sysfs view: {e}");
@@ -233,11 +233,11 @@ impl Shared {
                 // The view's directories, emptied by unserve: they stay
                 // across a masqd restart for tenants that bound them, but
                 // a deleted endpoint has no tenants left.
-                let view = crate::sysfs_view::CLASS_DIRS
+                let view = crate::kernel::sysfs_view::CLASS_DIRS
                     .iter()
                     .map(|c| dir.join("sysfs").join(c))
                     .chain([dir.join("sysfs/class"), dir.join("sysfs")])
-                    .chain([dir.join(crate::sysfs_view::PHYS_SYSFS_DIR)]);
+                    .chain([dir.join(crate::kernel::sysfs_view::PHYS_SYSFS_DIR)]);
                 for d in view {
                     let _ = std::fs::remove_dir(d);
                 }
@@ -288,16 +288,15 @@ impl Shared {
         for (id, handles) in &mine {
             let fd = lock(&self.fds).get(id).cloned();
             for &h in handles {
-                let cmd = crate::uverbs::ModifyQp {
+                let cmd = crate::kernel::uverbs::ModifyQp {
                     qp_handle: h,
                     attr_mask: 1, // IBV_QP_STATE
                     qp_state: 6,  // IBV_QPS_ERR
                     ..Default::default()
                 };
-                match fd
-                    .as_ref()
-                    .map(|fd| crate::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd))
-                {
+                match fd.as_ref().map(|fd| {
+                    crate::kernel::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd)
+                }) {
                     Some(Ok(())) => reset += 1,
                     Some(Err(e)) => debug!(session = id, handle = h, "cannot reset QP: {e}"),
                     None => {}

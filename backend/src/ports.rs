@@ -5,9 +5,9 @@
 use crate::admission::Admission;
 use crate::audit::Admitted;
 use crate::error::Refusal;
-use crate::ownership::Verdict;
+use crate::kernel::ownership::Verdict;
+use crate::kernel::uverbs;
 use crate::registry::{Endpoint, Registry};
-use crate::uverbs;
 use std::io;
 use std::net::Ipv4Addr;
 use std::time::Duration;

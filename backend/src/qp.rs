@@ -15,18 +15,18 @@
 //! records what the kernel says the QP's state is now. The kernel and the
 //! host are traits, so the pipeline is tested without RDMA (`tests` below).
 
-use crate::audit::state_name;
 use crate::error::{from_io, refuse, Refusal};
-use crate::ibv::{
+use crate::kernel::ibv::state_name;
+use crate::kernel::ibv::{
     qp_type_name, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQE,
     IBV_QPT_UC, IBV_QPT_UD, IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY,
     IBV_QP_STATE,
 };
-use crate::ownership::Verdict;
+use crate::kernel::ownership::Verdict;
+use crate::kernel::uverbs;
 use crate::ports::{QpHost, QpKernel, BACKSTOP_WAIT};
 use crate::records::{QpRecord, Session};
 use crate::registry::Endpoint;
-use crate::uverbs;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -703,7 +703,7 @@ mod tests {
     use crate::admission::Admission;
     use crate::audit::Admitted;
     use crate::config::Config;
-    use crate::rdma_nl::QpInfo;
+    use crate::kernel::rdma_nl::QpInfo;
     use crate::registry::{Origin, Registry};
     use std::cell::RefCell;
     use std::io;
@@ -877,7 +877,7 @@ mod tests {
     /// RTR towards acme-b (10.0.0.2, on host2 198.18.0.2), QPN 0x12.
     fn rtr() -> proto::ModifyQpReq {
         let mut m = modify_req(
-            IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | crate::ibv::IBV_QP_PATH_MTU,
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | crate::kernel::ibv::IBV_QP_PATH_MTU,
             IBV_QPS_RTR,
         );
         m.attr.path_mtu = 3;

@@ -15,7 +15,7 @@
 //! limiters apply (see docs/qos.md).
 
 use crate::config::EndpointConfig;
-use crate::nft::Nft;
+use crate::kernel::nft::Nft;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;

@@ -51,7 +51,7 @@ pub struct Endpoint {
     pub binding: Mutex<Option<(u64, vbond::Binding)>>,
     /// The endpoint's sysfs view (see `sysfs_view`); `None` when its
     /// socket directory is shared with another endpoint's.
-    pub view: Option<crate::sysfs_view::View>,
+    pub view: Option<crate::kernel::sysfs_view::View>,
     /// Its socket while served; shut down when the endpoint is removed,
     /// which ends its accept thread.
     pub listener: Mutex<Option<Arc<Listener>>>,
@@ -68,7 +68,7 @@ impl Endpoint {
         cfg: EndpointConfig,
         socket: PathBuf,
         origin: Origin,
-        view: Option<crate::sysfs_view::View>,
+        view: Option<crate::kernel::sysfs_view::View>,
     ) -> Endpoint {
         Endpoint {
             cfg,
@@ -314,11 +314,11 @@ impl Registry {
                 other.cfg.name
             ));
         }
-        let id = crate::backstop::nft_id(&e.name);
+        let id = crate::kernel::nft::nft_id(&e.name);
         if let Some(other) = st
             .local
             .values()
-            .find(|o| crate::backstop::nft_id(&o.cfg.name) == id)
+            .find(|o| crate::kernel::nft::nft_id(&o.cfg.name) == id)
         {
             return Err(format!(
                 "{at}.name: maps to the same nftables name ({id}) as endpoint {}",

@@ -2,6 +2,7 @@
 //! QP changes to the pipeline (`qp.rs`) with the app's own uverbs file.
 
 use crate::error::{from_io, refuse, Refusal};
+use crate::kernel::{ownership, uverbs};
 use crate::ports::QpKernel;
 use crate::qp;
 use crate::records::{QpRecord, Session};
@@ -9,7 +10,6 @@ use crate::registry::VDEV_NAME;
 use crate::seqpacket::Conn;
 use crate::state::Shared;
 use crate::transport;
-use crate::{audit, ownership, uverbs};
 use masq_proto as proto;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -41,8 +41,14 @@ impl QpKernel for SessionKernel<'_> {
             .shared
             .qp_lookup(qpn)
             .map_err(|e| from_io(e, "rdma netlink QP query"))?;
-        ownership::judge(lookup, qpn, qp_type, self.pid, audit::tgid_of)
-            .map_err(|(errno, why)| refuse(errno, format!("claimed QPN refused: {why}")))
+        ownership::judge(
+            lookup,
+            qpn,
+            qp_type,
+            self.pid,
+            crate::kernel::ownership::tgid_of,
+        )
+        .map_err(|(errno, why)| refuse(errno, format!("claimed QPN refused: {why}")))
     }
 }
 
@@ -250,7 +256,7 @@ fn cm_qp_step(
         let m = proto::ModifyQpReq {
             qp_handle,
             qp_num,
-            qp_type: crate::ibv::IBV_QPT_RC,
+            qp_type: crate::kernel::ibv::IBV_QPT_RC,
             attr_mask: step.attr_mask,
             attr: step.attr,
         };

@@ -8,9 +8,9 @@ use crate::audit::Admitted;
 use crate::cluster::Cluster;
 use crate::cm::Cm;
 use crate::config::Config;
-use crate::host::HostDevice;
+use crate::kernel::host::HostDevice;
+use crate::kernel::rdma_nl::RdmaNl;
 use crate::rdma_cgroup::{Applied, Cgroups};
-use crate::rdma_nl::RdmaNl;
 use crate::records::QpRecord;
 use crate::registry::{Endpoint, Registry};
 use crate::seqpacket::Conn;
@@ -62,7 +62,7 @@ pub struct Shared {
     pub cm: crate::cm::Cm,
     /// The kernel's QP table (rdma netlink), for the sessions' ownership
     /// checks; the audit has its own socket.
-    rdma: Mutex<crate::rdma_nl::RdmaNl>,
+    rdma: Mutex<crate::kernel::rdma_nl::RdmaNl>,
     /// QPNs masqd answers for (what the audit does not flag).
     pub admitted: crate::audit::Admitted,
     /// Events for the Prometheus endpoint (`metrics.rs`).
@@ -197,7 +197,7 @@ impl Shared {
     }
 
     /// One QP as the kernel reports it (a single-QP query).
-    pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::rdma_nl::Lookup> {
+    pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::kernel::rdma_nl::Lookup> {
         lock(&self.rdma).qp(qpn)
     }
 
@@ -269,7 +269,7 @@ impl Shared {
             if e.qp_type == rconntrack::QpType::Ud {
                 // A UD entry is an address handle, keyed by its handle.
                 match fd.map(|fd| {
-                    crate::uverbs::destroy_ah(fd.as_fd(), self.host.driver_id, e.qp_handle)
+                    crate::kernel::uverbs::destroy_ah(fd.as_fd(), self.host.driver_id, e.qp_handle)
                 }) {
                     Some(Ok(())) => {
                         done += 1;
@@ -282,13 +282,15 @@ impl Shared {
                 self.admission.table().remove(e.key());
                 continue;
             }
-            let cmd = crate::uverbs::ModifyQp {
+            let cmd = crate::kernel::uverbs::ModifyQp {
                 qp_handle: e.qp_handle,
                 attr_mask: 1, // IBV_QP_STATE
                 qp_state: 6,  // IBV_QPS_ERR
                 ..Default::default()
             };
-            match fd.map(|fd| crate::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd)) {
+            match fd
+                .map(|fd| crate::kernel::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd))
+            {
                 Some(Ok(())) => {
                     done += 1;
                     info!(tenant = %e.tenant, src = %e.local_vip, sqpn = e.local_qpn,

@@ -14,7 +14,7 @@
 //! namespace is compared correctly as long as masqd runs in an ancestor
 //! namespace (the host's).
 
-use crate::rdma_nl::{Lookup, QpInfo};
+use crate::kernel::rdma_nl::{Lookup, QpInfo};
 
 /// The claim holds, or the kernel cannot tell yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,12 +78,22 @@ pub fn judge(
             libc::EPERM,
             format!(
                 "QP {qpn:#x} is {}, not the claimed {}",
-                crate::audit::type_name(q.qp_type),
-                crate::audit::type_name(claimed_type.min(255) as u8)
+                crate::kernel::ibv::type_name(q.qp_type),
+                crate::kernel::ibv::type_name(claimed_type.min(255) as u8)
             ),
         ));
     }
     Ok(Verdict::Owned(q))
+}
+
+/// A task id -> its thread group id, from /proc (the kernel reports the
+/// task that created the QP, which may be any thread of the process).
+pub fn tgid_of(tid: u32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]

@@ -96,6 +96,13 @@ unsafe fn text(p: *const c_char) -> String {
     }
 }
 
+/// The part of nftables names (chain, set, counter) that is the endpoint's.
+pub fn nft_id(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

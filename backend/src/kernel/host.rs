@@ -31,7 +31,7 @@ impl HostDevice {
         let dev = std::fs::File::open(&node)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", node.display())))?;
         use std::os::fd::AsFd;
-        let driver_id = crate::uverbs::probe_driver_id(dev.as_fd())
+        let driver_id = crate::kernel::uverbs::probe_driver_id(dev.as_fd())
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", node.display())))?;
         let gids = vbond::read_host_gids(sysfs, name, port)?;
         debug!(uverbs = %node.display(), driver_id, "device found");

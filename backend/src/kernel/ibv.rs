@@ -42,3 +42,25 @@ pub fn qp_type_name(t: u32) -> &'static str {
         _ => "other",
     }
 }
+
+/// The ib_qp_type names `rdma res` uses.
+pub fn type_name(t: u8) -> &'static str {
+    match t {
+        0 => "SMI",
+        1 => "GSI",
+        2 => "RC",
+        3 => "UC",
+        4 => "UD",
+        8 => "RAW_PACKET",
+        9 => "XRC_INI",
+        10 => "XRC_TGT",
+        _ => "other",
+    }
+}
+
+pub fn state_name(s: u8) -> &'static str {
+    ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR"]
+        .get(s as usize)
+        .copied()
+        .unwrap_or("UNKNOWN")
+}
