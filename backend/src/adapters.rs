@@ -5,11 +5,11 @@
 
 use crate::admission::Admission;
 use crate::audit;
-use crate::cm_link::PeerSink;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::uverbs;
-use crate::peer_msg::PeerMsg;
+use crate::peer::link::PeerSink;
+use crate::peer::msg::PeerMsg;
 use crate::ports::{QpHost, BACKSTOP_WAIT};
 use crate::registry::{Endpoint, Registry};
 use crate::state::{lock, Shared};

@@ -4,7 +4,7 @@
 //! and listeners live per endpoint, so two tenants may listen on the same
 //! vIP:port in different VNIs. The CM exchange itself (REQ, REP, REJ, RTU,
 //! DREQ, and for RDMA_PS_UDP ids the SIDR query: SIDR REQ and REP) goes to
-//! the peer's masqd over the underlay (`cm_link`), never through the
+//! the peer's masqd over the underlay (`peer::link`), never through the
 //! tenant's network. A connect the security groups deny is
 //! dropped, so it looks as a firewall makes it look: nothing answers, and
 //! the app gets UNREACHABLE (ETIMEDOUT) after `cm.timeoutMs`.
@@ -18,10 +18,10 @@ use crate::admission::Admission;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::ibv::*;
-use crate::peer_msg::{Params, PeerMsg};
+use crate::peer::msg::{Params, PeerMsg};
 use crate::registry::Endpoint;
 use crate::registry::Registry;
-use crate::seqpacket::Conn;
+use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -230,7 +230,7 @@ impl Cm {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Where messages to peer masqds go (see `cm_link`).
+    /// Where messages to peer masqds go (see `peer::link`).
     pub fn set_link(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
         *self.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }

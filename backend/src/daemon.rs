@@ -174,7 +174,9 @@ impl Daemon {
                 return Err(e);
             }
         }
-        if let Err(e) = crate::cm_link::start(&shared, shared.cfg.underlay.ip, shared.cfg.cm.port) {
+        if let Err(e) =
+            crate::peer::link::start(&shared, shared.cfg.underlay.ip, shared.cfg.cm.port)
+        {
             unserve_all(&shared);
             return Err(e);
         }

@@ -6,9 +6,9 @@
 use crate::config::{CniOwner, EndpointConfig};
 use crate::records::Session;
 use crate::registry::{Endpoint, Origin, RuntimeFile};
-use crate::seqpacket::{Conn, Listener};
 use crate::session;
 use crate::state::{lock, now_secs, SessionView, Shared};
+use crate::transport::seqpacket::{Conn, Listener};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;

@@ -9,8 +9,8 @@
 //! copy) and never hold the lock across I/O.
 
 use crate::config::{Config, EndpointConfig};
-use crate::seqpacket::Listener;
 use crate::source::{Placement, SourceId};
+use crate::transport::seqpacket::Listener;
 use masq_policy::EndpointRef;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -13,7 +13,7 @@ use crate::kernel::rdma_nl::RdmaNl;
 use crate::rdma_cgroup::{Applied, Cgroups};
 use crate::records::QpRecord;
 use crate::registry::{Endpoint, Registry};
-use crate::seqpacket::Conn;
+use crate::transport::seqpacket::Conn;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;

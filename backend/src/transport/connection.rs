@@ -2,7 +2,7 @@
 //! `Handler`: the same framing, refusal and reply rules for every handler.
 
 use super::{Answer, Handler};
-use crate::seqpacket::Conn;
+use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
 use std::os::fd::AsRawFd;
 use tracing::{debug, warn};

@@ -4,6 +4,7 @@
 //! answers; what a request means is up to its `Handler`.
 
 mod connection;
+pub mod seqpacket;
 
 pub use connection::serve;
 

@@ -1,4 +1,4 @@
-//! The CM exchange on the wire: `peer_msg::PeerMsg` to and from masq-proto's
+//! The CM exchange on the wire: `peer::msg::PeerMsg` to and from masq-proto's
 //! peer messages (`PeerReq` .. `PeerUdQuery`, defined in its `spec.rs`), and
 //! their framing on the TCP stream between masqds, where each message's
 //! header gives its length.
@@ -7,7 +7,7 @@
 //! proto decoder before it becomes a `PeerMsg`; what `cm` then does with
 //! the values (which ids, which endpoints) it checks itself.
 
-use crate::peer_msg::{Params, PeerMsg};
+use crate::peer::msg::{Params, PeerMsg};
 use masq_proto::{self as proto, PeerBody, ProtoError};
 use std::fmt;
 use std::io::{self, Read};

@@ -1,6 +1,6 @@
 //! The CM exchange between masqds over TCP on the underlay (`cm.port`),
 //! accepted only from hosts in the VPC map. Messages are masq-proto's peer
-//! messages (`spec.rs`, converted in `peer_wire`): the common header, whose
+//! messages (`spec.rs`, converted in `wire.rs`): the common header, whose
 //! length frames each one on the stream and whose version tells a masqd of
 //! another protocol apart, and a fixed-layout body. A peer that sends
 //! anything else is logged and its link closed; it reconnects to send
@@ -11,8 +11,8 @@
 //! host's own endpoints take the same queue, so order is kept and no CM
 //! lock is re-entered.
 
-use crate::peer_msg::PeerMsg;
-use crate::peer_wire;
+use crate::peer::msg::PeerMsg;
+use crate::peer::wire as peer_wire;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};

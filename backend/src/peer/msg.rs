@@ -1,6 +1,6 @@
 //! The messages masqds exchange for the RDMA CM: what the CM sends and
-//! receives (`cm.rs`), what the link carries (`cm_link.rs`) and what
-//! `peer_wire.rs` encodes. Kept apart from the CM so that the wire and the
+//! receives (`cm.rs`), what the link carries (`link.rs`) and what
+//! `wire.rs` encodes. Kept apart from the CM so that the wire and the
 //! link do not depend on it.
 
 use masq_proto as proto;
@@ -51,7 +51,7 @@ impl Params {
     }
 }
 
-/// A CM message between masqds (on the wire: `peer_wire`). Ids are each
+/// A CM message between masqds (on the wire: `peer::wire`). Ids are each
 /// host's own numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerMsg {

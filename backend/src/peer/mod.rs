@@ -1,0 +1,7 @@
+//! The masqd-to-masqd transport for the RDMA CM: the messages (`msg`),
+//! their encoding on the wire (`wire`) and the TCP links between hosts
+//! (`link`), which hand what they receive to a `link::PeerSink`.
+
+pub mod link;
+pub mod msg;
+pub mod wire;
