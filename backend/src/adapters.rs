@@ -5,13 +5,14 @@
 
 use crate::admission::Admission;
 use crate::audit;
+use crate::cluster::endpoint::Endpoint;
+use crate::cluster::registry::Registry;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
 use crate::ports::{QpHost, BACKSTOP_WAIT};
-use crate::registry::{Endpoint, Registry};
 use crate::state::{lock, Shared};
 use std::collections::BTreeSet;
 use std::io;
@@ -82,7 +83,7 @@ impl crate::cm::CmHost for Shared {
     fn tracked_qp(
         &self,
         session: u64,
-        ep: &crate::registry::Endpoint,
+        ep: &crate::cluster::endpoint::Endpoint,
         qpn: u32,
     ) -> Option<(std::net::Ipv4Addr, u32)> {
         let pid_of = |s: u64| self.session_pid(s);

@@ -15,12 +15,12 @@
 //! which side connected.
 
 use crate::admission::Admission;
+use crate::cluster::endpoint::Endpoint;
+use crate::cluster::registry::Registry;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::ibv::*;
 use crate::peer::msg::{Params, PeerMsg};
-use crate::registry::Endpoint;
-use crate::registry::Registry;
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
 use std::collections::BTreeMap;

@@ -120,7 +120,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                     let mut v = json!({
                         "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
                         "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
-                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::registry::VDEV_NAME,
+                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::cluster::endpoint::VDEV_NAME,
                         "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
                         "max_connections": ep.cfg.max_connections,
                         "rdma_limits": ep.cfg.rdma_limits,

@@ -4,10 +4,11 @@
 
 use crate::admission::Admission;
 use crate::audit;
+use crate::cluster::endpoint::{Endpoint, Origin};
+use crate::cluster::registry::{Registry, RuntimeFile};
+use crate::cluster::source::{FileSource, Placement, Source, SourceId, Store};
 use crate::config::Config;
 use crate::kernel::host::HostDevice;
-use crate::registry::{Endpoint, Origin, Registry, RuntimeFile};
-use crate::source::{FileSource, Placement, Source, SourceId, Store};
 use crate::state::{lock, Shared};
 use std::collections::BTreeMap;
 use std::io;

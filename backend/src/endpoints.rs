@@ -3,9 +3,10 @@
 //! (`masqctl endpoint add/del`): everything an endpoint has in the kernel
 //! and on disk comes and goes with it, and no other endpoint notices.
 
+use crate::cluster::endpoint::{Endpoint, Origin};
+use crate::cluster::registry::RuntimeFile;
 use crate::config::{CniOwner, EndpointConfig};
 use crate::records::Session;
-use crate::registry::{Endpoint, Origin, RuntimeFile};
 use crate::session;
 use crate::state::{lock, now_secs, SessionView, Shared};
 use crate::transport::seqpacket::{Conn, Listener};

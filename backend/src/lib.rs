@@ -23,9 +23,10 @@ pub mod qp;
 pub mod ratelimit;
 pub mod rdma_cgroup;
 pub mod records;
-pub mod registry;
 pub mod session;
-pub mod source;
 pub mod state;
 pub mod transport;
 pub mod ud;
+
+// Paths other crates use (masqd, masqctl, masq-cni, tests, examples).
+pub use cluster::{registry, source};

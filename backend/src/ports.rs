@@ -4,10 +4,11 @@
 
 use crate::admission::Admission;
 use crate::audit::Admitted;
+use crate::cluster::endpoint::Endpoint;
+use crate::cluster::registry::Registry;
 use crate::error::Refusal;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::registry::{Endpoint, Registry};
 use std::io;
 use std::net::Ipv4Addr;
 use std::time::Duration;

@@ -15,6 +15,7 @@
 //! records what the kernel says the QP's state is now. The kernel and the
 //! host are traits, so the pipeline is tested without RDMA (`tests` below).
 
+use crate::cluster::endpoint::Endpoint;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::ibv::state_name;
 use crate::kernel::ibv::{
@@ -26,7 +27,6 @@ use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
 use crate::ports::{QpHost, QpKernel, BACKSTOP_WAIT};
 use crate::records::{QpRecord, Session};
-use crate::registry::Endpoint;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -702,9 +702,10 @@ mod tests {
     use super::*;
     use crate::admission::Admission;
     use crate::audit::Admitted;
+    use crate::cluster::endpoint::Origin;
+    use crate::cluster::registry::Registry;
     use crate::config::Config;
     use crate::kernel::rdma_nl::QpInfo;
-    use crate::registry::{Origin, Registry};
     use std::cell::RefCell;
     use std::io;
     use std::path::Path;

@@ -2,7 +2,7 @@
 //! address handles. Plain data, shared by the verbs pipelines, the session
 //! loop and the control socket's view; it uses none of them.
 
-use crate::registry::Endpoint;
+use crate::cluster::endpoint::Endpoint;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

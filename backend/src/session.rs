@@ -1,12 +1,12 @@
 //! One app context's session: decode each request, answer it, and hand
 //! QP changes to the pipeline (`qp.rs`) with the app's own uverbs file.
 
+use crate::cluster::endpoint::VDEV_NAME;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::{ownership, uverbs};
 use crate::ports::QpKernel;
 use crate::qp;
 use crate::records::{QpRecord, Session};
-use crate::registry::VDEV_NAME;
 use crate::state::Shared;
 use crate::transport;
 use crate::transport::seqpacket::Conn;

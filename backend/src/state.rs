@@ -5,6 +5,8 @@
 
 use crate::admission::Admission;
 use crate::audit::Admitted;
+use crate::cluster::endpoint::Endpoint;
+use crate::cluster::registry::Registry;
 use crate::cluster::Cluster;
 use crate::cm::Cm;
 use crate::config::Config;
@@ -12,7 +14,6 @@ use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::rdma_cgroup::{Applied, Cgroups};
 use crate::records::QpRecord;
-use crate::registry::{Endpoint, Registry};
 use crate::transport::seqpacket::Conn;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

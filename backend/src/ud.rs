@@ -10,11 +10,11 @@
 //! RESOLVE_GRH names a received packet's sender in virtual terms, for
 //! ibv_init_ah_from_wc.
 
+use crate::cluster::endpoint::Endpoint;
 use crate::error::{from_io, refuse, Refusal};
 use crate::ports::{QpHost, BACKSTOP_WAIT};
 use crate::qp::physical_av;
 use crate::records::{AhRecord, PendingAh, Session};
-use crate::registry::Endpoint;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::sync::Arc;

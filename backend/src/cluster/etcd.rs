@@ -28,8 +28,8 @@
 //! renewals waited behind that work would lose its lease, and every peer
 //! would reset the connections its endpoints' names admitted.
 
+use crate::cluster::source::{Placement, Source, SourceId, Store};
 use crate::config::{ClusterConfig, EndpointConfig};
-use crate::source::{Placement, Source, SourceId, Store};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
     WatchOptions,

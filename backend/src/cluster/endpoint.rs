@@ -1,0 +1,115 @@
+//! One endpoint this host serves: its configuration, its counters, its
+//! vNIC as last read, its sysfs view and its socket.
+
+use crate::config::EndpointConfig;
+use crate::transport::seqpacket::Listener;
+use serde::Serialize;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The name every endpoint's virtual device has.
+pub const VDEV_NAME: &str = "vrdma0";
+
+/// Where an endpoint came from, for `masqctl endpoint list`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// masqd.yaml's `endpoints:`.
+    File,
+    /// `masqctl endpoint add` (kept in the runtime file across restarts).
+    Command,
+}
+
+pub struct Endpoint {
+    pub cfg: EndpointConfig,
+    pub socket: PathBuf,
+    pub origin: Origin,
+    /// Connections refused (wrong namespace) and requests refused, for
+    /// `masqctl endpoints`: attempts to reach past the endpoint show here.
+    pub refused_connections: AtomicU64,
+    pub refused_requests: AtomicU64,
+    /// Connected QPs of the endpoint's processes that masqd never admitted
+    /// (found by the audit), and processes/cgroups killed for them.
+    pub audit_bypasses: AtomicU64,
+    pub audit_kills: AtomicU64,
+    /// The vNIC as last read, with the inode of the namespace it was read
+    /// in (see `with_vnic`).
+    pub binding: Mutex<Option<(u64, vbond::Binding)>>,
+    /// The endpoint's sysfs view (see `sysfs_view`); `None` when its
+    /// socket directory is shared with another endpoint's.
+    pub view: Option<crate::kernel::sysfs_view::View>,
+    /// Its socket while served; shut down when the endpoint is removed,
+    /// which ends its accept thread.
+    pub listener: Mutex<Option<Arc<Listener>>>,
+    /// Set by `Registry::remove`.
+    pub(super) removed: AtomicBool,
+    /// Held from counting the endpoint's connections to tracking a new one,
+    /// when it has a quota: two admissions cannot both take the last slot.
+    pub quota: Mutex<()>,
+    /// Its rdma cgroup limits could not be set (logged once until they are).
+    pub rdma_limits_failing: AtomicBool,
+}
+
+impl Endpoint {
+    pub fn new(
+        cfg: EndpointConfig,
+        socket: PathBuf,
+        origin: Origin,
+        view: Option<crate::kernel::sysfs_view::View>,
+    ) -> Endpoint {
+        Endpoint {
+            cfg,
+            socket,
+            origin,
+            refused_connections: AtomicU64::new(0),
+            refused_requests: AtomicU64::new(0),
+            audit_bypasses: AtomicU64::new(0),
+            audit_kills: AtomicU64::new(0),
+            binding: Mutex::new(None),
+            view,
+            listener: Mutex::new(None),
+            removed: AtomicBool::new(false),
+            quota: Mutex::new(()),
+            rdma_limits_failing: AtomicBool::new(false),
+        }
+    }
+
+    /// The endpoint's vNIC as it is now: `f` sees its binding. Entering the
+    /// namespace and dumping its links and addresses costs milliseconds, so
+    /// the view is kept with a netlink subscription in that namespace and
+    /// re-read only when a notification arrived, or when the namespace file
+    /// names another namespace (the container was recreated).
+    pub fn with_vnic<T>(&self, f: impl FnOnce(&vbond::Binding) -> T) -> std::io::Result<T> {
+        let ns = std::fs::metadata(&self.cfg.netns)
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("{}: {e}", self.cfg.netns.display()))
+            })?
+            .ino();
+        let mut slot = self.binding.lock().unwrap_or_else(|e| e.into_inner());
+        let current = match slot.take() {
+            Some((ino, mut b)) if ino == ns => b.wait_change(Some(Duration::ZERO)).map(|_| b),
+            _ => vbond::Binding::open(&self.cfg.netns, &self.cfg.vnic),
+        };
+        // On error the slot stays empty: the next call opens it afresh.
+        let b = current?;
+        if let Some(view) = &self.view {
+            view.vnic_seen(&b, VDEV_NAME);
+        }
+        let out = f(&b);
+        *slot = Some((ns, b));
+        Ok(out)
+    }
+
+    /// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
+    pub fn virtual_gids(&self) -> std::io::Result<Vec<vbond::VirtualGid>> {
+        self.with_vnic(|b| b.gids().to_vec())
+    }
+
+    /// The endpoint was deleted: its sessions and accept thread stop.
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,12 @@
+//! What follows the cluster: the endpoints (`endpoint`), the registry of
+//! this host's endpoints and the VPC map (`registry`), the sources that
+//! place endpoints in it (`source`), and the etcd store every host of a
+//! cluster follows (`etcd`).
+
+pub mod endpoint;
+pub mod etcd;
+pub mod registry;
+pub mod source;
+
+// The paths `cluster::Cluster` and `cluster::retry_max` stay as they were.
+pub use etcd::{retry_max, Cluster, Health};
