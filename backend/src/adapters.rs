@@ -3,10 +3,10 @@
 //! both the sessions and the CM. Kept apart from `state.rs` so that the
 //! daemon's state does not depend on the pipelines nor they on it.
 
-use crate::admission::Admission;
-use crate::audit;
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
+use crate::enforce::admission::Admission;
+use crate::enforce::audit;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::uverbs;

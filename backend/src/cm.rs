@@ -14,9 +14,9 @@
 //! the virtual addresses to put there, and `role_of` tells RConntrack
 //! which side connected.
 
-use crate::admission::Admission;
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
+use crate::enforce::admission::Admission;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::ibv::*;

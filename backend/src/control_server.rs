@@ -65,7 +65,7 @@ fn backstop_status(shared: &Shared) -> Value {
     };
     match b.counters() {
         Ok(c) => json!({
-            "table": format!("inet {}", crate::backstop::TABLE),
+            "table": format!("inet {}", crate::enforce::backstop::TABLE),
             "drops": c.iter().map(|(name, packets, bytes)| {
                 json!({"counter": name, "packets": packets, "bytes": bytes})
             }).collect::<Vec<_>>(),

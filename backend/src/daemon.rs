@@ -2,12 +2,12 @@
 //! cluster feeding its state (`state.rs`). The endpoints' sockets and sessions are in
 //! `endpoints.rs`, the control socket's answers in `control_server.rs`.
 
-use crate::admission::Admission;
-use crate::audit;
 use crate::cluster::endpoint::{Endpoint, Origin};
 use crate::cluster::registry::{Registry, RuntimeFile};
 use crate::cluster::source::{FileSource, Placement, Source, SourceId, Store};
 use crate::config::Config;
+use crate::enforce::admission::Admission;
+use crate::enforce::audit;
 use crate::kernel::host::HostDevice;
 use crate::state::{lock, Shared};
 use std::collections::BTreeMap;
@@ -102,7 +102,7 @@ impl Daemon {
             None
         };
         let is_rxe = host.driver_id == crate::kernel::uverbs::RDMA_DRIVER_RXE;
-        let backstop = crate::backstop::wanted(&cfg.backstop, is_rxe);
+        let backstop = crate::enforce::backstop::wanted(&cfg.backstop, is_rxe);
         if !backstop && is_rxe {
             warn!("backstop disabled: a tenant that skips libmasq can reach any QP");
         } else if !backstop {
@@ -119,14 +119,14 @@ impl Daemon {
         let limited = endpoint_cfgs.iter().find(|e| e.max_rate_mbps.is_some());
         let rates = if is_rxe {
             Some(
-                crate::ratelimit::RateLimits::new(
+                crate::enforce::ratelimit::RateLimits::new(
                     &cfg.underlay.netdev,
                     &cfg.backstop.cgroup_parent,
                 )
                 .map_err(|e| io::Error::other(format!("rate limits: {e}")))?,
             )
         } else if let Some(e) = limited {
-            return Err(invalid(crate::ratelimit::needs_software_roce(
+            return Err(invalid(crate::enforce::ratelimit::needs_software_roce(
                 &e.name,
                 &cfg.device,
             )));
@@ -141,7 +141,7 @@ impl Daemon {
         file.start(shared.clone())
             .map_err(|e| invalid(format!("policy: {e}")))?;
         if backstop {
-            let b = crate::backstop::Backstop::start(&shared.cfg, &endpoint_cfgs)
+            let b = crate::enforce::backstop::Backstop::start(&shared.cfg, &endpoint_cfgs)
                 .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
             shared.admission.set_backstop(b);
         }
@@ -301,7 +301,7 @@ impl Daemon {
                 v.remove();
             }
         }
-        if let Err(e) = crate::firewall::remove(&self.shared.registry.configs()) {
+        if let Err(e) = crate::enforce::firewall::remove(&self.shared.registry.configs()) {
             warn!("cannot remove the nftables rules: {e}");
         }
         for conn in lock(&self.shared.conns).values() {

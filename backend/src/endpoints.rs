@@ -127,7 +127,7 @@ impl Shared {
         let _one_at_a_time = lock(&self.endpoint_ops);
         self.registry.check_new(&e)?;
         if e.max_rate_mbps.is_some() && self.rates.is_none() {
-            return Err(crate::ratelimit::needs_software_roce(
+            return Err(crate::enforce::ratelimit::needs_software_roce(
                 &e.name,
                 &self.cfg.device,
             ));
@@ -150,11 +150,11 @@ impl Shared {
         }
         let one = std::slice::from_ref(&e);
         if let Some(p) = self.admission.active() {
-            crate::firewall::render(&p, one)
-                .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
+            crate::enforce::firewall::render(&p, one)
+                .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
         }
         let undo_firewall = || {
-            if let Err(err) = crate::firewall::remove(one) {
+            if let Err(err) = crate::enforce::firewall::remove(one) {
                 warn!(endpoint = %e.name, "cannot remove its nftables table: {err}");
             }
         };
@@ -258,7 +258,7 @@ impl Shared {
                 warn!(endpoint = name, "backstop: cannot remove its chain: {e}");
             }
         }
-        if let Err(e) = crate::firewall::remove(std::slice::from_ref(&ep.cfg)) {
+        if let Err(e) = crate::enforce::firewall::remove(std::slice::from_ref(&ep.cfg)) {
             warn!(endpoint = name, "cannot remove its nftables table: {e}");
         }
         if let Err(e) = self.sync_rate_limits() {
@@ -418,7 +418,7 @@ fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
 /// process in it lives in the endpoint's namespace (a container's cgroup
 /// does; a login session's or a service's that merely entered it does
 /// not, and filtering those would catch the host's own apps).
-fn adopt_cgroup(b: &crate::backstop::Backstop, ep: &EndpointConfig, pid: i32) {
+fn adopt_cgroup(b: &crate::enforce::backstop::Backstop, ep: &EndpointConfig, pid: i32) {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
         return; // gone already: its session ends at once
     };
@@ -427,7 +427,7 @@ fn adopt_cgroup(b: &crate::backstop::Backstop, ep: &EndpointConfig, pid: i32) {
         return;
     };
     let path = path.trim_end_matches('/');
-    let procs = std::path::Path::new(crate::rdma_cgroup::CGROUP_ROOT)
+    let procs = std::path::Path::new(crate::enforce::rdma_cgroup::CGROUP_ROOT)
         .join(path)
         .join("cgroup.procs");
     let outsider = std::fs::read_to_string(&procs)

@@ -1,9 +1,6 @@
 //! masqd internals: configuration, the uverbs commands masqd runs on
 //! tenants' behalf, the per-endpoint session server and the control socket.
 pub mod adapters;
-pub mod admission;
-pub mod audit;
-pub mod backstop;
 pub mod cdi;
 pub mod cluster;
 pub mod cm;
@@ -12,16 +9,13 @@ pub mod control;
 pub mod control_server;
 pub mod daemon;
 pub mod endpoints;
+pub mod enforce;
 pub mod error;
-pub mod firewall;
-pub mod kconntrack;
 pub mod kernel;
 pub mod metrics;
 pub mod peer;
 pub mod ports;
 pub mod qp;
-pub mod ratelimit;
-pub mod rdma_cgroup;
 pub mod records;
 pub mod session;
 pub mod state;
@@ -30,3 +24,4 @@ pub mod ud;
 
 // Paths other crates use (masqd, masqctl, masq-cni, tests, examples).
 pub use cluster::{registry, source};
+pub use enforce::admission;

@@ -2,10 +2,10 @@
 //! and the limits they share with the CM. The pipelines are written against
 //! these traits, so they are tested without RDMA and use no daemon state.
 
-use crate::admission::Admission;
-use crate::audit::Admitted;
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
+use crate::enforce::admission::Admission;
+use crate::enforce::audit::Admitted;
 use crate::error::Refusal;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;

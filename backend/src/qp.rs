@@ -700,11 +700,11 @@ mod tests {
     //! destination, every command it ran) and the example config's VPC map
     //! and policy: no RDMA needed.
     use super::*;
-    use crate::admission::Admission;
-    use crate::audit::Admitted;
     use crate::cluster::endpoint::Origin;
     use crate::cluster::registry::Registry;
     use crate::config::Config;
+    use crate::enforce::admission::Admission;
+    use crate::enforce::audit::Admitted;
     use crate::kernel::rdma_nl::QpInfo;
     use std::cell::RefCell;
     use std::io;

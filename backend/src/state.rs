@@ -3,16 +3,16 @@
 //! sessions and the CM. Sources (the config file, `masqctl`, the cluster)
 //! change it through its methods; `daemon.rs` starts and stops it.
 
-use crate::admission::Admission;
-use crate::audit::Admitted;
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::cluster::Cluster;
 use crate::cm::Cm;
 use crate::config::Config;
+use crate::enforce::admission::Admission;
+use crate::enforce::audit::Admitted;
+use crate::enforce::rdma_cgroup::{Applied, Cgroups};
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
-use crate::rdma_cgroup::{Applied, Cgroups};
 use crate::records::QpRecord;
 use crate::transport::seqpacket::Conn;
 use serde_json::{json, Value};
@@ -65,7 +65,7 @@ pub struct Shared {
     /// checks; the audit has its own socket.
     rdma: Mutex<crate::kernel::rdma_nl::RdmaNl>,
     /// QPNs masqd answers for (what the audit does not flag).
-    pub admitted: crate::audit::Admitted,
+    pub admitted: crate::enforce::audit::Admitted,
     /// Events for the Prometheus endpoint (`metrics.rs`).
     pub metrics: crate::metrics::Metrics,
     /// Cluster mode: the etcd store every host follows.
@@ -73,7 +73,7 @@ pub struct Shared {
     /// The endpoints' cgroups, for their rdma limits.
     pub rdma_cgroups: Cgroups,
     /// Software RoCE: the endpoints' RoCE egress shaping (`ratelimit.rs`).
-    pub rates: Option<crate::ratelimit::RateLimits>,
+    pub rates: Option<crate::enforce::ratelimit::RateLimits>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -96,13 +96,13 @@ impl Shared {
         host: HostDevice,
         rdma: RdmaNl,
         cluster: Option<Arc<Cluster>>,
-        rates: Option<crate::ratelimit::RateLimits>,
+        rates: Option<crate::enforce::ratelimit::RateLimits>,
     ) -> Shared {
         let metrics = admission.metrics.clone();
         Shared {
             rates,
             rdma_cgroups: Cgroups::new(
-                crate::rdma_cgroup::CGROUP_ROOT,
+                crate::enforce::rdma_cgroup::CGROUP_ROOT,
                 &cfg.backstop.cgroup_parent,
                 &cfg.device,
             ),
@@ -137,7 +137,7 @@ impl Shared {
             Ok(Applied::Set) => {
                 ep.rdma_limits_failing.store(false, Ordering::Relaxed);
                 info!(endpoint = %ep.cfg.name, "rdma cgroup limits set: {}",
-                      crate::rdma_cgroup::max_line(&self.cfg.device, limits));
+                      crate::enforce::rdma_cgroup::max_line(&self.cfg.device, limits));
             }
             Ok(_) => {}
             Err(e) => {
@@ -241,8 +241,8 @@ impl Shared {
     /// reset what it no longer allows.
     pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
         let started = Instant::now();
-        crate::firewall::render(&policy, &self.registry.configs())
-            .and_then(|r| crate::firewall::load(&r).map_err(|e| e.to_string()))?;
+        crate::enforce::firewall::render(&policy, &self.registry.configs())
+            .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy);
         self.metrics.policy_applied_now();
@@ -250,7 +250,9 @@ impl Shared {
         // Under `keep`, established tcp/udp flows stay too (stateful
         // security groups); otherwise their kernel entries go.
         let flows = match (applied.keep, self.admission.active()) {
-            (false, Some(p)) => crate::kconntrack::drop_denied(&p, &self.registry.configs()),
+            (false, Some(p)) => {
+                crate::enforce::kconntrack::drop_denied(&p, &self.registry.configs())
+            }
             _ => 0,
         };
         let ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -79,7 +79,7 @@ impl RateLimits {
             netdev: netdev.to_string(),
             level: parent.split('/').count() + 1,
             parent,
-            cgroup_root: crate::rdma_cgroup::CGROUP_ROOT.into(),
+            cgroup_root: crate::enforce::rdma_cgroup::CGROUP_ROOT.into(),
             nft: Nft::new()?,
             state: Mutex::new(State::default()),
         })
@@ -177,7 +177,7 @@ impl RateLimits {
     }
 
     fn cgroup_inode(&self, endpoint: &str) -> Option<u64> {
-        crate::rdma_cgroup::cgroup_inode(
+        crate::enforce::rdma_cgroup::cgroup_inode(
             &Path::new(&self.cgroup_root)
                 .join(&self.parent)
                 .join(endpoint),

@@ -43,8 +43,8 @@
 //! its table in one transaction (`reconcile`).
 
 use crate::config::{BackstopConfig, Config, EndpointConfig};
+use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::kernel::nft::{nft_id, Nft};
-use crate::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use rconntrack::{Entry, Event, EventKind, QpKey, QpType, State};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -191,7 +191,7 @@ impl Backstop {
         el.endpoints = rules;
         el.cgroups = cgroups;
         drop(el);
-        crate::kconntrack::forget_roce();
+        crate::enforce::kconntrack::forget_roce();
         info!(table = TABLE, cgroups = %format!("{}/*", b.parent), "RoCE backstop installed");
         Ok(b)
     }

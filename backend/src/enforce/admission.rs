@@ -10,7 +10,7 @@ use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard};
 
-use crate::backstop::Backstop;
+use crate::enforce::backstop::Backstop;
 
 pub struct Admission {
     /// The policy file named by the config, for SIGHUP.

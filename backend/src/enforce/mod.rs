@@ -1,0 +1,12 @@
+//! What masqd enforces: the security groups' admission of RDMA
+//! connections, the nftables backstop, the tcp/udp firewall, the audit of
+//! the kernel's QPs, the endpoints' rate limits and rdma cgroup limits,
+//! and the kernel conntrack entries a policy change ends.
+
+pub mod admission;
+pub mod audit;
+pub mod backstop;
+pub mod firewall;
+pub mod kconntrack;
+pub mod ratelimit;
+pub mod rdma_cgroup;
