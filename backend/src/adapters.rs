@@ -13,7 +13,8 @@ use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
 use crate::ports::{QpHost, BACKSTOP_WAIT};
-use crate::state::{lock, Shared};
+use crate::run::lock;
+use crate::state::Shared;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::Ipv4Addr;
@@ -116,7 +117,7 @@ impl PeerSink for Shared {
         self.registry.hosts().into_iter().collect()
     }
     fn stopping(&self) -> bool {
-        self.is_stopping()
+        self.run.is_stopping()
     }
     fn linked(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
         self.cm.set_link(tx);

@@ -3,7 +3,8 @@
 
 use crate::control::{self, Request};
 use crate::records::QpRecord;
-use crate::state::{lock, Shared};
+use crate::run::lock;
+use crate::state::Shared;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::os::unix::net::UnixListener;
@@ -13,7 +14,7 @@ use std::thread;
 
 pub fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
     for stream in listener.incoming() {
-        if shared.is_stopping() {
+        if shared.run.is_stopping() {
             return;
         }
         let Ok(stream) = stream else { continue };
@@ -52,7 +53,7 @@ fn stream_events(
         }
         let mut line = json!({ "event": ev.to_string(), "data": ev }).to_string();
         line.push('\n');
-        if stream.write_all(line.as_bytes()).is_err() || shared.is_stopping() {
+        if stream.write_all(line.as_bytes()).is_err() || shared.run.is_stopping() {
             return;
         }
     }
@@ -91,7 +92,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             "endpoints": shared.registry.local().len(),
             "sessions": sessions.len(),
             "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
-            "uptime_s": shared.uptime().as_secs(),
+            "uptime_s": shared.run.uptime().as_secs(),
             "backstop": backstop_status(shared),
             "cluster": shared.cluster.as_ref().map(|c| c.health()),
         }),

@@ -9,7 +9,8 @@ use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit;
 use crate::kernel::host::HostDevice;
-use crate::state::{lock, Shared};
+use crate::run::lock;
+use crate::state::Shared;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::Ipv4Addr;
@@ -213,7 +214,7 @@ impl Daemon {
                 .name("backstop-sets".into())
                 .spawn(move || {
                     if let Some(b) = s.admission.backstop() {
-                        while !s.is_stopping() {
+                        while !s.run.is_stopping() {
                             b.flush_updates(Duration::from_millis(500));
                         }
                         b.flush_updates(Duration::ZERO);
@@ -226,7 +227,7 @@ impl Daemon {
                 Box::new(move || weak.upgrade().map(|s| s.sample()));
             let registry = crate::metrics::registry(&shared.metrics, sampler);
             let weak = Arc::downgrade(&shared);
-            let stopping = move || weak.upgrade().is_none_or(|s| s.is_stopping());
+            let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
             if let Err(e) = crate::metrics::serve(registry, addr, stopping) {
                 unserve_all(&shared);
                 return Err(e);
@@ -254,7 +255,7 @@ impl Daemon {
             thread::Builder::new()
                 .name("cgroup-limits".into())
                 .spawn(move || {
-                    while !s.is_stopping() {
+                    while !s.run.is_stopping() {
                         for ep in s.registry.local() {
                             s.apply_rdma_limits(&ep);
                         }
@@ -290,7 +291,7 @@ impl Daemon {
     }
 
     pub fn shutdown(self) {
-        self.shared.stop();
+        self.shared.run.stop();
         let endpoints = self.shared.registry.local();
         for ep in &endpoints {
             let _ = std::fs::remove_file(&ep.socket);
@@ -391,7 +392,7 @@ impl Store for Shared {
 fn sysfs_view_loop(shared: Arc<Shared>) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     let mut lost: BTreeMap<String, bool> = BTreeMap::new();
-    while !shared.is_stopping() {
+    while !shared.run.is_stopping() {
         // Duplicates, so the poll holds no endpoint's lock.
         let fds: Vec<OwnedFd> = shared
             .registry
@@ -409,7 +410,7 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
             .collect();
         let _ = nix::poll::poll(&mut pfds, PollTimeout::from(2000u16));
         drop(pfds);
-        if shared.is_stopping() {
+        if shared.run.is_stopping() {
             return;
         }
         for ep in &shared.registry.local() {
@@ -436,14 +437,14 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
 /// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
 /// QPs look unadmitted, so the audit only counts what it would flag.
 fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
-    let interval = shared.audit_interval();
+    let interval = shared.run.audit_interval();
     let action = shared.cfg.audit.action;
     let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
     let parent = shared.cfg.backstop.cgroup_parent.clone();
     info!(?interval, ?action, "QP audit running");
     let mut reported = std::collections::HashSet::new();
     let mut waiting = 0;
-    while !shared.is_stopping() {
+    while !shared.run.is_stopping() {
         std::thread::sleep(interval);
         let started = Instant::now();
         // The kernel's list first, then what masqd vouches for: a QP masqd
@@ -471,7 +472,7 @@ fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
             "audit round in {:?}",
             started.elapsed()
         );
-        if shared.uptime() < grace {
+        if shared.run.uptime() < grace {
             if found.len() != waiting {
                 waiting = found.len();
                 info!("audit: {waiting} connected tenant QP(s) not (yet) resynced; acting after the recovery grace");
@@ -525,10 +526,10 @@ fn backstop_loop(shared: Arc<Shared>) {
     let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
     let mut reconciled = false;
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
-    while !shared.is_stopping() {
+    while !shared.run.is_stopping() {
         thread::sleep(Duration::from_secs(2));
         b.refresh_cgroups();
-        if !reconciled && shared.uptime() >= grace {
+        if !reconciled && shared.run.uptime() >= grace {
             reconciled = true;
             b.reconcile();
         }

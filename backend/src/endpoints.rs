@@ -7,8 +7,9 @@ use crate::cluster::endpoint::{Endpoint, Origin};
 use crate::cluster::registry::RuntimeFile;
 use crate::config::{CniOwner, EndpointConfig};
 use crate::records::Session;
+use crate::run::{lock, now_secs};
 use crate::session;
-use crate::state::{lock, now_secs, SessionView, Shared};
+use crate::state::{SessionView, Shared};
 use crate::transport::seqpacket::{Conn, Listener};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -357,7 +358,7 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
         let conn = match listener.accept() {
             Ok(c) => c,
             Err(e) => {
-                if shared.is_stopping() || ep.is_removed() {
+                if shared.run.is_stopping() || ep.is_removed() {
                     return;
                 }
                 warn!(endpoint = %ep.cfg.name, "accept failed: {e}");
@@ -365,7 +366,7 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
                 continue;
             }
         };
-        if shared.is_stopping() || ep.is_removed() {
+        if shared.run.is_stopping() || ep.is_removed() {
             return;
         }
         let pid = match conn.peer_pid() {
@@ -478,7 +479,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
     shared.cm.session_gone(id);
     shared
         .admitted
-        .session_gone(id, 2 * shared.audit_interval());
+        .session_gone(id, 2 * shared.run.audit_interval());
     for e in shared.admission.table().remove_session(id) {
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }

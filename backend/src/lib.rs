@@ -17,6 +17,7 @@ pub mod peer;
 pub mod ports;
 pub mod qp;
 pub mod records;
+pub mod run;
 pub mod session;
 pub mod state;
 pub mod transport;

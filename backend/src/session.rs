@@ -105,7 +105,7 @@ impl transport::Handler for SessionHandler<'_> {
     }
 
     fn stopping(&self) -> bool {
-        self.shared.is_stopping()
+        self.shared.run.is_stopping()
     }
 }
 

@@ -14,15 +14,16 @@ use crate::enforce::rdma_cgroup::{Applied, Cgroups};
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::records::QpRecord;
+use crate::run::{lock, Run};
 use crate::transport::seqpacket::Conn;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 /// What the control socket shows of a live session.
@@ -54,11 +55,11 @@ pub struct Shared {
     /// back a policy that lacks the other's endpoint (resetting its
     /// connections).
     pub(crate) policy_ops: Mutex<()>,
-    started: Instant,
     pub(crate) sessions: Mutex<BTreeMap<u64, SessionView>>,
     pub(crate) conns: Mutex<BTreeMap<u64, Conn>>,
     next_session: AtomicU64,
-    stopping: AtomicBool,
+    /// Started when, stopping or not.
+    pub run: Run,
     /// RDMA CM ids, listeners and connections of every endpoint.
     pub cm: crate::cm::Cm,
     /// The kernel's QP table (rdma netlink), for the sessions' ownership
@@ -74,18 +75,6 @@ pub struct Shared {
     pub rdma_cgroups: Cgroups,
     /// Software RoCE: the endpoints' RoCE egress shaping (`ratelimit.rs`).
     pub rates: Option<crate::enforce::ratelimit::RateLimits>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking session thread must not take the daemon down with it.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl Shared {
@@ -112,11 +101,11 @@ impl Shared {
             endpoint_ops: Mutex::new(()),
             policy_ops: Mutex::new(()),
             host,
-            started: Instant::now(),
             sessions: Mutex::new(BTreeMap::new()),
             conns: Mutex::new(BTreeMap::new()),
             next_session: AtomicU64::new(1),
-            stopping: AtomicBool::new(false),
+            // Validated when the config was read.
+            run: Run::new(cfg.audit.interval().unwrap_or(Duration::from_secs(2))),
             cm: Cm::new(Duration::from_millis(cfg.cm.timeout_ms), metrics.clone()),
             rdma: Mutex::new(rdma),
             admitted: Admitted::default(),
@@ -154,11 +143,6 @@ impl Shared {
             Some(r) => r.sync(&self.registry.configs()),
             None => Ok(()),
         }
-    }
-
-    /// masqd is stopping: threads end at their next look.
-    pub fn stop(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
     }
 
     pub fn next_session_id(&self) -> u64 {
@@ -200,15 +184,6 @@ impl Shared {
     /// One QP as the kernel reports it (a single-QP query).
     pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::kernel::rdma_nl::Lookup> {
         lock(&self.rdma).qp(qpn)
-    }
-
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
-    }
-
-    pub fn audit_interval(&self) -> Duration {
-        // Validated when the config was read.
-        self.cfg.audit.interval().unwrap_or(Duration::from_secs(2))
     }
 
     pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
@@ -329,10 +304,6 @@ impl Shared {
                 };
             }
         }
-    }
-
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst)
     }
 
     /// masqd's state for a metrics scrape.
