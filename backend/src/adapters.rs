@@ -13,7 +13,6 @@ use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
 use crate::ports::{QpHost, BACKSTOP_WAIT};
-use crate::run::lock;
 use crate::state::Shared;
 use std::collections::BTreeSet;
 use std::io;
@@ -63,7 +62,7 @@ impl QpHost for Shared {
         local_sender(self, vni, qpn)
     }
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>> {
-        let fd = lock(&self.fds).get(&session).cloned();
+        let fd = self.sessions.fd(session);
         fd.map(|fd| uverbs::destroy_ah(fd.as_fd(), self.host.driver_id, ah_handle))
     }
 }
@@ -79,7 +78,7 @@ impl crate::cm::CmHost for Shared {
         &self.host
     }
     fn app_gone(&self, session: u64) -> bool {
-        Shared::app_gone(self, session)
+        self.sessions.app_gone(session)
     }
     fn tracked_qp(
         &self,
@@ -87,7 +86,7 @@ impl crate::cm::CmHost for Shared {
         ep: &crate::cluster::endpoint::Endpoint,
         qpn: u32,
     ) -> Option<(std::net::Ipv4Addr, u32)> {
-        let pid_of = |s: u64| self.session_pid(s);
+        let pid_of = |s: u64| self.sessions.pid(s);
         let pid = pid_of(session)?;
         let (owner, remote) = {
             let table = self.admission.table();
@@ -169,15 +168,17 @@ pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
 /// Another host's masqd (re)started and forgot this host's UD QPs: name
 /// them to it again, those of the VNIs it serves.
 fn reannounce(shared: &Shared, host: Ipv4Addr) {
-    let qps: Vec<(String, u32)> = lock(&shared.sessions)
-        .values()
-        .flat_map(|v| {
-            v.qps
-                .values()
-                .filter(|q| q.qp_type == "UD")
-                .map(|q| (v.endpoint.clone(), q.qpn))
-        })
-        .collect();
+    let qps: Vec<(String, u32)> = shared.sessions.with_views(|views| {
+        views
+            .values()
+            .flat_map(|v| {
+                v.qps
+                    .values()
+                    .filter(|q| q.qp_type == "UD")
+                    .map(|q| (v.endpoint.clone(), q.qpn))
+            })
+            .collect()
+    });
     let vpc = shared.registry.vpc();
     let mut n = 0;
     for (name, qpn) in qps {
@@ -202,10 +203,12 @@ fn reannounce(shared: &Shared, host: Ipv4Addr) {
 /// The vIP of the endpoint in `vni` on this host whose app holds UD QP
 /// `qpn`, from the sessions' QP records.
 fn local_sender(shared: &Shared, vni: u32, qpn: u32) -> Option<Ipv4Addr> {
-    let name = lock(&shared.sessions)
-        .values()
-        .find(|v| v.qps.values().any(|q| q.qpn == qpn && q.qp_type == "UD"))
-        .map(|v| v.endpoint.clone())?;
+    let name = shared.sessions.with_views(|views| {
+        views
+            .values()
+            .find(|v| v.qps.values().any(|q| q.qpn == qpn && q.qp_type == "UD"))
+            .map(|v| v.endpoint.clone())
+    })?;
     let ep = shared.registry.local_named(&name)?;
     (ep.cfg.vni == vni).then_some(ep.cfg.vip)
 }

@@ -3,7 +3,6 @@
 
 use crate::control::{self, Request};
 use crate::records::QpRecord;
-use crate::run::lock;
 use crate::state::Shared;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -83,7 +82,7 @@ fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
 }
 
 fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
-    let sessions = lock(&shared.sessions).clone();
+    let sessions = shared.sessions.with_views(|v| v.clone());
     match req {
         Request::Status => json!({
             "host": shared.cfg.underlay.ip.to_string(),
@@ -193,7 +192,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
         Request::ConntrackDelete { filter } => match filter.compile() {
             Ok(f) => {
                 let victims: Vec<_> = shared.admission.table().list(&f).cloned().collect();
-                json!({ "reset": shared.reset(&victims, "deleted by the operator") })
+                json!({ "reset": shared.sessions.reset(&shared.admission, shared.host.driver_id, &victims, "deleted by the operator") })
             }
             Err(e) => json!({ "error": e }),
         },

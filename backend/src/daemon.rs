@@ -305,9 +305,7 @@ impl Daemon {
         if let Err(e) = crate::enforce::firewall::remove(&self.shared.registry.configs()) {
             warn!("cannot remove the nftables rules: {e}");
         }
-        for conn in lock(&self.shared.conns).values() {
-            conn.shutdown();
-        }
+        self.shared.sessions.shutdown_all();
         info!("stopped; tenants' established QPs keep running on the NIC");
     }
 }

@@ -9,12 +9,12 @@ use crate::config::{CniOwner, EndpointConfig};
 use crate::records::Session;
 use crate::run::{lock, now_secs};
 use crate::session;
-use crate::state::{SessionView, Shared};
+use crate::sessions::SessionView;
+use crate::state::Shared;
 use crate::transport::seqpacket::{Conn, Listener};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -247,13 +247,20 @@ impl Shared {
             // Only empty (a socket directory someone else filled stays).
             let _ = std::fs::remove_dir(dir);
         }
-        let (sessions, qps_reset) = self.close_sessions_of(&ep);
+        let (sessions, qps_reset) = self
+            .sessions
+            .close_endpoint(&ep.cfg.name, self.host.driver_id);
         // What its sessions tracked went with them; CM-made entries too.
         let filter = rconntrack::Filter::new()
             .vni(ep.cfg.vni)
             .src(rconntrack::Cidr::host(ep.cfg.vip));
         let left: Vec<_> = self.admission.table().list(&filter).cloned().collect();
-        let untracked = self.reset(&left, "endpoint deleted");
+        let untracked = self.sessions.reset(
+            &self.admission,
+            self.host.driver_id,
+            &left,
+            "endpoint deleted",
+        );
         if let Some(b) = self.admission.backstop() {
             if let Err(e) = b.remove_endpoint(name) {
                 warn!(endpoint = name, "backstop: cannot remove its chain: {e}");
@@ -276,39 +283,6 @@ impl Shared {
         }
         info!(endpoint = name, sessions, qps_reset, "endpoint deleted");
         Ok(json!({ "name": name, "sessions": sessions, "qps_reset": qps_reset + untracked }))
-    }
-
-    /// Move every QP of the endpoint's sessions to ERROR and close the
-    /// sessions (their threads clean up as after an app's exit).
-    fn close_sessions_of(&self, ep: &Endpoint) -> (usize, usize) {
-        let mine: Vec<(u64, Vec<u32>)> = lock(&self.sessions)
-            .iter()
-            .filter(|(_, s)| s.endpoint == ep.cfg.name)
-            .map(|(id, s)| (*id, s.qps.values().map(|q| q.handle).collect()))
-            .collect();
-        let mut reset = 0;
-        for (id, handles) in &mine {
-            let fd = lock(&self.fds).get(id).cloned();
-            for &h in handles {
-                let cmd = crate::kernel::uverbs::ModifyQp {
-                    qp_handle: h,
-                    attr_mask: 1, // IBV_QP_STATE
-                    qp_state: 6,  // IBV_QPS_ERR
-                    ..Default::default()
-                };
-                match fd.as_ref().map(|fd| {
-                    crate::kernel::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd)
-                }) {
-                    Some(Ok(())) => reset += 1,
-                    Some(Err(e)) => debug!(session = id, handle = h, "cannot reset QP: {e}"),
-                    None => {}
-                }
-            }
-            if let Some(c) = lock(&self.conns).get(id) {
-                c.shutdown();
-            }
-        }
-        (mine.len(), reset)
     }
 
     /// The set of endpoints changed: policies resolve names against the new
@@ -386,7 +360,7 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
             b.refresh_cgroups();
             adopt_cgroup(b, &ep.cfg, pid);
         }
-        let id = shared.next_session_id();
+        let id = shared.sessions.next_id();
         let (shared, ep) = (shared.clone(), ep.clone());
         let spawned = thread::Builder::new()
             .name(format!("session-{id}"))
@@ -457,7 +431,7 @@ fn adopt_cgroup(b: &crate::enforce::backstop::Backstop, ep: &EndpointConfig, pid
 }
 
 fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
-    shared.session_opened(
+    shared.sessions.opened(
         id,
         &conn,
         SessionView {
@@ -475,7 +449,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
     debug!("connected");
     let mut sess = Session::new(id, pid, ep.clone());
     session::serve(&shared, &mut sess, &conn);
-    shared.session_closed(id);
+    shared.sessions.closed(id);
     shared.cm.session_gone(id);
     shared
         .admitted

@@ -19,6 +19,7 @@ pub mod qp;
 pub mod records;
 pub mod run;
 pub mod session;
+pub mod sessions;
 pub mod state;
 pub mod transport;
 pub mod ud;

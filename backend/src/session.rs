@@ -100,7 +100,9 @@ impl transport::Handler for SessionHandler<'_> {
     fn finished(&mut self, op: u16, took: Duration) {
         let (shared, sess) = (self.shared, &mut *self.sess);
         shared.metrics.request(op, took);
-        shared.publish(sess.id, &sess.app, sess.requests, &sess.qps, &sess.touched);
+        shared
+            .sessions
+            .publish(sess.id, &sess.app, sess.requests, &sess.qps, &sess.touched);
         sess.touched.clear();
     }
 
@@ -246,7 +248,7 @@ fn cm_qp_step(
     accept: Option<&proto::CmConnParam>,
 ) -> Result<(), Refusal> {
     let pid = sess.pid;
-    let same_app = |s: u64| shared.session_pid(s) == Some(pid);
+    let same_app = |s: u64| shared.sessions.pid(s) == Some(pid);
     let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
     let (cm_session, rtr, rts) =
         shared
@@ -323,7 +325,7 @@ fn open_device(
         ));
     }
     let fd = Arc::new(fd);
-    shared.register_fd(sess.id, fd.clone());
+    shared.sessions.register_fd(sess.id, fd.clone());
     sess.uverbs = Some(fd);
     debug!("device opened");
     Ok(())

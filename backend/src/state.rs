@@ -13,37 +13,19 @@ use crate::enforce::audit::Admitted;
 use crate::enforce::rdma_cgroup::{Applied, Cgroups};
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
-use crate::records::QpRecord;
 use crate::run::{lock, Run};
-use crate::transport::seqpacket::Conn;
+use crate::sessions::Sessions;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::{debug, info, warn};
-
-/// What the control socket shows of a live session.
-#[derive(Clone)]
-pub struct SessionView {
-    pub endpoint: String,
-    pub tenant: String,
-    pub pid: i32,
-    pub app: String,
-    pub started: u64,
-    /// Requests received: flat while an app only posts and polls.
-    pub requests: u64,
-    pub qps: BTreeMap<u32, QpRecord>,
-}
+use tracing::{info, warn};
 
 pub struct Shared {
     pub cfg: Config,
     pub admission: Admission,
-    /// Each session's uverbs file, so policy can reset its QPs.
-    pub(crate) fds: Mutex<BTreeMap<u64, Arc<OwnedFd>>>,
     pub host: HostDevice,
     /// This host's endpoints and the VPC map.
     pub registry: Registry,
@@ -55,9 +37,8 @@ pub struct Shared {
     /// back a policy that lacks the other's endpoint (resetting its
     /// connections).
     pub(crate) policy_ops: Mutex<()>,
-    pub(crate) sessions: Mutex<BTreeMap<u64, SessionView>>,
-    pub(crate) conns: Mutex<BTreeMap<u64, Conn>>,
-    next_session: AtomicU64,
+    /// The live sessions: their views, connections and uverbs files.
+    pub sessions: Sessions,
     /// Started when, stopping or not.
     pub run: Run,
     /// RDMA CM ids, listeners and connections of every endpoint.
@@ -96,14 +77,11 @@ impl Shared {
                 &cfg.device,
             ),
             cluster,
-            fds: Mutex::new(BTreeMap::new()),
             registry,
             endpoint_ops: Mutex::new(()),
             policy_ops: Mutex::new(()),
             host,
-            sessions: Mutex::new(BTreeMap::new()),
-            conns: Mutex::new(BTreeMap::new()),
-            next_session: AtomicU64::new(1),
+            sessions: Sessions::default(),
             // Validated when the config was read.
             run: Run::new(cfg.audit.interval().unwrap_or(Duration::from_secs(2))),
             cm: Cm::new(Duration::from_millis(cfg.cm.timeout_ms), metrics.clone()),
@@ -145,49 +123,9 @@ impl Shared {
         }
     }
 
-    pub fn next_session_id(&self) -> u64 {
-        self.next_session.fetch_add(1, Ordering::SeqCst)
-    }
-
-    /// A session starts: shown by the control socket from now on, and
-    /// closable (`conn`) by an endpoint's removal or masqd's stop.
-    pub fn session_opened(&self, id: u64, conn: &Conn, view: SessionView) {
-        if let Ok(c) = conn.try_clone() {
-            lock(&self.conns).insert(id, c);
-        }
-        lock(&self.sessions).insert(id, view);
-    }
-
-    pub fn session_closed(&self, id: u64) {
-        lock(&self.sessions).remove(&id);
-        lock(&self.conns).remove(&id);
-        lock(&self.fds).remove(&id);
-    }
-
-    /// Whether session's app has exited, even if its session thread has
-    /// not read the hang-up yet (the CM then frees its ports at once, as
-    /// the kernel does before the app's parent can see it exit).
-    pub fn app_gone(&self, session: u64) -> bool {
-        if !lock(&self.sessions).contains_key(&session) {
-            return true; // ended, or ending
-        }
-        lock(&self.conns)
-            .get(&session)
-            .is_some_and(Conn::peer_closed)
-    }
-
-    /// The process behind an open session.
-    pub fn session_pid(&self, session: u64) -> Option<i32> {
-        lock(&self.sessions).get(&session).map(|v| v.pid)
-    }
-
     /// One QP as the kernel reports it (a single-QP query).
     pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::kernel::rdma_nl::Lookup> {
         lock(&self.rdma).qp(qpn)
-    }
-
-    pub fn register_fd(&self, session: u64, fd: Arc<OwnedFd>) {
-        lock(&self.fds).insert(session, fd);
     }
 
     /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
@@ -221,7 +159,12 @@ impl Shared {
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy);
         self.metrics.policy_applied_now();
-        let reset = self.reset(&applied.to_reset, "policy change");
+        let reset = self.sessions.reset(
+            &self.admission,
+            self.host.driver_id,
+            &applied.to_reset,
+            "policy change",
+        );
         // Under `keep`, established tcp/udp flows stay too (stateful
         // security groups); otherwise their kernel entries go.
         let flows = match (applied.keep, self.admission.active()) {
@@ -239,76 +182,9 @@ impl Shared {
         )
     }
 
-    /// Move the QPs of these connections to ERROR and stop tracking them.
-    pub fn reset(&self, entries: &[rconntrack::Entry], why: &str) -> usize {
-        let mut done = 0;
-        for e in entries {
-            let fd = lock(&self.fds).get(&e.session).cloned();
-            if e.qp_type == rconntrack::QpType::Ud {
-                // A UD entry is an address handle, keyed by its handle.
-                match fd.map(|fd| {
-                    crate::kernel::uverbs::destroy_ah(fd.as_fd(), self.host.driver_id, e.qp_handle)
-                }) {
-                    Some(Ok(())) => {
-                        done += 1;
-                        info!(tenant = %e.tenant, src = %e.local_vip, dst = %e.remote_vip,
-                              "UD address handle destroyed: {why}");
-                    }
-                    Some(Err(err)) => warn!(ah = e.qp_handle, "cannot destroy the AH: {err}"),
-                    None => debug!(ah = e.qp_handle, "session already gone"),
-                }
-                self.admission.table().remove(e.key());
-                continue;
-            }
-            let cmd = crate::kernel::uverbs::ModifyQp {
-                qp_handle: e.qp_handle,
-                attr_mask: 1, // IBV_QP_STATE
-                qp_state: 6,  // IBV_QPS_ERR
-                ..Default::default()
-            };
-            match fd
-                .map(|fd| crate::kernel::uverbs::modify_qp(fd.as_fd(), self.host.driver_id, &cmd))
-            {
-                Some(Ok(())) => {
-                    done += 1;
-                    info!(tenant = %e.tenant, src = %e.local_vip, sqpn = e.local_qpn,
-                          dst = %e.remote_vip, dqpn = e.remote_qpn, "QP moved to ERROR: {why}");
-                }
-                Some(Err(err)) => warn!(qpn = e.local_qpn, "cannot reset QP: {err}"),
-                None => debug!(qpn = e.local_qpn, "session already gone"),
-            }
-            self.admission.table().remove(e.key());
-        }
-        done
-    }
-
-    /// Keep the control socket's view of a session current: its counters,
-    /// and the QPs the last request changed (`touched`), not the whole map.
-    pub fn publish(
-        &self,
-        id: u64,
-        app: &str,
-        requests: u64,
-        qps: &BTreeMap<u32, QpRecord>,
-        touched: &[u32],
-    ) {
-        if let Some(v) = lock(&self.sessions).get_mut(&id) {
-            if v.app != app {
-                v.app = app.to_string();
-            }
-            v.requests = requests;
-            for h in touched {
-                match qps.get(h) {
-                    Some(q) => v.qps.insert(*h, q.clone()),
-                    None => v.qps.remove(h),
-                };
-            }
-        }
-    }
-
     /// masqd's state for a metrics scrape.
     pub fn sample(&self) -> crate::metrics::Sample {
-        let sessions = lock(&self.sessions).clone();
+        let sessions = self.sessions.with_views(|v| v.clone());
         let tracked: Vec<(u32, std::net::Ipv4Addr)> = self
             .admission
             .table()
