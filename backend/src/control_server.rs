@@ -102,7 +102,12 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             .remove_endpoint(name, owner.as_ref())
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::Endpoints => {
-            let rates = shared.rates.as_ref().map(|r| r.stats()).unwrap_or_default();
+            let rates = shared
+                .limits
+                .rates
+                .as_ref()
+                .map(|r| r.stats())
+                .unwrap_or_default();
             let adopted = shared
                 .admission
                 .backstop()
@@ -131,7 +136,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                             .filter(|(_, id)| **id == crate::kernel::nft::nft_id(&ep.cfg.name))
                             .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
                         "rate": rates.get(&ep.cfg.name),
-                        "rdma_current": shared.rdma_cgroups.current(&ep.cfg.name)
+                        "rdma_current": shared.limits.rdma_cgroups.current(&ep.cfg.name)
                             .map(|(h, o)| json!({ "handles": h, "objects": o })),
                         "sessions": n,
                         "refused_connections": ep.refused_connections.load(Ordering::Relaxed),

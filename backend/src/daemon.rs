@@ -147,7 +147,8 @@ impl Daemon {
             shared.admission.set_backstop(b);
         }
         shared
-            .sync_rate_limits()
+            .limits
+            .sync_rates(&shared.registry.configs())
             .map_err(|e| io::Error::other(format!("rate limits: {e}")))?;
         shared.metrics.policy_applied_now();
 
@@ -257,9 +258,9 @@ impl Daemon {
                 .spawn(move || {
                     while !s.run.is_stopping() {
                         for ep in s.registry.local() {
-                            s.apply_rdma_limits(&ep);
+                            s.limits.apply_rdma_limits(&ep);
                         }
-                        if let Err(e) = s.sync_rate_limits() {
+                        if let Err(e) = s.limits.sync_rates(&s.registry.configs()) {
                             warn!("rate limits: {e}");
                         }
                         thread::sleep(Duration::from_secs(2));

@@ -127,7 +127,7 @@ impl Shared {
     pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value, String> {
         let _one_at_a_time = lock(&self.endpoint_ops);
         self.registry.check_new(&e)?;
-        if e.max_rate_mbps.is_some() && self.rates.is_none() {
+        if e.max_rate_mbps.is_some() && self.limits.rates.is_none() {
             return Err(crate::enforce::ratelimit::needs_software_roce(
                 &e.name,
                 &self.cfg.device,
@@ -176,20 +176,21 @@ impl Shared {
         let ep = Arc::new(Endpoint::new(e.clone(), socket, Origin::Command, view));
         self.registry.insert(ep.clone());
         if let Err(err) = self
-            .sync_rate_limits()
+            .limits
+            .sync_rates(&self.registry.configs())
             .map_err(|e| io::Error::other(format!("rate limits: {e}")))
             .and_then(|()| serve(self, &ep))
         {
             self.registry.remove(&e.name);
             unserve(self, &ep);
-            if let Err(e) = self.sync_rate_limits() {
+            if let Err(e) = self.limits.sync_rates(&self.registry.configs()) {
                 warn!("rate limits: {e}");
             }
             undo_backstop();
             undo_firewall();
             return Err(err.to_string());
         }
-        self.apply_rdma_limits(&ep);
+        self.limits.apply_rdma_limits(&ep);
         self.endpoints_changed(&format!("endpoint {} added", e.name), &e.name);
         if let Some(c) = &self.cluster {
             c.endpoint_up(e.clone());
@@ -269,11 +270,11 @@ impl Shared {
         if let Err(e) = crate::enforce::firewall::remove(std::slice::from_ref(&ep.cfg)) {
             warn!(endpoint = name, "cannot remove its nftables table: {e}");
         }
-        if let Err(e) = self.sync_rate_limits() {
+        if let Err(e) = self.limits.sync_rates(&self.registry.configs()) {
             warn!(endpoint = name, "rate limits: {e}");
         }
         if ep.cfg.rdma_limits.is_some() {
-            if let Err(e) = self.rdma_cgroups.clear(name) {
+            if let Err(e) = self.limits.rdma_cgroups.clear(name) {
                 warn!(endpoint = name, "cannot lift its rdma cgroup limits: {e}");
             }
         }

@@ -3,14 +3,13 @@
 //! sessions and the CM. Sources (the config file, `masqctl`, the cluster)
 //! change it through its methods; `daemon.rs` starts and stops it.
 
-use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::cluster::Cluster;
 use crate::cm::Cm;
 use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
-use crate::enforce::rdma_cgroup::{Applied, Cgroups};
+use crate::enforce::limits::Limits;
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::run::{lock, Run};
@@ -21,7 +20,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::{info, warn};
+use tracing::info;
 
 pub struct Shared {
     pub cfg: Config,
@@ -52,10 +51,8 @@ pub struct Shared {
     pub metrics: crate::metrics::Metrics,
     /// Cluster mode: the etcd store every host follows.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
-    /// The endpoints' cgroups, for their rdma limits.
-    pub rdma_cgroups: Cgroups,
-    /// Software RoCE: the endpoints' RoCE egress shaping (`ratelimit.rs`).
-    pub rates: Option<crate::enforce::ratelimit::RateLimits>,
+    /// The endpoints' rdma cgroup limits and rate limits.
+    pub limits: Limits,
 }
 
 impl Shared {
@@ -70,12 +67,7 @@ impl Shared {
     ) -> Shared {
         let metrics = admission.metrics.clone();
         Shared {
-            rates,
-            rdma_cgroups: Cgroups::new(
-                crate::enforce::rdma_cgroup::CGROUP_ROOT,
-                &cfg.backstop.cgroup_parent,
-                &cfg.device,
-            ),
+            limits: Limits::new(&cfg, rates),
             cluster,
             registry,
             endpoint_ops: Mutex::new(()),
@@ -90,36 +82,6 @@ impl Shared {
             metrics,
             admission,
             cfg,
-        }
-    }
-
-    /// Set the endpoint's rdma cgroup limits if its cgroup exists; the
-    /// runtime may make it later, so the housekeeping thread calls this
-    /// again every few seconds.
-    pub fn apply_rdma_limits(&self, ep: &Endpoint) {
-        let Some(limits) = &ep.cfg.rdma_limits else {
-            return;
-        };
-        match self.rdma_cgroups.apply(&ep.cfg.name, limits) {
-            Ok(Applied::Set) => {
-                ep.rdma_limits_failing.store(false, Ordering::Relaxed);
-                info!(endpoint = %ep.cfg.name, "rdma cgroup limits set: {}",
-                      crate::enforce::rdma_cgroup::max_line(&self.cfg.device, limits));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                if !ep.rdma_limits_failing.swap(true, Ordering::Relaxed) {
-                    warn!(endpoint = %ep.cfg.name, "cannot set its rdma cgroup limits: {e}");
-                }
-            }
-        }
-    }
-
-    /// Shape the endpoints' RoCE egress as their `maxRateMbps` say.
-    pub fn sync_rate_limits(&self) -> Result<(), String> {
-        match &self.rates {
-            Some(r) => r.sync(&self.registry.configs()),
-            None => Ok(()),
         }
     }
 

@@ -8,5 +8,6 @@ pub mod audit;
 pub mod backstop;
 pub mod firewall;
 pub mod kconntrack;
+pub mod limits;
 pub mod ratelimit;
 pub mod rdma_cgroup;
