@@ -7,18 +7,20 @@ use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit;
+use crate::enforce::backstop::Backstop;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
-use crate::ports::{QpHost, BACKSTOP_WAIT};
+use crate::ports::{Guard, QpHost, BACKSTOP_WAIT};
 use crate::state::Shared;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::sync::mpsc;
+use std::time::Duration;
 use tracing::{info, warn};
 
 impl QpHost for Shared {
@@ -30,6 +32,9 @@ impl QpHost for Shared {
     }
     fn admitted(&self) -> &audit::Admitted {
         &self.admitted
+    }
+    fn guard(&self) -> Option<&dyn Guard> {
+        self.admission.backstop().map(|b| b as &dyn Guard)
     }
     fn port(&self) -> u8 {
         self.host.port
@@ -99,6 +104,23 @@ impl crate::cm::CmHost for Shared {
     }
     fn reannounce_ud(&self, host: std::net::Ipv4Addr) {
         reannounce(self, host);
+    }
+}
+
+/// What the verbs pipelines ask of the backstop: its own methods. Here and
+/// not in backstop.rs while ports.rs still names Admission (a cycle).
+impl Guard for Backstop {
+    fn qp_seen(&self, qpn: u32) {
+        Backstop::qp_seen(self, qpn)
+    }
+    fn qp_seen_with_admission(&self, qpn: u32) {
+        Backstop::qp_seen_with_admission(self, qpn)
+    }
+    fn qp_gone(&self, qpn: u32) {
+        Backstop::qp_gone(self, qpn)
+    }
+    fn wait_applied(&self, timeout: Duration) -> bool {
+        Backstop::wait_applied(self, timeout)
     }
 }
 

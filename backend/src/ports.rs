@@ -16,6 +16,17 @@ use std::time::Duration;
 /// How long an admission waits for the backstop to let its packets through.
 pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
 
+/// The backstop as the pipelines drive it (`enforce::backstop`): the
+/// QPNs that may receive, and the wait until its nftables sets say so.
+pub trait Guard {
+    fn qp_seen(&self, qpn: u32);
+    /// As `qp_seen`, for a QP the security groups admitted just now.
+    fn qp_seen_with_admission(&self, qpn: u32);
+    fn qp_gone(&self, qpn: u32);
+    /// Whether the sets were applied within `timeout`.
+    fn wait_applied(&self, timeout: Duration) -> bool;
+}
+
 /// The verbs commands on one app's uverbs file, and the kernel's word on
 /// who owns a QPN.
 pub trait QpKernel {
@@ -31,6 +42,8 @@ pub trait QpHost {
     fn admission(&self) -> &Admission;
     fn registry(&self) -> &Registry;
     fn admitted(&self) -> &Admitted;
+    /// The backstop, if masqd runs one.
+    fn guard(&self) -> Option<&dyn Guard>;
     /// The served port.
     fn port(&self) -> u8;
     /// The physical sgid index for the endpoint's virtual index `vindex`.

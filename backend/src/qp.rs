@@ -331,7 +331,7 @@ pub fn modify(
     }
     // A QP can receive from RTR on: the backstop guards its QPN before.
     let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
-    let backstop = h.admission().backstop();
+    let backstop = h.guard();
     if let (true, Some(b)) = (guard, backstop) {
         if admitted_by.is_some() {
             b.qp_seen_with_admission(qpn);
@@ -518,7 +518,7 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
             h.ud_announce(&sess.ep, qp.qpn, false);
         }
         h.admitted().forget(qp.qpn, sess.id);
-        if let (true, Some(b)) = (qp.guarded, h.admission().backstop()) {
+        if let (true, Some(b)) = (qp.guarded, h.guard()) {
             b.qp_gone(qp.qpn);
         }
         sess.touched.push(qp_handle);
@@ -568,7 +568,7 @@ pub fn resync(
     }
     // A QP that can receive is guarded again (the sets survived the
     // restart; `reconcile` keeps only what came back).
-    if let (true, Some(b)) = (connected, h.admission().backstop()) {
+    if let (true, Some(b)) = (connected, h.guard()) {
         b.qp_seen(r.qp_num);
         rec.guarded = true;
     }
@@ -597,7 +597,7 @@ pub fn resync(
     };
     if h.admission().table().get_local(lk).is_some() {
         if rec.guarded {
-            if let Some(b) = h.admission().backstop() {
+            if let Some(b) = h.guard() {
                 b.qp_gone(r.qp_num);
             }
         }
@@ -706,9 +706,12 @@ mod tests {
     use crate::enforce::admission::Admission;
     use crate::enforce::audit::Admitted;
     use crate::kernel::rdma_nl::QpInfo;
+    use crate::ports::Guard;
     use std::cell::RefCell;
     use std::io;
     use std::path::Path;
+    use std::rc::Rc;
+    use std::time::Duration;
 
     const HANDLE: u32 = 1;
     const QPN: u32 = 0x11;
@@ -769,11 +772,15 @@ mod tests {
         admission: Admission,
         registry: Registry,
         admitted: Admitted,
+        guard: Option<FakeGuard>,
     }
 
     impl QpHost for FakeHost {
         fn admission(&self) -> &Admission {
             &self.admission
+        }
+        fn guard(&self) -> Option<&dyn Guard> {
+            self.guard.as_ref().map(|g| g as &dyn Guard)
         }
         fn registry(&self) -> &Registry {
             &self.registry
@@ -842,6 +849,7 @@ mod tests {
             admission,
             registry,
             admitted: Admitted::default(),
+            guard: None,
         };
         (host, Session::new(7, PID, ep))
     }
@@ -1105,5 +1113,168 @@ mod tests {
         assert!(tracked(&h).is_empty());
         modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(tracked(&h).len(), 1);
+    }
+
+    /// The backstop's guard: its calls go to `log`, which a `Logged`
+    /// kernel shares, so their order against the kernel's commands shows.
+    #[derive(Default)]
+    struct FakeGuard {
+        log: Rc<RefCell<Vec<String>>>,
+    }
+
+    impl Guard for FakeGuard {
+        fn qp_seen(&self, qpn: u32) {
+            self.log.borrow_mut().push(format!("qp_seen {qpn:#x}"));
+        }
+        fn qp_seen_with_admission(&self, qpn: u32) {
+            self.log
+                .borrow_mut()
+                .push(format!("qp_seen_with_admission {qpn:#x}"));
+        }
+        fn qp_gone(&self, qpn: u32) {
+            self.log.borrow_mut().push(format!("qp_gone {qpn:#x}"));
+        }
+        fn wait_applied(&self, _timeout: Duration) -> bool {
+            self.log.borrow_mut().push("wait_applied".into());
+            true
+        }
+    }
+
+    /// The fake kernel, its MODIFY_QPs logged (and failed, if `fail`).
+    struct Logged<'a> {
+        k: &'a FakeKernel,
+        log: Rc<RefCell<Vec<String>>>,
+        fail: bool,
+    }
+
+    impl QpKernel for Logged<'_> {
+        fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+            self.log.borrow_mut().push("modify".into());
+            if self.fail {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            self.k.modify(cmd)
+        }
+        fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp> {
+            self.k.query(qp_handle, attr_mask)
+        }
+        fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+            self.k.owner(qpn, qp_type)
+        }
+    }
+
+    /// The example's host with a backstop guard, and the guard's log.
+    fn guarded() -> (FakeHost, Session, Rc<RefCell<Vec<String>>>) {
+        let (mut h, sess) = setup(None);
+        let g = FakeGuard::default();
+        let log = g.log.clone();
+        h.guard = Some(g);
+        (h, sess, log)
+    }
+
+    fn taken(log: &Rc<RefCell<Vec<String>>>) -> Vec<String> {
+        std::mem::take(&mut *log.borrow_mut())
+    }
+
+    #[test]
+    fn an_rtr_is_guarded_before_the_kernel_runs_it_and_waits_for_the_sets_once_tracked() {
+        let (h, mut sess, log) = guarded();
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        assert!(taken(&log).is_empty(), "INIT cannot receive: not guarded");
+        let lk = Logged {
+            k: &k,
+            log: log.clone(),
+            fail: false,
+        };
+        modify(&h, &lk, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            taken(&log),
+            ["qp_seen_with_admission 0x11", "modify", "wait_applied"]
+        );
+        assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
+        assert!(sess.qps[&HANDLE].guarded);
+    }
+
+    #[test]
+    fn a_failed_rtr_lets_the_guard_forget_its_qpn() {
+        let (h, mut sess, log) = guarded();
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        let lk = Logged {
+            k: &k,
+            log: log.clone(),
+            fail: true,
+        };
+        let e = modify(&h, &lk, &mut sess, &rtr()).expect_err("the kernel refused");
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert_eq!(
+            taken(&log),
+            ["qp_seen_with_admission 0x11", "modify", "qp_gone 0x11"]
+        );
+        assert!(tracked(&h).is_empty());
+        assert!(!sess.qps[&HANDLE].guarded);
+    }
+
+    #[test]
+    fn destroying_a_guarded_qp_lets_the_guard_forget_it() {
+        let (h, mut sess, log) = guarded();
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+        taken(&log);
+        destroyed(&h, &mut sess, HANDLE);
+        assert_eq!(taken(&log), ["qp_gone 0x11"]);
+        // A QP that never reached RTR was never guarded.
+        let (h, mut sess, log) = guarded();
+        let k = kernel();
+        init_on_own_fd(&h, &k, &mut sess);
+        destroyed(&h, &mut sess, HANDLE);
+        assert!(taken(&log).is_empty());
+    }
+
+    #[test]
+    fn a_connected_resync_is_guarded_again() {
+        let (h, mut sess, log) = guarded();
+        let k = kernel();
+        {
+            let mut qp = k.qp.borrow_mut();
+            qp.qp_state = IBV_QPS_RTS;
+            qp.dest.dgid = v4_mapped([198, 18, 0, 2]);
+            qp.dest.sgid_index = 3;
+            qp.dest_qp_num = 0x12;
+        }
+        let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(u32::from(r.result), proto::RESYNC_TRACKED);
+        assert_eq!(taken(&log), ["qp_seen 0x11"]);
+        assert!(sess.qps[&HANDLE].guarded);
+    }
+
+    #[test]
+    fn an_address_handle_is_bound_once_the_backstop_applied_its_sets() {
+        let (h, mut sess, log) = guarded();
+        let f = std::fs::File::open("/dev/null").expect("open");
+        sess.uverbs = Some(Arc::new(std::os::fd::OwnedFd::from(f)));
+        let ah_attr = proto::AhAttr {
+            dgid: v4_mapped([10, 0, 0, 2]),
+            sgid_index: 1,
+            hop_limit: 64,
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
+        };
+        let reply = crate::ud::create_ah(&h, &mut sess, &proto::CreateAhReq { ah_attr })
+            .unwrap_or_else(|e| panic!("{e}"));
+        let proto::ReplyBody::CreateAh(r) = reply else {
+            panic!("not a CREATE_AH reply: {reply:?}");
+        };
+        assert!(taken(&log).is_empty(), "nothing to wait for before BIND_AH");
+        let bind = proto::BindAhReq {
+            ah_id: r.ah_id,
+            ah_handle: 5,
+        };
+        crate::ud::bind_ah(&h, &mut sess, &bind).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(taken(&log), ["wait_applied"]);
+        assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
     }
 }

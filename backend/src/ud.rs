@@ -145,7 +145,7 @@ fn track(
     drop(gate);
     // The app sends as soon as the AH exists: the backstop must let its
     // datagrams through by then, or they are lost without a trace.
-    if let Some(bs) = h.admission().backstop() {
+    if let Some(bs) = h.guard() {
         if !bs.wait_applied(BACKSTOP_WAIT) {
             warn!(
                 ah = handle,
