@@ -4,7 +4,7 @@
 
 use crate::cluster::endpoint::{Endpoint, Origin};
 use crate::cluster::registry::{Registry, RuntimeFile};
-use crate::cluster::source::{FileSource, Placement, Source, SourceId, Store};
+use crate::cluster::source::{FileSource, Source};
 use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit;
@@ -13,7 +13,6 @@ use crate::run::lock;
 use crate::state::Shared;
 use std::collections::BTreeMap;
 use std::io;
-use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -308,79 +307,6 @@ impl Daemon {
         }
         self.shared.sessions.shutdown_all();
         info!("stopped; tenants' established QPs keep running on the NIC");
-    }
-}
-
-/// The daemon as its sources feed it (`source.rs`).
-impl Store for Shared {
-    fn placements(&self, from: SourceId, all: Vec<Placement>) {
-        let n = all.len();
-        for why in self.registry.feed(from, all) {
-            warn!("{from}: {why}; left out of the VPC map");
-        }
-        info!("{from}: {n} endpoint(s) placed in the VPC map");
-        self.rebind_policy(&format!("{from} view read"), &[]);
-    }
-
-    fn placed(&self, from: SourceId, p: Placement) {
-        let (name, host, vni, vip) = (p.name.clone().unwrap_or_default(), p.host, p.vni, p.vip);
-        match self.registry.place(from, p) {
-            Ok(true) => {
-                info!(endpoint = %name, %host, vni, %vip, "{from}: endpoint up");
-                self.rebind_policy(&format!("endpoint {name} up on {host}"), &[&name]);
-            }
-            Ok(false) => {
-                debug!(endpoint = %name, %host, "{from}: endpoint placed again, unchanged")
-            }
-            Err(why) => warn!("{from}: {why}; left out of the VPC map"),
-        }
-    }
-
-    fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str) {
-        if self.registry.unplace(from, host, name) {
-            info!(endpoint = name, %host, "{from}: endpoint gone");
-            self.rebind_policy(&format!("endpoint {name} gone from {host}"), &[name]);
-        }
-    }
-
-    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String> {
-        let _one_at_a_time = lock(&self.policy_ops);
-        let (p, dangling) = self
-            .admission
-            .check_text(text, file, &self.registry.policy_refs())?;
-        if !dangling.is_empty() {
-            // Normal in a cluster (hosts come and go); a typo in a file.
-            let names = dangling.join(", ");
-            match from {
-                SourceId::Cluster => info!("{from}: the policy names endpoints not known here now: {names}"),
-                SourceId::File => warn!("policy names endpoint(s) not known now, matching nothing until they are: {names}"),
-            }
-        }
-        let active = self.admission.active();
-        if active.is_some_and(|a| a.version_hash() == p.version_hash()) {
-            return Ok(());
-        }
-        self.apply_policy(p)?;
-        if let Some(c) = &self.cluster {
-            c.status_changed();
-        }
-        Ok(())
-    }
-
-    fn local_endpoints(&self) -> Vec<crate::config::EndpointConfig> {
-        self.registry.configs()
-    }
-
-    fn policy_version(&self) -> Option<String> {
-        self.admission
-            .active()
-            .map(|p| p.version_hash().to_string())
-    }
-
-    fn file_policy(&self) -> Option<(String, String)> {
-        self.admission.path.as_ref()?;
-        let p = self.admission.active()?;
-        Some((p.text().to_string(), p.file().to_string()))
     }
 }
 

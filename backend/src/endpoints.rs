@@ -310,24 +310,6 @@ impl Shared {
     }
 }
 
-impl Shared {
-    /// The set of known endpoints changed (here or on another host):
-    /// policies resolve names against the new one, the active one again.
-    /// `changed` names the endpoints that came or went (empty: any).
-    pub fn rebind_policy(&self, why: &str, changed: &[&str]) {
-        let _one_at_a_time = lock(&self.policy_ops);
-        let refs = || self.registry.policy_refs();
-        if let Some((policy, dangling)) = self.admission.rebind(refs, changed) {
-            if !dangling.is_empty() {
-                warn!("{why}: the policy names endpoint(s) no VPC has now, matching nothing until they are back: {}", dangling.join(", "));
-            }
-            if let Err(e) = self.apply_policy(policy) {
-                warn!("{why}: policy not resolved again: {e}");
-            }
-        }
-    }
-}
-
 fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
     loop {
         let conn = match listener.accept() {

@@ -14,6 +14,7 @@ pub mod error;
 pub mod kernel;
 pub mod metrics;
 pub mod peer;
+pub mod policy;
 pub mod ports;
 pub mod qp;
 pub mod records;

@@ -14,13 +14,11 @@ use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::run::{lock, Run};
 use crate::sessions::Sessions;
-use serde_json::{json, Value};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tracing::info;
+use std::time::Duration;
 
 pub struct Shared {
     pub cfg: Config,
@@ -88,60 +86,6 @@ impl Shared {
     /// One QP as the kernel reports it (a single-QP query).
     pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::kernel::rdma_nl::Lookup> {
         lock(&self.rdma).qp(qpn)
-    }
-
-    /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
-    /// mode write it for every host (compare-and-swap: a concurrent apply
-    /// elsewhere makes this one fail), and apply it here.
-    pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
-        let not_changed = |e: String| format!("{e}\npolicy not changed");
-        let _one_at_a_time = lock(&self.policy_ops);
-        let refs = self.registry.policy_refs();
-        let (p, unknown) = self.admission.check(path, &refs).map_err(not_changed)?;
-        let Some(c) = &self.cluster else {
-            let mut v = self.apply_policy(p).map_err(not_changed)?;
-            v["unknown_endpoints"] = json!(unknown);
-            return Ok(v);
-        };
-        let rev = c.put_policy(p.text(), p.file()).map_err(not_changed)?;
-        let mut v = self.apply_policy(p)?;
-        c.status_changed();
-        v["cluster_revision"] = json!(rev);
-        v["unknown_endpoints"] = json!(unknown);
-        Ok(v)
-    }
-
-    /// Apply a validated policy: its tcp/udp rules first (one nftables
-    /// transaction; on failure nothing changes), then the RDMA side, and
-    /// reset what it no longer allows.
-    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
-        let started = Instant::now();
-        crate::enforce::firewall::render(&policy, &self.registry.configs())
-            .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
-        let file = policy.file().to_string();
-        let applied = self.admission.apply(policy);
-        self.metrics.policy_applied_now();
-        let reset = self.sessions.reset(
-            &self.admission,
-            self.host.driver_id,
-            &applied.to_reset,
-            "policy change",
-        );
-        // Under `keep`, established tcp/udp flows stay too (stateful
-        // security groups); otherwise their kernel entries go.
-        let flows = match (applied.keep, self.admission.active()) {
-            (false, Some(p)) => {
-                crate::enforce::kconntrack::drop_denied(&p, &self.registry.configs())
-            }
-            _ => 0,
-        };
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
-        info!(file = %file, version = %applied.version, reset, flows, keep = applied.keep,
-              "policy applied in {ms:.2} ms");
-        Ok(
-            json!({ "version": applied.version, "reset": reset, "flows_reset": flows,
-                "keep": applied.keep, "elapsed_ms": ms }),
-        )
     }
 
     /// masqd's state for a metrics scrape.

@@ -1,0 +1,158 @@
+//! The security groups' policy as masqd puts it in force: from a file
+//! (`masqctl policy apply`, SIGHUP), from a source (the config file, the
+//! cluster), and again whenever the set of endpoints changes. Every path
+//! holds `policy_ops` from resolving the policy to putting it in force.
+
+use crate::cluster::source::{Placement, SourceId, Store};
+use crate::run::lock;
+use crate::state::Shared;
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Instant;
+use tracing::{debug, info, warn};
+
+impl Shared {
+    /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
+    /// mode write it for every host (compare-and-swap: a concurrent apply
+    /// elsewhere makes this one fail), and apply it here.
+    pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
+        let not_changed = |e: String| format!("{e}\npolicy not changed");
+        let _one_at_a_time = lock(&self.policy_ops);
+        let refs = self.registry.policy_refs();
+        let (p, unknown) = self.admission.check(path, &refs).map_err(not_changed)?;
+        let Some(c) = &self.cluster else {
+            let mut v = self.apply_policy(p).map_err(not_changed)?;
+            v["unknown_endpoints"] = json!(unknown);
+            return Ok(v);
+        };
+        let rev = c.put_policy(p.text(), p.file()).map_err(not_changed)?;
+        let mut v = self.apply_policy(p)?;
+        c.status_changed();
+        v["cluster_revision"] = json!(rev);
+        v["unknown_endpoints"] = json!(unknown);
+        Ok(v)
+    }
+
+    /// Apply a validated policy: its tcp/udp rules first (one nftables
+    /// transaction; on failure nothing changes), then the RDMA side, and
+    /// reset what it no longer allows.
+    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
+        let started = Instant::now();
+        crate::enforce::firewall::render(&policy, &self.registry.configs())
+            .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
+        let file = policy.file().to_string();
+        let applied = self.admission.apply(policy);
+        self.metrics.policy_applied_now();
+        let reset = self.sessions.reset(
+            &self.admission,
+            self.host.driver_id,
+            &applied.to_reset,
+            "policy change",
+        );
+        // Under `keep`, established tcp/udp flows stay too (stateful
+        // security groups); otherwise their kernel entries go.
+        let flows = match (applied.keep, self.admission.active()) {
+            (false, Some(p)) => {
+                crate::enforce::kconntrack::drop_denied(&p, &self.registry.configs())
+            }
+            _ => 0,
+        };
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        info!(file = %file, version = %applied.version, reset, flows, keep = applied.keep,
+              "policy applied in {ms:.2} ms");
+        Ok(
+            json!({ "version": applied.version, "reset": reset, "flows_reset": flows,
+                "keep": applied.keep, "elapsed_ms": ms }),
+        )
+    }
+
+    /// The set of known endpoints changed (here or on another host):
+    /// policies resolve names against the new one, the active one again.
+    /// `changed` names the endpoints that came or went (empty: any).
+    pub fn rebind_policy(&self, why: &str, changed: &[&str]) {
+        let _one_at_a_time = lock(&self.policy_ops);
+        let refs = || self.registry.policy_refs();
+        if let Some((policy, dangling)) = self.admission.rebind(refs, changed) {
+            if !dangling.is_empty() {
+                warn!("{why}: the policy names endpoint(s) no VPC has now, matching nothing until they are back: {}", dangling.join(", "));
+            }
+            if let Err(e) = self.apply_policy(policy) {
+                warn!("{why}: policy not resolved again: {e}");
+            }
+        }
+    }
+}
+
+/// The daemon as its sources feed it (`source.rs`).
+impl Store for Shared {
+    fn placements(&self, from: SourceId, all: Vec<Placement>) {
+        let n = all.len();
+        for why in self.registry.feed(from, all) {
+            warn!("{from}: {why}; left out of the VPC map");
+        }
+        info!("{from}: {n} endpoint(s) placed in the VPC map");
+        self.rebind_policy(&format!("{from} view read"), &[]);
+    }
+
+    fn placed(&self, from: SourceId, p: Placement) {
+        let (name, host, vni, vip) = (p.name.clone().unwrap_or_default(), p.host, p.vni, p.vip);
+        match self.registry.place(from, p) {
+            Ok(true) => {
+                info!(endpoint = %name, %host, vni, %vip, "{from}: endpoint up");
+                self.rebind_policy(&format!("endpoint {name} up on {host}"), &[&name]);
+            }
+            Ok(false) => {
+                debug!(endpoint = %name, %host, "{from}: endpoint placed again, unchanged")
+            }
+            Err(why) => warn!("{from}: {why}; left out of the VPC map"),
+        }
+    }
+
+    fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str) {
+        if self.registry.unplace(from, host, name) {
+            info!(endpoint = name, %host, "{from}: endpoint gone");
+            self.rebind_policy(&format!("endpoint {name} gone from {host}"), &[name]);
+        }
+    }
+
+    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String> {
+        let _one_at_a_time = lock(&self.policy_ops);
+        let (p, dangling) = self
+            .admission
+            .check_text(text, file, &self.registry.policy_refs())?;
+        if !dangling.is_empty() {
+            // Normal in a cluster (hosts come and go); a typo in a file.
+            let names = dangling.join(", ");
+            match from {
+                SourceId::Cluster => info!("{from}: the policy names endpoints not known here now: {names}"),
+                SourceId::File => warn!("policy names endpoint(s) not known now, matching nothing until they are: {names}"),
+            }
+        }
+        let active = self.admission.active();
+        if active.is_some_and(|a| a.version_hash() == p.version_hash()) {
+            return Ok(());
+        }
+        self.apply_policy(p)?;
+        if let Some(c) = &self.cluster {
+            c.status_changed();
+        }
+        Ok(())
+    }
+
+    fn local_endpoints(&self) -> Vec<crate::config::EndpointConfig> {
+        self.registry.configs()
+    }
+
+    fn policy_version(&self) -> Option<String> {
+        self.admission
+            .active()
+            .map(|p| p.version_hash().to_string())
+    }
+
+    fn file_policy(&self) -> Option<(String, String)> {
+        self.admission.path.as_ref()?;
+        let p = self.admission.active()?;
+        Some((p.text().to_string(), p.file().to_string()))
+    }
+}
