@@ -1,0 +1,581 @@
+//! The QP pipeline (`qp.rs`) against a fake kernel (one QP, its state and
+//! destination, every command it ran) and the example config's VPC map
+//! and policy: no RDMA needed.
+use super::*;
+use crate::cluster::endpoint::Origin;
+use crate::cluster::registry::Registry;
+use crate::config::Config;
+use crate::enforce::admission::Admission;
+use crate::enforce::audit::Admitted;
+use crate::kernel::rdma_nl::QpInfo;
+use crate::ports::Guard;
+use std::cell::RefCell;
+use std::io;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+const HANDLE: u32 = 1;
+const QPN: u32 = 0x11;
+const PID: i32 = 4242;
+
+#[derive(Default)]
+struct FakeKernel {
+    qp: RefCell<uverbs::QueryQpResp>,
+    ran: RefCell<Vec<uverbs::ModifyQp>>,
+    /// The kernel's word on the QPN: None = another process's.
+    mine: bool,
+}
+
+impl QpKernel for FakeKernel {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+        if cmd.qp_handle != HANDLE {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        self.ran.borrow_mut().push(*cmd);
+        let mut qp = self.qp.borrow_mut();
+        if cmd.attr_mask & IBV_QP_STATE != 0 {
+            qp.qp_state = cmd.qp_state;
+        }
+        if cmd.attr_mask & IBV_QP_AV != 0 {
+            qp.dest = cmd.dest;
+        }
+        if cmd.attr_mask & IBV_QP_DEST_QPN != 0 {
+            qp.dest_qp_num = cmd.dest_qp_num;
+        }
+        Ok(())
+    }
+    fn query(&self, qp_handle: u32, _mask: u32) -> io::Result<uverbs::QueryQpResp> {
+        if qp_handle != HANDLE {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(*self.qp.borrow())
+    }
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+        if qpn != QPN || !self.mine {
+            return Err(refuse(libc::EPERM, "claimed QPN refused: not the app's"));
+        }
+        if self.qp.borrow().qp_state == IBV_QPS_RESET {
+            return Ok(Verdict::NoPortYet);
+        }
+        Ok(Verdict::Owned(QpInfo {
+            lqpn: qpn,
+            port: Some(1),
+            qp_type: qp_type as u8,
+            state: self.qp.borrow().qp_state,
+            pid: Some(PID as u32),
+            kern_name: None,
+            rqpn: None,
+        }))
+    }
+}
+
+struct FakeHost {
+    admission: Admission,
+    registry: Registry,
+    admitted: Admitted,
+    guard: Option<FakeGuard>,
+}
+
+impl QpHost for FakeHost {
+    fn admission(&self) -> &Admission {
+        &self.admission
+    }
+    fn guard(&self) -> Option<&dyn Guard> {
+        self.guard.as_ref().map(|g| g as &dyn Guard)
+    }
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    fn admitted(&self) -> &Admitted {
+        &self.admitted
+    }
+    fn port(&self) -> u8 {
+        1
+    }
+    /// Virtual index 1 (the vNIC's IPv4 GID) is the host's index 3.
+    fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
+        match vindex {
+            1 => Ok(3),
+            _ => Err(refuse(libc::EINVAL, format!("no virtual GID {vindex}"))),
+        }
+    }
+    fn cm_side(&self, _ep: &Endpoint, _qpn: u32) -> Option<rconntrack::CmSide> {
+        None
+    }
+    fn ud_announce(&self, _ep: &Endpoint, _qpn: u32, _up: bool) {}
+    fn underlay(&self) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, 1, 1)
+    }
+    fn ud_sender(&self, _host: Ipv4Addr, _qpn: u32) -> Option<(u32, Ipv4Addr)> {
+        None
+    }
+    fn local_sender(&self, _vni: u32, _qpn: u32) -> Option<Ipv4Addr> {
+        None
+    }
+    fn destroy_ah(&self, _session: u64, _ah_handle: u32) -> Option<io::Result<()>> {
+        None
+    }
+}
+
+/// host1 of the examples, with `policy` (YAML) or the example's.
+fn setup(policy: Option<&str>) -> (FakeHost, Session) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let registry = Registry::new(&cfg);
+    let file = crate::source::SourceId::File;
+    assert!(registry
+        .feed(file, crate::source::file_placements(&cfg))
+        .is_empty());
+    let admission = Admission::new(&cfg, &dir);
+    let refs = registry.policy_refs();
+    let (p, _) = match policy {
+        Some(text) => admission.check_text(text, "test.yaml", &refs),
+        None => admission.check(&dir.join("policy.yaml"), &refs),
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+    admission.apply(p);
+    let acme_a = cfg
+        .endpoints
+        .iter()
+        .find(|e| e.name == "acme-a")
+        .cloned()
+        .expect("acme-a in the example");
+    let ep = Arc::new(Endpoint::new(
+        acme_a,
+        "/nonexistent/acme-a.sock".into(),
+        Origin::File,
+        None,
+    ));
+    let host = FakeHost {
+        admission,
+        registry,
+        admitted: Admitted::default(),
+        guard: None,
+    };
+    (host, Session::new(7, PID, ep))
+}
+
+fn kernel() -> FakeKernel {
+    FakeKernel {
+        mine: true,
+        ..Default::default()
+    }
+}
+
+fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+fn modify_req(mask: u32, state: u8) -> proto::ModifyQpReq {
+    proto::ModifyQpReq {
+        qp_handle: HANDLE,
+        qp_num: QPN,
+        qp_type: 2,
+        attr_mask: mask,
+        attr: proto::QpAttr {
+            qp_state: state,
+            port_num: 1,
+            ..Default::default()
+        },
+    }
+}
+
+/// RTR towards acme-b (10.0.0.2, on host2 198.18.0.2), QPN 0x12.
+fn rtr() -> proto::ModifyQpReq {
+    let mut m = modify_req(
+        IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | crate::kernel::ibv::IBV_QP_PATH_MTU,
+        IBV_QPS_RTR,
+    );
+    m.attr.path_mtu = 3;
+    m.attr.dest_qp_num = 0x12;
+    m.attr.ah_attr = proto::AhAttr {
+        dgid: v4_mapped([10, 0, 0, 2]),
+        sgid_index: 1,
+        hop_limit: 64,
+        is_global: 1,
+        port_num: 1,
+        ..Default::default()
+    };
+    m
+}
+
+fn moved_req(state: u8) -> proto::QpMovedReq {
+    proto::QpMovedReq {
+        qp_handle: HANDLE,
+        qp_num: QPN,
+        qp_type: 2,
+        attr_mask: IBV_QP_STATE,
+        qp_state: state,
+    }
+}
+
+fn tracked(h: &FakeHost) -> Vec<rconntrack::Entry> {
+    h.admission.table().iter().cloned().collect()
+}
+
+/// The app moves its QP to INIT on its own fd (as libmasq does).
+fn init_on_own_fd(h: &FakeHost, k: &FakeKernel, sess: &mut Session) {
+    k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+    moved(h, k, sess, &moved_req(IBV_QPS_INIT)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn an_admitted_rtr_runs_the_physical_destination_and_is_tracked_through_rts_and_error() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    assert!(
+        sess.qps[&HANDLE].owner_checked,
+        "INIT's notice checked the QPN"
+    );
+    assert!(
+        h.admitted.snapshot().is_empty(),
+        "nothing vouched before RTR"
+    );
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    let ran = k.ran.borrow();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(ran[0].dest.dgid, v4_mapped([198, 18, 0, 2]));
+    assert_eq!(ran[0].dest.sgid_index, 3);
+    assert_eq!(ran[0].dest_qp_num, 0x12);
+    drop(ran);
+    assert_eq!(h.admitted.snapshot().get(&QPN), Some(&PID));
+    let t = tracked(&h);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].state, rconntrack::State::Admitted);
+    assert_eq!((t[0].local_qpn, t[0].remote_qpn), (QPN, 0x12));
+    assert_eq!(t[0].remote_vip, Ipv4Addr::new(10, 0, 0, 2));
+    assert_eq!(sess.qps[&HANDLE].state, "RTR");
+
+    // RTS and ERROR happen on the app's fd; masqd learns them.
+    k.qp.borrow_mut().qp_state = IBV_QPS_RTS;
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tracked(&h)[0].state, rconntrack::State::Established);
+    assert_eq!(sess.qps[&HANDLE].state, "RTS");
+    k.qp.borrow_mut().qp_state = IBV_QPS_ERR;
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_ERR)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(tracked(&h).is_empty());
+    assert_eq!(sess.qps[&HANDLE].state, "ERROR");
+    assert_eq!(k.ran.borrow().len(), 1, "masqd ran only the RTR");
+    destroyed(&h, &mut sess, HANDLE);
+    assert!(sess.qps.is_empty());
+    assert!(h.admitted.snapshot().is_empty());
+}
+
+#[test]
+fn an_rtr_the_policy_denies_is_eacces_and_never_reaches_the_kernel() {
+    let (h, mut sess) = setup(Some(
+        "version: 1\ntenants:\n  acme:\n    securityGroups:\n      \
+         clients: { members: [acme-a] }\n",
+    ));
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    let e = modify(&h, &k, &mut sess, &rtr()).expect_err("denied");
+    assert_eq!(e.errno(), libc::EACCES, "{e}");
+    assert!(k.ran.borrow().is_empty());
+    assert!(tracked(&h).is_empty());
+    assert!(h.admitted.snapshot().is_empty());
+    assert_eq!(k.qp.borrow().qp_state, IBV_QPS_INIT);
+}
+
+#[test]
+fn an_unknown_virtual_destination_is_ehostunreach() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    let mut m = rtr();
+    m.attr.ah_attr.dgid = v4_mapped([10, 0, 0, 99]);
+    let e = modify(&h, &k, &mut sess, &m).expect_err("no such vIP");
+    assert_eq!(e.errno(), libc::EHOSTUNREACH, "{e}");
+    assert!(k.ran.borrow().is_empty());
+}
+
+#[test]
+fn a_qpn_the_kernel_does_not_give_the_app_is_refused_before_anything_runs() {
+    let (h, mut sess) = setup(None);
+    let k = FakeKernel::default(); // not the app's
+    k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+    let e = moved(&h, &k, &mut sess, &moved_req(IBV_QPS_INIT)).expect_err("not owned");
+    assert_eq!(e.errno(), libc::EPERM);
+    assert!(sess.qps.is_empty(), "a refused notice records nothing");
+    let e = modify(&h, &k, &mut sess, &rtr()).expect_err("not owned");
+    assert_eq!(e.errno(), libc::EPERM);
+    assert!(k.ran.borrow().is_empty());
+    assert!(tracked(&h).is_empty());
+}
+
+#[test]
+fn a_false_notice_records_the_kernels_state_and_admits_nothing() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    // The app claims RTS; the QP is in INIT.
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sess.qps[&HANDLE].state, "INIT");
+    // The app connects the QP itself, to any host, and says RTS.
+    k.qp.borrow_mut().qp_state = IBV_QPS_RTS;
+    k.qp.borrow_mut().dest.dgid = v4_mapped([198, 18, 0, 2]);
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sess.qps[&HANDLE].state, "RTS");
+    assert!(tracked(&h).is_empty(), "no connection is tracked");
+    assert!(!sess.qps[&HANDLE].guarded, "no backstop element");
+    assert!(
+        h.admitted.snapshot().is_empty(),
+        "not vouched: the audit flags it"
+    );
+    assert!(k.ran.borrow().is_empty());
+    // The QPN under a second handle is refused: one QPN, one handle.
+    let mut forged = moved_req(IBV_QPS_RTS);
+    forged.qp_handle = 9;
+    let e = moved(&h, &k, &mut sess, &forged).expect_err("forged");
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert!(!sess.qps.contains_key(&9));
+    // A QPN the kernel does not give the app is refused there.
+    forged.qp_num = 0x77;
+    let e = moved(&h, &k, &mut sess, &forged).expect_err("not the app's");
+    assert_eq!(e.errno(), libc::EPERM);
+    assert!(!sess.qps.contains_key(&9));
+    // Another QPN for a known handle is refused.
+    let mut other = moved_req(IBV_QPS_ERR);
+    other.qp_num = 0x99;
+    assert_eq!(
+        moved(&h, &k, &mut sess, &other)
+            .expect_err("wrong QPN")
+            .errno(),
+        libc::EINVAL
+    );
+}
+
+fn resync_req() -> proto::ResyncQpReq {
+    proto::ResyncQpReq {
+        qp_handle: HANDLE,
+        qp_num: QPN,
+        qp_type: 2,
+        sgid_index: 1,
+        has_route: 1,
+        dgid: v4_mapped([10, 0, 0, 2]),
+    }
+}
+
+#[test]
+fn resync_tracks_again_what_the_kernel_confirms() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    {
+        let mut qp = k.qp.borrow_mut();
+        qp.qp_state = IBV_QPS_RTS;
+        qp.dest.dgid = v4_mapped([198, 18, 0, 2]);
+        qp.dest.sgid_index = 3;
+        qp.dest_qp_num = 0x12;
+    }
+    let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(u32::from(r.result), proto::RESYNC_TRACKED);
+    let t = tracked(&h);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].state, rconntrack::State::Established);
+    assert_eq!(t[0].remote_qpn, 0x12);
+    assert!(k.ran.borrow().is_empty());
+    assert_eq!(h.admitted.snapshot().get(&QPN), Some(&PID));
+    // Named twice: refused.
+    let e = resync(&h, &k, &mut sess, &resync_req()).expect_err("twice");
+    assert_eq!(e.errno(), libc::EEXIST);
+}
+
+#[test]
+fn resync_resets_a_qp_whose_kernel_destination_is_not_the_claimed_one() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    {
+        let mut qp = k.qp.borrow_mut();
+        qp.qp_state = IBV_QPS_RTS;
+        qp.dest.dgid = v4_mapped([198, 18, 0, 77]);
+        qp.dest.sgid_index = 3;
+    }
+    let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(u32::from(r.result), proto::RESYNC_RESET);
+    let ran = k.ran.borrow();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(ran[0].qp_state, IBV_QPS_ERR);
+    assert!(tracked(&h).is_empty());
+    assert_eq!(sess.qps[&HANDLE].state, "ERROR");
+}
+
+#[test]
+fn resync_of_a_qp_in_init_tracks_nothing_and_its_rtr_still_goes_through_admission() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+    let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(u32::from(r.result), proto::RESYNC_UNTRACKED);
+    assert!(tracked(&h).is_empty());
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tracked(&h).len(), 1);
+}
+
+/// The backstop's guard: its calls go to `log`, which a `Logged`
+/// kernel shares, so their order against the kernel's commands shows.
+#[derive(Default)]
+struct FakeGuard {
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+impl Guard for FakeGuard {
+    fn qp_seen(&self, qpn: u32) {
+        self.log.borrow_mut().push(format!("qp_seen {qpn:#x}"));
+    }
+    fn qp_seen_with_admission(&self, qpn: u32) {
+        self.log
+            .borrow_mut()
+            .push(format!("qp_seen_with_admission {qpn:#x}"));
+    }
+    fn qp_gone(&self, qpn: u32) {
+        self.log.borrow_mut().push(format!("qp_gone {qpn:#x}"));
+    }
+    fn wait_applied(&self, _timeout: Duration) -> bool {
+        self.log.borrow_mut().push("wait_applied".into());
+        true
+    }
+}
+
+/// The fake kernel, its MODIFY_QPs logged (and failed, if `fail`).
+struct Logged<'a> {
+    k: &'a FakeKernel,
+    log: Rc<RefCell<Vec<String>>>,
+    fail: bool,
+}
+
+impl QpKernel for Logged<'_> {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+        self.log.borrow_mut().push("modify".into());
+        if self.fail {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        self.k.modify(cmd)
+    }
+    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp> {
+        self.k.query(qp_handle, attr_mask)
+    }
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+        self.k.owner(qpn, qp_type)
+    }
+}
+
+/// The example's host with a backstop guard, and the guard's log.
+fn guarded() -> (FakeHost, Session, Rc<RefCell<Vec<String>>>) {
+    let (mut h, sess) = setup(None);
+    let g = FakeGuard::default();
+    let log = g.log.clone();
+    h.guard = Some(g);
+    (h, sess, log)
+}
+
+fn taken(log: &Rc<RefCell<Vec<String>>>) -> Vec<String> {
+    std::mem::take(&mut *log.borrow_mut())
+}
+
+#[test]
+fn an_rtr_is_guarded_before_the_kernel_runs_it_and_waits_for_the_sets_once_tracked() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    assert!(taken(&log).is_empty(), "INIT cannot receive: not guarded");
+    let lk = Logged {
+        k: &k,
+        log: log.clone(),
+        fail: false,
+    };
+    modify(&h, &lk, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        taken(&log),
+        ["qp_seen_with_admission 0x11", "modify", "wait_applied"]
+    );
+    assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
+    assert!(sess.qps[&HANDLE].guarded);
+}
+
+#[test]
+fn a_failed_rtr_lets_the_guard_forget_its_qpn() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    let lk = Logged {
+        k: &k,
+        log: log.clone(),
+        fail: true,
+    };
+    let e = modify(&h, &lk, &mut sess, &rtr()).expect_err("the kernel refused");
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert_eq!(
+        taken(&log),
+        ["qp_seen_with_admission 0x11", "modify", "qp_gone 0x11"]
+    );
+    assert!(tracked(&h).is_empty());
+    assert!(!sess.qps[&HANDLE].guarded);
+}
+
+#[test]
+fn destroying_a_guarded_qp_lets_the_guard_forget_it() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    taken(&log);
+    destroyed(&h, &mut sess, HANDLE);
+    assert_eq!(taken(&log), ["qp_gone 0x11"]);
+    // A QP that never reached RTR was never guarded.
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    destroyed(&h, &mut sess, HANDLE);
+    assert!(taken(&log).is_empty());
+}
+
+#[test]
+fn a_connected_resync_is_guarded_again() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    {
+        let mut qp = k.qp.borrow_mut();
+        qp.qp_state = IBV_QPS_RTS;
+        qp.dest.dgid = v4_mapped([198, 18, 0, 2]);
+        qp.dest.sgid_index = 3;
+        qp.dest_qp_num = 0x12;
+    }
+    let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(u32::from(r.result), proto::RESYNC_TRACKED);
+    assert_eq!(taken(&log), ["qp_seen 0x11"]);
+    assert!(sess.qps[&HANDLE].guarded);
+}
+
+#[test]
+fn an_address_handle_is_bound_once_the_backstop_applied_its_sets() {
+    let (h, mut sess, log) = guarded();
+    let f = std::fs::File::open("/dev/null").expect("open");
+    sess.uverbs = Some(Arc::new(std::os::fd::OwnedFd::from(f)));
+    let ah_attr = proto::AhAttr {
+        dgid: v4_mapped([10, 0, 0, 2]),
+        sgid_index: 1,
+        hop_limit: 64,
+        is_global: 1,
+        port_num: 1,
+        ..Default::default()
+    };
+    let reply = crate::ud::create_ah(&h, &mut sess, &proto::CreateAhReq { ah_attr })
+        .unwrap_or_else(|e| panic!("{e}"));
+    let proto::ReplyBody::CreateAh(r) = reply else {
+        panic!("not a CREATE_AH reply: {reply:?}");
+    };
+    assert!(taken(&log).is_empty(), "nothing to wait for before BIND_AH");
+    let bind = proto::BindAhReq {
+        ah_id: r.ah_id,
+        ah_handle: 5,
+    };
+    crate::ud::bind_ah(&h, &mut sess, &bind).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(taken(&log), ["wait_applied"]);
+    assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
+}
