@@ -6,14 +6,13 @@
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::enforce::admission::Admission;
-use crate::enforce::audit;
 use crate::enforce::backstop::Backstop;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
-use crate::ports::{Guard, QpHost, BACKSTOP_WAIT};
+use crate::ports::{Guard, QpHost, Vouchers, BACKSTOP_WAIT};
 use crate::state::Shared;
 use std::collections::BTreeSet;
 use std::io;
@@ -30,7 +29,7 @@ impl QpHost for Shared {
     fn registry(&self) -> &Registry {
         &self.registry
     }
-    fn admitted(&self) -> &audit::Admitted {
+    fn vouchers(&self) -> &dyn Vouchers {
         &self.admitted
     }
     fn guard(&self) -> Option<&dyn Guard> {

@@ -5,7 +5,6 @@
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::enforce::admission::Admission;
-use crate::enforce::audit::Admitted;
 use crate::error::Refusal;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
@@ -27,6 +26,13 @@ pub trait Guard {
     fn wait_applied(&self, timeout: Duration) -> bool;
 }
 
+/// The audit's vouchers (`enforce::audit`): the QPNs masqd answers for.
+pub trait Vouchers {
+    /// QPN `qpn` is session `session`'s (of process `pid`), admitted.
+    fn vouch(&self, qpn: u32, session: u64, pid: i32);
+    fn forget(&self, qpn: u32, session: u64);
+}
+
 /// The verbs commands on one app's uverbs file, and the kernel's word on
 /// who owns a QPN.
 pub trait QpKernel {
@@ -41,7 +47,7 @@ pub trait QpKernel {
 pub trait QpHost {
     fn admission(&self) -> &Admission;
     fn registry(&self) -> &Registry;
-    fn admitted(&self) -> &Admitted;
+    fn vouchers(&self) -> &dyn Vouchers;
     /// The backstop, if masqd runs one.
     fn guard(&self) -> Option<&dyn Guard>;
     /// The served port.

@@ -327,7 +327,7 @@ pub fn modify(
     // own is not masqd's to answer for.
     let qpn = m.qp_num;
     if to_rtr {
-        h.admitted().vouch(qpn, sess.id, sess.pid);
+        h.vouchers().vouch(qpn, sess.id, sess.pid);
     }
     // A QP can receive from RTR on: the backstop guards its QPN before.
     let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
@@ -517,7 +517,7 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         if qp.qp_type == "UD" && qp.owner_checked {
             h.ud_announce(&sess.ep, qp.qpn, false);
         }
-        h.admitted().forget(qp.qpn, sess.id);
+        h.vouchers().forget(qp.qpn, sess.id);
         if let (true, Some(b)) = (qp.guarded, h.guard()) {
             b.qp_gone(qp.qpn);
         }
@@ -564,7 +564,7 @@ pub fn resync(
     let connected = (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&kq.qp_state);
     if connected && owner_checked {
         // Until the checks below end: a QP reset there is no bypass either.
-        h.admitted().vouch(r.qp_num, sess.id, sess.pid);
+        h.vouchers().vouch(r.qp_num, sess.id, sess.pid);
     }
     // A QP that can receive is guarded again (the sets survived the
     // restart; `reconcile` keeps only what came back).

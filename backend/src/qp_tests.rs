@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::kernel::rdma_nl::QpInfo;
-use crate::ports::Guard;
+use crate::ports::{Guard, Vouchers};
 use std::cell::RefCell;
 use std::io;
 use std::path::Path;
@@ -87,7 +87,7 @@ impl QpHost for FakeHost {
     fn registry(&self) -> &Registry {
         &self.registry
     }
-    fn admitted(&self) -> &Admitted {
+    fn vouchers(&self) -> &dyn Vouchers {
         &self.admitted
     }
     fn port(&self) -> u8 {

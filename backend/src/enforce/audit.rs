@@ -15,6 +15,7 @@
 
 use crate::config::AuditAction;
 use crate::kernel::rdma_nl::QpInfo;
+use crate::ports::Vouchers;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -251,6 +252,16 @@ pub fn kill_endpoint(cgroup_parent: &str, endpoint: &str) -> std::io::Result<()>
         .join("cgroup.kill");
     std::fs::write(&path, "1")
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// What the verbs pipelines ask of the audit: its own methods.
+impl Vouchers for Admitted {
+    fn vouch(&self, qpn: u32, session: u64, pid: i32) {
+        Admitted::vouch(self, qpn, session, pid)
+    }
+    fn forget(&self, qpn: u32, session: u64) {
+        Admitted::forget(self, qpn, session)
+    }
 }
 
 #[cfg(test)]
