@@ -6,24 +6,25 @@
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::enforce::admission::Admission;
-use crate::enforce::backstop::Backstop;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
-use crate::ports::{Guard, QpHost, Vouchers, BACKSTOP_WAIT};
+use crate::ports::{Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
 use crate::state::Shared;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::sync::mpsc;
-use std::time::Duration;
 use tracing::{info, warn};
 
 impl QpHost for Shared {
-    fn admission(&self) -> &Admission {
+    fn decide(&self) -> &dyn Decide {
+        &self.admission
+    }
+    fn conntrack(&self) -> &dyn Conntrack {
         &self.admission
     }
     fn registry(&self) -> &Registry {
@@ -103,23 +104,6 @@ impl crate::cm::CmHost for Shared {
     }
     fn reannounce_ud(&self, host: std::net::Ipv4Addr) {
         reannounce(self, host);
-    }
-}
-
-/// What the verbs pipelines ask of the backstop: its own methods. Here and
-/// not in backstop.rs while ports.rs still names Admission (a cycle).
-impl Guard for Backstop {
-    fn qp_seen(&self, qpn: u32) {
-        Backstop::qp_seen(self, qpn)
-    }
-    fn qp_seen_with_admission(&self, qpn: u32) {
-        Backstop::qp_seen_with_admission(self, qpn)
-    }
-    fn qp_gone(&self, qpn: u32) {
-        Backstop::qp_gone(self, qpn)
-    }
-    fn wait_applied(&self, timeout: Duration) -> bool {
-        Backstop::wait_applied(self, timeout)
     }
 }
 

@@ -4,12 +4,13 @@
 
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
-use crate::enforce::admission::Admission;
 use crate::error::Refusal;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
+use rconntrack::{Entry, LocalKey, QpKey, State, TableFull, Upsert};
 use std::io;
 use std::net::Ipv4Addr;
+use std::sync::{Arc, RwLockReadGuard};
 use std::time::Duration;
 
 /// How long an admission waits for the backstop to let its packets through.
@@ -24,6 +25,35 @@ pub trait Guard {
     fn qp_gone(&self, qpn: u32);
     /// Whether the sets were applied within `timeout`.
     fn wait_applied(&self, timeout: Duration) -> bool;
+}
+
+/// The security groups' decision (`enforce::admission`).
+pub trait Decide {
+    /// The rule that allows `local` -> `remote` in `tenant`'s VNI, or why not.
+    fn decide(
+        &self,
+        tenant: &str,
+        vni: u32,
+        local: Ipv4Addr,
+        remote: Ipv4Addr,
+    ) -> Result<Arc<str>, String>;
+    /// The traffic class to program for `vip`'s app, which asked for `requested`.
+    fn traffic_class(&self, tenant: &str, vni: u32, vip: Ipv4Addr, requested: u8) -> u8;
+    /// Held from decide to tracking: a rule change waits for it.
+    fn admitting(&self) -> RwLockReadGuard<'_, ()>;
+}
+
+/// RConntrack's table (`enforce::admission`). Each method takes the table
+/// once, as one `table()` guard did, so each change reaches the backstop
+/// as it did.
+pub trait Conntrack {
+    /// How many entries of (vni, vip) there are besides `except`'s.
+    fn held(&self, vni: u32, vip: Ipv4Addr, except: QpKey) -> usize;
+    fn upsert(&self, e: Entry) -> Result<Upsert, TableFull>;
+    fn set_state(&self, key: QpKey, state: State) -> bool;
+    fn remove(&self, key: QpKey) -> Option<Entry>;
+    /// Whether a QP with this local key is tracked.
+    fn tracks_local(&self, lk: LocalKey) -> bool;
 }
 
 /// The audit's vouchers (`enforce::audit`): the QPNs masqd answers for.
@@ -45,7 +75,8 @@ pub trait QpKernel {
 /// What the pipeline needs of masqd: the policy and its table, the VPC
 /// map, the host's device, the audit's vouchers.
 pub trait QpHost {
-    fn admission(&self) -> &Admission;
+    fn decide(&self) -> &dyn Decide;
+    fn conntrack(&self) -> &dyn Conntrack;
     fn registry(&self) -> &Registry;
     fn vouchers(&self) -> &dyn Vouchers;
     /// The backstop, if masqd runs one.

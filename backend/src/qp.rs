@@ -206,9 +206,9 @@ pub(crate) fn physical_av(
         let d = vpc.translate_dgid(cfg.vni, &ah.dgid).map_err(tr)?;
         (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
     };
-    let traffic_class =
-        h.admission()
-            .traffic_class(&cfg.tenant, cfg.vni, cfg.vip, ah.traffic_class);
+    let traffic_class = h
+        .decide()
+        .traffic_class(&cfg.tenant, cfg.vni, cfg.vip, ah.traffic_class);
     let sgid_index = h.sgid_index(ep, u32::from(ah.sgid_index))? as u8;
     Ok(PhysicalAv {
         vip,
@@ -230,7 +230,7 @@ fn admit(
 ) -> Result<Arc<str>, Refusal> {
     let ep = &sess.ep.cfg;
     let rule = h
-        .admission()
+        .decide()
         .decide(&ep.tenant, ep.vni, ep.vip, remote)
         .map_err(|why| {
             refuse(
@@ -239,13 +239,7 @@ fn admit(
             )
         })?;
     if let Some(max) = ep.max_connections {
-        let held = h
-            .admission()
-            .table()
-            .iter()
-            .filter(|e| (e.vni, e.local_vip) == (ep.vni, ep.vip))
-            .filter(|e| (e.session, e.qp_handle) != (sess.id, qp_handle))
-            .count();
+        let held = h.conntrack().held(ep.vni, ep.vip, key(sess, qp_handle));
         if held >= max as usize {
             return Err(refuse(
                 libc::EDQUOT,
@@ -310,7 +304,7 @@ pub fn modify(
         .or_else(|| sess.qps.get(&m.qp_handle).and_then(|q| q.remote_vip));
     let connects = to_rtr && m.qp_type != IBV_QPT_UD;
     // Held until the entry is in the table: a policy change waits for it.
-    let _gate = connects.then(|| h.admission().admitting());
+    let _gate = connects.then(|| h.decide().admitting());
     let ep = sess.ep.clone();
     let _quota = (connects && ep.cfg.max_connections.is_some())
         .then(|| ep.quota.lock().unwrap_or_else(|e| e.into_inner()));
@@ -404,7 +398,7 @@ pub fn modify(
             ..local_entry(sess, m.qp_handle, qpn, m.qp_type)
         };
         debug!(qpn, rule = %entry.rule, "connection admitted");
-        if h.admission().table().upsert(entry).is_err() {
+        if h.conntrack().upsert(entry).is_err() {
             warn!("connection table full; {qpn} not tracked");
         }
         // The app sends once RTR returns: the backstop must let it through
@@ -430,12 +424,10 @@ pub fn modify(
 fn record_state(h: &dyn QpHost, sess: &mut Session, key: rconntrack::QpKey, state: u8) {
     match state {
         IBV_QPS_RTS => {
-            h.admission()
-                .table()
-                .set_state(key, rconntrack::State::Established);
+            h.conntrack().set_state(key, rconntrack::State::Established);
         }
         IBV_QPS_RESET | IBV_QPS_ERR => {
-            h.admission().table().remove(key);
+            h.conntrack().remove(key);
             if let Some(rec) = sess.qps.get_mut(&key.qp_handle) {
                 rec.remote_vip = None;
                 rec.remote_qpn = None;
@@ -523,7 +515,7 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         }
         sess.touched.push(qp_handle);
     }
-    h.admission().table().remove(key(sess, qp_handle));
+    h.conntrack().remove(key(sess, qp_handle));
 }
 
 /// RESYNC_QP: after a masqd restart the frontend names the QPs it had set
@@ -547,7 +539,7 @@ pub fn resync(
             format!("QP handle {} is already known", r.qp_handle),
         ));
     }
-    let gate = h.admission().admitting();
+    let gate = h.decide().admitting();
     // The handle first, in the app's own uverbs file: another app's handle
     // is ENOENT there, whatever QPN comes with it.
     let kq = k
@@ -595,7 +587,7 @@ pub fn resync(
         vip: ep.vip,
         qpn: r.qp_num,
     };
-    if h.admission().table().get_local(lk).is_some() {
+    if h.conntrack().tracks_local(lk) {
         if rec.guarded {
             if let Some(b) = h.guard() {
                 b.qp_gone(r.qp_num);
@@ -621,7 +613,7 @@ pub fn resync(
                 rule: rule.clone(),
                 ..local_entry(sess, r.qp_handle, r.qp_num, r.qp_type)
             };
-            if h.admission().table().upsert(entry).is_err() {
+            if h.conntrack().upsert(entry).is_err() {
                 warn!("connection table full; {} not tracked", r.qp_num);
                 sess.qps.insert(r.qp_handle, rec);
                 return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
@@ -688,7 +680,7 @@ fn verify_resync(
         ));
     }
     let rule = h
-        .admission()
+        .decide()
         .decide(&ep.tenant, ep.vni, ep.vip, route_vip)
         .map_err(|why| format!("security groups deny {} -> {}: {why}", ep.vip, route_vip))?;
     Ok((route_vip, route_host, rule))

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::kernel::rdma_nl::QpInfo;
-use crate::ports::{Guard, Vouchers};
+use crate::ports::{Conntrack, Decide, Guard, Vouchers};
 use std::cell::RefCell;
 use std::io;
 use std::path::Path;
@@ -78,7 +78,10 @@ struct FakeHost {
 }
 
 impl QpHost for FakeHost {
-    fn admission(&self) -> &Admission {
+    fn decide(&self) -> &dyn Decide {
+        &self.admission
+    }
+    fn conntrack(&self) -> &dyn Conntrack {
         &self.admission
     }
     fn guard(&self) -> Option<&dyn Guard> {

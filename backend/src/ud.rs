@@ -53,7 +53,7 @@ pub(crate) fn create_ah(
     let av = physical_av(h, &ep, ah)?;
     let (remote_vip, peer_host, traffic_class) = (av.vip, av.host, av.traffic_class);
     // UD is RDMA: the same predicate as a connection, per destination.
-    h.admission()
+    h.decide()
         .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, remote_vip)
         .map_err(|why| deny(&ep, remote_vip, &why))?;
     if sess.ah_pending.len() >= MAX_PENDING {
@@ -116,9 +116,9 @@ fn track(
     what: &str,
 ) -> Result<(), Refusal> {
     let ep = sess.ep.clone();
-    let gate = h.admission().admitting();
+    let gate = h.decide().admitting();
     let rule = h
-        .admission()
+        .decide()
         .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, p.remote_vip)
         .map_err(|why| deny(&ep, p.remote_vip, &why))?;
     let entry = rconntrack::Entry {
@@ -135,7 +135,7 @@ fn track(
         dscp: Some(p.dscp),
         ..Default::default()
     };
-    if h.admission().table().upsert(entry).is_err() {
+    if h.conntrack().upsert(entry).is_err() {
         warn!(
             ah = handle,
             "connection table full; UD destination not tracked"
@@ -224,7 +224,7 @@ pub(crate) fn resync_ah(
 pub(crate) fn destroy_ah(h: &dyn QpHost, sess: &mut Session, d: &proto::DestroyAhReq) {
     if sess.ahs.remove(&d.ah_handle).is_some() {
         debug!(ah = d.ah_handle, "UD address handle destroyed");
-        h.admission().table().remove(rconntrack::QpKey {
+        h.conntrack().remove(rconntrack::QpKey {
             session: sess.id,
             qp_handle: d.ah_handle,
         });

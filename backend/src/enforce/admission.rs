@@ -3,8 +3,9 @@
 //! atomic apply, re-evaluation of what is tracked).
 
 use crate::config::Config;
+use crate::ports::{Conntrack, Decide};
 use masq_policy::{EndpointRef, OnRuleChange, Policy};
-use rconntrack::{Decision, Entry, Table};
+use rconntrack::{Decision, Entry, LocalKey, QpKey, State, Table, TableFull, Upsert};
 use std::net::Ipv4Addr;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
@@ -220,6 +221,49 @@ impl Admission {
             keep,
             to_reset,
         }
+    }
+}
+
+/// The verbs pipelines' questions to the policy: its own methods.
+impl Decide for Admission {
+    fn decide(
+        &self,
+        tenant: &str,
+        vni: u32,
+        local: Ipv4Addr,
+        remote: Ipv4Addr,
+    ) -> Result<Arc<str>, String> {
+        Admission::decide(self, tenant, vni, local, remote)
+    }
+    fn traffic_class(&self, tenant: &str, vni: u32, vip: Ipv4Addr, requested: u8) -> u8 {
+        Admission::traffic_class(self, tenant, vni, vip, requested)
+    }
+    fn admitting(&self) -> RwLockReadGuard<'_, ()> {
+        Admission::admitting(self)
+    }
+}
+
+/// The table as the verbs pipelines use it: one `table()` guard per call,
+/// whose drop hands the change to the backstop under the table's lock.
+impl Conntrack for Admission {
+    fn held(&self, vni: u32, vip: Ipv4Addr, except: QpKey) -> usize {
+        self.table()
+            .iter()
+            .filter(|e| (e.vni, e.local_vip) == (vni, vip))
+            .filter(|e| (e.session, e.qp_handle) != (except.session, except.qp_handle))
+            .count()
+    }
+    fn upsert(&self, e: Entry) -> Result<Upsert, TableFull> {
+        self.table().upsert(e)
+    }
+    fn set_state(&self, key: QpKey, state: State) -> bool {
+        self.table().set_state(key, state)
+    }
+    fn remove(&self, key: QpKey) -> Option<Entry> {
+        self.table().remove(key)
+    }
+    fn tracks_local(&self, lk: LocalKey) -> bool {
+        self.table().get_local(lk).is_some()
     }
 }
 

@@ -45,6 +45,7 @@
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::kernel::nft::{nft_id, Nft};
+use crate::ports::Guard;
 use rconntrack::{Entry, Event, EventKind, QpKey, QpType, State};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -996,4 +997,20 @@ fn drop_ref<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K) -> bool {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the verbs pipelines ask of the backstop: its own methods.
+impl Guard for Backstop {
+    fn qp_seen(&self, qpn: u32) {
+        Backstop::qp_seen(self, qpn)
+    }
+    fn qp_seen_with_admission(&self, qpn: u32) {
+        Backstop::qp_seen_with_admission(self, qpn)
+    }
+    fn qp_gone(&self, qpn: u32) {
+        Backstop::qp_gone(self, qpn)
+    }
+    fn wait_applied(&self, timeout: Duration) -> bool {
+        Backstop::wait_applied(self, timeout)
+    }
 }
