@@ -11,7 +11,7 @@ use crate::kernel::host::HostDevice;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
-use crate::ports::{Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
+use crate::pipeline::ports::{Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
 use crate::state::Shared;
 use std::collections::BTreeSet;
 use std::io;

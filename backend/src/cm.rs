@@ -1468,7 +1468,7 @@ impl Cm {
                 if theirs {
                     bs.ud_remote(from, qpn, vni, up);
                 }
-                if up && !bs.wait_applied(crate::ports::BACKSTOP_WAIT) {
+                if up && !bs.wait_applied(crate::pipeline::ports::BACKSTOP_WAIT) {
                     warn!(%from, qpn, "backstop sets not updated in time for a UD QP");
                 }
             }

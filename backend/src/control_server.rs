@@ -2,7 +2,7 @@
 //! answering the requests of `control.rs`.
 
 use crate::control::{self, Request};
-use crate::records::QpRecord;
+use crate::pipeline::session::QpRecord;
 use crate::state::Shared;
 use serde_json::{json, Value};
 use std::io::Write;

@@ -6,7 +6,7 @@
 use crate::cluster::endpoint::{Endpoint, Origin};
 use crate::cluster::registry::RuntimeFile;
 use crate::config::{CniOwner, EndpointConfig};
-use crate::records::Session;
+use crate::pipeline::session::Session;
 use crate::run::{lock, now_secs};
 use crate::session;
 use crate::sessions::SessionView;

@@ -14,16 +14,13 @@ pub mod error;
 pub mod kernel;
 pub mod metrics;
 pub mod peer;
+pub mod pipeline;
 pub mod policy;
-pub mod ports;
-pub mod qp;
-pub mod records;
 pub mod run;
 pub mod session;
 pub mod sessions;
 pub mod state;
 pub mod transport;
-pub mod ud;
 
 // Paths other crates use (masqd, masqctl, masq-cni, tests, examples).
 pub use cluster::{registry, source};

@@ -4,9 +4,9 @@
 use crate::cluster::endpoint::VDEV_NAME;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::{ownership, uverbs};
-use crate::ports::QpKernel;
-use crate::qp;
-use crate::records::{QpRecord, Session};
+use crate::pipeline::ports::QpKernel;
+use crate::pipeline::qp;
+use crate::pipeline::session::{QpRecord, Session};
 use crate::state::Shared;
 use crate::transport;
 use crate::transport::seqpacket::Conn;
@@ -204,20 +204,20 @@ fn handle(
             .map(|_| (proto::ReplyBody::CmEstablishQp, false))
         }
         (proto::RequestBody::CreateAh(r), true) => {
-            crate::ud::create_ah(shared, sess, r).map(|r| (r, false))
+            crate::pipeline::ah::create_ah(shared, sess, r).map(|r| (r, false))
         }
         (proto::RequestBody::BindAh(b), true) => {
-            crate::ud::bind_ah(shared, sess, b).map(|_| (proto::ReplyBody::BindAh, false))
+            crate::pipeline::ah::bind_ah(shared, sess, b).map(|_| (proto::ReplyBody::BindAh, false))
         }
         (proto::RequestBody::DestroyAh(d), true) => {
-            crate::ud::destroy_ah(shared, sess, d);
+            crate::pipeline::ah::destroy_ah(shared, sess, d);
             Ok((proto::ReplyBody::DestroyAh, false))
         }
         (proto::RequestBody::ResyncAh(r), true) => {
-            crate::ud::resync_ah(shared, sess, r).map(|r| (r, false))
+            crate::pipeline::ah::resync_ah(shared, sess, r).map(|r| (r, false))
         }
         (proto::RequestBody::ResolveGrh(r), true) => {
-            crate::ud::resolve_grh(shared, sess, r).map(|r| (r, false))
+            crate::pipeline::ah::resolve_grh(shared, sess, r).map(|r| (r, false))
         }
         (proto::RequestBody::DestroyQp(d), true) => {
             qp::destroyed(shared, sess, d.qp_handle);

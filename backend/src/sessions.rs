@@ -4,7 +4,7 @@
 
 use crate::enforce::admission::Admission;
 use crate::kernel::uverbs;
-use crate::records::QpRecord;
+use crate::pipeline::session::QpRecord;
 use crate::run::lock;
 use crate::transport::seqpacket::Conn;
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! atomic apply, re-evaluation of what is tracked).
 
 use crate::config::Config;
-use crate::ports::{Conntrack, Decide};
+use crate::pipeline::ports::{Conntrack, Decide};
 use masq_policy::{EndpointRef, OnRuleChange, Policy};
 use rconntrack::{Decision, Entry, LocalKey, QpKey, State, Table, TableFull, Upsert};
 use std::net::Ipv4Addr;

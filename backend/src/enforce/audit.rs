@@ -15,7 +15,7 @@
 
 use crate::config::AuditAction;
 use crate::kernel::rdma_nl::QpInfo;
-use crate::ports::Vouchers;
+use crate::pipeline::ports::Vouchers;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -45,7 +45,7 @@
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::kernel::nft::{nft_id, Nft};
-use crate::ports::Guard;
+use crate::pipeline::ports::Guard;
 use rconntrack::{Entry, Event, EventKind, QpKey, QpType, State};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::kernel::rdma_nl::QpInfo;
-use crate::ports::{Conntrack, Decide, Guard, Vouchers};
+use crate::pipeline::ports::{Conntrack, Decide, Guard, Vouchers};
 use std::cell::RefCell;
 use std::io;
 use std::path::Path;
@@ -568,7 +568,7 @@ fn an_address_handle_is_bound_once_the_backstop_applied_its_sets() {
         port_num: 1,
         ..Default::default()
     };
-    let reply = crate::ud::create_ah(&h, &mut sess, &proto::CreateAhReq { ah_attr })
+    let reply = crate::pipeline::ah::create_ah(&h, &mut sess, &proto::CreateAhReq { ah_attr })
         .unwrap_or_else(|e| panic!("{e}"));
     let proto::ReplyBody::CreateAh(r) = reply else {
         panic!("not a CREATE_AH reply: {reply:?}");
@@ -578,7 +578,7 @@ fn an_address_handle_is_bound_once_the_backstop_applied_its_sets() {
         ah_id: r.ah_id,
         ah_handle: 5,
     };
-    crate::ud::bind_ah(&h, &mut sess, &bind).unwrap_or_else(|e| panic!("{e}"));
+    crate::pipeline::ah::bind_ah(&h, &mut sess, &bind).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(taken(&log), ["wait_applied"]);
     assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
 }

@@ -12,9 +12,9 @@
 
 use crate::cluster::endpoint::Endpoint;
 use crate::error::{from_io, refuse, Refusal};
-use crate::ports::{QpHost, BACKSTOP_WAIT};
-use crate::qp::physical_av;
-use crate::records::{AhRecord, PendingAh, Session};
+use crate::pipeline::ports::{QpHost, BACKSTOP_WAIT};
+use crate::pipeline::qp::physical_av;
+use crate::pipeline::session::{AhRecord, PendingAh, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::sync::Arc;

@@ -25,8 +25,8 @@ use crate::kernel::ibv::{
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::ports::{QpHost, QpKernel, BACKSTOP_WAIT};
-use crate::records::{QpRecord, Session};
+use crate::pipeline::ports::{QpHost, QpKernel, BACKSTOP_WAIT};
+use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
