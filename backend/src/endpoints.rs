@@ -9,8 +9,8 @@ use crate::config::{CniOwner, EndpointConfig};
 use crate::pipeline::session::Session;
 use crate::run::{lock, now_secs};
 use crate::session;
-use crate::sessions::SessionView;
 use crate::state::Shared;
+use crate::tenants::sessions::SessionView;
 use crate::transport::seqpacket::{Conn, Listener};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -450,7 +450,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
         .values()
         .filter(|q| q.qp_type == "UD" && q.owner_checked)
     {
-        crate::adapters::announce(&shared, &sess.ep, qp.qpn, false);
+        crate::tenants::parts::announce(&shared, &sess.ep, qp.qpn, false);
     }
     if !sess.qps.is_empty() {
         info!("app gone; forgetting {} QP(s)", sess.qps.len());

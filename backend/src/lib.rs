@@ -1,6 +1,5 @@
 //! masqd internals: configuration, the uverbs commands masqd runs on
 //! tenants' behalf, the per-endpoint session server and the control socket.
-pub mod adapters;
 pub mod cdi;
 pub mod cluster;
 pub mod cm;
@@ -18,8 +17,8 @@ pub mod pipeline;
 pub mod policy;
 pub mod run;
 pub mod session;
-pub mod sessions;
 pub mod state;
+pub mod tenants;
 pub mod transport;
 
 // Paths other crates use (masqd, masqctl, masq-cni, tests, examples).

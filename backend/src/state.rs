@@ -13,7 +13,7 @@ use crate::enforce::limits::Limits;
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::run::{lock, Run};
-use crate::sessions::Sessions;
+use crate::tenants::sessions::Sessions;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;

@@ -1,7 +1,9 @@
-//! `Shared` as the host the verbs pipelines (`ports::QpHost`) and the CM
-//! (`cm::CmHost`) are written against, as the CM link's sink, and the UD announcements that need
-//! both the sessions and the CM. Kept apart from `state.rs` so that the
-//! daemon's state does not depend on the pipelines nor they on it.
+//! `Shared` as the host the verbs pipelines (`pipeline::ports::QpHost`)
+//! and the CM (`cm::CmHost`) are written against, as the CM link's sink
+//! (`peer::link::PeerSink`), and the UD announcements that need both the
+//! sessions and the CM. Kept apart from `state.rs` so that the daemon's
+//! state does not depend on the pipelines nor they on it; it becomes the
+//! plan's `Parts` once `Shared` is dissolved.
 
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
