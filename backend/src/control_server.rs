@@ -86,8 +86,8 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
     match req {
         Request::Status => json!({
             "host": shared.cfg.underlay.ip.to_string(),
-            "device": shared.host.name,
-            "port": shared.host.port,
+            "device": shared.device.host.name,
+            "port": shared.device.host.port,
             "endpoints": shared.registry.local().len(),
             "sessions": sessions.len(),
             "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
@@ -197,7 +197,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
         Request::ConntrackDelete { filter } => match filter.compile() {
             Ok(f) => {
                 let victims: Vec<_> = shared.admission.table().list(&f).cloned().collect();
-                json!({ "reset": shared.sessions.reset(&shared.admission, shared.host.driver_id, &victims, "deleted by the operator") })
+                json!({ "reset": shared.sessions.reset(&shared.admission, shared.device.host.driver_id, &victims, "deleted by the operator") })
             }
             Err(e) => json!({ "error": e }),
         },

@@ -64,7 +64,7 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
         let dev = crate::cdi::Device {
             name: &ep.cfg.name,
             socket_dir: dir,
-            uverbs_node: &shared.host.uverbs_node,
+            uverbs_node: &shared.device.host.uverbs_node,
             sysfs_view: ep.view.is_some(),
         };
         if let Err(e) = crate::cdi::write(cdi, &dev) {
@@ -172,7 +172,7 @@ impl Shared {
                 }
             }
         };
-        let view = sysfs_view_for(&socket, &others, &self.host);
+        let view = sysfs_view_for(&socket, &others, &self.device.host);
         let ep = Arc::new(Endpoint::new(e.clone(), socket, Origin::Command, view));
         self.registry.insert(ep.clone());
         if let Err(err) = self
@@ -250,7 +250,7 @@ impl Shared {
         }
         let (sessions, qps_reset) = self
             .sessions
-            .close_endpoint(&ep.cfg.name, self.host.driver_id);
+            .close_endpoint(&ep.cfg.name, self.device.host.driver_id);
         // What its sessions tracked went with them; CM-made entries too.
         let filter = rconntrack::Filter::new()
             .vni(ep.cfg.vni)
@@ -258,7 +258,7 @@ impl Shared {
         let left: Vec<_> = self.admission.table().list(&filter).cloned().collect();
         let untracked = self.sessions.reset(
             &self.admission,
-            self.host.driver_id,
+            self.device.host.driver_id,
             &left,
             "endpoint deleted",
         );

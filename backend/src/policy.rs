@@ -46,7 +46,7 @@ impl Shared {
         self.metrics.policy_applied_now();
         let reset = self.sessions.reset(
             &self.admission,
-            self.host.driver_id,
+            self.device.host.driver_id,
             &applied.to_reset,
             "policy change",
         );

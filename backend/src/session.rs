@@ -3,54 +3,21 @@
 
 use crate::cluster::endpoint::VDEV_NAME;
 use crate::error::{from_io, refuse, Refusal};
-use crate::kernel::{ownership, uverbs};
+use crate::kernel::uverbs;
 use crate::pipeline::ports::QpKernel;
 use crate::pipeline::qp;
 use crate::pipeline::session::{QpRecord, Session};
 use crate::state::Shared;
+use crate::tenants::kernel::SessionKernel;
 use crate::transport;
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
-use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
-
-/// The app's uverbs file, and the kernel's QP table for ownership.
-struct SessionKernel<'a> {
-    shared: &'a Shared,
-    fd: BorrowedFd<'a>,
-    pid: i32,
-}
-
-impl QpKernel for SessionKernel<'_> {
-    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
-        uverbs::modify_qp(self.fd, self.shared.host.driver_id, cmd)
-    }
-
-    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp> {
-        uverbs::query_qp(self.fd, self.shared.host.driver_id, qp_handle, attr_mask)
-    }
-
-    /// One single-QP netlink query, no dump.
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<ownership::Verdict, Refusal> {
-        let lookup = self
-            .shared
-            .qp_lookup(qpn)
-            .map_err(|e| from_io(e, "rdma netlink QP query"))?;
-        ownership::judge(
-            lookup,
-            qpn,
-            qp_type,
-            self.pid,
-            crate::kernel::ownership::tgid_of,
-        )
-        .map_err(|(errno, why)| refuse(errno, format!("claimed QPN refused: {why}")))
-    }
-}
 
 /// Run a pipeline step with the session's kernel (its fd cloned out, so
 /// the step may change the session).
@@ -64,7 +31,7 @@ fn with_kernel<T>(
     let pid = sess.pid;
     let fd = fd.ok_or_else(|| refuse(libc::EPROTO, format!("{what} before OPEN_DEVICE")))?;
     let k = SessionKernel {
-        shared,
+        device: &shared.device,
         fd: fd.as_fd(),
         pid,
     };
@@ -293,10 +260,10 @@ fn hello(
         features: h.features & proto::SUPPORTED_FEATURES,
         session_id: sess.id as u32,
         vdev_name: VDEV_NAME.into(),
-        phys_dev_name: shared.host.name.clone(),
+        phys_dev_name: shared.device.host.name.clone(),
         node_guid: guid,
         sys_image_guid: guid,
-        phys_port: shared.host.port,
+        phys_port: shared.device.host.port,
         gid_count: gid_count.min(proto::MAX_GIDS) as u8,
     }))
 }
@@ -318,10 +285,13 @@ fn open_device(
         .metadata()
         .map_err(|e| from_io(e, "fstat"))?;
     use std::os::unix::fs::FileTypeExt;
-    if !meta.file_type().is_char_device() || meta.rdev() != shared.host.uverbs_rdev {
+    if !meta.file_type().is_char_device() || meta.rdev() != shared.device.host.uverbs_rdev {
         return Err(refuse(
             libc::ENODEV,
-            format!("descriptor is not {}'s uverbs device", shared.host.name),
+            format!(
+                "descriptor is not {}'s uverbs device",
+                shared.device.host.name
+            ),
         ));
     }
     let fd = Arc::new(fd);
@@ -336,7 +306,7 @@ fn query_gids(
     sess: &Session,
     q: &proto::QueryGidTableReq,
 ) -> Result<proto::ReplyBody, Refusal> {
-    if q.port != shared.host.port {
+    if q.port != shared.device.host.port {
         return Err(refuse(libc::EINVAL, format!("no port {}", q.port)));
     }
     let gids = sess
@@ -369,8 +339,13 @@ fn query_qp(
         .uverbs
         .as_ref()
         .ok_or_else(|| refuse(libc::EPROTO, "QUERY_QP before OPEN_DEVICE"))?;
-    let r = uverbs::query_qp(fd.as_fd(), shared.host.driver_id, q.qp_handle, q.attr_mask)
-        .map_err(|e| from_io(e, "QUERY_QP"))?;
+    let r = uverbs::query_qp(
+        fd.as_fd(),
+        shared.device.host.driver_id,
+        q.qp_handle,
+        q.attr_mask,
+    )
+    .map_err(|e| from_io(e, "QUERY_QP"))?;
     // Only addresses masqd itself set are shown, translated back; anything
     // else the kernel holds is physical and stays hidden.
     let (dgid, sgid_index) = match sess.qps.get(&q.qp_handle) {

@@ -12,9 +12,9 @@ use crate::enforce::audit::Admitted;
 use crate::enforce::limits::Limits;
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
-use crate::run::{lock, Run};
+use crate::run::Run;
+use crate::tenants::kernel::Device;
 use crate::tenants::sessions::Sessions;
-use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,8 @@ use std::time::Duration;
 pub struct Shared {
     pub cfg: Config,
     pub admission: Admission,
-    pub host: HostDevice,
+    /// The served device and the kernel's QP table.
+    pub device: Device,
     /// This host's endpoints and the VPC map.
     pub registry: Registry,
     /// Held across an endpoint's addition or removal: one at a time.
@@ -40,9 +41,6 @@ pub struct Shared {
     pub run: Run,
     /// RDMA CM ids, listeners and connections of every endpoint.
     pub cm: crate::cm::Cm,
-    /// The kernel's QP table (rdma netlink), for the sessions' ownership
-    /// checks; the audit has its own socket.
-    rdma: Mutex<crate::kernel::rdma_nl::RdmaNl>,
     /// QPNs masqd answers for (what the audit does not flag).
     pub admitted: crate::enforce::audit::Admitted,
     /// Events for the Prometheus endpoint (`metrics.rs`).
@@ -70,22 +68,16 @@ impl Shared {
             registry,
             endpoint_ops: Mutex::new(()),
             policy_ops: Mutex::new(()),
-            host,
+            device: Device::new(host, rdma),
             sessions: Sessions::default(),
             // Validated when the config was read.
             run: Run::new(cfg.audit.interval().unwrap_or(Duration::from_secs(2))),
             cm: Cm::new(Duration::from_millis(cfg.cm.timeout_ms), metrics.clone()),
-            rdma: Mutex::new(rdma),
             admitted: Admitted::default(),
             metrics,
             admission,
             cfg,
         }
-    }
-
-    /// One QP as the kernel reports it (a single-QP query).
-    pub fn qp_lookup(&self, qpn: u32) -> io::Result<crate::kernel::rdma_nl::Lookup> {
-        lock(&self.rdma).qp(qpn)
     }
 
     /// masqd's state for a metrics scrape.
@@ -120,9 +112,9 @@ impl Shared {
             })
             .collect();
         let port_dir = Path::new("/sys/class/infiniband")
-            .join(&self.host.name)
+            .join(&self.device.host.name)
             .join("ports")
-            .join(self.host.port.to_string());
+            .join(self.device.host.port.to_string());
         crate::metrics::Sample {
             endpoints,
             backstop_drops: self.admission.backstop().and_then(|b| b.counters().ok()),

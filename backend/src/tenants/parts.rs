@@ -39,13 +39,15 @@ impl QpHost for Shared {
         self.admission.backstop().map(|b| b as &dyn Guard)
     }
     fn port(&self) -> u8 {
-        self.host.port
+        self.device.host.port
     }
     fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
         let underlay = self.cfg.underlay.ip;
-        ep.with_vnic(|b| vbond::translate_sgid_index(b.gids(), &self.host.gids, vindex, underlay))
-            .map_err(|e| from_io(e, "cannot read the vNIC"))?
-            .map_err(|e| refuse(e.errno(), format!("{e} (tenant {})", ep.cfg.tenant)))
+        ep.with_vnic(|b| {
+            vbond::translate_sgid_index(b.gids(), &self.device.host.gids, vindex, underlay)
+        })
+        .map_err(|e| from_io(e, "cannot read the vNIC"))?
+        .map_err(|e| refuse(e.errno(), format!("{e} (tenant {})", ep.cfg.tenant)))
     }
     fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide> {
         self.cm
@@ -70,7 +72,7 @@ impl QpHost for Shared {
     }
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>> {
         let fd = self.sessions.fd(session);
-        fd.map(|fd| uverbs::destroy_ah(fd.as_fd(), self.host.driver_id, ah_handle))
+        fd.map(|fd| uverbs::destroy_ah(fd.as_fd(), self.device.host.driver_id, ah_handle))
     }
 }
 
@@ -82,7 +84,7 @@ impl crate::cm::CmHost for Shared {
         &self.admission
     }
     fn host(&self) -> &HostDevice {
-        &self.host
+        &self.device.host
     }
     fn app_gone(&self, session: u64) -> bool {
         self.sessions.app_gone(session)
