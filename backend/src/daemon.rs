@@ -159,14 +159,14 @@ impl Daemon {
                 .iter()
                 .map(|e| e.cfg.name.clone())
                 .collect();
-            crate::cdi::remove_stale(cdi, &served);
+            crate::operator::cdi::remove_stale(cdi, &served);
         }
         // On a failed start, the sockets already made go again.
         let unserve_all = |shared: &Shared| {
             for ep in shared.registry.local() {
                 let _ = std::fs::remove_file(&ep.socket);
                 if let Some(cdi) = &shared.cfg.cdi {
-                    crate::cdi::remove(cdi, &ep.cfg.name);
+                    crate::operator::cdi::remove(cdi, &ep.cfg.name);
                 }
             }
         };
@@ -202,7 +202,7 @@ impl Daemon {
             let shared = shared.clone();
             thread::Builder::new()
                 .name("control".into())
-                .spawn(move || crate::control_server::control_loop(shared, control))?;
+                .spawn(move || crate::operator::control_server::control_loop(shared, control))?;
         }
         if shared.admission.backstop().is_some() {
             let s = shared.clone();

@@ -61,13 +61,13 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
         debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
     }
     if let (Some(cdi), Some(dir)) = (&shared.cfg.cdi, ep.socket.parent()) {
-        let dev = crate::cdi::Device {
+        let dev = crate::operator::cdi::Device {
             name: &ep.cfg.name,
             socket_dir: dir,
             uverbs_node: &shared.device.host.uverbs_node,
             sysfs_view: ep.view.is_some(),
         };
-        if let Err(e) = crate::cdi::write(cdi, &dev) {
+        if let Err(e) = crate::operator::cdi::write(cdi, &dev) {
             unserve(shared, ep);
             return Err(io::Error::new(
                 e.kind(),
@@ -85,7 +85,7 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
 /// sysfs view and the CDI spec off the disk.
 fn unserve(shared: &Shared, ep: &Endpoint) {
     if let Some(cdi) = &shared.cfg.cdi {
-        crate::cdi::remove(cdi, &ep.cfg.name);
+        crate::operator::cdi::remove(cdi, &ep.cfg.name);
     }
     if let Some(l) = lock(&ep.listener).take() {
         l.shutdown();

@@ -1,20 +1,17 @@
 //! masqd internals: configuration, the uverbs commands masqd runs on
 //! tenants' behalf, the per-endpoint session server and the control socket.
-pub mod cdi;
 pub mod cluster;
 pub mod cm;
 pub mod config;
-pub mod control;
-pub mod control_server;
 pub mod daemon;
 pub mod endpoints;
 pub mod enforce;
 pub mod error;
 pub mod kernel;
 pub mod metrics;
+pub mod operator;
 pub mod peer;
 pub mod pipeline;
-pub mod policy;
 pub mod run;
 pub mod session;
 pub mod state;
@@ -24,3 +21,4 @@ pub mod transport;
 // Paths other crates use (masqd, masqctl, masq-cni, tests, examples).
 pub use cluster::{registry, source};
 pub use enforce::admission;
+pub use operator::control;

@@ -1,7 +1,7 @@
 //! The control socket's server side: one thread per masqctl connection,
 //! answering the requests of `control.rs`.
 
-use crate::control::{self, Request};
+use crate::operator::control::{self, Request};
 use crate::pipeline::session::QpRecord;
 use crate::state::Shared;
 use serde_json::{json, Value};
