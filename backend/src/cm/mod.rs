@@ -14,6 +14,8 @@
 //! the virtual addresses to put there, and `role_of` tells RConntrack
 //! which side connected.
 
+mod ids;
+
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::enforce::admission::Admission;
@@ -383,149 +385,6 @@ impl Cm {
         }
     }
 
-    fn free_port(st: &mut State, ep: &str, udp: bool, port: u16, id: u32) {
-        let key = (ep.to_string(), udp, port);
-        if st.ports.get(&key) == Some(&id) {
-            st.ports.remove(&key);
-        }
-    }
-
-    fn bind_port(st: &mut State, id: u32, ep: &str, udp: bool, want: u16) -> Result<u16, Refusal> {
-        if want != 0 {
-            let key = (ep.to_string(), udp, want);
-            if st.ports.contains_key(&key) {
-                return fail(libc::EADDRINUSE, format!("port {want} is in use"));
-            }
-            st.ports.insert(key, id);
-            return Ok(want);
-        }
-        let span = u32::from(EPHEMERAL.end() - EPHEMERAL.start()) + 1;
-        let start = random_u32() % span;
-        for k in 0..span {
-            let port = EPHEMERAL.start() + ((start + k) % span) as u16;
-            let key = (ep.to_string(), udp, port);
-            if let std::collections::btree_map::Entry::Vacant(v) = st.ports.entry(key) {
-                v.insert(id);
-                return Ok(port);
-            }
-        }
-        fail(libc::EADDRINUSE, "no free ephemeral port")
-    }
-
-    fn bind(
-        &self,
-        shared: &dyn CmHost,
-        st: &mut State,
-        id: u32,
-        addr: Ipv4Addr,
-        port: u16,
-    ) -> Result<(), Refusal> {
-        let (ep_name, vip, udp) = {
-            let i = st.ids.get(&id).ok_or_else(|| refuse(libc::ENOENT, "id"))?;
-            if i.port != 0 {
-                return fail(libc::EINVAL, "id already bound");
-            }
-            (i.ep.cfg.name.clone(), i.ep.cfg.vip, i.udp)
-        };
-        if addr != Ipv4Addr::UNSPECIFIED && addr != vip {
-            return fail(
-                libc::EADDRNOTAVAIL,
-                format!("{addr} is not this endpoint's address ({vip})"),
-            );
-        }
-        if port != 0 {
-            self.reap_holder(shared, st, &ep_name, udp, port);
-        }
-        let port = Self::bind_port(st, id, &ep_name, udp, port)?;
-        if let Some(i) = st.ids.get_mut(&id) {
-            i.src_ip = addr;
-            i.port = port;
-            i.owns_port = true;
-        }
-        Ok(())
-    }
-
-    /// Tear an id down as the kernel does when it is destroyed: tell the
-    /// peer (DREQ, or REJ for a request never answered), free its port.
-    fn teardown(&self, st: &mut State, id: u32) {
-        let Some(i) = st.ids.remove(&id) else { return };
-        if let (true, Some(p), Phase::ReqReceived) = (i.udp, i.peer, i.phase) {
-            // A SIDR REQ left unanswered is rejected, as the IB CM does.
-            self.send(
-                p.host,
-                Self::sidr_rep(p.id, proto::CM_SIDR_REJECT, Vec::new()),
-            );
-        } else if let (false, Some(p)) = (i.udp, i.peer) {
-            match i.phase {
-                Phase::ReqReceived => self.send(
-                    p.host,
-                    PeerMsg::Rej {
-                        to_id: p.id,
-                        from_id: id,
-                        reason: proto::CM_REJ_CONSUMER_DEFINED,
-                        private_data: Vec::new(),
-                    },
-                ),
-                Phase::RepSent | Phase::RepReceived | Phase::Established => self.send(
-                    p.host,
-                    PeerMsg::Dreq {
-                        to_id: p.id,
-                        from_id: id,
-                        from_qpn: i.local.qpn,
-                    },
-                ),
-                _ => {}
-            }
-        }
-        if i.owns_port {
-            Self::free_port(st, &i.ep.cfg.name, i.udp, i.port, id);
-        }
-    }
-
-    /// A session ended (the app exited or closed its CM connection).
-    pub fn session_gone(&self, session: u64) {
-        let mut st = self.lock();
-        self.close_session(&mut st, session);
-    }
-
-    fn close_session(&self, st: &mut State, session: u64) {
-        let ids: Vec<u32> = st
-            .ids
-            .iter()
-            .filter(|(_, i)| i.session == session)
-            .map(|(k, _)| *k)
-            .collect();
-        if !ids.is_empty() {
-            info!("app gone; closing {} CM id(s)", ids.len());
-        }
-        for id in ids {
-            self.teardown(st, id);
-        }
-        st.channels.retain(|_, c| c.session != session);
-    }
-
-    /// If the id holding (ep, port) belongs to an app that has exited but
-    /// whose session thread has not closed it yet, close it now: the
-    /// kernel frees an exited process's CM ports before its parent can
-    /// reap it, so a next server may bind the port, or a client reach the
-    /// next listener, at once.
-    fn reap_holder(&self, shared: &dyn CmHost, st: &mut State, ep: &str, udp: bool, port: u16) {
-        let holder = st
-            .ports
-            .get(&(ep.to_string(), udp, port))
-            .and_then(|h| st.ids.get(h))
-            .map(|i| i.session);
-        if let Some(session) = holder {
-            if shared.app_gone(session) {
-                info!(
-                    session,
-                    port, "app gone; closing its CM ids before reusing its port"
-                );
-                self.close_session(st, session);
-            }
-        }
-    }
-
     /// What CM_ACCEPT_QP (`accept`: the depths the app accepted with) and
     /// CM_ESTABLISH_QP need of id: its CM session, for the accept or
     /// establish that follows, and the RTR and RTS attributes to move its
@@ -593,37 +452,6 @@ impl Cm {
                 local_port: i.port,
                 remote_port: i.dst.map_or(0, |d| d.1),
             })
-    }
-
-    /// Every id, for `masqctl cm`.
-    pub fn list(&self) -> Vec<serde_json::Value> {
-        let st = self.lock();
-        st.ids
-            .iter()
-            .map(|(id, i)| {
-                let (dip, dport) = i.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
-                let side = match i.phase {
-                    Phase::Listening => "listen",
-                    Phase::Idle | Phase::AddrResolved | Phase::RouteResolved => "-",
-                    _ if i.active => "active",
-                    _ => "passive",
-                };
-                serde_json::json!({
-                    "id": id,
-                    "endpoint": i.ep.cfg.name,
-                    "tenant": i.ep.cfg.tenant,
-                    "vni": i.ep.cfg.vni,
-                    "session": i.session,
-                    "state": format!("{:?}", i.phase).to_lowercase(),
-                    "ps": if i.udp { "udp" } else { "tcp" },
-                    "side": side,
-                    "local": format!("{}:{}", i.src_ip, i.port),
-                    "peer": format!("{dip}:{dport}"),
-                    "qpn": i.local.qpn,
-                    "peer_qpn": i.remote.qpn,
-                })
-            })
-            .collect()
     }
 
     /// Serve one CM request from a session of endpoint `ep`.
@@ -847,76 +675,6 @@ impl Cm {
             _ => return fail(libc::EPROTO, "not a CM request"),
         };
         Ok((reply, None))
-    }
-
-    /// A channel of `session`, numbered `number` (a restored one) or the
-    /// next free number: its number and the app's end of its event socket.
-    fn add_channel(
-        st: &mut State,
-        session: u64,
-        number: Option<u32>,
-    ) -> Result<(u32, OwnedFd), Refusal> {
-        if st
-            .channels
-            .values()
-            .filter(|c| c.session == session)
-            .count()
-            >= MAX_CHANNELS_PER_SESSION
-        {
-            return fail(libc::EMFILE, "too many CM channels");
-        }
-        let (ours, theirs) =
-            Conn::pair().map_err(|e| refuse(libc::EMFILE, format!("socketpair: {e}")))?;
-        let channel = number.unwrap_or_else(|| {
-            let mut n = st.next_channel;
-            while n == 0 || st.channels.contains_key(&n) {
-                n = n.wrapping_add(1);
-            }
-            st.next_channel = n.wrapping_add(1);
-            n
-        });
-        st.channels.insert(
-            channel,
-            Channel {
-                session,
-                sock: ours,
-            },
-        );
-        Ok((channel, theirs))
-    }
-
-    fn new_id(&self, st: &mut State, session: u64, channel: u32, ep: Arc<Endpoint>) -> u32 {
-        let mut id = st.next_id;
-        while id == 0 || st.ids.contains_key(&id) {
-            id = id.wrapping_add(1);
-        }
-        st.next_id = id.wrapping_add(1);
-        Self::insert_id(st, id, session, channel, ep);
-        id
-    }
-
-    fn insert_id(st: &mut State, id: u32, session: u64, channel: u32, ep: Arc<Endpoint>) {
-        st.ids.insert(
-            id,
-            Id {
-                session,
-                channel,
-                ep,
-                udp: false,
-                src_ip: Ipv4Addr::UNSPECIFIED,
-                port: 0,
-                owns_port: false,
-                dst: None,
-                phase: Phase::Idle,
-                active: false,
-                listen_id: 0,
-                local: Params::default(),
-                peer: None,
-                peer_host: Ipv4Addr::UNSPECIFIED,
-                remote: Params::default(),
-                deadline: None,
-            },
-        );
     }
 
     /// CM_RESTORE_ID: after a masqd restart, an app's id comes back under
@@ -1788,23 +1546,6 @@ impl Cm {
         Some(ep)
     }
 
-    /// The id listening on `port` of endpoint `ep` in one port space,
-    /// after closing a holder whose app has exited.
-    fn listener(
-        &self,
-        shared: &dyn CmHost,
-        st: &mut State,
-        ep: &str,
-        udp: bool,
-        port: u16,
-    ) -> Option<u32> {
-        self.reap_holder(shared, st, ep, udp, port);
-        st.ports
-            .get(&(ep.to_string(), udp, port))
-            .copied()
-            .filter(|l| st.ids.get(l).is_some_and(|i| i.phase == Phase::Listening))
-    }
-
     /// A SIDR REQ: a new UD id on the listener's channel gets
     /// CONNECT_REQUEST; nobody listening answers CM_SIDR_UNSUPPORTED.
     #[allow(clippy::too_many_arguments)]
@@ -1924,32 +1665,6 @@ impl Cm {
             param,
             [Default::default(), peer, Default::default()],
         );
-    }
-
-    /// Time out what waited too long; called a few times a second.
-    pub fn expire(&self) {
-        let now = Instant::now();
-        let mut st = self.lock();
-        let late: Vec<u32> = st
-            .ids
-            .iter()
-            .filter(|(_, i)| i.deadline.is_some_and(|d| d <= now))
-            .map(|(k, _)| *k)
-            .collect();
-        for id in late {
-            if let Some(i) = st.ids.get_mut(&id) {
-                i.deadline = None;
-                i.phase = Phase::Closed;
-                info!(id, "CM connection timed out");
-            }
-            Self::emit(
-                &st,
-                id,
-                proto::CM_EVENT_UNREACHABLE,
-                -libc::ETIMEDOUT,
-                Default::default(),
-            );
-        }
     }
 }
 
