@@ -1,0 +1,491 @@
+//! The apps' CM requests: the `request` dispatch, address resolution,
+//! connect and accept, and what the verbs pipeline asks of the CM (the QP
+//! step and the role of a QP).
+
+use super::{fail, random_u32, Cm, CmHost, Phase, Role, State, MAX_IDS_PER_SESSION};
+use crate::cluster::endpoint::Endpoint;
+use crate::error::{refuse, Refusal};
+use crate::kernel::ibv::*;
+use crate::peer::msg::{Params, PeerMsg};
+use masq_proto as proto;
+use std::net::Ipv4Addr;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::{debug, info, warn};
+
+impl Cm {
+    /// Serve one CM request from a session of endpoint `ep`.
+    pub fn request(
+        &self,
+        shared: &dyn CmHost,
+        session: u64,
+        ep: &Arc<Endpoint>,
+        body: &proto::RequestBody,
+    ) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
+        use proto::RequestBody as R;
+        // Looked up before the CM's lock: the table is not taken under it.
+        let tracked = match body {
+            R::CmRestoreId(r) if r.state == proto::CM_RESTORE_CONNECTED => {
+                shared.tracked_qp(session, ep, r.qp_num)
+            }
+            _ => None,
+        };
+        let mut st = self.lock();
+        let st = &mut *st;
+        let reply = match body {
+            R::CmRestoreChannel(c) => {
+                if c.channel == 0 || st.channels.contains_key(&c.channel) {
+                    return fail(libc::EEXIST, format!("channel {} is in use", c.channel));
+                }
+                let (_, theirs) = Self::add_channel(st, session, Some(c.channel))?;
+                return Ok((proto::ReplyBody::CmRestoreChannel, Some(theirs)));
+            }
+            R::CmRestoreId(r) => {
+                self.restore_id(shared, st, session, ep, r, tracked)?;
+                proto::ReplyBody::CmRestoreId
+            }
+            R::CmCreateChannel => {
+                let (channel, theirs) = Self::add_channel(st, session, None)?;
+                return Ok((
+                    proto::ReplyBody::CmCreateChannel(proto::CmChannel { channel }),
+                    Some(theirs),
+                ));
+            }
+            R::CmDestroyChannel(c) => {
+                match st.channels.get(&c.channel) {
+                    Some(ch) if ch.session == session => {}
+                    _ => return fail(libc::ENOENT, format!("no channel {}", c.channel)),
+                }
+                // Like closing an rdma_cm file: its ids go with it.
+                let ids: Vec<u32> = st
+                    .ids
+                    .iter()
+                    .filter(|(_, i)| i.channel == c.channel)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for id in ids {
+                    self.teardown(st, id);
+                }
+                st.channels.remove(&c.channel);
+                proto::ReplyBody::CmDestroyChannel
+            }
+            R::CmCreateId(c) => {
+                match st.channels.get(&c.channel) {
+                    Some(ch) if ch.session == session => {}
+                    _ => return fail(libc::ENOENT, format!("no channel {}", c.channel)),
+                }
+                if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
+                    return fail(libc::ENOMEM, "too many CM ids");
+                }
+                let id = self.new_id(st, session, c.channel, ep.clone());
+                if let Some(i) = st.ids.get_mut(&id) {
+                    i.udp = c.port_space == proto::CM_PS_UDP;
+                }
+                proto::ReplyBody::CmCreateId(proto::CmId { id })
+            }
+            R::CmDestroyId(c) => {
+                Self::own(st, session, c.id)?;
+                self.teardown(st, c.id);
+                proto::ReplyBody::CmDestroyId
+            }
+            R::CmMigrateId(m) => {
+                match st.channels.get(&m.channel) {
+                    Some(ch) if ch.session == session => {}
+                    _ => return fail(libc::ENOENT, format!("no channel {}", m.channel)),
+                }
+                Self::own(st, session, m.id)?.channel = m.channel;
+                proto::ReplyBody::CmMigrateId
+            }
+            R::CmBindAddr(b) => {
+                Self::own(st, session, b.id)?;
+                self.bind(shared, st, b.id, Ipv4Addr::from(b.addr.addr), b.addr.port)?;
+                proto::ReplyBody::CmBindAddr(Self::own(st, session, b.id)?.addrs())
+            }
+            R::CmResolveAddr(r) => {
+                self.resolve_addr(shared, st, session, r)?;
+                proto::ReplyBody::CmResolveAddr(Self::own(st, session, r.id)?.addrs())
+            }
+            R::CmResolveRoute(c) => {
+                let i = Self::own(st, session, c.id)?;
+                if i.phase != Phase::AddrResolved && i.phase != Phase::RouteResolved {
+                    return fail(libc::EINVAL, "route before address resolution");
+                }
+                i.phase = Phase::RouteResolved;
+                Self::emit_with_qp_attrs(
+                    shared,
+                    st,
+                    c.id,
+                    proto::CM_EVENT_ROUTE_RESOLVED,
+                    Default::default(),
+                );
+                proto::ReplyBody::CmResolveRoute
+            }
+            R::CmListen(l) => {
+                let (port, phase) = {
+                    let i = Self::own(st, session, l.id)?;
+                    (i.port, i.phase)
+                };
+                if phase != Phase::Idle && phase != Phase::Listening {
+                    return fail(libc::EINVAL, "listen on a connected id");
+                }
+                if port == 0 {
+                    self.bind(shared, st, l.id, Ipv4Addr::UNSPECIFIED, 0)?;
+                }
+                let i = Self::own(st, session, l.id)?;
+                i.phase = Phase::Listening;
+                info!(port = i.port, "CM listening on {}:{}", i.src_ip, i.port);
+                proto::ReplyBody::CmListen
+            }
+            R::CmConnect(c) => {
+                self.connect(shared, st, session, c)?;
+                proto::ReplyBody::CmConnect
+            }
+            R::CmAccept(c) => {
+                if Self::own(st, session, c.id)?.udp {
+                    self.accept_ud(st, session, c)?;
+                } else {
+                    self.accept(shared, st, session, c)?;
+                }
+                proto::ReplyBody::CmAccept
+            }
+            R::CmReject(r) => {
+                let i = Self::own(st, session, r.id)?;
+                if !matches!(i.phase, Phase::ReqReceived | Phase::RepReceived) {
+                    return fail(libc::EINVAL, "reject without a pending connection");
+                }
+                let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+                i.phase = Phase::Closed;
+                if i.udp {
+                    let mut data = r.private_data.clone();
+                    data.truncate(proto::CM_SIDR_REP_PRIVATE_DATA);
+                    self.send(p.host, Self::sidr_rep(p.id, proto::CM_SIDR_REJECT, data));
+                    return Ok((proto::ReplyBody::CmReject, None));
+                }
+                self.send(
+                    p.host,
+                    PeerMsg::Rej {
+                        to_id: p.id,
+                        from_id: r.id,
+                        reason: proto::CM_REJ_CONSUMER_DEFINED,
+                        private_data: r.private_data.clone(),
+                    },
+                );
+                proto::ReplyBody::CmReject
+            }
+            R::CmDisconnect(c) => {
+                let i = Self::own(st, session, c.id)?;
+                if i.udp {
+                    return fail(libc::EINVAL, "a UD id has no connection to end");
+                }
+                match i.phase {
+                    // The peer's DREQ came first: answering it is all.
+                    Phase::PeerClosed => i.phase = Phase::Closed,
+                    Phase::Established | Phase::RepSent | Phase::RepReceived => {
+                        i.phase = Phase::Closed;
+                        if let Some(p) = i.peer {
+                            self.send(
+                                p.host,
+                                PeerMsg::Dreq {
+                                    to_id: p.id,
+                                    from_id: c.id,
+                                    from_qpn: i.local.qpn,
+                                },
+                            );
+                        }
+                        Self::emit(
+                            st,
+                            c.id,
+                            proto::CM_EVENT_DISCONNECTED,
+                            0,
+                            Default::default(),
+                        );
+                    }
+                    _ => return fail(libc::EINVAL, "disconnect without a connection"),
+                }
+                proto::ReplyBody::CmDisconnect
+            }
+            R::CmInitQpAttr(q) => {
+                let i = Self::own(st, session, q.id)?;
+                proto::ReplyBody::CmInitQpAttr(Self::qp_attr(shared, i, q.qp_state)?)
+            }
+            R::CmEstablish(c) => {
+                let i = Self::own(st, session, c.id)?;
+                if i.phase != Phase::RepReceived || i.udp {
+                    return fail(libc::EINVAL, "establish without a connect response");
+                }
+                let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+                i.phase = Phase::Established;
+                info!(
+                    qpn = i.local.qpn,
+                    "CM connection established: {}:{} -> {}:{} (active)",
+                    i.src_ip,
+                    i.port,
+                    i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+                    i.dst.map_or(0, |d| d.1)
+                );
+                self.send(
+                    p.host,
+                    PeerMsg::Rtu {
+                        to_id: p.id,
+                        from_id: c.id,
+                    },
+                );
+                proto::ReplyBody::CmEstablish
+            }
+            _ => return fail(libc::EPROTO, "not a CM request"),
+        };
+        Ok((reply, None))
+    }
+
+    fn resolve_addr(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        r: &proto::CmResolveAddrReq,
+    ) -> Result<(), Refusal> {
+        let (port, phase, vni, vip) = {
+            let i = Self::own(st, session, r.id)?;
+            (i.port, i.phase, i.ep.cfg.vni, i.ep.cfg.vip)
+        };
+        if phase != Phase::Idle && phase != Phase::AddrResolved {
+            return fail(libc::EINVAL, "address resolution on a busy id");
+        }
+        if port == 0 {
+            let src = if r.has_src == 1 {
+                Ipv4Addr::from(r.src.addr)
+            } else {
+                Ipv4Addr::UNSPECIFIED
+            };
+            let want = if r.has_src == 1 { r.src.port } else { 0 };
+            self.bind(shared, st, r.id, src, want)?;
+        }
+        let dst = Ipv4Addr::from(r.dst.addr);
+        let i = Self::own(st, session, r.id)?;
+        i.src_ip = vip;
+        i.dst = Some((dst, r.dst.port));
+        let peer_host = shared.registry().vpc().lookup(vni, dst).map(|p| p.host);
+        match peer_host {
+            Some(host) => {
+                i.phase = Phase::AddrResolved;
+                i.peer_host = host;
+                Self::emit(
+                    st,
+                    r.id,
+                    proto::CM_EVENT_ADDR_RESOLVED,
+                    0,
+                    Default::default(),
+                );
+            }
+            None => {
+                debug!(%dst, vni, "CM address not in the VPC");
+                Self::emit(
+                    st,
+                    r.id,
+                    proto::CM_EVENT_ADDR_ERROR,
+                    -libc::EHOSTUNREACH,
+                    Default::default(),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// rdma_connect: a REQ, or for a UD id a SIDR REQ asking the listener
+    /// at the destination for its QP (the id's own QP plays no part).
+    /// Either is admitted here first; a denied one is dropped, as a
+    /// firewall drops it: the app times out (UNREACHABLE, ETIMEDOUT), as
+    /// it does when nothing answers in the kernel's CM.
+    fn connect(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> Result<(), Refusal> {
+        let timeout = self.timeout;
+        let i = Self::own(st, session, c.id)?;
+        if i.phase != Phase::RouteResolved {
+            return fail(libc::EINVAL, "connect before route resolution");
+        }
+        let (max_pdata, what) = if i.udp {
+            (proto::CM_SIDR_REQ_PRIVATE_DATA, "CM UD query")
+        } else {
+            (proto::CM_REQ_PRIVATE_DATA, "CM connect")
+        };
+        if c.param.private_data.len() > max_pdata {
+            return fail(
+                libc::EINVAL,
+                format!("more than {max_pdata} bytes of private data"),
+            );
+        }
+        if c.param.qp_num == 0 && !i.udp {
+            return fail(libc::EINVAL, "connect without a QP number");
+        }
+        let Some((dst, dst_port)) = i.dst else {
+            return fail(libc::EINVAL, "no destination");
+        };
+        i.local = Params::from_proto(&c.param, random_u32() & 0xFF_FFFF);
+        i.active = true;
+        i.phase = Phase::Connecting;
+        i.deadline = Some(Instant::now() + timeout);
+        let cfg = &i.ep.cfg;
+        let rule = match shared
+            .admission()
+            .decide(&cfg.tenant, cfg.vni, cfg.vip, dst)
+        {
+            Ok(rule) => rule,
+            Err(why) => {
+                warn!(
+                    "{what} {}:{} -> {dst}:{dst_port} denied by security groups: {why}",
+                    cfg.vip, i.port
+                );
+                return Ok(());
+            }
+        };
+        info!(qpn = c.param.qp_num, %rule, "{what} {}:{} -> {dst}:{dst_port}", cfg.vip, i.port);
+        let msg = if i.udp {
+            PeerMsg::SidrReq {
+                from_id: c.id,
+                vni: cfg.vni,
+                src: cfg.vip,
+                src_port: i.port,
+                dst,
+                dst_port,
+                private_data: c.param.private_data.clone(),
+            }
+        } else {
+            PeerMsg::Req {
+                from_id: c.id,
+                vni: cfg.vni,
+                src: cfg.vip,
+                src_port: i.port,
+                dst,
+                dst_port,
+                params: i.local.clone(),
+            }
+        };
+        self.send(i.peer_host, msg);
+        Ok(())
+    }
+
+    fn accept(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> Result<(), Refusal> {
+        let timeout = self.timeout;
+        let i = Self::own(st, session, c.id)?;
+        if i.phase != Phase::ReqReceived {
+            return fail(libc::EINVAL, "accept without a connect request");
+        }
+        if c.param.qp_num == 0 {
+            return fail(libc::EINVAL, "accept without a QP number");
+        }
+        let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+        let psn = i.local.psn;
+        i.local = Params::from_proto(&c.param, psn);
+        i.phase = Phase::RepSent;
+        i.deadline = Some(Instant::now() + timeout);
+        // The QP reached RTR (and was admitted) before the app called
+        // accept, when its number was not known here yet: mark it now.
+        let lk = rconntrack::LocalKey {
+            vni: i.ep.cfg.vni,
+            vip: i.ep.cfg.vip,
+            qpn: c.param.qp_num,
+        };
+        let side = rconntrack::CmSide {
+            active: false,
+            local_port: i.port,
+            remote_port: i.dst.map_or(0, |d| d.1),
+        };
+        {
+            let mut table = shared.admission().table();
+            if let Some(mut e) = table.get_local(lk).cloned() {
+                e.cm = Some(side);
+                let _ = table.upsert(e);
+            }
+        }
+        self.send(
+            p.host,
+            PeerMsg::Rep {
+                to_id: p.id,
+                from_id: c.id,
+                params: i.local.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// What CM_ACCEPT_QP (`accept`: the depths the app accepted with) and
+    /// CM_ESTABLISH_QP need of id: its CM session, for the accept or
+    /// establish that follows, and the RTR and RTS attributes to move its
+    /// QP with. The id must be in endpoint `ep`, on a CM session that
+    /// `same_app` says is the caller's process, and at the step: a
+    /// connection request to accept, or a response to establish for the
+    /// QP `qpn` that connected.
+    pub fn qp_step(
+        &self,
+        shared: &dyn CmHost,
+        id: u32,
+        ep: &str,
+        same_app: &dyn Fn(u64) -> bool,
+        qpn: u32,
+        accept: Option<(u8, u8)>,
+    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Refusal> {
+        let st = self.lock();
+        let i = match st.ids.get(&id) {
+            Some(i) if i.ep.cfg.name == ep && same_app(i.session) => i,
+            _ => return fail(libc::ENOENT, format!("no CM id {id} of this app")),
+        };
+        if i.udp {
+            return fail(libc::EINVAL, format!("CM id {id} is a UD id: no QP step"));
+        }
+        let want = if accept.is_some() {
+            Phase::ReqReceived
+        } else {
+            Phase::RepReceived
+        };
+        if i.phase != want {
+            return fail(
+                libc::EINVAL,
+                format!("CM id {id} is {:?}, not {want:?}", i.phase),
+            );
+        }
+        if accept.is_none() && i.local.qpn != qpn {
+            return fail(
+                libc::EINVAL,
+                format!("CM id {id} connected QP {:#x}, not {qpn:#x}", i.local.qpn),
+            );
+        }
+        let mut rtr = Self::qp_attr(shared, i, u32::from(IBV_QPS_RTR))?;
+        let mut rts = Self::qp_attr(shared, i, u32::from(IBV_QPS_RTS))?;
+        if let Some((resp_res, init_depth)) = accept {
+            rtr.attr.max_dest_rd_atomic = resp_res;
+            rts.attr.max_rd_atomic = init_depth;
+        }
+        Ok((i.session, rtr, rts))
+    }
+
+    /// The CM role of a QP whose connection this endpoint set up through
+    /// the CM, for its RConntrack entry.
+    pub fn role_of(&self, endpoint: &str, qpn: u32) -> Option<Role> {
+        let st = self.lock();
+        st.ids
+            .values()
+            .find(|i| {
+                !i.udp
+                    && i.ep.cfg.name == endpoint
+                    && i.local.qpn == qpn
+                    && i.connected_or_connecting()
+            })
+            .map(|i| Role {
+                active: i.active,
+                local_port: i.port,
+                remote_port: i.dst.map_or(0, |d| d.1),
+            })
+    }
+}
