@@ -1,0 +1,292 @@
+//! UD ids and UD QPs: the SIDR exchange (a UD id's "connection": the
+//! query for the passive side's QP), and the announcements of UD QPs
+//! between masqds, which tell each host's backstop whose datagrams to let
+//! in.
+
+use super::{fail, Cm, CmHost, PeerRef, Phase, State};
+use crate::error::{refuse, Refusal};
+use crate::kernel::ibv::*;
+use crate::peer::msg::PeerMsg;
+use masq_proto as proto;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use tracing::{debug, info, warn};
+
+impl Cm {
+    /// Tell `host`'s masqd that this host's UD QP `qpn` of (vni, vip) is
+    /// up or gone.
+    pub fn announce_ud(&self, host: Ipv4Addr, vni: u32, vip: Ipv4Addr, qpn: u32, up: bool) {
+        self.send(host, PeerMsg::UdQp { vni, vip, qpn, up });
+    }
+
+    /// Announce this host's UD QP `qpn` of (vni, vip) as up to `hosts`,
+    /// and wait up to `timeout` until each has it in force (its backstop
+    /// lets the QP's datagrams in), as the app's first datagram may follow
+    /// at once. A host the message could not reach counts as answered.
+    /// False if one did not answer in time.
+    pub fn announce_ud_up(
+        &self,
+        hosts: &[Ipv4Addr],
+        vni: u32,
+        vip: Ipv4Addr,
+        qpn: u32,
+        timeout: Duration,
+    ) -> bool {
+        let mut unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
+        unacked.extend(hosts.iter().map(|h| (*h, qpn)));
+        drop(unacked);
+        for h in hosts {
+            self.announce_ud(*h, vni, vip, qpn, true);
+        }
+        let unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut unacked, waited) = self
+            .ud_acked
+            .wait_timeout_while(unacked, timeout, |u| {
+                hosts.iter().any(|h| u.contains(&(*h, qpn)))
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        for h in hosts {
+            unacked.remove(&(*h, qpn));
+        }
+        !waited.timed_out()
+    }
+
+    /// `host` has UD QP `qpn`'s announcement in force, or it could not be
+    /// sent there.
+    pub fn ud_acked(&self, host: Ipv4Addr, qpn: u32) {
+        let mut unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
+        if unacked.remove(&(host, qpn)) {
+            self.ud_acked.notify_all();
+        }
+    }
+
+    /// Ask each of `hosts`' masqds to announce its UD QPs: after a
+    /// restart this masqd knows none of them.
+    pub fn query_ud(&self, hosts: impl IntoIterator<Item = Ipv4Addr>) {
+        for h in hosts {
+            self.send(h, PeerMsg::UdQuery);
+        }
+    }
+
+    /// Who `host`'s masqd said holds UD QP `qpn`: (VNI, vIP).
+    pub fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)> {
+        self.ud_peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(host, qpn))
+            .copied()
+    }
+
+    /// A UD id's accept: the SIDR REP telling the querying side this
+    /// app's QP and the port space's Q_Key. The QP needs no step here (the
+    /// app moved it to RTS itself, as rdma_create_qp does for UD).
+    pub(super) fn accept_ud(
+        &self,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> Result<(), Refusal> {
+        let i = Self::own(st, session, c.id)?;
+        if i.phase != Phase::ReqReceived {
+            return fail(libc::EINVAL, "accept without a connect request");
+        }
+        if c.param.qp_num == 0 {
+            return fail(libc::EINVAL, "accept without a QP number");
+        }
+        if c.param.private_data.len() > proto::CM_SIDR_REP_PRIVATE_DATA {
+            return fail(libc::EINVAL, "more than 136 bytes of private data");
+        }
+        let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+        i.local.qpn = c.param.qp_num;
+        i.phase = Phase::Established;
+        info!(
+            qpn = c.param.qp_num,
+            "CM UD query answered: {}:{} <- {}:{}",
+            i.src_ip,
+            i.port,
+            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+            i.dst.map_or(0, |d| d.1)
+        );
+        self.send(
+            p.host,
+            PeerMsg::SidrRep {
+                to_id: p.id,
+                status: 0,
+                qpn: c.param.qp_num,
+                qkey: proto::CM_UDP_QKEY,
+                private_data: c.param.private_data.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    pub(super) fn sidr_rep(to_id: u32, status: u32, private_data: Vec<u8>) -> PeerMsg {
+        PeerMsg::SidrRep {
+            to_id,
+            status,
+            qpn: 0,
+            qkey: 0,
+            private_data,
+        }
+    }
+
+    /// A UD QP announcement from `from`'s masqd: (vni, vip)'s UD QP `qpn`
+    /// is up or gone there. An up one is acknowledged (UdQpAck) once the
+    /// backstop has it in force, or after BACKSTOP_WAIT.
+    pub(super) fn on_ud_qp(
+        &self,
+        shared: &dyn CmHost,
+        from: Ipv4Addr,
+        vni: u32,
+        vip: Ipv4Addr,
+        qpn: u32,
+        up: bool,
+    ) {
+        {
+            let mut m = self.ud_peers.lock().unwrap_or_else(|p| p.into_inner());
+            if up {
+                m.insert((from, qpn), (vni, vip));
+            } else if m.get(&(from, qpn)) == Some(&(vni, vip)) {
+                m.remove(&(from, qpn));
+            }
+        }
+        // The backstop takes only what the VPC map puts on that host.
+        let theirs = shared
+            .registry()
+            .vpc()
+            .lookup(vni, vip)
+            .is_some_and(|p| p.host == from);
+        if let Some(bs) = shared.admission().backstop() {
+            if theirs {
+                bs.ud_remote(from, qpn, vni, up);
+            }
+            if up && !bs.wait_applied(crate::pipeline::ports::BACKSTOP_WAIT) {
+                warn!(%from, qpn, "backstop sets not updated in time for a UD QP");
+            }
+        }
+        if up {
+            self.send(from, PeerMsg::UdQpAck { vni, qpn });
+        }
+    }
+
+    /// A SIDR REQ: a new UD id on the listener's channel gets
+    /// CONNECT_REQUEST; nobody listening answers CM_SIDR_UNSUPPORTED.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_sidr_req(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        from: Ipv4Addr,
+        from_id: u32,
+        vni: u32,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        private_data: Vec<u8>,
+    ) {
+        let Some(ep) = Self::admit_request(shared, from, vni, src, dst) else {
+            return;
+        };
+        let sender = Some(PeerRef {
+            host: from,
+            id: from_id,
+        });
+        if st.ids.values().any(|i| i.peer == sender) {
+            return; // a repeated request
+        }
+        let Some(listener) = self.listener(shared, st, &ep.cfg.name, true, dst.1) else {
+            debug!(port = dst.1, "CM UD query for a port nobody listens on");
+            self.send(
+                from,
+                Self::sidr_rep(from_id, proto::CM_SIDR_UNSUPPORTED, Vec::new()),
+            );
+            return;
+        };
+        let Some((session, channel)) = st.ids.get(&listener).map(|l| (l.session, l.channel)) else {
+            return;
+        };
+        let id = self.new_id(st, session, channel, ep.clone());
+        if let Some(i) = st.ids.get_mut(&id) {
+            i.udp = true;
+            i.src_ip = ep.cfg.vip;
+            i.port = dst.1;
+            i.dst = Some(src);
+            i.phase = Phase::ReqReceived;
+            i.listen_id = listener;
+            i.peer = sender;
+            i.peer_host = from;
+            i.remote.private_data = private_data.clone();
+            info!("CM UD query {}:{} -> {}:{}", src.0, src.1, dst.0, dst.1);
+        }
+        let param = proto::CmConnParam {
+            private_data,
+            ..Default::default()
+        };
+        Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
+    }
+
+    /// A SIDR REP for a UD id that is waiting for one: ESTABLISHED with
+    /// the peer's QP, Q_Key and virtual address vector (in the event's
+    /// rtr_attr), or UNREACHABLE with the SIDR status. A late one is
+    /// dropped: SIDR leaves no state on the answering side to clean up.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_sidr_rep(
+        shared: &dyn CmHost,
+        st: &mut State,
+        from: Ipv4Addr,
+        to_id: u32,
+        status: u32,
+        qpn: u32,
+        qkey: u32,
+        private_data: Vec<u8>,
+    ) {
+        let Some(i) = st.ids.get_mut(&to_id) else {
+            return;
+        };
+        if !(i.udp && i.phase == Phase::Connecting && i.peer_host == from) {
+            return;
+        }
+        i.deadline = None;
+        let mut param = proto::CmConnParam {
+            private_data,
+            ..Default::default()
+        };
+        let route = Self::vnic_route(i);
+        let (dst, _) = i.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
+        let (sgid_index, _) = match (status, route) {
+            (0, Ok(r)) => r,
+            (0, Err(r)) => {
+                warn!(id = to_id, "CM UD answer unusable: {}", r.why());
+                i.phase = Phase::Closed;
+                Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, -r.errno(), param);
+                return;
+            }
+            _ => {
+                i.phase = Phase::Closed;
+                debug!(id = to_id, status, "CM UD query refused");
+                Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, status as i32, param);
+                return;
+            }
+        };
+        i.phase = Phase::Established;
+        i.remote.qpn = qpn;
+        param.qp_num = qpn;
+        let peer = proto::CmQpAttr {
+            attr_mask: IBV_QP_AV | IBV_QP_QKEY | IBV_QP_DEST_QPN,
+            attr: proto::QpAttr {
+                qkey,
+                dest_qp_num: qpn,
+                ah_attr: Self::virtual_ah(shared, sgid_index, dst),
+                ..Default::default()
+            },
+        };
+        info!(id = to_id, qpn, "CM UD query answered by {dst}");
+        Self::emit_attrs(
+            st,
+            to_id,
+            proto::CM_EVENT_ESTABLISHED,
+            0,
+            param,
+            [Default::default(), peer, Default::default()],
+        );
+    }
+}
