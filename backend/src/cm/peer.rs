@@ -1,0 +1,339 @@
+//! CM messages from peer masqds: the connection exchange (REQ, REP, REJ,
+//! RTU, DREQ), and the admission of a request from another host.
+
+use super::{random_u32, Cm, CmHost, Id, PeerRef, Phase, State};
+use crate::cluster::endpoint::Endpoint;
+use crate::peer::msg::{Params, PeerMsg};
+use masq_proto as proto;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use tracing::{debug, info, warn};
+
+impl Cm {
+    /// A CM message from the masqd at `from` (already known to be a host
+    /// of the VPC map). Anything that does not fit is logged and dropped.
+    pub fn on_peer(&self, shared: &dyn CmHost, from: Ipv4Addr, msg: PeerMsg) {
+        debug!(%from, ?msg, "CM message in");
+        if msg == PeerMsg::UdQuery {
+            shared.reannounce_ud(from);
+            return;
+        }
+        if let PeerMsg::UdQpAck { qpn, .. } = msg {
+            self.ud_acked(from, qpn);
+            return;
+        }
+        if let PeerMsg::UdQp { vni, vip, qpn, up } = msg {
+            self.on_ud_qp(shared, from, vni, vip, qpn, up);
+            return;
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        match msg {
+            PeerMsg::Req {
+                from_id,
+                vni,
+                src,
+                src_port,
+                dst,
+                dst_port,
+                params,
+            } => self.on_req(
+                shared,
+                st,
+                from,
+                from_id,
+                vni,
+                (src, src_port),
+                (dst, dst_port),
+                params,
+            ),
+            PeerMsg::Rep {
+                to_id,
+                from_id,
+                params,
+            } => {
+                let ok = st.ids.get(&to_id).is_some_and(|i| {
+                    i.phase == Phase::Connecting && i.peer_host == from && i.peer.is_none()
+                });
+                if !ok {
+                    // Too late (timed out) or unknown: tell the peer, so its
+                    // side does not wait for an RTU that will not come.
+                    self.send(
+                        from,
+                        PeerMsg::Rej {
+                            to_id: from_id,
+                            from_id: to_id,
+                            reason: proto::CM_REJ_CONSUMER_DEFINED,
+                            private_data: Vec::new(),
+                        },
+                    );
+                    return;
+                }
+                if params.private_data.len() > proto::CM_MAX_PRIVATE_DATA {
+                    return;
+                }
+                if let Some(i) = st.ids.get_mut(&to_id) {
+                    i.peer = Some(PeerRef {
+                        host: from,
+                        id: from_id,
+                    });
+                    i.remote = params;
+                    i.phase = Phase::RepReceived;
+                    i.deadline = None;
+                    let param = i.remote.to_event();
+                    Self::emit_with_qp_attrs(
+                        shared,
+                        st,
+                        to_id,
+                        proto::CM_EVENT_CONNECT_RESPONSE,
+                        param,
+                    );
+                }
+            }
+            PeerMsg::Rej {
+                to_id,
+                from_id,
+                reason,
+                private_data,
+            } => {
+                let Some(i) = st.ids.get_mut(&to_id) else {
+                    return;
+                };
+                let from_peer = i.peer
+                    == Some(PeerRef {
+                        host: from,
+                        id: from_id,
+                    })
+                    || (i.phase == Phase::Connecting && i.peer_host == from);
+                if !from_peer
+                    || !matches!(
+                        i.phase,
+                        Phase::Connecting
+                            | Phase::RepSent
+                            | Phase::ReqReceived
+                            | Phase::RepReceived
+                    )
+                {
+                    return;
+                }
+                i.phase = Phase::Closed;
+                i.deadline = None;
+                let mut data = private_data;
+                data.truncate(proto::CM_REJ_PRIVATE_DATA);
+                let param = proto::CmConnParam {
+                    private_data: data,
+                    ..Default::default()
+                };
+                Self::emit(st, to_id, proto::CM_EVENT_REJECTED, reason, param);
+            }
+            PeerMsg::SidrReq {
+                from_id,
+                vni,
+                src,
+                src_port,
+                dst,
+                dst_port,
+                private_data,
+            } => self.on_sidr_req(
+                shared,
+                st,
+                from,
+                from_id,
+                vni,
+                (src, src_port),
+                (dst, dst_port),
+                private_data,
+            ),
+            PeerMsg::SidrRep {
+                to_id,
+                status,
+                qpn,
+                qkey,
+                private_data,
+            } => Self::on_sidr_rep(shared, st, from, to_id, status, qpn, qkey, private_data),
+            // Taken above, without the CM's lock.
+            PeerMsg::UdQp { .. } | PeerMsg::UdQuery | PeerMsg::UdQpAck { .. } => {}
+            PeerMsg::Rtu { to_id, from_id } => {
+                let Some(i) = st.ids.get_mut(&to_id) else {
+                    return;
+                };
+                if i.peer
+                    != Some(PeerRef {
+                        host: from,
+                        id: from_id,
+                    })
+                    || i.phase != Phase::RepSent
+                {
+                    return;
+                }
+                i.phase = Phase::Established;
+                i.deadline = None;
+                info!(
+                    qpn = i.local.qpn,
+                    "CM connection established: {}:{} <- {}:{} (passive)",
+                    i.src_ip,
+                    i.port,
+                    i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+                    i.dst.map_or(0, |d| d.1)
+                );
+                Self::emit(
+                    st,
+                    to_id,
+                    proto::CM_EVENT_ESTABLISHED,
+                    0,
+                    Default::default(),
+                );
+            }
+            PeerMsg::Dreq {
+                to_id,
+                from_id,
+                from_qpn,
+            } => {
+                let sender = PeerRef {
+                    host: from,
+                    id: from_id,
+                };
+                // A restored id knows its peer's host and QP, not its id.
+                let restored = |i: &Id| {
+                    i.peer == Some(PeerRef { host: from, id: 0 })
+                        && from_qpn != 0
+                        && i.remote.qpn == from_qpn
+                };
+                let to_id = if to_id != 0 {
+                    to_id
+                } else {
+                    // Both ends may have restarted: then neither knows the
+                    // other's id, and the QPs name the connection.
+                    let found = st.ids.iter().find(|(_, i)| {
+                        (i.peer == Some(sender) && from_qpn != 0 && i.remote.qpn == from_qpn)
+                            || restored(i)
+                    });
+                    match found {
+                        Some((k, _)) => *k,
+                        None => return,
+                    }
+                };
+                let Some(i) = st.ids.get_mut(&to_id) else {
+                    return;
+                };
+                if !(i.peer == Some(sender) || restored(i))
+                    || !matches!(
+                        i.phase,
+                        Phase::Established | Phase::RepSent | Phase::RepReceived
+                    )
+                {
+                    return;
+                }
+                i.peer = Some(sender);
+                i.phase = Phase::PeerClosed;
+                i.deadline = None;
+                Self::emit(
+                    st,
+                    to_id,
+                    proto::CM_EVENT_DISCONNECTED,
+                    0,
+                    Default::default(),
+                );
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_req(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        from: Ipv4Addr,
+        from_id: u32,
+        vni: u32,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        params: Params,
+    ) {
+        if params.private_data.len() > proto::CM_REQ_PRIVATE_DATA || params.qpn == 0 {
+            warn!(%from, "malformed CM request; dropped");
+            return;
+        }
+        let Some(ep) = Self::admit_request(shared, from, vni, src, dst) else {
+            return;
+        };
+        // A repeated REQ for a connection already under way changes nothing.
+        if st.ids.values().any(|i| {
+            i.peer
+                == Some(PeerRef {
+                    host: from,
+                    id: from_id,
+                })
+        }) {
+            return;
+        }
+        let Some(listener) = self.listener(shared, st, &ep.cfg.name, false, dst.1) else {
+            debug!(port = dst.1, "CM request for a port nobody listens on");
+            self.send(
+                from,
+                PeerMsg::Rej {
+                    to_id: from_id,
+                    from_id: 0,
+                    reason: proto::CM_REJ_INVALID_SERVICE_ID,
+                    private_data: Vec::new(),
+                },
+            );
+            return;
+        };
+        let (session, channel) = match st.ids.get(&listener) {
+            Some(l) => (l.session, l.channel),
+            None => return,
+        };
+        let id = self.new_id(st, session, channel, ep.clone());
+        if let Some(i) = st.ids.get_mut(&id) {
+            i.src_ip = ep.cfg.vip;
+            i.port = dst.1;
+            i.dst = Some(src);
+            i.phase = Phase::ReqReceived;
+            i.listen_id = listener;
+            i.peer = Some(PeerRef {
+                host: from,
+                id: from_id,
+            });
+            i.peer_host = from;
+            i.local.psn = random_u32() & 0xFF_FFFF;
+            i.remote = params;
+            info!(
+                "CM connect request {}:{} -> {}:{}",
+                src.0, src.1, dst.0, dst.1
+            );
+            let param = i.remote.to_event();
+            Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
+        }
+    }
+
+    /// The local endpoint a request from host `from` (REQ or SIDR REQ) is
+    /// for, if the VPC map puts its source on that host and the security
+    /// groups admit it; None (logged) drops the request: a denied one
+    /// looks as a firewall makes it look.
+    pub(super) fn admit_request(
+        shared: &dyn CmHost,
+        from: Ipv4Addr,
+        vni: u32,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+    ) -> Option<Arc<Endpoint>> {
+        let src_host = shared.registry().vpc().lookup(vni, src.0).map(|p| p.host);
+        if src_host != Some(from) {
+            warn!(%from, vni, src = %src.0, "CM request from a host that does not hold its source; dropped");
+            return None;
+        }
+        let Some(ep) = shared.registry().local_at(vni, dst.0) else {
+            warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
+            return None;
+        };
+        if let Err(why) = shared.admission().decide(&ep.cfg.tenant, vni, dst.0, src.0) {
+            warn!(
+                "CM connect {}:{} -> {}:{} denied by security groups: {why}",
+                src.0, src.1, dst.0, dst.1
+            );
+            return None;
+        }
+        Some(ep)
+    }
+}
