@@ -34,13 +34,7 @@ impl Cm {
         let mut st = self.lock();
         let st = &mut *st;
         let reply = match body {
-            R::CmRestoreChannel(c) => {
-                if c.channel == 0 || st.channels.contains_key(&c.channel) {
-                    return fail(libc::EEXIST, format!("channel {} is in use", c.channel));
-                }
-                let (_, theirs) = Self::add_channel(st, session, Some(c.channel))?;
-                return Ok((proto::ReplyBody::CmRestoreChannel, Some(theirs)));
-            }
+            R::CmRestoreChannel(c) => return Self::restore_channel(st, session, c),
             R::CmRestoreId(r) => {
                 self.restore_id(shared, st, session, ep, r, tracked)?;
                 proto::ReplyBody::CmRestoreId
