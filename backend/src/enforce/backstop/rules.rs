@@ -1,0 +1,185 @@
+//! The backstop's nftables text and element bookkeeping: the rules of an
+//! endpoint and of a VNI, the verdict-map elements of the endpoints' and
+//! the adopted cgroups, and the reference counts behind each set element.
+
+use super::{Elements, EndpointRules, EpId, Live, Pair, TABLE};
+use super::{BTH_DEST_QPN, BTH_UD};
+use crate::config::EndpointConfig;
+use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
+use rconntrack::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+impl EndpointRules {
+    pub(super) fn of(parent: &str, e: &EndpointConfig) -> EndpointRules {
+        EndpointRules {
+            cgroup: format!("{parent}/{}", e.name),
+            at: (e.vni, e.vip),
+        }
+    }
+}
+
+/// One endpoint's set, counter and chain (created if missing, emptied,
+/// refilled): its egress passes only to admitted (host, QPN) pairs.
+pub(super) fn endpoint_rules(id: &str) -> String {
+    let t = format!("inet {TABLE}");
+    let c = format!("ep_{id}");
+    format!(
+        "add set {t} eg_{id} {{ typeof ip daddr . {BTH_DEST_QPN}; }}\n\
+         add counter {t} drop_{id}\n\
+         add chain {t} {c}\nflush chain {t} {c}\n\
+         add set {t} ud_{id} {{ type ipv4_addr; }}\n\
+         add rule {t} {c} ip daddr . {BTH_DEST_QPN} @eg_{id} accept\n\
+         add rule {t} {c} ip daddr @ud_{id} {BTH_UD} accept\n\
+         add rule {t} {c} counter name drop_{id} drop\n"
+    )
+}
+
+/// One VNI's UD ingress: the set of its local UD QPs and the chain that
+/// a datagram from one of the VNI's UD QPs elsewhere jumps to (created if
+/// missing; the set is kept, the chain rewritten).
+pub(super) fn vni_rules(vni: u32) -> String {
+    let t = format!("inet {TABLE}");
+    format!(
+        "add set {t} udq_{vni} {{ typeof {BTH_DEST_QPN}; }}
+         add chain {t} udvni_{vni}
+flush chain {t} udvni_{vni}
+         add rule {t} udvni_{vni} {BTH_DEST_QPN} @udq_{vni} accept
+"
+    )
+}
+
+/// The endpoints whose cgroup exists now, with its inode.
+pub(super) fn cgroups_now(endpoints: &BTreeMap<EpId, EndpointRules>) -> BTreeMap<EpId, u64> {
+    endpoints
+        .iter()
+        .filter_map(|(id, ep)| {
+            Some((
+                id.clone(),
+                cgroup_inode(&Path::new(CGROUP_ROOT).join(&ep.cgroup))?,
+            ))
+        })
+        .collect()
+}
+
+/// Verdict-map elements for these endpoints' cgroups.
+pub(super) fn map_elements(
+    endpoints: &BTreeMap<EpId, EndpointRules>,
+    cgroups: &BTreeMap<EpId, u64>,
+) -> String {
+    let mut cmd = String::new();
+    for id in cgroups.keys() {
+        if let Some(ep) = endpoints.get(id) {
+            let _ = writeln!(
+                cmd,
+                "add element inet {TABLE} endpoint_cgroup {{ \"{}\" : jump ep_{id} }}",
+                ep.cgroup
+            );
+        }
+    }
+    cmd
+}
+
+/// The adopted maps in use, emptied and refilled (one transaction with
+/// whatever follows, so a live cgroup never misses its chain).
+pub(super) fn adopted_maps(
+    adopted: &BTreeMap<String, (EpId, u64)>,
+    depths: &std::collections::BTreeSet<usize>,
+) -> String {
+    let t = format!("inet {TABLE}");
+    let mut cmd = String::new();
+    for n in depths {
+        let _ = writeln!(cmd, "flush map {t} adopted_l{n}");
+    }
+    for (path, (id, _)) in adopted {
+        cmd.push_str(&adopted_element(path, id));
+    }
+    cmd
+}
+
+/// A cgroup's depth below the root: the level its map matches at.
+pub(super) fn depth_of(path: &str) -> usize {
+    path.split('/').count()
+}
+
+/// The element sending adopted cgroup `path`'s packets to endpoint `id`'s chain.
+pub(super) fn adopted_element(path: &str, id: &str) -> String {
+    format!(
+        "add element inet {TABLE} adopted_l{} {{ \"{path}\" : jump ep_{id} }}\n",
+        depth_of(path)
+    )
+}
+
+pub(super) fn endpoint_of(endpoints: &BTreeMap<EpId, EndpointRules>, e: &Entry) -> Option<EpId> {
+    endpoints
+        .iter()
+        .find(|(_, r)| r.at == (e.vni, e.local_vip))
+        .map(|(id, _)| id.clone())
+}
+
+pub(super) fn add(el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
+    let t = format!("inet {TABLE}");
+    if bump(el.egress.entry(ep.to_string()).or_default(), eg) {
+        let _ = writeln!(cmd, "add element {t} eg_{ep} {{ {} . {} }}", eg.0, eg.1);
+    }
+    if bump(&mut el.conn_in, ing) {
+        let _ = writeln!(cmd, "add element {t} conn_in {{ {} . {} }}", ing.0, ing.1);
+    }
+}
+
+pub(super) fn del(el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
+    let t = format!("inet {TABLE}");
+    if el.egress.get_mut(ep).is_some_and(|m| drop_ref(m, eg)) {
+        let _ = writeln!(cmd, "delete element {t} eg_{ep} {{ {} . {} }}", eg.0, eg.1);
+    }
+    if drop_ref(&mut el.conn_in, ing) {
+        let _ = writeln!(
+            cmd,
+            "delete element {t} conn_in {{ {} . {} }}",
+            ing.0, ing.1
+        );
+    }
+}
+
+pub(super) fn del_ud(el: &mut Elements, cmd: &mut String, ep: &str, host: Ipv4Addr) {
+    if el.ud.get_mut(ep).is_some_and(|m| drop_ref(m, host)) {
+        let _ = writeln!(cmd, "delete element inet {TABLE} ud_{ep} {{ {host} }}");
+    }
+}
+
+pub(super) fn egress_pair(e: &Entry) -> Pair {
+    (e.peer_host, e.remote_qpn)
+}
+
+pub(super) fn ingress_pair(e: &Entry) -> Pair {
+    (e.peer_host, e.local_qpn)
+}
+
+/// Count a reference; true when it is the first (the element must be added).
+pub(super) fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K) -> bool {
+    let n = m.entry(k).or_insert(0);
+    *n += 1;
+    *n == 1
+}
+
+/// Drop a reference; true when it was the last (the element must go).
+pub(super) fn drop_ref<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K) -> bool {
+    match m.get_mut(&k) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        Some(_) => {
+            m.remove(&k);
+            true
+        }
+        None => false,
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
