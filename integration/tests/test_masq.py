@@ -291,7 +291,9 @@ def test_masqctl_lists_endpoints_and_sessions(masq):
 
 def test_no_masqd_traffic_during_a_bandwidth_run(masq):
     port = 18730
-    argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "1500"]
+    # A run of a fixed time, not of fixed iterations, so it still runs at
+    # the second sample however fast the guests are.
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", "12"]
     srv = masq.tenant_spawn("host2", "acme-b", *argv, "-p", str(port))
     masq.wait_listening("host2", port, tenant="acme-b")
     cli = masq.tenant_spawn("host1", "acme-a", *argv, "-p", str(port), "10.0.0.2")
@@ -308,7 +310,7 @@ def test_no_masqd_traffic_during_a_bandwidth_run(masq):
     for p in (cli, srv):
         rc, out, err = finish(p)
         assert rc == 0, out + err
-    assert still_running, "the run ended before the second sample; raise -n"
+    assert still_running, "the run ended before the second sample; lengthen -D"
     assert before > 0 and after == before, (before, after)
 
 
