@@ -268,6 +268,10 @@ int masq_cm_recover(unsigned int lost)
 		goto out;
 	}
 	conn_generation++;
+	/* The ids' QPs come back with the session watchers, which start only
+	 * now that masqd answers: their wait starts now too, not when masqd
+	 * went away (a slow restart left them no time at all). */
+	deadline = now_s() + (double)masq_reconnect_wait_ms() / 1000;
 	for (i = 0; i < nch; i++)
 		if ((e = restore_channel(&chans[i])) != 0)
 			masq_log("CM channel %u not restored: %s", chans[i].handle, strerror(-e));
