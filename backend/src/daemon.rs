@@ -1,5 +1,5 @@
 //! The running daemon: start and stop, the housekeeping threads, and the
-//! cluster feeding its state (`state.rs`). The endpoints' sockets and sessions are in
+//! cluster feeding its state (`tenants::parts::Parts`). The endpoints' sockets and sessions are in
 //! `endpoints.rs`, the control socket's answers in `control_server.rs`.
 
 use crate::cluster::endpoint::{Endpoint, Origin};
@@ -10,7 +10,7 @@ use crate::enforce::admission::Admission;
 use crate::enforce::audit;
 use crate::kernel::host::HostDevice;
 use crate::run::lock;
-use crate::state::Shared;
+use crate::tenants::parts::Parts;
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 pub struct Daemon {
-    shared: Arc<Shared>,
+    parts: Arc<Parts>,
     control_path: PathBuf,
 }
 
@@ -133,27 +133,27 @@ impl Daemon {
         } else {
             None
         };
-        let shared = Arc::new(Shared::new(
+        let parts = Arc::new(Parts::new(
             cfg, admission, registry, host, rdma, cluster, rates,
         ));
         // The file's map and policy first: a policy that does not check
         // stops the start before anything is in the kernel.
-        file.start(shared.clone())
+        file.start(parts.clone())
             .map_err(|e| invalid(format!("policy: {e}")))?;
         if backstop {
-            let b = crate::enforce::backstop::Backstop::start(&shared.cfg, &endpoint_cfgs)
+            let b = crate::enforce::backstop::Backstop::start(&parts.cfg, &endpoint_cfgs)
                 .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
-            shared.admission.set_backstop(b);
+            parts.admission.set_backstop(b);
         }
-        shared
+        parts
             .limits
-            .sync_rates(&shared.registry.configs())
+            .sync_rates(&parts.registry.configs())
             .map_err(|e| io::Error::other(format!("rate limits: {e}")))?;
-        shared.metrics.policy_applied_now();
+        parts.metrics.policy_applied_now();
 
-        std::fs::create_dir_all(&shared.cfg.socket_dir)?;
-        if let Some(cdi) = &shared.cfg.cdi {
-            let served: Vec<String> = shared
+        std::fs::create_dir_all(&parts.cfg.socket_dir)?;
+        if let Some(cdi) = &parts.cfg.cdi {
+            let served: Vec<String> = parts
                 .registry
                 .local()
                 .iter()
@@ -162,32 +162,30 @@ impl Daemon {
             crate::operator::cdi::remove_stale(cdi, &served);
         }
         // On a failed start, the sockets already made go again.
-        let unserve_all = |shared: &Shared| {
-            for ep in shared.registry.local() {
+        let unserve_all = |parts: &Parts| {
+            for ep in parts.registry.local() {
                 let _ = std::fs::remove_file(&ep.socket);
-                if let Some(cdi) = &shared.cfg.cdi {
+                if let Some(cdi) = &parts.cfg.cdi {
                     crate::operator::cdi::remove(cdi, &ep.cfg.name);
                 }
             }
         };
-        for ep in shared.registry.local() {
-            if let Err(e) = crate::endpoints::serve(&shared, &ep) {
-                unserve_all(&shared);
+        for ep in parts.registry.local() {
+            if let Err(e) = crate::endpoints::serve(&parts, &ep) {
+                unserve_all(&parts);
                 return Err(e);
             }
         }
-        if let Err(e) =
-            crate::peer::link::start(&shared, shared.cfg.underlay.ip, shared.cfg.cm.port)
-        {
-            unserve_all(&shared);
+        if let Err(e) = crate::peer::link::start(&parts, parts.cfg.underlay.ip, parts.cfg.cm.port) {
+            unserve_all(&parts);
             return Err(e);
         }
-        let control_path = shared.cfg.control_socket();
+        let control_path = parts.cfg.control_socket();
         let _ = std::fs::remove_file(&control_path);
         let control = match UnixListener::bind(&control_path) {
             Ok(c) => c,
             Err(e) => {
-                unserve_all(&shared);
+                unserve_all(&parts);
                 return Err(io::Error::new(
                     e.kind(),
                     format!("cannot listen on {}: {e}", control_path.display()),
@@ -199,17 +197,17 @@ impl Daemon {
             std::fs::set_permissions(&control_path, std::fs::Permissions::from_mode(0o600))?;
         }
         {
-            let shared = shared.clone();
+            let parts = parts.clone();
             thread::Builder::new()
                 .name("control".into())
-                .spawn(move || crate::operator::control_server::control_loop(shared, control))?;
+                .spawn(move || crate::operator::control_server::control_loop(parts, control))?;
         }
-        if shared.admission.backstop().is_some() {
-            let s = shared.clone();
+        if parts.admission.backstop().is_some() {
+            let s = parts.clone();
             thread::Builder::new()
                 .name("backstop".into())
                 .spawn(move || backstop_loop(s))?;
-            let s = shared.clone();
+            let s = parts.clone();
             thread::Builder::new()
                 .name("backstop-sets".into())
                 .spawn(move || {
@@ -221,27 +219,27 @@ impl Daemon {
                     }
                 })?;
         }
-        if let Some(addr) = shared.cfg.metrics.listen {
-            let weak = Arc::downgrade(&shared);
+        if let Some(addr) = parts.cfg.metrics.listen {
+            let weak = Arc::downgrade(&parts);
             let sampler: crate::metrics::Sampler =
                 Box::new(move || weak.upgrade().map(|s| s.sample()));
-            let registry = crate::metrics::registry(&shared.metrics, sampler);
-            let weak = Arc::downgrade(&shared);
+            let registry = crate::metrics::registry(&parts.metrics, sampler);
+            let weak = Arc::downgrade(&parts);
             let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
             if let Err(e) = crate::metrics::serve(registry, addr, stopping) {
-                unserve_all(&shared);
+                unserve_all(&parts);
                 return Err(e);
             }
         }
         if let Some(nl) = audit_nl {
-            let s = shared.clone();
+            let s = parts.clone();
             thread::Builder::new()
                 .name("audit".into())
                 .spawn(move || audit_loop(s, nl))?;
         }
-        if let Some(c) = &shared.cluster {
+        if let Some(c) = &parts.cluster {
             c.clone()
-                .start(shared.clone())
+                .start(parts.clone())
                 .map_err(|e| io::Error::other(format!("cluster: {e}")))?;
             // With etcd up, serve the cluster's view from the first request.
             if !c.wait_connected(Duration::from_secs(5)) {
@@ -251,7 +249,7 @@ impl Daemon {
         {
             // Endpoints' cgroups appear when their containers start: their
             // rdma limits and rate-limit marks follow.
-            let s = shared.clone();
+            let s = parts.clone();
             thread::Builder::new()
                 .name("cgroup-limits".into())
                 .spawn(move || {
@@ -268,31 +266,31 @@ impl Daemon {
         }
         {
             // Always running: an endpoint added later may have a view.
-            let s = shared.clone();
+            let s = parts.clone();
             thread::Builder::new()
                 .name("sysfs-view".into())
                 .spawn(move || sysfs_view_loop(s))?;
         }
         Ok(Daemon {
-            shared,
+            parts,
             control_path,
         })
     }
 
     /// SIGHUP: re-read the configured policy file.
     pub fn reload_policy(&self) {
-        let Some(path) = self.shared.admission.path.clone() else {
+        let Some(path) = self.parts.admission.path.clone() else {
             info!("SIGHUP: no policy file configured");
             return;
         };
-        if let Err(e) = self.shared.apply_policy_file(&path) {
+        if let Err(e) = self.parts.apply_policy_file(&path) {
             warn!("SIGHUP: {e}");
         }
     }
 
     pub fn shutdown(self) {
-        self.shared.run.stop();
-        let endpoints = self.shared.registry.local();
+        self.parts.run.stop();
+        let endpoints = self.parts.registry.local();
         for ep in &endpoints {
             let _ = std::fs::remove_file(&ep.socket);
         }
@@ -302,10 +300,10 @@ impl Daemon {
                 v.remove();
             }
         }
-        if let Err(e) = crate::enforce::firewall::remove(&self.shared.registry.configs()) {
+        if let Err(e) = crate::enforce::firewall::remove(&self.parts.registry.configs()) {
             warn!("cannot remove the nftables rules: {e}");
         }
-        self.shared.sessions.shutdown_all();
+        self.parts.sessions.shutdown_all();
         info!("stopped; tenants' established QPs keep running on the NIC");
     }
 }
@@ -314,12 +312,12 @@ impl Daemon {
 /// notification (reading it through `with_vnic` rewrites the view), and
 /// every few seconds for the physical port's state and for namespaces that
 /// appeared or went away.
-fn sysfs_view_loop(shared: Arc<Shared>) {
+fn sysfs_view_loop(parts: Arc<Parts>) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     let mut lost: BTreeMap<String, bool> = BTreeMap::new();
-    while !shared.run.is_stopping() {
+    while !parts.run.is_stopping() {
         // Duplicates, so the poll holds no endpoint's lock.
-        let fds: Vec<OwnedFd> = shared
+        let fds: Vec<OwnedFd> = parts
             .registry
             .local()
             .iter()
@@ -335,10 +333,10 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
             .collect();
         let _ = nix::poll::poll(&mut pfds, PollTimeout::from(2000u16));
         drop(pfds);
-        if shared.run.is_stopping() {
+        if parts.run.is_stopping() {
             return;
         }
-        for ep in &shared.registry.local() {
+        for ep in &parts.registry.local() {
             let Some(view) = &ep.view else { continue };
             view.refresh_phys();
             let gone = match ep.with_vnic(|_| ()) {
@@ -361,15 +359,15 @@ fn sysfs_view_loop(shared: Arc<Shared>) {
 /// After a start, apps need the recovery grace (`backstop.
 /// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
 /// QPs look unadmitted, so the audit only counts what it would flag.
-fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
-    let interval = shared.run.audit_interval();
-    let action = shared.cfg.audit.action;
-    let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
-    let parent = shared.cfg.backstop.cgroup_parent.clone();
+fn audit_loop(parts: Arc<Parts>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
+    let interval = parts.run.audit_interval();
+    let action = parts.cfg.audit.action;
+    let grace = Duration::from_secs(parts.cfg.backstop.recovery_grace_seconds);
+    let parent = parts.cfg.backstop.cgroup_parent.clone();
     info!(?interval, ?action, "QP audit running");
     let mut reported = std::collections::HashSet::new();
     let mut waiting = 0;
-    while !shared.run.is_stopping() {
+    while !parts.run.is_stopping() {
         std::thread::sleep(interval);
         let started = Instant::now();
         // The kernel's list first, then what masqd vouches for: a QP masqd
@@ -381,15 +379,15 @@ fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
                 continue;
             }
         };
-        let admitted = shared.admitted.snapshot();
-        let ids = audit::EndpointIds::read(&shared.registry.configs(), &parent);
+        let admitted = parts.admitted.snapshot();
+        let ids = audit::EndpointIds::read(&parts.registry.configs(), &parent);
         let found: Vec<audit::Bypass> = audit::find_bypasses(&qps, &admitted, |task| {
             let pid = crate::kernel::ownership::tgid_of(task)?;
             Some((ids.endpoint_of(pid)?, pid))
         })
         .into_iter()
         // A QP the CM connects is the CM's own (it checked the policy).
-        .filter(|b| shared.cm.role_of(&b.endpoint, b.qpn).is_none())
+        .filter(|b| parts.cm.role_of(&b.endpoint, b.qpn).is_none())
         .collect();
         debug!(
             qps = qps.len(),
@@ -397,7 +395,7 @@ fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
             "audit round in {:?}",
             started.elapsed()
         );
-        if shared.run.uptime() < grace {
+        if parts.run.uptime() < grace {
             if found.len() != waiting {
                 waiting = found.len();
                 info!("audit: {waiting} connected tenant QP(s) not (yet) resynced; acting after the recovery grace");
@@ -405,7 +403,7 @@ fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
             continue;
         }
         let p = audit::plan(&found, &mut reported, action, true);
-        let ep_of = |name: &str| shared.registry.local_named(name);
+        let ep_of = |name: &str| parts.registry.local_named(name);
         for b in &p.new {
             if let Some(ep) = ep_of(&b.endpoint) {
                 ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);
@@ -444,17 +442,17 @@ fn audit_loop(shared: Arc<Shared>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
 /// The backstop's housekeeping: pick up tenant cgroups created after
 /// masqd, log drops (the attempts of tenants that skip libmasq), and once,
 /// after the grace period, rewrite the sets from what sessions re-registered.
-fn backstop_loop(shared: Arc<Shared>) {
-    let Some(b) = shared.admission.backstop() else {
+fn backstop_loop(parts: Arc<Parts>) {
+    let Some(b) = parts.admission.backstop() else {
         return;
     };
-    let grace = Duration::from_secs(shared.cfg.backstop.recovery_grace_seconds);
+    let grace = Duration::from_secs(parts.cfg.backstop.recovery_grace_seconds);
     let mut reconciled = false;
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
-    while !shared.run.is_stopping() {
+    while !parts.run.is_stopping() {
         thread::sleep(Duration::from_secs(2));
         b.refresh_cgroups();
-        if !reconciled && shared.run.uptime() >= grace {
+        if !reconciled && parts.run.uptime() >= grace {
             reconciled = true;
             b.reconcile();
         }

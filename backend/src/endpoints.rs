@@ -9,7 +9,7 @@ use crate::config::{CniOwner, EndpointConfig};
 use crate::pipeline::session::Session;
 use crate::run::{lock, now_secs};
 use crate::session;
-use crate::state::Shared;
+use crate::tenants::parts::Parts;
 use crate::tenants::sessions::SessionView;
 use crate::transport::seqpacket::{Conn, Listener};
 use serde_json::{json, Value};
@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 /// Listen on the endpoint's socket and accept its apps in a thread of its
 /// own.
-pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
+pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
     let bound = ep
         .socket
         .parent()
@@ -47,12 +47,12 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
         }
     };
     *lock(&ep.listener) = Some(listener.clone());
-    let (s, e) = (shared.clone(), ep.clone());
+    let (s, e) = (parts.clone(), ep.clone());
     let spawned = thread::Builder::new()
         .name(format!("accept-{}", ep.cfg.name))
         .spawn(move || accept_loop(s, e, listener));
     if let Err(e) = spawned {
-        unserve(shared, ep);
+        unserve(parts, ep);
         return Err(e);
     }
     // Reading the vNIC writes the endpoint's sysfs view; a namespace that
@@ -60,15 +60,15 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
     if let Err(e) = ep.with_vnic(|_| ()) {
         debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
     }
-    if let (Some(cdi), Some(dir)) = (&shared.cfg.cdi, ep.socket.parent()) {
+    if let (Some(cdi), Some(dir)) = (&parts.cfg.cdi, ep.socket.parent()) {
         let dev = crate::operator::cdi::Device {
             name: &ep.cfg.name,
             socket_dir: dir,
-            uverbs_node: &shared.device.host.uverbs_node,
+            uverbs_node: &parts.device.host.uverbs_node,
             sysfs_view: ep.view.is_some(),
         };
         if let Err(e) = crate::operator::cdi::write(cdi, &dev) {
-            unserve(shared, ep);
+            unserve(parts, ep);
             return Err(io::Error::new(
                 e.kind(),
                 format!("endpoint {}: {e}", ep.cfg.name),
@@ -83,8 +83,8 @@ pub fn serve(shared: &Arc<Shared>, ep: &Arc<Endpoint>) -> io::Result<()> {
 
 /// Stop accepting (the accept thread ends) and take the socket, the
 /// sysfs view and the CDI spec off the disk.
-fn unserve(shared: &Shared, ep: &Endpoint) {
-    if let Some(cdi) = &shared.cfg.cdi {
+fn unserve(parts: &Parts, ep: &Endpoint) {
+    if let Some(cdi) = &parts.cfg.cdi {
         crate::operator::cdi::remove(cdi, &ep.cfg.name);
     }
     if let Some(l) = lock(&ep.listener).take() {
@@ -120,7 +120,7 @@ pub fn sysfs_view_for(
     }
 }
 
-impl Shared {
+impl Parts {
     /// `masqctl endpoint add`: check it as the config file's endpoints are
     /// checked, then give it its backstop chain, its tcp/udp table, its
     /// socket and sysfs view; on any failure, undo what was done.
@@ -310,12 +310,12 @@ impl Shared {
     }
 }
 
-fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
+fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
     loop {
         let conn = match listener.accept() {
             Ok(c) => c,
             Err(e) => {
-                if shared.run.is_stopping() || ep.is_removed() {
+                if parts.run.is_stopping() || ep.is_removed() {
                     return;
                 }
                 warn!(endpoint = %ep.cfg.name, "accept failed: {e}");
@@ -323,7 +323,7 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
                 continue;
             }
         };
-        if shared.run.is_stopping() || ep.is_removed() {
+        if parts.run.is_stopping() || ep.is_removed() {
             return;
         }
         let pid = match conn.peer_pid() {
@@ -338,16 +338,16 @@ fn accept_loop(shared: Arc<Shared>, ep: Arc<Endpoint>, listener: Arc<Listener>) 
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
             continue;
         }
-        if let Some(b) = shared.admission.backstop() {
+        if let Some(b) = parts.admission.backstop() {
             // The endpoint's cgroup may have appeared since the last look.
             b.refresh_cgroups();
             adopt_cgroup(b, &ep.cfg, pid);
         }
-        let id = shared.sessions.next_id();
-        let (shared, ep) = (shared.clone(), ep.clone());
+        let id = parts.sessions.next_id();
+        let (parts, ep) = (parts.clone(), ep.clone());
         let spawned = thread::Builder::new()
             .name(format!("session-{id}"))
-            .spawn(move || run_session(shared, ep, conn, id, pid));
+            .spawn(move || run_session(parts, ep, conn, id, pid));
         if let Err(e) = spawned {
             warn!("cannot start a session thread: {e}");
         }
@@ -413,8 +413,8 @@ fn adopt_cgroup(b: &crate::enforce::backstop::Backstop, ep: &EndpointConfig, pid
     }
 }
 
-fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
-    shared.sessions.opened(
+fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
+    parts.sessions.opened(
         id,
         &conn,
         SessionView {
@@ -431,16 +431,16 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
     let _enter = span.enter();
     debug!("connected");
     let mut sess = Session::new(id, pid, ep.clone());
-    session::serve(&shared, &mut sess, &conn);
-    shared.sessions.closed(id);
-    shared.cm.session_gone(id);
-    shared
+    session::serve(&parts, &mut sess, &conn);
+    parts.sessions.closed(id);
+    parts.cm.session_gone(id);
+    parts
         .admitted
-        .session_gone(id, 2 * shared.run.audit_interval());
-    for e in shared.admission.table().remove_session(id) {
+        .session_gone(id, 2 * parts.run.audit_interval());
+    for e in parts.admission.table().remove_session(id) {
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }
-    if let Some(b) = shared.admission.backstop() {
+    if let Some(b) = parts.admission.backstop() {
         for qp in sess.qps.values().filter(|q| q.guarded) {
             b.qp_gone(qp.qpn);
         }
@@ -450,7 +450,7 @@ fn run_session(shared: Arc<Shared>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid:
         .values()
         .filter(|q| q.qp_type == "UD" && q.owner_checked)
     {
-        crate::tenants::parts::announce(&shared, &sess.ep, qp.qpn, false);
+        crate::tenants::parts::announce(&parts, &sess.ep, qp.qpn, false);
     }
     if !sess.qps.is_empty() {
         info!("app gone; forgetting {} QP(s)", sess.qps.len());

@@ -14,7 +14,6 @@ pub mod peer;
 pub mod pipeline;
 pub mod run;
 pub mod session;
-pub mod state;
 pub mod tenants;
 pub mod transport;
 

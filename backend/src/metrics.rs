@@ -1,7 +1,7 @@
 //! Prometheus metrics: masqd serves OpenMetrics text on `metrics.listen`.
 //!
 //! Two kinds. Events are counted where they happen (`Metrics`, in
-//! `Shared`): admissions by rule, request latency by opcode, CM events.
+//! `Parts`): admissions by rule, request latency by opcode, CM events.
 //! State is read at scrape time (`Scrape`): sessions, QPs and tracked
 //! connections per endpoint, the endpoints' refusal and audit counters,
 //! the backstop's drop counters, the policy in force and the RNIC port's
@@ -386,7 +386,7 @@ pub struct EndpointSample {
     pub audit_kills: u64,
 }
 
-/// masqd's state at a scrape (see `Shared::scrape`).
+/// masqd's state at a scrape (see `Parts::sample`).
 pub struct Sample {
     pub endpoints: Vec<EndpointSample>,
     /// (nftables counter, packets, bytes); None with the backstop off.

@@ -7,8 +7,8 @@ use crate::kernel::uverbs;
 use crate::pipeline::ports::QpKernel;
 use crate::pipeline::qp;
 use crate::pipeline::session::{QpRecord, Session};
-use crate::state::Shared;
 use crate::tenants::kernel::SessionKernel;
+use crate::tenants::parts::Parts;
 use crate::transport;
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 /// Run a pipeline step with the session's kernel (its fd cloned out, so
 /// the step may change the session).
 fn with_kernel<T>(
-    shared: &Shared,
+    parts: &Parts,
     sess: &mut Session,
     what: &str,
     f: impl FnOnce(&dyn QpKernel, &mut Session) -> Result<T, Refusal>,
@@ -31,7 +31,7 @@ fn with_kernel<T>(
     let pid = sess.pid;
     let fd = fd.ok_or_else(|| refuse(libc::EPROTO, format!("{what} before OPEN_DEVICE")))?;
     let k = SessionKernel {
-        device: &shared.device,
+        device: &parts.device,
         fd: fd.as_fd(),
         pid,
     };
@@ -40,7 +40,7 @@ fn with_kernel<T>(
 
 /// One session as the handler of its connection's requests.
 struct SessionHandler<'a> {
-    shared: &'a Shared,
+    parts: &'a Parts,
     sess: &'a mut Session,
 }
 
@@ -51,7 +51,7 @@ impl transport::Handler for SessionHandler<'_> {
 
     fn handle(&mut self, req: proto::Request, fds: Vec<OwnedFd>) -> transport::Answer {
         let mut fd = None;
-        let (reply, close) = handle(self.shared, self.sess, req, fds, &mut fd);
+        let (reply, close) = handle(self.parts, self.sess, req, fds, &mut fd);
         transport::Answer { reply, fd, close }
     }
 
@@ -65,28 +65,28 @@ impl transport::Handler for SessionHandler<'_> {
     /// The metrics, then the control socket's view of the session, and the
     /// QPs this request touched are forgotten (as `publish` has seen them).
     fn finished(&mut self, op: u16, took: Duration) {
-        let (shared, sess) = (self.shared, &mut *self.sess);
-        shared.metrics.request(op, took);
-        shared
+        let (parts, sess) = (self.parts, &mut *self.sess);
+        parts.metrics.request(op, took);
+        parts
             .sessions
             .publish(sess.id, &sess.app, sess.requests, &sess.qps, &sess.touched);
         sess.touched.clear();
     }
 
     fn stopping(&self) -> bool {
-        self.shared.run.is_stopping()
+        self.parts.run.is_stopping()
     }
 }
 
 /// Serve requests until the app closes the connection.
-pub fn serve(shared: &Shared, sess: &mut Session, conn: &Conn) {
-    transport::serve(&mut SessionHandler { shared, sess }, conn);
+pub fn serve(parts: &Parts, sess: &mut Session, conn: &Conn) {
+    transport::serve(&mut SessionHandler { parts, sess }, conn);
 }
 
 /// Handle one decoded request; returns the encoded reply and whether the
 /// session must end.
 fn handle(
-    shared: &Shared,
+    parts: &Parts,
     sess: &mut Session,
     msg: proto::Request,
     mut fds: Vec<OwnedFd>,
@@ -94,34 +94,34 @@ fn handle(
 ) -> (Vec<u8>, bool) {
     let (op, id) = (msg.opcode(), msg.request_id());
     let result = match (&msg.body, sess.hello) {
-        (proto::RequestBody::Hello(h), false) => hello(shared, sess, h).map(|r| (r, false)),
+        (proto::RequestBody::Hello(h), false) => hello(parts, sess, h).map(|r| (r, false)),
         (proto::RequestBody::Hello(_), true) => Err(refuse(libc::EPROTO, "second HELLO")),
         (_, false) => Err(refuse(libc::EPROTO, "request before HELLO")),
-        (proto::RequestBody::OpenDevice, true) => open_device(shared, sess, fds.pop(), fds.len())
+        (proto::RequestBody::OpenDevice, true) => open_device(parts, sess, fds.pop(), fds.len())
             .map(|_| (proto::ReplyBody::OpenDevice, false)),
         (proto::RequestBody::QueryGidTable(q), true) => {
-            query_gids(shared, sess, q).map(|r| (r, false))
+            query_gids(parts, sess, q).map(|r| (r, false))
         }
         (proto::RequestBody::ModifyQp(m), true) => {
-            with_kernel(shared, sess, "MODIFY_QP", |k, sess| {
-                qp::modify(shared, k, sess, m)
+            with_kernel(parts, sess, "MODIFY_QP", |k, sess| {
+                qp::modify(parts, k, sess, m)
             })
             .map(|_| (proto::ReplyBody::ModifyQp, false))
         }
         (proto::RequestBody::QpMoved(m), true) => {
-            with_kernel(shared, sess, "QP_MOVED", |k, sess| {
-                qp::moved(shared, k, sess, m)
+            with_kernel(parts, sess, "QP_MOVED", |k, sess| {
+                qp::moved(parts, k, sess, m)
             })
             .map(|_| (proto::ReplyBody::QpMoved, false))
         }
         (proto::RequestBody::QpDestroyed(d), true) => {
-            qp::destroyed(shared, sess, d.qp_handle);
+            qp::destroyed(parts, sess, d.qp_handle);
             Ok((proto::ReplyBody::QpDestroyed, false))
         }
-        (proto::RequestBody::QueryQp(q), true) => query_qp(shared, sess, q).map(|r| (r, false)),
+        (proto::RequestBody::QueryQp(q), true) => query_qp(parts, sess, q).map(|r| (r, false)),
         (proto::RequestBody::ResyncQp(r), true) => {
-            with_kernel(shared, sess, "RESYNC_QP", |k, sess| {
-                qp::resync(shared, k, sess, r)
+            with_kernel(parts, sess, "RESYNC_QP", |k, sess| {
+                qp::resync(parts, k, sess, r)
             })
             .map(|r| (proto::ReplyBody::ResyncQp(r), false))
         }
@@ -144,7 +144,7 @@ fn handle(
             | proto::RequestBody::CmRestoreChannel(_)
             | proto::RequestBody::CmRestoreId(_)),
             true,
-        ) => match shared.cm.request(shared, sess.id, &sess.ep, body) {
+        ) => match parts.cm.request(parts, sess.id, &sess.ep, body) {
             Ok((reply, fd)) => {
                 *reply_fd = fd;
                 Ok((reply, false))
@@ -152,9 +152,9 @@ fn handle(
             Err(r) => Err(r),
         },
         (proto::RequestBody::CmAcceptQp(r), true) => {
-            with_kernel(shared, sess, "CM_ACCEPT_QP", |k, sess| {
+            with_kernel(parts, sess, "CM_ACCEPT_QP", |k, sess| {
                 cm_qp_step(
-                    shared,
+                    parts,
                     k,
                     sess,
                     r.id,
@@ -165,29 +165,29 @@ fn handle(
             .map(|_| (proto::ReplyBody::CmAcceptQp, false))
         }
         (proto::RequestBody::CmEstablishQp(r), true) => {
-            with_kernel(shared, sess, "CM_ESTABLISH_QP", |k, sess| {
-                cm_qp_step(shared, k, sess, r.id, (r.qp_handle, r.qp_num), None)
+            with_kernel(parts, sess, "CM_ESTABLISH_QP", |k, sess| {
+                cm_qp_step(parts, k, sess, r.id, (r.qp_handle, r.qp_num), None)
             })
             .map(|_| (proto::ReplyBody::CmEstablishQp, false))
         }
         (proto::RequestBody::CreateAh(r), true) => {
-            crate::pipeline::ah::create_ah(shared, sess, r).map(|r| (r, false))
+            crate::pipeline::ah::create_ah(parts, sess, r).map(|r| (r, false))
         }
         (proto::RequestBody::BindAh(b), true) => {
-            crate::pipeline::ah::bind_ah(shared, sess, b).map(|_| (proto::ReplyBody::BindAh, false))
+            crate::pipeline::ah::bind_ah(parts, sess, b).map(|_| (proto::ReplyBody::BindAh, false))
         }
         (proto::RequestBody::DestroyAh(d), true) => {
-            crate::pipeline::ah::destroy_ah(shared, sess, d);
+            crate::pipeline::ah::destroy_ah(parts, sess, d);
             Ok((proto::ReplyBody::DestroyAh, false))
         }
         (proto::RequestBody::ResyncAh(r), true) => {
-            crate::pipeline::ah::resync_ah(shared, sess, r).map(|r| (r, false))
+            crate::pipeline::ah::resync_ah(parts, sess, r).map(|r| (r, false))
         }
         (proto::RequestBody::ResolveGrh(r), true) => {
-            crate::pipeline::ah::resolve_grh(shared, sess, r).map(|r| (r, false))
+            crate::pipeline::ah::resolve_grh(parts, sess, r).map(|r| (r, false))
         }
         (proto::RequestBody::DestroyQp(d), true) => {
-            qp::destroyed(shared, sess, d.qp_handle);
+            qp::destroyed(parts, sess, d.qp_handle);
             Ok((proto::ReplyBody::DestroyQp, false))
         }
     };
@@ -207,7 +207,7 @@ fn handle(
 /// id's own CM session. A refusal stops at its step; the app then moves
 /// its QP to ERROR, as after a failed MODIFY_QP.
 fn cm_qp_step(
-    shared: &Shared,
+    parts: &Parts,
     k: &dyn QpKernel,
     sess: &mut Session,
     id: u32,
@@ -215,12 +215,12 @@ fn cm_qp_step(
     accept: Option<&proto::CmConnParam>,
 ) -> Result<(), Refusal> {
     let pid = sess.pid;
-    let same_app = |s: u64| shared.sessions.pid(s) == Some(pid);
+    let same_app = |s: u64| parts.sessions.pid(s) == Some(pid);
     let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
     let (cm_session, rtr, rts) =
-        shared
+        parts
             .cm
-            .qp_step(shared, id, &sess.ep.cfg.name, &same_app, qp_num, depths)?;
+            .qp_step(parts, id, &sess.ep.cfg.name, &same_app, qp_num, depths)?;
     for step in [rtr, rts] {
         let m = proto::ModifyQpReq {
             qp_handle,
@@ -229,7 +229,7 @@ fn cm_qp_step(
             attr_mask: step.attr_mask,
             attr: step.attr,
         };
-        qp::modify(shared, k, sess, &m)?;
+        qp::modify(parts, k, sess, &m)?;
     }
     let body = match accept {
         Some(p) => proto::RequestBody::CmAccept(proto::CmConnectReq {
@@ -238,14 +238,14 @@ fn cm_qp_step(
         }),
         None => proto::RequestBody::CmEstablish(proto::CmId { id }),
     };
-    shared
+    parts
         .cm
-        .request(shared, cm_session, &sess.ep, &body)
+        .request(parts, cm_session, &sess.ep, &body)
         .map(|_| ())
 }
 
 fn hello(
-    shared: &Shared,
+    parts: &Parts,
     sess: &mut Session,
     h: &proto::HelloReq,
 ) -> Result<proto::ReplyBody, Refusal> {
@@ -260,16 +260,16 @@ fn hello(
         features: h.features & proto::SUPPORTED_FEATURES,
         session_id: sess.id as u32,
         vdev_name: VDEV_NAME.into(),
-        phys_dev_name: shared.device.host.name.clone(),
+        phys_dev_name: parts.device.host.name.clone(),
         node_guid: guid,
         sys_image_guid: guid,
-        phys_port: shared.device.host.port,
+        phys_port: parts.device.host.port,
         gid_count: gid_count.min(proto::MAX_GIDS) as u8,
     }))
 }
 
 fn open_device(
-    shared: &Shared,
+    parts: &Parts,
     sess: &mut Session,
     fd: Option<OwnedFd>,
     extra: usize,
@@ -285,28 +285,28 @@ fn open_device(
         .metadata()
         .map_err(|e| from_io(e, "fstat"))?;
     use std::os::unix::fs::FileTypeExt;
-    if !meta.file_type().is_char_device() || meta.rdev() != shared.device.host.uverbs_rdev {
+    if !meta.file_type().is_char_device() || meta.rdev() != parts.device.host.uverbs_rdev {
         return Err(refuse(
             libc::ENODEV,
             format!(
                 "descriptor is not {}'s uverbs device",
-                shared.device.host.name
+                parts.device.host.name
             ),
         ));
     }
     let fd = Arc::new(fd);
-    shared.sessions.register_fd(sess.id, fd.clone());
+    parts.sessions.register_fd(sess.id, fd.clone());
     sess.uverbs = Some(fd);
     debug!("device opened");
     Ok(())
 }
 
 fn query_gids(
-    shared: &Shared,
+    parts: &Parts,
     sess: &Session,
     q: &proto::QueryGidTableReq,
 ) -> Result<proto::ReplyBody, Refusal> {
-    if q.port != shared.device.host.port {
+    if q.port != parts.device.host.port {
         return Err(refuse(libc::EINVAL, format!("no port {}", q.port)));
     }
     let gids = sess
@@ -331,7 +331,7 @@ fn query_gids(
 }
 
 fn query_qp(
-    shared: &Shared,
+    parts: &Parts,
     sess: &Session,
     q: &proto::QueryQpReq,
 ) -> Result<proto::ReplyBody, Refusal> {
@@ -341,7 +341,7 @@ fn query_qp(
         .ok_or_else(|| refuse(libc::EPROTO, "QUERY_QP before OPEN_DEVICE"))?;
     let r = uverbs::query_qp(
         fd.as_fd(),
-        shared.device.host.driver_id,
+        parts.device.host.driver_id,
         q.qp_handle,
         q.attr_mask,
     )

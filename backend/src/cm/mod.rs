@@ -40,7 +40,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tracing::debug;
 
-/// What the CM needs of the daemon (`state::Shared` is it).
+/// What the CM needs of the daemon (`tenants::parts::Parts` is it).
 pub trait CmHost {
     fn registry(&self) -> &Registry;
     fn admission(&self) -> &Admission;

@@ -3,7 +3,7 @@
 
 use crate::operator::control::{self, Request};
 use crate::pipeline::session::QpRecord;
-use crate::state::Shared;
+use crate::tenants::parts::Parts;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::os::unix::net::UnixListener;
@@ -11,28 +11,28 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 
-pub fn control_loop(shared: Arc<Shared>, listener: UnixListener) {
+pub fn control_loop(parts: Arc<Parts>, listener: UnixListener) {
     for stream in listener.incoming() {
-        if shared.run.is_stopping() {
+        if parts.run.is_stopping() {
             return;
         }
         let Ok(stream) = stream else { continue };
-        let shared = shared.clone();
+        let parts = parts.clone();
         // A thread per connection: `conntrack -E` keeps its stream open.
         let _ = thread::Builder::new()
             .name("control-conn".into())
-            .spawn(move || control_conn(&shared, stream));
+            .spawn(move || control_conn(&parts, stream));
     }
 }
 
-fn control_conn(shared: &Arc<Shared>, mut stream: std::os::unix::net::UnixStream) {
+fn control_conn(parts: &Arc<Parts>, mut stream: std::os::unix::net::UnixStream) {
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
     let reply = match control::read_request(&stream) {
         Ok(Request::ConntrackEvents { filter }) => match filter.compile() {
-            Ok(f) => return stream_events(shared, stream, f),
+            Ok(f) => return stream_events(parts, stream, f),
             Err(e) => json!({ "error": e }),
         },
-        Ok(req) => answer(shared, &req),
+        Ok(req) => answer(parts, &req),
         Err(e) => json!({ "error": e }),
     };
     let mut line = reply.to_string();
@@ -40,27 +40,23 @@ fn control_conn(shared: &Arc<Shared>, mut stream: std::os::unix::net::UnixStream
     let _ = stream.write_all(line.as_bytes());
 }
 
-fn stream_events(
-    shared: &Shared,
-    mut stream: std::os::unix::net::UnixStream,
-    f: rconntrack::Filter,
-) {
-    let rx = shared.admission.table().subscribe(4096);
+fn stream_events(parts: &Parts, mut stream: std::os::unix::net::UnixStream, f: rconntrack::Filter) {
+    let rx = parts.admission.table().subscribe(4096);
     for ev in rx {
         if !f.matches(&ev.entry) {
             continue;
         }
         let mut line = json!({ "event": ev.to_string(), "data": ev }).to_string();
         line.push('\n');
-        if stream.write_all(line.as_bytes()).is_err() || shared.run.is_stopping() {
+        if stream.write_all(line.as_bytes()).is_err() || parts.run.is_stopping() {
             return;
         }
     }
 }
 
 /// The backstop's drop counters, or null when it is off.
-fn backstop_status(shared: &Shared) -> Value {
-    let Some(b) = shared.admission.backstop() else {
+fn backstop_status(parts: &Parts) -> Value {
+    let Some(b) = parts.admission.backstop() else {
         return Value::Null;
     };
     match b.counters() {
@@ -81,39 +77,39 @@ fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
     })
 }
 
-fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
-    let sessions = shared.sessions.with_views(|v| v.clone());
+fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
+    let sessions = parts.sessions.with_views(|v| v.clone());
     match req {
         Request::Status => json!({
-            "host": shared.cfg.underlay.ip.to_string(),
-            "device": shared.device.host.name,
-            "port": shared.device.host.port,
-            "endpoints": shared.registry.local().len(),
+            "host": parts.cfg.underlay.ip.to_string(),
+            "device": parts.device.host.name,
+            "port": parts.device.host.port,
+            "endpoints": parts.registry.local().len(),
             "sessions": sessions.len(),
             "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
-            "uptime_s": shared.run.uptime().as_secs(),
-            "backstop": backstop_status(shared),
-            "cluster": shared.cluster.as_ref().map(|c| c.health()),
+            "uptime_s": parts.run.uptime().as_secs(),
+            "backstop": backstop_status(parts),
+            "cluster": parts.cluster.as_ref().map(|c| c.health()),
         }),
-        Request::EndpointAdd { endpoint } => shared
+        Request::EndpointAdd { endpoint } => parts
             .add_endpoint(endpoint.clone())
             .unwrap_or_else(|e| json!({ "error": format!("{e}\nnothing changed") })),
-        Request::EndpointDel { name, owner } => shared
+        Request::EndpointDel { name, owner } => parts
             .remove_endpoint(name, owner.as_ref())
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::Endpoints => {
-            let rates = shared
+            let rates = parts
                 .limits
                 .rates
                 .as_ref()
                 .map(|r| r.stats())
                 .unwrap_or_default();
-            let adopted = shared
+            let adopted = parts
                 .admission
                 .backstop()
                 .map(|b| b.adopted())
                 .unwrap_or_default();
-            let eps: Vec<Value> = shared
+            let eps: Vec<Value> = parts
                 .registry
                 .local()
                 .iter()
@@ -136,7 +132,7 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                             .filter(|(_, id)| **id == crate::kernel::nft::nft_id(&ep.cfg.name))
                             .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
                         "rate": rates.get(&ep.cfg.name),
-                        "rdma_current": shared.limits.rdma_cgroups.current(&ep.cfg.name)
+                        "rdma_current": parts.limits.rdma_cgroups.current(&ep.cfg.name)
                             .map(|(h, o)| json!({ "handles": h, "objects": o })),
                         "sessions": n,
                         "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
@@ -164,18 +160,18 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
             json!({ "endpoints": eps })
         }
         Request::PolicyCheck { path } => {
-            match shared.admission.check(path, &shared.registry.policy_refs()) {
+            match parts.admission.check(path, &parts.registry.policy_refs()) {
                 Ok((p, unknown)) => {
                     json!({ "version": p.version_hash(), "unknown_endpoints": unknown })
                 }
                 Err(e) => json!({ "error": e }),
             }
         }
-        Request::PolicyApply { path } => shared
+        Request::PolicyApply { path } => parts
             .apply_policy_file(path)
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::PolicyShow => {
-            let mut v = match shared.admission.active() {
+            let mut v = match parts.admission.active() {
                 Some(p) => json!({
                     "file": p.file(), "version": p.version_hash(),
                     "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
@@ -184,26 +180,26 @@ fn answer(shared: &Arc<Shared>, req: &Request) -> Value {
                 None => json!({ "file": null, "version": null,
                                 "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
             };
-            if let Some(c) = &shared.cluster {
+            if let Some(c) = &parts.cluster {
                 // The version in force on each host, as each reports it.
                 v["hosts"] = c.policy_status().unwrap_or_else(|e| json!({ "error": e }));
             }
             v
         }
         Request::ConntrackList { filter } => match filter.compile() {
-            Ok(f) => conntrack_reply(shared.admission.table().list(&f).cloned().collect()),
+            Ok(f) => conntrack_reply(parts.admission.table().list(&f).cloned().collect()),
             Err(e) => json!({ "error": e }),
         },
         Request::ConntrackDelete { filter } => match filter.compile() {
             Ok(f) => {
-                let victims: Vec<_> = shared.admission.table().list(&f).cloned().collect();
-                json!({ "reset": shared.sessions.reset(&shared.admission, shared.device.host.driver_id, &victims, "deleted by the operator") })
+                let victims: Vec<_> = parts.admission.table().list(&f).cloned().collect();
+                json!({ "reset": parts.sessions.reset(&parts.admission, parts.device.host.driver_id, &victims, "deleted by the operator") })
             }
             Err(e) => json!({ "error": e }),
         },
         Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
-        Request::Cm => json!({ "ids": shared.cm.list() }),
-        Request::Vpc => json!({ "vpc": shared.registry.listing() }),
+        Request::Cm => json!({ "ids": parts.cm.list() }),
+        Request::Vpc => json!({ "vpc": parts.registry.listing() }),
         Request::Sessions => {
             let list: Vec<Value> = sessions
                 .iter()

@@ -5,14 +5,14 @@
 
 use crate::cluster::source::{Placement, SourceId, Store};
 use crate::run::lock;
-use crate::state::Shared;
+use crate::tenants::parts::Parts;
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Instant;
 use tracing::{debug, info, warn};
 
-impl Shared {
+impl Parts {
     /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
     /// mode write it for every host (compare-and-swap: a concurrent apply
     /// elsewhere makes this one fail), and apply it here.
@@ -85,7 +85,7 @@ impl Shared {
 }
 
 /// The daemon as its sources feed it (`source.rs`).
-impl Store for Shared {
+impl Store for Parts {
     fn placements(&self, from: SourceId, all: Vec<Placement>) {
         let n = all.len();
         for why in self.registry.feed(from, all) {

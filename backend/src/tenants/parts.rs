@@ -1,28 +1,150 @@
-//! `Shared` as the host the verbs pipelines (`pipeline::ports::QpHost`)
-//! and the CM (`cm::CmHost`) are written against, as the CM link's sink
-//! (`peer::link::PeerSink`), and the UD announcements that need both the
-//! sessions and the CM. Kept apart from `state.rs` so that the daemon's
-//! state does not depend on the pipelines nor they on it; it becomes the
-//! plan's `Parts` once `Shared` is dissolved.
+//! The parts masqd is made of, shared by every thread (`Parts`): the
+//! configuration, the endpoint registry and VPC map, the security groups
+//! in force, the live sessions, the CM, the limits. The core, the CM and
+//! the CM link never see it whole: they take it through the narrow traits
+//! they define (`pipeline::ports::QpHost`, `cm::CmHost`,
+//! `peer::link::PeerSink`), implemented here by handing out the one part
+//! each call needs; and the UD announcements between hosts, which need
+//! both the sessions and the CM. The operator's side (`operator/`) changes it through
+//! its methods; `daemon.rs` wires it and starts its threads.
 
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
+use crate::cluster::Cluster;
+use crate::cm::Cm;
+use crate::config::Config;
 use crate::enforce::admission::Admission;
+use crate::enforce::audit::Admitted;
+use crate::enforce::limits::Limits;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::host::HostDevice;
+use crate::kernel::rdma_nl::RdmaNl;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
 use crate::pipeline::ports::{Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
-use crate::state::Shared;
+use crate::run::Run;
+use crate::tenants::kernel::Device;
+use crate::tenants::sessions::Sessions;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tracing::{info, warn};
 
-impl QpHost for Shared {
+pub struct Parts {
+    pub cfg: Config,
+    pub admission: Admission,
+    /// The served device and the kernel's QP table.
+    pub device: Device,
+    /// This host's endpoints and the VPC map.
+    pub registry: Registry,
+    /// Held across an endpoint's addition or removal: one at a time.
+    pub(crate) endpoint_ops: Mutex<()>,
+    /// Held from resolving a policy against the endpoints to putting it in
+    /// force: of two changes at once (an endpoint placed from the cluster,
+    /// one added here), the one resolved first must not land last and put
+    /// back a policy that lacks the other's endpoint (resetting its
+    /// connections).
+    pub(crate) policy_ops: Mutex<()>,
+    /// The live sessions: their views, connections and uverbs files.
+    pub sessions: Sessions,
+    /// Started when, stopping or not.
+    pub run: Run,
+    /// RDMA CM ids, listeners and connections of every endpoint.
+    pub cm: crate::cm::Cm,
+    /// QPNs masqd answers for (what the audit does not flag).
+    pub admitted: crate::enforce::audit::Admitted,
+    /// Events for the Prometheus endpoint (`metrics.rs`).
+    pub metrics: crate::metrics::Metrics,
+    /// Cluster mode: the etcd store every host follows.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The endpoints' rdma cgroup limits and rate limits.
+    pub limits: Limits,
+}
+
+impl Parts {
+    pub fn new(
+        cfg: Config,
+        admission: Admission,
+        registry: Registry,
+        host: HostDevice,
+        rdma: RdmaNl,
+        cluster: Option<Arc<Cluster>>,
+        rates: Option<crate::enforce::ratelimit::RateLimits>,
+    ) -> Parts {
+        let metrics = admission.metrics.clone();
+        Parts {
+            limits: Limits::new(&cfg, rates),
+            cluster,
+            registry,
+            endpoint_ops: Mutex::new(()),
+            policy_ops: Mutex::new(()),
+            device: Device::new(host, rdma),
+            sessions: Sessions::default(),
+            // Validated when the config was read.
+            run: Run::new(cfg.audit.interval().unwrap_or(Duration::from_secs(2))),
+            cm: Cm::new(Duration::from_millis(cfg.cm.timeout_ms), metrics.clone()),
+            admitted: Admitted::default(),
+            metrics,
+            admission,
+            cfg,
+        }
+    }
+
+    /// masqd's state for a metrics scrape.
+    pub fn sample(&self) -> crate::metrics::Sample {
+        let sessions = self.sessions.with_views(|v| v.clone());
+        let tracked: Vec<(u32, std::net::Ipv4Addr)> = self
+            .admission
+            .table()
+            .iter()
+            .map(|e| (e.vni, e.local_vip))
+            .collect();
+        let endpoints = self
+            .registry
+            .local()
+            .iter()
+            .map(|ep| {
+                let mine = || sessions.values().filter(|s| s.endpoint == ep.cfg.name);
+                crate::metrics::EndpointSample {
+                    name: ep.cfg.name.clone(),
+                    tenant: ep.cfg.tenant.clone(),
+                    sessions: mine().count(),
+                    qps: mine().map(|s| s.qps.len()).sum(),
+                    tracked: tracked
+                        .iter()
+                        .filter(|&&k| k == (ep.cfg.vni, ep.cfg.vip))
+                        .count(),
+                    refused_requests: ep.refused_requests.load(Ordering::Relaxed),
+                    refused_connections: ep.refused_connections.load(Ordering::Relaxed),
+                    audit_bypasses: ep.audit_bypasses.load(Ordering::Relaxed),
+                    audit_kills: ep.audit_kills.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        let port_dir = Path::new("/sys/class/infiniband")
+            .join(&self.device.host.name)
+            .join("ports")
+            .join(self.device.host.port.to_string());
+        crate::metrics::Sample {
+            endpoints,
+            backstop_drops: self.admission.backstop().and_then(|b| b.counters().ok()),
+            policy: self
+                .admission
+                .active()
+                .map(|p| (p.version_hash().to_string(), p.file().to_string())),
+            port_counters: crate::metrics::port_counters(&port_dir),
+        }
+    }
+}
+
+impl QpHost for Parts {
     fn decide(&self) -> &dyn Decide {
         &self.admission
     }
@@ -76,7 +198,7 @@ impl QpHost for Shared {
     }
 }
 
-impl crate::cm::CmHost for Shared {
+impl crate::cm::CmHost for Parts {
     fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -111,8 +233,8 @@ impl crate::cm::CmHost for Shared {
     }
 }
 
-/// The CM link delivers to the CM, with `Shared` as its host.
-impl PeerSink for Shared {
+/// The CM link delivers to the CM, with `Parts` as its host.
+impl PeerSink for Parts {
     fn deliver(&self, from: Ipv4Addr, msg: PeerMsg) {
         self.cm.on_peer(self, from, msg);
     }
@@ -140,12 +262,12 @@ impl PeerSink for Shared {
 
 /// Tell the other hosts of the endpoint's VNI that its UD QP `qpn` is up
 /// (at RTR) or gone, so that they can name its datagrams' sender.
-pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
-    if let Some(bs) = shared.admission.backstop() {
+pub(crate) fn announce(parts: &Parts, ep: &Endpoint, qpn: u32, up: bool) {
+    if let Some(bs) = parts.admission.backstop() {
         bs.ud_local(ep.cfg.vni, qpn, up);
     }
-    let me = shared.cfg.underlay.ip;
-    let hosts: Vec<Ipv4Addr> = shared
+    let me = parts.cfg.underlay.ip;
+    let hosts: Vec<Ipv4Addr> = parts
         .registry
         .vpc()
         .iter()
@@ -156,14 +278,14 @@ pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
         .collect();
     if !up {
         for h in hosts {
-            shared.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, false);
+            parts.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, false);
         }
         return;
     }
     // The other hosts' backstops let the QP's datagrams in only once they
     // know it: its app may send right after this RTR.
     let vni = ep.cfg.vni;
-    if !shared
+    if !parts
         .cm
         .announce_ud_up(&hosts, vni, ep.cfg.vip, qpn, BACKSTOP_WAIT)
     {
@@ -176,8 +298,8 @@ pub(crate) fn announce(shared: &Shared, ep: &Endpoint, qpn: u32, up: bool) {
 
 /// Another host's masqd (re)started and forgot this host's UD QPs: name
 /// them to it again, those of the VNIs it serves.
-fn reannounce(shared: &Shared, host: Ipv4Addr) {
-    let qps: Vec<(String, u32)> = shared.sessions.with_views(|views| {
+fn reannounce(parts: &Parts, host: Ipv4Addr) {
+    let qps: Vec<(String, u32)> = parts.sessions.with_views(|views| {
         views
             .values()
             .flat_map(|v| {
@@ -188,17 +310,17 @@ fn reannounce(shared: &Shared, host: Ipv4Addr) {
             })
             .collect()
     });
-    let vpc = shared.registry.vpc();
+    let vpc = parts.registry.vpc();
     let mut n = 0;
     for (name, qpn) in qps {
-        let Some(ep) = shared.registry.local_named(&name) else {
+        let Some(ep) = parts.registry.local_named(&name) else {
             continue;
         };
         if vpc
             .iter()
             .any(|(vni, _, p)| vni == ep.cfg.vni && p.host == host)
         {
-            shared
+            parts
                 .cm
                 .announce_ud(host, ep.cfg.vni, ep.cfg.vip, qpn, true);
             n += 1;
@@ -211,13 +333,13 @@ fn reannounce(shared: &Shared, host: Ipv4Addr) {
 
 /// The vIP of the endpoint in `vni` on this host whose app holds UD QP
 /// `qpn`, from the sessions' QP records.
-fn local_sender(shared: &Shared, vni: u32, qpn: u32) -> Option<Ipv4Addr> {
-    let name = shared.sessions.with_views(|views| {
+fn local_sender(parts: &Parts, vni: u32, qpn: u32) -> Option<Ipv4Addr> {
+    let name = parts.sessions.with_views(|views| {
         views
             .values()
             .find(|v| v.qps.values().any(|q| q.qpn == qpn && q.qp_type == "UD"))
             .map(|v| v.endpoint.clone())
     })?;
-    let ep = shared.registry.local_named(&name)?;
+    let ep = parts.registry.local_named(&name)?;
     (ep.cfg.vni == vni).then_some(ep.cfg.vip)
 }
