@@ -8,7 +8,7 @@ use crate::cluster::registry::RuntimeFile;
 use crate::config::{CniOwner, EndpointConfig};
 use crate::pipeline::session::Session;
 use crate::run::{lock, now_secs};
-use crate::session;
+use crate::tenants::dispatch;
 use crate::tenants::parts::Parts;
 use crate::tenants::sessions::SessionView;
 use crate::transport::seqpacket::{Conn, Listener};
@@ -431,7 +431,7 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
     let _enter = span.enter();
     debug!("connected");
     let mut sess = Session::new(id, pid, ep.clone());
-    session::serve(&parts, &mut sess, &conn);
+    dispatch::serve(&parts, &mut sess, &conn);
     parts.sessions.closed(id);
     parts.cm.session_gone(id);
     parts

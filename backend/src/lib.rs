@@ -13,7 +13,6 @@ pub mod operator;
 pub mod peer;
 pub mod pipeline;
 pub mod run;
-pub mod session;
 pub mod tenants;
 pub mod transport;
 

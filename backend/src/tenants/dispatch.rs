@@ -1,5 +1,6 @@
 //! One app context's session: decode each request, answer it, and hand
-//! QP changes to the pipeline (`qp.rs`) with the app's own uverbs file.
+//! QP changes to the pipeline (`pipeline::qp`) with the app's own uverbs file,
+//! the CM's requests to the CM.
 
 use crate::cluster::endpoint::VDEV_NAME;
 use crate::error::{from_io, refuse, Refusal};
