@@ -60,7 +60,7 @@ fn initial_registry(cfg: &Config, host: &HostDevice) -> io::Result<Registry> {
             continue;
         }
         let socket = e.socket_path(&cfg.socket_dir);
-        let view = crate::endpoints::sysfs_view_for(&socket, &sockets, host);
+        let view = crate::tenants::serve::sysfs_view_for(&socket, &sockets, host);
         registry.insert(Arc::new(Endpoint::new(e, socket, origin, view)));
     }
     Ok(registry)
@@ -171,7 +171,7 @@ impl Daemon {
             }
         };
         for ep in parts.registry.local() {
-            if let Err(e) = crate::endpoints::serve(&parts, &ep) {
+            if let Err(e) = crate::operator::endpoints::serve(&parts, &ep) {
                 unserve_all(&parts);
                 return Err(e);
             }

@@ -4,7 +4,6 @@ pub mod cluster;
 pub mod cm;
 pub mod config;
 pub mod daemon;
-pub mod endpoints;
 pub mod enforce;
 pub mod error;
 pub mod kernel;

@@ -1,8 +1,10 @@
 //! What serves the operator: the control socket's protocol (`control`)
 //! and server (`control_server`), the CDI specs for container runtimes
-//! (`cdi`), and putting the security groups' policy in force (`policy`).
+//! (`cdi`), serving, adding and removing endpoints (`endpoints`), and
+//! putting the security groups' policy in force (`policy`).
 
 pub mod cdi;
 pub mod control;
 pub mod control_server;
+pub mod endpoints;
 pub mod policy;

@@ -1,9 +1,11 @@
 //! What serves the tenants at run time: the parts masqd is made of
 //! (`parts`) as the host the core, the CM and the CM link are written
-//! against, the live sessions (`sessions`) with their kernel, and each
-//! session's requests dispatched (`dispatch`).
+//! against, each endpoint's apps accepted (`serve`), their sessions'
+//! requests dispatched (`dispatch`), and the live sessions (`sessions`)
+//! with their kernel.
 
 pub mod dispatch;
 pub mod kernel;
 pub mod parts;
+pub mod serve;
 pub mod sessions;

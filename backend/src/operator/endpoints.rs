@@ -1,23 +1,17 @@
-//! The endpoints' sockets: serving one (its listener and accept thread, a
-//! session thread per app), and adding or removing one while masqd runs
-//! (`masqctl endpoint add/del`): everything an endpoint has in the kernel
-//! and on disk comes and goes with it, and no other endpoint notices.
+//! The operator's endpoints: serving one (its socket, its accept thread,
+//! its CDI spec), and adding or removing one while masqd runs (`masqctl
+//! endpoint add/del`): everything an endpoint has in the kernel and on
+//! disk comes and goes with it, and no other endpoint notices.
 
 use crate::cluster::endpoint::{Endpoint, Origin};
 use crate::cluster::registry::RuntimeFile;
 use crate::config::{CniOwner, EndpointConfig};
-use crate::pipeline::session::Session;
-use crate::run::{lock, now_secs};
-use crate::tenants::dispatch;
+use crate::run::lock;
 use crate::tenants::parts::Parts;
-use crate::tenants::sessions::SessionView;
-use crate::transport::seqpacket::{Conn, Listener};
+use crate::tenants::serve::{accept_loop, sysfs_view_for};
+use crate::transport::seqpacket::Listener;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use tracing::{debug, info, warn};
@@ -93,30 +87,6 @@ fn unserve(parts: &Parts, ep: &Endpoint) {
     let _ = std::fs::remove_file(&ep.socket);
     if let Some(v) = &ep.view {
         v.remove();
-    }
-}
-
-/// The sysfs view of an endpoint, in its socket directory, unless another
-/// endpoint shares that directory (a configured `socket:` path can).
-pub fn sysfs_view_for(
-    socket: &Path,
-    others: &[std::path::PathBuf],
-    host: &crate::kernel::host::HostDevice,
-) -> Option<crate::kernel::sysfs_view::View> {
-    let dir = socket.parent()?;
-    if others
-        .iter()
-        .any(|o| o != socket && o.parent() == Some(dir))
-    {
-        warn!(dir = %dir.display(), "endpoints share a socket directory: no sysfs view");
-        return None;
-    }
-    match crate::kernel::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            warn!("no sysfs view: {e}");
-            None
-        }
     }
 }
 
@@ -307,154 +277,5 @@ impl Parts {
                 path.display()
             );
         }
-    }
-}
-
-fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
-    loop {
-        let conn = match listener.accept() {
-            Ok(c) => c,
-            Err(e) => {
-                if parts.run.is_stopping() || ep.is_removed() {
-                    return;
-                }
-                warn!(endpoint = %ep.cfg.name, "accept failed: {e}");
-                thread::sleep(std::time::Duration::from_millis(100));
-                continue;
-            }
-        };
-        if parts.run.is_stopping() || ep.is_removed() {
-            return;
-        }
-        let pid = match conn.peer_pid() {
-            Ok(p) => p,
-            Err(e) => {
-                warn!(endpoint = %ep.cfg.name, "cannot identify peer: {e}");
-                continue;
-            }
-        };
-        if let Err(why) = same_netns(pid, &ep.cfg.netns) {
-            ep.refused_connections.fetch_add(1, Ordering::Relaxed);
-            warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
-            continue;
-        }
-        if let Some(b) = parts.admission.backstop() {
-            // The endpoint's cgroup may have appeared since the last look.
-            b.refresh_cgroups();
-            adopt_cgroup(b, &ep.cfg, pid);
-        }
-        let id = parts.sessions.next_id();
-        let (parts, ep) = (parts.clone(), ep.clone());
-        let spawned = thread::Builder::new()
-            .name(format!("session-{id}"))
-            .spawn(move || run_session(parts, ep, conn, id, pid));
-        if let Err(e) = spawned {
-            warn!("cannot start a session thread: {e}");
-        }
-    }
-}
-
-/// An app belongs to an endpoint when it lives in that endpoint's network
-/// namespace: the socket path alone could be reached from elsewhere.
-fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
-    let want = std::fs::metadata(netns)
-        .map_err(|e| format!("endpoint namespace {}: {e}", netns.display()))?;
-    let have = std::fs::metadata(format!("/proc/{pid}/ns/net"))
-        .map_err(|e| format!("pid {pid} network namespace: {e}"))?;
-    if (want.dev(), want.ino()) == (have.dev(), have.ino()) {
-        Ok(())
-    } else {
-        Err(format!(
-            "pid {pid} is not in the endpoint's network namespace {}",
-            netns.display()
-        ))
-    }
-}
-
-/// An app outside the endpoint's cgroup (a container its runtime placed):
-/// have the backstop filter the app's cgroup as the endpoint's, if every
-/// process in it lives in the endpoint's namespace (a container's cgroup
-/// does; a login session's or a service's that merely entered it does
-/// not, and filtering those would catch the host's own apps).
-fn adopt_cgroup(b: &crate::enforce::backstop::Backstop, ep: &EndpointConfig, pid: i32) {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-        return; // gone already: its session ends at once
-    };
-    let Some(path) = text.lines().find_map(|l| l.strip_prefix("0::/")) else {
-        warn!(endpoint = %ep.name, pid, "no cgroup v2 entry in /proc/{pid}/cgroup: the backstop cannot tell its packets");
-        return;
-    };
-    let path = path.trim_end_matches('/');
-    let procs = std::path::Path::new(crate::enforce::rdma_cgroup::CGROUP_ROOT)
-        .join(path)
-        .join("cgroup.procs");
-    let outsider = std::fs::read_to_string(&procs)
-        .map_err(|e| format!("{}: {e}", procs.display()))
-        .map(|list| {
-            list.lines()
-                .filter_map(|p| p.trim().parse::<i32>().ok())
-                // A process that exited meanwhile is no outsider.
-                .find(|&p| {
-                    std::fs::metadata(format!("/proc/{p}/ns/net")).is_ok()
-                        && same_netns(p, &ep.netns).is_err()
-                })
-        });
-    let why = match outsider {
-        Ok(None) => match b.adopt_cgroup(&ep.name, path) {
-            Ok(_) => return,
-            Err(e) => e,
-        },
-        Ok(Some(p)) => format!("pid {p} in it lives outside the endpoint's namespace"),
-        Err(e) => e,
-    };
-    if !path.is_empty() {
-        warn!(endpoint = %ep.name, pid, cgroup = %format!("/{path}"),
-              "the backstop does not filter this app's RoCE packets as the endpoint's: {why}");
-    }
-}
-
-fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
-    parts.sessions.opened(
-        id,
-        &conn,
-        SessionView {
-            endpoint: ep.cfg.name.clone(),
-            tenant: ep.cfg.tenant.clone(),
-            pid,
-            app: String::new(),
-            started: now_secs(),
-            requests: 0,
-            qps: BTreeMap::new(),
-        },
-    );
-    let span = tracing::info_span!("session", id, endpoint = %ep.cfg.name, pid);
-    let _enter = span.enter();
-    debug!("connected");
-    let mut sess = Session::new(id, pid, ep.clone());
-    dispatch::serve(&parts, &mut sess, &conn);
-    parts.sessions.closed(id);
-    parts.cm.session_gone(id);
-    parts
-        .admitted
-        .session_gone(id, 2 * parts.run.audit_interval());
-    for e in parts.admission.table().remove_session(id) {
-        debug!(qpn = e.local_qpn, "connection untracked: app gone");
-    }
-    if let Some(b) = parts.admission.backstop() {
-        for qp in sess.qps.values().filter(|q| q.guarded) {
-            b.qp_gone(qp.qpn);
-        }
-    }
-    for qp in sess
-        .qps
-        .values()
-        .filter(|q| q.qp_type == "UD" && q.owner_checked)
-    {
-        crate::tenants::parts::announce(&parts, &sess.ep, qp.qpn, false);
-    }
-    if !sess.qps.is_empty() {
-        info!("app gone; forgetting {} QP(s)", sess.qps.len());
-    } else {
-        debug!("closed");
     }
 }
