@@ -1,26 +1,23 @@
-//! The running daemon: start and stop, the housekeeping threads, and the
-//! cluster feeding its state (`tenants::parts::Parts`). The endpoints' sockets and sessions are in
-//! `endpoints.rs`, the control socket's answers in `control_server.rs`.
-
+//! The running daemon: wire masqd's parts (`tenants::parts::Parts`) from
+//! the config, start the threads (sessions, control socket, CM link,
+//! cluster, housekeeping in `tenants::watch`) and stop them. The
+//! endpoints are served by `operator::endpoints`, the control socket's
+//! answers come from `operator::control_server`.
 use crate::cluster::endpoint::{Endpoint, Origin};
 use crate::cluster::registry::{Registry, RuntimeFile};
 use crate::cluster::source::{FileSource, Source};
 use crate::config::Config;
 use crate::enforce::admission::Admission;
-use crate::enforce::audit;
 use crate::kernel::host::HostDevice;
-use crate::run::lock;
 use crate::tenants::parts::Parts;
-use std::collections::BTreeMap;
+use crate::tenants::watch::{audit_loop, backstop_loop, sysfs_view_loop};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
-use tracing::{debug, info, warn};
+use std::time::Duration;
+use tracing::{info, warn};
 
 pub struct Daemon {
     parts: Arc<Parts>,
@@ -305,172 +302,5 @@ impl Daemon {
         }
         self.parts.sessions.shutdown_all();
         info!("stopped; tenants' established QPs keep running on the NIC");
-    }
-}
-
-/// Keep every endpoint's sysfs view current: wake on any vNIC's netlink
-/// notification (reading it through `with_vnic` rewrites the view), and
-/// every few seconds for the physical port's state and for namespaces that
-/// appeared or went away.
-fn sysfs_view_loop(parts: Arc<Parts>) {
-    use nix::poll::{PollFd, PollFlags, PollTimeout};
-    let mut lost: BTreeMap<String, bool> = BTreeMap::new();
-    while !parts.run.is_stopping() {
-        // Duplicates, so the poll holds no endpoint's lock.
-        let fds: Vec<OwnedFd> = parts
-            .registry
-            .local()
-            .iter()
-            .filter_map(|ep| {
-                let slot = lock(&ep.binding);
-                let (_, b) = slot.as_ref()?;
-                b.as_fd().try_clone_to_owned().ok()
-            })
-            .collect();
-        let mut pfds: Vec<PollFd> = fds
-            .iter()
-            .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
-            .collect();
-        let _ = nix::poll::poll(&mut pfds, PollTimeout::from(2000u16));
-        drop(pfds);
-        if parts.run.is_stopping() {
-            return;
-        }
-        for ep in &parts.registry.local() {
-            let Some(view) = &ep.view else { continue };
-            view.refresh_phys();
-            let gone = match ep.with_vnic(|_| ()) {
-                Ok(()) => false,
-                Err(e) => {
-                    if lost.get(&ep.cfg.name) != Some(&true) {
-                        info!(endpoint = %ep.cfg.name, "vNIC not readable: {e}");
-                    }
-                    view.vnic_lost();
-                    true
-                }
-            };
-            lost.insert(ep.cfg.name.clone(), gone);
-        }
-    }
-}
-
-/// The audit thread: one round per interval until masqd stops.
-///
-/// After a start, apps need the recovery grace (`backstop.
-/// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
-/// QPs look unadmitted, so the audit only counts what it would flag.
-fn audit_loop(parts: Arc<Parts>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
-    let interval = parts.run.audit_interval();
-    let action = parts.cfg.audit.action;
-    let grace = Duration::from_secs(parts.cfg.backstop.recovery_grace_seconds);
-    let parent = parts.cfg.backstop.cgroup_parent.clone();
-    info!(?interval, ?action, "QP audit running");
-    let mut reported = std::collections::HashSet::new();
-    let mut waiting = 0;
-    while !parts.run.is_stopping() {
-        std::thread::sleep(interval);
-        let started = Instant::now();
-        // The kernel's list first, then what masqd vouches for: a QP masqd
-        // moves in between was vouched for before it moved.
-        let qps = match nl.qps() {
-            Ok(q) => q,
-            Err(e) => {
-                warn!("audit: cannot list the device's QPs: {e}");
-                continue;
-            }
-        };
-        let admitted = parts.admitted.snapshot();
-        let ids = audit::EndpointIds::read(&parts.registry.configs(), &parent);
-        let found: Vec<audit::Bypass> = audit::find_bypasses(&qps, &admitted, |task| {
-            let pid = crate::kernel::ownership::tgid_of(task)?;
-            Some((ids.endpoint_of(pid)?, pid))
-        })
-        .into_iter()
-        // A QP the CM connects is the CM's own (it checked the policy).
-        .filter(|b| parts.cm.role_of(&b.endpoint, b.qpn).is_none())
-        .collect();
-        debug!(
-            qps = qps.len(),
-            flagged = found.len(),
-            "audit round in {:?}",
-            started.elapsed()
-        );
-        if parts.run.uptime() < grace {
-            if found.len() != waiting {
-                waiting = found.len();
-                info!("audit: {waiting} connected tenant QP(s) not (yet) resynced; acting after the recovery grace");
-            }
-            continue;
-        }
-        let p = audit::plan(&found, &mut reported, action, true);
-        let ep_of = |name: &str| parts.registry.local_named(name);
-        for b in &p.new {
-            if let Some(ep) = ep_of(&b.endpoint) {
-                ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);
-            }
-            warn!(
-                endpoint = %b.endpoint, pid = b.pid, qpn = b.qpn, state = crate::kernel::ibv::state_name(b.state),
-                "audit: bypass: {} QP {:#x} of pid {} in {} is {} but masqd never admitted it",
-                crate::kernel::ibv::type_name(b.qp_type), b.qpn, b.pid, b.endpoint, crate::kernel::ibv::state_name(b.state)
-            );
-        }
-        for (endpoint, pid) in &p.kill_pids {
-            match audit::kill_process(*pid, endpoint, &ids) {
-                Ok(()) => {
-                    if let Some(ep) = ep_of(endpoint) {
-                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
-                    }
-                    warn!(endpoint = %endpoint, pid, "audit: killed pid {pid} (SIGKILL) for its unadmitted QP(s)");
-                }
-                Err(e) => warn!(endpoint = %endpoint, pid, "audit: cannot kill pid {pid}: {e}"),
-            }
-        }
-        for endpoint in &p.kill_endpoints {
-            match audit::kill_endpoint(&parent, endpoint) {
-                Ok(()) => {
-                    if let Some(ep) = ep_of(endpoint) {
-                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
-                    }
-                    warn!(endpoint = %endpoint, "audit: killed every process of {endpoint} (cgroup.kill)");
-                }
-                Err(e) => warn!(endpoint = %endpoint, "audit: cannot kill {endpoint}: {e}"),
-            }
-        }
-    }
-}
-
-/// The backstop's housekeeping: pick up tenant cgroups created after
-/// masqd, log drops (the attempts of tenants that skip libmasq), and once,
-/// after the grace period, rewrite the sets from what sessions re-registered.
-fn backstop_loop(parts: Arc<Parts>) {
-    let Some(b) = parts.admission.backstop() else {
-        return;
-    };
-    let grace = Duration::from_secs(parts.cfg.backstop.recovery_grace_seconds);
-    let mut reconciled = false;
-    let mut last: BTreeMap<String, u64> = BTreeMap::new();
-    while !parts.run.is_stopping() {
-        thread::sleep(Duration::from_secs(2));
-        b.refresh_cgroups();
-        if !reconciled && parts.run.uptime() >= grace {
-            reconciled = true;
-            b.reconcile();
-        }
-        match b.counters() {
-            Ok(counters) => {
-                for (name, packets, bytes) in counters {
-                    let before = last.insert(name.clone(), packets).unwrap_or(0);
-                    if packets > before {
-                        warn!(
-                            counter = %name, packets, bytes,
-                            "backstop dropped {} RoCE packet(s) {}",
-                            packets - before,
-                            b.describe_counter(&name)
-                        );
-                    }
-                }
-            }
-            Err(e) => debug!("backstop counters: {e}"),
-        }
     }
 }

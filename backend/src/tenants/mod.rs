@@ -2,10 +2,11 @@
 //! (`parts`) as the host the core, the CM and the CM link are written
 //! against, each endpoint's apps accepted (`serve`), their sessions'
 //! requests dispatched (`dispatch`), and the live sessions (`sessions`)
-//! with their kernel.
+//! with their kernel; and the housekeeping threads (`watch`).
 
 pub mod dispatch;
 pub mod kernel;
 pub mod parts;
 pub mod serve;
 pub mod sessions;
+pub mod watch;
