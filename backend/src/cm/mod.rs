@@ -28,10 +28,10 @@ mod ud;
 
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
-use crate::enforce::admission::Admission;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::peer::msg::{Params, PeerMsg};
+use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
 use std::collections::BTreeMap;
@@ -43,7 +43,11 @@ use tracing::debug;
 /// What the CM needs of the daemon (`tenants::parts::Parts` is it).
 pub trait CmHost {
     fn registry(&self) -> &Registry;
-    fn admission(&self) -> &Admission;
+    /// The security groups, RConntrack's table and the backstop, as the
+    /// verbs pipelines see them.
+    fn decide(&self) -> &dyn Decide;
+    fn conntrack(&self) -> &dyn Conntrack;
+    fn guard(&self) -> Option<&dyn Guard>;
     fn host(&self) -> &HostDevice;
     /// The session's app has exited (its ports are free at once).
     fn app_gone(&self, session: u64) -> bool;

@@ -327,7 +327,7 @@ impl Cm {
             warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
             return None;
         };
-        if let Err(why) = shared.admission().decide(&ep.cfg.tenant, vni, dst.0, src.0) {
+        if let Err(why) = shared.decide().decide(&ep.cfg.tenant, vni, dst.0, src.0) {
             warn!(
                 "CM connect {}:{} -> {}:{} denied by security groups: {why}",
                 src.0, src.1, dst.0, dst.1

@@ -325,10 +325,7 @@ impl Cm {
         i.phase = Phase::Connecting;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
-        let rule = match shared
-            .admission()
-            .decide(&cfg.tenant, cfg.vni, cfg.vip, dst)
-        {
+        let rule = match shared.decide().decide(&cfg.tenant, cfg.vni, cfg.vip, dst) {
             Ok(rule) => rule,
             Err(why) => {
                 warn!(
@@ -396,13 +393,7 @@ impl Cm {
             local_port: i.port,
             remote_port: i.dst.map_or(0, |d| d.1),
         };
-        {
-            let mut table = shared.admission().table();
-            if let Some(mut e) = table.get_local(lk).cloned() {
-                e.cm = Some(side);
-                let _ = table.upsert(e);
-            }
-        }
+        shared.conntrack().set_cm(lk, side);
         self.send(
             p.host,
             PeerMsg::Rep {

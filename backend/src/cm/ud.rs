@@ -156,7 +156,7 @@ impl Cm {
             .vpc()
             .lookup(vni, vip)
             .is_some_and(|p| p.host == from);
-        if let Some(bs) = shared.admission().backstop() {
+        if let Some(bs) = shared.guard() {
             if theirs {
                 bs.ud_remote(from, qpn, vni, up);
             }

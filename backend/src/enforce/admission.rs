@@ -265,6 +265,13 @@ impl Conntrack for Admission {
     fn tracks_local(&self, lk: LocalKey) -> bool {
         self.table().get_local(lk).is_some()
     }
+    fn set_cm(&self, lk: LocalKey, side: rconntrack::CmSide) {
+        let mut table = self.table();
+        if let Some(mut e) = table.get_local(lk).cloned() {
+            e.cm = Some(side);
+            let _ = table.upsert(e);
+        }
+    }
 }
 
 #[cfg(test)]

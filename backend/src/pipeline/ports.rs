@@ -1,13 +1,14 @@
-//! What the verbs pipelines (`qp.rs`, `ud.rs`) ask of the rest of masqd,
-//! and the limits they share with the CM. The pipelines are written against
-//! these traits, so they are tested without RDMA and use no daemon state.
+//! What the verbs pipelines (`qp.rs`, `ah.rs`) and the CM ask of the rest
+//! of masqd, and the limits they share. Both are written against these
+//! traits, so they use no daemon state and the pipelines are tested
+//! without RDMA.
 
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::error::Refusal;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use rconntrack::{Entry, LocalKey, QpKey, State, TableFull, Upsert};
+use rconntrack::{CmSide, Entry, LocalKey, QpKey, State, TableFull, Upsert};
 use std::io;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, RwLockReadGuard};
@@ -25,6 +26,9 @@ pub trait Guard {
     fn qp_gone(&self, qpn: u32);
     /// Whether the sets were applied within `timeout`.
     fn wait_applied(&self, timeout: Duration) -> bool;
+    /// Let in (or no longer) the datagrams of UD QP `qpn` that another
+    /// host's endpoint in `vni` holds (the CM's UD announcements).
+    fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool);
 }
 
 /// The security groups' decision (`enforce::admission`).
@@ -54,6 +58,9 @@ pub trait Conntrack {
     fn remove(&self, key: QpKey) -> Option<Entry>;
     /// Whether a QP with this local key is tracked.
     fn tracks_local(&self, lk: LocalKey) -> bool;
+    /// Mark the tracked QP with this local key as connected by the CM, on
+    /// `side`; nothing if it is not tracked.
+    fn set_cm(&self, lk: LocalKey, side: CmSide);
 }
 
 /// The audit's vouchers (`enforce::audit`): the QPNs masqd answers for.

@@ -443,6 +443,11 @@ impl Guard for FakeGuard {
         self.log.borrow_mut().push("wait_applied".into());
         true
     }
+    fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
+        self.log
+            .borrow_mut()
+            .push(format!("ud_remote {host} {qpn:#x} {vni} {up}"));
+    }
 }
 
 /// The fake kernel, its MODIFY_QPs logged (and failed, if `fail`).

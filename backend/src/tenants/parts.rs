@@ -202,8 +202,14 @@ impl crate::cm::CmHost for Parts {
     fn registry(&self) -> &Registry {
         &self.registry
     }
-    fn admission(&self) -> &Admission {
+    fn decide(&self) -> &dyn Decide {
         &self.admission
+    }
+    fn conntrack(&self) -> &dyn Conntrack {
+        &self.admission
+    }
+    fn guard(&self) -> Option<&dyn Guard> {
+        self.admission.backstop().map(|b| b as &dyn Guard)
     }
     fn host(&self) -> &HostDevice {
         &self.device.host

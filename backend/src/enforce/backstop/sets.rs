@@ -379,4 +379,7 @@ impl Guard for Backstop {
     fn wait_applied(&self, timeout: Duration) -> bool {
         Backstop::wait_applied(self, timeout)
     }
+    fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
+        Backstop::ud_remote(self, host, qpn, vni, up)
+    }
 }
