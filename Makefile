@@ -56,7 +56,7 @@ bench-cluster: build
 # finding nothing.
 check-modules:
 	@python3 scripts/check-modules --self-test
-	@python3 scripts/check-modules --cycles-only --max-lines 800
+	@python3 scripts/check-modules --max-lines 800
 
 lint: check-modules check-docs deps
 	$(CARGO) fmt --all --check
