@@ -7,3 +7,6 @@ pub mod ah;
 pub mod ports;
 pub mod qp;
 pub mod session;
+
+#[cfg(test)]
+mod fakes;

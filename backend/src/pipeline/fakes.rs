@@ -1,0 +1,212 @@
+//! Fakes the core's unit tests share: a kernel with one QP, the host
+//! (the example config's VPC map and policy, RConntrack's table, the
+//! audit's vouchers, an optional backstop guard) and the guard, whose calls
+//! go to a log.
+use crate::cluster::endpoint::{Endpoint, Origin};
+use crate::cluster::registry::Registry;
+use crate::config::Config;
+use crate::enforce::admission::Admission;
+use crate::enforce::audit::Admitted;
+use crate::error::{refuse, Refusal};
+use crate::kernel::ibv::{IBV_QPS_RESET, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_STATE};
+use crate::kernel::ownership::Verdict;
+use crate::kernel::rdma_nl::QpInfo;
+use crate::kernel::uverbs;
+use crate::pipeline::ports::{Conntrack, Decide, Guard, QpHost, QpKernel, Vouchers};
+use crate::pipeline::session::Session;
+use std::cell::RefCell;
+use std::io;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(super) const HANDLE: u32 = 1;
+pub(super) const QPN: u32 = 0x11;
+pub(super) const PID: i32 = 4242;
+
+#[derive(Default)]
+pub(super) struct FakeKernel {
+    pub(super) qp: RefCell<uverbs::QueryQpResp>,
+    pub(super) ran: RefCell<Vec<uverbs::ModifyQp>>,
+    /// The kernel's word on the QPN: None = another process's.
+    pub(super) mine: bool,
+}
+
+impl QpKernel for FakeKernel {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+        if cmd.qp_handle != HANDLE {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        self.ran.borrow_mut().push(*cmd);
+        let mut qp = self.qp.borrow_mut();
+        if cmd.attr_mask & IBV_QP_STATE != 0 {
+            qp.qp_state = cmd.qp_state;
+        }
+        if cmd.attr_mask & IBV_QP_AV != 0 {
+            qp.dest = cmd.dest;
+        }
+        if cmd.attr_mask & IBV_QP_DEST_QPN != 0 {
+            qp.dest_qp_num = cmd.dest_qp_num;
+        }
+        Ok(())
+    }
+    fn query(&self, qp_handle: u32, _mask: u32) -> io::Result<uverbs::QueryQpResp> {
+        if qp_handle != HANDLE {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(*self.qp.borrow())
+    }
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+        if qpn != QPN || !self.mine {
+            return Err(refuse(libc::EPERM, "claimed QPN refused: not the app's"));
+        }
+        if self.qp.borrow().qp_state == IBV_QPS_RESET {
+            return Ok(Verdict::NoPortYet);
+        }
+        Ok(Verdict::Owned(QpInfo {
+            lqpn: qpn,
+            port: Some(1),
+            qp_type: qp_type as u8,
+            state: self.qp.borrow().qp_state,
+            pid: Some(PID as u32),
+            kern_name: None,
+            rqpn: None,
+        }))
+    }
+}
+
+pub(super) struct FakeHost {
+    pub(super) admission: Admission,
+    pub(super) registry: Registry,
+    pub(super) admitted: Admitted,
+    pub(super) guard: Option<FakeGuard>,
+}
+
+impl QpHost for FakeHost {
+    fn decide(&self) -> &dyn Decide {
+        &self.admission
+    }
+    fn conntrack(&self) -> &dyn Conntrack {
+        &self.admission
+    }
+    fn guard(&self) -> Option<&dyn Guard> {
+        self.guard.as_ref().map(|g| g as &dyn Guard)
+    }
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    fn vouchers(&self) -> &dyn Vouchers {
+        &self.admitted
+    }
+    fn port(&self) -> u8 {
+        1
+    }
+    /// Virtual index 1 (the vNIC's IPv4 GID) is the host's index 3.
+    fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
+        match vindex {
+            1 => Ok(3),
+            _ => Err(refuse(libc::EINVAL, format!("no virtual GID {vindex}"))),
+        }
+    }
+    fn cm_side(&self, _ep: &Endpoint, _qpn: u32) -> Option<rconntrack::CmSide> {
+        None
+    }
+    fn ud_announce(&self, _ep: &Endpoint, _qpn: u32, _up: bool) {}
+    fn underlay(&self) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, 1, 1)
+    }
+    fn ud_sender(&self, _host: Ipv4Addr, _qpn: u32) -> Option<(u32, Ipv4Addr)> {
+        None
+    }
+    fn local_sender(&self, _vni: u32, _qpn: u32) -> Option<Ipv4Addr> {
+        None
+    }
+    fn destroy_ah(&self, _session: u64, _ah_handle: u32) -> Option<io::Result<()>> {
+        None
+    }
+}
+
+/// host1 of the examples, with `policy` (YAML) or the example's.
+pub(super) fn setup(policy: Option<&str>) -> (FakeHost, Session) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let registry = Registry::new(&cfg);
+    let file = crate::source::SourceId::File;
+    assert!(registry
+        .feed(file, crate::source::file_placements(&cfg))
+        .is_empty());
+    let admission = Admission::new(&cfg, &dir);
+    let refs = registry.policy_refs();
+    let (p, _) = match policy {
+        Some(text) => admission.check_text(text, "test.yaml", &refs),
+        None => admission.check(&dir.join("policy.yaml"), &refs),
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+    admission.apply(p);
+    let acme_a = cfg
+        .endpoints
+        .iter()
+        .find(|e| e.name == "acme-a")
+        .cloned()
+        .expect("acme-a in the example");
+    let ep = Arc::new(Endpoint::new(
+        acme_a,
+        "/nonexistent/acme-a.sock".into(),
+        Origin::File,
+        None,
+    ));
+    let host = FakeHost {
+        admission,
+        registry,
+        admitted: Admitted::default(),
+        guard: None,
+    };
+    (host, Session::new(7, PID, ep))
+}
+
+pub(super) fn kernel() -> FakeKernel {
+    FakeKernel {
+        mine: true,
+        ..Default::default()
+    }
+}
+
+pub(super) fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+/// The backstop's guard: its calls go to `log`, which a `Logged`
+/// kernel shares, so their order against the kernel's commands shows.
+#[derive(Default)]
+pub(super) struct FakeGuard {
+    pub(super) log: Rc<RefCell<Vec<String>>>,
+}
+
+impl Guard for FakeGuard {
+    fn qp_seen(&self, qpn: u32) {
+        self.log.borrow_mut().push(format!("qp_seen {qpn:#x}"));
+    }
+    fn qp_seen_with_admission(&self, qpn: u32) {
+        self.log
+            .borrow_mut()
+            .push(format!("qp_seen_with_admission {qpn:#x}"));
+    }
+    fn qp_gone(&self, qpn: u32) {
+        self.log.borrow_mut().push(format!("qp_gone {qpn:#x}"));
+    }
+    fn wait_applied(&self, _timeout: Duration) -> bool {
+        self.log.borrow_mut().push("wait_applied".into());
+        true
+    }
+    fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
+        self.log
+            .borrow_mut()
+            .push(format!("ud_remote {host} {qpn:#x} {vni} {up}"));
+    }
+}
