@@ -308,3 +308,7 @@ fn remote_sender(h: &dyn QpHost, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<I
         _ => None,
     }
 }
+
+#[cfg(test)]
+#[path = "ah_tests.rs"]
+mod tests;

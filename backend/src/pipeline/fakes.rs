@@ -82,6 +82,8 @@ pub(super) struct FakeHost {
     pub(super) registry: Registry,
     pub(super) admitted: Admitted,
     pub(super) guard: Option<FakeGuard>,
+    /// The AH handles `destroy_ah` destroyed on the app's file.
+    pub(super) destroyed: RefCell<Vec<u32>>,
 }
 
 impl QpHost for FakeHost {
@@ -123,8 +125,9 @@ impl QpHost for FakeHost {
     fn local_sender(&self, _vni: u32, _qpn: u32) -> Option<Ipv4Addr> {
         None
     }
-    fn destroy_ah(&self, _session: u64, _ah_handle: u32) -> Option<io::Result<()>> {
-        None
+    fn destroy_ah(&self, _session: u64, ah_handle: u32) -> Option<io::Result<()>> {
+        self.destroyed.borrow_mut().push(ah_handle);
+        Some(Ok(()))
     }
 }
 
@@ -162,6 +165,7 @@ pub(super) fn setup(policy: Option<&str>) -> (FakeHost, Session) {
         registry,
         admitted: Admitted::default(),
         guard: None,
+        destroyed: RefCell::default(),
     };
     (host, Session::new(7, PID, ep))
 }

@@ -94,3 +94,39 @@ pub struct AhRecord {
     pub remote_vip: Ipv4Addr,
     pub peer_host: Ipv4Addr,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_session_has_no_device_and_holds_nothing() {
+        let (_, sess) = crate::pipeline::fakes::setup(None);
+        assert!(!sess.has_device());
+        assert!(sess.qps.is_empty() && sess.ahs.is_empty() && sess.ah_pending.is_empty());
+        assert!(!sess.hello);
+    }
+
+    /// What the control socket shows of a QP: its identity and where it
+    /// goes, not masqd's own bookkeeping.
+    #[test]
+    fn a_qp_record_shows_its_connection_but_not_masqds_bookkeeping() {
+        let qp = QpRecord {
+            handle: 3,
+            qpn: 0x11,
+            qp_type: "RC",
+            state: "RTS",
+            remote_vip: Some(Ipv4Addr::new(10, 0, 0, 2)),
+            remote_qpn: Some(0x12),
+            peer_host: Some(Ipv4Addr::new(198, 18, 0, 2)),
+            virt_sgid_index: 1,
+            owner_checked: true,
+            guarded: true,
+        };
+        assert_eq!(
+            qp.to_json(),
+            json!({ "handle": 3, "qpn": 0x11, "qp_type": "RC", "state": "RTS",
+                    "remote_vip": "10.0.0.2", "remote_qpn": 0x12, "peer_host": "198.18.0.2" })
+        );
+    }
+}
