@@ -8,6 +8,7 @@ use crate::cluster::registry::Registry;
 use crate::error::Refusal;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
+use masq_proto as proto;
 use rconntrack::{CmSide, Entry, LocalKey, QpKey, State, TableFull, Upsert};
 use std::io;
 use std::net::Ipv4Addr;
@@ -105,4 +106,28 @@ pub trait QpHost {
     /// Destroy AH `ah_handle` on the uverbs file session `session`
     /// registered at OPEN_DEVICE; `None` if there is none (the session is gone).
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>>;
+}
+
+/// The RDMA CM as its QP steps use it (`cm::Cm`): an id's RTR and RTS
+/// attributes, and the accept (REP) or establish (RTU) that follows them.
+pub trait CmSteps {
+    /// The CM session of CM id `id` of endpoint `ep` (if app `pid` holds
+    /// it on one of its sessions, and it is in the phase for this step:
+    /// `accept` for the passive side, with the app's responder resources
+    /// and initiator depth), and its QP's RTR and RTS attributes.
+    fn qp_attrs(
+        &self,
+        id: u32,
+        ep: &str,
+        pid: i32,
+        qpn: u32,
+        accept: Option<(u8, u8)>,
+    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Refusal>;
+    /// Run the accept or establish `body` on the id's CM session.
+    fn finish(
+        &self,
+        cm_session: u64,
+        ep: &Arc<Endpoint>,
+        body: &proto::RequestBody,
+    ) -> Result<(), Refusal>;
 }

@@ -5,6 +5,7 @@
 use crate::cluster::endpoint::VDEV_NAME;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::uverbs;
+use crate::pipeline::cm_step::cm_qp_step;
 use crate::pipeline::ports::QpKernel;
 use crate::pipeline::qp;
 use crate::pipeline::session::{QpRecord, Session};
@@ -154,20 +155,15 @@ fn handle(
         },
         (proto::RequestBody::CmAcceptQp(r), true) => {
             with_kernel(parts, sess, "CM_ACCEPT_QP", |k, sess| {
-                cm_qp_step(
-                    parts,
-                    k,
-                    sess,
-                    r.id,
-                    (r.qp_handle, r.param.qp_num),
-                    Some(&r.param),
-                )
+                let qp = (r.qp_handle, r.param.qp_num);
+                cm_qp_step(parts, parts, k, sess, r.id, qp, Some(&r.param))
             })
             .map(|_| (proto::ReplyBody::CmAcceptQp, false))
         }
         (proto::RequestBody::CmEstablishQp(r), true) => {
             with_kernel(parts, sess, "CM_ESTABLISH_QP", |k, sess| {
-                cm_qp_step(parts, k, sess, r.id, (r.qp_handle, r.qp_num), None)
+                let qp = (r.qp_handle, r.qp_num);
+                cm_qp_step(parts, parts, k, sess, r.id, qp, None)
             })
             .map(|_| (proto::ReplyBody::CmEstablishQp, false))
         }
@@ -200,49 +196,6 @@ fn handle(
             (proto::encode_error(op, id, -r.errno()), false)
         }
     }
-}
-
-/// CM_ACCEPT_QP (`accept`: the app's parameters) or CM_ESTABLISH_QP: the
-/// QP to RTR and RTS through the pipeline, as MODIFY_QP would move it with
-/// the CM id's attributes, then the accept (REP) or establish (RTU) on the
-/// id's own CM session. A refusal stops at its step; the app then moves
-/// its QP to ERROR, as after a failed MODIFY_QP.
-fn cm_qp_step(
-    parts: &Parts,
-    k: &dyn QpKernel,
-    sess: &mut Session,
-    id: u32,
-    (qp_handle, qp_num): (u32, u32),
-    accept: Option<&proto::CmConnParam>,
-) -> Result<(), Refusal> {
-    let pid = sess.pid;
-    let same_app = |s: u64| parts.sessions.pid(s) == Some(pid);
-    let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
-    let (cm_session, rtr, rts) =
-        parts
-            .cm
-            .qp_step(parts, id, &sess.ep.cfg.name, &same_app, qp_num, depths)?;
-    for step in [rtr, rts] {
-        let m = proto::ModifyQpReq {
-            qp_handle,
-            qp_num,
-            qp_type: crate::kernel::ibv::IBV_QPT_RC,
-            attr_mask: step.attr_mask,
-            attr: step.attr,
-        };
-        qp::modify(parts, k, sess, &m)?;
-    }
-    let body = match accept {
-        Some(p) => proto::RequestBody::CmAccept(proto::CmConnectReq {
-            id,
-            param: p.clone(),
-        }),
-        None => proto::RequestBody::CmEstablish(proto::CmId { id }),
-    };
-    parts
-        .cm
-        .request(parts, cm_session, &sess.ep, &body)
-        .map(|_| ())
 }
 
 fn hello(

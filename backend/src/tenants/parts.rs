@@ -22,7 +22,7 @@ use crate::kernel::rdma_nl::RdmaNl;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
-use crate::pipeline::ports::{Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
+use crate::pipeline::ports::{CmSteps, Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
 use crate::run::Run;
 use crate::tenants::kernel::Device;
 use crate::tenants::sessions::Sessions;
@@ -240,6 +240,29 @@ impl crate::cm::CmHost for Parts {
 }
 
 /// The CM link delivers to the CM, with `Parts` as its host.
+/// The CM's QP steps (`pipeline::cm_step`) ask the CM.
+impl CmSteps for Parts {
+    fn qp_attrs(
+        &self,
+        id: u32,
+        ep: &str,
+        pid: i32,
+        qpn: u32,
+        accept: Option<(u8, u8)>,
+    ) -> Result<(u64, masq_proto::CmQpAttr, masq_proto::CmQpAttr), Refusal> {
+        let same_app = |s: u64| self.sessions.pid(s) == Some(pid);
+        self.cm.qp_step(self, id, ep, &same_app, qpn, accept)
+    }
+    fn finish(
+        &self,
+        cm_session: u64,
+        ep: &Arc<Endpoint>,
+        body: &masq_proto::RequestBody,
+    ) -> Result<(), Refusal> {
+        self.cm.request(self, cm_session, ep, body).map(|_| ())
+    }
+}
+
 impl PeerSink for Parts {
     fn deliver(&self, from: Ipv4Addr, msg: PeerMsg) {
         self.cm.on_peer(self, from, msg);
