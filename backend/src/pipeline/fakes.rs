@@ -8,12 +8,15 @@ use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::error::{refuse, Refusal};
-use crate::kernel::ibv::{IBV_QPS_RESET, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_STATE};
+use crate::kernel::ibv::{
+    IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_STATE,
+};
 use crate::kernel::ownership::Verdict;
 use crate::kernel::rdma_nl::QpInfo;
 use crate::kernel::uverbs;
 use crate::pipeline::ports::{Conntrack, Decide, Guard, QpHost, QpKernel, Vouchers};
 use crate::pipeline::session::Session;
+use masq_proto as proto;
 use std::cell::RefCell;
 use std::io;
 use std::net::Ipv4Addr;
@@ -213,4 +216,58 @@ impl Guard for FakeGuard {
             .borrow_mut()
             .push(format!("ud_remote {host} {qpn:#x} {vni} {up}"));
     }
+}
+
+pub(super) fn modify_req(mask: u32, state: u8) -> proto::ModifyQpReq {
+    proto::ModifyQpReq {
+        qp_handle: HANDLE,
+        qp_num: QPN,
+        qp_type: 2,
+        attr_mask: mask,
+        attr: proto::QpAttr {
+            qp_state: state,
+            port_num: 1,
+            ..Default::default()
+        },
+    }
+}
+
+/// RTR towards acme-b (10.0.0.2, on host2 198.18.0.2), QPN 0x12.
+pub(super) fn rtr() -> proto::ModifyQpReq {
+    let mut m = modify_req(
+        IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | crate::kernel::ibv::IBV_QP_PATH_MTU,
+        IBV_QPS_RTR,
+    );
+    m.attr.path_mtu = 3;
+    m.attr.dest_qp_num = 0x12;
+    m.attr.ah_attr = proto::AhAttr {
+        dgid: v4_mapped([10, 0, 0, 2]),
+        sgid_index: 1,
+        hop_limit: 64,
+        is_global: 1,
+        port_num: 1,
+        ..Default::default()
+    };
+    m
+}
+
+pub(super) fn moved_req(state: u8) -> proto::QpMovedReq {
+    proto::QpMovedReq {
+        qp_handle: HANDLE,
+        qp_num: QPN,
+        qp_type: 2,
+        attr_mask: IBV_QP_STATE,
+        qp_state: state,
+    }
+}
+
+pub(super) fn tracked(h: &FakeHost) -> Vec<rconntrack::Entry> {
+    h.admission.table().iter().cloned().collect()
+}
+
+/// The app moves its QP to INIT on its own fd (as libmasq does).
+pub(super) fn init_on_own_fd(h: &FakeHost, k: &FakeKernel, sess: &mut Session) {
+    k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+    crate::pipeline::qp::moved(h, k, sess, &moved_req(IBV_QPS_INIT))
+        .unwrap_or_else(|e| panic!("{e}"));
 }

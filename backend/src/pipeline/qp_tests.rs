@@ -7,59 +7,6 @@ use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
 
-fn modify_req(mask: u32, state: u8) -> proto::ModifyQpReq {
-    proto::ModifyQpReq {
-        qp_handle: HANDLE,
-        qp_num: QPN,
-        qp_type: 2,
-        attr_mask: mask,
-        attr: proto::QpAttr {
-            qp_state: state,
-            port_num: 1,
-            ..Default::default()
-        },
-    }
-}
-
-/// RTR towards acme-b (10.0.0.2, on host2 198.18.0.2), QPN 0x12.
-fn rtr() -> proto::ModifyQpReq {
-    let mut m = modify_req(
-        IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | crate::kernel::ibv::IBV_QP_PATH_MTU,
-        IBV_QPS_RTR,
-    );
-    m.attr.path_mtu = 3;
-    m.attr.dest_qp_num = 0x12;
-    m.attr.ah_attr = proto::AhAttr {
-        dgid: v4_mapped([10, 0, 0, 2]),
-        sgid_index: 1,
-        hop_limit: 64,
-        is_global: 1,
-        port_num: 1,
-        ..Default::default()
-    };
-    m
-}
-
-fn moved_req(state: u8) -> proto::QpMovedReq {
-    proto::QpMovedReq {
-        qp_handle: HANDLE,
-        qp_num: QPN,
-        qp_type: 2,
-        attr_mask: IBV_QP_STATE,
-        qp_state: state,
-    }
-}
-
-fn tracked(h: &FakeHost) -> Vec<rconntrack::Entry> {
-    h.admission.table().iter().cloned().collect()
-}
-
-/// The app moves its QP to INIT on its own fd (as libmasq does).
-fn init_on_own_fd(h: &FakeHost, k: &FakeKernel, sess: &mut Session) {
-    k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
-    moved(h, k, sess, &moved_req(IBV_QPS_INIT)).unwrap_or_else(|e| panic!("{e}"));
-}
-
 #[test]
 fn an_admitted_rtr_runs_the_physical_destination_and_is_tracked_through_rts_and_error() {
     let (h, mut sess) = setup(None);
