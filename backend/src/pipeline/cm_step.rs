@@ -45,3 +45,7 @@ pub(crate) fn cm_qp_step(
     };
     cm.finish(cm_session, &sess.ep, &body)
 }
+
+#[cfg(test)]
+#[path = "cm_step_tests.rs"]
+mod tests;
