@@ -5,10 +5,6 @@
 use super::*;
 use crate::pipeline::fakes::*;
 
-/// A policy in which acme-a may reach no one.
-const DENY_ALL: &str = "version: 1\ntenants:\n  acme:\n    securityGroups:\n      \
-                        clients: { members: [acme-a] }\n";
-
 /// The example's host1 and a session of acme-a (10.0.0.1, VNI 100) that
 /// opened the device.
 fn opened(policy: Option<&str>) -> (FakeHost, Session) {
@@ -16,18 +12,6 @@ fn opened(policy: Option<&str>) -> (FakeHost, Session) {
     let f = std::fs::File::open("/dev/null").expect("open /dev/null");
     sess.uverbs = Some(Arc::new(std::os::fd::OwnedFd::from(f)));
     (h, sess)
-}
-
-/// The virtual address of `vip` as the app gives it: virtual GID index 1.
-fn to(vip: [u8; 4]) -> proto::AhAttr {
-    proto::AhAttr {
-        dgid: v4_mapped(vip),
-        sgid_index: 1,
-        hop_limit: 64,
-        is_global: 1,
-        port_num: 1,
-        ..Default::default()
-    }
 }
 
 fn created(h: &FakeHost, sess: &mut Session, ah_attr: proto::AhAttr) -> proto::CreateAhReply {
@@ -53,7 +37,7 @@ fn errno<T: std::fmt::Debug>(r: Result<T, Refusal>) -> i32 {
 #[test]
 fn an_admitted_destination_gets_its_physical_address_and_is_tracked_once_bound() {
     let (h, mut sess) = opened(None);
-    let r = created(&h, &mut sess, to([10, 0, 0, 2]));
+    let r = created(&h, &mut sess, virtual_av([10, 0, 0, 2]));
     // acme-b lives on host2 (198.18.0.2); virtual index 1 is the host's 3.
     assert_eq!(r.ah_attr.dgid, v4_mapped([198, 18, 0, 2]));
     assert_eq!(r.ah_attr.sgid_index, 3);
@@ -78,7 +62,7 @@ fn a_destination_the_policy_denies_is_eacces_and_counted_against_the_endpoint() 
         &h,
         &mut sess,
         &proto::CreateAhReq {
-            ah_attr: to([10, 0, 0, 2]),
+            ah_attr: virtual_av([10, 0, 0, 2]),
         },
     );
     assert_eq!(errno(r), libc::EACCES);
@@ -97,11 +81,11 @@ fn no_device_multicast_and_unknown_destinations_are_refused() {
     let (h, mut sess) = setup(None);
     let req = |a| proto::CreateAhReq { ah_attr: a };
     assert_eq!(
-        errno(create_ah(&h, &mut sess, &req(to([10, 0, 0, 2])))),
+        errno(create_ah(&h, &mut sess, &req(virtual_av([10, 0, 0, 2])))),
         libc::EPROTO
     );
     let (h, mut sess) = opened(None);
-    let mut multicast = to([10, 0, 0, 2]);
+    let mut multicast = virtual_av([10, 0, 0, 2]);
     multicast.dgid[0] = 0xff;
     assert_eq!(
         errno(create_ah(&h, &mut sess, &req(multicast))),
@@ -109,10 +93,10 @@ fn no_device_multicast_and_unknown_destinations_are_refused() {
     );
     // 10.0.0.9 is in no VPC of acme's.
     assert_eq!(
-        errno(create_ah(&h, &mut sess, &req(to([10, 0, 0, 9])))),
+        errno(create_ah(&h, &mut sess, &req(virtual_av([10, 0, 0, 9])))),
         libc::EHOSTUNREACH
     );
-    let mut local_route = to([10, 0, 0, 2]);
+    let mut local_route = virtual_av([10, 0, 0, 2]);
     local_route.is_global = 0;
     assert_eq!(
         errno(create_ah(&h, &mut sess, &req(local_route))),
@@ -125,9 +109,9 @@ fn no_device_multicast_and_unknown_destinations_are_refused() {
 fn a_bind_needs_its_admission_and_a_handle_not_bound_yet() {
     let (h, mut sess) = opened(None);
     assert_eq!(errno(bind(&h, &mut sess, 42, 5)), libc::ENOENT);
-    let first = created(&h, &mut sess, to([10, 0, 0, 2]));
+    let first = created(&h, &mut sess, virtual_av([10, 0, 0, 2]));
     bind(&h, &mut sess, first.ah_id, 5).unwrap_or_else(|e| panic!("{e}"));
-    let second = created(&h, &mut sess, to([10, 0, 0, 2]));
+    let second = created(&h, &mut sess, virtual_av([10, 0, 0, 2]));
     assert_ne!(first.ah_id, second.ah_id);
     assert_eq!(errno(bind(&h, &mut sess, second.ah_id, 5)), libc::EEXIST);
     // The admission was used up by the first bind.
@@ -139,7 +123,7 @@ fn a_bind_needs_its_admission_and_a_handle_not_bound_yet() {
 fn admissions_never_bound_are_capped_oldest_first() {
     let (h, mut sess) = opened(None);
     let ids: Vec<u32> = (0..=MAX_PENDING)
-        .map(|_| created(&h, &mut sess, to([10, 0, 0, 2])).ah_id)
+        .map(|_| created(&h, &mut sess, virtual_av([10, 0, 0, 2])).ah_id)
         .collect();
     assert_eq!(sess.ah_pending.len(), MAX_PENDING);
     assert_eq!(errno(bind(&h, &mut sess, ids[0], 5)), libc::ENOENT);
@@ -149,7 +133,7 @@ fn admissions_never_bound_are_capped_oldest_first() {
 #[test]
 fn a_destroyed_ah_is_no_longer_tracked() {
     let (h, mut sess) = opened(None);
-    let r = created(&h, &mut sess, to([10, 0, 0, 2]));
+    let r = created(&h, &mut sess, virtual_av([10, 0, 0, 2]));
     bind(&h, &mut sess, r.ah_id, 5).unwrap_or_else(|e| panic!("{e}"));
     destroy_ah(&h, &mut sess, &proto::DestroyAhReq { ah_handle: 5 });
     assert!(entries(&h).is_empty());
@@ -168,7 +152,7 @@ fn resync(h: &FakeHost, sess: &mut Session, ah_handle: u32, ah_attr: proto::AhAt
 fn after_a_restart_an_allowed_ah_is_tracked_again_and_a_denied_one_destroyed() {
     let (h, mut sess) = opened(None);
     assert_eq!(
-        resync(&h, &mut sess, 9, to([10, 0, 0, 2])),
+        resync(&h, &mut sess, 9, virtual_av([10, 0, 0, 2])),
         proto::RESYNC_TRACKED
     );
     assert_eq!(entries(&h).len(), 1);
@@ -179,14 +163,14 @@ fn after_a_restart_an_allowed_ah_is_tracked_again_and_a_denied_one_destroyed() {
         &mut sess,
         &proto::ResyncAhReq {
             ah_handle: 9,
-            ah_attr: to([10, 0, 0, 2]),
+            ah_attr: virtual_av([10, 0, 0, 2]),
         },
     );
     assert_eq!(errno(again), libc::EEXIST);
 
     let (h, mut sess) = opened(Some(DENY_ALL));
     assert_eq!(
-        resync(&h, &mut sess, 9, to([10, 0, 0, 2])),
+        resync(&h, &mut sess, 9, virtual_av([10, 0, 0, 2])),
         proto::RESYNC_RESET
     );
     assert_eq!(*h.destroyed.borrow(), [9]);
@@ -194,7 +178,7 @@ fn after_a_restart_an_allowed_ah_is_tracked_again_and_a_denied_one_destroyed() {
     assert!(sess.ahs.is_empty());
     // A destination that left the VPC goes the same way.
     assert_eq!(
-        resync(&h, &mut sess, 10, to([10, 0, 0, 9])),
+        resync(&h, &mut sess, 10, virtual_av([10, 0, 0, 9])),
         proto::RESYNC_RESET
     );
     assert_eq!(*h.destroyed.borrow(), [9, 10]);

@@ -110,10 +110,7 @@ fn an_establish_sends_the_rtu_after_rts() {
 
 #[test]
 fn an_rtr_the_policy_denies_stops_before_the_kernel_and_the_accept() {
-    let (h, mut sess) = setup(Some(
-        "version: 1\ntenants:\n  acme:\n    securityGroups:\n      \
-         clients: { members: [acme-a] }\n",
-    ));
+    let (h, mut sess) = setup(Some(DENY_ALL));
     let k = kernel();
     init_on_own_fd(&h, &k, &mut sess);
     let cm = FakeCm::default();

@@ -240,16 +240,25 @@ pub(super) fn rtr() -> proto::ModifyQpReq {
     );
     m.attr.path_mtu = 3;
     m.attr.dest_qp_num = 0x12;
-    m.attr.ah_attr = proto::AhAttr {
-        dgid: v4_mapped([10, 0, 0, 2]),
+    m.attr.ah_attr = virtual_av([10, 0, 0, 2]);
+    m
+}
+
+/// The virtual address of `vip` as an app gives it: virtual GID index 1.
+pub(super) fn virtual_av(vip: [u8; 4]) -> proto::AhAttr {
+    proto::AhAttr {
+        dgid: v4_mapped(vip),
         sgid_index: 1,
         hop_limit: 64,
         is_global: 1,
         port_num: 1,
         ..Default::default()
-    };
-    m
+    }
 }
+
+/// A policy in which acme-a may reach no one.
+pub(super) const DENY_ALL: &str = "version: 1\ntenants:\n  acme:\n    securityGroups:\n      \
+                                   clients: { members: [acme-a] }\n";
 
 pub(super) fn moved_req(state: u8) -> proto::QpMovedReq {
     proto::QpMovedReq {
