@@ -4,8 +4,8 @@
 //! uverbs cannot say which QPN a handle is, nor who owns a QPN; the
 //! kernel's resource tracker can: for every QP its number, type, state,
 //! the task that created it and, for RC/UC, the remote QPN. masqd uses it
-//! to check the QPN an app claims (`session.rs`) and to audit the device
-//! (`audit.rs`). Layouts follow include/uapi/rdma/rdma_netlink.h; messages
+//! to check the QPN an app claims (`kernel::ownership`) and to audit the
+//! device (`enforce::audit`). Layouts follow include/uapi/rdma/rdma_netlink.h; messages
 //! carry no family header, only attributes after the netlink header.
 
 use netlink_packet_core::{

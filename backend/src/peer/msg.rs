@@ -1,5 +1,5 @@
 //! The messages masqds exchange for the RDMA CM: what the CM sends and
-//! receives (`cm.rs`), what the link carries (`link.rs`) and what
+//! receives (`cm/`), what the link carries (`link.rs`) and what
 //! `wire.rs` encodes. Kept apart from the CM so that the wire and the
 //! link do not depend on it.
 
