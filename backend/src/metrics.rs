@@ -4,15 +4,16 @@
 //! `Parts`): admissions by rule, request latency by opcode, CM events.
 //! State is read at scrape time (`Scrape`): sessions, QPs and tracked
 //! connections per endpoint, the endpoints' refusal and audit counters,
-//! the backstop's drop counters, the policy in force and the RNIC port's
-//! own counters from sysfs. Every label set is bounded: endpoints, tenants
-//! and rules come from the operator's files, opcodes and events from the
-//! protocol.
+//! the backstop's drop counters, the policy in force, the VPC map's size,
+//! etcd's health in cluster mode and the RNIC port's own counters from
+//! sysfs. And `masq_build_info`, which masqd this is. Every label set is
+//! bounded: endpoints, tenants and rules come from the operator's files,
+//! opcodes and events from the protocol.
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
@@ -41,6 +42,18 @@ pub struct CmEventLabels {
     pub endpoint: String,
     pub event: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
+}
+
+/// The version masqd was built as (the workspace's, as `masqd --version`
+/// prints it). No build step records the git commit yet, so the label says
+/// `unknown` rather than guess.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const COMMIT: &str = "unknown";
 
 type HistogramFamily = Family<OpLabels, Histogram, fn() -> Histogram>;
 
@@ -160,6 +173,18 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
         "When the security-group policy in force was applied (Unix time)",
         m.policy_applied.clone(),
     );
+    let build: Family<BuildLabels, Gauge> = Family::default();
+    build
+        .get_or_create(&BuildLabels {
+            version: VERSION,
+            commit: COMMIT,
+        })
+        .set(1);
+    r.register(
+        "masq_build_info",
+        "Which masqd this is: its version and commit (value 1)",
+        build,
+    );
     r.register_collector(Box::new(Scrape(sample)));
     r
 }
@@ -245,6 +270,11 @@ struct EndpointLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CounterLabels {
     counter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -356,6 +386,48 @@ impl prometheus_client::collector::Collector for Scrape {
                 &info,
             )?;
         }
+        let hosts = ConstGauge::new(s.vpc.hosts as i64);
+        put(
+            &mut enc,
+            "masq_vpc_hosts",
+            "Hosts the VPC map places endpoints on (this one included if it serves any)",
+            &hosts,
+        )?;
+        let entries: Family<SourceLabels, Gauge> = Family::default();
+        for (source, n) in s.vpc.endpoints {
+            entries
+                .get_or_create(&SourceLabels { source })
+                .set(n as i64);
+        }
+        put(
+            &mut enc,
+            "masq_vpc_endpoints",
+            "Entries of the VPC map, by where each came from (local, cluster, file)",
+            &entries,
+        )?;
+        if let Some(c) = &s.cluster {
+            let up = ConstGauge::new(i64::from(c.connected));
+            put(
+                &mut enc,
+                "masq_cluster_up",
+                "1 while etcd is reachable and followed, 0 while degraded (serving the last view)",
+                &up,
+            )?;
+            let since = ConstGauge::new(i64::try_from(c.since).unwrap_or(i64::MAX));
+            put(
+                &mut enc,
+                "masq_cluster_state_since_timestamp_seconds",
+                "When masq_cluster_up last changed (Unix time)",
+                &since,
+            )?;
+            let revision = ConstGauge::new(c.revision);
+            put(
+                &mut enc,
+                "masq_cluster_revision",
+                "The etcd revision this host's view was last read or watched at",
+                &revision,
+            )?;
+        }
         let port: Family<CounterLabels, Counter> = Family::default();
         for (name, v) in &s.port_counters {
             port.get_or_create(&CounterLabels {
@@ -394,6 +466,24 @@ pub struct Sample {
     /// (version, file) of the policy in force.
     pub policy: Option<(String, String)>,
     pub port_counters: Vec<(String, u64)>,
+    pub vpc: VpcSample,
+    /// Cluster mode only.
+    pub cluster: Option<ClusterSample>,
+}
+
+/// The VPC map's size (`Registry::census`).
+pub struct VpcSample {
+    pub hosts: usize,
+    /// Entries by source: `local`, `cluster`, `file`.
+    pub endpoints: [(&'static str, usize); 3],
+}
+
+/// etcd's health as this host sees it (`cluster::Health`).
+pub struct ClusterSample {
+    pub connected: bool,
+    /// Unix seconds of the last change of state.
+    pub since: u64,
+    pub revision: i64,
 }
 
 /// The port's counters from `<port dir>/counters` and `hw_counters`
@@ -461,5 +551,104 @@ mod tests {
         assert!(out.contains(r#"masq_request_duration_seconds_count{op="ModifyQp"} 1"#));
         assert!(out.contains(r#"masq_request_duration_seconds_count{op="malformed"} 1"#));
         assert!(out.contains(r#"masq_cm_events_total{endpoint="acme-a",event="established"} 1"#));
+    }
+
+    /// A scrape of a host with one endpoint, the backstop, a policy and
+    /// a port counter; in cluster mode or not.
+    fn sample(cluster: Option<ClusterSample>) -> Sample {
+        Sample {
+            endpoints: vec![EndpointSample {
+                name: "acme-a".into(),
+                tenant: "acme".into(),
+                sessions: 2,
+                qps: 3,
+                tracked: 1,
+                refused_requests: 4,
+                refused_connections: 5,
+                audit_bypasses: 6,
+                audit_kills: 7,
+            }],
+            backstop_drops: Some(vec![("drop_acme_a".into(), 8, 800)]),
+            policy: Some(("3f2a".into(), "/etc/masq/policy.yaml".into())),
+            port_counters: vec![("rcvd_pkts".into(), 42)],
+            vpc: VpcSample {
+                hosts: 2,
+                endpoints: [("local", 1), ("cluster", 3), ("file", 0)],
+            },
+            cluster,
+        }
+    }
+
+    /// What masqd serves: every family of `registry`, events included.
+    fn render(s: impl Fn() -> Option<Sample> + Send + Sync + 'static) -> String {
+        let m = Metrics::default();
+        m.admission("acme", Ok("acme/db/ingress[0]"));
+        m.request(4, Duration::from_micros(300));
+        m.cm_event("acme-a", 9);
+        m.policy_applied.set(1_700_000_000.0);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry(&m, Box::new(s)))
+            .expect("encode");
+        out
+    }
+
+    #[test]
+    fn a_scrape_encodes_the_state_build_info_vpc_map_and_cluster() {
+        let out = render(|| {
+            Some(sample(Some(ClusterSample {
+                connected: true,
+                since: 1_700_000_100,
+                revision: 77,
+            })))
+        });
+        for line in [
+            r#"masq_build_info{version=""#,
+            r#"masq_sessions{endpoint="acme-a",tenant="acme"} 2"#,
+            r#"masq_qps{endpoint="acme-a",tenant="acme"} 3"#,
+            r#"masq_tracked_connections{endpoint="acme-a",tenant="acme"} 1"#,
+            r#"masq_refused_requests_total{endpoint="acme-a",tenant="acme"} 4"#,
+            r#"masq_refused_connections_total{endpoint="acme-a",tenant="acme"} 5"#,
+            r#"masq_audit_bypasses_total{endpoint="acme-a",tenant="acme"} 6"#,
+            r#"masq_audit_kills_total{endpoint="acme-a",tenant="acme"} 7"#,
+            r#"masq_backstop_dropped_packets_total{counter="drop_acme_a"} 8"#,
+            r#"masq_backstop_dropped_bytes_total{counter="drop_acme_a"} 800"#,
+            r#"masq_policy_info{version="3f2a",file="/etc/masq/policy.yaml"} 1"#,
+            "masq_policy_applied_timestamp_seconds 1700000000",
+            r#"masq_rnic_port_total{counter="rcvd_pkts"} 42"#,
+            "masq_vpc_hosts 2\n",
+            r#"masq_vpc_endpoints{source="local"} 1"#,
+            r#"masq_vpc_endpoints{source="cluster"} 3"#,
+            r#"masq_vpc_endpoints{source="file"} 0"#,
+            "masq_cluster_up 1\n",
+            "masq_cluster_state_since_timestamp_seconds 1700000100\n",
+            "masq_cluster_revision 77\n",
+        ] {
+            assert!(out.contains(line), "{line:?} not in:\n{out}");
+        }
+        let build = format!(
+            r#"masq_build_info{{version="{}",commit="unknown"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(out.contains(&build), "{out}");
+        assert!(out.contains("# TYPE masq_cluster_up gauge"));
+        let degraded = render(|| {
+            Some(sample(Some(ClusterSample {
+                connected: false,
+                since: 5,
+                revision: 0,
+            })))
+        });
+        assert!(degraded.contains("masq_cluster_up 0\n"), "{degraded}");
+    }
+
+    #[test]
+    fn file_mode_has_no_cluster_families_and_a_gone_masqd_only_its_events() {
+        let out = render(|| Some(sample(None)));
+        assert!(!out.contains("masq_cluster_"), "{out}");
+        assert!(out.contains("masq_vpc_hosts 2\n"));
+        let gone = render(|| None);
+        assert!(gone.contains("masq_build_info{"));
+        assert!(gone.contains("masq_admissions_total{"));
+        assert!(!gone.contains("masq_sessions"), "{gone}");
     }
 }

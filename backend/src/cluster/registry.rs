@@ -386,6 +386,25 @@ impl Registry {
             .collect()
     }
 
+    /// The VPC map's size, for the metrics: how many hosts it places
+    /// endpoints on, and its entries by where each came from (`local`,
+    /// `cluster`, `file`, each listed even when none).
+    pub fn census(&self) -> (usize, [(&'static str, usize); 3]) {
+        let st = read(&self.state);
+        let mut by = [("local", 0), ("cluster", 0), ("file", 0)];
+        let mut hosts = HashSet::new();
+        for (vni, vip, p) in st.vpc.iter() {
+            hosts.insert(p.host);
+            let i = match st.shown.get(&(vni, vip)) {
+                None => 0,
+                Some(SourceId::Cluster) => 1,
+                Some(SourceId::File) => 2,
+            };
+            by[i].1 += 1;
+        }
+        (hosts.len(), by)
+    }
+
     /// Underlay addresses of every host in the map (the CM's peers).
     pub fn hosts(&self) -> HashSet<Ipv4Addr> {
         read(&self.state)
@@ -631,6 +650,19 @@ mod tests {
             .place(SourceId::File, other)
             .unwrap_err()
             .contains("VNI 100 belongs to tenant \"acme\""));
+    }
+
+    #[test]
+    fn the_census_counts_hosts_and_entries_by_source() {
+        let r = registry();
+        assert_eq!(r.census(), (2, [("local", 0), ("cluster", 0), ("file", 2)]));
+        add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+        r.place(
+            SourceId::Cluster,
+            placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+        )
+        .unwrap();
+        assert_eq!(r.census(), (3, [("local", 1), ("cluster", 1), ("file", 2)]));
     }
 
     #[test]

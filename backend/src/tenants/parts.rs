@@ -140,6 +140,18 @@ impl Parts {
                 .active()
                 .map(|p| (p.version_hash().to_string(), p.file().to_string())),
             port_counters: crate::metrics::port_counters(&port_dir),
+            vpc: {
+                let (hosts, endpoints) = self.registry.census();
+                crate::metrics::VpcSample { hosts, endpoints }
+            },
+            cluster: self.cluster.as_ref().map(|c| {
+                let h = c.health();
+                crate::metrics::ClusterSample {
+                    connected: h.state == "connected",
+                    since: h.since,
+                    revision: h.revision,
+                }
+            }),
         }
     }
 }
