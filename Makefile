@@ -5,6 +5,7 @@
 # Each installs what it needs first.
 # `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
+# `make test-monitoring` checks the Prometheus rules and the Grafana dashboard.
 CARGO ?= cargo
 FUZZ_SECONDS ?= 30
 # make install: where (PREFIX) and under which staging root (DESTDIR).
@@ -19,7 +20,7 @@ DEB := target/masq_$(VERSION)_$(ARCH).deb
 
 .PHONY: all build deps demo lint check-docs test test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
-        check-modules
+        check-modules test-monitoring
 
 all: build
 
@@ -68,7 +69,7 @@ lint: check-modules check-docs deps
 check-docs:
 	scripts/check-docs
 
-test: check-modules build lint test-rust test-c test-fuzz test-integration
+test: check-modules build lint test-rust test-c test-fuzz test-monitoring test-integration
 
 test-rust: deps
 	$(CARGO) test --workspace
@@ -79,6 +80,21 @@ test-c: deps
 test-fuzz: deps
 	backend/proto/fuzz/run.sh $(FUZZ_SECONDS)
 	policy/fuzz/run.sh $(FUZZ_SECONDS)
+
+# The Prometheus rules and the Grafana dashboard (packaging/prometheus,
+# packaging/grafana; docs/metrics.md): promtool, from Debian's prometheus
+# package, checks the rules and runs their unit tests; check-monitoring
+# checks the dashboard's JSON and that every alert is tested firing and
+# not; a Rust test that every masq_ name in them is one masqd serves.
+PROMTOOL ?= promtool
+test-monitoring: deps
+	@command -v $(PROMTOOL) >/dev/null || { echo "test-monitoring: no $(PROMTOOL):" \
+		"install Debian's prometheus package (scripts/install-deps does, as root)" >&2; exit 1; }
+	$(PROMTOOL) check rules packaging/prometheus/masq-rules.yml
+	$(PROMTOOL) test rules packaging/prometheus/masq-rules.test.yml
+	python3 scripts/check-monitoring --self-test
+	python3 scripts/check-monitoring
+	$(CARGO) test -p masq-backend --lib the_rules_and_dashboard_name_only_metrics_masqd_serves
 
 test-integration: build deb
 	integration/run-tests

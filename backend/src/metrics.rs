@@ -651,4 +651,62 @@ mod tests {
         assert!(gone.contains("masq_admissions_total{"));
         assert!(!gone.contains("masq_sessions"), "{gone}");
     }
+
+    /// The names a scrape's samples carry (`_total`, `_bucket` and all).
+    fn served_names(exposition: &str) -> std::collections::BTreeSet<String> {
+        exposition
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Every `masq_*` name in the Prometheus rules, their unit tests and
+    /// the Grafana dashboard (packaging/) is one masqd serves: a renamed
+    /// metric cannot leave an alert or a panel looking at nothing.
+    #[test]
+    fn the_rules_and_dashboard_name_only_metrics_masqd_serves() {
+        let served = served_names(&render(|| {
+            Some(sample(Some(ClusterSample {
+                connected: true,
+                since: 1,
+                revision: 1,
+            })))
+        }));
+        let files = [
+            (
+                "masq-rules.yml",
+                include_str!("../../packaging/prometheus/masq-rules.yml"),
+            ),
+            (
+                "masq-rules.test.yml",
+                include_str!("../../packaging/prometheus/masq-rules.test.yml"),
+            ),
+            (
+                "masq-dashboard.json",
+                include_str!("../../packaging/grafana/masq-dashboard.json"),
+            ),
+        ];
+        for (file, text) in files {
+            let mut named = 0;
+            for (at, _) in text.match_indices("masq_") {
+                // A name starts here unless a name character comes before.
+                let before = text[..at].chars().next_back();
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let name: String = text[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    served.contains(&name),
+                    "{file} names {name}, which masqd does not serve: {served:?}"
+                );
+                named += 1;
+            }
+            assert!(named > 0, "{file} names no masq_ metric");
+        }
+    }
 }
