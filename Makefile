@@ -111,10 +111,12 @@ test-cluster: build
 	integration/run-tests --cluster
 
 # masqd, masqctl, libmasq (and its facades), the CNI plugin, the systemd
-# unit, an example config and the documentation (README.md, docs/ without
-# the working plans, policy/README.md and the published plots, at their
-# places in the repository so that the pages' links hold); nothing is
-# built here (run make first).
+# unit, an example config, the Prometheus rules (and their tests) and the
+# Grafana dashboard under share/masq, and the documentation (README.md,
+# docs/ without the working plans, policy/README.md and the published
+# plots, at their places in the repository so that the pages' links hold;
+# packaging/prometheus and packaging/grafana there are links to share/masq);
+# nothing is built here (run make first).
 install:
 	install -D -m 0755 target/release/masqd $(DESTDIR)$(PREFIX)/sbin/masqd
 	install -D -m 0755 target/release/masqctl $(DESTDIR)$(PREFIX)/bin/masqctl
@@ -133,6 +135,13 @@ install:
 	install -m 0644 policy/README.md $(DESTDIR)$(PREFIX)/share/doc/masq/policy/README.md
 	install -m 0644 integration/bench/published/*.png \
 		$(DESTDIR)$(PREFIX)/share/doc/masq/integration/bench/published/
+	install -d $(DESTDIR)$(PREFIX)/share/masq/prometheus $(DESTDIR)$(PREFIX)/share/masq/grafana \
+		$(DESTDIR)$(PREFIX)/share/doc/masq/packaging
+	install -m 0644 packaging/prometheus/masq-rules.yml packaging/prometheus/masq-rules.test.yml \
+		$(DESTDIR)$(PREFIX)/share/masq/prometheus/
+	install -m 0644 packaging/grafana/masq-dashboard.json $(DESTDIR)$(PREFIX)/share/masq/grafana/
+	ln -sfn ../../../masq/prometheus $(DESTDIR)$(PREFIX)/share/doc/masq/packaging/prometheus
+	ln -sfn ../../../masq/grafana $(DESTDIR)$(PREFIX)/share/doc/masq/packaging/grafana
 
 # A Debian package of `make install` (PREFIX=/usr): apt install ./$(DEB)
 deb: build
