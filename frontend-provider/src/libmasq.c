@@ -22,6 +22,7 @@
 
 #include "masq_client.h"
 #include "masq_cm.h"
+#include "masq_gid.h"
 #include "masq_loader.h"
 #include "masq_ud.h"
 
@@ -31,8 +32,7 @@
 struct masq_ctx {
 	struct ibv_context *ctx;
 	struct masq_session sess;
-	struct masq_gid gids[MASQ_MAX_GIDS];
-	unsigned int ngids;
+	struct masq_gid_view gt;
 	int (*real_query_port)(struct ibv_context *, uint8_t, struct ibv_port_attr *, size_t);
 	int (*real_query_device_ex)(struct ibv_context *, const struct ibv_query_device_ex_input *,
 				    struct ibv_device_attr_ex *, size_t);
@@ -215,7 +215,7 @@ static int masq_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_por
 		return EINVAL;
 	rc = m->real_query_port(ctx, port, attr, attr_size);
 	if (rc == 0)
-		attr->gid_tbl_len = (int)m->ngids;
+		attr->gid_tbl_len = (int)m->gt.len;
 	return rc;
 }
 
@@ -261,7 +261,18 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	m->ctx = ctx;
 	err = masq_session_open(&m->sess, ctx->cmd_fd, 1);
 	if (!err)
-		err = masq_query_gid_table(&m->sess, m->gids, &m->ngids);
+		err = masq_query_gid_table(&m->sess, m->gt.gids, &m->gt.ngids);
+	if (!err) {
+		/* As long as the physical port's table, as the kernel shows it:
+		 * the entries past the virtual GIDs are empty ones. */
+		struct ibv_port_attr pa;
+
+		memset(&pa, 0, sizeof(pa));
+		m->gt.port = m->sess.port;
+		if (real.query_port(ctx, m->sess.port, (struct _compat_ibv_port_attr *)&pa))
+			pa.gid_tbl_len = 0;
+		masq_gid_view_set_len(&m->gt, pa.gid_tbl_len);
+	}
 	if (err) {
 		masq_log("masqd refused the device: %s", strerror(err));
 		masq_session_close(&m->sess);
@@ -336,45 +347,23 @@ int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_por
 	rc = real.query_port(ctx, port, cattr);
 	m = find_ctx(ctx);
 	if (rc == 0 && m)
-		attr->gid_tbl_len = (int)m->ngids;
+		attr->gid_tbl_len = (int)m->gt.len;
 	return rc;
 }
 
 /* ------------------------------------------------------------ GIDs */
 
-static const struct masq_gid *lookup_gid(struct masq_ctx *m, uint32_t port, uint32_t index)
-{
-	if (port != m->sess.port || index >= m->ngids)
-		return NULL;
-	return &m->gids[index];
-}
+/* The virtual table's answers are masq_gid.c's, shaped like the kernel's. */
 
 int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
 {
 	struct masq_ctx *m;
-	const struct masq_gid *g;
 
 	init_real();
 	m = find_ctx(ctx);
 	if (!m || in_provider)
 		return real.query_gid(ctx, port, index, gid);
-	g = index < 0 ? NULL : lookup_gid(m, port, (uint32_t)index);
-	if (!g) {
-		errno = EINVAL;
-		return -1;
-	}
-	memcpy(gid->raw, g->gid, sizeof(gid->raw));
-	return 0;
-}
-
-static void fill_entry(struct ibv_gid_entry *e, const struct masq_gid *g, uint32_t port)
-{
-	memset(e, 0, sizeof(*e));
-	memcpy(e->gid.raw, g->gid, sizeof(e->gid.raw));
-	e->gid_index = g->index;
-	e->port_num = port;
-	e->gid_type = g->type;
-	e->ndev_ifindex = 0; /* the vNIC lives in the endpoint's namespace */
+	return masq_gid_query(&m->gt, port, index, gid);
 }
 
 int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
@@ -385,19 +374,12 @@ int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
 	int (*real_ex)(struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *, uint32_t,
 		       size_t);
 	struct masq_ctx *m = find_ctx(ctx);
-	const struct masq_gid *g;
 
 	if (!m || in_provider) {
 		real_ex = real_sym("_ibv_query_gid_ex", "IBVERBS_1.11");
 		return real_ex(ctx, port, index, entry, flags, entry_size);
 	}
-	if (flags || entry_size < sizeof(*entry))
-		return EINVAL;
-	g = lookup_gid(m, port, index);
-	if (!g)
-		return ENODATA;
-	fill_entry(entry, g, port);
-	return 0;
+	return masq_gid_query_ex(&m->gt, port, index, entry, flags, entry_size);
 }
 
 ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
@@ -408,20 +390,12 @@ ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entr
 	ssize_t (*real_tbl)(struct ibv_context *, struct ibv_gid_entry *, size_t, uint32_t,
 			    size_t);
 	struct masq_ctx *m = find_ctx(ctx);
-	unsigned int i;
 
 	if (!m) {
 		real_tbl = real_sym("_ibv_query_gid_table", "IBVERBS_1.11");
 		return real_tbl(ctx, entries, max_entries, flags, entry_size);
 	}
-	if (flags || entry_size < sizeof(*entries))
-		return -EINVAL;
-	if (max_entries < m->ngids)
-		return -EINVAL;
-	for (i = 0; i < m->ngids; i++)
-		fill_entry((struct ibv_gid_entry *)((char *)entries + i * entry_size), &m->gids[i],
-			   m->sess.port);
-	return (ssize_t)m->ngids;
+	return masq_gid_query_table(&m->gt, entries, max_entries, flags, entry_size);
 }
 
 /* rdma-core's private helper, used by ibv_devinfo to print GID types. */
@@ -432,20 +406,12 @@ int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index
 {
 	int (*real_type)(struct ibv_context *, uint8_t, unsigned int, unsigned int *);
 	struct masq_ctx *m = find_ctx(ctx);
-	const struct masq_gid *g;
 
 	if (!m || in_provider) {
 		real_type = real_sym("ibv_query_gid_type", NULL);
 		return real_type(ctx, port, index, type);
 	}
-	g = lookup_gid(m, port, index);
-	if (!g) {
-		errno = EINVAL;
-		return -1;
-	}
-	/* enum ibv_gid_type_sysfs: 0 = IB/RoCE v1, 1 = RoCE v2 */
-	*type = g->type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
-	return 0;
+	return masq_gid_query_type(&m->gt, port, index, type);
 }
 
 /* ------------------------------------------------------------ QPs */
