@@ -13,6 +13,8 @@
 //! sysfs/class/infiniband/           bound over /sys/class/infiniband
 //!     vrdma0 -> .vrdma0.N           the kernel's class entries are symlinks too
 //!     .vrdma0.N/node_guid ... ports/1/gids/0 ...
+//!                                   (one gids/I per entry of a table as long
+//!                                   as the physical port's, as the kernel's)
 //! sysfs/class/infiniband_verbs/     bound over /sys/class/infiniband_verbs
 //!     abi_version  uverbs0/{ibdev,abi_version}
 //! phys-sys/                         empty; the runtime mounts the real sysfs
@@ -73,6 +75,9 @@ pub struct VirtualDevice {
     /// The vNIC's name inside the endpoint (gid_attrs/ndevs).
     pub ndev: String,
     pub gids: Vec<vbond::VirtualGid>,
+    /// The physical port's `gid_tbl_len`, which libmasq reports too: the
+    /// table's entries without a GID are empty ones.
+    pub gid_tbl_len: u32,
 }
 
 fn read_attr(path: &Path, phys_dev: &str) -> Option<String> {
@@ -121,6 +126,23 @@ pub fn read_phys_attrs(sysfs: &Path, dev: &str, port: u8) -> PhysAttrs {
     PhysAttrs { files, abi_version }
 }
 
+/// The physical port's GID table length as its sysfs shows it: the kernel
+/// makes a `gids/I` file for every entry of the table, empty or not
+/// (`gid_tbl_len`, 1024 on rxe). 0 when it cannot be read.
+pub fn read_gid_tbl_len(sysfs: &Path, dev: &str, port: u8) -> u32 {
+    let dir = sysfs
+        .join("class/infiniband")
+        .join(dev)
+        .join(format!("ports/{port}/gids"));
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .map(|i| i.saturating_add(1))
+        .max()
+        .unwrap_or(0)
+}
+
 /// A GID as the kernel prints it (`%pI6`): eight 4-digit groups.
 pub fn sysfs_gid(gid: &vbond::Gid) -> String {
     let groups: Vec<String> = gid
@@ -166,6 +188,14 @@ pub fn render(dev: &VirtualDevice, phys: &PhysAttrs) -> Vec<(PathBuf, String)> {
             format!("{}\n", dev.ndev),
         ));
     }
+    // An empty entry: the kernel's show_port_gid prints the zero GID. Its
+    // gid_attrs/types and ndevs files fail a read with EINVAL there, which
+    // a plain file cannot do: the view leaves them out (ENOENT at open).
+    for i in 0..dev.gid_tbl_len {
+        if !dev.gids.iter().any(|g| g.index == i) {
+            out.push((port.join("gids").join(i.to_string()), sysfs_gid(&[0; 16])));
+        }
+    }
     let abi = phys.abi_version.clone().unwrap_or_else(|| "6\n".into());
     let verbs = Path::new("class/infiniband_verbs");
     out.push((verbs.join("abi_version"), abi.clone()));
@@ -193,6 +223,8 @@ pub struct View {
     phys_sysfs: PathBuf,
     phys_dev: String,
     port: u8,
+    /// The physical port's gid_tbl_len: fixed for the device, read once.
+    gid_tbl_len: u32,
     state: Mutex<State>,
 }
 
@@ -246,6 +278,7 @@ impl View {
             phys_sysfs: phys_sysfs.to_path_buf(),
             phys_dev: phys_dev.to_string(),
             port,
+            gid_tbl_len: read_gid_tbl_len(phys_sysfs, phys_dev, port),
             state: Mutex::new(State {
                 closed: false,
                 generation: 0,
@@ -285,6 +318,7 @@ impl View {
             node_guid: b.node_guid(),
             ndev: b.vnic().ifname.clone(),
             gids: gids.to_vec(),
+            gid_tbl_len: self.gid_tbl_len,
         });
         self.write_locked(&mut st);
     }
@@ -465,6 +499,7 @@ mod tests {
             node_guid: vbond::guid_from_mac(MAC),
             ndev: "eth0".into(),
             gids,
+            gid_tbl_len: 0,
         }
     }
 
@@ -566,6 +601,69 @@ mod tests {
             assert!(!v.contains("c612"), "{path} has the underlay address");
             assert!(v.ends_with('\n'), "{path}");
         }
+    }
+
+    /// The rest of a physical table of `len` entries, empty as the kernel
+    /// shows them (zero GIDs).
+    fn phys_empty_entries(root: &Path, len: u32) {
+        let gids = root.join("class/infiniband/rxe0/ports/1/gids");
+        for i in PHYS_GIDS.len() as u32..len {
+            fs::write(gids.join(i.to_string()), sysfs_gid(&[0; 16])).unwrap();
+        }
+    }
+
+    #[test]
+    fn empty_entries_show_the_zero_gid_as_the_kernels() {
+        let mut dev = device(&[Ipv4Addr::new(10, 0, 0, 1)]);
+        dev.gid_tbl_len = 8;
+        let m = as_map(&render(&dev, &PhysAttrs::default()));
+        let port = "class/infiniband/vrdma0/ports/1";
+        let gid = |i: u32| m.get(&format!("{port}/gids/{i}")).map(String::as_str);
+        assert_eq!(gid(1), Some("0000:0000:0000:0000:0000:ffff:0a00:0001\n"));
+        for i in 2..8 {
+            assert_eq!(gid(i), Some("0000:0000:0000:0000:0000:0000:0000:0000\n"));
+            // The kernel fails these reads with EINVAL; left out here.
+            for attr in ["types", "ndevs"] {
+                assert!(!m.contains_key(&format!("{port}/gid_attrs/{attr}/{i}")));
+            }
+        }
+        assert_eq!(gid(8), None, "nothing past the table");
+        let n = |dir: &str| m.keys().filter(|k| k.starts_with(dir)).count();
+        assert_eq!(n(&format!("{port}/gids/")), 8);
+        assert_eq!(n(&format!("{port}/gid_attrs/types/")), 2);
+        assert_eq!(n(&format!("{port}/gid_attrs/ndevs/")), 2);
+
+        // A table shorter than masqd's entries still shows every entry.
+        dev.gid_tbl_len = 1;
+        let m = as_map(&render(&dev, &PhysAttrs::default()));
+        assert_eq!(m.keys().filter(|k| k.contains("/gids/")).count(), 2);
+    }
+
+    #[test]
+    fn the_view_has_as_many_entries_as_the_physical_port() {
+        let phys = tempfile::tempdir().unwrap();
+        phys_fixture(phys.path());
+        assert_eq!(read_gid_tbl_len(phys.path(), "rxe0", 1), 2);
+        phys_empty_entries(phys.path(), 1024);
+        let junk = phys.path().join("class/infiniband/rxe0/ports/1/gids/x");
+        fs::write(junk, "not an entry\n").unwrap();
+        assert_eq!(read_gid_tbl_len(phys.path(), "mlx5_0", 1), 0);
+        let sock = tempfile::tempdir().unwrap();
+        let v = View::new(sock.path(), phys.path(), "rxe0", 1).unwrap();
+        assert_eq!(v.gid_tbl_len, 1024);
+        {
+            let mut st = v.lock();
+            let mut dev = device(&[Ipv4Addr::new(10, 0, 0, 1)]);
+            dev.gid_tbl_len = v.gid_tbl_len;
+            st.device = Some(dev);
+            v.write_locked(&mut st);
+        }
+        let gids = sock
+            .path()
+            .join("sysfs/class/infiniband/vrdma0/ports/1/gids");
+        assert_eq!(fs::read_dir(&gids).unwrap().count(), 1024);
+        let zero = "0000:0000:0000:0000:0000:0000:0000:0000\n";
+        assert_eq!(fs::read_to_string(gids.join("1023")).unwrap(), zero);
     }
 
     #[test]
