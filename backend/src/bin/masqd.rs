@@ -1,36 +1,13 @@
-//! masqd: the masq host daemon.
+//! masqd: the masq host daemon. Its command line is
+//! masq_backend::operator::cli::masqd's.
 
 use clap::Parser;
 use masq_backend::config::Config;
 use masq_backend::daemon::Daemon;
+use masq_backend::operator::cli::masqd::Cli;
 use nix::sys::signal::{SigSet, Signal};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use tracing::{error, info};
-
-#[derive(Parser)]
-#[command(
-    name = "masqd",
-    version,
-    about = "The masq host daemon: virtual RDMA devices for tenant endpoints",
-    long_about = "masqd serves the endpoints of one RDMA host. Apps in an endpoint, \
-                  preloaded with libmasq.so, reach it on the endpoint's socket; masqd \
-                  shows them a virtual device built from their vNIC and executes their \
-                  QP state changes after translating virtual addresses to physical ones.",
-    after_help = "Exit status: 0 after SIGTERM/SIGINT, 1 on a bad config or a failed start. \
-                  Log level: --log-level or RUST_LOG (error, warn, info, debug, trace)."
-)]
-struct Cli {
-    /// Configuration file (YAML); see examples/host1.yaml.
-    #[arg(short, long)]
-    config: PathBuf,
-    /// Validate the configuration and exit.
-    #[arg(long)]
-    check: bool,
-    /// Log level or filter (overrides RUST_LOG).
-    #[arg(long)]
-    log_level: Option<String>,
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -1,0 +1,379 @@
+//! How masqctl prints masqd's answers: `table` (control::render_table),
+//! `wide` (a table with more columns where there are more to show),
+//! `json` and `yaml` (masqd's answer with `apiVersion` and `kind` added).
+//!
+//! The JSON schema is versioned by `apiVersion`: within `masqctl/v1`, keys
+//! are only ever added; removing or renaming one, or changing its type,
+//! makes `masqctl/v2`.
+
+use super::masqctl::Format;
+use crate::control::{render_table, Request};
+use serde_json::Value;
+use std::fmt::Write as _;
+
+/// The version of masqctl's JSON and YAML output.
+pub const API_VERSION: &str = "masqctl/v1";
+
+/// Every `kind`, as docs/operator-guide.md lists them.
+pub const KINDS: [&str; 13] = [
+    "DaemonStatus",
+    "EndpointList",
+    "EndpointAdded",
+    "EndpointDeleted",
+    "SessionList",
+    "VpcMap",
+    "CmIdList",
+    "PolicyCheck",
+    "PolicyApplied",
+    "Policy",
+    "ConntrackList",
+    "ConntrackDeleted",
+    "ConntrackEvent",
+];
+
+/// The `kind` of a reply to `req` (of each event for `ConntrackEvents`).
+pub fn kind(req: &Request) -> &'static str {
+    match req {
+        Request::Status => "DaemonStatus",
+        Request::Endpoints => "EndpointList",
+        Request::EndpointAdd { .. } => "EndpointAdded",
+        Request::EndpointDel { .. } => "EndpointDeleted",
+        Request::Sessions => "SessionList",
+        Request::Vpc => "VpcMap",
+        Request::Cm => "CmIdList",
+        Request::PolicyCheck { .. } => "PolicyCheck",
+        Request::PolicyApply { .. } => "PolicyApplied",
+        Request::PolicyShow => "Policy",
+        Request::ConntrackList { .. } => "ConntrackList",
+        Request::ConntrackDelete { .. } => "ConntrackDeleted",
+        Request::ConntrackEvents { .. } => "ConntrackEvent",
+    }
+}
+
+/// masqd's answer with `apiVersion` and `kind` added (keys print sorted,
+/// as masqd's own do).
+pub fn envelope(req: &Request, reply: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("apiVersion".into(), API_VERSION.into());
+    out.insert("kind".into(), kind(req).into());
+    match reply {
+        Value::Object(m) => {
+            for (k, v) in m {
+                if k != "apiVersion" && k != "kind" {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        other => {
+            out.insert("data".into(), other.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// A reply as `format` prints it (ending in a newline, or empty).
+pub fn render(format: Format, req: &Request, reply: &Value) -> Result<String, String> {
+    Ok(match format {
+        Format::Table => render_table(req, reply),
+        Format::Wide => render_wide(req, reply),
+        Format::Json => {
+            let v = envelope(req, reply);
+            let mut s = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+            s.push('\n');
+            s
+        }
+        Format::Yaml => {
+            serde_yaml_ng::to_string(&envelope(req, reply)).map_err(|e| e.to_string())?
+        }
+    })
+}
+
+/// One streamed conntrack event: `line` is its conntrack(8)-style text,
+/// `data` its fields. JSON is one object a line; YAML one document each.
+pub fn render_event(format: Format, line: &str, data: &Value) -> Result<String, String> {
+    let req = Request::ConntrackEvents {
+        filter: Default::default(),
+    };
+    Ok(match format {
+        Format::Table | Format::Wide => format!("{line}\n"),
+        Format::Json => format!("{}\n", envelope(&req, data)),
+        Format::Yaml => format!(
+            "---\n{}",
+            serde_yaml_ng::to_string(&envelope(&req, data)).map_err(|e| e.to_string())?
+        ),
+    })
+}
+
+fn s(v: &Value, k: &str) -> String {
+    match v.get(k) {
+        Some(Value::String(x)) => x.clone(),
+        Some(Value::Null) | None => "-".into(),
+        Some(x) => x.to_string(),
+    }
+}
+
+/// The wide table: more columns for endpoints, sessions, the VPC map and
+/// CM ids, and the backstop and cluster for status; the others print as
+/// their table.
+pub fn render_wide(req: &Request, reply: &Value) -> String {
+    let mut out = String::new();
+    match req {
+        Request::Status => {
+            out = render_table(req, reply);
+            let cluster = &reply["cluster"];
+            if cluster.is_object() {
+                let _ = writeln!(
+                    out,
+                    "{:<10} {} since {} revision {} lease {}{}",
+                    "cluster",
+                    s(cluster, "state"),
+                    s(cluster, "since"),
+                    s(cluster, "revision"),
+                    s(cluster, "lease"),
+                    cluster
+                        .get("error")
+                        .and_then(|e| e.as_str())
+                        .map(|e| format!(" error {e}"))
+                        .unwrap_or_default()
+                );
+            }
+            let backstop = &reply["backstop"];
+            if let Some(err) = backstop.get("error").and_then(|e| e.as_str()) {
+                let _ = writeln!(out, "{:<10} error {err}", "backstop");
+            } else if backstop.is_object() {
+                let _ = writeln!(out, "{:<10} {}", "backstop", s(backstop, "table"));
+                for d in backstop["drops"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        out,
+                        "    {:<32} {:>10} packets {:>12} bytes",
+                        s(d, "counter"),
+                        s(d, "packets"),
+                        s(d, "bytes")
+                    );
+                }
+            }
+        }
+        Request::Endpoints => {
+            let _ = writeln!(
+                out,
+                "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} SOCKET",
+                "ENDPOINT", "TENANT", "VNI", "VIP", "VDEV", "SESS", "ORIGIN", "NETNS", "VNIC",
+                "HOST_IF", "BRIDGE", "MAXCONN", "RATE", "REFCONN", "REFREQ", "BYPASS"
+            );
+            for e in reply["endpoints"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} {}",
+                    s(e, "name"),
+                    s(e, "tenant"),
+                    s(e, "vni"),
+                    s(e, "vip"),
+                    s(e, "vdev"),
+                    s(e, "sessions"),
+                    s(e, "origin"),
+                    s(e, "netns"),
+                    s(e, "vnic"),
+                    s(e, "host_if"),
+                    s(e, "bridge"),
+                    s(e, "max_connections"),
+                    s(e, "max_rate_mbps"),
+                    s(e, "refused_connections"),
+                    s(e, "refused_requests"),
+                    s(e, "audit_bypasses"),
+                    s(e, "socket")
+                );
+                for g in e["gids"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        out,
+                        "    GID[{:>3}] {:<40} {}",
+                        s(g, "index"),
+                        s(g, "gid"),
+                        s(g, "type")
+                    );
+                }
+                if let Some(err) = e.get("gid_error").and_then(|v| v.as_str()) {
+                    let _ = writeln!(out, "    (vNIC unreadable: {err})");
+                }
+            }
+        }
+        Request::Sessions => {
+            let _ = writeln!(
+                out,
+                "{:>5} {:<12} {:<10} {:>7} {:<16} {:>4} {:>9} {:>12}",
+                "ID", "ENDPOINT", "TENANT", "PID", "APP", "QPS", "REQUESTS", "STARTED"
+            );
+            for x in reply["sessions"].as_array().into_iter().flatten() {
+                let qps = x["qps"].as_array().map(|q| q.len()).unwrap_or(0);
+                let _ = writeln!(
+                    out,
+                    "{:>5} {:<12} {:<10} {:>7} {:<16} {:>4} {:>9} {:>12}",
+                    s(x, "id"),
+                    s(x, "endpoint"),
+                    s(x, "tenant"),
+                    s(x, "pid"),
+                    s(x, "app"),
+                    qps,
+                    s(x, "requests"),
+                    s(x, "started")
+                );
+                for q in x["qps"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        out,
+                        "      handle={} qpn={} type={} state={} remote={} rqpn={} peer_host={}",
+                        s(q, "handle"),
+                        s(q, "qpn"),
+                        s(q, "qp_type"),
+                        s(q, "state"),
+                        s(q, "remote_vip"),
+                        s(q, "remote_qpn"),
+                        s(q, "peer_host")
+                    );
+                }
+            }
+        }
+        Request::Vpc => {
+            let _ = writeln!(
+                out,
+                "{:>8} {:<10} {:<15} {:<16} {:<15} SOURCE",
+                "VNI", "TENANT", "VIP", "ENDPOINT", "HOST"
+            );
+            for e in reply["vpc"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "{:>8} {:<10} {:<15} {:<16} {:<15} {}",
+                    s(e, "vni"),
+                    s(e, "tenant"),
+                    s(e, "vip"),
+                    s(e, "name"),
+                    s(e, "host"),
+                    s(e, "source")
+                );
+            }
+        }
+        Request::Cm => {
+            let _ = writeln!(
+                out,
+                "{:<12} {:<10} {:>8} {:>8} {:>6} {:<4} {:<13} {:<7} {:<21} {:<21} {:>8} {:>8}",
+                "ENDPOINT",
+                "TENANT",
+                "VNI",
+                "SESSION",
+                "ID",
+                "PS",
+                "STATE",
+                "SIDE",
+                "LOCAL",
+                "PEER",
+                "QPN",
+                "PEER_QPN"
+            );
+            for i in reply["ids"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "{:<12} {:<10} {:>8} {:>8} {:>6} {:<4} {:<13} {:<7} {:<21} {:<21} {:>8} {:>8}",
+                    s(i, "endpoint"),
+                    s(i, "tenant"),
+                    s(i, "vni"),
+                    s(i, "session"),
+                    s(i, "id"),
+                    s(i, "ps"),
+                    s(i, "state"),
+                    s(i, "side"),
+                    s(i, "local"),
+                    s(i, "peer"),
+                    s(i, "qpn"),
+                    s(i, "peer_qpn")
+                );
+            }
+        }
+        _ => out = render_table(req, reply),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_and_yaml_carry_the_version_and_kind_and_keep_every_key() {
+        let reply = json!({"endpoints": [{"name": "acme-a"}]});
+        let v: Value =
+            serde_json::from_str(&render(Format::Json, &Request::Endpoints, &reply).expect("json"))
+                .expect("parse");
+        assert_eq!(v["apiVersion"], API_VERSION);
+        assert_eq!(v["kind"], "EndpointList");
+        assert_eq!(v["endpoints"][0]["name"], "acme-a");
+        let y = render(Format::Yaml, &Request::Endpoints, &reply).expect("yaml");
+        assert!(y.starts_with("apiVersion: masqctl/v1\n"), "{y}");
+        assert!(y.contains("\nkind: EndpointList\n"), "{y}");
+        let back: Value = serde_yaml_ng::from_str(&y).expect("parse yaml");
+        assert_eq!(back["endpoints"][0]["name"], "acme-a");
+    }
+
+    #[test]
+    fn the_table_is_what_it_was_and_wide_adds_columns() {
+        let reply = json!({"vpc": [{"vni": 100, "vip": "10.0.0.1", "name": "acme-a",
+            "host": "198.18.0.1", "tenant": "acme", "source": "local"}]});
+        let table = render(Format::Table, &Request::Vpc, &reply).expect("table");
+        assert_eq!(table, render_table(&Request::Vpc, &reply));
+        assert!(!table.contains("TENANT"));
+        let wide = render(Format::Wide, &Request::Vpc, &reply).expect("wide");
+        assert!(wide.contains("TENANT") && wide.contains("acme "), "{wide}");
+        // No wider form: the table.
+        let ct = json!({"lines": ["rdma rc tenant=acme"], "entries": [{}]});
+        let req = Request::ConntrackList {
+            filter: Default::default(),
+        };
+        assert_eq!(render_wide(&req, &ct), render_table(&req, &ct));
+    }
+
+    #[test]
+    fn every_request_has_a_listed_kind_of_its_own() {
+        let f = crate::control::CtFilter::default;
+        let p = std::path::PathBuf::new;
+        let all = [
+            Request::Status,
+            Request::Endpoints,
+            Request::EndpointAdd {
+                endpoint: serde_yaml_ng::from_str(
+                    "{name: a, tenant: t, vni: 1, vip: 10.0.0.1, netns: /n}",
+                )
+                .expect("endpoint"),
+            },
+            Request::EndpointDel {
+                name: "a".into(),
+                owner: None,
+            },
+            Request::Sessions,
+            Request::Vpc,
+            Request::Cm,
+            Request::PolicyCheck { path: p() },
+            Request::PolicyApply { path: p() },
+            Request::PolicyShow,
+            Request::ConntrackList { filter: f() },
+            Request::ConntrackDelete { filter: f() },
+            Request::ConntrackEvents { filter: f() },
+        ];
+        let kinds: std::collections::BTreeSet<&str> = all.iter().map(kind).collect();
+        assert_eq!(kinds, KINDS.into_iter().collect());
+    }
+
+    #[test]
+    fn events_are_one_json_object_a_line() {
+        let data = json!({"event": "NEW", "local_qpn": 17});
+        let line = render_event(Format::Json, "[NEW] rdma rc", &data).expect("json");
+        assert_eq!(line.lines().count(), 1);
+        let v: Value = serde_json::from_str(&line).expect("parse");
+        assert_eq!(v["kind"], "ConntrackEvent");
+        assert_eq!(v["event"], "NEW");
+        assert_eq!(v["local_qpn"], 17);
+        assert_eq!(
+            render_event(Format::Table, "[NEW] rdma rc", &data).expect("table"),
+            "[NEW] rdma rc\n"
+        );
+        let y = render_event(Format::Yaml, "x", &data).expect("yaml");
+        assert!(y.starts_with("---\napiVersion: masqctl/v1\n"), "{y}");
+    }
+}
