@@ -17,6 +17,9 @@ UNIT_DIR ?= /lib/systemd/system
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB := target/masq_$(VERSION)_$(ARCH).deb
+# masqctl's shell completions and the man pages, made by `make` from the
+# CLI definitions (backend/src/operator/cli) with masq-cli-gen.
+CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
@@ -29,6 +32,7 @@ deps:
 
 build: deps
 	$(CARGO) build --release --workspace
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null) target/release/masq-cli-gen $(CLI_GEN)
 	$(MAKE) -C frontend-provider
 	$(MAKE) -C integration
 
@@ -110,8 +114,10 @@ test-long: build deb
 test-cluster: build
 	integration/run-tests --cluster
 
-# masqd, masqctl, libmasq (and its facades), the CNI plugin, the systemd
-# unit, an example config, the Prometheus rules (and their tests) and the
+# masqd, masqctl, libmasq (and its facades), the CNI plugin, masqctl's
+# bash, zsh and fish completions and the man pages (masqctl(1) and one per
+# command, masqd(8)) from target/cli, the systemd unit, an example config,
+# the Prometheus rules (and their tests) and the
 # Grafana dashboard under share/masq, and the documentation (README.md,
 # docs/ without the working plans, policy/README.md and the published
 # plots, at their places in the repository so that the pages' links hold;
@@ -121,6 +127,15 @@ install:
 	install -D -m 0755 target/release/masqd $(DESTDIR)$(PREFIX)/sbin/masqd
 	install -D -m 0755 target/release/masqctl $(DESTDIR)$(PREFIX)/bin/masqctl
 	install -D -m 0755 target/release/masq-cni $(DESTDIR)$(CNI_BIN_DIR)/masq-cni
+	install -D -m 0644 $(CLI_GEN)/completions/bash/masqctl \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/masqctl
+	install -D -m 0644 $(CLI_GEN)/completions/zsh/_masqctl \
+		$(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_masqctl
+	install -D -m 0644 $(CLI_GEN)/completions/fish/masqctl.fish \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/masqctl.fish
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0644 $(CLI_GEN)/man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 $(CLI_GEN)/man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -d $(DESTDIR)$(PREFIX)/lib/masq
 	install -m 0644 frontend-provider/build/libmasq.so frontend-provider/build/libmasq-ibverbs.so \
 		frontend-provider/build/libmasq-rdmacm.so $(DESTDIR)$(PREFIX)/lib/masq/
@@ -149,6 +164,7 @@ deb: build
 	$(MAKE) install DESTDIR=$(CURDIR)/target/deb PREFIX=/usr
 	strip --strip-debug target/deb/usr/sbin/masqd target/deb/usr/bin/masqctl \
 		target/deb/usr/lib/cni/masq-cni
+	gzip -9n target/deb/usr/share/man/man1/*.1 target/deb/usr/share/man/man8/*.8
 	mkdir -p target/deb/DEBIAN
 	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(ARCH)|' packaging/control >target/deb/DEBIAN/control
 	echo /etc/masq/masqd.yaml.example >target/deb/DEBIAN/conffiles
@@ -156,8 +172,9 @@ deb: build
 
 # apt install ./$(DEB) on a clean Debian 12 (a debootstrapped minbase root,
 # cached under /var/tmp/masq-deb-clean), apt fetching the dependencies from
-# deb.debian.org; then its binaries run, ldd finds their libraries, purge
-# leaves nothing, and systemd-analyze verifies the unit. About 30s once cached.
+# deb.debian.org; then its binaries run, ldd finds their libraries, the
+# completions and man pages are there, purge leaves nothing, and
+# systemd-analyze verifies the unit. About 30s once cached.
 test-deb-clean: deb
 	scripts/test-deb-clean $(DEB)
 

@@ -277,3 +277,21 @@ fn the_environment_names_the_socket_and_the_format() {
         stdout(&o)
     );
 }
+
+#[test]
+fn completion_prints_a_script_for_each_shell() {
+    for (shell, mark) in [
+        ("bash", "complete -F _masqctl"),
+        ("zsh", "#compdef masqctl"),
+        ("fish", "complete -c masqctl"),
+    ] {
+        let o = masqctl().args(["completion", shell]).output().expect("run");
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        assert!(stdout(&o).contains(mark), "{shell}: no {mark:?}");
+    }
+    let o = masqctl()
+        .args(["completion", "tcsh"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -2,6 +2,7 @@
 //! The grammar is masq_backend::operator::cli::masqctl's.
 
 use masq_backend::control::{self, CtFilter, Request};
+use masq_backend::operator::cli::generate;
 use masq_backend::operator::cli::masqctl::{Action, Cli, Format};
 use masq_backend::operator::cli::output;
 use std::io::Write;
@@ -13,6 +14,10 @@ fn main() -> ExitCode {
     let req = match cli.command.action() {
         Action::Call(req) => req,
         Action::Watch(filter) => return stream_events(&cli.socket, filter, cli.output),
+        Action::Completion(shell) => {
+            generate::completion(shell, &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
     };
     let reply = match control::call(&cli.socket, &req) {
         Ok(r) => r,

@@ -90,6 +90,11 @@ pub enum Command {
     ///
     /// List, watch or delete them; conntrack(8)'s -L, -E and -D work too.
     Conntrack(ConntrackArgs),
+    /// A shell completion script for masqctl, on stdout.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// The commands of before the noun-verb grammar, and the new spellings
@@ -376,6 +381,8 @@ pub enum Action {
     Call(Request),
     /// A stream of conntrack events until interrupted.
     Watch(CtFilter),
+    /// Print a completion script.
+    Completion(clap_complete::Shell),
 }
 
 /// A path masqd can open: it may run with another working directory.
@@ -453,6 +460,7 @@ impl Command {
                     ConntrackCmd::Delete => call(Request::ConntrackDelete { filter }),
                 }
             }
+            Command::Completion { shell } => Action::Completion(shell),
         }
     }
 }

@@ -1,7 +1,11 @@
-//! The command lines of masqd and masqctl as data (clap definitions):
-//! `masqctl` (its grammar and what each command sends), `masqd`, and
-//! `output` (masqctl's table, wide, JSON and YAML renderings).
+//! The command lines of masqd and masqctl as data (clap definitions), so
+//! that the binaries parse them and `masq-cli-gen` makes the shell
+//! completions, the man pages and the docs' CLI reference from the same
+//! definitions: `masqctl` (its grammar and what each command sends),
+//! `masqd`, `output` (masqctl's table, wide, JSON and YAML renderings)
+//! and `generate` (completions, man pages, Markdown reference).
 
+pub mod generate;
 pub mod masqctl;
 pub mod masqd;
 pub mod output;
