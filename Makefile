@@ -5,6 +5,8 @@
 # Each installs what it needs first.
 # `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
+# `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
+# CLI definitions (a Rust test fails when it is stale).
 # `make test-monitoring` checks the Prometheus rules and the Grafana dashboard.
 CARGO ?= cargo
 FUZZ_SECONDS ?= 30
@@ -23,7 +25,7 @@ CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
-        check-modules test-monitoring
+        check-modules test-monitoring docs-cli
 
 all: build
 
@@ -72,6 +74,11 @@ lint: check-modules check-docs deps
 # the repository, every page is reachable from README.md (python3 only).
 check-docs:
 	scripts/check-docs
+
+# The CLI reference in docs/operator-guide.md, from the CLI definitions
+# (masq-cli-gen --docs); `cargo test` fails while it differs.
+docs-cli:
+	$(CARGO) run -q -p masq-backend --bin masq-cli-gen -- --docs docs/operator-guide.md
 
 test: check-modules build lint test-rust test-c test-fuzz test-monitoring test-integration
 

@@ -2,7 +2,7 @@
 //! endpoint. The network's main plugin (e.g. `bridge` into the VNI's
 //! bridge and VXLAN) creates the vNIC and its address; masq-cni then
 //! registers the endpoint with the host's masqd through its control
-//! socket (the API behind `masqctl endpoint add/del`), which serves its
+//! socket (the API behind `masqctl endpoint add/delete`), which serves its
 //! socket and writes its CDI spec, and in cluster mode publishes it.
 //!
 //! - ADD: netns, interface and vIP from the environment and prevResult,
