@@ -156,11 +156,29 @@ impl TakeLimited for UnixStream {
     }
 }
 
-fn s(v: &Value, k: &str) -> String {
+/// A reply field as a table cell: strings bare, null or missing as "-".
+pub(crate) fn s(v: &Value, k: &str) -> String {
     match v.get(k) {
         Some(Value::String(x)) => x.clone(),
         Some(Value::Null) | None => "-".into(),
         Some(x) => x.to_string(),
+    }
+}
+
+/// An endpoint's virtual GIDs under its row (table and wide alike), or
+/// why its vNIC could not be read.
+pub(crate) fn gid_rows(out: &mut String, e: &Value) {
+    for g in e["gids"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "    GID[{:>3}] {:<40} {}",
+            s(g, "index"),
+            s(g, "gid"),
+            s(g, "type")
+        );
+    }
+    if let Some(err) = e.get("gid_error").and_then(|v| v.as_str()) {
+        let _ = writeln!(out, "    (vNIC unreadable: {err})");
     }
 }
 
@@ -276,18 +294,7 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                     s(e, "origin"),
                     s(e, "socket")
                 );
-                for g in e["gids"].as_array().into_iter().flatten() {
-                    let _ = writeln!(
-                        out,
-                        "    GID[{:>3}] {:<40} {}",
-                        s(g, "index"),
-                        s(g, "gid"),
-                        s(g, "type")
-                    );
-                }
-                if let Some(err) = e.get("gid_error").and_then(|v| v.as_str()) {
-                    let _ = writeln!(out, "    (vNIC unreadable: {err})");
-                }
+                gid_rows(&mut out, e);
             }
         }
         Request::PolicyCheck { path } => {

@@ -7,7 +7,7 @@
 //! makes `masqctl/v2`.
 
 use super::masqctl::Format;
-use crate::control::{render_table, Request};
+use crate::control::{gid_rows, render_table, s, Request};
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -104,14 +104,6 @@ pub fn render_event(format: Format, line: &str, data: &Value) -> Result<String, 
     })
 }
 
-fn s(v: &Value, k: &str) -> String {
-    match v.get(k) {
-        Some(Value::String(x)) => x.clone(),
-        Some(Value::Null) | None => "-".into(),
-        Some(x) => x.to_string(),
-    }
-}
-
 /// The wide table: more columns for endpoints, sessions, the VPC map and
 /// CM ids, and the backstop and cluster for status; the others print as
 /// their table.
@@ -182,18 +174,7 @@ pub fn render_wide(req: &Request, reply: &Value) -> String {
                     s(e, "audit_bypasses"),
                     s(e, "socket")
                 );
-                for g in e["gids"].as_array().into_iter().flatten() {
-                    let _ = writeln!(
-                        out,
-                        "    GID[{:>3}] {:<40} {}",
-                        s(g, "index"),
-                        s(g, "gid"),
-                        s(g, "type")
-                    );
-                }
-                if let Some(err) = e.get("gid_error").and_then(|v| v.as_str()) {
-                    let _ = writeln!(out, "    (vNIC unreadable: {err})");
-                }
+                gid_rows(&mut out, e);
             }
         }
         Request::Sessions => {
