@@ -9,7 +9,7 @@
 # CLI definitions (a Rust test fails when it is stale).
 # `make test-monitoring` checks the Prometheus rules and the Grafana dashboard.
 CARGO ?= cargo
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 20
 # make install: where (PREFIX) and under which staging root (DESTDIR).
 PREFIX ?= /usr
 DESTDIR ?=
@@ -112,7 +112,8 @@ test-integration: build deb
 
 # The long two-host tests, kept out of make test's 40-minute budget: soaks
 # (a policy applied through connection churn, a second VPC arriving under a
-# live connection) and a guest wedged on purpose. About 15 minutes.
+# live connection, a late container delete, an etcd outage) and a guest
+# wedged on purpose. About 18 minutes.
 test-long: build deb
 	integration/run-tests --long
 

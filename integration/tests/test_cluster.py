@@ -141,6 +141,8 @@ def test_one_apply_flips_a_live_connection_on_both_hosts(cluster):
     assert bad.returncode == 1 and "policy not changed" in bad.stderr, bad.stderr
 
 
+# Long: a 20000-iteration pingpong that must span the etcd outage.
+@pytest.mark.long
 def test_etcd_down_keeps_serving_and_loses_no_change(cluster):
     tb = cluster
     long_run = [*PINGPONG, "-n", "20000", "-p", "19607"]

@@ -303,6 +303,8 @@ def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pod
             tb.run(h, "ip", "link", "del", dev, check=False)
 
 
+# Long: a 40 s bandwidth run that must span the late delete.
+@pytest.mark.long
 def test_a_late_delete_of_an_old_container_keeps_the_new_one_of_that_name(pods):
     """ct-srv is removed and started again; the old container's CNI DEL
     comes late, while the new ct-srv serves a connection: as the plugin

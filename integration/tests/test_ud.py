@@ -171,7 +171,8 @@ def _drops(tb, host):
 def _rogue_send(tb, where, qpn):
     """ud_probe around masq (rxe0, no LD_PRELOAD): a datagram to host2's
     QPN by its physical GID, as a tenant writing its own AV would aim it."""
-    argv = ["env", "-u", "LD_PRELOAD", UD_PROBE, "rxe0", "1", "send", "198.18.0.2", qpn]
+    # No answer can come (the datagram is dropped): wait 5 s for one, not 60.
+    argv = ["env", "-u", "LD_PRELOAD", UD_PROBE, "rxe0", "1", "send", "198.18.0.2", qpn, "5"]
     r = tb.tenant_run(*where, *argv, check=False) if len(where) == 2 else \
         tb.run(where[0], *argv, check=False)
     return r.returncode, r.stdout + r.stderr
