@@ -768,6 +768,27 @@ static void test_init_qp_attr(void)
 	CHECK_EQ(attr.ah_attr.port_num, 1);
 	CHECK_EQ(attr.cap.max_send_wr, 0); /* not in the mask: zero, not stale */
 	CHECK_EQ(attr.sq_psn, 0);
+
+	/* The app's ACK timeout and TOS go into the RTS and RTR attributes,
+	 * as the kernel's CM puts them (pyverbs' tests read the timeout back
+	 * from the QP). */
+	{
+		uint8_t timeout = 21, tos = 0x60;
+
+		CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+					 sizeof(timeout)),
+			 0);
+		CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)),
+			 0);
+		attr.qp_state = IBV_QPS_RTR;
+		CHECK_EQ(rdma_init_qp_attr(id, &attr, &mask), 0);
+		CHECK_EQ(attr.ah_attr.grh.traffic_class, 0x60);
+		CHECK(!(mask & IBV_QP_TIMEOUT));
+		attr.qp_state = IBV_QPS_RTS;
+		CHECK_EQ(rdma_init_qp_attr(id, &attr, &mask), 0);
+		CHECK(mask & IBV_QP_TIMEOUT);
+		CHECK_EQ(attr.timeout, 21);
+	}
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ch);
 }
@@ -937,6 +958,39 @@ static void test_misc(void)
 	errno = 0;
 	CHECK_EQ(rdma_set_option(id, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, NULL, 0), -1);
 	CHECK_EQ(errno, ENOSYS);
+	/* The kernel's sizes: a byte for TOS and the ACK timeout, an int for
+	 * the address flags; anything else is EINVAL. */
+	{
+		int on = 1;
+
+		errno = 0;
+		CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &on,
+					 sizeof(on)),
+			 -1);
+		CHECK_EQ(errno, EINVAL);
+		CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &on, sizeof(on)),
+			 0);
+		errno = 0;
+		CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &tos, sizeof(tos)),
+			 -1);
+		CHECK_EQ(errno, EINVAL);
+		errno = 0;
+		CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, 99, &on, sizeof(on)), -1);
+		CHECK_EQ(errno, ENOSYS);
+	}
+	/* No ECE is carried: the peer's reads as zeros; an id with a QP of
+	 * its own has none to set or get (librdmacm's rule). */
+	{
+		struct ibv_ece ece;
+
+		memset(&ece, 0x5a, sizeof(ece));
+		CHECK_EQ(rdma_get_remote_ece(id, &ece), 0);
+		CHECK(ece.vendor_id == 0 && ece.options == 0 && ece.comp_mask == 0);
+		CHECK_EQ(rdma_set_local_ece(id, &ece), 0);
+		errno = 0;
+		CHECK_EQ(rdma_set_local_ece(id, NULL), -1);
+		CHECK_EQ(errno, EINVAL);
+	}
 	errno = 0;
 	CHECK_EQ(rdma_join_multicast(id, NULL, NULL), -1);
 	CHECK_EQ(errno, ENOSYS);

@@ -238,18 +238,41 @@ const char *rdma_event_str(enum rdma_cm_event_type event)
 	return "UNKNOWN EVENT";
 }
 
+/* The kernel's options and their sizes (ucma_set_option_id): the ACK
+ * timeout and TOS are kept for the id's QP attributes; address reuse and
+ * IPv6-only binding are accepted (masqd binds the vIP of the endpoint). */
 int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
-	(void)optval;
-	(void)optlen;
+	struct cm_id *c;
+
 	if (!id)
 		return fail(EINVAL);
-	/* Accepted and ignored: masqd picks the traffic class and timeouts. */
-	if (level == RDMA_OPTION_ID &&
-	    (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR ||
-	     optname == RDMA_OPTION_ID_AFONLY || optname == RDMA_OPTION_ID_ACK_TIMEOUT))
+	if (level != RDMA_OPTION_ID)
+		return fail(ENOSYS);
+	c = cm_of(id);
+	switch (optname) {
+	case RDMA_OPTION_ID_TOS:
+	case RDMA_OPTION_ID_ACK_TIMEOUT:
+		if (!optval || optlen != sizeof(uint8_t))
+			return fail(EINVAL);
+		pthread_mutex_lock(&masq_cm_ids_lock);
+		if (optname == RDMA_OPTION_ID_TOS) {
+			c->tos = *(const uint8_t *)optval;
+			c->tos_set = 1;
+		} else {
+			c->ack_timeout = *(const uint8_t *)optval;
+			c->ack_timeout_set = 1;
+		}
+		pthread_mutex_unlock(&masq_cm_ids_lock);
 		return 0;
-	return fail(ENOSYS);
+	case RDMA_OPTION_ID_REUSEADDR:
+	case RDMA_OPTION_ID_AFONLY:
+		if (!optval || optlen != sizeof(int))
+			return fail(EINVAL);
+		return 0;
+	default:
+		return fail(ENOSYS);
+	}
 }
 
 int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
@@ -332,16 +355,21 @@ int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t pri
 	return fail(ENOSYS);
 }
 
+/* ECE (enhanced connection establishment) is not carried between the
+ * masqds: the peer's is all zeros, as from a device without ECE, and the
+ * app's own is accepted and not sent. librdmacm's rules: only for an id
+ * whose QP the app made itself. */
 int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
-	(void)id;
-	(void)ece;
-	return fail(ENOSYS);
+	if (!id || id->qp || !ece)
+		return fail(EINVAL);
+	return 0;
 }
 
 int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
-	(void)id;
-	(void)ece;
-	return fail(ENOSYS);
+	if (!id || id->qp || !ece)
+		return fail(EINVAL);
+	memset(ece, 0, sizeof(*ece));
+	return 0;
 }

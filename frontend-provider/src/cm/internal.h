@@ -133,6 +133,11 @@ struct cm_id {
 	 * (attr_mask 0: not known), under ids_lock: rdma_init_qp_attr answers
 	 * from them without asking masqd. */
 	struct masq_cm_qp_attr qp_attrs[3];
+	/* rdma_set_option's ACK timeout and type of service, as the kernel's
+	 * CM keeps them per id: rdma_init_qp_attr puts them in the RTS
+	 * (timeout) and RTR (traffic class) attributes. Under ids_lock. */
+	uint8_t ack_timeout, tos;
+	uint8_t ack_timeout_set, tos_set;
 	/* Held to move id.qp and to destroy it: an event (DISCONNECTED) moves
 	 * the QP to ERROR from the thread reading events while another may be
 	 * in rdma_destroy_qp, which the kernel's CM makes safe. */

@@ -28,6 +28,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 	struct masq_msg_cm_init_qp_attr_reply rep;
 	const struct masq_qp_attr *w = &rep.body.attr;
 	enum ibv_qp_state state;
+	uint8_t timeout_set, timeout, tos_set, tos;
 	struct cm_id *c;
 	int err, mask;
 
@@ -36,11 +37,14 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 	c = cm_of(id);
 	state = qp_attr->qp_state;
 	rep.body.attr_mask = 0;
-	if (state >= IBV_QPS_INIT && state <= IBV_QPS_RTS) {
-		pthread_mutex_lock(&masq_cm_ids_lock);
+	pthread_mutex_lock(&masq_cm_ids_lock);
+	if (state >= IBV_QPS_INIT && state <= IBV_QPS_RTS)
 		rep.body = c->qp_attrs[state - IBV_QPS_INIT];
-		pthread_mutex_unlock(&masq_cm_ids_lock);
-	}
+	timeout_set = c->ack_timeout_set;
+	timeout = c->ack_timeout;
+	tos_set = c->tos_set;
+	tos = c->tos;
+	pthread_mutex_unlock(&masq_cm_ids_lock);
 	if (!rep.body.attr_mask) {
 		masq_msg_cm_init_qp_attr_req_init(&req);
 		req.body.id = c->handle;
@@ -65,6 +69,15 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 		qp_attr->en_sqd_async_notify = w->en_sqd_async_notify;
 	if (mask & IBV_QP_RATE_LIMIT)
 		qp_attr->rate_limit = w->rate_limit;
+	/* The app's options, as the kernel's CM applies them (cma.c's
+	 * rdma_init_qp_attr and route): masqd's QoS may still change the
+	 * traffic class, as an operator's policy does any app's. */
+	if (state == IBV_QPS_RTS && timeout_set) {
+		qp_attr->timeout = timeout;
+		mask |= IBV_QP_TIMEOUT;
+	}
+	if (state == IBV_QPS_RTR && tos_set && (mask & IBV_QP_AV) && qp_attr->ah_attr.is_global)
+		qp_attr->ah_attr.grh.traffic_class = tos;
 	*qp_attr_mask = mask;
 	return 0;
 }
@@ -119,8 +132,9 @@ int masq_cm_qp_to_error(struct rdma_cm_id *id)
  * session of the id's QP: masqd moves the QP to RTR and RTS with the id's
  * attributes, then accepts or establishes, in one round trip where the
  * kernel's CM takes three steps. ENOTSUP when that cannot be asked (no
- * RTR attributes came with the id's event, or the QP is not on a masq
- * context): the caller then takes the steps one by one. 0 or an errno.
+ * RTR attributes came with the id's event, the app set an ACK timeout or
+ * a TOS, or the QP is not on a masq context): the caller then takes the
+ * steps one by one. 0 or an errno.
  */
 int masq_cm_id_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
 {
@@ -130,6 +144,10 @@ int masq_cm_id_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
 
 	pthread_mutex_lock(&masq_cm_ids_lock);
 	rtr = c->qp_attrs[IBV_QPS_RTR - IBV_QPS_INIT];
+	/* The app's ACK timeout or TOS go in through rdma_init_qp_attr: the
+	 * steps one by one. */
+	if (c->ack_timeout_set || c->tos_set)
+		rtr.attr_mask = 0;
 	pthread_mutex_unlock(&masq_cm_ids_lock);
 	pthread_mutex_lock(&c->qp_lock);
 	s = c->id.qp ? masq_session_of(c->id.qp->context) : NULL;
