@@ -54,6 +54,7 @@ static struct {
 
 static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ibv_context fake_ctx;
+static struct ibv_pd fake_pd;
 
 static struct masq_cm_addr wire_addr(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
 {
@@ -474,7 +475,7 @@ static void test_active_side(void)
 	CHECK_EQ(ev->event, RDMA_CM_EVENT_ADDR_RESOLVED);
 	CHECK(ev->id == id && ev->listen_id == NULL);
 	CHECK_EQ(ev->status, 0);
-	CHECK(id->verbs == &fake_ctx);
+	CHECK(id->verbs == &fake_ctx && id->pd == &fake_pd);
 	CHECK_EQ(id->port_num, 1);
 	CHECK_EQ(rdma_ack_cm_event(ev), 0);
 
@@ -568,6 +569,7 @@ static void test_passive_side(void)
 	if (child) {
 		CHECK(child->context == &tag && child->channel == ch);
 		CHECK(child->verbs == &fake_ctx && child->port_num == 1);
+		CHECK(child->pd == &fake_pd); /* the device's PD, as librdmacm gives */
 		CHECK(child->ps == RDMA_PS_TCP && child->qp_type == IBV_QPT_RC);
 		CHECK(is_sin(&child->route.addr.src_sin, 10, 0, 0, 6, 7174));
 		CHECK(is_sin(&child->route.addr.dst_sin, 10, 0, 0, 5, 40001));
@@ -1104,7 +1106,7 @@ int main(void)
 	}
 	setenv("MASQ_SOCKET", addr.sun_path, 1);
 	pthread_create(&th, NULL, server_main, &lfd);
-	masq_cm_set_device(&fake_ctx, NULL, 16, 16);
+	masq_cm_set_device(&fake_ctx, &fake_pd, 16, 16);
 
 	run("getaddrinfo", test_getaddrinfo);
 	run("addr_conversion", test_addr_conversion);

@@ -177,16 +177,15 @@ static void create_qp(struct conn *c)
 		.qp_type = IBV_QPT_RC,
 	};
 
+	/* librdmacm gives every id on a device the device's PD; an app may
+	 * build on it (pyverbs' CMID.pd). */
+	if (!c->id->verbs || !c->id->pd)
+		failf("the id has no %s", c->id->verbs ? "PD" : "device");
 	if (!ext_qp) {
 		CHECK(rdma_create_qp(c->id, NULL, &attr));
 		c->qp = c->id->qp;
 		step("rdma_create_qp");
 		return;
-	}
-	if (!c->id->pd) {
-		c->id->pd = ibv_alloc_pd(c->id->verbs);
-		if (!c->id->pd)
-			failf("ibv_alloc_pd: %s", strerror(errno));
 	}
 	c->cq = ibv_create_cq(c->id->verbs, msgs, NULL, NULL, 0);
 	if (!c->cq)

@@ -73,10 +73,18 @@ void masq_cm_attach_device(struct cm_id *c)
 {
 	struct ibv_context *ctx = masq_cm_device();
 
-	if (ctx) {
-		c->id.verbs = ctx;
-		c->id.port_num = 1;
+	if (!ctx)
+		return;
+	/* With the device comes its PD, as librdmacm's ucma_get_device gives
+	 * every id one: apps make their own QP or MR on id->pd (pyverbs'
+	 * CMID.pd). No PD: no device either, and the caller's error. */
+	if (!c->id.pd) {
+		c->id.pd = masq_cm_default_pd();
+		if (!c->id.pd)
+			return;
 	}
+	c->id.verbs = ctx;
+	c->id.port_num = 1;
 }
 
 /* An id struct on channel (NULL: a private one, the id is then sync). */
