@@ -1,10 +1,12 @@
 //! The kernel's interfaces masqd uses: the uverbs commands it runs on the
 //! apps' files, rdma netlink, the served device, the sysfs views, the
-//! libibverbs numbering, the kernel's word on QP ownership, and nftables.
+//! libibverbs numbering, the kernel's word on QP ownership, and nftables
+//! (libnftables for rulesets and listings, netlink for set elements).
 
 pub mod host;
 pub mod ibv;
 pub mod nft;
+pub mod nft_set;
 pub mod ownership;
 pub mod rdma_nl;
 pub mod sysfs_view;
