@@ -1,8 +1,9 @@
 //! nftables through its own library, libnftables (the code behind the `nft`
-//! command): masqd changes set elements per connection, and spawning `nft`
-//! for each would put a process start on every QP connect. One context,
+//! command), for rulesets, listings and rewrites: spawning `nft` would put
+//! a process start on every endpoint and policy change. One context,
 //! behind a mutex; every call is one netlink transaction, so a command
-//! buffer is applied whole or not at all, as with `nft -f`.
+//! buffer is applied whole or not at all, as with `nft -f`. Set elements
+//! changed per connection go by netlink instead (`nft_set`).
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::Mutex;

@@ -35,7 +35,10 @@
 //! The sets mirror the RConntrack table (its journal, drained after every
 //! change under the table's lock) element by element, never by reloading
 //! the ruleset; the element updates are queued in table order and applied
-//! off the request path, batched (`flush_updates`).
+//! batched (`flush_updates`), as nf_tables netlink messages
+//! (`kernel::nft_set`): libnftables would parse, evaluate and rebuild its
+//! cache of the host's ruleset for each. The ruleset itself, the reconcile
+//! and the counters go through libnftables.
 //!
 //! The table outlives masqd on purpose: after a crash the admitted traffic
 //! keeps flowing and nothing new passes. A restarted masqd keeps the sets
@@ -45,12 +48,15 @@
 //! This file sets the table up and serves endpoints and cgroups; `sets`
 //! keeps the sets at run time, `rules` writes the nftables text.
 
+#[cfg(test)]
+mod netns_tests;
 mod rules;
 mod sets;
 
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::kernel::nft::{nft_id, Nft};
+use crate::kernel::nft_set::{Change, NftSets};
 use rconntrack::QpKey;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -120,7 +126,10 @@ struct Elements {
 }
 
 pub struct Backstop {
+    /// The ruleset, the reconcile and the counters (libnftables).
     nft: Nft,
+    /// The per-connection set elements (netlink).
+    sets: NftSets,
     level: usize,
     parent: String,
     elements: Mutex<Elements>,
@@ -137,7 +146,7 @@ pub struct Backstop {
 /// Queued set updates; `last` numbers every update ever queued.
 #[derive(Default)]
 struct Queue {
-    cmds: Vec<String>,
+    cmds: Vec<Vec<Change>>,
     last: u64,
 }
 
@@ -177,6 +186,7 @@ impl Backstop {
         }
         let b = Backstop {
             nft: Nft::new()?,
+            sets: NftSets::open(TABLE).map_err(|e| format!("nf_tables netlink socket: {e}"))?,
             level: parent.split('/').count() + 1,
             parent,
             elements: Mutex::new(Elements::default()),
@@ -335,7 +345,7 @@ flush chain {t} ud_in
         el.cgroups.remove(&id);
         el.adopted.retain(|_, (ep, _)| *ep != id);
         // Its connections are normally untracked by now; any left go too.
-        let mut cmd = String::new();
+        let mut gone = Vec::new();
         let left: Vec<QpKey> = el
             .live
             .iter()
@@ -344,7 +354,7 @@ flush chain {t} ud_in
             .collect();
         for k in left {
             if let Some((ep, eg, ing)) = el.live.remove(&k) {
-                del(&mut el, &mut cmd, (&ep, eg, ing));
+                del(&mut el, &mut gone, (&ep, eg, ing));
             }
         }
         el.live_ud.retain(|_, l| l.0 != id);
@@ -353,6 +363,7 @@ flush chain {t} ud_in
         // The map is rebuilt rather than an element deleted: a cgroup that is
         // gone cannot be named by path.
         let t = format!("inet {TABLE}");
+        let cmd: String = gone.iter().map(|c| c.nft_command(&t)).collect();
         let cmd = format!(
             "{cmd}flush map {t} endpoint_cgroup\n{}{}\
              flush chain {t} ep_{id}\ndelete chain {t} ep_{id}\n\

@@ -1,11 +1,13 @@
 //! The backstop's nftables text and element bookkeeping: the rules of an
 //! endpoint and of a VNI, the verdict-map elements of the endpoints' and
-//! the adopted cgroups, and the reference counts behind each set element.
+//! the adopted cgroups, the per-connection set elements and the reference
+//! counts behind each.
 
 use super::{Elements, EndpointRules, EpId, Live, Pair, TABLE};
 use super::{BTH_DEST_QPN, BTH_UD};
 use crate::config::EndpointConfig;
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
+use crate::kernel::nft_set::{Change, Element, Field};
 use rconntrack::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -120,34 +122,67 @@ pub(super) fn endpoint_of(endpoints: &BTreeMap<EpId, EndpointRules>, e: &Entry) 
         .map(|(id, _)| id.clone())
 }
 
-pub(super) fn add(el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
-    let t = format!("inet {TABLE}");
+pub(super) fn add(el: &mut Elements, out: &mut Vec<Change>, (ep, eg, ing): Live) {
     if bump(el.egress.entry(ep.to_string()).or_default(), eg) {
-        let _ = writeln!(cmd, "add element {t} eg_{ep} {{ {} . {} }}", eg.0, eg.1);
+        out.push(Change::Add(egress(ep, eg)));
     }
     if bump(&mut el.conn_in, ing) {
-        let _ = writeln!(cmd, "add element {t} conn_in {{ {} . {} }}", ing.0, ing.1);
+        out.push(Change::Add(conn_in(ing)));
     }
 }
 
-pub(super) fn del(el: &mut Elements, cmd: &mut String, (ep, eg, ing): Live) {
-    let t = format!("inet {TABLE}");
+pub(super) fn del(el: &mut Elements, out: &mut Vec<Change>, (ep, eg, ing): Live) {
     if el.egress.get_mut(ep).is_some_and(|m| drop_ref(m, eg)) {
-        let _ = writeln!(cmd, "delete element {t} eg_{ep} {{ {} . {} }}", eg.0, eg.1);
+        out.push(Change::Delete(egress(ep, eg)));
     }
     if drop_ref(&mut el.conn_in, ing) {
-        let _ = writeln!(
-            cmd,
-            "delete element {t} conn_in {{ {} . {} }}",
-            ing.0, ing.1
-        );
+        out.push(Change::Delete(conn_in(ing)));
     }
 }
 
-pub(super) fn del_ud(el: &mut Elements, cmd: &mut String, ep: &str, host: Ipv4Addr) {
+pub(super) fn del_ud(el: &mut Elements, out: &mut Vec<Change>, ep: &str, host: Ipv4Addr) {
     if el.ud.get_mut(ep).is_some_and(|m| drop_ref(m, host)) {
-        let _ = writeln!(cmd, "delete element inet {TABLE} ud_{ep} {{ {host} }}");
+        out.push(Change::Delete(ud_host(ep, host)));
     }
+}
+
+// The sets' elements, keyed as the sets' `typeof` declares (see `render`).
+
+/// `eg_<endpoint>`: (peer host, destination QPN) the endpoint may send to.
+pub(super) fn egress(ep: &str, (host, qpn): Pair) -> Element {
+    Element::new(format!("eg_{ep}"), &[Field::Ipv4(host), Field::Bits24(qpn)])
+}
+
+/// `conn_in`: (peer host, local QPN) that may reach a tenant QP.
+pub(super) fn conn_in((host, qpn): Pair) -> Element {
+    Element::new("conn_in", &[Field::Ipv4(host), Field::Bits24(qpn)])
+}
+
+/// `tenant_qpns`: a QPN a tenant QP holds.
+pub(super) fn tenant_qpn(qpn: u32) -> Element {
+    Element::new("tenant_qpns", &[Field::Bits24(qpn)])
+}
+
+/// `ud_<endpoint>`: a host the endpoint's UD packets may go to.
+pub(super) fn ud_host(ep: &str, host: Ipv4Addr) -> Element {
+    Element::new(format!("ud_{ep}"), &[Field::Ipv4(host)])
+}
+
+/// `udq_<vni>` and `ud_qpns`: a local UD QP of that VNI.
+pub(super) fn ud_local_qpn(vni: u32, qpn: u32) -> [Element; 2] {
+    [
+        Element::new(format!("udq_{vni}"), &[Field::Bits24(qpn)]),
+        Element::new("ud_qpns", &[Field::Bits24(qpn)]),
+    ]
+}
+
+/// `ud_from`: another host's UD QP, to its VNI's chain.
+pub(super) fn ud_from(host: Ipv4Addr, qpn: u32, vni: u32) -> Element {
+    Element::jumping(
+        "ud_from",
+        &[Field::Ipv4(host), Field::Bits24(qpn)],
+        format!("udvni_{vni}"),
+    )
 }
 
 pub(super) fn egress_pair(e: &Entry) -> Pair {

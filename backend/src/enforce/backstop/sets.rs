@@ -4,9 +4,11 @@
 //! verbs pipelines' `Guard`.
 
 use super::rules::{
-    add, bump, del, del_ud, drop_ref, egress_pair, endpoint_of, ingress_pair, lock,
+    add, bump, conn_in, del, del_ud, drop_ref, egress, egress_pair, endpoint_of, ingress_pair,
+    lock, tenant_qpn, ud_from, ud_host, ud_local_qpn,
 };
 use super::{Backstop, TABLE};
+use crate::kernel::nft_set::Change;
 use crate::pipeline::ports::Guard;
 use rconntrack::{Event, EventKind, QpType, State};
 use serde_json::Value;
@@ -24,7 +26,7 @@ impl Backstop {
             return;
         }
         let mut el = self.lock();
-        let mut cmd = String::new();
+        let mut cmd = Vec::new();
         for ev in events {
             let e = &ev.entry;
             let passes = ev.event != EventKind::Destroy
@@ -44,7 +46,7 @@ impl Backstop {
                     }
                     if let Some((ep, host)) = want {
                         if bump(el.ud.entry(ep.clone()).or_default(), host) {
-                            let _ = writeln!(cmd, "add element inet {TABLE} ud_{ep} {{ {host} }}");
+                            cmd.push(Change::Add(ud_host(&ep, host)));
                         }
                         el.live_ud.insert(e.key(), (ep, host));
                     }
@@ -76,9 +78,7 @@ impl Backstop {
     pub fn qp_seen(&self, qpn: u32) {
         let mut el = self.lock();
         if bump(&mut el.tenant_qpns, qpn) {
-            self.submit(format!(
-                "add element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
-            ));
+            self.submit(vec![Change::Add(tenant_qpn(qpn))]);
         }
     }
 
@@ -90,9 +90,7 @@ impl Backstop {
         let mut el = self.lock();
         if bump(&mut el.tenant_qpns, qpn) {
             let mut q = lock(&self.pending);
-            q.cmds.push(format!(
-                "add element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
-            ));
+            q.cmds.push(vec![Change::Add(tenant_qpn(qpn))]);
             q.last += 1;
         }
     }
@@ -101,8 +99,7 @@ impl Backstop {
     /// now on datagrams reach it only from UD QPs announced in its VNI.
     pub fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
         let mut el = self.lock();
-        let t = format!("inet {TABLE}");
-        let mut cmd = String::new();
+        let mut cmd = Vec::new();
         let had = if up {
             el.ud_local.insert(qpn, vni)
         } else {
@@ -112,17 +109,14 @@ impl Backstop {
             return;
         }
         if let Some(old) = had {
-            let _ = writeln!(cmd, "delete element {t} udq_{old} {{ {qpn} }}");
+            let [udq, ud_qpns] = ud_local_qpn(old, qpn);
+            cmd.push(Change::Delete(udq));
             if !up {
-                let _ = writeln!(cmd, "delete element {t} ud_qpns {{ {qpn} }}");
+                cmd.push(Change::Delete(ud_qpns));
             }
         }
         if up {
-            let _ = writeln!(
-                cmd,
-                "add element {t} udq_{vni} {{ {qpn} }}
-add element {t} ud_qpns {{ {qpn} }}"
-            );
+            cmd.extend(ud_local_qpn(vni, qpn).map(Change::Add));
         }
         self.submit(cmd);
     }
@@ -133,22 +127,21 @@ add element {t} ud_qpns {{ {qpn} }}"
     pub fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         let mut el = self.lock();
         let served = el.endpoints.values().any(|e| e.at.0 == vni);
-        let t = format!("inet {TABLE}");
-        let mut cmd = String::new();
+        let mut cmd = Vec::new();
         let had = el.ud_remote.get(&(host, qpn)).copied();
         if up && had == Some(vni) {
             return;
         }
-        if had.is_some() && (up || had == Some(vni)) {
+        if let Some(old) = had.filter(|&old| up || old == vni) {
             el.ud_remote.remove(&(host, qpn));
-            let _ = writeln!(cmd, "delete element {t} ud_from {{ {host} . {qpn} }}");
+            // A map's element is deleted by its key alone.
+            let mut e = ud_from(host, qpn, old);
+            e.jump = None;
+            cmd.push(Change::Delete(e));
         }
         if up && served {
             el.ud_remote.insert((host, qpn), vni);
-            let _ = writeln!(
-                cmd,
-                "add element {t} ud_from {{ {host} . {qpn} : jump udvni_{vni} }}"
-            );
+            cmd.push(Change::Add(ud_from(host, qpn, vni)));
         }
         self.submit(cmd);
     }
@@ -157,22 +150,20 @@ add element {t} ud_qpns {{ {qpn} }}"
     pub fn qp_gone(&self, qpn: u32) {
         let mut el = self.lock();
         if drop_ref(&mut el.tenant_qpns, qpn) {
-            self.submit(format!(
-                "delete element inet {TABLE} tenant_qpns {{ {qpn} }}\n"
-            ));
+            self.submit(vec![Change::Delete(tenant_qpn(qpn))]);
         }
     }
 
     /// Queue a set update (called under the elements lock, so updates are
-    /// queued in the order the table changed). One libnftables call costs
-    /// milliseconds, as much as the whole admission under emulation, so
+    /// queued in the order the table changed). One transaction costs a
+    /// system call and the kernel's commit, so
     /// `flush_updates` runs them in a thread of their own, many per
     /// transaction, and an admission waits for its own (`wait_applied`): a
     /// new connection whose first packets were dropped relies on rxe's
     /// retries, which a loaded host can outlast (the connection then fails
     /// with a retry error). A removed one passes a moment longer (its QP is
     /// already in ERROR for apps that use libmasq).
-    fn submit(&self, cmd: String) {
+    fn submit(&self, cmd: Vec<Change>) {
         if cmd.is_empty() {
             return;
         }
@@ -235,15 +226,15 @@ add element {t} ud_qpns {{ {qpn} }}"
     }
 
     /// Queued updates: all in one transaction, or one by one if that fails.
-    pub(super) fn run_updates(&self, cmds: &[String]) {
+    pub(super) fn run_updates(&self, cmds: &[Vec<Change>]) {
         if cmds.is_empty() {
             return;
         }
-        if self.nft.run(&cmds.concat()).is_ok() {
+        if self.sets.apply(&cmds.concat()).is_ok() {
             debug!(updates = cmds.len(), "backstop sets updated");
         } else {
             for c in cmds {
-                if let Err(e) = self.nft.run(c) {
+                if let Err(e) = self.sets.apply(c) {
                     warn!("backstop: cannot update the sets: {e}");
                 }
             }
@@ -271,41 +262,36 @@ add element {t} ud_qpns {{ {qpn} }}"
         for vni in &vnis {
             let _ = writeln!(cmd, "flush set {t} udq_{vni}");
         }
-        for (qpn, vni) in &el.ud_local {
-            if vnis.contains(vni) {
-                let _ = writeln!(
-                    cmd,
-                    "add element {t} udq_{vni} {{ {qpn} }}
-add element {t} ud_qpns {{ {qpn} }}"
-                );
+        let mut add = |e| cmd.push_str(&Change::Add(e).nft_command(&t));
+        for (&qpn, &vni) in &el.ud_local {
+            if vnis.contains(&vni) {
+                ud_local_qpn(vni, qpn).into_iter().for_each(&mut add);
             }
         }
-        for ((host, qpn), vni) in &el.ud_remote {
-            if vnis.contains(vni) {
-                let _ = writeln!(
-                    cmd,
-                    "add element {t} ud_from {{ {host} . {qpn} : jump udvni_{vni} }}"
-                );
+        for (&(host, qpn), &vni) in &el.ud_remote {
+            if vnis.contains(&vni) {
+                add(ud_from(host, qpn, vni));
             }
         }
         for id in el.endpoints.keys() {
             let _ = writeln!(cmd, "flush set {t} eg_{id}\nflush set {t} ud_{id}");
         }
+        let mut add = |e| cmd.push_str(&Change::Add(e).nft_command(&t));
         for (id, hosts) in &el.ud {
-            for host in hosts.keys() {
-                let _ = writeln!(cmd, "add element {t} ud_{id} {{ {host} }}");
+            for &host in hosts.keys() {
+                add(ud_host(id, host));
             }
         }
         for (id, pairs) in &el.egress {
-            for (host, qpn) in pairs.keys() {
-                let _ = writeln!(cmd, "add element {t} eg_{id} {{ {host} . {qpn} }}");
+            for &pair in pairs.keys() {
+                add(egress(id, pair));
             }
         }
-        for (host, qpn) in el.conn_in.keys() {
-            let _ = writeln!(cmd, "add element {t} conn_in {{ {host} . {qpn} }}");
+        for &pair in el.conn_in.keys() {
+            add(conn_in(pair));
         }
-        for q in el.tenant_qpns.keys() {
-            let _ = writeln!(cmd, "add element {t} tenant_qpns {{ {q} }}");
+        for &q in el.tenant_qpns.keys() {
+            add(tenant_qpn(q));
         }
         match self.nft.run(&cmd) {
             Ok(_) => info!(
@@ -316,7 +302,7 @@ add element {t} ud_qpns {{ {qpn} }}"
             Err(e) => {
                 warn!("backstop: cannot reconcile the sets: {e}");
                 for c in &queued {
-                    if let Err(e) = self.nft.run(c) {
+                    if let Err(e) = self.sets.apply(c) {
                         warn!("backstop: cannot update the sets: {e}");
                     }
                 }
