@@ -172,3 +172,51 @@ fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
     })
 }
+
+/// Not a check: what adding one element costs through libnftables' text
+/// and through netlink, with the backstop's ruleset installed. Run with
+/// `cargo test --release -- --ignored --nocapture one_element_costs`.
+#[test]
+#[ignore]
+fn one_element_costs() {
+    in_new_netns(|| {
+        let (b, _p) = start("cost");
+        let nft = crate::kernel::nft::Nft::new().unwrap();
+        let sets = crate::kernel::nft_set::NftSets::open(TABLE).unwrap();
+        let n = 500u32;
+        let median = |mut v: Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        let mut text = Vec::new();
+        for q in 1..=n {
+            let t = std::time::Instant::now();
+            nft.run(&format!("add element inet {TABLE} tenant_qpns {{ {q} }}"))
+                .unwrap();
+            text.push(t.elapsed());
+        }
+        let mut netlink = Vec::new();
+        for q in n + 1..=2 * n {
+            let t = std::time::Instant::now();
+            sets.apply(&[crate::kernel::nft_set::Change::Add(
+                super::rules::tenant_qpn(q),
+            )])
+            .unwrap();
+            netlink.push(t.elapsed());
+        }
+        let mut backstop = Vec::new();
+        for q in 2 * n + 1..=3 * n {
+            let t = std::time::Instant::now();
+            b.qp_seen(q);
+            b.flush_updates(Duration::ZERO);
+            backstop.push(t.elapsed());
+        }
+        eprintln!(
+            "one element, median of {n}: libnftables {:?}, netlink {:?}, backstop qp_seen+flush {:?}",
+            median(text),
+            median(netlink),
+            median(backstop)
+        );
+        assert_eq!(set("tenant_qpns").len(), 3 * n as usize);
+    })
+}
