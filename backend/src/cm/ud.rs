@@ -7,6 +7,7 @@ use super::{fail, Cm, CmHost, PeerRef, Phase, State};
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
 use crate::peer::msg::PeerMsg;
+use crate::pipeline::ports::Held;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -157,6 +158,8 @@ impl Cm {
             .lookup(vni, vip)
             .is_some_and(|p| p.host == from);
         if let Some(bs) = shared.guard() {
+            // An up one is waited for below: this thread runs it.
+            let _held = up.then(|| Held::new(bs));
             if theirs {
                 bs.ud_remote(from, qpn, vni, up);
             }

@@ -12,7 +12,7 @@
 
 use crate::cluster::endpoint::Endpoint;
 use crate::error::{from_io, refuse, Refusal};
-use crate::pipeline::ports::{QpHost, BACKSTOP_WAIT};
+use crate::pipeline::ports::{Held, QpHost, BACKSTOP_WAIT};
 use crate::pipeline::qp::physical_av;
 use crate::pipeline::session::{AhRecord, PendingAh, Session};
 use masq_proto as proto;
@@ -116,6 +116,8 @@ fn track(
     what: &str,
 ) -> Result<(), Refusal> {
     let ep = sess.ep.clone();
+    // The AH waits for its element below: this thread runs it.
+    let _held = h.guard().map(Held::new);
     let gate = h.decide().admitting();
     let rule = h
         .decide()

@@ -216,6 +216,12 @@ impl Guard for FakeGuard {
             .borrow_mut()
             .push(format!("ud_remote {host} {qpn:#x} {vni} {up}"));
     }
+    fn hold(&self) {
+        self.log.borrow_mut().push("hold".into());
+    }
+    fn release(&self) {
+        self.log.borrow_mut().push("release".into());
+    }
 }
 
 pub(super) fn modify_req(mask: u32, state: u8) -> proto::ModifyQpReq {

@@ -30,6 +30,29 @@ pub trait Guard {
     /// Let in (or no longer) the datagrams of UD QP `qpn` that another
     /// host's endpoint in `vni` holds (the CM's UD announcements).
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool);
+    /// This thread is about to queue updates and wait for them: until
+    /// `release`, no other thread is woken to run them (see `Held`).
+    fn hold(&self);
+    fn release(&self);
+}
+
+/// A `Guard::hold` for as long as it lives. Taken before the updates a
+/// request will wait for, so that its `wait_applied` runs them on the
+/// request's own thread, with whatever else is queued: no hand-off to the
+/// backstop's updater thread and back.
+pub struct Held<'a>(&'a dyn Guard);
+
+impl<'a> Held<'a> {
+    pub fn new(g: &'a dyn Guard) -> Held<'a> {
+        g.hold();
+        Held(g)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.release()
+    }
 }
 
 /// The security groups' decision (`enforce::admission`).

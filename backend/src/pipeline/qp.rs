@@ -25,7 +25,7 @@ use crate::kernel::ibv::{
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::{QpHost, QpKernel, BACKSTOP_WAIT};
+use crate::pipeline::ports::{Held, QpHost, QpKernel, BACKSTOP_WAIT};
 use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
@@ -326,6 +326,8 @@ pub fn modify(
     // A QP can receive from RTR on: the backstop guards its QPN before.
     let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
     let backstop = h.guard();
+    // An admission waits for its elements below: this thread runs them.
+    let _held = backstop.filter(|_| admitted_by.is_some()).map(Held::new);
     if let (true, Some(b)) = (guard, backstop) {
         if admitted_by.is_some() {
             b.qp_seen_with_admission(qpn);

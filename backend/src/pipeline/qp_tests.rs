@@ -250,7 +250,13 @@ fn an_rtr_is_guarded_before_the_kernel_runs_it_and_waits_for_the_sets_once_track
     modify(&h, &lk, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         taken(&log),
-        ["qp_seen_with_admission 0x11", "modify", "wait_applied"]
+        [
+            "hold",
+            "qp_seen_with_admission 0x11",
+            "modify",
+            "wait_applied",
+            "release"
+        ]
     );
     assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
     assert!(sess.qps[&HANDLE].guarded);
@@ -270,7 +276,13 @@ fn a_failed_rtr_lets_the_guard_forget_its_qpn() {
     assert_eq!(e.errno(), libc::EINVAL);
     assert_eq!(
         taken(&log),
-        ["qp_seen_with_admission 0x11", "modify", "qp_gone 0x11"]
+        [
+            "hold",
+            "qp_seen_with_admission 0x11",
+            "modify",
+            "qp_gone 0x11",
+            "release"
+        ]
     );
     assert!(tracked(&h).is_empty());
     assert!(!sess.qps[&HANDLE].guarded);
@@ -334,6 +346,6 @@ fn an_address_handle_is_bound_once_the_backstop_applied_its_sets() {
         ah_handle: 5,
     };
     crate::pipeline::ah::bind_ah(&h, &mut sess, &bind).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(taken(&log), ["wait_applied"]);
+    assert_eq!(taken(&log), ["hold", "wait_applied", "release"]);
     assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
 }

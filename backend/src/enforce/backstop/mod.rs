@@ -35,7 +35,8 @@
 //! The sets mirror the RConntrack table (its journal, drained after every
 //! change under the table's lock) element by element, never by reloading
 //! the ruleset; the element updates are queued in table order and applied
-//! batched (`flush_updates`), as nf_tables netlink messages
+//! batched (`flush_updates`, or the thread of a request that waits for
+//! them, `wait_applied`), as nf_tables netlink messages
 //! (`kernel::nft_set`): libnftables would parse, evaluate and rebuild its
 //! cache of the host's ruleset for each. The ruleset itself, the reconcile
 //! and the counters go through libnftables.
@@ -139,7 +140,8 @@ pub struct Backstop {
     /// The number of the last update in the kernel (see `wait_applied`).
     applied: Mutex<u64>,
     applied_cv: Condvar,
-    /// Held while updates are taken and run, so batches stay in order.
+    /// Held while updates are taken and run, so batches stay in order
+    /// (taken through `sending()`, whose release wakes the waiters).
     sending: Mutex<()>,
 }
 
@@ -148,6 +150,9 @@ pub struct Backstop {
 struct Queue {
     cmds: Vec<Vec<Change>>,
     last: u64,
+    /// Threads that will run the queue themselves (`hold`): while there
+    /// are any, the updater thread is not woken.
+    holders: usize,
 }
 
 /// Whether the backstop applies to this device: on by default for software
@@ -330,13 +335,8 @@ flush chain {t} ud_in
     /// left in it is then an unknown tenant's: dropped).
     pub fn remove_endpoint(&self, name: &str) -> Result<(), String> {
         // Updates already queued may name its set: run them first, in order.
-        let _sending = lock(&self.sending);
-        let (cmds, upto) = {
-            let mut q = lock(&self.pending);
-            (std::mem::take(&mut q.cmds), q.last)
-        };
-        self.run_updates(&cmds);
-        self.mark_applied(upto);
+        let sending = self.sending();
+        self.run_queue(&sending);
         let mut el = self.lock();
         let id = nft_id(name);
         if el.endpoints.remove(&id).is_none() {

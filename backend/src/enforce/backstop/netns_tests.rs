@@ -173,6 +173,72 @@ fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
     })
 }
 
+#[test]
+fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
+    in_new_netns(|| {
+        let (b, _p) = start("own-thread");
+        // No updater thread runs here: only the waiting thread can apply.
+        b.hold();
+        b.qp_seen_with_admission(0x12_3456);
+        b.apply(&[ev(
+            EventKind::New,
+            rc(0x12_3456, 0xab_cdef, State::Admitted),
+        )]);
+        let t = std::time::Instant::now();
+        assert!(b.wait_applied(Duration::from_secs(5)), "applied");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        b.release();
+        assert_eq!(set("tenant_qpns"), ["1193046"]);
+        assert_eq!(set("conn_in"), ["198.18.0.2 . 1193046"]);
+        assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
+        // Nothing queued: the wait is over at once.
+        assert!(b.wait_applied(Duration::ZERO));
+    })
+}
+
+#[test]
+fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
+    in_new_netns(|| {
+        let (b, _p) = start("load");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    b.flush_updates(Duration::from_millis(20));
+                }
+            });
+            let admitting: Vec<_> = (1..=8u32)
+                .map(|t| {
+                    let b = &b;
+                    s.spawn(move || {
+                        for i in 0..25u32 {
+                            let qpn = t << 16 | i;
+                            b.hold();
+                            b.qp_seen_with_admission(qpn);
+                            b.apply(&[ev(EventKind::New, rc(qpn, qpn + 1, State::Admitted))]);
+                            assert!(b.wait_applied(Duration::from_secs(5)), "{qpn:#x}");
+                            b.release();
+                            // A deletion nobody waits for, too.
+                            if i % 5 == 0 {
+                                b.qp_seen(qpn | 0x8000);
+                                b.qp_gone(qpn | 0x8000);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for a in admitting {
+                a.join().expect("admitting thread");
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        b.flush_updates(Duration::ZERO);
+        assert_eq!(set("tenant_qpns").len(), 200);
+        assert_eq!(set("conn_in").len(), 200);
+        assert_eq!(set("eg_acme_a").len(), 200);
+    })
+}
+
 /// Not a check: what adding one element costs through libnftables' text
 /// and through netlink, with the backstop's ruleset installed. Run with
 /// `cargo test --release -- --ignored --nocapture one_element_costs`.
@@ -211,12 +277,35 @@ fn one_element_costs() {
             b.flush_updates(Duration::ZERO);
             backstop.push(t.elapsed());
         }
+        // An admission as an RTR makes it: its QPN and its connection,
+        // waited for on its own thread, the updater thread running.
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut admission = Vec::new();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    b.flush_updates(Duration::from_millis(20));
+                }
+            });
+            for q in 3 * n + 1..=4 * n {
+                let t = std::time::Instant::now();
+                b.hold();
+                b.qp_seen_with_admission(q);
+                b.apply(&[ev(EventKind::New, rc(q, q, State::Admitted))]);
+                assert!(b.wait_applied(Duration::from_secs(5)));
+                b.release();
+                admission.push(t.elapsed());
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
         eprintln!(
-            "one element, median of {n}: libnftables {:?}, netlink {:?}, backstop qp_seen+flush {:?}",
+            "one element, median of {n}: libnftables {:?}, netlink {:?}, backstop qp_seen+flush {:?}; \
+             an admission's three elements and its wait {:?}",
             median(text),
             median(netlink),
-            median(backstop)
+            median(backstop),
+            median(admission)
         );
-        assert_eq!(set("tenant_qpns").len(), 3 * n as usize);
+        assert_eq!(set("tenant_qpns").len(), 4 * n as usize);
     })
 }

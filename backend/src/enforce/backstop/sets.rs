@@ -14,7 +14,8 @@ use rconntrack::{Event, EventKind, QpType, State};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use std::time::Duration;
+use std::sync::{MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 impl Backstop {
@@ -84,8 +85,7 @@ impl Backstop {
 
     /// As `qp_seen`, for a QP whose admission follows at once: its update
     /// waits in the queue for the admission's, so both go to the kernel in
-    /// one transaction (one libnftables call costs milliseconds under
-    /// emulation, and the admission waits for it).
+    /// one transaction, which the admission waits for.
     pub fn qp_seen_with_admission(&self, qpn: u32) {
         let mut el = self.lock();
         if bump(&mut el.tenant_qpns, qpn) {
@@ -155,14 +155,14 @@ impl Backstop {
     }
 
     /// Queue a set update (called under the elements lock, so updates are
-    /// queued in the order the table changed). One transaction costs a
-    /// system call and the kernel's commit, so
-    /// `flush_updates` runs them in a thread of their own, many per
-    /// transaction, and an admission waits for its own (`wait_applied`): a
-    /// new connection whose first packets were dropped relies on rxe's
+    /// queued in the order the table changed). An admission waits for its
+    /// own (`wait_applied`, which runs them on its thread): a new
+    /// connection whose first packets were dropped relies on rxe's
     /// retries, which a loaded host can outlast (the connection then fails
-    /// with a retry error). A removed one passes a moment longer (its QP is
-    /// already in ERROR for apps that use libmasq).
+    /// with a retry error). Others are run by `flush_updates` in a thread
+    /// of their own, woken here unless a holder will run them; a removed
+    /// one passes a moment longer (its QP is already in ERROR for apps
+    /// that use libmasq).
     fn submit(&self, cmd: Vec<Change>) {
         if cmd.is_empty() {
             return;
@@ -170,21 +170,97 @@ impl Backstop {
         let mut q = lock(&self.pending);
         q.cmds.push(cmd);
         q.last += 1;
+        let held = q.holders > 0;
         drop(q);
-        self.wake.notify_one();
+        if !held {
+            self.wake.notify_one();
+        }
+    }
+
+    /// A thread that will wait for what it queues next: until `release`,
+    /// the updater is not woken for anything queued, since the holder runs
+    /// the queue itself in `wait_applied`. An update of another thread
+    /// queued meanwhile waits for the holder's transaction (the holder's
+    /// request takes a moment, a hand-off to the updater as long).
+    pub fn hold(&self) {
+        lock(&self.pending).holders += 1;
+    }
+
+    pub fn release(&self) {
+        let mut q = lock(&self.pending);
+        q.holders = q.holders.saturating_sub(1);
+        let wake = q.holders == 0 && !q.cmds.is_empty();
+        drop(q);
+        if wake {
+            self.wake.notify_one();
+        }
     }
 
     /// Block until every update queued so far is in the kernel, or
-    /// `timeout` passed; false on timeout. Waiting batches: the admissions
-    /// of many QPs at once share one transaction.
+    /// `timeout` passed; false on timeout. When no transaction is under
+    /// way, this thread runs the queue itself (its own updates and any
+    /// other queued), so an admission pays the kernel's work and no thread
+    /// hand-off; while one is, it waits, and then runs what that one did
+    /// not take, so under load the waiters' updates share transactions.
     pub fn wait_applied(&self, timeout: Duration) -> bool {
         let target = lock(&self.pending).last;
-        let applied = lock(&self.applied);
-        let (applied, _) = self
-            .applied_cv
-            .wait_timeout_while(applied, timeout, |a| *a < target)
-            .unwrap_or_else(|e| e.into_inner());
-        *applied >= target
+        let deadline = Instant::now() + timeout;
+        let mut applied = lock(&self.applied);
+        while *applied < target {
+            // Tried under `applied`: a sender releases `sending` before it
+            // takes `applied` to wake the waiters, so none is missed.
+            if let Some(s) = self.try_sending() {
+                drop(applied);
+                self.run_queue(&s);
+                drop(s);
+                applied = lock(&self.applied);
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            applied = self
+                .applied_cv
+                .wait_timeout(applied, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// `sending`, taken; released, it wakes the threads in `wait_applied`.
+    pub(super) fn sending(&self) -> Sending<'_> {
+        Sending {
+            b: self,
+            _held: Some(lock(&self.sending)),
+        }
+    }
+
+    fn try_sending(&self) -> Option<Sending<'_>> {
+        let g = match self.sending.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(Sending {
+            b: self,
+            _held: Some(g),
+        })
+    }
+
+    /// Every queued update, run in one transaction (or one by one if that
+    /// fails); the caller holds `sending`.
+    pub(super) fn run_queue(&self, _sending: &Sending<'_>) {
+        let (cmds, upto) = {
+            let mut q = lock(&self.pending);
+            (std::mem::take(&mut q.cmds), q.last)
+        };
+        if cmds.is_empty() {
+            return;
+        }
+        self.run_updates(&cmds);
+        self.mark_applied(upto);
     }
 
     /// Updates up to number `upto` are in the kernel (or were tried).
@@ -213,16 +289,8 @@ impl Backstop {
                 );
             }
         }
-        let _sending = lock(&self.sending);
-        let (cmds, upto) = {
-            let mut q = lock(&self.pending);
-            (std::mem::take(&mut q.cmds), q.last)
-        };
-        if cmds.is_empty() {
-            return;
-        }
-        self.run_updates(&cmds);
-        self.mark_applied(upto);
+        let sending = self.sending();
+        self.run_queue(&sending);
     }
 
     /// Queued updates: all in one transaction, or one by one if that fails.
@@ -247,7 +315,7 @@ impl Backstop {
     /// part of that state already and are dropped, unless this fails.
     pub fn reconcile(&self) {
         // `sending` first: waiting for it must not hold the elements lock.
-        let _sending = lock(&self.sending);
+        let _sending = self.sending();
         let el = self.lock();
         let (queued, upto) = {
             let mut q = lock(&self.pending);
@@ -351,6 +419,21 @@ impl Backstop {
     }
 }
 
+/// `Backstop::sending`, held.
+pub(super) struct Sending<'a> {
+    b: &'a Backstop,
+    _held: Option<MutexGuard<'a, ()>>,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        // Released first, so that a waiter woken here can take it.
+        self._held.take();
+        let _applied = lock(&self.b.applied);
+        self.b.applied_cv.notify_all();
+    }
+}
+
 /// What the verbs pipelines ask of the backstop: its own methods.
 impl Guard for Backstop {
     fn qp_seen(&self, qpn: u32) {
@@ -367,5 +450,11 @@ impl Guard for Backstop {
     }
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         Backstop::ud_remote(self, host, qpn, vni, up)
+    }
+    fn hold(&self) {
+        Backstop::hold(self)
+    }
+    fn release(&self) {
+        Backstop::release(self)
     }
 }
