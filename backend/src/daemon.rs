@@ -9,6 +9,7 @@ use crate::cluster::source::{FileSource, Source};
 use crate::config::Config;
 use crate::enforce::admission::Admission;
 use crate::kernel::host::HostDevice;
+use crate::run::STALL;
 use crate::tenants::parts::Parts;
 use crate::tenants::watch::{audit_loop, backstop_loop, sysfs_view_loop};
 use std::io;
@@ -209,7 +210,9 @@ impl Daemon {
                 .name("backstop-sets".into())
                 .spawn(move || {
                     if let Some(b) = s.admission.backstop() {
+                        let beat = s.run.heartbeat("backstop-sets", STALL);
                         while !s.run.is_stopping() {
+                            beat.beat();
                             b.flush_updates(Duration::from_millis(500));
                         }
                         b.flush_updates(Duration::ZERO);
@@ -250,7 +253,9 @@ impl Daemon {
             thread::Builder::new()
                 .name("cgroup-limits".into())
                 .spawn(move || {
+                    let beat = s.run.heartbeat("cgroup-limits", STALL);
                     while !s.run.is_stopping() {
+                        beat.beat();
                         for ep in s.registry.local() {
                             s.limits.apply_rdma_limits(&ep);
                         }
@@ -268,10 +273,26 @@ impl Daemon {
                 .name("sysfs-view".into())
                 .spawn(move || sysfs_view_loop(s))?;
         }
+        {
+            let (w1, w2) = (Arc::downgrade(&parts), Arc::downgrade(&parts));
+            crate::notify::watchdog(
+                move || w1.upgrade().map_or_else(Vec::new, |p| p.run.stalled()),
+                move || w2.upgrade().is_none_or(|p| p.run.is_stopping()),
+            )?;
+        }
         Ok(Daemon {
             parts,
             control_path,
         })
+    }
+
+    /// What masqd serves, for the service manager's status line.
+    pub fn status(&self) -> String {
+        let n = self.parts.registry.local().len();
+        format!(
+            "serving {n} endpoint(s), control socket {}",
+            self.control_path.display()
+        )
     }
 
     /// SIGHUP: re-read the configured policy file.

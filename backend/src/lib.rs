@@ -8,6 +8,7 @@ pub mod enforce;
 pub mod error;
 pub mod kernel;
 pub mod metrics;
+pub mod notify;
 pub mod operator;
 pub mod peer;
 pub mod pipeline;

@@ -1,14 +1,48 @@
-//! masqd's run: since when it runs and whether it is stopping, which
-//! every thread looks at, and two helpers every part uses.
+//! masqd's run: since when it runs, whether it is stopping, which every
+//! thread looks at, and whether its loops still make progress (the
+//! heartbeats the systemd watchdog and `/healthz` read); and two helpers
+//! every part uses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub struct Run {
     started: Instant,
     stopping: AtomicBool,
     audit_interval: Duration,
+    loops: Mutex<Vec<Arc<Beats>>>,
+}
+
+/// How long a housekeeping loop that wakes every few seconds may go
+/// without a round before masqd counts it as stuck: generous, since a
+/// round may wait on nft or netlink on a loaded (or emulated) host.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// One loop's beats.
+struct Beats {
+    name: &'static str,
+    within: Duration,
+    last: Mutex<Instant>,
+    ended: AtomicBool,
+}
+
+/// A loop's pulse: the loop beats once per round; a round that blocks on
+/// a lock or a call that never returns stops the beats, and a loop that
+/// ends (or panics) while masqd runs drops it. Either way masqd is then
+/// unhealthy (`Run::stalled`).
+pub struct Heartbeat(Arc<Beats>);
+
+impl Heartbeat {
+    pub fn beat(&self) {
+        *lock(&self.0.last) = Instant::now();
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.ended.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Run {
@@ -17,6 +51,7 @@ impl Run {
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             audit_interval,
+            loops: Mutex::new(Vec::new()),
         }
     }
 
@@ -36,6 +71,41 @@ impl Run {
     pub fn audit_interval(&self) -> Duration {
         self.audit_interval
     }
+
+    /// Watch a loop that runs until masqd stops and beats at most
+    /// `within` apart (it has beaten once now).
+    pub fn heartbeat(&self, name: &'static str, within: Duration) -> Heartbeat {
+        let b = Arc::new(Beats {
+            name,
+            within,
+            last: Mutex::new(Instant::now()),
+            ended: AtomicBool::new(false),
+        });
+        lock(&self.loops).push(b.clone());
+        Heartbeat(b)
+    }
+
+    /// Why masqd is not healthy: each watched loop that ended or has not
+    /// beaten within its bound. Empty while all make progress, and once
+    /// masqd stops (its loops end then).
+    pub fn stalled(&self) -> Vec<String> {
+        if self.is_stopping() {
+            return Vec::new();
+        }
+        lock(&self.loops)
+            .iter()
+            .filter_map(|b| {
+                let quiet = lock(&b.last).elapsed();
+                if b.ended.load(Ordering::SeqCst) {
+                    Some(format!("{}: loop ended", b.name))
+                } else if quiet > b.within {
+                    Some(format!("{}: no progress for {}s", b.name, quiet.as_secs()))
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -48,4 +118,38 @@ pub(crate) fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_that_stops_beating_or_ends_is_stalled_until_masqd_stops() {
+        let run = Run::new(Duration::from_secs(1));
+        let quick = run.heartbeat("quick", Duration::from_millis(50));
+        let slow = run.heartbeat("slow", Duration::from_secs(60));
+        assert!(run.stalled().is_empty());
+        std::thread::sleep(Duration::from_millis(80));
+        slow.beat();
+        assert_eq!(run.stalled(), vec!["quick: no progress for 0s"]);
+        quick.beat();
+        assert!(run.stalled().is_empty());
+        drop(slow);
+        assert_eq!(run.stalled(), vec!["slow: loop ended"]);
+        run.stop();
+        assert!(run.stalled().is_empty());
+    }
+
+    #[test]
+    fn a_loop_that_panics_is_stalled() {
+        let run = Arc::new(Run::new(Duration::from_secs(1)));
+        let r = run.clone();
+        let t = std::thread::spawn(move || {
+            let _beat = r.heartbeat("doomed", Duration::from_secs(60));
+            panic!("a bug in the loop");
+        });
+        assert!(t.join().is_err());
+        assert_eq!(run.stalled(), vec!["doomed: loop ended"]);
+    }
 }

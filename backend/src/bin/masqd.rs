@@ -74,6 +74,7 @@ fn main() -> ExitCode {
         }
     };
     info!("masqd ready");
+    masq_backend::notify::ready(&daemon.status());
     loop {
         match signals.wait() {
             Ok(Signal::SIGHUP) => daemon.reload_policy(),
@@ -87,6 +88,7 @@ fn main() -> ExitCode {
             }
         }
     }
+    masq_backend::notify::stopping();
     daemon.shutdown();
     ExitCode::SUCCESS
 }

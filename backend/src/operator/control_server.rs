@@ -11,12 +11,30 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 
+/// Accept masqctl's connections until masqd stops. The listener is
+/// polled with a timeout, not blocked on, so that the loop beats (and
+/// sees masqd stop) with no masqctl about.
 pub fn control_loop(parts: Arc<Parts>, listener: UnixListener) {
-    for stream in listener.incoming() {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    // Non-blocking: a client gone between the poll and the accept must not
+    // hold the loop until the next one. Accepted streams block again.
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::warn!("control socket: {e}");
+    }
+    let beat = parts.run.heartbeat("control", crate::run::STALL);
+    while !parts.run.is_stopping() {
+        beat.beat();
+        let mut pfd = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        if !matches!(nix::poll::poll(&mut pfd, PollTimeout::from(1000u16)), Ok(n) if n > 0) {
+            continue;
+        }
+        let Ok((stream, _)) = listener.accept() else {
+            continue;
+        };
         if parts.run.is_stopping() {
             return;
         }
-        let Ok(stream) = stream else { continue };
         let parts = parts.clone();
         // A thread per connection: `conntrack -E` keeps its stream open.
         let _ = thread::Builder::new()

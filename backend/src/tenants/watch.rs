@@ -1,9 +1,10 @@
 //! The housekeeping threads, each one round per interval until masqd
 //! stops: the endpoints' sysfs views, the QP audit, the backstop's cgroups
-//! and counters.
+//! and counters. Each beats once a round (`Run::heartbeat`): a round stuck
+//! on a lock or a kernel call makes masqd unhealthy.
 
 use crate::enforce::audit;
-use crate::run::lock;
+use crate::run::{lock, STALL};
 use crate::tenants::parts::Parts;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -20,7 +21,9 @@ use tracing::{debug, info, warn};
 pub fn sysfs_view_loop(parts: Arc<Parts>) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     let mut lost: BTreeMap<String, bool> = BTreeMap::new();
+    let beat = parts.run.heartbeat("sysfs-view", STALL);
     while !parts.run.is_stopping() {
+        beat.beat();
         // Duplicates, so the poll holds no endpoint's lock.
         let fds: Vec<OwnedFd> = parts
             .registry
@@ -72,7 +75,9 @@ pub fn audit_loop(parts: Arc<Parts>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
     info!(?interval, ?action, "QP audit running");
     let mut reported = std::collections::HashSet::new();
     let mut waiting = 0;
+    let beat = parts.run.heartbeat("audit", interval + STALL);
     while !parts.run.is_stopping() {
+        beat.beat();
         std::thread::sleep(interval);
         let started = Instant::now();
         // The kernel's list first, then what masqd vouches for: a QP masqd
@@ -154,7 +159,9 @@ pub fn backstop_loop(parts: Arc<Parts>) {
     let grace = Duration::from_secs(parts.cfg.backstop.recovery_grace_seconds);
     let mut reconciled = false;
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    let beat = parts.run.heartbeat("backstop", STALL);
     while !parts.run.is_stopping() {
+        beat.beat();
         thread::sleep(Duration::from_secs(2));
         b.refresh_cgroups();
         if !reconciled && parts.run.uptime() >= grace {
