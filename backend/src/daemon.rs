@@ -15,6 +15,7 @@ use crate::tenants::watch::{audit_loop, backstop_loop, sysfs_view_loop};
 use std::io;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -219,14 +220,33 @@ impl Daemon {
                     }
                 })?;
         }
+        // Set once the start is done: /readyz answers 503 until then.
+        let started = Arc::new(AtomicBool::new(false));
         if let Some(addr) = parts.cfg.metrics.listen {
             let weak = Arc::downgrade(&parts);
             let sampler: crate::metrics::Sampler =
                 Box::new(move || weak.upgrade().map(|s| s.sample()));
             let registry = crate::metrics::registry(&parts.metrics, sampler);
+            let (w1, w2, up) = (
+                Arc::downgrade(&parts),
+                Arc::downgrade(&parts),
+                started.clone(),
+            );
+            let probes = crate::http::Probes {
+                health: Box::new(move || {
+                    w1.upgrade().map_or(Err("stopping".into()), |p| health(&p))
+                }),
+                ready: Box::new(move || {
+                    let started = up.load(Ordering::SeqCst);
+                    w2.upgrade().map_or(Err("not ready: stopping".into()), |p| {
+                        readiness(&p, started)
+                    })
+                }),
+            };
+            let beat = parts.run.heartbeat("metrics", STALL);
             let weak = Arc::downgrade(&parts);
             let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
-            if let Err(e) = crate::metrics::serve(registry, addr, stopping) {
+            if let Err(e) = crate::http::serve(addr, registry, probes, beat, stopping) {
                 unserve_all(&parts);
                 return Err(e);
             }
@@ -280,6 +300,7 @@ impl Daemon {
                 move || w2.upgrade().is_none_or(|p| p.run.is_stopping()),
             )?;
         }
+        started.store(true, Ordering::SeqCst);
         Ok(Daemon {
             parts,
             control_path,
@@ -323,5 +344,98 @@ impl Daemon {
         }
         self.parts.sessions.shutdown_all();
         info!("stopped; tenants' established QPs keep running on the NIC");
+    }
+}
+
+/// `/healthz`: masqd's watched loops make progress (`Run::stalled`), the
+/// same check that keeps the systemd watchdog pinged.
+fn health(parts: &Parts) -> Result<String, String> {
+    let stalled = parts.run.stalled();
+    if stalled.is_empty() {
+        Ok("ok".into())
+    } else {
+        Err(format!("stalled: {}", stalled.join("; ")))
+    }
+}
+
+/// `/readyz`: masqd can serve its tenants: it is healthy, its start is
+/// done, the control socket and every endpoint's socket are in place, and
+/// in cluster mode it has read etcd's view at least once. A cluster that
+/// went degraded after that is still ready (masqd serves the last view
+/// and says so); one never read is not, as this host would not know
+/// where the other hosts' endpoints are.
+fn readiness(parts: &Parts, started: bool) -> Result<String, String> {
+    let not = |why: String| Err(format!("not ready: {why}"));
+    if parts.run.is_stopping() {
+        return not("stopping".into());
+    }
+    if let Err(why) = health(parts) {
+        return not(why);
+    }
+    if !started {
+        return not("starting".into());
+    }
+    let mut sockets = vec![parts.cfg.control_socket()];
+    sockets.extend(parts.registry.local().iter().map(|e| e.socket.clone()));
+    let missing: Vec<String> = sockets
+        .iter()
+        .filter(|s| !s.exists())
+        .map(|s| s.display().to_string())
+        .collect();
+    if !missing.is_empty() {
+        return not(format!("socket gone: {}", missing.join(", ")));
+    }
+    match parts.cluster.as_ref().map(|c| c.health()) {
+        None => Ok("ready".into()),
+        Some(h) => cluster_readiness(&h),
+    }
+}
+
+fn cluster_readiness(h: &crate::cluster::Health) -> Result<String, String> {
+    let error = h.error.as_deref().unwrap_or("no error yet");
+    if h.revision == 0 {
+        Err(format!("not ready: no view read from etcd yet ({error})"))
+    } else if h.state != "connected" {
+        Ok(format!(
+            "ready, cluster degraded since {} (Unix time): serving the view of revision {} ({error})",
+            h.since, h.revision
+        ))
+    } else {
+        Ok("ready".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(state: &'static str, revision: i64, error: Option<&str>) -> crate::cluster::Health {
+        crate::cluster::Health {
+            state,
+            since: 1_700_000_000,
+            revision,
+            lease: String::new(),
+            error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_cluster_is_ready_once_read_and_stays_so_degraded() {
+        assert_eq!(
+            cluster_readiness(&health("degraded", 0, Some("etcd: connection refused"))),
+            Err("not ready: no view read from etcd yet (etcd: connection refused)".into())
+        );
+        assert_eq!(
+            cluster_readiness(&health("connected", 7, None)),
+            Ok("ready".into())
+        );
+        assert_eq!(
+            cluster_readiness(&health("degraded", 7, Some("etcd: timeout"))),
+            Ok(
+                "ready, cluster degraded since 1700000000 (Unix time): serving the view of \
+                revision 7 (etcd: timeout)"
+                    .into()
+            )
+        );
     }
 }

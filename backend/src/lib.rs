@@ -6,6 +6,7 @@ pub mod config;
 pub mod daemon;
 pub mod enforce;
 pub mod error;
+pub mod http;
 pub mod kernel;
 pub mod metrics;
 pub mod notify;

@@ -1,4 +1,5 @@
-//! Prometheus metrics: masqd serves OpenMetrics text on `metrics.listen`.
+//! Prometheus metrics: masqd serves OpenMetrics text on `metrics.listen`
+//! (`/metrics`, from `http.rs`).
 //!
 //! Two kinds. Events are counted where they happen (`Metrics`, in
 //! `Parts`): admissions by rule, request latency by opcode, CM events.
@@ -16,11 +17,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tracing::{info, warn};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
@@ -187,69 +186,6 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
     );
     r.register_collector(Box::new(Scrape(sample)));
     r
-}
-
-/// Serve `GET /metrics` on addr from a thread that ends once `stopping`.
-pub fn serve(
-    registry: Registry,
-    addr: SocketAddr,
-    stopping: impl Fn() -> bool + Send + 'static,
-) -> std::io::Result<()> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| std::io::Error::other(format!("metrics: cannot listen on {addr}: {e}")))?;
-    info!(%addr, "metrics served at http://{addr}/metrics");
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || loop {
-            let req = match server.recv_timeout(Duration::from_millis(500)) {
-                Ok(Some(r)) => r,
-                Ok(None) if stopping() => return,
-                Ok(None) => continue,
-                Err(e) => {
-                    warn!("metrics: {e}");
-                    return;
-                }
-            };
-            let reply = answer(&registry, req.method(), req.url());
-            if let Err(e) = req.respond(reply) {
-                warn!("metrics: reply not sent: {e}");
-            }
-        })?;
-    Ok(())
-}
-
-fn answer(
-    registry: &Registry,
-    method: &tiny_http::Method,
-    url: &str,
-) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let text = |code: u16, body: String, ctype: &str| {
-        let header = tiny_http::Header::from_bytes("Content-Type", ctype)
-            .unwrap_or_else(|_| unreachable!("a static header is valid"));
-        tiny_http::Response::from_string(body)
-            .with_status_code(code)
-            .with_header(header)
-    };
-    let path = url.split('?').next().unwrap_or(url);
-    if path != "/metrics" {
-        return text(
-            404,
-            "not found: masqd serves /metrics\n".into(),
-            "text/plain",
-        );
-    }
-    if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
-        return text(405, "GET /metrics\n".into(), "text/plain");
-    }
-    let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, registry) {
-        Ok(()) => text(
-            200,
-            body,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        ),
-        Err(_) => text(500, "encoding failed\n".into(), "text/plain"),
-    }
 }
 
 /// What is read from masqd's state at each scrape.

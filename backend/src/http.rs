@@ -1,0 +1,205 @@
+//! masqd's HTTP listener (`metrics.listen`): Prometheus metrics at
+//! `/metrics` (`metrics.rs`), and the liveness and readiness probes
+//! `/healthz` and `/readyz` (what each checks is in `daemon.rs`), for a
+//! Kubernetes probe or a load balancer.
+
+use crate::run::Heartbeat;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// A probe's answer: `Ok(text)` is 200, `Err(reason)` 503; either in
+/// plain text, one line.
+pub type Probe = Box<dyn Fn() -> Result<String, String> + Send>;
+
+/// What `/healthz` and `/readyz` ask (see `daemon.rs` for what each
+/// checks).
+pub struct Probes {
+    pub health: Probe,
+    pub ready: Probe,
+}
+
+/// Serve `GET /metrics`, `/healthz` and `/readyz` on addr from a thread
+/// that beats once a request or half second and ends once `stopping`.
+/// Returns the address bound (addr's port may be 0).
+pub fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+    probes: Probes,
+    beat: Heartbeat,
+    stopping: impl Fn() -> bool + Send + 'static,
+) -> std::io::Result<SocketAddr> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| std::io::Error::other(format!("metrics: cannot listen on {addr}: {e}")))?;
+    let addr = server.server_addr().to_ip().unwrap_or(addr);
+    info!(%addr, "metrics served at http://{addr}/metrics, probes at /healthz and /readyz");
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || loop {
+            beat.beat();
+            let req = match server.recv_timeout(Duration::from_millis(500)) {
+                Ok(Some(r)) => r,
+                Ok(None) if stopping() => return,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!("metrics: {e}");
+                    return;
+                }
+            };
+            let reply = answer(&registry, &probes, req.method(), req.url());
+            if let Err(e) = req.respond(reply) {
+                warn!("metrics: reply not sent: {e}");
+            }
+        })?;
+    Ok(addr)
+}
+
+fn answer(
+    registry: &Registry,
+    probes: &Probes,
+    method: &tiny_http::Method,
+    url: &str,
+) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let text = |code: u16, body: String, ctype: &str| {
+        let header = tiny_http::Header::from_bytes("Content-Type", ctype)
+            .unwrap_or_else(|_| unreachable!("a static header is valid"));
+        tiny_http::Response::from_string(body)
+            .with_status_code(code)
+            .with_header(header)
+    };
+    let path = url.split('?').next().unwrap_or(url);
+    let probe = match path {
+        "/metrics" => None,
+        "/healthz" => Some(&probes.health),
+        "/readyz" => Some(&probes.ready),
+        _ => {
+            return text(
+                404,
+                "not found: masqd serves /metrics, /healthz and /readyz\n".into(),
+                "text/plain",
+            )
+        }
+    };
+    if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
+        return text(405, format!("only GET {path}\n"), "text/plain");
+    }
+    if let Some(probe) = probe {
+        return match probe() {
+            Ok(t) => text(200, format!("{t}\n"), "text/plain; charset=utf-8"),
+            Err(why) => text(503, format!("{why}\n"), "text/plain; charset=utf-8"),
+        };
+    }
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, registry) {
+        Ok(()) => text(
+            200,
+            body,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+        Err(_) => text(500, "encoding failed\n".into(), "text/plain"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One request over a real connection: (status, Content-Type, body).
+    fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            c,
+            "{method} {path} HTTP/1.1\r\nHost: masqd\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).expect("reply");
+        let (head, body) = reply.split_once("\r\n\r\n").expect("a header");
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("a status");
+        let ctype = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Type: "))
+            .unwrap_or_default()
+            .to_string();
+        (status, ctype, body.to_string())
+    }
+
+    #[test]
+    fn the_listener_serves_metrics_and_probes_that_follow_masqd() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let run = Arc::new(crate::run::Run::new(Duration::from_secs(1)));
+        let wedged = run.heartbeat("control", Duration::from_millis(100));
+        let ready = Arc::new(AtomicBool::new(false));
+        let (r1, r2, up, stop) = (run.clone(), run.clone(), ready.clone(), run.clone());
+        let probes = Probes {
+            health: Box::new(move || {
+                let s = r1.stalled();
+                if s.is_empty() {
+                    Ok("ok".into())
+                } else {
+                    Err(format!("stalled: {}", s.join("; ")))
+                }
+            }),
+            ready: Box::new(move || match (up.load(Ordering::SeqCst), r2.stalled()) {
+                (true, s) if s.is_empty() => Ok("ready".into()),
+                (false, _) => Err("not ready: starting".into()),
+                (_, s) => Err(format!("not ready: stalled: {}", s.join("; "))),
+            }),
+        };
+        let m = crate::metrics::Metrics::default();
+        m.admission("acme", Ok("acme/db/ingress[0]"));
+        let registry = crate::metrics::registry(&m, Box::new(|| None));
+        let addr = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            registry,
+            probes,
+            run.heartbeat("metrics", Duration::from_secs(60)),
+            move || stop.is_stopping(),
+        )
+        .expect("listen");
+
+        let (code, ctype, body) = http(addr, "GET", "/metrics");
+        assert_eq!(code, 200);
+        assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+        assert!(body.contains("masq_build_info{"), "{body}");
+        assert!(
+            body.contains(r#"masq_admissions_total{tenant="acme""#),
+            "{body}"
+        );
+        assert_eq!(
+            http(addr, "GET", "/healthz"),
+            (200, "text/plain; charset=utf-8".into(), "ok\n".into())
+        );
+        assert_eq!(http(addr, "GET", "/readyz").0, 503);
+        assert_eq!(http(addr, "GET", "/readyz").2, "not ready: starting\n");
+        ready.store(true, Ordering::SeqCst);
+        assert_eq!(http(addr, "GET", "/readyz?verbose").2, "ready\n");
+        assert_eq!(http(addr, "HEAD", "/readyz").0, 200);
+
+        // The control loop wedges: both probes fail, saying which loop.
+        std::thread::sleep(Duration::from_millis(150));
+        let (code, _, body) = http(addr, "GET", "/healthz");
+        assert_eq!(
+            (code, body.as_str()),
+            (503, "stalled: control: no progress for 0s\n")
+        );
+        let (code, _, body) = http(addr, "GET", "/readyz");
+        assert_eq!(code, 503);
+        assert!(body.starts_with("not ready: stalled: control"), "{body}");
+        wedged.beat();
+        assert_eq!(http(addr, "GET", "/healthz").0, 200);
+
+        assert_eq!(http(addr, "GET", "/nothing").0, 404);
+        assert_eq!(http(addr, "POST", "/healthz").0, 405);
+        run.stop();
+    }
+}
