@@ -49,10 +49,10 @@ struct BuildLabels {
 }
 
 /// The version masqd was built as (the workspace's, as `masqd --version`
-/// prints it). No build step records the git commit yet, so the label says
-/// `unknown` rather than guess.
+/// prints it), and the commit `build.rs` found (`unknown` when built
+/// outside a git checkout without `MASQ_COMMIT`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-pub const COMMIT: &str = "unknown";
+pub const COMMIT: &str = env!("MASQ_COMMIT");
 
 type HistogramFamily = Family<OpLabels, Histogram, fn() -> Histogram>;
 
@@ -562,8 +562,9 @@ mod tests {
             assert!(out.contains(line), "{line:?} not in:\n{out}");
         }
         let build = format!(
-            r#"masq_build_info{{version="{}",commit="unknown"}} 1"#,
-            env!("CARGO_PKG_VERSION")
+            r#"masq_build_info{{version="{}",commit="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION"),
+            env!("MASQ_COMMIT")
         );
         assert!(out.contains(&build), "{out}");
         assert!(out.contains("# TYPE masq_cluster_up gauge"));
