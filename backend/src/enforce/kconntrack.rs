@@ -1,4 +1,5 @@
-//! The kernel's conntrack entries of tenant flows, through conntrack-tools.
+//! The kernel's conntrack entries of tenant flows, over ctnetlink
+//! (`kernel::ctnetlink`).
 //!
 //! A vNIC's ruleset accepts `ct state established,related` before it looks
 //! at any rule, so a tcp/udp flow that a policy change no longer allows
@@ -8,10 +9,10 @@
 //! `notrack`, so a torn-down RDMA connection leaves no entry behind.)
 
 use crate::config::EndpointConfig;
+use crate::kernel::ctnetlink::{Ctnetlink, Entry};
 use masq_policy::{ct_zone, L4Proto, Policy};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::process::Command;
 use tracing::{info, warn};
 
 /// A flow as its first packet went (the entry's original direction).
@@ -31,69 +32,67 @@ fn proto_name(p: L4Proto) -> &'static str {
     }
 }
 
-/// One line of `conntrack -L`: the first src/dst/sport/dport are the
-/// original direction, the second set the reply.
-fn parse_line(proto: L4Proto, line: &str) -> Option<Flow> {
-    let field = |key: &str| {
-        line.split_whitespace()
-            .find_map(|t| t.strip_prefix(key)?.strip_prefix('='))
-    };
-    Some(Flow {
-        proto,
-        src: field("src")?.parse().ok()?,
-        dst: field("dst")?.parse().ok()?,
-        sport: field("sport")?.parse().ok()?,
-        dport: field("dport")?.parse().ok()?,
-    })
+fn proto_number(p: L4Proto) -> u8 {
+    match p {
+        L4Proto::Tcp => libc::IPPROTO_TCP as u8,
+        L4Proto::Udp => libc::IPPROTO_UDP as u8,
+    }
 }
 
-fn conntrack(args: &[String]) -> Result<String, String> {
-    let out = Command::new("conntrack")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run conntrack: {e}"))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // -D exits 1 when nothing matched: the entry expired meanwhile.
-    if out.status.success() || stderr.contains("0 flow entries") {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!("conntrack {}: {}", args.join(" "), stderr.trim()))
-    }
+fn open() -> Result<Ctnetlink, String> {
+    Ctnetlink::open().map_err(|e| format!("cannot open ctnetlink: {e}"))
 }
 
 /// The IPv4 flows of `proto` in conntrack zone `zone`.
 pub fn list(zone: u16, proto: L4Proto) -> Result<Vec<Flow>, String> {
-    let args = [
-        "-L",
-        "-f",
-        "ipv4",
-        "-w",
-        &zone.to_string(),
-        "-p",
-        proto_name(proto),
-    ];
-    let out = conntrack(&args.map(String::from))?;
-    Ok(out.lines().filter_map(|l| parse_line(proto, l)).collect())
+    let entries = open()?
+        .dump_ipv4()
+        .map_err(|e| format!("cannot list conntrack entries: {e}"))?;
+    Ok(flows_of(&entries, zone, proto))
+}
+
+fn flows_of(entries: &[Entry], zone: u16, proto: L4Proto) -> Vec<Flow> {
+    entries
+        .iter()
+        .filter(|e| e.zone == zone && e.proto == proto_number(proto))
+        .map(|e| Flow {
+            proto,
+            src: e.src,
+            dst: e.dst,
+            sport: e.sport,
+            dport: e.dport,
+        })
+        .collect()
 }
 
 /// Delete the entry of `flow` in `zone` (no error if it is already gone).
 pub fn delete(zone: u16, flow: &Flow) -> Result<(), String> {
-    let args = [
-        "-D".into(),
-        "-w".into(),
-        zone.to_string(),
-        "-p".into(),
-        proto_name(flow.proto).into(),
-        "--orig-src".into(),
-        flow.src.to_string(),
-        "--orig-dst".into(),
-        flow.dst.to_string(),
-        "--sport".into(),
-        flow.sport.to_string(),
-        "--dport".into(),
-        flow.dport.to_string(),
-    ];
-    conntrack(&args).map(|_| ())
+    let e = Entry {
+        zone,
+        proto: proto_number(flow.proto),
+        src: flow.src,
+        dst: flow.dst,
+        sport: flow.sport,
+        dport: flow.dport,
+    };
+    gone_is_fine(open()?.delete(&e)).map_err(|err| {
+        format!(
+            "cannot delete the conntrack entry {} {}:{} -> {}:{} in zone {zone}: {err}",
+            proto_name(flow.proto),
+            flow.src,
+            flow.sport,
+            flow.dst,
+            flow.dport
+        )
+    })
+}
+
+/// The entry expired meanwhile: what was wanted.
+fn gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
 }
 
 /// Delete the entries of every flow to or from a local endpoint that
@@ -138,38 +137,142 @@ pub fn drop_denied(policy: &Policy, endpoints: &[EndpointConfig]) -> usize {
     dropped
 }
 
-/// Remove RoCE entries made before the backstop marked UDP/4791 `notrack`.
+/// Remove RoCE entries made before the backstop marked UDP/4791 `notrack`:
+/// IPv4 UDP entries to port 4791, in any zone.
 pub fn forget_roce() {
-    let args = ["-D", "-p", "udp", "--dport", "4791"].map(String::from);
-    if let Err(e) = conntrack(&args) {
+    if let Err(e) = delete_roce() {
         warn!("cannot delete old RoCE conntrack entries: {e}");
     }
+}
+
+fn delete_roce() -> Result<usize, String> {
+    let mut ct = open()?;
+    let entries = ct.dump_ipv4().map_err(|e| e.to_string())?;
+    let udp = proto_number(L4Proto::Udp);
+    let mut n = 0;
+    for e in entries.iter().filter(|e| e.proto == udp && e.dport == 4791) {
+        gone_is_fine(ct.delete(e)).map_err(|err| err.to_string())?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_original_direction_is_the_first_tuple() {
-        let l = "tcp      6 431999 ESTABLISHED src=10.0.0.1 dst=10.0.0.2 sport=40000 \
-                 dport=18515 src=10.0.0.2 dst=10.0.0.1 sport=18515 dport=40000 [ASSURED] \
-                 mark=0 zone=101 use=1";
-        let f = parse_line(L4Proto::Tcp, l).expect("a flow");
-        assert_eq!(f.src, Ipv4Addr::new(10, 0, 0, 1));
-        assert_eq!(f.dst, Ipv4Addr::new(10, 0, 0, 2));
-        assert_eq!((f.sport, f.dport), (40000, 18515));
+    fn entry(zone: u16, proto: u8, sport: u16) -> Entry {
+        Entry {
+            zone,
+            proto,
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+            sport,
+            dport: 18515,
+        }
     }
 
     #[test]
-    fn lines_without_a_tuple_are_skipped() {
-        assert_eq!(parse_line(L4Proto::Udp, ""), None);
+    fn a_zones_flows_are_its_entries_of_the_protocol_in_their_original_direction() {
+        let entries = [
+            entry(101, 6, 40000),
+            entry(102, 6, 40001),
+            entry(101, 17, 40002),
+        ];
+        let f = flows_of(&entries, 101, L4Proto::Tcp);
         assert_eq!(
-            parse_line(
-                L4Proto::Udp,
-                "udp 17 29 src=fe80::1 dst=fe80::2 sport=1 dport=2"
-            ),
-            None
+            f,
+            vec![Flow {
+                proto: L4Proto::Tcp,
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+                sport: 40000,
+                dport: 18515,
+            }]
         );
+        assert_eq!(flows_of(&entries, 101, L4Proto::Udp)[0].sport, 40002);
+        assert!(flows_of(&entries, 7, L4Proto::Tcp).is_empty());
+    }
+
+    const CHILD: &str = "MASQ_TEST_KCONNTRACK_CHILD";
+
+    fn conntrack(args: &str) {
+        let out = std::process::Command::new("conntrack")
+            .args(args.split_whitespace())
+            .output()
+            .expect("conntrack (conntrack-tools, scripts/install-deps) runs");
+        assert!(out.status.success(), "conntrack {args}: {out:?}");
+    }
+
+    /// Run by the test below inside a network namespace of its own
+    /// (`unshare -rn`), whose conntrack table only this test fills: the
+    /// entries conntrack(8) inserts are read, deleted and forgotten over
+    /// ctnetlink. Does nothing when run on its own.
+    #[test]
+    fn kconntrack_child() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        let ip = |s: &str| s.parse::<Ipv4Addr>().expect("address");
+        let ins = "-I -s 10.0.0.1 -d 10.0.0.2 -t 100";
+        conntrack(&format!(
+            "{ins} -p tcp --sport 40000 --dport 18515 --state ESTABLISHED -u ASSURED -w 101"
+        ));
+        conntrack(&format!(
+            "{ins} -p tcp --sport 40001 --dport 22 --state ESTABLISHED -w 102"
+        ));
+        conntrack(&format!("{ins} -p udp --sport 5001 --dport 53 -w 101"));
+        conntrack("-I -s 10.0.0.1 -d 10.0.0.9 -t 100 -p udp --sport 5000 --dport 4791 -w 7");
+        conntrack("-I -s 10.0.0.3 -d 10.0.0.9 -t 100 -p udp --sport 5002 --dport 4791");
+
+        let tcp = list(101, L4Proto::Tcp).expect("list");
+        let want = Flow {
+            proto: L4Proto::Tcp,
+            src: ip("10.0.0.1"),
+            dst: ip("10.0.0.2"),
+            sport: 40000,
+            dport: 18515,
+        };
+        assert_eq!(tcp, vec![want.clone()]);
+        let udp = list(101, L4Proto::Udp).expect("list");
+        assert_eq!((udp.len(), udp[0].dport), (1, 53));
+        assert_eq!(list(102, L4Proto::Tcp).expect("list")[0].dport, 22);
+
+        delete(101, &want).expect("delete");
+        assert!(list(101, L4Proto::Tcp).expect("list").is_empty());
+        delete(101, &want).expect("an entry already gone is no error");
+        assert_eq!(
+            list(102, L4Proto::Tcp).expect("list").len(),
+            1,
+            "another zone's entry stays"
+        );
+
+        assert_eq!(delete_roce(), Ok(2));
+        assert!(list(7, L4Proto::Udp).expect("list").is_empty());
+        assert!(list(0, L4Proto::Udp).expect("list").is_empty());
+        assert_eq!(
+            list(101, L4Proto::Udp).expect("list").len(),
+            1,
+            "udp/53 stays"
+        );
+    }
+
+    #[test]
+    fn entries_made_by_conntrack_are_listed_and_deleted_over_ctnetlink() {
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new("unshare")
+            .arg("-rn")
+            .arg(exe)
+            .args(["--exact", "enforce::kconntrack::tests::kconntrack_child"])
+            .env(CHILD, "1")
+            .output()
+            .expect("unshare (util-linux) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 passed"), "the child ran no test: {text}");
     }
 }

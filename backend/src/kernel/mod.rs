@@ -1,8 +1,10 @@
 //! The kernel's interfaces masqd uses: the uverbs commands it runs on the
 //! apps' files, rdma netlink, the served device, the sysfs views, the
-//! libibverbs numbering, the kernel's word on QP ownership, and nftables
-//! (libnftables for rulesets and listings, netlink for set elements).
+//! libibverbs numbering, the kernel's word on QP ownership, nftables
+//! (libnftables for rulesets and listings, netlink for set elements), and
+//! the connection tracking table (ctnetlink).
 
+pub mod ctnetlink;
 pub mod host;
 pub mod ibv;
 pub mod nft;

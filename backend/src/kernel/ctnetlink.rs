@@ -1,0 +1,202 @@
+//! The kernel's connection tracking table over ctnetlink
+//! (NETLINK_NETFILTER, the conntrack subsystem): dump the IPv4 entries and
+//! delete one by its original tuple and zone. The messages are
+//! `netlink-packet-netfilter`'s; the zone, which it does not name, is read
+//! and written as a plain attribute.
+
+use netlink_packet_core::{
+    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NLM_F_ACK, NLM_F_DUMP,
+    NLM_F_REQUEST,
+};
+use netlink_packet_netfilter::conntrack::{
+    ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol, Tuple,
+};
+use netlink_packet_netfilter::{
+    NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
+};
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// CTA_ZONE (linux/netfilter/nfnetlink_conntrack.h): u16, network order.
+const CTA_ZONE: u16 = 18;
+
+/// An entry's original direction (the way its first packet went) and zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub zone: u16,
+    /// IPPROTO_TCP, IPPROTO_UDP, ...
+    pub proto: u8,
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+pub struct Ctnetlink {
+    sock: Socket,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+fn invalid(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("ctnetlink: {e}"))
+}
+
+impl Ctnetlink {
+    pub fn open() -> io::Result<Ctnetlink> {
+        let mut sock = Socket::new(NETLINK_NETFILTER)?;
+        sock.bind_auto()?;
+        sock.connect(&SocketAddr::new(0, 0))?;
+        Ok(Ctnetlink {
+            sock,
+            seq: 0,
+            buf: vec![0; 64 * 1024],
+        })
+    }
+
+    /// Every IPv4 entry of the network namespace (entries of other
+    /// protocols than TCP, UDP and the like have no ports and are left
+    /// out).
+    pub fn dump_ipv4(&mut self) -> io::Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        self.request(ConntrackMessage::Get(vec![]), NLM_F_DUMP, |m| {
+            if let ConntrackMessage::New(attrs) = m {
+                out.extend(entry(&attrs));
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Delete the entry of `e` (its original tuple, in its zone). An entry
+    /// already gone is `NotFound`.
+    pub fn delete(&mut self, e: &Entry) -> io::Result<()> {
+        let tuple = vec![
+            Tuple::Ip(vec![
+                IPTuple::SourceAddress(IpAddr::V4(e.src)),
+                IPTuple::DestinationAddress(IpAddr::V4(e.dst)),
+            ]),
+            Tuple::Proto(vec![
+                ProtoTuple::Protocol(Protocol::from(e.proto)),
+                ProtoTuple::SourcePort(e.sport),
+                ProtoTuple::DestinationPort(e.dport),
+            ]),
+        ];
+        let msg = ConntrackMessage::Delete(vec![
+            ConntrackAttribute::CtaTupleOrig(tuple),
+            ConntrackAttribute::Other(DefaultNla::new(CTA_ZONE, e.zone.to_be_bytes().to_vec())),
+        ]);
+        self.request(msg, NLM_F_ACK, |_| {})
+    }
+
+    /// Send one request and feed each reply to `each` until the answer is
+    /// complete (the ack of a change, NLMSG_DONE of a dump).
+    fn request(
+        &mut self,
+        req: ConntrackMessage,
+        flags: u16,
+        mut each: impl FnMut(ConntrackMessage),
+    ) -> io::Result<()> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut hdr = NetlinkHeader::default();
+        hdr.flags = NLM_F_REQUEST | flags;
+        hdr.sequence_number = seq;
+        let mut msg = NetlinkMessage::new(
+            hdr,
+            NetlinkPayload::from(NetfilterMessage::new(
+                NetfilterHeader::new(NetfilterProtoFamily::IPv4, 0, 0),
+                req,
+            )),
+        );
+        msg.finalize();
+        let mut out = vec![0; msg.buffer_len()];
+        msg.serialize(&mut out);
+        self.sock.send(&out, 0)?;
+        loop {
+            let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
+            if n > self.buf.len() {
+                return Err(invalid(format!("a reply of {n} bytes does not fit")));
+            }
+            let mut off = 0;
+            while off < n {
+                let m = NetlinkMessage::<NetfilterMessage>::deserialize(&self.buf[off..n])
+                    .map_err(invalid)?;
+                let len = m.header.length as usize;
+                if len == 0 {
+                    return Err(invalid("zero-length netlink message"));
+                }
+                off += (len + 3) & !3;
+                if m.header.sequence_number != seq {
+                    // A late answer to an earlier, abandoned request.
+                    continue;
+                }
+                match m.payload {
+                    NetlinkPayload::InnerMessage(NetfilterMessage {
+                        inner: NetfilterMessageInner::Conntrack(c),
+                        ..
+                    }) => each(c),
+                    NetlinkPayload::Done(_) => return Ok(()),
+                    NetlinkPayload::Error(e) => {
+                        return match e.code {
+                            Some(c) => Err(io::Error::from_raw_os_error(-c.get())),
+                            None => Ok(()),
+                        };
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// An entry from a dump's attributes: its original tuple and zone (0
+/// without CTA_ZONE); None for IPv6 or a tuple without ports.
+fn entry(attrs: &[ConntrackAttribute]) -> Option<Entry> {
+    let mut zone = 0;
+    let mut orig = None;
+    for a in attrs {
+        match a {
+            ConntrackAttribute::CtaTupleOrig(t) => orig = Some(t),
+            ConntrackAttribute::Other(nla) if nla.kind() == CTA_ZONE && nla.value_len() == 2 => {
+                let mut v = [0u8; 2];
+                nla.emit_value(&mut v);
+                zone = u16::from_be_bytes(v);
+            }
+            _ => {}
+        }
+    }
+    let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
+    for t in orig? {
+        match t {
+            Tuple::Ip(ips) => {
+                for ip in ips {
+                    match ip {
+                        IPTuple::SourceAddress(IpAddr::V4(a)) => src = Some(*a),
+                        IPTuple::DestinationAddress(IpAddr::V4(a)) => dst = Some(*a),
+                        _ => {}
+                    }
+                }
+            }
+            Tuple::Proto(ps) => {
+                for p in ps {
+                    match p {
+                        ProtoTuple::Protocol(p) => proto = Some(u8::from(*p)),
+                        ProtoTuple::SourcePort(s) => sport = Some(*s),
+                        ProtoTuple::DestinationPort(d) => dport = Some(*d),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(Entry {
+        zone,
+        proto: proto?,
+        src: src?,
+        dst: dst?,
+        sport: sport?,
+        dport: dport?,
+    })
+}
