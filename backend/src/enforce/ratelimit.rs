@@ -11,11 +11,16 @@
 //! Each class queues deeply (a pfifo of 10,000 packets) rather than drop:
 //! a RoCE RC sender that loses packets retransmits whole windows.
 //!
+//! The qdisc and classes are changed with `tc -batch`, and read back
+//! (is the qdisc there, the classes' counters) over rtnetlink
+//! (`kernel::tc`), not from tc's text.
+//!
 //! Hardware RNICs send past the host's qdiscs; there the NIC's own
 //! limiters apply (see docs/qos.md).
 
 use crate::config::EndpointConfig;
 use crate::kernel::nft::Nft;
+use crate::kernel::tc::{ClassStats, Node};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -57,8 +62,8 @@ struct State {
     classes: BTreeMap<String, Class>,
     /// Cgroups in the mark map, with the inode they had then.
     cgroups: BTreeMap<String, u64>,
-    /// Whether masqd's qdisc is on the underlay: asked of tc at the first
-    /// sync (one left by an earlier masqd), then known.
+    /// Whether masqd's qdisc is on the underlay: asked of the kernel at
+    /// the first sync (one left by an earlier masqd), then known.
     installed: Option<bool>,
 }
 
@@ -150,23 +155,24 @@ impl RateLimits {
     }
 
     /// Bytes and packets each limited endpoint's class has sent, and how
-    /// often it held packets back over its rate (`tc -s class show`).
+    /// often it held packets back over its rate (the kernel's class
+    /// counters, as `tc -s class show` prints them).
     pub fn stats(&self) -> BTreeMap<String, serde_json::Value> {
         let classes = self.lock().classes.clone();
         if classes.is_empty() {
             return BTreeMap::new();
         }
-        let Ok(out) = Command::new("tc")
-            .args(["-s", "class", "show", "dev", &self.netdev])
-            .output()
-        else {
-            return BTreeMap::new();
+        let found = match crate::kernel::tc::class_stats(&self.netdev) {
+            Ok(f) => f,
+            Err(e) => {
+                debug!("rate limits: cannot read {}'s classes: {e}", self.netdev);
+                return BTreeMap::new();
+            }
         };
-        let text = String::from_utf8_lossy(&out.stdout);
         classes
             .into_iter()
             .filter_map(|(name, c)| {
-                let (bytes, packets, overlimits) = class_stats(&text, c.minor)?;
+                let (bytes, packets, overlimits) = class_stats(&found, c.minor)?;
                 Some((
                     name,
                     serde_json::json!({ "mbps": c.mbps, "bytes": bytes, "packets": packets,
@@ -186,11 +192,10 @@ impl RateLimits {
 
     /// Whether the underlay's root qdisc is masqd's.
     fn installed(&self) -> bool {
-        Command::new("tc")
-            .args(["qdisc", "show", "dev", &self.netdev, "root"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains(&format!("htb {QDISC:x}:")))
-            .unwrap_or(false)
+        crate::kernel::tc::root_qdisc(&self.netdev)
+            .ok()
+            .flatten()
+            .is_some_and(|q| is_ours(&q))
     }
 
     fn tc_commands(
@@ -329,17 +334,16 @@ impl RateLimits {
 /// show` output (this tc has no JSON for classes):
 /// `class htb 4d51:1 root ...` then ` Sent 123 bytes 4 pkt (dropped 0,
 /// overlimits 5 requeues 0)`.
-fn class_stats(text: &str, minor: u16) -> Option<(u64, u64, u64)> {
-    let head = format!("class htb {QDISC:x}:{minor:x} ");
-    let mut lines = text.lines().skip_while(|l| !l.starts_with(&head)).skip(1);
-    let sent: Vec<&str> = lines.next()?.split_whitespace().collect();
-    let num = |after: &str| -> Option<u64> {
-        let i = sent.iter().position(|w| *w == after)?;
-        sent.get(i + 1)?.trim_end_matches(',').parse().ok()
-    };
-    let bytes = num("Sent")?;
-    let packets = sent.get(3)?.parse().ok()?;
-    Some((bytes, packets, num("overlimits")?))
+fn class_stats(found: &[ClassStats], minor: u16) -> Option<(u64, u64, u64)> {
+    found
+        .iter()
+        .find(|c| c.node.kind == "htb" && c.node.handle == (QDISC, minor))
+        .map(|c| (c.bytes, c.packets, c.overlimits))
+}
+
+/// masqd's root qdisc: htb, handle QDISC:.
+fn is_ours(q: &Node) -> bool {
+    q.kind == "htb" && q.handle == (QDISC, 0)
 }
 
 /// The lowest class minor (1..=0xfffe) neither map uses.
@@ -400,15 +404,74 @@ mod tests {
         assert!(!nft.contains("acme-a"));
     }
 
+    const CHILD: &str = "MASQ_TEST_TC_CHILD";
+
+    fn run(cmd: &str) {
+        let mut w = cmd.split_whitespace();
+        let out = Command::new(w.next().expect("a command"))
+            .args(w)
+            .output()
+            .expect("iproute2 (scripts/install-deps) runs");
+        assert!(out.status.success(), "{cmd}: {out:?}");
+    }
+
+    /// Run by the test below in a network namespace of its own (`unshare
+    /// -rn`): masqd's qdisc and a class on its loopback, through which
+    /// five datagrams go. Does nothing when run on its own.
     #[test]
-    fn class_stats_are_read_off_tc() {
-        let text = "class htb 4d51:1 root leaf 1: prio 0 rate 24Mbit ceil 24Mbit burst 1596b\n \
-                    Sent 4063232 bytes 3968 pkt (dropped 0, overlimits 812 requeues 0) \n \
-                    backlog 0b 0p requeues 0\nclass htb 4d51:2 root leaf 2: prio 0\n \
-                    Sent 7 bytes 1 pkt (dropped 0, overlimits 0 requeues 0)\n";
-        assert_eq!(class_stats(text, 1), Some((4063232, 3968, 812)));
-        assert_eq!(class_stats(text, 2), Some((7, 1, 0)));
-        assert_eq!(class_stats(text, 3), None);
+    fn tc_child() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        run("ip link set lo up");
+        let is_installed = || {
+            crate::kernel::tc::root_qdisc("lo")
+                .expect("qdiscs")
+                .is_some_and(|q| is_ours(&q))
+        };
+        assert!(!is_installed());
+        run(&format!(
+            "tc qdisc replace dev lo root handle {QDISC:x}: htb default 2"
+        ));
+        assert!(is_installed());
+        for minor in [2, 3] {
+            run(&format!(
+                "tc class replace dev lo parent {QDISC:x}: classid {QDISC:x}:{minor:x} htb \
+                 rate 16mbit ceil 16mbit burst {BURST} cburst {BURST}"
+            ));
+        }
+        // A receiver, so that no ICMP port unreachable comes back.
+        let to = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        for _ in 0..5 {
+            sock.send_to(&[0u8; 100], to.local_addr().expect("addr"))
+                .expect("send");
+        }
+        let found = crate::kernel::tc::class_stats("lo").expect("classes");
+        // 100 bytes of payload, 28 of UDP and IP, 14 of loopback's header.
+        assert_eq!(class_stats(&found, 2), Some((5 * 142, 5, 0)), "{found:?}");
+        assert_eq!(class_stats(&found, 3), Some((0, 0, 0)));
+        assert_eq!(class_stats(&found, 4), None);
+        assert!(crate::kernel::tc::class_stats("nosuchdev").is_err());
+    }
+
+    #[test]
+    fn class_counters_and_the_root_qdisc_are_read_over_rtnetlink() {
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = Command::new("unshare")
+            .arg("-rn")
+            .arg(exe)
+            .args(["--exact", "enforce::ratelimit::tests::tc_child"])
+            .env(CHILD, "1")
+            .output()
+            .expect("unshare (util-linux) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 passed"), "the child ran no test: {text}");
     }
 
     #[test]

@@ -4,17 +4,15 @@
 //! `netlink-packet-netfilter`'s; the zone, which it does not name, is read
 //! and written as a plain attribute.
 
-use netlink_packet_core::{
-    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_REQUEST,
-};
+use crate::kernel::netlink::Netlink;
+use netlink_packet_core::{DefaultNla, Nla, NLM_F_ACK, NLM_F_DUMP};
 use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol, Tuple,
 };
 use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use netlink_sys::protocols::NETLINK_NETFILTER;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -33,39 +31,25 @@ pub struct Entry {
     pub dport: u16,
 }
 
-pub struct Ctnetlink {
-    sock: Socket,
-    seq: u32,
-    buf: Vec<u8>,
-}
-
-fn invalid(e: impl std::fmt::Display) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("ctnetlink: {e}"))
-}
+pub struct Ctnetlink(Netlink);
 
 impl Ctnetlink {
     pub fn open() -> io::Result<Ctnetlink> {
-        let mut sock = Socket::new(NETLINK_NETFILTER)?;
-        sock.bind_auto()?;
-        sock.connect(&SocketAddr::new(0, 0))?;
-        Ok(Ctnetlink {
-            sock,
-            seq: 0,
-            buf: vec![0; 64 * 1024],
-        })
+        Netlink::open(NETLINK_NETFILTER, "ctnetlink").map(Ctnetlink)
     }
 
     /// Every IPv4 entry of the network namespace (entries of other
     /// protocols than TCP, UDP and the like have no ports and are left
     /// out).
     pub fn dump_ipv4(&mut self) -> io::Result<Vec<Entry>> {
-        let mut out = Vec::new();
-        self.request(ConntrackMessage::Get(vec![]), NLM_F_DUMP, |m| {
-            if let ConntrackMessage::New(attrs) = m {
-                out.extend(entry(&attrs));
-            }
-        })?;
-        Ok(out)
+        Ok(self
+            .request(ConntrackMessage::Get(vec![]), NLM_F_DUMP)?
+            .into_iter()
+            .filter_map(|m| match m {
+                ConntrackMessage::New(attrs) => entry(&attrs),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Delete the entry of `e` (its original tuple, in its zone). An entry
@@ -86,67 +70,21 @@ impl Ctnetlink {
             ConntrackAttribute::CtaTupleOrig(tuple),
             ConntrackAttribute::Other(DefaultNla::new(CTA_ZONE, e.zone.to_be_bytes().to_vec())),
         ]);
-        self.request(msg, NLM_F_ACK, |_| {})
+        self.request(msg, NLM_F_ACK).map(|_| ())
     }
 
-    /// Send one request and feed each reply to `each` until the answer is
-    /// complete (the ack of a change, NLMSG_DONE of a dump).
-    fn request(
-        &mut self,
-        req: ConntrackMessage,
-        flags: u16,
-        mut each: impl FnMut(ConntrackMessage),
-    ) -> io::Result<()> {
-        self.seq = self.seq.wrapping_add(1);
-        let seq = self.seq;
-        let mut hdr = NetlinkHeader::default();
-        hdr.flags = NLM_F_REQUEST | flags;
-        hdr.sequence_number = seq;
-        let mut msg = NetlinkMessage::new(
-            hdr,
-            NetlinkPayload::from(NetfilterMessage::new(
-                NetfilterHeader::new(NetfilterProtoFamily::IPv4, 0, 0),
-                req,
-            )),
-        );
-        msg.finalize();
-        let mut out = vec![0; msg.buffer_len()];
-        msg.serialize(&mut out);
-        self.sock.send(&out, 0)?;
-        loop {
-            let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
-            if n > self.buf.len() {
-                return Err(invalid(format!("a reply of {n} bytes does not fit")));
-            }
-            let mut off = 0;
-            while off < n {
-                let m = NetlinkMessage::<NetfilterMessage>::deserialize(&self.buf[off..n])
-                    .map_err(invalid)?;
-                let len = m.header.length as usize;
-                if len == 0 {
-                    return Err(invalid("zero-length netlink message"));
-                }
-                off += (len + 3) & !3;
-                if m.header.sequence_number != seq {
-                    // A late answer to an earlier, abandoned request.
-                    continue;
-                }
-                match m.payload {
-                    NetlinkPayload::InnerMessage(NetfilterMessage {
-                        inner: NetfilterMessageInner::Conntrack(c),
-                        ..
-                    }) => each(c),
-                    NetlinkPayload::Done(_) => return Ok(()),
-                    NetlinkPayload::Error(e) => {
-                        return match e.code {
-                            Some(c) => Err(io::Error::from_raw_os_error(-c.get())),
-                            None => Ok(()),
-                        };
-                    }
-                    _ => {}
-                }
-            }
-        }
+    fn request(&mut self, req: ConntrackMessage, flags: u16) -> io::Result<Vec<ConntrackMessage>> {
+        let req =
+            NetfilterMessage::new(NetfilterHeader::new(NetfilterProtoFamily::IPv4, 0, 0), req);
+        Ok(self
+            .0
+            .request(req, flags)?
+            .into_iter()
+            .filter_map(|m| match m.inner {
+                NetfilterMessageInner::Conntrack(c) => Some(c),
+                _ => None,
+            })
+            .collect())
     }
 }
 

@@ -1,0 +1,93 @@
+//! One netlink request and its answer, for the families whose messages a
+//! crate defines (ctnetlink, rtnetlink's traffic control): send, then
+//! collect the replies until the answer is complete (the ack of a change,
+//! NLMSG_DONE of a dump).
+
+use netlink_packet_core::{
+    NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
+    NLM_F_REQUEST,
+};
+use netlink_sys::{Socket, SocketAddr};
+use std::fmt::Debug;
+use std::io;
+
+pub struct Netlink {
+    sock: Socket,
+    seq: u32,
+    buf: Vec<u8>,
+    what: &'static str,
+}
+
+fn invalid(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {e}"))
+}
+
+impl Netlink {
+    /// A socket of `protocol` (NETLINK_NETFILTER, NETLINK_ROUTE, ...);
+    /// `what` names it in errors.
+    pub fn open(protocol: isize, what: &'static str) -> io::Result<Netlink> {
+        let mut sock = Socket::new(protocol)?;
+        sock.bind_auto()?;
+        sock.connect(&SocketAddr::new(0, 0))?;
+        Ok(Netlink {
+            sock,
+            seq: 0,
+            buf: vec![0; 64 * 1024],
+            what,
+        })
+    }
+
+    /// Send `req` with NLM_F_REQUEST and `flags` (NLM_F_DUMP, NLM_F_ACK)
+    /// and return the messages of the answer; an error the kernel answers
+    /// is its errno.
+    pub fn request<M>(&mut self, req: M, flags: u16) -> io::Result<Vec<M>>
+    where
+        M: NetlinkSerializable + NetlinkDeserializable + Debug,
+    {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut hdr = NetlinkHeader::default();
+        hdr.flags = NLM_F_REQUEST | flags;
+        hdr.sequence_number = seq;
+        let mut msg = NetlinkMessage::new(hdr, NetlinkPayload::InnerMessage(req));
+        msg.finalize();
+        let mut out = vec![0; msg.buffer_len()];
+        msg.serialize(&mut out);
+        self.sock.send(&out, 0)?;
+        let mut answer = Vec::new();
+        loop {
+            let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
+            if n > self.buf.len() {
+                return Err(invalid(
+                    self.what,
+                    format!("a reply of {n} bytes does not fit"),
+                ));
+            }
+            let mut off = 0;
+            while off < n {
+                let m = NetlinkMessage::<M>::deserialize(&self.buf[off..n])
+                    .map_err(|e| invalid(self.what, e))?;
+                let len = m.header.length as usize;
+                if len == 0 {
+                    return Err(invalid(self.what, "zero-length netlink message"));
+                }
+                off += (len + 3) & !3;
+                if m.header.sequence_number != seq {
+                    // A late answer to an earlier, abandoned request.
+                    continue;
+                }
+                match m.payload {
+                    NetlinkPayload::InnerMessage(inner) => answer.push(inner),
+                    NetlinkPayload::Done(_) => return Ok(answer),
+                    NetlinkPayload::Error(e) => {
+                        return match e.code {
+                            Some(c) => Err(io::Error::from_raw_os_error(-c.get())),
+                            None => Ok(answer),
+                        };
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
