@@ -4,14 +4,19 @@
 //! Kubernetes probe or a load balancer.
 
 use crate::run::Heartbeat;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// A probe's answer: `Ok(text)` is 200, `Err(reason)` 503; either in
 /// plain text, one line.
-pub type Probe = Box<dyn Fn() -> Result<String, String> + Send>;
+pub type Probe = Box<dyn Fn() -> Result<String, String> + Send + Sync>;
 
 /// What `/healthz` and `/readyz` ask (see `daemon.rs` for what each
 /// checks).
@@ -20,9 +25,16 @@ pub struct Probes {
     pub ready: Probe,
 }
 
+struct Served {
+    registry: Registry,
+    probes: Probes,
+}
+
 /// Serve `GET /metrics`, `/healthz` and `/readyz` on addr from a thread
-/// that beats once a request or half second and ends once `stopping`.
-/// Returns the address bound (addr's port may be 0).
+/// that beats every half second and ends once `stopping`. HTTP/1.1 by
+/// hyper, the server half of the stack the etcd client already brings, on
+/// a single-threaded runtime of the thread's own. Returns the address
+/// bound (addr's port may be 0).
 pub fn serve(
     addr: SocketAddr,
     registry: Registry,
@@ -30,74 +42,124 @@ pub fn serve(
     beat: Heartbeat,
     stopping: impl Fn() -> bool + Send + 'static,
 ) -> std::io::Result<SocketAddr> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| std::io::Error::other(format!("metrics: cannot listen on {addr}: {e}")))?;
-    let addr = server.server_addr().to_ip().unwrap_or(addr);
+    let cannot = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("metrics: cannot listen on {addr}: {e}"))
+    };
+    let std_listener = std::net::TcpListener::bind(addr).map_err(cannot)?;
+    std_listener.set_nonblocking(true).map_err(cannot)?;
+    let addr = std_listener.local_addr()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let served = Arc::new(Served { registry, probes });
     info!(%addr, "metrics served at http://{addr}/metrics, probes at /healthz and /readyz");
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || loop {
-            beat.beat();
-            let req = match server.recv_timeout(Duration::from_millis(500)) {
-                Ok(Some(r)) => r,
-                Ok(None) if stopping() => return,
-                Ok(None) => continue,
-                Err(e) => {
-                    warn!("metrics: {e}");
-                    return;
+        .spawn(move || {
+            rt.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(std_listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        warn!("metrics: {e}");
+                        return;
+                    }
+                };
+                loop {
+                    beat.beat();
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                            if stopping() {
+                                return;
+                            }
+                            continue;
+                        }
+                    };
+                    let stream = match accepted {
+                        Ok((s, _)) => s,
+                        Err(e) => {
+                            debug!("metrics: accept: {e}");
+                            continue;
+                        }
+                    };
+                    let served = served.clone();
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |req: Request<_>| {
+                            let reply = answer(&served, &req);
+                            async move { Ok::<_, std::convert::Infallible>(reply) }
+                        });
+                        // A client that sends no request in time is dropped.
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(Duration::from_secs(10))
+                            .serve_connection(TokioIo::new(stream), service);
+                        if let Err(e) = conn.await {
+                            debug!("metrics: connection: {e}");
+                        }
+                    });
                 }
-            };
-            let reply = answer(&registry, &probes, req.method(), req.url());
-            if let Err(e) = req.respond(reply) {
-                warn!("metrics: reply not sent: {e}");
-            }
+            })
         })?;
     Ok(addr)
 }
 
-fn answer(
-    registry: &Registry,
-    probes: &Probes,
-    method: &tiny_http::Method,
-    url: &str,
-) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let text = |code: u16, body: String, ctype: &str| {
-        let header = tiny_http::Header::from_bytes("Content-Type", ctype)
-            .unwrap_or_else(|_| unreachable!("a static header is valid"));
-        tiny_http::Response::from_string(body)
-            .with_status_code(code)
-            .with_header(header)
-    };
-    let path = url.split('?').next().unwrap_or(url);
+fn text(code: StatusCode, body: String, ctype: &'static str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    r
+}
+
+fn answer<B>(served: &Served, req: &Request<B>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
     let probe = match path {
         "/metrics" => None,
-        "/healthz" => Some(&probes.health),
-        "/readyz" => Some(&probes.ready),
+        "/healthz" => Some(&served.probes.health),
+        "/readyz" => Some(&served.probes.ready),
         _ => {
             return text(
-                404,
+                StatusCode::NOT_FOUND,
                 "not found: masqd serves /metrics, /healthz and /readyz\n".into(),
                 "text/plain",
             )
         }
     };
-    if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
-        return text(405, format!("only GET {path}\n"), "text/plain");
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("only GET {path}\n"),
+            "text/plain",
+        );
     }
     if let Some(probe) = probe {
         return match probe() {
-            Ok(t) => text(200, format!("{t}\n"), "text/plain; charset=utf-8"),
-            Err(why) => text(503, format!("{why}\n"), "text/plain; charset=utf-8"),
+            Ok(t) => text(
+                StatusCode::OK,
+                format!("{t}\n"),
+                "text/plain; charset=utf-8",
+            ),
+            Err(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{why}\n"),
+                "text/plain; charset=utf-8",
+            ),
         };
     }
     let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, registry) {
+    match prometheus_client::encoding::text::encode(&mut body, &served.registry) {
         Ok(()) => text(
-            200,
+            StatusCode::OK,
             body,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         ),
-        Err(_) => text(500, "encoding failed\n".into(), "text/plain"),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding failed\n".into(),
+            "text/plain",
+        ),
     }
 }
 
@@ -126,9 +188,13 @@ mod tests {
             .expect("a status");
         let ctype = head
             .lines()
-            .find_map(|l| l.strip_prefix("Content-Type: "))
-            .unwrap_or_default()
-            .to_string();
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                // Header names are case-insensitive.
+                name.eq_ignore_ascii_case("content-type")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_default();
         (status, ctype, body.to_string())
     }
 
