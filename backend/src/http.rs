@@ -203,7 +203,9 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;
         let run = Arc::new(crate::run::Run::new(Duration::from_secs(1)));
-        let wedged = run.heartbeat("control", Duration::from_millis(100));
+        // Bound loose enough that the requests before the wedge fit in it
+        // on a loaded machine.
+        let wedged = run.heartbeat("control", Duration::from_secs(2));
         let ready = Arc::new(AtomicBool::new(false));
         let (r1, r2, up, stop) = (run.clone(), run.clone(), ready.clone(), run.clone());
         let probes = Probes {
@@ -252,11 +254,12 @@ mod tests {
         assert_eq!(http(addr, "HEAD", "/readyz").0, 200);
 
         // The control loop wedges: both probes fail, saying which loop.
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(Duration::from_millis(2100));
         let (code, _, body) = http(addr, "GET", "/healthz");
-        assert_eq!(
-            (code, body.as_str()),
-            (503, "stalled: control: no progress for 0s\n")
+        assert_eq!(code, 503);
+        assert!(
+            body.starts_with("stalled: control: no progress for "),
+            "{body}"
         );
         let (code, _, body) = http(addr, "GET", "/readyz");
         assert_eq!(code, 503);

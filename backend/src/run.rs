@@ -127,12 +127,17 @@ mod tests {
     #[test]
     fn a_loop_that_stops_beating_or_ends_is_stalled_until_masqd_stops() {
         let run = Run::new(Duration::from_secs(1));
-        let quick = run.heartbeat("quick", Duration::from_millis(50));
+        let quick = run.heartbeat("quick", Duration::from_millis(500));
         let slow = run.heartbeat("slow", Duration::from_secs(60));
         assert!(run.stalled().is_empty());
-        std::thread::sleep(Duration::from_millis(80));
+        std::thread::sleep(Duration::from_millis(600));
         slow.beat();
-        assert_eq!(run.stalled(), vec!["quick: no progress for 0s"]);
+        let stalled = run.stalled();
+        assert_eq!(stalled.len(), 1, "{stalled:?}");
+        assert!(
+            stalled[0].starts_with("quick: no progress for "),
+            "{stalled:?}"
+        );
         quick.beat();
         assert!(run.stalled().is_empty());
         drop(slow);
