@@ -2,7 +2,9 @@
 MASQ_TESTBED_HOSTS hosts (run-tests sets it: 2, or 3 with --cluster).
 Tests marked `three_hosts` need three; run-tests selects them only with
 --cluster (`make test-cluster`). Tests marked `long` run for minutes by
-design; run-tests selects them only with --long (`make test-long`)."""
+design; run-tests selects them only with --long (`make test-long`). Tests
+marked `stress` loop until they find trouble; only `run-tests --stress`
+runs them."""
 import os
 import signal
 import subprocess
@@ -44,6 +46,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "three_hosts: needs a three-host testbed (make test-cluster)")
     config.addinivalue_line("markers", "long: runs for minutes by design, a soak or a wedged "
                             "guest; kept out of make test's budget (make test-long)")
+    config.addinivalue_line("markers", "stress: a loop run by hand to reproduce a rare fault "
+                            "(integration/run-tests --stress)")
 
 
 # The testbed of this run, once a test asked for it: the hooks below check

@@ -8,6 +8,7 @@ cluster mode, so each host learns the other's containers from etcd."""
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -492,3 +493,22 @@ def test_cni_commands_add_check_del_twice_gc_status_and_errors(pods):
     finally:
         cni(tb, "/usr/lib/cni/bridge", "DEL", bridge)
         tb.run("host1", "ip", "netns", "del", "cnitest", check=False)
+
+
+@pytest.mark.stress
+def test_containers_start_again_and_again(pods):
+    """Issue 30's loop: a container on each host at once, round after round
+    (MASQ_STRESS_ROUNDS, default 100), each listing vrdma0 through masq, as
+    the container tests start theirs. A guest that locks up fails the round
+    it is in (the console watch keeps the evidence); with
+    MASQ_TESTBED_SMP=2 it is the configuration the lockup was seen in."""
+    tb = pods
+    rounds = int(os.environ.get("MASQ_STRESS_ROUNDS", "100"))
+    started = time.monotonic()
+    for i in range(1, rounds + 1):
+        procs = [tb.spawn(h, *podman_argv(f"st-{h}", "ibv_devinfo", "-d", "vrdma0"))
+                 for h in HOSTS]
+        for h, p in zip(HOSTS, procs):
+            rc, out, err = finish(p, timeout=300)
+            assert rc == 0 and "vrdma0" in out, (i, h, rc, out, err)
+        print(f"round {i} of {rounds}: {time.monotonic() - started:.0f} s", flush=True)
