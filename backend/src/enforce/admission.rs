@@ -253,6 +253,9 @@ impl Conntrack for Admission {
             .filter(|e| (e.session, e.qp_handle) != (except.session, except.qp_handle))
             .count()
     }
+    fn get(&self, key: QpKey) -> Option<Entry> {
+        self.table().get(key).cloned()
+    }
     fn upsert(&self, e: Entry) -> Result<Upsert, TableFull> {
         self.table().upsert(e)
     }

@@ -18,6 +18,7 @@ use crate::pipeline::ports::{Conntrack, Decide, Guard, QpHost, QpKernel, Voucher
 use crate::pipeline::session::Session;
 use masq_proto as proto;
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::io;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -87,6 +88,8 @@ pub(super) struct FakeHost {
     pub(super) guard: Option<FakeGuard>,
     /// The AH handles `destroy_ah` destroyed on the app's file.
     pub(super) destroyed: RefCell<Vec<u32>>,
+    /// The UD QPs announced to the other hosts: (QPN, up).
+    pub(super) announced: RefCell<Vec<(u32, bool)>>,
 }
 
 impl QpHost for FakeHost {
@@ -118,7 +121,9 @@ impl QpHost for FakeHost {
     fn cm_side(&self, _ep: &Endpoint, _qpn: u32) -> Option<rconntrack::CmSide> {
         None
     }
-    fn ud_announce(&self, _ep: &Endpoint, _qpn: u32, _up: bool) {}
+    fn ud_announce(&self, _ep: &Endpoint, qpn: u32, up: bool) {
+        self.announced.borrow_mut().push((qpn, up));
+    }
     fn underlay(&self) -> Ipv4Addr {
         Ipv4Addr::new(192, 168, 1, 1)
     }
@@ -169,6 +174,7 @@ pub(super) fn setup(policy: Option<&str>) -> (FakeHost, Session) {
         admitted: Admitted::default(),
         guard: None,
         destroyed: RefCell::default(),
+        announced: RefCell::default(),
     };
     (host, Session::new(7, PID, ep))
 }
@@ -190,26 +196,63 @@ pub(super) fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
 
 /// The backstop's guard: its calls go to `log`, which a `Logged`
 /// kernel shares, so their order against the kernel's commands shows.
+/// Its QP elements are queued and put in force by `wait_applied`, as the
+/// backstop's are; the backstop's updater thread, which runs the rest
+/// some time later, is `eventually`.
 #[derive(Default)]
 pub(super) struct FakeGuard {
     pub(super) log: Rc<RefCell<Vec<String>>>,
+    /// Element changes not yet in force: (add, element).
+    queued: RefCell<Vec<(bool, String)>>,
+    pub(super) in_force: Rc<RefCell<BTreeSet<String>>>,
+}
+
+impl FakeGuard {
+    fn queue(&self, add: bool, element: String) {
+        self.queued.borrow_mut().push((add, element));
+    }
+
+    /// The elements in force once every queued change ran.
+    pub(super) fn eventually(&self) -> BTreeSet<String> {
+        let mut s = self.in_force.borrow().clone();
+        apply(&mut s, &self.queued.borrow());
+        s
+    }
+}
+
+fn apply(set: &mut BTreeSet<String>, changes: &[(bool, String)]) {
+    for (add, e) in changes {
+        if *add {
+            set.insert(e.clone());
+        } else {
+            set.remove(e);
+        }
+    }
 }
 
 impl Guard for FakeGuard {
     fn qp_seen(&self, qpn: u32) {
         self.log.borrow_mut().push(format!("qp_seen {qpn:#x}"));
-    }
-    fn qp_seen_with_admission(&self, qpn: u32) {
-        self.log
-            .borrow_mut()
-            .push(format!("qp_seen_with_admission {qpn:#x}"));
+        self.queue(true, format!("tenant_qpns {qpn:#x}"));
     }
     fn qp_gone(&self, qpn: u32) {
         self.log.borrow_mut().push(format!("qp_gone {qpn:#x}"));
+        self.queue(false, format!("tenant_qpns {qpn:#x}"));
     }
     fn wait_applied(&self, _timeout: Duration) -> bool {
         self.log.borrow_mut().push("wait_applied".into());
+        apply(
+            &mut self.in_force.borrow_mut(),
+            &std::mem::take(&mut *self.queued.borrow_mut()),
+        );
         true
+    }
+    fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
+        self.log
+            .borrow_mut()
+            .push(format!("ud_local {vni} {qpn:#x} {up}"));
+        self.queue(up, format!("ud_qpns {qpn:#x}"));
+        self.queue(up, format!("udq_{vni} {qpn:#x}"));
     }
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         self.log

@@ -22,11 +22,12 @@ pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
 /// QPNs that may receive, and the wait until its nftables sets say so.
 pub trait Guard {
     fn qp_seen(&self, qpn: u32);
-    /// As `qp_seen`, for a QP the security groups admitted just now.
-    fn qp_seen_with_admission(&self, qpn: u32);
     fn qp_gone(&self, qpn: u32);
     /// Whether the sets were applied within `timeout`.
     fn wait_applied(&self, timeout: Duration) -> bool;
+    /// This host's UD QP `qpn` of an endpoint in `vni` can receive (`up`),
+    /// from UD QPs of its VNI only, or is gone.
+    fn ud_local(&self, vni: u32, qpn: u32, up: bool);
     /// Let in (or no longer) the datagrams of UD QP `qpn` that another
     /// host's endpoint in `vni` holds (the CM's UD announcements).
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool);
@@ -77,6 +78,7 @@ pub trait Decide {
 pub trait Conntrack {
     /// How many entries of (vni, vip) there are besides `except`'s.
     fn held(&self, vni: u32, vip: Ipv4Addr, except: QpKey) -> usize;
+    fn get(&self, key: QpKey) -> Option<Entry>;
     fn upsert(&self, e: Entry) -> Result<Upsert, TableFull>;
     fn set_state(&self, key: QpKey, state: State) -> bool;
     fn remove(&self, key: QpKey) -> Option<Entry>;
@@ -118,7 +120,8 @@ pub trait QpHost {
     fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal>;
     /// The RDMA CM's side of a connection it set up, if it did.
     fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
-    /// A UD QP can receive (`up`) or is gone.
+    /// A UD QP can receive (`up`) or is gone: the other hosts of its VNI
+    /// are told (the backstop's own sets are the pipeline's, `Guard`).
     fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool);
     /// This host's underlay address.
     fn underlay(&self) -> Ipv4Addr;

@@ -4,10 +4,13 @@
 //! - route: check the request's own fields and translate its virtual
 //!   address (dgid, sgid index, traffic class) into the physical one;
 //! - admit: at RTR, the security groups and the endpoint's quota decide;
+//!   the connection is tracked in RConntrack and the backstop's elements
+//!   (the QP's, the connection's) are in the kernel before execute, taken
+//!   out again if the kernel refuses the RTR;
 //! - execute: the verbs command on the app's own uverbs file (`QpKernel`),
 //!   after the kernel vouched that the QPN is the app's;
-//! - record: the session's QP record, the RConntrack entry (and through it
-//!   the backstop's sets) and the audit's vouchers.
+//! - record: the session's QP record, RConntrack's state from then on,
+//!   the audit's vouchers.
 //!
 //! MODIFY_QP runs all four; RESYNC_QP reads the kernel instead of
 //! executing and re-runs admission; QP_MOVED (posted after the app moved a
@@ -323,20 +326,78 @@ pub fn modify(
     if to_rtr {
         h.vouchers().vouch(qpn, sess.id, sess.pid);
     }
-    // A QP can receive from RTR on: the backstop guards its QPN before.
-    let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
-    let backstop = h.guard();
-    // An admission waits for its elements below: this thread runs them.
-    let _held = backstop.filter(|_| admitted_by.is_some()).map(Held::new);
-    if let (true, Some(b)) = (guard, backstop) {
-        if admitted_by.is_some() {
-            b.qp_seen_with_admission(qpn);
+    let key = key(sess, m.qp_handle);
+    let known = sess.qps.get(&m.qp_handle);
+    let ud = m.qp_type == IBV_QPT_UD;
+    let vni = sess.ep.cfg.vni;
+    // A QP can receive from RTR on: the backstop guards its QPN (a UD
+    // QP's in its VNI's sets too) before the RTR runs.
+    let guard = to_rtr && !known.is_some_and(|r| r.guarded);
+    let entry = admitted_by.and_then(|rule| {
+        let peer_host = route
+            .as_ref()
+            .map(|r| r.host)
+            .or_else(|| known.and_then(|q| q.peer_host))?;
+        let remote_qpn = if mask & IBV_QP_DEST_QPN != 0 {
+            a.dest_qp_num
         } else {
-            b.qp_seen(qpn);
+            known.and_then(|q| q.remote_qpn).unwrap_or(0)
+        };
+        Some(rconntrack::Entry {
+            remote_vip: remote_vip?,
+            remote_qpn,
+            peer_host,
+            state: rconntrack::State::Admitted,
+            rule,
+            cm: h.cm_side(&sess.ep, qpn),
+            dscp: route.as_ref().map(|r| r.dscp),
+            ..local_entry(sess, m.qp_handle, qpn, m.qp_type)
+        })
+    });
+    let backstop = h.guard();
+    // This thread runs the transaction it waits for below (see `Held`).
+    let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
+    if let (true, Some(b)) = (guard, backstop) {
+        b.qp_seen(qpn);
+        if ud {
+            b.ud_local(vni, qpn, true);
         }
     }
+    // Tracked before the RTR runs, so that the connection's elements are
+    // in the sets by then too (its app sends once RTR returns); what was
+    // tracked before is put back if the kernel refuses the RTR.
+    let before = entry.as_ref().map(|_| h.conntrack().get(key));
+    if let Some(e) = entry {
+        debug!(qpn, rule = %e.rule, "connection admitted");
+        if h.conntrack().upsert(e).is_err() {
+            warn!("connection table full; {qpn} not tracked");
+        }
+    }
+    if let (Some(_), Some(b)) = (&held, backstop) {
+        if !b.wait_applied(BACKSTOP_WAIT) {
+            warn!(
+                qpn,
+                "backstop sets not updated within {BACKSTOP_WAIT:?}; the QP \
+                 goes to RTR before its elements are in force"
+            );
+        }
+    }
+    drop(held);
     if let Err(e) = k.modify(&cmd) {
+        // A QP that did not get to RTR keeps no element of its own.
+        match before {
+            Some(Some(old)) => {
+                let _ = h.conntrack().upsert(old);
+            }
+            Some(None) => {
+                h.conntrack().remove(key);
+            }
+            None => {}
+        }
         if let (true, Some(b)) = (guard, backstop) {
+            if ud {
+                b.ud_local(vni, qpn, false);
+            }
             b.qp_gone(qpn);
         }
         return Err(from_io(e, "MODIFY_QP"));
@@ -346,13 +407,12 @@ pub fn modify(
     } else {
         true
     };
-    if m.qp_type == IBV_QPT_UD && owner_checked && to_rtr {
+    if ud && owner_checked && to_rtr {
         h.ud_announce(&sess.ep, qpn, true);
     }
 
     // Record.
     sess.touched.push(m.qp_handle);
-    let key = key(sess, m.qp_handle);
     let rec = sess
         .qps
         .entry(m.qp_handle)
@@ -365,12 +425,10 @@ pub fn modify(
     if mask & IBV_QP_DEST_QPN != 0 {
         rec.remote_qpn = Some(a.dest_qp_num);
     }
-    let mut dscp = None;
     if let Some(r) = route {
         rec.remote_vip = Some(r.vip);
         rec.peer_host = Some(r.host);
         rec.virt_sgid_index = r.vsgid;
-        dscp = Some(r.dscp);
         debug!(
             qpn,
             "QP -> {}: {} ({}) QPN {:#x} via host {}",
@@ -380,40 +438,6 @@ pub fn modify(
             a.dest_qp_num,
             r.host
         );
-    }
-    let peer = (
-        rec.remote_vip,
-        rec.peer_host,
-        rec.remote_qpn.unwrap_or(0),
-        rec.qpn,
-    );
-    if let (Some(rule), (Some(remote_vip), Some(peer_host), remote_qpn, qpn)) = (admitted_by, peer)
-    {
-        let entry = rconntrack::Entry {
-            remote_vip,
-            remote_qpn,
-            peer_host,
-            state: rconntrack::State::Admitted,
-            rule,
-            cm: h.cm_side(&sess.ep, qpn),
-            dscp,
-            ..local_entry(sess, m.qp_handle, qpn, m.qp_type)
-        };
-        debug!(qpn, rule = %entry.rule, "connection admitted");
-        if h.conntrack().upsert(entry).is_err() {
-            warn!("connection table full; {qpn} not tracked");
-        }
-        // The app sends once RTR returns: the backstop must let it through
-        // by then (see Backstop::submit).
-        if let Some(b) = backstop {
-            if !b.wait_applied(BACKSTOP_WAIT) {
-                warn!(
-                    qpn,
-                    "backstop sets not updated within {BACKSTOP_WAIT:?}; \
-                      the connection's first packets may be dropped"
-                );
-            }
-        }
     }
     if has_state {
         record_state(h, sess, key, a.qp_state);
@@ -513,6 +537,9 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         }
         h.vouchers().forget(qp.qpn, sess.id);
         if let (true, Some(b)) = (qp.guarded, h.guard()) {
+            if qp.qp_type == "UD" {
+                b.ud_local(sess.ep.cfg.vni, qp.qpn, false);
+            }
             b.qp_gone(qp.qpn);
         }
         sess.touched.push(qp_handle);
@@ -579,6 +606,9 @@ pub fn resync(
             // This host's backstop sets, and hosts whose masqd restarted
             // too, learn it again (the others ask with PEER_UD_QUERY when
             // they start).
+            if let Some(b) = h.guard() {
+                b.ud_local(sess.ep.cfg.vni, r.qp_num, true);
+            }
             h.ud_announce(&sess.ep, r.qp_num, true);
         }
         return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));

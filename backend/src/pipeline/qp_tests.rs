@@ -4,6 +4,7 @@
 use super::*;
 use crate::pipeline::fakes::*;
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::io;
 use std::rc::Rc;
 
@@ -200,16 +201,24 @@ fn resync_of_a_qp_in_init_tracks_nothing_and_its_rtr_still_goes_through_admissio
     assert_eq!(tracked(&h).len(), 1);
 }
 
-/// The fake kernel, its MODIFY_QPs logged (and failed, if `fail`).
+/// The fake kernel, its MODIFY_QPs logged in the guard's log (and
+/// failed, if `fail`), with what stood at each: the backstop's elements in
+/// force and the connections tracked.
 struct Logged<'a> {
     k: &'a FakeKernel,
-    log: Rc<RefCell<Vec<String>>>,
+    h: &'a FakeHost,
     fail: bool,
+    at_modify: RefCell<Vec<(BTreeSet<String>, usize)>>,
 }
 
 impl QpKernel for Logged<'_> {
     fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
-        self.log.borrow_mut().push("modify".into());
+        let g = self.h.guard.as_ref().expect("a guarded host");
+        g.log.borrow_mut().push("modify".into());
+        let in_force = g.in_force.borrow().clone();
+        self.at_modify
+            .borrow_mut()
+            .push((in_force, tracked(self.h).len()));
         if self.fail {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
@@ -220,6 +229,15 @@ impl QpKernel for Logged<'_> {
     }
     fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
         self.k.owner(qpn, qp_type)
+    }
+}
+
+fn logged<'a>(k: &'a FakeKernel, h: &'a FakeHost, fail: bool) -> Logged<'a> {
+    Logged {
+        k,
+        h,
+        fail,
+        at_modify: RefCell::default(),
     }
 }
 
@@ -236,55 +254,139 @@ fn taken(log: &Rc<RefCell<Vec<String>>>) -> Vec<String> {
     std::mem::take(&mut *log.borrow_mut())
 }
 
+fn set(elements: &[&str]) -> BTreeSet<String> {
+    elements.iter().map(|e| e.to_string()).collect()
+}
+
+fn eventually(h: &FakeHost) -> BTreeSet<String> {
+    h.guard.as_ref().expect("a guarded host").eventually()
+}
+
 #[test]
-fn an_rtr_is_guarded_before_the_kernel_runs_it_and_waits_for_the_sets_once_tracked() {
+fn an_rtr_reaches_the_kernel_once_its_qpn_and_its_connection_are_in_the_backstop() {
     let (h, mut sess, log) = guarded();
     let k = kernel();
     init_on_own_fd(&h, &k, &mut sess);
     assert!(taken(&log).is_empty(), "INIT cannot receive: not guarded");
-    let lk = Logged {
-        k: &k,
-        log: log.clone(),
-        fail: false,
-    };
+    let lk = logged(&k, &h, false);
     modify(&h, &lk, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         taken(&log),
-        [
-            "hold",
-            "qp_seen_with_admission 0x11",
-            "modify",
-            "wait_applied",
-            "release"
-        ]
+        ["hold", "qp_seen 0x11", "wait_applied", "release", "modify"]
     );
-    assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
+    assert_eq!(
+        lk.at_modify.borrow()[0],
+        (set(&["tenant_qpns 0x11"]), 1),
+        "at the RTR: the QPN guarded, the connection tracked (its elements in the same wait)"
+    );
+    assert_eq!(tracked(&h).len(), 1);
     assert!(sess.qps[&HANDLE].guarded);
 }
 
 #[test]
-fn a_failed_rtr_lets_the_guard_forget_its_qpn() {
+fn a_failed_rtr_leaves_no_element_and_no_connection() {
     let (h, mut sess, log) = guarded();
     let k = kernel();
     init_on_own_fd(&h, &k, &mut sess);
-    let lk = Logged {
-        k: &k,
-        log: log.clone(),
-        fail: true,
-    };
+    let lk = logged(&k, &h, true);
     let e = modify(&h, &lk, &mut sess, &rtr()).expect_err("the kernel refused");
     assert_eq!(e.errno(), libc::EINVAL);
     assert_eq!(
         taken(&log),
         [
             "hold",
-            "qp_seen_with_admission 0x11",
+            "qp_seen 0x11",
+            "wait_applied",
+            "release",
             "modify",
-            "qp_gone 0x11",
-            "release"
+            "qp_gone 0x11"
         ]
     );
+    assert_eq!(lk.at_modify.borrow()[0], (set(&["tenant_qpns 0x11"]), 1));
+    assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
     assert!(tracked(&h).is_empty());
+    assert!(!sess.qps[&HANDLE].guarded);
+}
+
+#[test]
+fn a_refused_rtr_on_a_connected_qp_leaves_its_connection_as_it_was() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    let before = tracked(&h);
+    taken(&log);
+    // Another RTR, to another QPN: the kernel refuses it (RTR from RTR).
+    let mut again = rtr();
+    again.attr.dest_qp_num = 0x13;
+    let lk = logged(&k, &h, true);
+    modify(&h, &lk, &mut sess, &again).expect_err("the kernel refused");
+    assert_eq!(lk.at_modify.borrow()[0].1, 1);
+    let after = tracked(&h);
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].remote_qpn, 0x12, "the connection as it was");
+    assert_eq!(after[0].remote_qpn, before[0].remote_qpn);
+    assert!(!taken(&log).contains(&"qp_gone 0x11".to_string()));
+    assert_eq!(eventually(&h), set(&["tenant_qpns 0x11"]));
+    assert!(sess.qps[&HANDLE].guarded);
+}
+
+/// An RTR of a UD QP (no address: a UD QP has none).
+fn ud_rtr() -> proto::ModifyQpReq {
+    let mut m = modify_req(IBV_QP_STATE, IBV_QPS_RTR);
+    m.qp_type = IBV_QPT_UD;
+    m
+}
+
+fn ud_init_on_own_fd(h: &FakeHost, k: &FakeKernel, sess: &mut Session) {
+    k.qp.borrow_mut().qp_state = IBV_QPS_INIT;
+    let mut m = moved_req(IBV_QPS_INIT);
+    m.qp_type = IBV_QPT_UD;
+    moved(h, k, sess, &m).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_ud_qps_rtr_reaches_the_kernel_once_only_its_vnis_datagrams_can_reach_it() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    ud_init_on_own_fd(&h, &k, &mut sess);
+    assert!(taken(&log).is_empty());
+    let lk = logged(&k, &h, false);
+    modify(&h, &lk, &mut sess, &ud_rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        taken(&log),
+        [
+            "hold",
+            "qp_seen 0x11",
+            "ud_local 100 0x11 true",
+            "wait_applied",
+            "release",
+            "modify"
+        ]
+    );
+    let ud = set(&["tenant_qpns 0x11", "ud_qpns 0x11", "udq_100 0x11"]);
+    assert_eq!(lk.at_modify.borrow()[0], (ud.clone(), 0));
+    assert_eq!(*h.announced.borrow(), [(QPN, true)], "announced after");
+    // Destroyed: its elements go, and the other hosts are told.
+    destroyed(&h, &mut sess, HANDLE);
+    assert_eq!(taken(&log), ["ud_local 100 0x11 false", "qp_gone 0x11"]);
+    assert!(eventually(&h).is_empty());
+    assert_eq!(*h.announced.borrow(), [(QPN, true), (QPN, false)]);
+}
+
+#[test]
+fn a_ud_qps_failed_rtr_leaves_no_element_and_announces_nothing() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    ud_init_on_own_fd(&h, &k, &mut sess);
+    let lk = logged(&k, &h, true);
+    modify(&h, &lk, &mut sess, &ud_rtr()).expect_err("the kernel refused");
+    assert_eq!(
+        &taken(&log)[5..],
+        ["modify", "ud_local 100 0x11 false", "qp_gone 0x11"]
+    );
+    assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
+    assert!(h.announced.borrow().is_empty());
     assert!(!sess.qps[&HANDLE].guarded);
 }
 

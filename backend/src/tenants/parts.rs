@@ -304,9 +304,6 @@ impl PeerSink for Parts {
 /// Tell the other hosts of the endpoint's VNI that its UD QP `qpn` is up
 /// (at RTR) or gone, so that they can name its datagrams' sender.
 pub(crate) fn announce(parts: &Parts, ep: &Endpoint, qpn: u32, up: bool) {
-    if let Some(bs) = parts.admission.backstop() {
-        bs.ud_local(ep.cfg.vni, qpn, up);
-    }
     let me = parts.cfg.underlay.ip;
     let hosts: Vec<Ipv4Addr> = parts
         .registry

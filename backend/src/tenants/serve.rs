@@ -176,6 +176,9 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
     }
     if let Some(b) = parts.admission.backstop() {
         for qp in sess.qps.values().filter(|q| q.guarded) {
+            if qp.qp_type == "UD" {
+                b.ud_local(sess.ep.cfg.vni, qp.qpn, false);
+            }
             b.qp_gone(qp.qpn);
         }
     }

@@ -179,7 +179,7 @@ fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
         let (b, _p) = start("own-thread");
         // No updater thread runs here: only the waiting thread can apply.
         b.hold();
-        b.qp_seen_with_admission(0x12_3456);
+        b.qp_seen(0x12_3456);
         b.apply(&[ev(
             EventKind::New,
             rc(0x12_3456, 0xab_cdef, State::Admitted),
@@ -214,7 +214,7 @@ fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
                         for i in 0..25u32 {
                             let qpn = t << 16 | i;
                             b.hold();
-                            b.qp_seen_with_admission(qpn);
+                            b.qp_seen(qpn);
                             b.apply(&[ev(EventKind::New, rc(qpn, qpn + 1, State::Admitted))]);
                             assert!(b.wait_applied(Duration::from_secs(5)), "{qpn:#x}");
                             b.release();
@@ -290,7 +290,7 @@ fn one_element_costs() {
             for q in 3 * n + 1..=4 * n {
                 let t = std::time::Instant::now();
                 b.hold();
-                b.qp_seen_with_admission(q);
+                b.qp_seen(q);
                 b.apply(&[ev(EventKind::New, rc(q, q, State::Admitted))]);
                 assert!(b.wait_applied(Duration::from_secs(5)));
                 b.release();

@@ -83,20 +83,9 @@ impl Backstop {
         }
     }
 
-    /// As `qp_seen`, for a QP whose admission follows at once: its update
-    /// waits in the queue for the admission's, so both go to the kernel in
-    /// one transaction, which the admission waits for.
-    pub fn qp_seen_with_admission(&self, qpn: u32) {
-        let mut el = self.lock();
-        if bump(&mut el.tenant_qpns, qpn) {
-            let mut q = lock(&self.pending);
-            q.cmds.push(vec![Change::Add(tenant_qpn(qpn))]);
-            q.last += 1;
-        }
-    }
-
-    /// A UD QP of a local endpoint in `vni` is up (at RTR) or gone: from
-    /// now on datagrams reach it only from UD QPs announced in its VNI.
+    /// A UD QP of a local endpoint in `vni` is about to receive (before
+    /// its RTR) or gone: from now on datagrams reach it only from UD QPs
+    /// announced in its VNI.
     pub fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
         let mut el = self.lock();
         let mut cmd = Vec::new();
@@ -439,14 +428,14 @@ impl Guard for Backstop {
     fn qp_seen(&self, qpn: u32) {
         Backstop::qp_seen(self, qpn)
     }
-    fn qp_seen_with_admission(&self, qpn: u32) {
-        Backstop::qp_seen_with_admission(self, qpn)
-    }
     fn qp_gone(&self, qpn: u32) {
         Backstop::qp_gone(self, qpn)
     }
     fn wait_applied(&self, timeout: Duration) -> bool {
         Backstop::wait_applied(self, timeout)
+    }
+    fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
+        Backstop::ud_local(self, vni, qpn, up)
     }
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         Backstop::ud_remote(self, host, qpn, vni, up)
