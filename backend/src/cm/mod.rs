@@ -188,9 +188,10 @@ pub struct Cm {
     /// Other hosts' UD QPs as their masqds announced them:
     /// (host, QPN) -> (VNI, vIP). Claims: checked against the VPC map.
     ud_peers: Mutex<std::collections::HashMap<(Ipv4Addr, u32), (u32, Ipv4Addr)>>,
-    /// This host's UD QP announcements not yet in force at the peer:
-    /// (peer host, QPN), and the signal that one came in.
-    ud_unacked: Mutex<std::collections::HashSet<(Ipv4Addr, u32)>>,
+    /// This host's UD QPs announced as up, until they are gone:
+    /// (peer host, QPN) -> whether the peer has it in force; and the
+    /// signal that an ack came in.
+    ud_up: Mutex<std::collections::HashMap<(Ipv4Addr, u32), bool>>,
     ud_acked: std::sync::Condvar,
 }
 
@@ -222,7 +223,7 @@ impl Cm {
             out: Mutex::new(None),
             timeout,
             ud_peers: Mutex::new(std::collections::HashMap::new()),
-            ud_unacked: Mutex::new(std::collections::HashSet::new()),
+            ud_up: Mutex::new(std::collections::HashMap::new()),
             ud_acked: std::sync::Condvar::new(),
         }
     }

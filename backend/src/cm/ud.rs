@@ -20,11 +20,29 @@ impl Cm {
         self.send(host, PeerMsg::UdQp { vni, vip, qpn, up });
     }
 
-    /// Announce this host's UD QP `qpn` of (vni, vip) as up to `hosts`,
-    /// and wait up to `timeout` until each has it in force (its backstop
-    /// lets the QP's datagrams in), as the app's first datagram may follow
-    /// at once. A host the message could not reach counts as answered.
-    /// False if one did not answer in time.
+    /// Announce this host's UD QP `qpn` of (vni, vip) as up to those of
+    /// `hosts` not told yet, without waiting: sent when the QP reaches
+    /// INIT, so that the acks are in by its RTR.
+    pub fn announce_ud_early(&self, hosts: &[Ipv4Addr], vni: u32, vip: Ipv4Addr, qpn: u32) {
+        let mut up = self.ud_up.lock().unwrap_or_else(|p| p.into_inner());
+        let new: Vec<Ipv4Addr> = hosts
+            .iter()
+            .filter(|h| !up.contains_key(&(**h, qpn)))
+            .copied()
+            .collect();
+        // Marked before the send: an ack may come back at once.
+        up.extend(new.iter().map(|h| ((*h, qpn), false)));
+        drop(up);
+        for h in new {
+            self.announce_ud(h, vni, vip, qpn, true);
+        }
+    }
+
+    /// Announce this host's UD QP `qpn` of (vni, vip) as up to `hosts`
+    /// (those not told at INIT), and wait up to `timeout` until each has
+    /// it in force (its backstop lets the QP's datagrams in), as the app's
+    /// first datagram may follow at once. A host the message could not
+    /// reach counts as answered. False if one did not answer in time.
     pub fn announce_ud_up(
         &self,
         hosts: &[Ipv4Addr],
@@ -33,32 +51,33 @@ impl Cm {
         qpn: u32,
         timeout: Duration,
     ) -> bool {
-        let mut unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
-        unacked.extend(hosts.iter().map(|h| (*h, qpn)));
-        drop(unacked);
-        for h in hosts {
-            self.announce_ud(*h, vni, vip, qpn, true);
-        }
-        let unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut unacked, waited) = self
+        self.announce_ud_early(hosts, vni, vip, qpn);
+        let up = self.ud_up.lock().unwrap_or_else(|p| p.into_inner());
+        let (up, waited) = self
             .ud_acked
-            .wait_timeout_while(unacked, timeout, |u| {
-                hosts.iter().any(|h| u.contains(&(*h, qpn)))
+            .wait_timeout_while(up, timeout, |u| {
+                hosts.iter().any(|h| u.get(&(*h, qpn)) == Some(&false))
             })
             .unwrap_or_else(|p| p.into_inner());
-        for h in hosts {
-            unacked.remove(&(*h, qpn));
-        }
+        drop(up);
         !waited.timed_out()
     }
 
     /// `host` has UD QP `qpn`'s announcement in force, or it could not be
     /// sent there.
     pub fn ud_acked(&self, host: Ipv4Addr, qpn: u32) {
-        let mut unacked = self.ud_unacked.lock().unwrap_or_else(|p| p.into_inner());
-        if unacked.remove(&(host, qpn)) {
+        let mut up = self.ud_up.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(acked @ false) = up.get_mut(&(host, qpn)) {
+            *acked = true;
             self.ud_acked.notify_all();
         }
+    }
+
+    /// This host's UD QP `qpn` is gone (its end announced): a QP that
+    /// gets the number later is announced afresh.
+    pub fn forget_ud(&self, qpn: u32) {
+        let mut up = self.ud_up.lock().unwrap_or_else(|p| p.into_inner());
+        up.retain(|(_, q), _| *q != qpn);
     }
 
     /// Ask each of `hosts`' masqds to announce its UD QPs: after a
@@ -291,5 +310,59 @@ impl Cm {
             param,
             [Default::default(), peer, Default::default()],
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn cm() -> (Cm, mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
+        let cm = Cm::new(Duration::from_secs(1), Default::default());
+        let (tx, rx) = mpsc::channel();
+        cm.set_link(tx);
+        (cm, rx)
+    }
+
+    fn sent(rx: &mpsc::Receiver<(Ipv4Addr, PeerMsg)>) -> Vec<Ipv4Addr> {
+        rx.try_iter().map(|(h, _)| h).collect()
+    }
+
+    const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+    #[test]
+    fn a_ud_qp_announced_at_init_and_acked_waits_for_nothing_at_rtr() {
+        let (cm, rx) = cm();
+        let (a, b) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3));
+        cm.announce_ud_early(&[a, b], 100, VIP, 0x11);
+        assert_eq!(sent(&rx), [a, b]);
+        cm.announce_ud_early(&[a, b], 100, VIP, 0x11);
+        assert!(sent(&rx).is_empty(), "told once");
+        cm.ud_acked(a, 0x11);
+        cm.ud_acked(b, 0x11);
+        let t = std::time::Instant::now();
+        assert!(cm.announce_ud_up(&[a, b], 100, VIP, 0x11, Duration::from_secs(5)));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(sent(&rx).is_empty(), "nothing more to say at RTR");
+    }
+
+    #[test]
+    fn an_rtr_waits_for_the_acks_still_missing_and_tells_a_host_not_told() {
+        let (cm, rx) = cm();
+        let (a, b) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 3));
+        cm.announce_ud_early(&[a], 100, VIP, 0x11);
+        assert_eq!(sent(&rx), [a]);
+        // a never answers; b joined the VNI since INIT.
+        assert!(!cm.announce_ud_up(&[a, b], 100, VIP, 0x11, Duration::from_millis(20)));
+        assert_eq!(sent(&rx), [b]);
+        cm.ud_acked(a, 0x11);
+        cm.ud_acked(b, 0x11);
+        assert!(cm.announce_ud_up(&[a, b], 100, VIP, 0x11, Duration::ZERO));
+        // Gone: a QP that gets the number later is announced afresh.
+        cm.forget_ud(0x11);
+        cm.announce_ud_early(&[a, b], 100, VIP, 0x11);
+        assert_eq!(sent(&rx), [a, b]);
+        assert!(!cm.announce_ud_up(&[a], 100, VIP, 0x11, Duration::ZERO));
     }
 }

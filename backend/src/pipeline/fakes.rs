@@ -90,6 +90,8 @@ pub(super) struct FakeHost {
     pub(super) destroyed: RefCell<Vec<u32>>,
     /// The UD QPs announced to the other hosts: (QPN, up).
     pub(super) announced: RefCell<Vec<(u32, bool)>>,
+    /// The UD QPs announced at INIT.
+    pub(super) early: RefCell<Vec<u32>>,
 }
 
 impl QpHost for FakeHost {
@@ -123,6 +125,9 @@ impl QpHost for FakeHost {
     }
     fn ud_announce(&self, _ep: &Endpoint, qpn: u32, up: bool) {
         self.announced.borrow_mut().push((qpn, up));
+    }
+    fn ud_announce_early(&self, _ep: &Endpoint, qpn: u32) {
+        self.early.borrow_mut().push(qpn);
     }
     fn underlay(&self) -> Ipv4Addr {
         Ipv4Addr::new(192, 168, 1, 1)
@@ -175,6 +180,7 @@ pub(super) fn setup(policy: Option<&str>) -> (FakeHost, Session) {
         guard: None,
         destroyed: RefCell::default(),
         announced: RefCell::default(),
+        early: RefCell::default(),
     };
     (host, Session::new(7, PID, ep))
 }

@@ -123,6 +123,10 @@ pub trait QpHost {
     /// A UD QP can receive (`up`) or is gone: the other hosts of its VNI
     /// are told (the backstop's own sets are the pipeline's, `Guard`).
     fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool);
+    /// A UD QP reached INIT: the other hosts are told now, and their acks
+    /// awaited at its RTR (`ud_announce`), so that a gap costs the app
+    /// nothing.
+    fn ud_announce_early(&self, ep: &Endpoint, qpn: u32);
     /// This host's underlay address.
     fn underlay(&self) -> Ipv4Addr;
     /// Another host's announced UD QP `qpn`: its VNI and vIP.

@@ -409,6 +409,8 @@ pub fn modify(
     };
     if ud && owner_checked && to_rtr {
         h.ud_announce(&sess.ep, qpn, true);
+    } else if ud && owner_checked && has_state && a.qp_state == IBV_QPS_INIT {
+        h.ud_announce_early(&sess.ep, qpn);
     }
 
     // Record.
@@ -468,7 +470,10 @@ fn record_state(h: &dyn QpHost, sess: &mut Session, key: rconntrack::QpKey, stat
 /// resource tracker (rdma netlink), where the QPN must be the app's own,
 /// and only that state is recorded. Nothing here admits, tracks or guards
 /// a connection: a QP the app brought to RTR itself stays untracked (the
-/// audit flags it).
+/// audit flags it). A UD QP of the app's in INIT is announced to the other
+/// hosts of its VNI, so that its RTR finds their acks in: they then let
+/// its datagrams reach their UD QPs of that VNI, which its RTR through
+/// masqd would give it anyway.
 ///
 /// Not through the app's uverbs file: the app does not wait for this, and
 /// a command of masqd's on its QP makes the app's own ibv_destroy_qp fail
@@ -524,6 +529,9 @@ pub fn moved(
     rec.owner_checked |= owner_checked;
     rec.state = state_name(state);
     record_state(h, sess, key, state);
+    if owner_checked && m.qp_type == IBV_QPT_UD && state == IBV_QPS_INIT {
+        h.ud_announce_early(&sess.ep, m.qp_num);
+    }
     Ok(())
 }
 

@@ -375,6 +375,21 @@ fn a_ud_qps_rtr_reaches_the_kernel_once_only_its_vnis_datagrams_can_reach_it() {
 }
 
 #[test]
+fn a_ud_qp_in_init_is_announced_to_the_other_hosts_ahead_of_its_rtr() {
+    let (h, mut sess, _log) = guarded();
+    let k = kernel();
+    ud_init_on_own_fd(&h, &k, &mut sess);
+    assert_eq!(*h.early.borrow(), [QPN], "told at INIT");
+    assert!(h.announced.borrow().is_empty(), "nothing waited for yet");
+    modify(&h, &k, &mut sess, &ud_rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(*h.announced.borrow(), [(QPN, true)], "the acks awaited");
+    // An RC QP in INIT is nobody's business but this host's.
+    let (h, mut sess, _log) = guarded();
+    init_on_own_fd(&h, &kernel(), &mut sess);
+    assert!(h.early.borrow().is_empty());
+}
+
+#[test]
 fn a_ud_qps_failed_rtr_leaves_no_element_and_announces_nothing() {
     let (h, mut sess, log) = guarded();
     let k = kernel();
@@ -386,7 +401,7 @@ fn a_ud_qps_failed_rtr_leaves_no_element_and_announces_nothing() {
         ["modify", "ud_local 100 0x11 false", "qp_gone 0x11"]
     );
     assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
-    assert!(h.announced.borrow().is_empty());
+    assert!(h.announced.borrow().is_empty(), "told at INIT only");
     assert!(!sess.qps[&HANDLE].guarded);
 }
 

@@ -195,6 +195,11 @@ impl QpHost for Parts {
     fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool) {
         announce(self, ep, qpn, up);
     }
+    fn ud_announce_early(&self, ep: &Endpoint, qpn: u32) {
+        let hosts = vni_hosts(self, ep);
+        self.cm
+            .announce_ud_early(&hosts, ep.cfg.vni, ep.cfg.vip, qpn);
+    }
     fn underlay(&self) -> Ipv4Addr {
         self.cfg.underlay.ip
     }
@@ -301,11 +306,10 @@ impl PeerSink for Parts {
     }
 }
 
-/// Tell the other hosts of the endpoint's VNI that its UD QP `qpn` is up
-/// (at RTR) or gone, so that they can name its datagrams' sender.
-pub(crate) fn announce(parts: &Parts, ep: &Endpoint, qpn: u32, up: bool) {
+/// The other hosts of the endpoint's VNI.
+fn vni_hosts(parts: &Parts, ep: &Endpoint) -> Vec<Ipv4Addr> {
     let me = parts.cfg.underlay.ip;
-    let hosts: Vec<Ipv4Addr> = parts
+    parts
         .registry
         .vpc()
         .iter()
@@ -313,11 +317,19 @@ pub(crate) fn announce(parts: &Parts, ep: &Endpoint, qpn: u32, up: bool) {
         .map(|(_, _, p)| p.host)
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .collect();
+        .collect()
+}
+
+/// Tell the other hosts of the endpoint's VNI that its UD QP `qpn` is up
+/// (at RTR, their acks awaited) or gone, so that they can name its
+/// datagrams' sender.
+pub(crate) fn announce(parts: &Parts, ep: &Endpoint, qpn: u32, up: bool) {
+    let hosts = vni_hosts(parts, ep);
     if !up {
         for h in hosts {
             parts.cm.announce_ud(h, ep.cfg.vni, ep.cfg.vip, qpn, false);
         }
+        parts.cm.forget_ud(qpn);
         return;
     }
     // The other hosts' backstops let the QP's datagrams in only once they
