@@ -1,11 +1,11 @@
 //! The policy's tcp/udp rules on each endpoint's vNIC, through nftables:
-//! one `nft -f` transaction per policy, so a ruleset is replaced whole or
-//! not at all, and removed when masqd stops.
+//! one libnftables transaction per policy, so a ruleset is replaced whole
+//! or not at all, and removed when masqd stops.
 
 use crate::config::EndpointConfig;
+use crate::kernel::nft::Nft;
 use masq_policy::Policy;
-use std::io::{self, Write};
-use std::process::{Command, Stdio};
+use std::io;
 
 /// The ruleset for every endpoint that names its host interface and bridge.
 pub fn render(policy: &Policy, endpoints: &[EndpointConfig]) -> Result<String, String> {
@@ -25,30 +25,16 @@ pub fn render(policy: &Policy, endpoints: &[EndpointConfig]) -> Result<String, S
     Ok(text)
 }
 
-/// Load a ruleset atomically.
+/// Load a ruleset atomically: one libnftables buffer is one transaction,
+/// as `nft -f` makes it.
 pub fn load(ruleset: &str) -> io::Result<()> {
     if ruleset.is_empty() {
         return Ok(());
     }
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot run nft: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(ruleset.as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "nft -f failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    Nft::new()
+        .and_then(|nft| nft.run(ruleset))
+        .map(|_| ())
+        .map_err(|e| io::Error::other(format!("nftables refused the ruleset: {e}")))
 }
 
 /// Remove the tables masqd made for these endpoints.
@@ -60,4 +46,43 @@ pub fn remove(endpoints: &[EndpointConfig]) -> io::Result<()> {
         text.push_str(&format!("table bridge {t}\ndelete table bridge {t}\n"));
     }
     load(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load;
+    use crate::kernel::nft_set::in_new_netns;
+
+    fn bridge_tables() -> String {
+        let out = std::process::Command::new("nft")
+            .args(["list", "tables", "bridge"])
+            .output()
+            .expect("nft runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn a_ruleset_loads_whole_or_not_at_all() {
+        in_new_netns(|| {
+            load(
+                "table bridge masq_fw_a {\n  chain c { type filter hook forward priority 0; }\n}\n",
+            )
+            .expect("a good ruleset loads");
+            assert!(bridge_tables().contains("masq_fw_a"));
+            // The second command names a chain that does not exist: the
+            // table the first one makes must not stay either.
+            let err = load("table bridge masq_fw_b {}\nadd rule bridge masq_fw_b nope drop\n")
+                .expect_err("a bad ruleset is refused");
+            assert!(
+                err.to_string().contains("nftables refused the ruleset"),
+                "{err}"
+            );
+            assert!(
+                !bridge_tables().contains("masq_fw_b"),
+                "{}",
+                bridge_tables()
+            );
+            assert!(load("").is_ok(), "nothing to load is no error");
+        });
+    }
 }
