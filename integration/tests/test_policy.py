@@ -368,3 +368,38 @@ def test_metrics_move_with_admissions_requests_and_traffic(policy):
     r = policy.run("host1", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
                    "http://127.0.0.1:9464/other", check=False)
     assert r.stdout == "404"
+
+
+def _http(tb, host, path):
+    """(status, body) of GET path on masqd's metrics listener; status "000"
+    when nothing answers within 5 s (a probe's timeout)."""
+    r = tb.run(host, "curl", "-s", "-m", "5", "-w", "\n%{http_code}",
+               f"http://127.0.0.1:9464{path}", check=False)
+    body, _, code = r.stdout.rpartition("\n")
+    return code, body.strip()
+
+
+def test_health_and_readiness_probes_follow_what_masqd_can_serve(policy):
+    assert _http(policy, "host2", "/healthz")[0] == "200"
+    code, body = _http(policy, "host2", "/readyz")
+    assert code == "200" and body.startswith("ready"), (code, body)
+    eps = json.loads(masqctl(policy, "host2", "-o", "json", "endpoint", "list").stdout)
+    sock = next(e["socket"] for e in eps["endpoints"] if e["name"] == "acme-b")
+    # acme-b's socket gone: its apps cannot reach masqd. Not ready, saying
+    # which; still alive.
+    policy.run("host2", "mv", sock, sock + ".away")
+    try:
+        code, body = _http(policy, "host2", "/readyz")
+        assert code == "503" and "socket gone" in body and sock in body, (code, body)
+        assert _http(policy, "host2", "/healthz")[0] == "200"
+    finally:
+        policy.run("host2", "mv", sock + ".away", sock)
+    assert _http(policy, "host2", "/readyz")[0] == "200"
+    # A stopped masqd answers no probe: the probe fails on its timeout.
+    pid = policy.run("host2", "pidof", "masqd").stdout.split()[0]
+    policy.run("host2", "kill", "-STOP", pid)
+    try:
+        assert _http(policy, "host2", "/healthz")[0] == "000"
+    finally:
+        policy.run("host2", "kill", "-CONT", pid)
+    assert _http(policy, "host2", "/healthz")[0] == "200"
