@@ -382,3 +382,69 @@ def test_ud_state_survives_a_masqd_restart(tb):
         assert "not restored" not in err
     finally:
         stop(procs)
+
+
+# A real systemd for masqd's unit. The guests boot none, so one runs as PID
+# 1 of a PID and mount namespace of its own on host1, on the guest's cgroup
+# tree (masqd needs the tenants' cgroups there); it starts nothing but the
+# unit. The unit is the package's [Service] section with this build's
+# paths and a 6 s watchdog instead of 30 s.
+UNIT_NAME = "masqd-under-test.service"
+SYSTEMD_CGROUPS = ("system.slice/" + UNIT_NAME, "system.slice", "init.scope")
+
+
+def _test_unit():
+    text = open(os.path.join(os.path.dirname(os.path.dirname(HERE)), "packaging",
+                             "masqd.service")).read()
+    service = text.split("[Service]", 1)[1].split("[Install]", 1)[0]
+    masqd = os.path.join(os.path.dirname(MASQCTL), "masqd")
+    config = os.path.join(POLICY_CONFIG, "host1.yaml")
+    service = (service.replace("@PREFIX@/sbin/masqd", masqd)
+               .replace("/etc/masq/masqd.yaml", config)
+               .replace("WatchdogSec=30s", "WatchdogSec=6s"))
+    assert "Type=notify" in service and f"ExecStart={masqd} --config {config}" in service
+    return "[Unit]\nDefaultDependencies=no\n[Service]" + service
+
+
+def _unit(tb, pid1):
+    out = tb.run("host1", "nsenter", "-t", pid1, "-m", "-p", "systemctl", "show", UNIT_NAME,
+                 "-p", "ActiveState", "-p", "MainPID", "-p", "NRestarts", "-p", "StatusText",
+                 check=False).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def test_systemd_sees_masqd_ready_and_restarts_it_when_it_stops_answering(tb):
+    masq_cmd(tb, "kill", "host1")  # the testbed's masqd; endpoints and tenants stay
+    tb.run("host1", "sh", "-c", f'mkdir -p /etc/systemd/system && printf "%s" "$1" '
+           f'> /etc/systemd/system/{UNIT_NAME}', "sh", _test_unit())
+    systemd = tb.spawn("host1", "unshare", "--pid", "--fork", "--mount", "--mount-proc",
+                       "env", "container=masq-test", "/lib/systemd/systemd",
+                       f"--unit={UNIT_NAME}", "--log-target=console")
+    pid1 = None
+    try:
+        pid1 = wait_for("systemd as PID 1 of its namespace", lambda: tb.run(
+            "host1", "pgrep", "-f", "-x", f"/lib/systemd/systemd --unit={UNIT_NAME}.*",
+            check=False).stdout.split(), timeout=60)[0]
+        # Type=notify: active only once masqd said READY=1, with its status.
+        up = wait_for("the unit active", lambda: (lambda u: u.get("ActiveState") == "active"
+                                                  and u)(_unit(tb, pid1)), timeout=120)
+        assert up["StatusText"].startswith("serving 3 endpoint(s)"), up
+        assert up["NRestarts"] == "0", up
+        # masqd stopped: no watchdog pings; systemd kills and restarts it.
+        tb.run("host1", "nsenter", "-t", pid1, "-m", "-p", "kill", "-STOP", up["MainPID"])
+        again = wait_for("the unit restarted by its watchdog", lambda: (
+            lambda u: u.get("NRestarts") == "1" and u.get("ActiveState") == "active" and u)(
+            _unit(tb, pid1)), timeout=120)
+        assert again["MainPID"] != up["MainPID"], again
+        masqctl_json(tb, "host1", "daemon", "show")  # the new masqd answers
+    finally:
+        if pid1:
+            tb.run("host1", "kill", "-KILL", pid1, check=False)  # and with it masqd
+        systemd.kill()
+        finish(systemd)
+        tb.run("host1", "rm", "-f", f"/etc/systemd/system/{UNIT_NAME}", check=False)
+        wait_for("systemd's processes gone", lambda: not tb.run(
+            "host1", "pgrep", "-f", f"--unit={UNIT_NAME}", check=False).stdout.strip(),
+            timeout=30)
+        for cg in SYSTEMD_CGROUPS:
+            tb.run("host1", "rmdir", f"/sys/fs/cgroup/{cg}", check=False)
