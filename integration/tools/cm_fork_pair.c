@@ -245,6 +245,11 @@ static void server(const char *bind_addr, int port, int ready)
 		      rdma_event_str(ev->event), ev->status);
 	id = ev->id;
 	rdma_ack_cm_event(ev);
+	/* One connection a round: the listener goes at once, so that the next
+	 * round's client, which may start while this round tears down, finds
+	 * nobody listening (REJECTED 8, which it retries) rather than a
+	 * listener that will never accept it. */
+	CHECK(rdma_destroy_id(listener));
 	conn_setup(id, &c);
 	post_recv(id, &c);
 	CHECK(rdma_accept(id, &param));
@@ -261,7 +266,6 @@ static void server(const char *bind_addr, int port, int ready)
 	wait_completion(&c, 2, 1);
 	conn_teardown(id, &c);
 	CHECK(rdma_destroy_id(id));
-	CHECK(rdma_destroy_id(listener));
 	rdma_destroy_event_channel(ch);
 	exit(0);
 }
