@@ -417,8 +417,12 @@ def test_systemd_sees_masqd_ready_and_restarts_it_when_it_stops_answering(tb):
     masq_cmd(tb, "kill", "host1")  # the testbed's masqd; endpoints and tenants stay
     tb.run("host1", "sh", "-c", f'mkdir -p /etc/systemd/system && printf "%s" "$1" '
            f'> /etc/systemd/system/{UNIT_NAME}', "sh", _test_unit())
+    # Its own hostname (systemd sets it) and its own /run/systemd, so that
+    # nothing of it stays in the guest but the cgroups removed below.
     systemd = tb.spawn("host1", "unshare", "--pid", "--fork", "--mount", "--mount-proc",
-                       "env", "container=masq-test", "/lib/systemd/systemd",
+                       "--uts", "--ipc", "sh", "-c",
+                       "mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd && "
+                       'exec env container=masq-test /lib/systemd/systemd "$@"', "sh",
                        f"--unit={UNIT_NAME}", "--log-target=console")
     pid1 = None
     try:
@@ -437,6 +441,7 @@ def test_systemd_sees_masqd_ready_and_restarts_it_when_it_stops_answering(tb):
             _unit(tb, pid1)), timeout=120)
         assert again["MainPID"] != up["MainPID"], again
         masqctl_json(tb, "host1", "daemon", "show")  # the new masqd answers
+        assert tb.run("host1", "hostname").stdout.strip() == "host1"
     finally:
         if pid1:
             tb.run("host1", "kill", "-KILL", pid1, check=False)  # and with it masqd
