@@ -259,20 +259,9 @@ mod tests {
 
     #[test]
     fn entries_made_by_conntrack_are_listed_and_deleted_over_ctnetlink() {
-        let exe = std::env::current_exe().expect("the test binary");
-        let out = std::process::Command::new("unshare")
-            .arg("-rn")
-            .arg(exe)
-            .args(["--exact", "enforce::kconntrack::tests::kconntrack_child"])
-            .env(CHILD, "1")
-            .output()
-            .expect("unshare (util-linux) runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        crate::kernel::netlink::run_test_in_own_netns(
+            "enforce::kconntrack::tests::kconntrack_child",
+            CHILD,
         );
-        assert!(text.contains("1 passed"), "the child ran no test: {text}");
     }
 }

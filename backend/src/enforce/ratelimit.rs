@@ -457,21 +457,7 @@ mod tests {
 
     #[test]
     fn class_counters_and_the_root_qdisc_are_read_over_rtnetlink() {
-        let exe = std::env::current_exe().expect("the test binary");
-        let out = Command::new("unshare")
-            .arg("-rn")
-            .arg(exe)
-            .args(["--exact", "enforce::ratelimit::tests::tc_child"])
-            .env(CHILD, "1")
-            .output()
-            .expect("unshare (util-linux) runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("1 passed"), "the child ran no test: {text}");
+        crate::kernel::netlink::run_test_in_own_netns("enforce::ratelimit::tests::tc_child", CHILD);
     }
 
     #[test]

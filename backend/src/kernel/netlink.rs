@@ -91,3 +91,25 @@ impl Netlink {
         }
     }
 }
+
+/// Runs the test `test` (its full path) of this test binary again, alone,
+/// in a user and network namespace of its own (`unshare -rn`), with `env`
+/// set so that it knows it is the child; fails unless it ran and passed.
+#[cfg(test)]
+pub(crate) fn run_test_in_own_netns(test: &str, env: &str) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new("unshare")
+        .arg("-rn")
+        .arg(exe)
+        .args(["--exact", test])
+        .env(env, "1")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("1 passed"), "the child ran no test: {text}");
+}
