@@ -37,6 +37,11 @@ pub struct OpLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    pub step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CmEventLabels {
     pub endpoint: String,
     pub event: &'static str,
@@ -62,6 +67,8 @@ type HistogramFamily = Family<OpLabels, Histogram, fn() -> Histogram>;
 pub struct Metrics {
     pub admissions: Family<AdmissionLabels, Counter>,
     pub requests: HistogramFamily,
+    /// masqd's work on a QP's move to RTR, step by step (`pipeline::qp`).
+    pub rtr_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     pub cm_events: Family<CmEventLabels, Counter>,
     /// Unix time the policy in force was applied.
     pub policy_applied: Gauge<f64, AtomicU64>,
@@ -78,6 +85,7 @@ impl Default for Metrics {
         Metrics {
             admissions: Family::default(),
             requests: Family::new_with_constructor(request_buckets),
+            rtr_steps: Family::new_with_constructor(request_buckets),
             cm_events: Family::default(),
             policy_applied: Gauge::default(),
         }
@@ -106,6 +114,12 @@ impl Metrics {
             .map_or("malformed", |m| m.name);
         self.requests
             .get_or_create(&OpLabels { op })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn rtr_step(&self, step: &'static str, took: Duration) {
+        self.rtr_steps
+            .get_or_create(&StepLabels { step })
             .observe(took.as_secs_f64());
     }
 
@@ -161,6 +175,12 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
         "masq_request_duration_seconds",
         "Time masqd took to answer a frontend request, by opcode",
         m.requests.clone(),
+    );
+    r.register(
+        "masq_rtr_step_duration_seconds",
+        "Time of each step of masqd's work on a QP's move to RTR: route, owner, \
+         admit, track, backstop (the wait for its elements), modify (the ioctl), record",
+        m.rtr_steps.clone(),
     );
     r.register(
         "masq_cm_events",
@@ -472,10 +492,12 @@ mod tests {
         m.request(4, Duration::from_micros(300));
         m.request(0x7777, Duration::from_micros(1));
         m.cm_event("acme-a", 9);
+        m.rtr_step("backstop", Duration::from_micros(40));
         let mut r = Registry::default();
         r.register("masq_admissions", "a", m.admissions.clone());
         r.register("masq_request_duration_seconds", "r", m.requests.clone());
         r.register("masq_cm_events", "c", m.cm_events.clone());
+        r.register("masq_rtr_step_duration_seconds", "s", m.rtr_steps.clone());
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &r).expect("encode");
         assert!(out.contains(
@@ -485,6 +507,7 @@ mod tests {
             out.contains(r#"masq_admissions_total{tenant="acme",verdict="denied",rule="none"} 1"#)
         );
         assert!(out.contains(r#"masq_request_duration_seconds_count{op="ModifyQp"} 1"#));
+        assert!(out.contains(r#"masq_rtr_step_duration_seconds_sum{step="backstop"} 0.00004"#));
         assert!(out.contains(r#"masq_request_duration_seconds_count{op="malformed"} 1"#));
         assert!(out.contains(r#"masq_cm_events_total{endpoint="acme-a",event="established"} 1"#));
     }

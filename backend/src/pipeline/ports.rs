@@ -136,6 +136,8 @@ pub trait QpHost {
     /// Destroy AH `ah_handle` on the uverbs file session `session`
     /// registered at OPEN_DEVICE; `None` if there is none (the session is gone).
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>>;
+    /// One step of a move to RTR took `took` (the metrics' breakdown).
+    fn rtr_step(&self, step: &'static str, took: std::time::Duration);
 }
 
 /// The RDMA CM as its QP steps use it (`cm::Cm`): an id's RTR and RTS

@@ -257,6 +257,31 @@ fn admit(
     Ok(rule)
 }
 
+/// Times the steps of a move to RTR for the metrics: each `step` is the
+/// time since the previous one. Other moves are not timed.
+struct StepClock<'a> {
+    h: &'a dyn QpHost,
+    last: Option<std::time::Instant>,
+}
+
+impl<'a> StepClock<'a> {
+    fn new(h: &'a dyn QpHost, m: &proto::ModifyQpReq) -> Self {
+        let to_rtr = m.attr_mask & IBV_QP_STATE != 0 && m.attr.qp_state == IBV_QPS_RTR;
+        StepClock {
+            h,
+            last: to_rtr.then(std::time::Instant::now),
+        }
+    }
+
+    fn step(&mut self, name: &'static str) {
+        if let Some(last) = self.last {
+            let now = std::time::Instant::now();
+            self.h.rtr_step(name, now - last);
+            self.last = Some(now);
+        }
+    }
+}
+
 /// MODIFY_QP: route -> admit -> execute -> record.
 pub fn modify(
     h: &dyn QpHost,
@@ -266,7 +291,9 @@ pub fn modify(
 ) -> Result<(), Refusal> {
     let a = &m.attr;
     let mask = m.attr_mask;
+    let mut clock = StepClock::new(h, m);
     let (cmd, route) = route(h, sess, m)?;
+    clock.step("route");
     if let Some(r) = sess.qps.get(&m.qp_handle) {
         if r.qpn != m.qp_num {
             return Err(refuse(
@@ -300,6 +327,7 @@ pub fn modify(
             ));
         }
     }
+    clock.step("owner");
     let to_rtr = has_state && a.qp_state == IBV_QPS_RTR;
     let remote_vip = route
         .as_ref()
@@ -318,6 +346,7 @@ pub fn modify(
     } else {
         None
     };
+    clock.step("admit");
 
     // Execute. Vouched for the audit (which flags QPs from RTR on) before
     // masqd moves it to RTR, never for less: a QP the app connects on its
@@ -373,6 +402,7 @@ pub fn modify(
             warn!("connection table full; {qpn} not tracked");
         }
     }
+    clock.step("track");
     if let (Some(_), Some(b)) = (&held, backstop) {
         if !b.wait_applied(BACKSTOP_WAIT) {
             warn!(
@@ -383,7 +413,10 @@ pub fn modify(
         }
     }
     drop(held);
-    if let Err(e) = k.modify(&cmd) {
+    clock.step("backstop");
+    let executed = k.modify(&cmd);
+    clock.step("modify");
+    if let Err(e) = executed {
         // A QP that did not get to RTR keeps no element of its own.
         match before {
             Some(Some(old)) => {
@@ -444,6 +477,7 @@ pub fn modify(
     if has_state {
         record_state(h, sess, key, a.qp_state);
     }
+    clock.step("record");
     Ok(())
 }
 

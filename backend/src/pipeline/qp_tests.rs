@@ -52,6 +52,19 @@ fn an_admitted_rtr_runs_the_physical_destination_and_is_tracked_through_rts_and_
 }
 
 #[test]
+fn an_rtrs_steps_are_timed_in_order_and_nothing_else_is() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    assert!(h.rtr_steps.borrow().is_empty(), "INIT is not timed");
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        *h.rtr_steps.borrow(),
+        ["route", "owner", "admit", "track", "backstop", "modify", "record"]
+    );
+}
+
+#[test]
 fn an_rtr_the_policy_denies_is_eacces_and_never_reaches_the_kernel() {
     let (h, mut sess) = setup(Some(
         "version: 1\ntenants:\n  acme:\n    securityGroups:\n      \

@@ -195,6 +195,9 @@ impl QpHost for Parts {
     fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool) {
         announce(self, ep, qpn, up);
     }
+    fn rtr_step(&self, step: &'static str, took: std::time::Duration) {
+        self.metrics.rtr_step(step, took);
+    }
     fn ud_announce_early(&self, ep: &Endpoint, qpn: u32) {
         let hosts = vni_hosts(self, ep);
         self.cm

@@ -1,0 +1,132 @@
+"""masqd's own side of a bench run, from its Prometheus metrics.
+
+The bench's clients time each step as the app sees it; masqd's histograms
+say how much of that is masqd's work: `masq_rtr_step_duration_seconds`
+(each step of a move to RTR) and `masq_request_duration_seconds` (each
+request, by opcode). Both hosts' metrics are read before and after every
+masq run; the difference belongs to that run (nothing else talks to masqd
+during a bench). What is left of a step's time once masqd's part is taken
+out is the round trip, the thread hand-offs and the app's own work.
+"""
+import collections
+import os
+import re
+import shutil
+
+LISTEN = "127.0.0.1:9464"
+HOSTS = ("host1", "host2")
+RTR_STEPS = ("route", "owner", "admit", "track", "backstop", "modify", "record")
+# The opcodes the control part's QPs send to masqd; the CM part's are
+# whichever the run used.
+QP_OPS = ("ModifyQp", "QpMoved", "QpDestroyed", "QueryQp")
+_SAMPLE = re.compile(r'^masq_(rtr_step|request)_duration_seconds_(sum|count)\{(?:step|op)="([^"]+)"\} (\S+)$')
+
+
+def config_with_metrics(src, dst):
+    """A copy of the masq config directory src in dst whose host configs
+    serve metrics on LISTEN (added where a host config has no `metrics:`
+    of its own); returns dst."""
+    if os.path.isdir(dst):
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    for name in sorted(os.listdir(dst)):
+        path = os.path.join(dst, name)
+        if not name.endswith((".yaml", ".yml")):
+            continue
+        with open(path) as f:
+            text = f.read()
+        # Host configs name the device they serve; policy files do not.
+        if not re.search(r"^device:", text, re.M) or re.search(r"^metrics:", text, re.M):
+            continue
+        with open(path, "a") as f:
+            f.write(f"\n# Added by integration/bench/run: masqd's own timings.\n"
+                    f"metrics: {{ listen: \"{LISTEN}\" }}\n")
+    return dst
+
+
+def scrape(tb):
+    """{host: {"step:NAME" | "op:NAME": [sum_s, count]}} from both masqds;
+    a host whose masqd does not answer maps to None."""
+    out = {}
+    for host in HOSTS:
+        r = tb.run(host, "curl", "-s", "-m", "5", f"http://{LISTEN}/metrics", check=False, timeout=30)
+        if r.returncode != 0:
+            out[host] = None
+            continue
+        d = {}
+        for line in r.stdout.splitlines():
+            m = _SAMPLE.match(line)
+            if m:
+                kind, field, label, value = m.groups()
+                key = f"{'step' if kind == 'rtr_step' else 'op'}:{label}"
+                d.setdefault(key, [0.0, 0])[0 if field == "sum" else 1] = float(value)
+        out[host] = d
+    return out
+
+
+def delta(before, after):
+    """What changed between two scrapes: {host: {key: [sum_s, count]}},
+    only keys whose count grew; None where a scrape failed."""
+    out = {}
+    for host in HOSTS:
+        b, a = before.get(host), after.get(host)
+        if b is None or a is None:
+            out[host] = None
+            continue
+        out[host] = {k: [v[0] - b.get(k, [0.0, 0])[0], int(v[1] - b.get(k, [0.0, 0])[1])]
+                     for k, v in a.items() if v[1] > b.get(k, [0.0, 0])[1]}
+    return out
+
+
+def aggregate(runs):
+    """Mean us and count per key and host over the runs' deltas:
+    {host: {key: {"mean_us": x, "count": n}}}, or None if no run has one."""
+    acc = {h: collections.defaultdict(lambda: [0.0, 0]) for h in HOSTS}
+    seen = False
+    for r in runs:
+        for host, d in (r.get("masqd") or {}).items():
+            if d is None:
+                continue
+            seen = True
+            for k, (s, n) in d.items():
+                acc[host][k][0] += s
+                acc[host][k][1] += n
+    if not seen:
+        return None
+    return {h: {k: {"mean_us": s / n * 1e6, "count": n} for k, (s, n) in sorted(d.items()) if n}
+            for h, d in acc.items()}
+
+
+def rtr_table(agg, per, label):
+    """masqd's steps of a move to RTR, and its time per request, per host;
+    `per` is what counts are divided by (QPs or connections)."""
+    if not agg:
+        return None
+    out = [f"masqd's work per move to RTR [us], mean over the masq runs of {label} "
+           "(masq_rtr_step_duration_seconds; host1 moves the client's QPs, host2 the server's; "
+           "total = the sum of the steps):",
+           f"{'':<8}" + "".join(f" {s:>8}" for s in RTR_STEPS) + f" {'total':>8} {'RTRs':>7}"]
+    for host in HOSTS:
+        d = agg.get(host) or {}
+        steps = [d.get(f"step:{s}") for s in RTR_STEPS]
+        if not any(steps):
+            continue
+        total = sum(s["mean_us"] for s in steps if s)
+        n = max(s["count"] for s in steps if s)
+        out.append(f"{host:<8}" + "".join(f" {s['mean_us']:>8.0f}" if s else f" {'-':>8}" for s in steps)
+                   + f" {total:>8.0f} {n:>7}")
+    out.append(ops_line(agg, per))
+    return "\n".join(out)
+
+
+def ops_line(agg, per):
+    """Each request masqd answered: mean us, and how many per `per`."""
+    lines = [f"masqd's time per request [us] (masq_request_duration_seconds) x requests per {per[1]}:"]
+    for host in HOSTS:
+        d = agg.get(host) or {}
+        ops = [(k[3:], v) for k, v in d.items() if k.startswith("op:")]
+        if ops:
+            lines.append(f"  {host}: " + ", ".join(
+                f"{op} {v['mean_us']:.0f} x {v['count'] / per[0]:.2g}"
+                for op, v in sorted(ops, key=lambda o: -o[1]["count"])))
+    return "\n".join(lines)
