@@ -10,6 +10,7 @@ pub mod host;
 pub mod ibv;
 pub mod netlink;
 pub mod nft;
+pub mod nft_counters;
 pub mod nft_set;
 pub mod ownership;
 pub mod rdma_nl;

@@ -38,8 +38,10 @@
 //! batched (`flush_updates`, or the thread of a request that waits for
 //! them, `wait_applied`), as nf_tables netlink messages
 //! (`kernel::nft_set`): libnftables would parse, evaluate and rebuild its
-//! cache of the host's ruleset for each. The ruleset itself, the reconcile
-//! and the counters go through libnftables.
+//! cache of the host's ruleset for each. The drop counters are read by a
+//! netlink dump of the table's counter objects (`kernel::nft_counters`),
+//! for the same reason. The ruleset itself and the reconcile go through
+//! libnftables.
 //!
 //! The table outlives masqd on purpose: after a crash the admitted traffic
 //! keeps flowing and nothing new passes. A restarted masqd keeps the sets
@@ -57,6 +59,7 @@ mod sets;
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::kernel::nft::{nft_id, Nft};
+use crate::kernel::nft_counters::NftCounters;
 use crate::kernel::nft_set::{Change, NftSets};
 use rconntrack::QpKey;
 use std::collections::{BTreeMap, HashMap};
@@ -127,10 +130,12 @@ struct Elements {
 }
 
 pub struct Backstop {
-    /// The ruleset, the reconcile and the counters (libnftables).
+    /// The ruleset and the reconcile (libnftables).
     nft: Nft,
     /// The per-connection set elements (netlink).
     sets: NftSets,
+    /// The drop counters (a netlink dump).
+    counters: NftCounters,
     level: usize,
     parent: String,
     elements: Mutex<Elements>,
@@ -192,6 +197,8 @@ impl Backstop {
         let b = Backstop {
             nft: Nft::new()?,
             sets: NftSets::open(TABLE).map_err(|e| format!("nf_tables netlink socket: {e}"))?,
+            counters: NftCounters::open(TABLE)
+                .map_err(|e| format!("nf_tables netlink socket: {e}"))?,
             level: parent.split('/').count() + 1,
             parent,
             elements: Mutex::new(Elements::default()),

@@ -174,6 +174,31 @@ fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
 }
 
 #[test]
+fn the_drop_counters_are_read_without_libnftables_and_a_lost_table_is_an_error() {
+    in_new_netns(|| {
+        let (b, _p) = start("counters");
+        let mut names: Vec<String> = b
+            .counters()
+            .expect("counters")
+            .into_iter()
+            .map(|(name, packets, bytes)| {
+                assert_eq!((packets, bytes), (0, 0), "{name}");
+                name
+            })
+            .collect();
+        names.sort();
+        assert!(names.contains(&"drop_acme_a".to_string()), "{names:?}");
+        assert!(names.contains(&"ingress_drop".to_string()), "{names:?}");
+        crate::kernel::nft::Nft::new()
+            .unwrap()
+            .run(&format!("delete table inet {TABLE}"))
+            .expect("deleted by hand");
+        let e = b.counters().expect_err("no table");
+        assert!(e.contains("the table is gone"), "{e}");
+    })
+}
+
+#[test]
 fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
     in_new_netns(|| {
         let (b, _p) = start("own-thread");

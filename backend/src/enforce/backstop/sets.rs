@@ -11,7 +11,6 @@ use super::{Backstop, TABLE};
 use crate::kernel::nft_set::Change;
 use crate::pipeline::ports::Guard;
 use rconntrack::{Event, EventKind, QpType, State};
-use serde_json::Value;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::sync::{MutexGuard, TryLockError};
@@ -368,22 +367,21 @@ impl Backstop {
         self.mark_applied(upto);
     }
 
-    /// The drop counters: (name, packets, bytes).
+    /// The drop counters: (name, packets, bytes). The table always has
+    /// some: none means it is gone.
     pub fn counters(&self) -> Result<Vec<(String, u64, u64)>, String> {
-        let out = self.nft.run(&format!("list counters table inet {TABLE}"))?;
-        let v: Value = serde_json::from_str(&out).map_err(|e| format!("nft JSON: {e}"))?;
-        let mut c = Vec::new();
-        for item in v["nftables"].as_array().into_iter().flatten() {
-            let k = &item["counter"];
-            if let Some(name) = k["name"].as_str() {
-                c.push((
-                    name.to_string(),
-                    k["packets"].as_u64().unwrap_or(0),
-                    k["bytes"].as_u64().unwrap_or(0),
-                ));
-            }
+        let c = self
+            .counters
+            .read()
+            .map_err(|e| format!("nf_tables counters of inet {TABLE}: {e}"))?;
+        if c.is_empty() {
+            return Err(format!(
+                "no counters in inet {TABLE}: the table is gone (was the ruleset flushed?)"
+            ));
         }
-        Ok(c)
+        Ok(c.into_iter()
+            .map(|c| (c.name, c.packets, c.bytes))
+            .collect())
     }
 
     /// What a drop counter counts, for the log.
