@@ -36,6 +36,8 @@ pub(super) struct FakeKernel {
     pub(super) ran: RefCell<Vec<uverbs::ModifyQp>>,
     /// The kernel's word on the QPN: None = another process's.
     pub(super) mine: bool,
+    /// How often the kernel was asked who owns the QPN.
+    pub(super) owner_lookups: std::cell::Cell<u32>,
 }
 
 impl QpKernel for FakeKernel {
@@ -63,6 +65,7 @@ impl QpKernel for FakeKernel {
         Ok(*self.qp.borrow())
     }
     fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+        self.owner_lookups.set(self.owner_lookups.get() + 1);
         if qpn != QPN || !self.mine {
             return Err(refuse(libc::EPERM, "claimed QPN refused: not the app's"));
         }

@@ -540,10 +540,21 @@ pub fn moved(
             ),
         ));
     }
-    let verdict = k.owner(m.qp_num, m.qp_type)?;
-    let state = match &verdict {
-        Verdict::Owned(q) => q.state.min(IBV_QPS_ERR),
-        Verdict::NoPortYet => IBV_QPS_RESET,
+    // Once the kernel has vouched for the QPN, the handle is bound to it
+    // (as for the RTR, which skips the check then): the app's own file
+    // answers for the state, one query and no netlink lookup. A notice
+    // follows every move the app makes itself, and sits ahead of its next
+    // RTR on the same socket.
+    let (owner_checked, state) = if known.is_some_and(|r| r.owner_checked) {
+        let q = k
+            .query(m.qp_handle, IBV_QP_STATE)
+            .map_err(|e| from_io(e, "QP_MOVED: the QP's state"))?;
+        (true, q.qp_state.min(IBV_QPS_ERR))
+    } else {
+        match k.owner(m.qp_num, m.qp_type)? {
+            Verdict::Owned(q) => (true, q.state.min(IBV_QPS_ERR)),
+            Verdict::NoPortYet => (false, IBV_QPS_RESET),
+        }
     };
     if state != m.qp_state {
         debug!(
@@ -553,7 +564,6 @@ pub fn moved(
             state_name(state)
         );
     }
-    let owner_checked = matches!(verdict, Verdict::Owned(_));
     sess.touched.push(m.qp_handle);
     let key = key(sess, m.qp_handle);
     let rec = sess
