@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(HERE, "configs", "backstop")
 MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+QP_BENCH = os.path.join(REPO, "integration", "build", "qp_connect_bench")
 ROGUE = os.path.join(REPO, "integration", "build", "rogue_qp")
 LIBMASQ = os.path.join(REPO, "frontend-provider", "build", "libmasq.so")
 RESULT = re.compile(r"^sent (\d+) send_errors (\d+) \((.*)\) received (\d+)$", re.M)
@@ -123,6 +124,39 @@ def test_an_admitted_connection_passes_and_its_elements_come_and_go(masq):
         time.sleep(0.5)
     assert set_elements(masq, "host1", "eg_acme_a") == []
     assert set_elements(masq, "host2", "conn_in") == []
+
+
+HOG = "while :; do :; done"
+
+
+def test_no_first_packet_of_a_new_connection_is_dropped_under_load(masq):
+    # qp_connect_bench's server sends on each of its QPs the moment it is
+    # in RTS (--server-sends-first). RTR returns only once the connection's
+    # elements are in the kernel, so the backstop drops none of those first
+    # packets (RC would resend them, hiding a drop from the app: the
+    # counters are the witness), even with both hosts' CPUs kept busy.
+    port = 18830
+    hogs = [masq.spawn(h, "timeout", "600", "sh", "-c", HOG) for h in ("host1", "host2")]
+    srv = masq.tenant_spawn("host2", "acme-b", QP_BENCH, "--server", "-d", "vrdma0", "-x", "1",
+                            "-p", str(port))
+    try:
+        masq.wait_listening("host2", port, tenant="acme-b")
+        before = {h: counters(masq, h) for h in ("host1", "host2")}
+        r = masq.tenant_run("host1", "acme-a", QP_BENCH, "-d", "vrdma0", "-x", "1", "-p", str(port),
+                            "-n", "50", "-P", "4", "--server-sends-first", "10.0.0.2", check=False,
+                            timeout=600)
+        after = {h: counters(masq, h) for h in ("host1", "host2")}
+    finally:
+        srv.kill()
+        for h in ("host1", "host2"):
+            masq.run(h, "pkill", "-f", HOG, check=False)
+        for p in hogs:
+            p.wait()
+        srv.wait()
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["procs"], out["qps_per_proc"]) == (4, 50), r.stdout
+    assert after == before, (before, after)
 
 
 @pytest.mark.parametrize("target", ["acme-b", "globex-b"], ids=["same-vni", "other-vni"])

@@ -18,7 +18,10 @@
  * complete on both sides before the timed teardown. With --placeholder
  * there is no server: RTR names remote QPNs that do not exist (the verbs
  * accept that; no packet is sent until a work request is posted) and
- * nothing is checked.
+ * nothing is checked. With --server-sends-first the server also sends
+ * one zero-length SEND on each of its QPs the moment it is in RTS, to a
+ * receive the app posted: the first packet of every connection leaves
+ * right after its RTR returned (a test of masq's backstop, not timed).
  *
  * Timed (CLOCK_MONOTONIC, per app): connect = for each QP ibv_create_qp,
  * then modify to INIT, RTR, RTS; destroy = ibv_destroy_qp of them all. The
@@ -55,6 +58,8 @@
 #define MAX_QPS 100000
 #define MAX_PROCS 256
 #define WORKER_ENV "QP_CONNECT_BENCH_WORKER"
+/* In the request's QP count: the server sends first (--server-sends-first). */
+#define SEND_FIRST 0x80000000u
 
 struct opts {
 	const char *dev;
@@ -64,6 +69,7 @@ struct opts {
 	int procs;
 	int server;
 	int placeholder;
+	int send_first;
 	const char *peer;
 };
 
@@ -94,7 +100,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: qp_connect_bench --server [-d DEV] [-x GIDX] [-p PORT]\n"
-		"       qp_connect_bench [-d DEV] [-x GIDX] [-p PORT] [-n QPS] [-P PROCS] SERVER_IPV4\n"
+		"       qp_connect_bench [-d DEV] [-x GIDX] [-p PORT] [-n QPS] [-P PROCS]\n"
+		"                        [--server-sends-first] SERVER_IPV4\n"
 		"       qp_connect_bench --placeholder [-d DEV] [-x GIDX] [-n QPS] [-P PROCS] PEER_IPV4\n"
 		"\n"
 		"Times creating RC QPs plus RESET->INIT->RTR->RTS towards PEER, and destroying\n"
@@ -106,6 +113,7 @@ static void usage(FILE *f)
 		"  -P PROCS       concurrent processes (default 1, at most %d)\n"
 		"  --server       serve clients (forks one child per client) until killed\n"
 		"  --placeholder  no server: RTR towards remote QPNs that do not exist\n"
+		"  --server-sends-first  the server SENDs on each QP right after its RTS\n"
 		"The remote GID is ::ffff:PEER (PEER is a virtual IP through masq).\n",
 		MAX_QPS, MAX_PROCS);
 }
@@ -130,6 +138,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	static const struct option longs[] = {
 		{ "server", no_argument, NULL, 's' },
 		{ "placeholder", no_argument, NULL, 'h' },
+		{ "server-sends-first", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -159,6 +168,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'h':
 			o->placeholder = 1;
 			break;
+		case 'f':
+			o->send_first = 1;
+			break;
 		case 'H':
 			usage(stdout);
 			exit(0);
@@ -167,8 +179,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			exit(2);
 		}
 	}
-	if (o->server && o->placeholder) {
-		fprintf(stderr, "qp_connect_bench: --server and --placeholder exclude each other\n");
+	if (o->server + o->placeholder + o->send_first > 1) {
+		fprintf(stderr, "qp_connect_bench: --server, --placeholder and --server-sends-first "
+				"exclude each other\n");
 		exit(2);
 	}
 	if (o->server ? optind != argc : optind != argc - 1) {
@@ -394,14 +407,16 @@ static int serve_one(const struct opts *o, int fd, struct in_addr peer)
 	struct ibv_qp **qps = NULL;
 	struct dev d;
 	char err[200] = "";
-	int n, i, made = 0, rc = -1;
+	int n, i, made = 0, rc = -1, send_first;
 
-	if (recv_u32s(fd, hdr, 2) || hdr[0] != MAGIC || hdr[1] < 1 || hdr[1] > MAX_QPS) {
+	if (recv_u32s(fd, hdr, 2) || hdr[0] != MAGIC || (hdr[1] & ~SEND_FIRST) < 1 ||
+	    (hdr[1] & ~SEND_FIRST) > MAX_QPS) {
 		fprintf(stderr, "qp_connect_bench server: bad request from %s\n", inet_ntoa(peer));
 		return -1;
 	}
-	n = (int)hdr[1];
-	if (open_dev(o, n + 1, &d, err, sizeof(err)))
+	send_first = !!(hdr[1] & SEND_FIRST);
+	n = (int)(hdr[1] & ~SEND_FIRST);
+	if (open_dev(o, 2 * n + 1, &d, err, sizeof(err)))
 		goto out;
 	mine = calloc((size_t)n, sizeof(*mine));
 	theirs = calloc((size_t)n, sizeof(*theirs));
@@ -430,18 +445,24 @@ static int serve_one(const struct opts *o, int fd, struct in_addr peer)
 		goto out;
 	}
 	status = 0;
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
+		struct ibv_send_wr wr = { .wr_id = (uint64_t)i, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+
 		if (to_rtr(qps[i], &d, o->gid_index, peer, theirs[i]) ||
-		    to_rts(qps[i], mine[i].psn)) {
+		    to_rts(qps[i], mine[i].psn) ||
+		    (send_first && ibv_post_send(qps[i], &wr, &bad))) {
 			status = (uint32_t)errno;
-			snprintf(err, sizeof(err), "QP %d of %d: RTR/RTS towards %s: %s", i + 1, n,
-				 inet_ntoa(peer), strerror(errno));
+			snprintf(err, sizeof(err), "QP %d of %d: RTR/RTS/SEND towards %s: %s", i + 1,
+				 n, inet_ntoa(peer), strerror(errno));
 			break;
 		}
+	}
 	if (send_u32s(fd, &status, 1) || status)
 		goto out;
-	/* The client sends one zero-length SEND on each QP. */
-	if (poll_n(d.cq, n, 120, err, sizeof(err)))
+	/* The client sends one zero-length SEND on each QP (and receives ours). */
+	if (poll_n(d.cq, send_first ? 2 * n : n, 120, err, sizeof(err)))
 		goto out;
 	status = 0;
 	if (send_u32s(fd, &status, 1) || recv_u32s(fd, &status, 1))
@@ -553,7 +574,7 @@ static void run_worker(const struct opts *o, struct worker_fds *w)
 		snprintf(res.error, sizeof(res.error), "out of memory");
 		goto out;
 	}
-	if (open_dev(o, n + 1, &d, res.error, sizeof(res.error)))
+	if (open_dev(o, 2 * n + 1, &d, res.error, sizeof(res.error)))
 		goto out;
 	if (o->placeholder) {
 		for (i = 0; i < n; i++)
@@ -561,7 +582,7 @@ static void run_worker(const struct opts *o, struct worker_fds *w)
 	} else {
 		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)o->port),
 					 .sin_addr = peer };
-		uint32_t hdr[2] = { MAGIC, (uint32_t)n };
+		uint32_t hdr[2] = { MAGIC, (uint32_t)n | (o->send_first ? SEND_FIRST : 0) };
 
 		fd = socket(AF_INET, SOCK_STREAM, 0);
 		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a))) {
@@ -621,6 +642,15 @@ static void run_worker(const struct opts *o, struct worker_fds *w)
 
 	if (!o->placeholder) {
 		/* Untimed: the server connects its side, then one SEND per QP. */
+		for (i = 0; o->send_first && i < n; i++) {
+			struct ibv_recv_wr wr = { .wr_id = (uint64_t)i }, *bad;
+
+			if (ibv_post_recv(qps[i], &wr, &bad)) {
+				snprintf(res.error, sizeof(res.error), "ibv_post_recv on QP %d: %s",
+					 i + 1, strerror(errno));
+				goto out;
+			}
+		}
 		if (send_u32s(fd, (uint32_t *)mine, 2 * (size_t)n) || recv_u32s(fd, &status, 1)) {
 			snprintf(res.error, sizeof(res.error), "exchange: %s", strerror(errno));
 			goto out;
@@ -641,7 +671,7 @@ static void run_worker(const struct opts *o, struct worker_fds *w)
 				goto out;
 			}
 		}
-		if (poll_n(d.cq, n, 120, res.error, sizeof(res.error)) ||
+		if (poll_n(d.cq, o->send_first ? 2 * n : n, 120, res.error, sizeof(res.error)) ||
 		    recv_u32s(fd, &status, 1)) {
 			if (!res.error[0])
 				snprintf(res.error, sizeof(res.error),
