@@ -3,9 +3,11 @@
 The bench's clients time each step as the app sees it; masqd's histograms
 say how much of that is masqd's work: `masq_rtr_step_duration_seconds`
 (each step of a move to RTR) and `masq_request_duration_seconds` (each
-request, by opcode). Both hosts' metrics are read before and after every
-masq run; the difference belongs to that run (nothing else talks to masqd
-during a bench). What is left of a step's time once masqd's part is taken
+request, by opcode). Its counters say what the data path cost: packets
+the backstop dropped (`masq_backstop_dropped_packets_total`) and the RNIC
+port's own counters (`masq_rnic_port_total`: rxe's retries among them).
+Both hosts' metrics are read before and after every run; the difference
+belongs to that run (nothing else talks to masqd during a bench). What is left of a step's time once masqd's part is taken
 out is the round trip, the thread hand-offs and the app's own work.
 """
 import collections
@@ -20,6 +22,10 @@ RTR_STEPS = ("route", "owner", "admit", "track", "backstop", "modify", "record")
 # whichever the run used.
 QP_OPS = ("ModifyQp", "QpMoved", "QpDestroyed", "QueryQp")
 _SAMPLE = re.compile(r'^masq_(rtr_step|request)_duration_seconds_(sum|count)\{(?:step|op)="([^"]+)"\} (\S+)$')
+_COUNTER = re.compile(r'^masq_(backstop_dropped_packets|rnic_port)_total\{counter="([^"]+)"\} (\S+)$')
+# The RNIC counters that mean a packet was lost or sent again (rxe).
+RETRIES = ("completer_retry_err", "retry_exceeded_err", "rcvd_seq_err", "duplicate_request",
+           "out_of_seq_request")
 
 
 def config_with_metrics(src, dst):
@@ -45,8 +51,9 @@ def config_with_metrics(src, dst):
 
 
 def scrape(tb):
-    """{host: {"step:NAME" | "op:NAME": [sum_s, count]}} from both masqds;
-    a host whose masqd does not answer maps to None."""
+    """{host: {"step:NAME" | "op:NAME": [sum_s, count], "drop:NAME" |
+    "rnic:NAME": [value, 0]}} from both masqds; a host whose masqd does
+    not answer maps to None."""
     out = {}
     for host in HOSTS:
         r = tb.run(host, "curl", "-s", "-m", "5", f"http://{LISTEN}/metrics", check=False, timeout=30)
@@ -60,13 +67,18 @@ def scrape(tb):
                 kind, field, label, value = m.groups()
                 key = f"{'step' if kind == 'rtr_step' else 'op'}:{label}"
                 d.setdefault(key, [0.0, 0])[0 if field == "sum" else 1] = float(value)
+            m = _COUNTER.match(line)
+            if m:
+                kind, label, value = m.groups()
+                d[f"{'drop' if kind.startswith('backstop') else 'rnic'}:{label}"] = [float(value), 0]
         out[host] = d
     return out
 
 
 def delta(before, after):
     """What changed between two scrapes: {host: {key: [sum_s, count]}},
-    only keys whose count grew; None where a scrape failed."""
+    only histograms whose count grew and counters that grew; None where a
+    scrape failed."""
     out = {}
     for host in HOSTS:
         b, a = before.get(host), after.get(host)
@@ -74,7 +86,9 @@ def delta(before, after):
             out[host] = None
             continue
         out[host] = {k: [v[0] - b.get(k, [0.0, 0])[0], int(v[1] - b.get(k, [0.0, 0])[1])]
-                     for k, v in a.items() if v[1] > b.get(k, [0.0, 0])[1]}
+                     for k, v in a.items()
+                     if v[1] > b.get(k, [0.0, 0])[1] or (k[:5] in ("drop:", "rnic:")
+                                                         and v[0] > b.get(k, [0.0, 0])[0])}
     return out
 
 
@@ -130,3 +144,18 @@ def ops_line(agg, per):
                 f"{op} {v['mean_us']:.0f} x {v['count'] / per[0]:.2g}"
                 for op, v in sorted(ops, key=lambda o: -o[1]["count"])))
     return "\n".join(lines)
+
+
+def losses(runs):
+    """(backstop drops, rxe retries) summed over the runs and both hosts,
+    or None if no run has masqd's counters."""
+    drops = retries = 0
+    seen = False
+    for r in runs:
+        for d in (r.get("masqd") or {}).values():
+            if d is None:
+                continue
+            seen = True
+            drops += sum(v[0] for k, v in d.items() if k.startswith("drop:"))
+            retries += sum(v[0] for k, v in d.items() if k[5:] in RETRIES and k.startswith("rnic:"))
+    return (int(drops), int(retries)) if seen else None
