@@ -42,6 +42,12 @@ pub struct StepLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerStageLabels {
+    pub stage: &'static str,
+    pub msg: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CmEventLabels {
     pub endpoint: String,
     pub event: &'static str,
@@ -69,6 +75,10 @@ pub struct Metrics {
     pub requests: HistogramFamily,
     /// masqd's work on a QP's move to RTR, step by step (`pipeline::qp`).
     pub rtr_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
+    /// The RDMA CM's steps of a QP (CM_ACCEPT_QP, CM_ESTABLISH_QP).
+    pub cm_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
+    /// Messages between masqds: the hand-off to the link, the handling.
+    pub peer: Family<PeerStageLabels, Histogram, fn() -> Histogram>,
     pub cm_events: Family<CmEventLabels, Counter>,
     /// Unix time the policy in force was applied.
     pub policy_applied: Gauge<f64, AtomicU64>,
@@ -86,6 +96,8 @@ impl Default for Metrics {
             admissions: Family::default(),
             requests: Family::new_with_constructor(request_buckets),
             rtr_steps: Family::new_with_constructor(request_buckets),
+            cm_steps: Family::new_with_constructor(request_buckets),
+            peer: Family::new_with_constructor(request_buckets),
             cm_events: Family::default(),
             policy_applied: Gauge::default(),
         }
@@ -120,6 +132,18 @@ impl Metrics {
     pub fn rtr_step(&self, step: &'static str, took: Duration) {
         self.rtr_steps
             .get_or_create(&StepLabels { step })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn cm_step(&self, step: &'static str, took: Duration) {
+        self.cm_steps
+            .get_or_create(&StepLabels { step })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn peer_message(&self, stage: &'static str, msg: &'static str, took: Duration) {
+        self.peer
+            .get_or_create(&PeerStageLabels { stage, msg })
             .observe(took.as_secs_f64());
     }
 
@@ -181,6 +205,20 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
         "Time of each step of masqd's work on a QP's move to RTR: route, owner, \
          admit, track, backstop (the wait for its elements), modify (the ioctl), record",
         m.rtr_steps.clone(),
+    );
+    r.register(
+        "masq_cm_qp_step_duration_seconds",
+        "Time of each step of the RDMA CM's accept or establish of a QP in masqd: \
+         attrs (the id's QP attributes), rtr, rts (the QP pipeline's moves), finish \
+         (the accept or establish sent on)",
+        m.cm_steps.clone(),
+    );
+    r.register(
+        "masq_peer_message_duration_seconds",
+        "Messages between masqds (the RDMA CM's, UD QP announcements): queued = from \
+         the CM's send to its write on the link, the hand-off to the sender thread; \
+         handled = the reader thread's work on one received message",
+        m.peer.clone(),
     );
     r.register(
         "masq_cm_events",

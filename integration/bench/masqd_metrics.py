@@ -21,7 +21,9 @@ RTR_STEPS = ("route", "owner", "admit", "track", "backstop", "modify", "record")
 # The opcodes the control part's QPs send to masqd; the CM part's are
 # whichever the run used.
 QP_OPS = ("ModifyQp", "QpMoved", "QpDestroyed", "QueryQp")
-_SAMPLE = re.compile(r'^masq_(rtr_step|request)_duration_seconds_(sum|count)\{(?:step|op)="([^"]+)"\} (\S+)$')
+_SAMPLE = re.compile(r'^masq_(rtr_step|request|cm_qp_step|peer_message)_duration_seconds_(sum|count)'
+                     r'\{(?:step|op|stage)="([^"]+)"(?:,msg="([^"]+)")?\} (\S+)$')
+_PREFIX = {"rtr_step": "step", "request": "op", "cm_qp_step": "cm", "peer_message": "peer"}
 _COUNTER = re.compile(r'^masq_(backstop_dropped_packets|rnic_port)_total\{counter="([^"]+)"\} (\S+)$')
 # The RNIC counters that mean a packet was lost or sent again (rxe).
 RETRIES = ("completer_retry_err", "retry_exceeded_err", "rcvd_seq_err", "duplicate_request",
@@ -51,9 +53,9 @@ def config_with_metrics(src, dst):
 
 
 def scrape(tb):
-    """{host: {"step:NAME" | "op:NAME": [sum_s, count], "drop:NAME" |
-    "rnic:NAME": [value, 0]}} from both masqds; a host whose masqd does
-    not answer maps to None."""
+    """{host: {"step:NAME" | "op:NAME" | "cm:NAME" | "peer:STAGE:MSG":
+    [sum_s, count], "drop:NAME" | "rnic:NAME": [value, 0]}} from both
+    masqds; a host whose masqd does not answer maps to None."""
     out = {}
     for host in HOSTS:
         r = tb.run(host, "curl", "-s", "-m", "5", f"http://{LISTEN}/metrics", check=False, timeout=30)
@@ -64,8 +66,8 @@ def scrape(tb):
         for line in r.stdout.splitlines():
             m = _SAMPLE.match(line)
             if m:
-                kind, field, label, value = m.groups()
-                key = f"{'step' if kind == 'rtr_step' else 'op'}:{label}"
+                kind, field, label, msg, value = m.groups()
+                key = f"{_PREFIX[kind]}:{label}" + (f":{msg}" if msg else "")
                 d.setdefault(key, [0.0, 0])[0 if field == "sum" else 1] = float(value)
             m = _COUNTER.match(line)
             if m:
@@ -129,8 +131,30 @@ def rtr_table(agg, per, label):
         n = max(s["count"] for s in steps if s)
         out.append(f"{host:<8}" + "".join(f" {s['mean_us']:>8.0f}" if s else f" {'-':>8}" for s in steps)
                    + f" {total:>8.0f} {n:>7}")
+    cm = cm_lines(agg, per)
+    if cm:
+        out.append(cm)
     out.append(ops_line(agg, per))
     return "\n".join(out)
+
+
+def cm_lines(agg, per):
+    """The RDMA CM's steps of a QP and the messages between the masqds:
+    mean us, and how many per `per`."""
+    lines = []
+    for prefix, title in (("cm:", "the CM's accept/establish of a QP (masq_cm_qp_step_duration_seconds)"),
+                          ("peer:", "messages between masqds, queued = hand-off to the link's sender, "
+                                    "handled = the reader's work (masq_peer_message_duration_seconds)")):
+        rows = []
+        for host in HOSTS:
+            d = agg.get(host) or {}
+            parts = [(k[len(prefix):], v) for k, v in d.items() if k.startswith(prefix)]
+            if parts:
+                rows.append(f"  {host}: " + ", ".join(f"{name} {v['mean_us']:.0f} x {v['count'] / per[0]:.2g}"
+                                                      for name, v in parts))
+        if rows:
+            lines += [f"masqd's time [us] x per {per[1]}, {title}:"] + rows
+    return "\n".join(lines)
 
 
 def ops_line(agg, per):

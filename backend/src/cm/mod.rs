@@ -183,7 +183,7 @@ pub struct Role {
 
 pub struct Cm {
     state: Mutex<State>,
-    out: Mutex<Option<mpsc::Sender<(Ipv4Addr, PeerMsg)>>>,
+    out: Mutex<Option<mpsc::Sender<crate::peer::link::Outgoing>>>,
     pub timeout: Duration,
     /// Other hosts' UD QPs as their masqds announced them:
     /// (host, QPN) -> (VNI, vIP). Claims: checked against the VPC map.
@@ -233,14 +233,14 @@ impl Cm {
     }
 
     /// Where messages to peer masqds go (see `peer::link`).
-    pub fn set_link(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
+    pub fn set_link(&self, tx: mpsc::Sender<crate::peer::link::Outgoing>) {
         *self.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
 
     fn send(&self, host: Ipv4Addr, msg: PeerMsg) {
         debug!(%host, ?msg, "CM message out");
         if let Some(tx) = self.out.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            let _ = tx.send((host, msg));
+            let _ = tx.send((host, msg, std::time::Instant::now()));
         }
     }
 

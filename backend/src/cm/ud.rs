@@ -318,15 +318,15 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    fn cm() -> (Cm, mpsc::Receiver<(Ipv4Addr, PeerMsg)>) {
+    fn cm() -> (Cm, mpsc::Receiver<crate::peer::link::Outgoing>) {
         let cm = Cm::new(Duration::from_secs(1), Default::default());
         let (tx, rx) = mpsc::channel();
         cm.set_link(tx);
         (cm, rx)
     }
 
-    fn sent(rx: &mpsc::Receiver<(Ipv4Addr, PeerMsg)>) -> Vec<Ipv4Addr> {
-        rx.try_iter().map(|(h, _)| h).collect()
+    fn sent(rx: &mpsc::Receiver<crate::peer::link::Outgoing>) -> Vec<Ipv4Addr> {
+        rx.try_iter().map(|(h, _, _)| h).collect()
     }
 
     const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);

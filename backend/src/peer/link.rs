@@ -18,10 +18,13 @@ use std::io::{self, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A message for `host`, queued at the instant given.
+pub type Outgoing = (Ipv4Addr, PeerMsg, Instant);
 
 /// Where the link takes what it receives, and what it asks of masqd.
 pub trait PeerSink: Send + Sync {
@@ -34,7 +37,11 @@ pub trait PeerSink: Send + Sync {
     fn hosts(&self) -> BTreeSet<Ipv4Addr>;
     fn stopping(&self) -> bool;
     /// The queue to the sender thread, handed over right after the bind.
-    fn linked(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>);
+    fn linked(&self, tx: mpsc::Sender<Outgoing>);
+    /// A message spent `took` in `stage`: `queued` from the CM's send to
+    /// its write on the link (the hand-off to the sender thread),
+    /// `handled` in `deliver` on the reader thread.
+    fn timed(&self, stage: &'static str, kind: &'static str, took: Duration);
     /// Every 100 ms, for the CM's timeouts.
     fn tick(&self);
     /// The link listens; `others` are the other hosts of the VPC map.
@@ -77,16 +84,12 @@ pub fn start<S: PeerSink + 'static>(sink: &Arc<S>, own: Ipv4Addr, port: u16) -> 
     Ok(())
 }
 
-fn sender<S: PeerSink>(
-    sink: Arc<S>,
-    own: Ipv4Addr,
-    port: u16,
-    rx: mpsc::Receiver<(Ipv4Addr, PeerMsg)>,
-) {
+fn sender<S: PeerSink>(sink: Arc<S>, own: Ipv4Addr, port: u16, rx: mpsc::Receiver<Outgoing>) {
     let mut links: BTreeMap<Ipv4Addr, TcpStream> = BTreeMap::new();
-    for (host, msg) in rx {
+    for (host, msg, queued) in rx {
         if host == own {
-            sink.deliver(own, msg);
+            sink.timed("queued", msg.kind(), queued.elapsed());
+            deliver(&*sink, own, msg);
             continue;
         }
         let bytes = match peer_wire::encode(&msg) {
@@ -122,6 +125,7 @@ fn sender<S: PeerSink>(
                 links.remove(&host);
             }
         }
+        sink.timed("queued", msg.kind(), queued.elapsed());
         if !sent {
             // The app sees what a lost CM packet gives: a timeout.
             warn!(%host, "CM message lost");
@@ -161,9 +165,18 @@ fn accept_loop<S: PeerSink + 'static>(sink: Arc<S>, listener: TcpListener) {
     }
 }
 
+/// `deliver`, timed.
+fn deliver<S: PeerSink + ?Sized>(sink: &S, from: Ipv4Addr, msg: PeerMsg) {
+    let (started, kind) = (Instant::now(), msg.kind());
+    sink.deliver(from, msg);
+    sink.timed("handled", kind, started.elapsed());
+}
+
 fn receive<S: PeerSink>(sink: Arc<S>, from: Ipv4Addr, stream: TcpStream) {
     debug!(%from, "CM link up");
-    let _ = read_link(from, BufReader::new(stream), |msg| sink.deliver(from, msg));
+    let _ = read_link(from, BufReader::new(stream), |msg| {
+        deliver(&*sink, from, msg)
+    });
     debug!(%from, "CM link down");
 }
 
@@ -336,7 +349,7 @@ mod tests {
     struct FakeSink {
         got: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
         lost: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
-        tx: Mutex<Option<mpsc::Sender<(Ipv4Addr, PeerMsg)>>>,
+        tx: Mutex<Option<mpsc::Sender<Outgoing>>>,
         listening: Mutex<Option<Vec<Ipv4Addr>>>,
     }
 
@@ -353,9 +366,10 @@ mod tests {
         fn stopping(&self) -> bool {
             false
         }
-        fn linked(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
+        fn linked(&self, tx: mpsc::Sender<Outgoing>) {
             *self.tx.lock().expect("lock") = Some(tx);
         }
+        fn timed(&self, _stage: &'static str, _kind: &'static str, _took: Duration) {}
         fn tick(&self) {}
         fn listening(&self, others: Vec<Ipv4Addr>) {
             *self.listening.lock().expect("lock") = Some(others);
@@ -388,14 +402,14 @@ mod tests {
             .expect("lock")
             .clone()
             .expect("linked at start");
-        tx.send((own, rtu(1))).expect("send");
+        tx.send((own, rtu(1), Instant::now())).expect("send");
         let ud = PeerMsg::UdQp {
             vni: 1,
             vip: PEER,
             qpn: 5,
             up: true,
         };
-        tx.send((other, ud.clone())).expect("send");
+        tx.send((other, ud.clone(), Instant::now())).expect("send");
         wait_for("delivered", || !sink.got.lock().expect("lock").is_empty());
         assert_eq!(*sink.got.lock().expect("lock"), vec![(own, rtu(1))]);
         wait_for("lost", || !sink.lost.lock().expect("lock").is_empty());

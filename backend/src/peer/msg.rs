@@ -124,3 +124,21 @@ pub enum PeerMsg {
         up: bool,
     },
 }
+
+impl PeerMsg {
+    /// The message's name, for the metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PeerMsg::Req { .. } => "Req",
+            PeerMsg::Rep { .. } => "Rep",
+            PeerMsg::Rej { .. } => "Rej",
+            PeerMsg::Rtu { .. } => "Rtu",
+            PeerMsg::Dreq { .. } => "Dreq",
+            PeerMsg::SidrReq { .. } => "SidrReq",
+            PeerMsg::SidrRep { .. } => "SidrRep",
+            PeerMsg::UdQuery => "UdQuery",
+            PeerMsg::UdQpAck { .. } => "UdQpAck",
+            PeerMsg::UdQp { .. } => "UdQp",
+        }
+    }
+}

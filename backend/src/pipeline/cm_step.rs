@@ -24,9 +24,16 @@ pub(crate) fn cm_qp_step(
     (qp_handle, qp_num): (u32, u32),
     accept: Option<&proto::CmConnParam>,
 ) -> Result<(), Refusal> {
+    let mut t = std::time::Instant::now();
+    let mut timed = |step: &'static str| {
+        let now = std::time::Instant::now();
+        h.cm_step(step, now - t);
+        t = now;
+    };
     let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
     let (cm_session, rtr, rts) = cm.qp_attrs(id, &sess.ep.cfg.name, sess.pid, qp_num, depths)?;
-    for step in [rtr, rts] {
+    timed("attrs");
+    for (name, step) in [("rtr", rtr), ("rts", rts)] {
         let m = proto::ModifyQpReq {
             qp_handle,
             qp_num,
@@ -35,6 +42,7 @@ pub(crate) fn cm_qp_step(
             attr: step.attr,
         };
         qp::modify(h, k, sess, &m)?;
+        timed(name);
     }
     let body = match accept {
         Some(p) => proto::RequestBody::CmAccept(proto::CmConnectReq {
@@ -43,7 +51,9 @@ pub(crate) fn cm_qp_step(
         }),
         None => proto::RequestBody::CmEstablish(proto::CmId { id }),
     };
-    cm.finish(cm_session, &sess.ep, &body)
+    cm.finish(cm_session, &sess.ep, &body)?;
+    timed("finish");
+    Ok(())
 }
 
 #[cfg(test)]

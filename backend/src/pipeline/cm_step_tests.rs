@@ -106,6 +106,14 @@ fn an_establish_sends_the_rtu_after_rts() {
         Some("establish 7 on session 99")
     );
     assert_eq!(states(&k), [IBV_QPS_RTR, IBV_QPS_RTS]);
+    // Timed for the metrics: the CM's steps around the RTR's own.
+    assert_eq!(
+        *h.timed_steps.borrow(),
+        [
+            "attrs", "route", "owner", "admit", "track", "backstop", "modify", "record", "rtr",
+            "rts", "finish"
+        ]
+    );
 }
 
 #[test]

@@ -95,8 +95,8 @@ pub(super) struct FakeHost {
     pub(super) announced: RefCell<Vec<(u32, bool)>>,
     /// The UD QPs announced at INIT.
     pub(super) early: RefCell<Vec<u32>>,
-    /// The steps of moves to RTR, in the order they were timed.
-    pub(super) rtr_steps: RefCell<Vec<&'static str>>,
+    /// The steps timed (a move to RTR's, the CM's), in order.
+    pub(super) timed_steps: RefCell<Vec<&'static str>>,
 }
 
 impl QpHost for FakeHost {
@@ -144,7 +144,10 @@ impl QpHost for FakeHost {
         None
     }
     fn rtr_step(&self, step: &'static str, _took: std::time::Duration) {
-        self.rtr_steps.borrow_mut().push(step);
+        self.timed_steps.borrow_mut().push(step);
+    }
+    fn cm_step(&self, step: &'static str, _took: std::time::Duration) {
+        self.timed_steps.borrow_mut().push(step);
     }
     fn destroy_ah(&self, _session: u64, ah_handle: u32) -> Option<io::Result<()>> {
         self.destroyed.borrow_mut().push(ah_handle);
@@ -189,7 +192,7 @@ pub(super) fn setup(policy: Option<&str>) -> (FakeHost, Session) {
         destroyed: RefCell::default(),
         announced: RefCell::default(),
         early: RefCell::default(),
-        rtr_steps: RefCell::default(),
+        timed_steps: RefCell::default(),
     };
     (host, Session::new(7, PID, ep))
 }

@@ -138,6 +138,8 @@ pub trait QpHost {
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>>;
     /// One step of a move to RTR took `took` (the metrics' breakdown).
     fn rtr_step(&self, step: &'static str, took: std::time::Duration);
+    /// One step of the RDMA CM's accept or establish of a QP took `took`.
+    fn cm_step(&self, step: &'static str, took: std::time::Duration);
 }
 
 /// The RDMA CM as its QP steps use it (`cm::Cm`): an id's RTR and RTS

@@ -56,10 +56,10 @@ fn an_rtrs_steps_are_timed_in_order_and_nothing_else_is() {
     let (h, mut sess) = setup(None);
     let k = kernel();
     init_on_own_fd(&h, &k, &mut sess);
-    assert!(h.rtr_steps.borrow().is_empty(), "INIT is not timed");
+    assert!(h.timed_steps.borrow().is_empty(), "INIT is not timed");
     modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        *h.rtr_steps.borrow(),
+        *h.timed_steps.borrow(),
         ["route", "owner", "admit", "track", "backstop", "modify", "record"]
     );
 }

@@ -198,6 +198,9 @@ impl QpHost for Parts {
     fn rtr_step(&self, step: &'static str, took: std::time::Duration) {
         self.metrics.rtr_step(step, took);
     }
+    fn cm_step(&self, step: &'static str, took: std::time::Duration) {
+        self.metrics.cm_step(step, took);
+    }
     fn ud_announce_early(&self, ep: &Endpoint, qpn: u32) {
         let hosts = vni_hosts(self, ep);
         self.cm
@@ -298,8 +301,11 @@ impl PeerSink for Parts {
     fn stopping(&self) -> bool {
         self.run.is_stopping()
     }
-    fn linked(&self, tx: mpsc::Sender<(Ipv4Addr, PeerMsg)>) {
+    fn linked(&self, tx: mpsc::Sender<crate::peer::link::Outgoing>) {
         self.cm.set_link(tx);
+    }
+    fn timed(&self, stage: &'static str, kind: &'static str, took: std::time::Duration) {
+        self.metrics.peer_message(stage, kind, took);
     }
     fn tick(&self) {
         self.cm.expire();
