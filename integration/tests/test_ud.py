@@ -16,6 +16,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(HERE, "configs", "masq")
 POLICY_DIR = os.path.join(HERE, "configs", "policy")
 UD_PROBE = os.path.join(REPO, "integration", "build", "ud_probe")
+RX_PACKETS = "/sys/class/net/eth0/statistics/rx_packets"
 # ibv_ud_pingpong's messages must fit rxe's 1024-byte active MTU.
 UD_PINGPONG = ["ibv_ud_pingpong", "-d", "vrdma0", "-g", "1", "-s", "512"]
 
@@ -226,6 +227,47 @@ def test_a_ud_datagram_reaches_no_other_vnis_qp(ud):
         rc_s, sout, serr = finish(srv)
     assert rc == 0 and "payload=pong" in out, out
     assert rc_s == 0 and "payload=ping" in sout, sout + serr
+
+
+def test_a_ud_qp_gets_no_other_vnis_datagram_from_its_first_moment(ud):
+    # globex-a floods the QPN host2 will give next (rxe numbers QPs in
+    # order) with datagrams, through an admitted address handle to its own
+    # 10.0.0.2 there and with the right Q_Key, while acme-b makes a UD QP
+    # with a receive posted in INIT: from its RTR on, the QP takes any
+    # datagram the backstop lets through. The backstop must hold from that
+    # first moment: nothing from globex reaches it, though the flood hits
+    # its QPN (host2 counts the drops).
+    rc, out = probe(ud, "host2", "acme-b", "listen", "1")
+    m = re.search(r"qpn=(0x[0-9a-f]+)", out)
+    assert m and rc != 0 and "payload=" not in out, out
+    nxt, hits = int(m.group(1), 16) + 1, 0
+
+    def received():
+        # Packets host2's NIC received (rxe counts only those to a QP).
+        return int(ud.run("host2", "cat", RX_PACKETS).stdout)
+
+    before = _drops(ud, "host2")["ud_ingress_drop"]
+    for _ in range(4):
+        flood = ud.tenant_spawn("host1", "globex-a", UD_PROBE, "vrdma0", "1", "flood", "10.0.0.2",
+                                hex(nxt), "1", "60")
+        try:
+            # Under way once host2's NIC sees it (to a QPN no QP has yet,
+            # it passes the backstop and rxe drops it).
+            start, deadline = received(), time.monotonic() + 60
+            while received() < start + 1000:
+                assert time.monotonic() < deadline, "the flood does not reach host2"
+                time.sleep(0.5)
+            rc, out = probe(ud, "host2", "acme-b", "listen", "2")
+        finally:
+            flood.kill()
+            finish(flood)
+        m = re.search(r"qpn=(0x[0-9a-f]+)", out)
+        assert m, out
+        assert rc != 0 and "payload=" not in out, out
+        hits += int(m.group(1), 16) == nxt
+        nxt = int(m.group(1), 16) + 1
+    assert hits, "no QP of acme-b got the QPN the flood aimed at"
+    assert _drops(ud, "host2")["ud_ingress_drop"] > before
 
 
 def _ud_set(tb, host, endpoint):

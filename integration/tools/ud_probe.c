@@ -15,6 +15,13 @@
  *   ud_probe DEVICE GID_INDEX send DEST_IPV4 QPN [WAIT_SECONDS]
  *       send one datagram to QPN at DEST, wait for the answer, reply
  *       "done" through an address handle made from the answer
+ *   ud_probe DEVICE GID_INDEX listen WAIT_SECONDS
+ *       post a receive while the QP is in INIT, before its RTR, so that a
+ *       datagram is taken from the first moment the QP can receive; print
+ *       "qpn=0x..", then whatever arrives within WAIT_SECONDS ("payload=")
+ *   ud_probe DEVICE GID_INDEX flood DEST_IPV4 FIRST_QPN COUNT SECONDS
+ *       send datagrams to QPNs FIRST_QPN .. FIRST_QPN+COUNT-1 at DEST, one
+ *       after the other, for SECONDS; print "sent=N"
  *
  * Prints key=value lines. Exit: 0 ok, 3 the verb under test failed (errno
  * printed), 1 other failures (including a wait for a datagram that ran
@@ -250,6 +257,38 @@ int main(int argc, char **argv)
 		wait_wc(1);
 		wait_wc(0);
 		printf("closing=%s\n", buf[0] + 40);
+		return 0;
+	}
+	if (strcmp(argv[3], "listen") == 0 && argc == 5) {
+		wait_seconds = atoi(argv[4]);
+		ud_qp();
+		if (to_init(QKEY))
+			die("modify_init");
+		post_recv();
+		to_rts();
+		printf("qpn=0x%x\n", qp->qp_num);
+		wc = wait_wc(0);
+		printf("src_qp=0x%x payload=%s\n", wc.src_qp, buf[0] + 40);
+		return 0;
+	}
+	if (strcmp(argv[3], "flood") == 0 && argc == 8) {
+		uint32_t first = (uint32_t)strtoul(argv[5], NULL, 0);
+		unsigned long count = strtoul(argv[6], NULL, 0), sent = 0;
+		time_t end = time(NULL) + atoi(argv[7]);
+
+		if (count < 1) {
+			fprintf(stderr, "ud_probe: COUNT must be at least 1\n");
+			return 1;
+		}
+		ud_qp();
+		to_rts();
+		ah = ah_to(argv[4]);
+		while (time(NULL) < end) {
+			post_send(ah, first + (uint32_t)(sent % count), "flood");
+			wait_wc(1);
+			sent++;
+		}
+		printf("sent=%lu\n", sent);
 		return 0;
 	}
 	if (strcmp(argv[3], "send") == 0 && (argc == 6 || argc == 7)) {
