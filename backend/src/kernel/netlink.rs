@@ -18,6 +18,30 @@ pub struct Netlink {
     what: &'static str,
 }
 
+/// setsockopt(2) of one plain value (an int, a timeval) on a socket.
+pub(crate) fn set_option<T>(
+    sock: &Socket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` is a plain value of its own size, only read.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(sock),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn invalid(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {e}"))
 }

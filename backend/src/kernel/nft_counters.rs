@@ -9,12 +9,12 @@
 //! libnftnl (through `nftnl-sys`) writes the request and parses each
 //! object; netlink-packet-core frames the answer.
 
+use crate::kernel::netlink::set_option;
 use netlink_packet_core::{NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use nftnl::nftnl_sys::{self as sys, libc};
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::raw::c_char;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -168,21 +168,7 @@ fn set_timeout(sock: &Socket, t: Duration) -> io::Result<()> {
         tv_sec: t.as_secs() as libc::time_t,
         tv_usec: t.subsec_micros() as libc::suseconds_t,
     };
-    // SAFETY: a plain setsockopt on an open socket with a timeval.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_option(sock, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! (netlink-sys, netlink-packet-core). The kernel applies a batch whole or
 //! not at all, as `nft -f` does.
 
+use crate::kernel::netlink::set_option;
 use netlink_packet_core::{
     DecodeError, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload,
 };
@@ -21,7 +22,6 @@ use std::ffi::{c_void, CString};
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
 use std::os::raw::c_char;
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -328,21 +328,7 @@ impl NftSets {
 
 fn set_rcvbuf(sock: &Socket, size: usize) -> io::Result<()> {
     let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    // SAFETY: a plain setsockopt on an open socket with an int option.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &size)
 }
 
 /// Anything but an ack: nf_tables sends none in answer to a batch.
