@@ -38,6 +38,8 @@ pub(super) struct FakeKernel {
     pub(super) mine: bool,
     /// How often the kernel was asked who owns the QPN.
     pub(super) owner_lookups: std::cell::Cell<u32>,
+    /// How often the QP was queried on the app's file.
+    pub(super) queries: std::cell::Cell<u32>,
 }
 
 impl QpKernel for FakeKernel {
@@ -59,6 +61,7 @@ impl QpKernel for FakeKernel {
         Ok(())
     }
     fn query(&self, qp_handle: u32, _mask: u32) -> io::Result<uverbs::QueryQpResp> {
+        self.queries.set(self.queries.get() + 1);
         if qp_handle != HANDLE {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }

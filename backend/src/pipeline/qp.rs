@@ -540,21 +540,14 @@ pub fn moved(
             ),
         ));
     }
-    // Once the kernel has vouched for the QPN, the handle is bound to it
-    // (as for the RTR, which skips the check then): the app's own file
-    // answers for the state, one query and no netlink lookup. A notice
-    // follows every move the app makes itself, and sits ahead of its next
-    // RTR on the same socket.
-    let (owner_checked, state) = if known.is_some_and(|r| r.owner_checked) {
-        let q = k
-            .query(m.qp_handle, IBV_QP_STATE)
-            .map_err(|e| from_io(e, "QP_MOVED: the QP's state"))?;
-        (true, q.qp_state.min(IBV_QPS_ERR))
-    } else {
-        match k.owner(m.qp_num, m.qp_type)? {
-            Verdict::Owned(q) => (true, q.state.min(IBV_QPS_ERR)),
-            Verdict::NoPortYet => (false, IBV_QPS_RESET),
-        }
+    // The kernel's word through rdma netlink, never a command on the
+    // app's own uverbs file: the app does not wait for a posted notice,
+    // and its ibv_destroy_qp of the QP fails with EBUSY while a command of
+    // masqd's holds the QP there (a move to ERROR and a destroy right
+    // after it is common).
+    let (owner_checked, state) = match k.owner(m.qp_num, m.qp_type)? {
+        Verdict::Owned(q) => (true, q.state.min(IBV_QPS_ERR)),
+        Verdict::NoPortYet => (false, IBV_QPS_RESET),
     };
     if state != m.qp_state {
         debug!(
