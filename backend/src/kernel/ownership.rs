@@ -58,7 +58,13 @@ pub fn judge(
             format!("QP {qpn:#x}: the kernel names no live creator"),
         ));
     };
-    match tgid_of(task) {
+    // The app's main thread is its own thread group: no lookup for it.
+    let tgid = if i32::try_from(task) == Ok(session_pid) {
+        Some(session_pid)
+    } else {
+        tgid_of(task)
+    };
+    match tgid {
         Some(p) if p == session_pid => {}
         Some(p) => {
             return Err((
@@ -130,6 +136,15 @@ mod tests {
         ));
         assert!(matches!(
             judge(found(Some(501), 2), 0x11, 2, 500, tgid),
+            Ok(Verdict::Owned(_))
+        ));
+    }
+
+    #[test]
+    fn the_apps_main_thread_needs_no_lookup() {
+        let no_lookup = |t: u32| -> Option<i32> { panic!("task {t} looked up") };
+        assert!(matches!(
+            judge(found(Some(500), 2), 0x11, 2, 500, no_lookup),
             Ok(Verdict::Owned(_))
         ));
     }

@@ -54,16 +54,7 @@ impl QpKernel for SessionKernel<'_> {
             .device
             .qp_lookup(qpn)
             .map_err(|e| from_io(e, "rdma netlink QP query"))?;
-        // The app's main thread is its own thread group: no /proc read.
-        let pid = self.pid;
-        let tgid_of = |task: u32| {
-            if i32::try_from(task) == Ok(pid) {
-                Some(pid)
-            } else {
-                ownership::tgid_of(task)
-            }
-        };
-        ownership::judge(lookup, qpn, qp_type, pid, tgid_of)
+        ownership::judge(lookup, qpn, qp_type, self.pid, ownership::tgid_of)
             .map_err(|(errno, why)| refuse(errno, format!("claimed QPN refused: {why}")))
     }
 }
