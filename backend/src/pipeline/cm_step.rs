@@ -6,7 +6,7 @@
 use crate::error::Refusal;
 use crate::kernel::ibv::IBV_QPT_RC;
 use crate::pipeline::ports::{CmSteps, QpHost, QpKernel};
-use crate::pipeline::qp;
+use crate::pipeline::qp::{self, StepClock};
 use crate::pipeline::session::Session;
 use masq_proto as proto;
 
@@ -24,15 +24,10 @@ pub(crate) fn cm_qp_step(
     (qp_handle, qp_num): (u32, u32),
     accept: Option<&proto::CmConnParam>,
 ) -> Result<(), Refusal> {
-    let mut t = std::time::Instant::now();
-    let mut timed = |step: &'static str| {
-        let now = std::time::Instant::now();
-        h.cm_step(step, now - t);
-        t = now;
-    };
+    let mut clock = StepClock::new(true, |step, took| h.cm_step(step, took));
     let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
     let (cm_session, rtr, rts) = cm.qp_attrs(id, &sess.ep.cfg.name, sess.pid, qp_num, depths)?;
-    timed("attrs");
+    clock.step("attrs");
     for (name, step) in [("rtr", rtr), ("rts", rts)] {
         let m = proto::ModifyQpReq {
             qp_handle,
@@ -42,7 +37,7 @@ pub(crate) fn cm_qp_step(
             attr: step.attr,
         };
         qp::modify(h, k, sess, &m)?;
-        timed(name);
+        clock.step(name);
     }
     let body = match accept {
         Some(p) => proto::RequestBody::CmAccept(proto::CmConnectReq {
@@ -52,7 +47,7 @@ pub(crate) fn cm_qp_step(
         None => proto::RequestBody::CmEstablish(proto::CmId { id }),
     };
     cm.finish(cm_session, &sess.ep, &body)?;
-    timed("finish");
+    clock.step("finish");
     Ok(())
 }
 

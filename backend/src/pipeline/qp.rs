@@ -257,26 +257,26 @@ fn admit(
     Ok(rule)
 }
 
-/// Times the steps of a move to RTR for the metrics: each `step` is the
-/// time since the previous one. Other moves are not timed.
-struct StepClock<'a> {
-    h: &'a dyn QpHost,
+/// Times steps for the metrics: each `step` hands `record` the time since
+/// the previous one (or since the clock started). A clock started off
+/// records nothing.
+pub(crate) struct StepClock<F: FnMut(&'static str, std::time::Duration)> {
+    record: F,
     last: Option<std::time::Instant>,
 }
 
-impl<'a> StepClock<'a> {
-    fn new(h: &'a dyn QpHost, m: &proto::ModifyQpReq) -> Self {
-        let to_rtr = m.attr_mask & IBV_QP_STATE != 0 && m.attr.qp_state == IBV_QPS_RTR;
+impl<F: FnMut(&'static str, std::time::Duration)> StepClock<F> {
+    pub(crate) fn new(on: bool, record: F) -> Self {
         StepClock {
-            h,
-            last: to_rtr.then(std::time::Instant::now),
+            record,
+            last: on.then(std::time::Instant::now),
         }
     }
 
-    fn step(&mut self, name: &'static str) {
+    pub(crate) fn step(&mut self, name: &'static str) {
         if let Some(last) = self.last {
             let now = std::time::Instant::now();
-            self.h.rtr_step(name, now - last);
+            (self.record)(name, now - last);
             self.last = Some(now);
         }
     }
@@ -291,7 +291,10 @@ pub fn modify(
 ) -> Result<(), Refusal> {
     let a = &m.attr;
     let mask = m.attr_mask;
-    let mut clock = StepClock::new(h, m);
+    let has_state = mask & IBV_QP_STATE != 0;
+    let to_rtr = has_state && a.qp_state == IBV_QPS_RTR;
+    // Only a move to RTR is timed, step by step.
+    let mut clock = StepClock::new(to_rtr, |step, took| h.rtr_step(step, took));
     let (cmd, route) = route(h, sess, m)?;
     clock.step("route");
     if let Some(r) = sess.qps.get(&m.qp_handle) {
@@ -313,7 +316,6 @@ pub fn modify(
     // after; every later move is checked before it runs, once its own
     // fields passed (a malformed request gets EINVAL, not a kernel lookup).
     let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
-    let has_state = mask & IBV_QP_STATE != 0;
     let to_init_at_most = has_state && a.qp_state <= IBV_QPS_INIT;
     let check_after = !checked && to_init_at_most;
     if !checked && !to_init_at_most {
@@ -328,7 +330,6 @@ pub fn modify(
         }
     }
     clock.step("owner");
-    let to_rtr = has_state && a.qp_state == IBV_QPS_RTR;
     let remote_vip = route
         .as_ref()
         .map(|r| r.vip)
