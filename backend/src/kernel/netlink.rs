@@ -18,6 +18,15 @@ pub struct Netlink {
     what: &'static str,
 }
 
+/// A socket of `protocol` (NETLINK_NETFILTER, NETLINK_ROUTE, ...), bound
+/// to a port of its own and connected to the kernel.
+pub(crate) fn kernel_socket(protocol: isize) -> io::Result<Socket> {
+    let mut sock = Socket::new(protocol)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    Ok(sock)
+}
+
 /// setsockopt(2) of one plain value (an int, a timeval) on a socket.
 pub(crate) fn set_option<T>(
     sock: &Socket,
@@ -50,11 +59,8 @@ impl Netlink {
     /// A socket of `protocol` (NETLINK_NETFILTER, NETLINK_ROUTE, ...);
     /// `what` names it in errors.
     pub fn open(protocol: isize, what: &'static str) -> io::Result<Netlink> {
-        let mut sock = Socket::new(protocol)?;
-        sock.bind_auto()?;
-        sock.connect(&SocketAddr::new(0, 0))?;
         Ok(Netlink {
-            sock,
+            sock: kernel_socket(protocol)?,
             seq: 0,
             buf: vec![0; 64 * 1024],
             what,

@@ -9,9 +9,9 @@
 //! libnftnl (through `nftnl-sys`) writes the request and parses each
 //! object; netlink-packet-core frames the answer.
 
-use crate::kernel::netlink::set_option;
+use crate::kernel::netlink::{kernel_socket, set_option};
 use netlink_packet_core::{NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR};
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use nftnl::nftnl_sys::{self as sys, libc};
 use std::ffi::{CStr, CString};
 use std::io;
@@ -45,9 +45,7 @@ impl NftCounters {
     pub fn open(table: &str) -> io::Result<NftCounters> {
         let table = CString::new(table)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "table name with NUL"))?;
-        let mut sock = Socket::new(NETLINK_NETFILTER)?;
-        sock.bind_auto()?;
-        sock.connect(&SocketAddr::new(0, 0))?;
+        let sock = kernel_socket(NETLINK_NETFILTER)?;
         set_timeout(&sock, ANSWER_TIMEOUT)?;
         Ok(NftCounters {
             table,

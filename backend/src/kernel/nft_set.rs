@@ -11,11 +11,11 @@
 //! (netlink-sys, netlink-packet-core). The kernel applies a batch whole or
 //! not at all, as `nft -f` does.
 
-use crate::kernel::netlink::set_option;
+use crate::kernel::netlink::{kernel_socket, set_option};
 use netlink_packet_core::{
     DecodeError, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload,
 };
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use nftnl::nftnl_sys::{self as sys, libc};
 use nftnl::{Batch, MsgType, NlMsg};
 use std::ffi::{c_void, CString};
@@ -205,9 +205,7 @@ impl NftSets {
     pub fn open(table: &str) -> io::Result<NftSets> {
         let table = CString::new(table)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "table name with NUL"))?;
-        let mut sock = Socket::new(NETLINK_NETFILTER)?;
-        sock.bind_auto()?;
-        sock.connect(&SocketAddr::new(0, 0))?;
+        let sock = kernel_socket(NETLINK_NETFILTER)?;
         // An error's ack then carries the failed message's header only,
         // which is all that is read of it (its sequence number).
         sock.set_cap_ack(true)?;
