@@ -10,7 +10,7 @@
 //! object; netlink-packet-core frames the answer.
 
 use crate::kernel::netlink::{kernel_socket, set_option};
-use netlink_packet_core::{NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR};
+use netlink_packet_core::{ErrorBuffer, NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use nftnl::nftnl_sys::{self as sys, libc};
 use std::ffi::{CStr, CString};
@@ -76,13 +76,9 @@ impl NftCounters {
                     match msg.message_type() {
                         NLMSG_DONE => return Ok(out),
                         NLMSG_ERROR => {
-                            let code = msg
-                                .payload()
-                                .get(..4)
-                                .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                                .unwrap_or(-libc::EPROTO);
-                            if code != 0 {
-                                return Err(io::Error::from_raw_os_error(-code));
+                            let e = ErrorBuffer::new_checked(msg.payload()).map_err(invalid)?;
+                            if let Some(code) = e.code() {
+                                return Err(io::Error::from_raw_os_error(-code.get()));
                             }
                         }
                         t if t == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWOBJ => {
@@ -124,12 +120,13 @@ impl NftCounters {
     }
 }
 
-/// One NEWOBJ message, as libnftnl parses it.
+/// One NEWOBJ message, as libnftnl parses it (in place: the message must
+/// be 4-aligned, as every message in `read`'s u32 buffer is).
 fn parse(msg: &[u8]) -> io::Result<Counter> {
-    // libnftnl reads the message in place: copy it to an aligned buffer.
-    let mut aligned = vec![0u32; msg.len().div_ceil(4)];
-    as_bytes_mut(&mut aligned)[..msg.len()].copy_from_slice(msg);
-    // SAFETY: `aligned` holds one whole netlink message, checked by
+    if msg.as_ptr().align_offset(4) != 0 {
+        return Err(invalid("a message not 4-aligned"));
+    }
+    // SAFETY: `msg` is one whole, aligned netlink message, checked by
     // NetlinkBuffer; libnftnl copies what it keeps, and the object is
     // freed on every path.
     unsafe {
@@ -137,7 +134,7 @@ fn parse(msg: &[u8]) -> io::Result<Counter> {
         if obj.is_null() {
             return Err(io::Error::other("libnftnl: out of memory"));
         }
-        let parsed = sys::nftnl_obj_nlmsg_parse(aligned.as_ptr().cast(), obj);
+        let parsed = sys::nftnl_obj_nlmsg_parse(msg.as_ptr().cast(), obj);
         let name = sys::nftnl_obj_get_str(obj, sys::NFTNL_OBJ_NAME as u16);
         let c = (parsed >= 0 && !name.is_null()).then(|| Counter {
             name: CStr::from_ptr(name).to_string_lossy().into_owned(),
