@@ -113,7 +113,7 @@ def aggregate(runs):
             for h, d in acc.items()}
 
 
-def rtr_table(agg, per, label):
+def steps_table(agg, per, label):
     """masqd's steps of a move to RTR, and its time per request, per host;
     `per` is what counts are divided by (QPs or connections)."""
     if not agg:
