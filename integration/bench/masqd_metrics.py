@@ -2,13 +2,16 @@
 
 The bench's clients time each step as the app sees it; masqd's histograms
 say how much of that is masqd's work: `masq_rtr_step_duration_seconds`
-(each step of a move to RTR) and `masq_request_duration_seconds` (each
+(each step of a move to RTR), `masq_cm_qp_step_duration_seconds` (the
+CM's accept and establish of a QP), `masq_peer_message_duration_seconds`
+(messages between masqds) and `masq_request_duration_seconds` (each
 request, by opcode). Its counters say what the data path cost: packets
 the backstop dropped (`masq_backstop_dropped_packets_total`) and the RNIC
 port's own counters (`masq_rnic_port_total`: rxe's retries among them).
 Both hosts' metrics are read before and after every run; the difference
-belongs to that run (nothing else talks to masqd during a bench). What is left of a step's time once masqd's part is taken
-out is the round trip, the thread hand-offs and the app's own work.
+belongs to that run (nothing else talks to masqd during a bench). What is
+left of a step's time once masqd's part is taken out is the round trip,
+the thread hand-offs and the app's own work.
 """
 import collections
 import os
@@ -18,9 +21,6 @@ import shutil
 LISTEN = "127.0.0.1:9464"
 HOSTS = ("host1", "host2")
 RTR_STEPS = ("route", "owner", "admit", "track", "backstop", "modify", "record")
-# The opcodes the control part's QPs send to masqd; the CM part's are
-# whichever the run used.
-QP_OPS = ("ModifyQp", "QpMoved", "QpDestroyed", "QueryQp")
 _SAMPLE = re.compile(r'^masq_(rtr_step|request|cm_qp_step|peer_message)_duration_seconds_(sum|count)'
                      r'\{(?:step|op|stage)="([^"]+)"(?:,msg="([^"]+)")?\} (\S+)$')
 _PREFIX = {"rtr_step": "step", "request": "op", "cm_qp_step": "cm", "peer_message": "peer"}
@@ -114,8 +114,9 @@ def aggregate(runs):
 
 
 def steps_table(agg, per, label):
-    """masqd's steps of a move to RTR, and its time per request, per host;
-    `per` is what counts are divided by (QPs or connections)."""
+    """masqd's steps of a move to RTR, of the CM's accept and establish,
+    its messages to the other masqd and its time per request, per host;
+    `per` is (the number counts are divided by, what it counts)."""
     if not agg:
         return None
     out = [f"masqd's work per move to RTR [us], mean over the masq runs of {label} "
@@ -138,6 +139,21 @@ def steps_table(agg, per, label):
     return "\n".join(out)
 
 
+def host_lines(agg, prefix, per, by_count=False):
+    """Per host, every key under `prefix`: "NAME MEAN_US x COUNT/per",
+    in key order or, with by_count, the most frequent first."""
+    rows = []
+    for host in HOSTS:
+        d = agg.get(host) or {}
+        parts = [(k[len(prefix):], v) for k, v in d.items() if k.startswith(prefix)]
+        if by_count:
+            parts.sort(key=lambda p: -p[1]["count"])
+        if parts:
+            rows.append(f"  {host}: " + ", ".join(f"{name} {v['mean_us']:.0f} x {v['count'] / per[0]:.2g}"
+                                                  for name, v in parts))
+    return rows
+
+
 def cm_lines(agg, per):
     """The RDMA CM's steps of a QP and the messages between the masqds:
     mean us, and how many per `per`."""
@@ -145,13 +161,7 @@ def cm_lines(agg, per):
     for prefix, title in (("cm:", "the CM's accept/establish of a QP (masq_cm_qp_step_duration_seconds)"),
                           ("peer:", "messages between masqds, queued = hand-off to the link's sender, "
                                     "handled = the reader's work (masq_peer_message_duration_seconds)")):
-        rows = []
-        for host in HOSTS:
-            d = agg.get(host) or {}
-            parts = [(k[len(prefix):], v) for k, v in d.items() if k.startswith(prefix)]
-            if parts:
-                rows.append(f"  {host}: " + ", ".join(f"{name} {v['mean_us']:.0f} x {v['count'] / per[0]:.2g}"
-                                                      for name, v in parts))
+        rows = host_lines(agg, prefix, per)
         if rows:
             lines += [f"masqd's time [us] x per {per[1]}, {title}:"] + rows
     return "\n".join(lines)
@@ -159,15 +169,8 @@ def cm_lines(agg, per):
 
 def ops_line(agg, per):
     """Each request masqd answered: mean us, and how many per `per`."""
-    lines = [f"masqd's time per request [us] (masq_request_duration_seconds) x requests per {per[1]}:"]
-    for host in HOSTS:
-        d = agg.get(host) or {}
-        ops = [(k[3:], v) for k, v in d.items() if k.startswith("op:")]
-        if ops:
-            lines.append(f"  {host}: " + ", ".join(
-                f"{op} {v['mean_us']:.0f} x {v['count'] / per[0]:.2g}"
-                for op, v in sorted(ops, key=lambda o: -o[1]["count"])))
-    return "\n".join(lines)
+    return "\n".join([f"masqd's time per request [us] (masq_request_duration_seconds) x requests "
+                      f"per {per[1]}:"] + host_lines(agg, "op:", per, by_count=True))
 
 
 def losses(runs):
