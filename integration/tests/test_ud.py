@@ -249,7 +249,7 @@ def test_a_ud_qp_gets_no_other_vnis_datagram_from_its_first_moment(ud):
     before = _drops(ud, "host2")["ud_ingress_drop"]
     for _ in range(4):
         flood = ud.tenant_spawn("host1", "globex-a", UD_PROBE, "vrdma0", "1", "flood", "10.0.0.2",
-                                hex(nxt), "1", "60")
+                                hex(nxt), "60")
         try:
             # Under way once host2's NIC sees it (to a QPN no QP has yet,
             # it passes the backstop and rxe drops it).

@@ -19,9 +19,9 @@
  *       post a receive while the QP is in INIT, before its RTR, so that a
  *       datagram is taken from the first moment the QP can receive; print
  *       "qpn=0x..", then whatever arrives within WAIT_SECONDS ("payload=")
- *   ud_probe DEVICE GID_INDEX flood DEST_IPV4 FIRST_QPN COUNT SECONDS
- *       send datagrams to QPNs FIRST_QPN .. FIRST_QPN+COUNT-1 at DEST, one
- *       after the other, for SECONDS; print "sent=N"
+ *   ud_probe DEVICE GID_INDEX flood DEST_IPV4 QPN SECONDS
+ *       send datagrams to QPN at DEST, one after the other, for SECONDS;
+ *       print "sent=N"
  *
  * Prints key=value lines. Exit: 0 ok, 3 the verb under test failed (errno
  * printed), 1 other failures (including a wait for a datagram that ran
@@ -102,18 +102,24 @@ static int to_init(uint32_t qkey)
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
 }
 
-static void to_rts(void)
+/* A QP in INIT to RTR, then RTS. */
+static void rtr_and_rts(void)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
 
-	if (to_init(QKEY))
-		die("modify_init");
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
 		die("modify_rtr");
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = 0;
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
 		die("modify_rts");
+}
+
+static void to_rts(void)
+{
+	if (to_init(QKEY))
+		die("modify_init");
+	rtr_and_rts();
 }
 
 static void post_recv(void)
@@ -265,26 +271,22 @@ int main(int argc, char **argv)
 		if (to_init(QKEY))
 			die("modify_init");
 		post_recv();
-		to_rts();
+		rtr_and_rts();
 		printf("qpn=0x%x\n", qp->qp_num);
 		wc = wait_wc(0);
 		printf("src_qp=0x%x payload=%s\n", wc.src_qp, buf[0] + 40);
 		return 0;
 	}
-	if (strcmp(argv[3], "flood") == 0 && argc == 8) {
-		uint32_t first = (uint32_t)strtoul(argv[5], NULL, 0);
-		unsigned long count = strtoul(argv[6], NULL, 0), sent = 0;
-		time_t end = time(NULL) + atoi(argv[7]);
+	if (strcmp(argv[3], "flood") == 0 && argc == 7) {
+		uint32_t qpn = (uint32_t)strtoul(argv[5], NULL, 0);
+		unsigned long sent = 0;
+		time_t end = time(NULL) + atoi(argv[6]);
 
-		if (count < 1) {
-			fprintf(stderr, "ud_probe: COUNT must be at least 1\n");
-			return 1;
-		}
 		ud_qp();
 		to_rts();
 		ah = ah_to(argv[4]);
 		while (time(NULL) < end) {
-			post_send(ah, first + (uint32_t)(sent % count), "flood");
+			post_send(ah, qpn, "flood");
 			wait_wc(1);
 			sent++;
 		}
