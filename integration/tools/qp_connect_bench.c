@@ -318,6 +318,24 @@ static int to_rts(struct ibv_qp *qp, uint32_t psn)
 				     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
 }
 
+/* One receive, or one zero-length signaled SEND, with wr_id i: what checks
+ * a connection. 0, or the errno (also in errno). */
+static int post_recv_one(struct ibv_qp *qp, int i)
+{
+	struct ibv_recv_wr wr = { .wr_id = (uint64_t)i }, *bad;
+
+	return errno_of(ibv_post_recv(qp, &wr, &bad));
+}
+
+static int post_zero_send(struct ibv_qp *qp, int i)
+{
+	struct ibv_send_wr wr = { .wr_id = (uint64_t)i, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED },
+			   *bad;
+
+	return errno_of(ibv_post_send(qp, &wr, &bad));
+}
+
 /* Wait for n successful completions on cq (status errors fail at once). */
 static int poll_n(struct ibv_cq *cq, int n, double timeout_s, char *err, size_t errlen)
 {
@@ -426,10 +444,8 @@ static int serve_one(const struct opts *o, int fd, struct in_addr peer)
 		goto out;
 	}
 	for (i = 0; i < n; i++, made++) {
-		struct ibv_recv_wr wr = { .wr_id = (uint64_t)i }, *bad;
-
 		qps[i] = create_qp(&d);
-		if (!qps[i] || to_init(qps[i]) || ibv_post_recv(qps[i], &wr, &bad)) {
+		if (!qps[i] || to_init(qps[i]) || post_recv_one(qps[i], i)) {
 			snprintf(err, sizeof(err), "QP %d of %d: create/INIT/post_recv: %s", i + 1,
 				 n, strerror(errno));
 			if (qps[i])
@@ -446,13 +462,8 @@ static int serve_one(const struct opts *o, int fd, struct in_addr peer)
 	}
 	status = 0;
 	for (i = 0; i < n; i++) {
-		struct ibv_send_wr wr = { .wr_id = (uint64_t)i, .opcode = IBV_WR_SEND,
-					  .send_flags = IBV_SEND_SIGNALED },
-				   *bad;
-
 		if (to_rtr(qps[i], &d, o->gid_index, peer, theirs[i]) ||
-		    to_rts(qps[i], mine[i].psn) ||
-		    (send_first && ibv_post_send(qps[i], &wr, &bad))) {
+		    to_rts(qps[i], mine[i].psn) || (send_first && post_zero_send(qps[i], i))) {
 			status = (uint32_t)errno;
 			snprintf(err, sizeof(err), "QP %d of %d: RTR/RTS/SEND towards %s: %s", i + 1,
 				 n, inet_ntoa(peer), strerror(errno));
@@ -643,9 +654,7 @@ static void run_worker(const struct opts *o, struct worker_fds *w)
 	if (!o->placeholder) {
 		/* Untimed: the server connects its side, then one SEND per QP. */
 		for (i = 0; o->send_first && i < n; i++) {
-			struct ibv_recv_wr wr = { .wr_id = (uint64_t)i }, *bad;
-
-			if (ibv_post_recv(qps[i], &wr, &bad)) {
+			if (post_recv_one(qps[i], i)) {
 				snprintf(res.error, sizeof(res.error), "ibv_post_recv on QP %d: %s",
 					 i + 1, strerror(errno));
 				goto out;
@@ -661,11 +670,7 @@ static void run_worker(const struct opts *o, struct worker_fds *w)
 			goto out;
 		}
 		for (i = 0; i < n; i++) {
-			struct ibv_send_wr wr = { .wr_id = (uint64_t)i, .opcode = IBV_WR_SEND,
-						  .send_flags = IBV_SEND_SIGNALED },
-					   *bad;
-
-			if (ibv_post_send(qps[i], &wr, &bad)) {
+			if (post_zero_send(qps[i], i)) {
 				snprintf(res.error, sizeof(res.error), "ibv_post_send on QP %d: %s",
 					 i + 1, strerror(errno));
 				goto out;
