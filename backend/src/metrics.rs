@@ -216,7 +216,8 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
     r.register(
         "masq_peer_message_duration_seconds",
         "Messages between masqds (the RDMA CM's, UD QP announcements): queued = from \
-         the CM's send to its write on the link, the hand-off to the sender thread; \
+         the CM's send to its write on the link (after the CM's lock is released, and \
+         through the sender thread while the peer's connection is not up); \
          handled = the reader thread's work on one received message",
         m.peer.clone(),
     );

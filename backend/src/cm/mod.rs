@@ -30,13 +30,15 @@ use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
+use crate::peer::link::{Link, Outgoing, Sent};
 use crate::peer::msg::{Params, PeerMsg};
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 use tracing::debug;
 
@@ -183,7 +185,12 @@ pub struct Role {
 
 pub struct Cm {
     state: Mutex<State>,
-    out: Mutex<Option<mpsc::Sender<crate::peer::link::Outgoing>>>,
+    link: Mutex<Option<Arc<Link>>>,
+    /// Messages to peer masqds, sent once the state lock is released
+    /// (`send`, `flush`); `flushing` keeps them in order across threads.
+    outbox: Mutex<Vec<Outgoing>>,
+    flushing: Mutex<()>,
+    metrics: crate::metrics::Metrics,
     pub timeout: Duration,
     /// Other hosts' UD QPs as their masqds announced them:
     /// (host, QPN) -> (VNI, vIP). Claims: checked against the VPC map.
@@ -217,10 +224,13 @@ impl Cm {
             state: Mutex::new(State {
                 next_id: random_u32().max(1),
                 next_channel: random_u32().max(1),
-                metrics,
+                metrics: metrics.clone(),
                 ..Default::default()
             }),
-            out: Mutex::new(None),
+            link: Mutex::new(None),
+            outbox: Mutex::new(Vec::new()),
+            flushing: Mutex::new(()),
+            metrics,
             timeout,
             ud_peers: Mutex::new(std::collections::HashMap::new()),
             ud_up: Mutex::new(std::collections::HashMap::new()),
@@ -228,19 +238,53 @@ impl Cm {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> Locked<'_> {
+        Locked {
+            cm: self,
+            st: Some(self.state.lock().unwrap_or_else(|p| p.into_inner())),
+        }
     }
 
     /// Where messages to peer masqds go (see `peer::link`).
-    pub fn set_link(&self, tx: mpsc::Sender<crate::peer::link::Outgoing>) {
-        *self.out.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    pub fn set_link(&self, link: Arc<Link>) {
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(link);
     }
 
+    /// Send `msg` to `host`'s masqd once the state lock is free: a write to
+    /// the link may wait for the peer, and nothing should wait on it
+    /// holding the CM. If the lock is held (by this thread or another), its
+    /// holder sends the message when it lets go (`Locked::drop`); the
+    /// message is in the outbox before `try_lock` fails, so that holder's
+    /// `flush` sees it.
     fn send(&self, host: Ipv4Addr, msg: PeerMsg) {
         debug!(%host, ?msg, "CM message out");
-        if let Some(tx) = self.out.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            let _ = tx.send((host, msg, std::time::Instant::now()));
+        let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        outbox.push((host, msg, Instant::now()));
+        drop(outbox);
+        let free = match self.state.try_lock() {
+            Ok(_) | Err(TryLockError::Poisoned(_)) => true,
+            Err(TryLockError::WouldBlock) => false,
+        };
+        if free {
+            self.flush();
+        }
+    }
+
+    /// Send what the outbox holds, in order.
+    fn flush(&self) {
+        let _one = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
+        let msgs = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()));
+        if msgs.is_empty() {
+            return;
+        }
+        let Some(link) = self.link.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return;
+        };
+        for (host, msg, queued) in msgs {
+            let kind = msg.kind();
+            if link.send(host, msg, queued) == Sent::Written {
+                self.metrics.peer_message("queued", kind, queued.elapsed());
+            }
         }
     }
 
@@ -249,5 +293,31 @@ impl Cm {
             Some(i) if i.session == session => Ok(i),
             _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
         }
+    }
+}
+
+/// The CM's state, locked; on release, the messages sent meanwhile go out.
+struct Locked<'a> {
+    cm: &'a Cm,
+    st: Option<MutexGuard<'a, State>>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.st.as_deref().expect("held until drop")
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.st.as_deref_mut().expect("held until drop")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.st = None;
+        self.cm.flush();
     }
 }

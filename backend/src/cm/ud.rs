@@ -316,12 +316,15 @@ impl Cm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
+    use crate::peer::link::Link;
+    use std::sync::{mpsc, Arc};
 
+    /// A CM whose messages to peers land in the receiver: with no sender
+    /// thread, none of them has a connection, so all are queued.
     fn cm() -> (Cm, mpsc::Receiver<crate::peer::link::Outgoing>) {
         let cm = Cm::new(Duration::from_secs(1), Default::default());
         let (tx, rx) = mpsc::channel();
-        cm.set_link(tx);
+        cm.set_link(Arc::new(Link::new(Ipv4Addr::LOCALHOST, tx)));
         (cm, rx)
     }
 

@@ -32,7 +32,6 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
@@ -301,8 +300,8 @@ impl PeerSink for Parts {
     fn stopping(&self) -> bool {
         self.run.is_stopping()
     }
-    fn linked(&self, tx: mpsc::Sender<crate::peer::link::Outgoing>) {
-        self.cm.set_link(tx);
+    fn linked(&self, link: Arc<crate::peer::link::Link>) {
+        self.cm.set_link(link);
     }
     fn timed(&self, stage: &'static str, kind: &'static str, took: std::time::Duration) {
         self.metrics.peer_message(stage, kind, took);
