@@ -1,0 +1,136 @@
+//! The configuration's parsing and validation, on texts like an operator's.
+
+use super::*;
+
+const GOOD: &str = "\
+device: rxe0
+underlay: { netdev: eth0, ip: 198.18.0.1 }
+endpoints:
+  - { name: acme-a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/acme-a }
+vpc:
+  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }
+  - { tenant: acme, vni: 100, vip: 10.0.0.2, host: 198.18.0.2, name: acme-b }
+";
+
+#[test]
+fn a_good_config_parses_with_defaults() {
+    let c = Config::parse(GOOD, "t.yaml").expect("valid");
+    assert_eq!(c.port, 1);
+    assert_eq!(c.socket_dir, PathBuf::from("/run/masq"));
+    assert_eq!(c.endpoints[0].vnic, "eth0");
+    assert_eq!(
+        c.endpoints[0].socket_path(&c.socket_dir),
+        PathBuf::from("/run/masq/endpoints/acme-a/masq.sock")
+    );
+}
+
+#[test]
+fn the_shipped_examples_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for host in ["host1.yaml", "host2.yaml"] {
+        Config::load(&dir.join(host)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn syntax_and_type_errors_carry_line_and_column() {
+    let bad = GOOD.replace("vip: 10.0.0.1, netns", "vip: 10.0.0.300, netns");
+    let e = Config::parse(&bad, "t.yaml").unwrap_err();
+    assert_eq!(e.position.map(|p| p.0), Some(4), "{e}");
+    assert!(e.to_string().starts_with("t.yaml:4:"), "{e}");
+    assert!(e.to_string().contains("vip"), "{e}");
+}
+
+#[test]
+fn unknown_fields_are_refused() {
+    let bad = GOOD.replace("device: rxe0", "device: rxe0\ndevcie: rxe1");
+    let e = Config::parse(&bad, "t.yaml").unwrap_err();
+    assert!(e.to_string().contains("devcie"), "{e}");
+    assert_eq!(e.position.map(|p| p.0), Some(2));
+}
+
+fn err_of(text: &str) -> String {
+    Config::parse(text, "t.yaml").unwrap_err().to_string()
+}
+
+#[test]
+fn consistency_errors_name_the_field() {
+    let e = err_of(&GOOD.replace(
+        "vni: 100, vip: 10.0.0.1, netns",
+        "vni: 0, vip: 10.0.0.1, netns",
+    ));
+    assert!(e.contains("endpoints[0].vni: 0 is not a VNI"), "{e}");
+
+    let e = err_of(&GOOD.replace("host: 198.18.0.1, name", "host: 198.18.0.9, name"));
+    assert!(e.contains("endpoints[0]: acme-a is local"), "{e}");
+
+    let e = err_of(&GOOD.replace("vip: 10.0.0.2, host", "vip: 10.0.0.1, host"));
+    assert!(
+        e.contains("vpc[1]: VNI 100 vIP 10.0.0.1 is listed twice"),
+        "{e}"
+    );
+
+    let e = err_of(&GOOD.replace(
+        "tenant: acme, vni: 100, vip: 10.0.0.2",
+        "tenant: globex, vni: 100, vip: 10.0.0.2",
+    ));
+    assert!(
+        e.contains("vpc[1]: VNI 100 belongs to tenant \"acme\""),
+        "{e}"
+    );
+
+    let e = err_of(&GOOD.replace("netns: /run/netns/acme-a", "netns: run/netns/acme-a"));
+    assert!(e.contains("endpoints[0].netns"), "{e}");
+
+    let e = err_of(&GOOD.replace("name: acme-a, tenant", "name: \"acme a\", tenant"));
+    assert!(e.contains("endpoints[0].name"), "{e}");
+}
+
+#[test]
+fn a_local_endpoint_missing_from_the_vpc_map_is_an_error() {
+    let e = err_of(&GOOD.replace(
+        "  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }\n",
+        "",
+    ));
+    assert!(e.contains("missing from the VPC map"), "{e}");
+}
+
+#[test]
+fn the_audit_section_is_validated() {
+    let base = "device: rxe0\nunderlay: { netdev: eth0, ip: 198.18.0.1 }\nvpc: []\n";
+    let cfg = Config::parse(base, "m.yaml").unwrap();
+    assert!(cfg.audit.enabled);
+    assert_eq!(cfg.audit.action, AuditAction::Log);
+    assert_eq!(cfg.audit.interval(), Ok(std::time::Duration::from_secs(2)));
+    let with = |a: &str| Config::parse(&format!("{base}audit: {a}\n"), "m.yaml");
+    let c = with("{ interval: 500ms, action: kill-endpoint }").unwrap();
+    assert_eq!(c.audit.action, AuditAction::KillEndpoint);
+    assert_eq!(
+        c.audit.interval(),
+        Ok(std::time::Duration::from_millis(500))
+    );
+    assert_eq!(
+        with("{ interval: 1m, action: kill-process }")
+            .unwrap()
+            .audit
+            .interval(),
+        Ok(std::time::Duration::from_secs(60))
+    );
+    let e = with("{ interval: 2x }").unwrap_err().to_string();
+    assert!(e.contains("audit.interval") && e.contains("2x"), "{e}");
+    let e = with("{ interval: 10ms }").unwrap_err().to_string();
+    assert!(e.contains("outside 100ms..=1h"), "{e}");
+    let e = with("{ action: kill-everything }").unwrap_err().to_string();
+    assert!(
+        e.contains("kill-everything") && e.starts_with("m.yaml:4:"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_missing_file_is_reported_with_its_name() {
+    let e = Config::load(Path::new("/nonexistent/masq.yaml")).unwrap_err();
+    assert!(e
+        .to_string()
+        .starts_with("/nonexistent/masq.yaml: cannot read"));
+}
