@@ -105,7 +105,7 @@ test-monitoring: deps
 	$(PROMTOOL) test rules packaging/prometheus/masq-rules.test.yml
 	python3 scripts/check-monitoring --self-test
 	python3 scripts/check-monitoring
-	$(CARGO) test -p masq-backend --lib the_rules_and_dashboard_name_only_metrics_masqd_serves
+	$(CARGO) test --workspace --lib the_rules_and_dashboard_name_only_metrics_masqd_serves
 
 test-integration: build deb
 	integration/run-tests
