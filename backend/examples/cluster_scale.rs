@@ -1,6 +1,7 @@
 //! Cluster mode at scale, without RDMA (run by `make bench`): one host
 //! follows N endpoints published by others, then a stream of policy
-//! changes, through a real etcd on the loopback. The follower feeds masqd's
+//! changes, through a real etcd on the loopback, over TLS with client
+//! certificates as in a deployment. The follower feeds masqd's
 //! own registry and admission (what a masqd does with each change, minus
 //! sessions and nftables). Prints one JSON object.
 //!
@@ -137,8 +138,25 @@ fn main() {
     let seconds = arg("--seconds", 10);
     let dir = tempfile::tempdir().unwrap();
     let (client_port, peer_port) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client_port}");
+    let url = format!("https://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
+    // The follower's and the writer's identity (bench), etcd's too.
+    let pki = dir.path().join("pki");
+    let made = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../integration/make-pki"
+    ))
+    .arg(dir.path().join("ca"))
+    .arg(&pki)
+    .arg("bench=127.0.0.1")
+    .status()
+    .expect("cannot run integration/make-pki");
+    assert!(made.success(), "integration/make-pki failed");
+    let (ca, cert, key) = (
+        pki.join("ca.pem"),
+        pki.join("bench.pem"),
+        pki.join("bench-key.pem"),
+    );
     let mut etcd = Command::new("etcd")
         .args(["--name", "bench", "--data-dir"])
         .arg(dir.path().join("etcd"))
@@ -155,6 +173,13 @@ fn main() {
             &peer,
         ])
         .args(["--initial-cluster", &format!("bench={peer}")])
+        .arg("--cert-file")
+        .arg(&cert)
+        .arg("--key-file")
+        .arg(&key)
+        .arg("--trusted-ca-file")
+        .arg(&ca)
+        .arg("--client-cert-auth")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -171,8 +196,12 @@ fn main() {
     let cfg = Config::parse(
         &format!(
             "device: rxe0\nunderlay: {{ netdev: eth0, ip: 198.18.0.1 }}\npolicy: {}\n\
-             cluster: {{ etcd: [\"{url}\"], leaseSeconds: 10 }}\n",
-            policy_path.display()
+             cluster: {{ etcd: [\"{url}\"], leaseSeconds: 10, \
+             tls: {{ ca: {}, cert: {}, key: {} }} }}\n",
+            policy_path.display(),
+            ca.display(),
+            cert.display(),
+            key.display()
         ),
         "bench.yaml",
     )
@@ -203,8 +232,19 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(
+            std::fs::read(&ca).unwrap(),
+        ))
+        .identity(etcd_client::Identity::from_pem(
+            std::fs::read(&cert).unwrap(),
+            std::fs::read(&key).unwrap(),
+        ));
     let mut client = rt
-        .block_on(etcd_client::Client::connect([url.as_str()], None))
+        .block_on(etcd_client::Client::connect(
+            [url.as_str()],
+            Some(etcd_client::ConnectOptions::new().with_tls(tls)),
+        ))
         .unwrap();
     let started = Instant::now();
     let names: Vec<u64> = (0..n).collect();

@@ -169,6 +169,14 @@ impl Daemon {
                 }
             }
         };
+        match parts.cluster.as_ref().and_then(|c| c.identity()) {
+            Some(id) => {
+                let tls = crate::peer::tls::LinkTls::new(&id).map_err(invalid)?;
+                *parts.link_tls.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(tls));
+                info!("CM link: mutual TLS with this host's cluster identity");
+            }
+            None => info!("CM link: plaintext (no cluster.tls): it trusts the underlay"),
+        }
         for ep in parts.registry.local() {
             if let Err(e) = crate::operator::endpoints::serve(&parts, &ep) {
                 unserve_all(&parts);
@@ -316,8 +324,40 @@ impl Daemon {
         )
     }
 
-    /// SIGHUP: re-read the configured policy file.
-    pub fn reload_policy(&self) {
+    /// SIGHUP: re-read the policy file and this host's certificate.
+    pub fn reload(&self) {
+        self.reload_policy();
+        self.reload_identity();
+    }
+
+    /// Load this host's identity files again (a rotated certificate):
+    /// connections made from now on, to etcd and on the CM link, show it;
+    /// those up keep going. A file that does not load changes nothing.
+    fn reload_identity(&self) {
+        let Some(cluster) = &self.parts.cluster else {
+            return;
+        };
+        let Some(files) = cluster.tls_files() else {
+            return;
+        };
+        let loaded = crate::config::identity::Identity::load(files)
+            .and_then(|id| crate::peer::tls::LinkTls::new(&id).map(|tls| (id, tls)));
+        match loaded {
+            Ok((id, tls)) => {
+                info!(subject = %id.subject, not_after = id.not_after, "SIGHUP: this host's certificate reloaded");
+                *self
+                    .parts
+                    .link_tls
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(tls));
+                cluster.use_identity(id);
+            }
+            Err(e) => warn!("SIGHUP: {e}; the certificate in use stays"),
+        }
+    }
+
+    /// Re-read the configured policy file.
+    fn reload_policy(&self) {
         let Some(path) = self.parts.admission.path.clone() else {
             info!("SIGHUP: no policy file configured");
             return;
@@ -416,6 +456,7 @@ mod tests {
             revision,
             lease: String::new(),
             error: error.map(str::to_string),
+            insecure: false,
         }
     }
 

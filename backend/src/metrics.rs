@@ -422,6 +422,15 @@ impl prometheus_client::collector::Collector for Scrape {
                 "The etcd revision this host's view was last read or watched at",
                 &revision,
             )?;
+            if let Some(t) = c.certificate_not_after {
+                put(
+                    &mut enc,
+                    "masq_cluster_certificate_expiry_timestamp_seconds",
+                    "When this host's certificate (cluster.tls.cert, as last loaded) expires \
+                     (Unix time)",
+                    &ConstGauge::new(t),
+                )?;
+            }
         }
         let port: Family<CounterLabels, Counter> = Family::default();
         for (name, v) in &s.port_counters {
@@ -479,6 +488,8 @@ pub struct ClusterSample {
     /// Unix seconds of the last change of state.
     pub since: u64,
     pub revision: i64,
+    /// This host's certificate's notAfter, Unix seconds (None: insecure).
+    pub certificate_not_after: Option<i64>,
 }
 
 /// The port's counters from `<port dir>/counters` and `hw_counters`
@@ -597,6 +608,7 @@ mod tests {
                 connected: true,
                 since: 1_700_000_100,
                 revision: 77,
+                certificate_not_after: Some(2_111_095_839),
             })))
         });
         for line in [
@@ -620,6 +632,7 @@ mod tests {
             "masq_cluster_up 1\n",
             "masq_cluster_state_since_timestamp_seconds 1700000100\n",
             "masq_cluster_revision 77\n",
+            "masq_cluster_certificate_expiry_timestamp_seconds 2111095839\n",
         ] {
             assert!(out.contains(line), "{line:?} not in:\n{out}");
         }
@@ -635,6 +648,7 @@ mod tests {
                 connected: false,
                 since: 5,
                 revision: 0,
+                certificate_not_after: None,
             })))
         });
         assert!(degraded.contains("masq_cluster_up 0\n"), "{degraded}");
@@ -671,6 +685,7 @@ mod tests {
                 connected: true,
                 since: 1,
                 revision: 1,
+                certificate_not_after: None,
             })))
         }));
         let files = [

@@ -3,7 +3,7 @@
 //! Skipped, saying so, where no etcd binary is installed.
 
 use masq_backend::cluster::Cluster;
-use masq_backend::config::{ClusterConfig, EndpointConfig};
+use masq_backend::config::{ClusterConfig, EndpointConfig, TlsFiles};
 use masq_backend::source::{Placement, Source, SourceId, Store};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};
@@ -107,12 +107,36 @@ impl Etcd {
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client)
+        format!("https://127.0.0.1:{}", self.client)
+    }
+
+    /// The CA's certificate and the one identity (CN t) that etcd and every
+    /// host of these tests use.
+    fn pki(&self) -> TlsFiles {
+        let pki = self.dir.path().join("pki");
+        TlsFiles {
+            ca: pki.join("ca.pem"),
+            cert: pki.join("t.pem"),
+            key: pki.join("t-key.pem"),
+        }
     }
 
     /// Start it on its data directory (again, after `stop`).
     fn run(&mut self) -> bool {
         let peer = format!("http://127.0.0.1:{}", self.peer);
+        let made = Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../integration/make-pki"
+        ))
+        .arg(self.dir.path().join("ca"))
+        .arg(self.dir.path().join("pki"))
+        .arg("t=127.0.0.1")
+        .status();
+        assert!(
+            matches!(made, Ok(s) if s.success()),
+            "integration/make-pki failed ({made:?}); `make deps` installs openssl"
+        );
+        let tls = self.pki();
         let child = Command::new("etcd")
             .args(["--name", "t", "--data-dir"])
             .arg(self.dir.path().join("data"))
@@ -129,6 +153,13 @@ impl Etcd {
                 &peer,
             ])
             .args(["--initial-cluster", &format!("t={peer}")])
+            .arg("--cert-file")
+            .arg(&tls.cert)
+            .arg("--key-file")
+            .arg(&tls.key)
+            .arg("--trusted-ca-file")
+            .arg(&tls.ca)
+            .arg("--client-cert-auth")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
@@ -161,6 +192,8 @@ impl Drop for Etcd {
 fn host(etcd: &Etcd, me: &str, local: &[EndpointConfig]) -> (Arc<Cluster>, Arc<Fake>) {
     let cfg = ClusterConfig {
         etcd: vec![etcd.url()],
+        tls: Some(etcd.pki()),
+        insecure: false,
         prefix: "/masq-test".into(),
         lease_seconds: 3,
     };

@@ -15,6 +15,10 @@ log() { echo "masq-boot[$host]: $*" >/dev/console; }
 # are printed as errors, which a `quiet` console shows; warnings stay off it.
 echo "4 3 1 7" >/proc/sys/kernel/printk
 mount -t tmpfs -o mode=755 tmpfs /run
+# The cluster's certificates (the testbed's ensure_pki).
+mkdir -p /run/masq-pki
+mount -t 9p -o ro,trans=virtio,version=9p2000.L,cache=none pki /run/masq-pki \
+    || log "cannot mount the certificates at /run/masq-pki"
 # /tmp stays the overlay's (writable, private to this guest): a tmpfs there
 # would hide a checkout that lives under /tmp, which the initramfs mounted.
 mkdir -p /dev/pts /dev/shm

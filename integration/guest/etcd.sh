@@ -1,7 +1,9 @@
 #!/bin/bash
 # etcd for masq's cluster mode inside a testbed host, serving clients on
 # the host's underlay address (run by the tests): a one-member cluster, or
-# one member of a cluster spread over several hosts.
+# one member of a cluster spread over several hosts. Clients and members
+# speak TLS and must show a certificate of the testbed's CA (/run/masq-pki,
+# made by integration/make-pki); this host's serves both.
 #   etcd.sh start    start a one-member cluster (idempotent), wait until healthy
 #   etcd.sh member CLUSTER new|existing
 #                    start this host's member of CLUSTER (NAME=PEER_URL,...;
@@ -19,8 +21,16 @@ RUN=/run/masq-testbed
 PIDFILE=$RUN/etcd.pid
 LOG=$RUN/etcd.log
 DATA=$RUN/etcd
-URL=http://$MASQ_UNDERLAY_IP:2379
-PEER=http://127.0.0.1:2380
+URL=https://$MASQ_UNDERLAY_IP:2379
+PEER=https://127.0.0.1:2380
+PKI=/run/masq-pki
+TLS=(--cert-file "$PKI/$MASQ_HOST.pem" --key-file "$PKI/$MASQ_HOST-key.pem"
+     --trusted-ca-file "$PKI/ca.pem" --client-cert-auth
+     --peer-cert-file "$PKI/$MASQ_HOST.pem" --peer-key-file "$PKI/$MASQ_HOST-key.pem"
+     --peer-trusted-ca-file "$PKI/ca.pem" --peer-client-cert-auth)
+# etcdctl as this host.
+CTL=(etcdctl --endpoints "$URL" --cacert "$PKI/ca.pem" --cert "$PKI/$MASQ_HOST.pem"
+     --key "$PKI/$MASQ_HOST-key.pem")
 mkdir -p "$RUN"
 
 running() { [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
@@ -31,7 +41,7 @@ launch() {  # PEER_URL CLUSTER STATE
     # heartbeat and 1 s election timeout, a busy guest misses heartbeats
     # and members keep electing new leaders.
     setsid etcd --name "$MASQ_HOST" --data-dir "$DATA" \
-        --heartbeat-interval 300 --election-timeout 3000 \
+        --heartbeat-interval 300 --election-timeout 3000 "${TLS[@]}" \
         --listen-client-urls "$URL" --advertise-client-urls "$URL" \
         --listen-peer-urls "$1" --initial-advertise-peer-urls "$1" \
         --initial-cluster "$2" --initial-cluster-state "$3" >>"$LOG" 2>&1 </dev/null &
@@ -46,13 +56,13 @@ start() {
 member() {
     local cluster=$1 state=$2
     case "$state" in new|existing) ;; *) echo "etcd: state must be new or existing" >&2; exit 2 ;; esac
-    launch "http://$MASQ_UNDERLAY_IP:2380" "$cluster" "$state"
+    launch "https://$MASQ_UNDERLAY_IP:2380" "$cluster" "$state"
     echo "$MASQ_HOST: etcd member started ($state cluster $cluster)"
 }
 
 wait_healthy() {  # TENTHS_OF_A_SECOND
     for _ in $(seq "$1"); do
-        if etcdctl --endpoints "$URL" endpoint health >/dev/null 2>&1; then
+        if "${CTL[@]}" endpoint health >/dev/null 2>&1; then
             echo "$MASQ_HOST: etcd up at $URL (pid $(cat "$PIDFILE"))"
             return 0
         fi

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from masq_testbed import finish, finish_pair
+from masq_testbed import finish, finish_pair, parse_bw, parse_lat
+from test_cm import perftest_pair
 from test_masq import pair
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,6 +18,8 @@ CONFIG = os.path.join(HERE, "configs", "cluster")
 MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
 TESTBED = os.path.join(REPO, "integration", "testbed")
 ETCD = os.path.join(REPO, "integration", "guest", "etcd.sh")
+MAKE_PKI = os.path.join(REPO, "integration", "make-pki")
+PKI = "/run/masq-pki"  # the testbed's CA and certificates, in every guest
 PINGPONG = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "1024"]
 LEASE_S = 4  # leaseSeconds in the configs
 
@@ -72,6 +75,124 @@ def test_hosts_share_endpoints_and_one_policy(cluster):
     versions = {h["host"]: h["version"] for h in show["hosts"]}
     assert versions == {"198.18.0.1": show["version"], "198.18.0.2": show["version"]}, show
     pingpong(tb, 19601, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
+
+
+def etcd_keys(tb, host, *tls, url="https://198.18.0.1:2379"):
+    """etcdctl on `host` listing masq's keys with the credentials given."""
+    return tb.run(host, "etcdctl", "--endpoints", url, "--dial-timeout", "3s",
+                  "--command-timeout", "5s", *tls, "get", "--prefix", "--keys-only", "/masq-test",
+                  check=False, timeout=60)
+
+
+def test_etcd_answers_only_a_certificate_of_the_clusters_ca(cluster):
+    tb = cluster
+    mine = ("--cacert", f"{PKI}/ca.pem", "--cert", f"{PKI}/host2.pem",
+            "--key", f"{PKI}/host2-key.pem")
+    r = etcd_keys(tb, "host2", *mine)
+    assert r.returncode == 0 and "/masq-test/hosts/198.18.0.1" in r.stdout, r.stderr
+    # A CA of the same shape, made on host2: its certificate names host2 too.
+    tb.run("host2", "rm", "-rf", "/tmp/other-ca", "/tmp/other-pki")
+    tb.run("host2", MAKE_PKI, "/tmp/other-ca", "/tmp/other-pki", "host2=198.18.0.2")
+    for what, tls, url in [
+        ("no certificate", ("--cacert", f"{PKI}/ca.pem"), None),
+        ("another CA's certificate", ("--cacert", f"{PKI}/ca.pem",
+                                      "--cert", "/tmp/other-pki/host2.pem",
+                                      "--key", "/tmp/other-pki/host2-key.pem"), None),
+        ("plaintext", (), "http://198.18.0.1:2379"),
+    ]:
+        r = etcd_keys(tb, "host2", *tls, url=url or "https://198.18.0.1:2379")
+        assert r.returncode != 0 and "/masq-test" not in r.stdout, (what, r.stdout, r.stderr)
+    # masqd itself connects with its certificate.
+    assert ctl(tb, "host2", "status")["cluster"]["state"] == "connected"
+
+
+CM_PORT = 4792  # cm.port, the default
+
+# A PEER_UD_QP message (masq-proto, version 2, opcode 0x2006): "UD QP QPN of
+# (VNI, vIP) is up", written by a host that does not serve that vIP.
+FORGE = """import struct, socket
+body = struct.pack("<I4sIB3x", 100, socket.inet_aton("10.0.0.1"), 0x5A5A5, 1)
+msg = struct.pack("<HHIIi", 2, 0x2006, 16 + len(body), 0, 0) + body
+open("/tmp/forged.bin", "wb").write(msg)
+"""
+# The same bytes over plain TCP, as a masqd without TLS would send them.
+PLAIN = f"""import socket
+s = socket.create_connection(("198.18.0.1", {CM_PORT}))
+s.sendall(open("/tmp/forged.bin", "rb").read())
+s.settimeout(5)
+s.recv(1)
+"""
+
+
+def cm_link(tb, *tls, send="/tmp/forged.bin"):
+    """openssl s_client on host2 to host1's CM link, sending a file."""
+    cmd = (f"timeout 10 openssl s_client -connect 198.18.0.1:{CM_PORT} -CAfile {PKI}/ca.pem "
+           f"-quiet {' '.join(tls)} <{send}")
+    return tb.run("host2", "sh", "-c", cmd, check=False, timeout=60)
+
+
+def test_the_cm_link_takes_a_host_only_with_its_certificate_and_only_about_its_endpoints(cluster):
+    tb = cluster
+    tb.run("host2", "python3", "-c", FORGE)
+    tb.run("host2", "rm", "-rf", "/tmp/other-ca", "/tmp/other-pki")
+    tb.run("host2", MAKE_PKI, "/tmp/other-ca", "/tmp/other-pki", "host2=198.18.0.2")
+    refused = lambda: tb.masqd_log("host1").count("CM link: refused")  # noqa: E731
+    before = refused()
+    cm_link(tb)  # no certificate
+    cm_link(tb, "-cert /tmp/other-pki/host2.pem", "-key /tmp/other-pki/host2-key.pem")
+    tb.run("host2", "python3", "-c", PLAIN, check=False, timeout=60)
+    eventually("host1 logs three refusals", lambda: refused() >= before + 3)
+    log = tb.masqd_log("host1")
+    assert "peer sent no certificates" in log.lower() or "no certificate" in log.lower(), log[-3000:]
+    # host2's own certificate: the link takes it, but not a claim about
+    # host1's endpoint 10.0.0.1.
+    cm_link(tb, f"-cert {PKI}/host2.pem", f"-key {PKI}/host2-key.pem")
+    eventually("host1 logs the forged announcement", lambda: "VNI 100 vIP 10.0.0.1, which the VPC map "
+               "places on 198.18.0.1" in tb.masqd_log("host1"))
+    # The link still carries the RDMA CM between the two hosts' masqds.
+    argv = ["ib_send_lat", "-d", "vrdma0", "-R", "-F", "-n", "20", "-p", "19611"]
+    _, cli = perftest_pair(tb, ("host2", "acme-b"), ("host1", "acme-a"), argv,
+                           [*argv, "10.0.0.2"], 19611)
+    assert parse_lat(cli)["iterations"] == 20
+
+
+def test_a_rotated_certificate_is_taken_on_sighup_under_a_running_bandwidth_test(cluster):
+    tb = cluster
+    state = os.environ.get("MASQ_TESTBED_STATE", "/run/masq-testbed")
+    pki = os.path.join(state, "pki")
+    old = ctl(tb, "host1", "status")["certificate"]
+    argv = ["ib_write_bw", "-d", "vrdma0", "-F", "-D", "25", "-p", "19612"]
+    srv = tb.tenant_spawn("host2", "acme-b", *argv)
+    cli = None
+    try:
+        tb.wait_listening("host2", 19612, tenant="acme-b")
+        cli = tb.tenant_spawn("host1", "acme-a", *argv, "10.0.0.2")
+        time.sleep(5)
+        # A new key and certificate for host1, valid 30 days, in place of
+        # the old (the guests read them over the share).
+        for f in ("host1.pem", "host1-key.pem"):
+            os.remove(os.path.join(pki, f))
+        subprocess.run([MAKE_PKI, os.path.join(state, "ca"), pki, "host1=198.18.0.1,127.0.0.1"],
+                       check=True, env={**os.environ, "DAYS": "30"})
+        tb.run("host1", "pkill", "-HUP", "-x", "masqd")
+        eventually("host1 shows the new certificate", lambda: ctl(
+            tb, "host1", "status")["certificate"]["not_after"] < old["not_after"])
+        eventually("host1 follows etcd with it", lambda: ctl(
+            tb, "host1", "status")["cluster"]["state"] == "connected")
+        assert "this host's certificate reloaded" in tb.masqd_log("host1")
+        rc, out, err = finish(cli, timeout=180)
+        assert rc == 0, f"the client failed across the rotation:\n{out}\n{err}"
+        assert parse_bw(out)["bytes"] == 65536, out
+        rc, out, err = finish(srv, timeout=60)
+        assert rc == 0, f"the server failed across the rotation:\n{out}\n{err}"
+    finally:
+        for p in (srv, cli):
+            if p is not None and p.poll() is None:
+                p.kill()
+                finish(p)
+    # New connections, to etcd and on the CM link, take the new certificate.
+    argv = ["ib_send_lat", "-d", "vrdma0", "-R", "-F", "-n", "20", "-p", "19613"]
+    perftest_pair(tb, ("host1", "acme-a"), ("host2", "acme-b"), argv, [*argv, "10.0.0.1"], 19613)
 
 
 def test_an_endpoint_added_on_one_host_is_reachable_from_the_other(cluster):

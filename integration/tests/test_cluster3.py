@@ -17,12 +17,15 @@ pytestmark = pytest.mark.three_hosts
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "configs", "cluster3")
 HOSTS = ("host1", "host2", "host3")
-MEMBERS = ",".join(f"{h}=http://{UNDERLAY[h]}:2380" for h in HOSTS)
+MEMBERS = ",".join(f"{h}=https://{UNDERLAY[h]}:2380" for h in HOSTS)
 LEASE_S = 4  # leaseSeconds in the configs
 
 
 def etcdctl(tb, host, *args, check=True):
-    return tb.run(host, "etcdctl", "--endpoints", f"http://{UNDERLAY[host]}:2379", *args,
+    pki = "/run/masq-pki"
+    return tb.run(host, "etcdctl", "--endpoints", f"https://{UNDERLAY[host]}:2379",
+                  "--cacert", f"{pki}/ca.pem", "--cert", f"{pki}/{host}.pem",
+                  "--key", f"{pki}/{host}-key.pem", *args,
                   check=check)
 
 
@@ -65,9 +68,9 @@ def bring_back_host3(tb):
     operator replaces a lost member; then masqd and its endpoint start."""
     members = json.loads(etcdctl(tb, "host1", "member", "list", "-w", "json").stdout)["members"]
     for m in members:
-        if m.get("name") == "host3" or f"http://{UNDERLAY['host3']}:2380" in m.get("peerURLs", []):
+        if m.get("name") == "host3" or f"https://{UNDERLAY['host3']}:2380" in m.get("peerURLs", []):
             etcdctl(tb, "host1", "member", "remove", format(m["ID"], "x"))
-    etcdctl(tb, "host1", "member", "add", "host3", f"--peer-urls=http://{UNDERLAY['host3']}:2380")
+    etcdctl(tb, "host1", "member", "add", "host3", f"--peer-urls=https://{UNDERLAY['host3']}:2380")
     tb.poweron("host3")
     tb.run("host3", ETCD, "member", MEMBERS, "existing")
     tb.run("host3", ETCD, "wait")

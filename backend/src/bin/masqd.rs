@@ -36,6 +36,12 @@ fn main() -> ExitCode {
         .map(|p| p.to_path_buf())
         .unwrap_or_default();
     if cli.check {
+        if let Some(files) = cfg.cluster.as_ref().and_then(|c| c.tls.as_ref()) {
+            if let Err(e) = masq_backend::config::identity::Identity::load(files) {
+                eprintln!("masqd: {}: {e}", cli.config.display());
+                return ExitCode::from(1);
+            }
+        }
         let checked =
             masq_backend::source::FileSource::new(&cfg, &config_dir).and_then(|f| f.check());
         let policy = match checked {
@@ -77,7 +83,7 @@ fn main() -> ExitCode {
     masq_backend::notify::ready(&daemon.status());
     loop {
         match signals.wait() {
-            Ok(Signal::SIGHUP) => daemon.reload_policy(),
+            Ok(Signal::SIGHUP) => daemon.reload(),
             Ok(sig) => {
                 info!("{sig}: shutting down");
                 break;

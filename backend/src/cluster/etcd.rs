@@ -29,10 +29,11 @@
 //! would reset the connections its endpoints' names admitted.
 
 use crate::cluster::source::{Placement, Source, SourceId, Store};
+use crate::config::identity::Identity;
 use crate::config::{ClusterConfig, EndpointConfig};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions,
+    TlsOptions, Txn, TxnOp, WatchOptions,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -63,7 +64,12 @@ enum Publish {
     Up(EndpointConfig),
     Down(String),
     Status,
+    /// This host's certificate was reloaded: connect again with it.
+    Reconnect,
 }
+
+/// Why `follow` ended when the certificate was reloaded.
+const RELOADED: &str = "this host's certificate was reloaded";
 
 /// What the cluster task hands the `cluster-apply` thread, in store order.
 enum Apply {
@@ -89,10 +95,15 @@ pub struct Health {
     /// This host's lease, hex (empty before the first registration).
     pub lease: String,
     pub error: Option<String>,
+    /// `cluster.insecure`: plaintext etcd, no identities.
+    pub insecure: bool,
 }
 
 pub struct Cluster {
     cfg: ClusterConfig,
+    /// This host's identity (None: `cluster.insecure`); replaced by
+    /// `use_identity` when its files are reloaded.
+    identity: Mutex<Option<Identity>>,
     me: Ipv4Addr,
     rt: tokio::runtime::Runtime,
     client: Mutex<Option<Client>>,
@@ -136,7 +147,19 @@ pub fn retry_max(lease_seconds: u64) -> Duration {
 }
 
 impl Cluster {
+    /// The cluster as `cfg` describes it; an error if its identity files
+    /// are missing or hold something else.
     pub fn new(cfg: ClusterConfig, me: Ipv4Addr) -> std::io::Result<Arc<Cluster>> {
+        let identity = match &cfg.tls {
+            Some(files) => Some(Identity::load(files).map_err(std::io::Error::other)?),
+            None => {
+                warn!(
+                    "cluster.insecure: etcd in plaintext, with no identities: anyone who \
+                     reaches it can rewrite this cluster's policy and endpoints"
+                );
+                None
+            }
+        };
         // One worker: the cluster's traffic is a handful of small messages.
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -144,7 +167,9 @@ impl Cluster {
             .enable_all()
             .build()?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let insecure = cfg.insecure;
         Ok(Arc::new(Cluster {
+            identity: Mutex::new(identity),
             cfg,
             me,
             rt,
@@ -155,6 +180,7 @@ impl Cluster {
                 revision: 0,
                 lease: String::new(),
                 error: Some("not connected yet".into()),
+                insecure,
             }),
             policy_rev: AtomicI64::new(0),
             lease: AtomicI64::new(0),
@@ -176,6 +202,23 @@ impl Cluster {
         h.state = state;
         h.error = error;
         was
+    }
+
+    /// This host's identity (None: `cluster.insecure`).
+    pub fn identity(&self) -> Option<Identity> {
+        lock(&self.identity).clone()
+    }
+
+    /// The files of this host's identity (None: `cluster.insecure`).
+    pub fn tls_files(&self) -> Option<&crate::config::TlsFiles> {
+        self.cfg.tls.as_ref()
+    }
+
+    /// Use `id` from now on: the connection to etcd is made again with it
+    /// (this host's lease and keys stay, as across any reconnection).
+    pub fn use_identity(&self, id: Identity) {
+        *lock(&self.identity) = Some(id);
+        let _ = self.publish.send(Publish::Reconnect);
     }
 
     pub fn health(&self) -> Health {
@@ -202,10 +245,17 @@ impl Cluster {
         apply: &std::sync::mpsc::Sender<Apply>,
         rx: &mut mpsc::UnboundedReceiver<Publish>,
     ) -> Result<(), String> {
-        let opts = ConnectOptions::new()
+        let mut opts = ConnectOptions::new()
             .with_connect_timeout(CALL_TIMEOUT)
             .with_timeout(CALL_TIMEOUT)
             .with_keep_alive(Duration::from_secs(1), CALL_TIMEOUT);
+        if let Some(id) = self.identity() {
+            opts = opts.with_tls(
+                TlsOptions::new()
+                    .ca_certificate(Certificate::from_pem(&id.ca))
+                    .identity(etcd_client::Identity::from_pem(&id.cert, &id.key)),
+            );
+        }
         let mut client = Client::connect(&self.cfg.etcd, Some(opts))
             .await
             .map_err(etcd_err)?;
@@ -429,6 +479,7 @@ impl Cluster {
                 client.delete(key, None).await.map_err(etcd_err).map(|_| ())
             }
             Publish::Status => self.put_status(client, lease, store).await,
+            Publish::Reconnect => Err(RELOADED.into()),
         }
     }
 
@@ -671,6 +722,11 @@ impl Source for Cluster {
                     Err(e) => e,
                 };
                 *lock(&me.client) = None;
+                if err == RELOADED {
+                    info!("cluster: connecting to etcd again with the reloaded certificate");
+                    backoff = RETRY_MIN;
+                    continue;
+                }
                 let was = me.set_health("degraded", Some(err.clone()));
                 if was == "connected" {
                     warn!("cluster: {err}; serving from the last view until etcd is back");

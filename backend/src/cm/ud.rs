@@ -171,11 +171,16 @@ impl Cm {
             }
         }
         // The backstop takes only what the VPC map puts on that host.
-        let theirs = shared
-            .registry()
-            .vpc()
-            .lookup(vni, vip)
-            .is_some_and(|p| p.host == from);
+        let placed = shared.registry().vpc().lookup(vni, vip).map(|p| p.host);
+        let theirs = placed == Some(from);
+        if up && !theirs {
+            warn!(
+                %from, qpn,
+                "CM link: UD QP announced for VNI {vni} vIP {vip}, which the VPC map places on {}; \
+                 its datagrams stay out",
+                placed.map_or_else(|| "no host".to_string(), |h| h.to_string())
+            );
+        }
         if let Some(bs) = shared.guard() {
             // An up one is waited for below: this thread runs it.
             let _held = up.then(|| Held::new(bs));

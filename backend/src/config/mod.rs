@@ -11,6 +11,8 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+pub mod identity;
+
 pub const DEFAULT_SOCKET_DIR: &str = "/run/masq";
 const MAX_VNI: u32 = 0xFF_FFFF;
 
@@ -82,8 +84,17 @@ fn default_libmasq_dir() -> PathBuf {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterConfig {
-    /// etcd client URLs, e.g. `http://198.18.0.1:2379`.
+    /// etcd client URLs, e.g. `https://198.18.0.1:2379`.
     pub etcd: Vec<String>,
+    /// This host's identity: etcd is reached over TLS with it. Paths are
+    /// relative to the configuration file.
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
+    /// Plaintext etcd with no identities: anyone who reaches etcd can
+    /// rewrite the cluster. Only where `tls` is not set, and said at start
+    /// and in every `masqctl status`.
+    #[serde(default)]
+    pub insecure: bool,
     /// Key prefix of masq's keys in etcd.
     #[serde(default = "default_cluster_prefix")]
     pub prefix: String,
@@ -91,6 +102,16 @@ pub struct ClusterConfig {
     /// host's VPC map this long after it stops renewing it.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u64,
+}
+
+/// The CA every cluster member trusts, and this host's certificate and
+/// key (PEM).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 fn default_cluster_prefix() -> String {
@@ -465,7 +486,14 @@ impl Config {
             position: None,
             message: format!("cannot read: {e}"),
         })?;
-        Config::parse(&text, &file)
+        let mut cfg = Config::parse(&text, &file)?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        if let Some(tls) = cfg.cluster.as_mut().and_then(|c| c.tls.as_mut()) {
+            for p in [&mut tls.ca, &mut tls.cert, &mut tls.key] {
+                *p = dir.join(&*p);
+            }
+        }
+        Ok(cfg)
     }
 
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
@@ -513,11 +541,26 @@ impl Config {
             if c.etcd.is_empty() {
                 return Err("cluster.etcd: list at least one etcd URL".into());
             }
+            if c.tls.is_some() && c.insecure {
+                return Err("cluster.insecure: true, but cluster.tls is set: remove one".into());
+            }
+            if c.tls.is_none() && !c.insecure {
+                return Err(
+                    "cluster.tls: missing: cluster mode reaches etcd over TLS as this host \
+                     (tls: {ca, cert, key}); `insecure: true` runs it in plaintext with no \
+                     identities, and then anyone who reaches etcd can rewrite the cluster"
+                        .into(),
+                );
+            }
             for (i, u) in c.etcd.iter().enumerate() {
-                if !(u.starts_with("http://") || u.starts_with("https://")) {
-                    return Err(format!(
-                        "cluster.etcd[{i}]: {u:?} is not an http:// or https:// URL"
-                    ));
+                let want = if c.insecure { "http://" } else { "https://" };
+                if !u.starts_with(want) {
+                    let why = match (u.starts_with("http://"), u.starts_with("https://")) {
+                        (true, _) => "is plaintext, but cluster.tls is set",
+                        (_, true) => "needs cluster.tls (cluster.insecure is set)",
+                        _ => "is not an http:// or https:// URL",
+                    };
+                    return Err(format!("cluster.etcd[{i}]: {u:?} {why}; use {want}"));
                 }
             }
             if !c.prefix.starts_with('/') || c.prefix.ends_with('/') || c.prefix.len() < 2 {

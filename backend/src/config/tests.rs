@@ -87,6 +87,64 @@ fn consistency_errors_name_the_field() {
 }
 
 #[test]
+fn cluster_mode_takes_tls_or_an_explicit_insecure_and_never_a_mix() {
+    let with = |cluster: &str| format!("{GOOD}cluster: {cluster}\n");
+    let tls = "tls: { ca: ca.pem, cert: h.pem, key: h-key.pem }";
+    let e = err_of(&with(r#"{ etcd: ["http://198.18.0.1:2379"] }"#));
+    assert!(
+        e.contains("cluster.tls: missing") && e.contains("insecure: true"),
+        "{e}"
+    );
+    let e = err_of(&with(&format!(
+        r#"{{ etcd: ["http://198.18.0.1:2379"], {tls} }}"#
+    )));
+    assert!(
+        e.contains("cluster.etcd[0]: \"http://198.18.0.1:2379\" is plaintext")
+            && e.contains("https://"),
+        "{e}"
+    );
+    let e = err_of(&with(
+        r#"{ etcd: ["https://198.18.0.1:2379"], insecure: true }"#,
+    ));
+    assert!(
+        e.contains("cluster.etcd[0]") && e.contains("needs cluster.tls"),
+        "{e}"
+    );
+    let e = err_of(&with(&format!(
+        r#"{{ etcd: ["https://198.18.0.1:2379"], insecure: true, {tls} }}"#
+    )));
+    assert!(
+        e.contains("cluster.insecure: true, but cluster.tls is set"),
+        "{e}"
+    );
+    let e = err_of(&with(
+        r#"{ etcd: ["https://198.18.0.1:2379"], tls: { ca: ca.pem } }"#,
+    ));
+    assert!(e.contains("missing field `cert`"), "{e}");
+    assert!(Config::parse(
+        &with(r#"{ etcd: ["http://198.18.0.1:2379"], insecure: true }"#),
+        "t.yaml"
+    )
+    .is_ok());
+}
+
+#[test]
+fn the_identity_files_are_relative_to_the_configuration_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("masqd.yaml");
+    let text = format!(
+        "{GOOD}cluster: {{ etcd: [\"https://198.18.0.1:2379\"], \
+         tls: {{ ca: pki/ca.pem, cert: /etc/h.pem, key: h-key.pem }} }}\n"
+    );
+    std::fs::write(&path, text).expect("write");
+    let cfg = Config::load(&path).expect("load");
+    let tls = cfg.cluster.and_then(|c| c.tls).expect("tls");
+    assert_eq!(tls.ca, dir.path().join("pki/ca.pem"));
+    assert_eq!(tls.cert, PathBuf::from("/etc/h.pem"));
+    assert_eq!(tls.key, dir.path().join("h-key.pem"));
+}
+
+#[test]
 fn a_local_endpoint_missing_from_the_vpc_map_is_an_error() {
     let e = err_of(&GOOD.replace(
         "  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }\n",

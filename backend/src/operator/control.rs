@@ -200,6 +200,17 @@ fn unknown_note(out: &mut String, reply: &Value) {
     }
 }
 
+/// Unix seconds as an RFC 3339 UTC time.
+fn utc(secs: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{secs} (Unix time)"))
+}
+
 /// Human-readable rendering of a reply, like `ip`/`conntrack` listings.
 pub fn render_table(req: &Request, reply: &Value) -> String {
     let mut out = String::new();
@@ -215,6 +226,31 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 "uptime_s",
             ] {
                 let _ = writeln!(out, "{k:<10} {}", s(reply, k));
+            }
+            if let Some(not_after) = reply["certificate"]["not_after"].as_i64() {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let days = (not_after - now).div_euclid(86_400);
+                let _ = writeln!(
+                    out,
+                    "{:<10} {}, expires {} ({})",
+                    "identity",
+                    s(&reply["certificate"], "subject"),
+                    utc(not_after),
+                    if not_after <= now {
+                        "EXPIRED".to_string()
+                    } else {
+                        format!("in {days} days")
+                    }
+                );
+            }
+            if reply["cluster"]["insecure"] == Value::Bool(true) {
+                let _ = writeln!(
+                    out,
+                    "{:<10} INSECURE: etcd in plaintext with no identities (cluster.insecure)",
+                    "cluster"
+                );
             }
         }
         Request::Vpc => {
@@ -450,5 +486,32 @@ mod tests {
         let t = render_table(&Request::Endpoints, &reply);
         assert!(t.contains("acme-a"), "{t}");
         assert!(t.contains("GID[  1] ::ffff:10.0.0.1"), "{t}");
+    }
+
+    #[test]
+    fn every_status_says_when_the_cluster_is_insecure_and_when_its_certificate_expires() {
+        let status = |insecure: bool| {
+            let reply =
+                json!({"host": "h", "cluster": {"state": "connected", "insecure": insecure}});
+            render_table(&Request::Status, &reply)
+        };
+        assert!(
+            status(true).contains("cluster    INSECURE: etcd in plaintext"),
+            "{}",
+            status(true)
+        );
+        assert!(!status(false).contains("INSECURE"), "{}", status(false));
+        let standalone = render_table(&Request::Status, &json!({"host": "h"}));
+        assert!(!standalone.contains("cluster"), "{standalone}");
+        let cert = |not_after: i64| {
+            let reply = json!({"certificate": {"subject": "CN=host1", "not_after": not_after}});
+            render_table(&Request::Status, &reply)
+        };
+        let t = cert(2_111_095_839);
+        assert!(
+            t.contains("identity   CN=host1, expires 2036-11-23T23:30:39Z (in "),
+            "{t}"
+        );
+        assert!(cert(1_700_000_000).contains("(EXPIRED)"));
     }
 }

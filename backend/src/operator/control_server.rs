@@ -108,6 +108,10 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
             "uptime_s": parts.run.uptime().as_secs(),
             "backstop": backstop_status(parts),
             "cluster": parts.cluster.as_ref().map(|c| c.health()),
+            "certificate": parts.cluster.as_ref().and_then(|c| c.identity()).map(|id| json!({
+                "subject": id.subject,
+                "not_after": id.not_after,
+            })),
         }),
         Request::EndpointAdd { endpoint } => parts
             .add_endpoint(endpoint.clone())

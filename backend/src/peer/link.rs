@@ -16,6 +16,7 @@
 //! re-entered.
 
 use crate::peer::msg::PeerMsg;
+use crate::peer::tls::{LinkTls, Reader, Writer};
 use crate::peer::wire as peer_wire;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufReader, Read, Write};
@@ -50,6 +51,8 @@ pub trait PeerSink: Send + Sync {
     fn tick(&self);
     /// The link listens; `others` are the other hosts of the VPC map.
     fn listening(&self, others: Vec<Ipv4Addr>);
+    /// Mutual TLS for connections made from now on; None: plaintext.
+    fn tls(&self) -> Option<Arc<LinkTls>>;
 }
 
 /// The sending side of the link, shared by the threads that send and the
@@ -63,7 +66,7 @@ pub struct Link {
 /// The connection to one peer host.
 #[derive(Default)]
 struct Peer {
-    stream: Option<TcpStream>,
+    stream: Option<Writer>,
     /// Messages for this peer on the sender thread's queue, not yet
     /// written: while there are any, a new one queues behind them.
     queued: usize,
@@ -177,7 +180,7 @@ fn sender<S: PeerSink>(sink: Arc<S>, link: &Link, port: u16, rx: mpsc::Receiver<
         let mut p = locked(&peer);
         p.queued = p.queued.saturating_sub(1);
         let sent = match peer_wire::encode(&msg) {
-            Ok(bytes) => write_to(&mut p, host, port, &bytes),
+            Ok(bytes) => write_to(&mut p, host, port, sink.tls().as_deref(), &bytes),
             Err(e) => {
                 warn!(%host, ?msg, "CM link: {e}; not sent");
                 continue;
@@ -195,18 +198,13 @@ fn sender<S: PeerSink>(sink: Arc<S>, link: &Link, port: u16, rx: mpsc::Receiver<
 
 /// Write `bytes` to `host`, connecting first if need be, with one retry on
 /// a fresh connection: the old one may have died with the peer's restart.
-fn write_to(p: &mut Peer, host: Ipv4Addr, port: u16, bytes: &[u8]) -> bool {
+fn write_to(p: &mut Peer, host: Ipv4Addr, port: u16, tls: Option<&LinkTls>, bytes: &[u8]) -> bool {
     for _ in 0..2 {
         if p.stream.is_none() {
-            let to = SocketAddr::new(IpAddr::V4(host), port);
-            match TcpStream::connect_timeout(&to, CONNECT_TIMEOUT) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    let _ = s.set_write_timeout(Some(CONNECT_TIMEOUT));
-                    p.stream = Some(s);
-                }
+            match connect(host, port, tls) {
+                Ok(s) => p.stream = Some(s),
                 Err(e) => {
-                    warn!(%to, "CM link: cannot connect: {e}");
+                    warn!(%host, "CM link: cannot connect: {e}");
                     return false;
                 }
             }
@@ -219,6 +217,17 @@ fn write_to(p: &mut Peer, host: Ipv4Addr, port: u16, bytes: &[u8]) -> bool {
         }
     }
     false
+}
+
+fn connect(host: Ipv4Addr, port: u16, tls: Option<&LinkTls>) -> Result<Writer, String> {
+    let to = SocketAddr::new(IpAddr::V4(host), port);
+    let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| format!("{to}: {e}"))?;
+    let _ = s.set_nodelay(true);
+    let _ = s.set_write_timeout(Some(CONNECT_TIMEOUT));
+    match tls {
+        Some(tls) => tls.connect(host, s).map_err(|e| format!("{to}: {e}")),
+        None => Ok(Box::new(s)),
+    }
 }
 
 fn accept_loop<S: PeerSink + 'static>(sink: Arc<S>, listener: TcpListener) {
@@ -259,7 +268,17 @@ fn deliver<S: PeerSink + ?Sized>(sink: &S, from: Ipv4Addr, msg: PeerMsg) {
     sink.timed("handled", kind, started.elapsed());
 }
 
-fn receive<S: PeerSink>(sink: Arc<S>, from: Ipv4Addr, stream: TcpStream) {
+fn receive<S: PeerSink>(sink: Arc<S>, from: Ipv4Addr, tcp: TcpStream) {
+    let stream: Reader = match sink.tls() {
+        Some(tls) => match tls.accept(from, tcp) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(%from, "CM link: refused: {e}");
+                return;
+            }
+        },
+        None => Box::new(tcp),
+    };
     debug!(%from, "CM link up");
     let _ = read_link(from, BufReader::new(stream), |msg| {
         deliver(&*sink, from, msg)
@@ -438,6 +457,7 @@ mod tests {
         lost: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
         link: Mutex<Option<Arc<Link>>>,
         listening: Mutex<Option<Vec<Ipv4Addr>>>,
+        tls: Option<Arc<LinkTls>>,
     }
 
     impl PeerSink for FakeSink {
@@ -460,6 +480,9 @@ mod tests {
         fn tick(&self) {}
         fn listening(&self, others: Vec<Ipv4Addr>) {
             *self.listening.lock().expect("lock") = Some(others);
+        }
+        fn tls(&self) -> Option<Arc<LinkTls>> {
+            self.tls.clone()
         }
     }
 
@@ -503,34 +526,117 @@ mod tests {
         assert_eq!(*sink.lost.lock().expect("lock"), vec![(other, ud)]);
     }
 
+    /// Two links on 127.0.0.1 and 127.0.0.2 (one port, as cm.port is), with
+    /// the TLS given to each.
+    fn pair(
+        a_tls: Option<Arc<LinkTls>>,
+        b_tls: Option<Arc<LinkTls>>,
+    ) -> (Arc<FakeSink>, Arc<FakeSink>, Arc<Link>) {
+        let (a, b) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
+        let port = TcpListener::bind((b, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let from = Arc::new(FakeSink {
+            tls: a_tls,
+            ..Default::default()
+        });
+        let to = Arc::new(FakeSink {
+            tls: b_tls,
+            ..Default::default()
+        });
+        start(&to, b, port).expect("start b");
+        start(&from, a, port).expect("start a");
+        let link = from.link.lock().expect("lock").clone().expect("linked");
+        (from, to, link)
+    }
+
+    const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+    fn got(sink: &FakeSink) -> Vec<PeerMsg> {
+        let got = sink.got.lock().expect("lock");
+        got.iter().map(|(_, m)| m.clone()).collect()
+    }
+
     /// The first message to a peer waits for the sender thread to connect;
     /// once the connection is up, the next is written by the sending
     /// thread itself, and the peer gets both in order.
     #[test]
     fn a_connected_peer_is_written_to_by_the_sending_thread() {
-        let (a, b) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
-        // One port for both hosts, as cm.port is: a free one on b's address.
-        let port = TcpListener::bind((b, 0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let (from, to) = (Arc::new(FakeSink::default()), Arc::new(FakeSink::default()));
-        start(&to, b, port).expect("start b");
-        start(&from, a, port).expect("start a");
-        let link = from.link.lock().expect("lock").clone().expect("linked");
-        assert_eq!(link.send(b, rtu(1), Instant::now()), Sent::Queued);
-        wait_for("the first", || to.got.lock().expect("lock").len() == 1);
-        assert_eq!(link.send(b, rtu(2), Instant::now()), Sent::Written);
-        assert_eq!(link.send(b, rtu(3), Instant::now()), Sent::Written);
-        wait_for("all three", || to.got.lock().expect("lock").len() == 3);
-        let got: Vec<PeerMsg> = to
-            .got
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|(_, m)| m.clone())
-            .collect();
-        assert_eq!(got, vec![rtu(1), rtu(2), rtu(3)]);
+        let (from, to, link) = pair(None, None);
+        assert_eq!(link.send(B, rtu(1), Instant::now()), Sent::Queued);
+        wait_for("the first", || got(&to).len() == 1);
+        assert_eq!(link.send(B, rtu(2), Instant::now()), Sent::Written);
+        assert_eq!(link.send(B, rtu(3), Instant::now()), Sent::Written);
+        wait_for("all three", || got(&to).len() == 3);
+        assert_eq!(got(&to), vec![rtu(1), rtu(2), rtu(3)]);
         assert!(from.lost.lock().expect("lock").is_empty());
+    }
+
+    /// Identities made by integration/make-pki: `names` (NAME=IP) under one
+    /// CA in `dir`.
+    fn identities(dir: &std::path::Path, names: &[&str]) -> Vec<crate::config::identity::Identity> {
+        let made = std::process::Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../integration/make-pki"
+        ))
+        .arg(dir.join("ca"))
+        .arg(dir.join("pki"))
+        .args(names)
+        .status()
+        .expect("integration/make-pki (openssl)");
+        assert!(made.success());
+        names
+            .iter()
+            .map(|n| {
+                let n = n.split('=').next().expect("name");
+                let pki = dir.join("pki");
+                crate::config::identity::Identity::load(&crate::config::TlsFiles {
+                    ca: pki.join("ca.pem"),
+                    cert: pki.join(format!("{n}.pem")),
+                    key: pki.join(format!("{n}-key.pem")),
+                })
+                .expect("identity")
+            })
+            .collect()
+    }
+
+    fn tls(id: &crate::config::identity::Identity) -> Option<Arc<LinkTls>> {
+        Some(Arc::new(LinkTls::new(id).expect("tls")))
+    }
+
+    /// Over mutual TLS, messages go as over plain TCP; a client whose
+    /// certificate another CA signed, or one that names another address,
+    /// gets nothing delivered.
+    #[test]
+    fn the_link_over_mutual_tls_takes_only_the_clusters_certificate_for_the_senders_address() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ids = identities(dir.path(), &["a=127.0.0.1", "b=127.0.0.2"]);
+        let other = tempfile::tempdir().expect("tempdir");
+        let foreign = identities(other.path(), &["a=127.0.0.1"]);
+        let (a, b) = (&ids[0], &ids[1]);
+
+        let (_, to, link) = pair(tls(a), tls(b));
+        link.send(B, rtu(1), Instant::now());
+        wait_for("the first", || got(&to).len() == 1);
+        assert_eq!(link.send(B, rtu(2), Instant::now()), Sent::Written);
+        wait_for("the second", || got(&to).len() == 2);
+
+        // Trusts b's CA, but shows a certificate of another CA.
+        let forged = crate::config::identity::Identity {
+            ca: a.ca.clone(),
+            ..foreign[0].clone()
+        };
+        // Shows b's own certificate from a's address.
+        let borrowed = crate::config::identity::Identity { ..b.clone() };
+        for (what, id) in [("another CA", forged), ("another address", borrowed)] {
+            let (_, to, link) = pair(tls(&id), tls(b));
+            for n in 0..3 {
+                link.send(B, rtu(n), Instant::now());
+                thread::sleep(Duration::from_millis(100));
+            }
+            thread::sleep(Duration::from_millis(500));
+            assert!(got(&to).is_empty(), "{what}: {:?}", got(&to));
+        }
     }
 }

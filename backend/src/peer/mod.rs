@@ -1,7 +1,9 @@
 //! The masqd-to-masqd transport for the RDMA CM: the messages (`msg`),
-//! their encoding on the wire (`wire`) and the TCP links between hosts
-//! (`link`), which hand what they receive to a `link::PeerSink`.
+//! their encoding on the wire (`wire`), the TCP links between hosts
+//! (`link`), which hand what they receive to a `link::PeerSink`, and their
+//! mutual TLS (`tls`).
 
 pub mod link;
 pub mod msg;
+pub mod tls;
 pub mod wire;

@@ -22,6 +22,7 @@ use crate::kernel::rdma_nl::RdmaNl;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::msg::PeerMsg;
+use crate::peer::tls::LinkTls;
 use crate::pipeline::ports::{CmSteps, Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
 use crate::run::Run;
 use crate::tenants::kernel::Device;
@@ -65,6 +66,8 @@ pub struct Parts {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The endpoints' rdma cgroup limits and rate limits.
     pub limits: Limits,
+    /// Mutual TLS on the CM link (cluster mode with `cluster.tls`).
+    pub link_tls: Mutex<Option<Arc<LinkTls>>>,
 }
 
 impl Parts {
@@ -93,6 +96,7 @@ impl Parts {
             metrics,
             admission,
             cfg,
+            link_tls: Mutex::new(None),
         }
     }
 
@@ -149,6 +153,7 @@ impl Parts {
                     connected: h.state == "connected",
                     since: h.since,
                     revision: h.revision,
+                    certificate_not_after: c.identity().map(|id| id.not_after),
                 }
             }),
         }
@@ -311,6 +316,12 @@ impl PeerSink for Parts {
     }
     fn listening(&self, others: Vec<Ipv4Addr>) {
         self.cm.query_ud(others);
+    }
+    fn tls(&self) -> Option<Arc<LinkTls>> {
+        self.link_tls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

@@ -14,7 +14,8 @@ use std::path::PathBuf;
                   QP state changes after translating virtual addresses to physical ones. \
                   masqctl(1) inspects and steers it through its control socket.",
     after_help = "Exit status: 0 after SIGTERM/SIGINT, 1 on a bad config or a failed start, \
-                  2 on a usage error. Signals: SIGHUP re-reads the policy file. \
+                  2 on a usage error. Signals: SIGHUP re-reads the policy file and, in cluster mode, this host's \
+                  certificate (cluster.tls). \
                   Log level: --log-level or RUST_LOG (error, warn, info, debug, trace)."
 )]
 pub struct Cli {

@@ -1,0 +1,148 @@
+//! This host's identity in the cluster: the CA every member trusts, and
+//! this host's certificate and key, read from the files `cluster.tls`
+//! names. etcd checks them (and maps the certificate to the host's etcd
+//! user); masqd checks here only that each file holds what its field says,
+//! so that a wrong path or a swapped file is an error naming the field and
+//! the file at start, not a TLS failure later.
+
+use super::TlsFiles;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::Path;
+
+/// The PEM text of the cluster's CA, this host's certificate (with any
+/// intermediates) and its key; the certificate's subject and end of
+/// validity.
+#[derive(Clone)]
+pub struct Identity {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    /// The certificate's subject, e.g. `CN=host1`.
+    pub subject: String,
+    /// Its notAfter, Unix seconds.
+    pub not_after: i64,
+}
+
+impl std::fmt::Debug for Identity {
+    // Never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Identity { .. }")
+    }
+}
+
+fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{field}: {}: cannot read: {e}", path.display()))
+}
+
+/// The file's PEM text and its first certificate's subject and notAfter.
+fn certificates(field: &str, path: &Path) -> Result<(Vec<u8>, String, i64), String> {
+    let pem = read(field, path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{field}: {}: not PEM certificates: {e}", path.display()))?;
+    let Some(first) = certs.first() else {
+        return Err(format!(
+            "{field}: {}: holds no certificate (BEGIN CERTIFICATE)",
+            path.display()
+        ));
+    };
+    let (_, cert) = x509_parser::parse_x509_certificate(first)
+        .map_err(|e| format!("{field}: {}: not an X.509 certificate: {e}", path.display()))?;
+    let subject = cert.subject().to_string();
+    let not_after = cert.validity().not_after.timestamp();
+    Ok((pem, subject, not_after))
+}
+
+impl Identity {
+    /// Read and check the three files.
+    pub fn load(files: &TlsFiles) -> Result<Identity, String> {
+        let (ca, _, _) = certificates("cluster.tls.ca", &files.ca)?;
+        let (cert, subject, not_after) = certificates("cluster.tls.cert", &files.cert)?;
+        let key = read("cluster.tls.key", &files.key)?;
+        PrivateKeyDer::from_pem_slice(&key).map_err(|e| {
+            format!(
+                "cluster.tls.key: {}: holds no private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
+                files.key.display()
+            )
+        })?;
+        Ok(Identity {
+            ca,
+            cert,
+            key,
+            subject,
+            not_after,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A self-signed P-256 certificate, made for this test with
+    // `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256`.
+    const CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBgDCCASWgAwIBAgIUXP7TqezVDenNztDYiRiabBIzWn4wCgYIKoZIzj0EAwIw
+FTETMBEGA1UEAwwKbWFzcS10ZXN0czAeFw0yNjExMjYyMzMwMzlaFw0zNjExMjMy
+MzMwMzlaMBUxEzARBgNVBAMMCm1hc3EtdGVzdHMwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAATIjI4ldywENflQ3bvxMgUI9dogoAYix6mo9OQpYOC3UQTV3Y82Xl7k
+iuqwH69fZTeJ0s/AMaofHs00SYXg+2Sjo1MwUTAdBgNVHQ4EFgQUICO41o27WnFF
+gGNQE30iSrDCoxswHwYDVR0jBBgwFoAUICO41o27WnFFgGNQE30iSrDCoxswDwYD
+VR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEA5ShRjwfkI+SoqVsv+0Sp
+WALAEdL293P8hSTmpW5H3PMCIQCccr1IPRKrk7+g4udeQWbLA+DwBoMh12fP/haY
+ZV6X6g==
+-----END CERTIFICATE-----
+";
+
+    fn files(dir: &Path, ca: &str, cert: &str, key: &str) -> TlsFiles {
+        let mut paths = Vec::new();
+        for (name, text) in [("ca.pem", ca), ("cert.pem", cert), ("key.pem", key)] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).expect("write");
+            paths.push(p);
+        }
+        TlsFiles {
+            ca: paths[0].clone(),
+            cert: paths[1].clone(),
+            key: paths[2].clone(),
+        }
+    }
+
+    #[test]
+    fn each_bad_file_is_an_error_naming_its_field_and_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+        // The key in the certificate's place, the certificate in the key's.
+        let swapped = files(dir.path(), CERT, key, CERT);
+        let e = Identity::load(&swapped).expect_err("swapped");
+        assert!(
+            e.starts_with("cluster.tls.cert: ")
+                && e.contains("cert.pem")
+                && e.contains("no certificate"),
+            "{e}"
+        );
+        let no_key = files(dir.path(), CERT, CERT, CERT);
+        let e = Identity::load(&no_key).expect_err("no key");
+        assert!(
+            e.starts_with("cluster.tls.key: ") && e.contains("key.pem"),
+            "{e}"
+        );
+        let mut missing = files(dir.path(), CERT, CERT, key);
+        missing.ca = dir.path().join("nowhere.pem");
+        let e = Identity::load(&missing).expect_err("missing");
+        assert!(
+            e.starts_with("cluster.tls.ca: ")
+                && e.contains("nowhere.pem")
+                && e.contains("cannot read"),
+            "{e}"
+        );
+        let good = files(dir.path(), CERT, CERT, key);
+        let id = Identity::load(&good).expect("good");
+        // The test certificate: CN=masq-tests, valid until 2036-11-23 23:30:39 UTC.
+        assert_eq!(
+            (id.subject.as_str(), id.not_after),
+            ("CN=masq-tests", 2_111_095_839)
+        );
+    }
+}
