@@ -685,7 +685,7 @@ mod tests {
                 connected: true,
                 since: 1,
                 revision: 1,
-                certificate_not_after: None,
+                certificate_not_after: Some(2_111_095_839),
             })))
         }));
         let files = [
