@@ -254,7 +254,11 @@ impl Daemon {
             let beat = parts.run.heartbeat("metrics", STALL);
             let weak = Arc::downgrade(&parts);
             let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
-            if let Err(e) = crate::http::serve(addr, registry, probes, beat, stopping) {
+            let access = crate::http::Access::load(&parts.cfg.metrics).map_err(|e| {
+                unserve_all(&parts);
+                invalid(e)
+            })?;
+            if let Err(e) = crate::http::serve(addr, registry, probes, access, beat, stopping) {
                 unserve_all(&parts);
                 return Err(e);
             }

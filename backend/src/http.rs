@@ -1,8 +1,13 @@
 //! masqd's HTTP listener (`metrics.listen`): Prometheus metrics at
 //! `/metrics` (`metrics.rs`), and the liveness and readiness probes
 //! `/healthz` and `/readyz` (what each checks is in `daemon.rs`), for a
-//! Kubernetes probe or a load balancer.
+//! Kubernetes probe or a load balancer. `metrics.tls` makes it HTTPS (and,
+//! with `clientCa`, takes only clients with a certificate of that CA);
+//! `metrics.bearerTokenFile` makes a scrape of `/metrics` bring the token.
+//! The probes stay open: they tell only whether masqd is alive and ready.
 
+use crate::config::identity;
+use crate::config::MetricsConfig;
 use crate::run::Heartbeat;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -28,6 +33,94 @@ pub struct Probes {
 struct Served {
     registry: Registry,
     probes: Probes,
+    access: Access,
+}
+
+/// Who may scrape, as `metrics:` says: TLS (with client certificates or
+/// not) and a bearer token; neither is plain HTTP open to anyone who
+/// reaches the address.
+#[derive(Default)]
+pub struct Access {
+    tls: Option<Arc<rustls::ServerConfig>>,
+    token: Option<Vec<u8>>,
+}
+
+impl Access {
+    /// Read the files `cfg` names; an error names the field and the file.
+    pub fn load(cfg: &MetricsConfig) -> Result<Access, String> {
+        let tls = match &cfg.tls {
+            None => None,
+            Some(t) => {
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let chain = identity::certs("metrics.tls.cert", &t.cert)?;
+                let key = identity::key("metrics.tls.key", &t.key)?;
+                let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?;
+                let builder = match &t.client_ca {
+                    None => builder.with_no_client_auth(),
+                    Some(ca) => {
+                        let mut roots = rustls::RootCertStore::empty();
+                        for c in identity::certs("metrics.tls.clientCa", ca)? {
+                            roots.add(c).map_err(|e| {
+                                format!("metrics.tls.clientCa: {}: {e}", ca.display())
+                            })?;
+                        }
+                        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                            Arc::new(roots),
+                            provider,
+                        )
+                        .build()
+                        .map_err(|e| format!("metrics.tls.clientCa: {}: {e}", ca.display()))?;
+                        builder.with_client_cert_verifier(verifier)
+                    }
+                };
+                let mut config = builder
+                    .with_single_cert(chain, key)
+                    .map_err(|e| format!("metrics.tls.cert and key: {e}"))?;
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                Some(Arc::new(config))
+            }
+        };
+        let token = match &cfg.bearer_token_file {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    format!(
+                        "metrics.bearerTokenFile: {}: cannot read: {e}",
+                        path.display()
+                    )
+                })?;
+                let token = text.trim();
+                if token.is_empty() || token.chars().any(|c| c.is_whitespace()) {
+                    return Err(format!(
+                        "metrics.bearerTokenFile: {}: must hold one token (no spaces)",
+                        path.display()
+                    ));
+                }
+                Some(token.as_bytes().to_vec())
+            }
+        };
+        Ok(Access { tls, token })
+    }
+
+    /// Whether `req` may read `/metrics`.
+    fn allows<B>(&self, req: &Request<B>) -> bool {
+        let Some(want) = &self.token else {
+            return true;
+        };
+        let got = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim().as_bytes());
+        // Every byte compared, so the time says nothing of how much matched.
+        got.is_some_and(|got| {
+            got.len() == want.len() && got.iter().zip(want).fold(0, |d, (a, b)| d | (a ^ b)) == 0
+        })
+    }
 }
 
 /// Serve `GET /metrics`, `/healthz` and `/readyz` on addr from a thread
@@ -39,6 +132,7 @@ pub fn serve(
     addr: SocketAddr,
     registry: Registry,
     probes: Probes,
+    access: Access,
     beat: Heartbeat,
     stopping: impl Fn() -> bool + Send + 'static,
 ) -> std::io::Result<SocketAddr> {
@@ -51,8 +145,23 @@ pub fn serve(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let served = Arc::new(Served { registry, probes });
-    info!(%addr, "metrics served at http://{addr}/metrics, probes at /healthz and /readyz");
+    let scheme = if access.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let guard = match (&access.token, &access.tls) {
+        (Some(_), _) => "a bearer token",
+        (None, Some(_)) => "TLS",
+        (None, None) => "nothing: keep the address off untrusted networks",
+    };
+    let acceptor = access.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let served = Arc::new(Served {
+        registry,
+        probes,
+        access,
+    });
+    info!(%addr, "metrics served at {scheme}://{addr}/metrics (guarded by {guard}), probes at /healthz and /readyz");
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
@@ -83,17 +192,36 @@ pub fn serve(
                         }
                     };
                     let served = served.clone();
+                    let acceptor = acceptor.clone();
                     tokio::spawn(async move {
                         let service = hyper::service::service_fn(move |req: Request<_>| {
                             let reply = answer(&served, &req);
                             async move { Ok::<_, std::convert::Infallible>(reply) }
                         });
                         // A client that sends no request in time is dropped.
-                        let conn = hyper::server::conn::http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(Duration::from_secs(10))
-                            .serve_connection(TokioIo::new(stream), service);
-                        if let Err(e) = conn.await {
+                        let mut http = hyper::server::conn::http1::Builder::new();
+                        http.timer(TokioTimer::new())
+                            .header_read_timeout(Duration::from_secs(10));
+                        let done = match acceptor {
+                            None => http.serve_connection(TokioIo::new(stream), service).await,
+                            Some(acceptor) => {
+                                let handshake = tokio::time::timeout(
+                                    Duration::from_secs(10),
+                                    acceptor.accept(stream),
+                                );
+                                match handshake.await {
+                                    Ok(Ok(tls)) => {
+                                        http.serve_connection(TokioIo::new(tls), service).await
+                                    }
+                                    Ok(Err(e)) => {
+                                        debug!("metrics: TLS handshake: {e}");
+                                        return;
+                                    }
+                                    Err(_) => return,
+                                }
+                            }
+                        };
+                        if let Err(e) = done {
                             debug!("metrics: connection: {e}");
                         }
                     });
@@ -134,6 +262,18 @@ fn answer<B>(served: &Served, req: &Request<B>) -> Response<Full<Bytes>> {
             "text/plain",
         );
     }
+    if probe.is_none() && !served.access.allows(req) {
+        let mut r = text(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized: /metrics takes the bearer token of metrics.bearerTokenFile\n".into(),
+            "text/plain",
+        );
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
     if let Some(probe) = probe {
         return match probe() {
             Ok(t) => text(
@@ -169,18 +309,28 @@ mod tests {
 
     /// One request over a real connection: (status, Content-Type, body).
     fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
-        use std::io::{Read, Write};
-        let mut c = std::net::TcpStream::connect(addr).expect("connect");
+        let c = std::net::TcpStream::connect(addr).expect("connect");
         c.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
+        exchange(c, method, path, "").expect("an answer")
+    }
+
+    /// One request with `headers` (each ending in CRLF) on `c`.
+    fn exchange(
+        mut c: impl std::io::Read + std::io::Write,
+        method: &str,
+        path: &str,
+        headers: &str,
+    ) -> std::io::Result<(u16, String, String)> {
         write!(
             c,
-            "{method} {path} HTTP/1.1\r\nHost: masqd\r\nConnection: close\r\n\r\n"
-        )
-        .expect("send");
+            "{method} {path} HTTP/1.1\r\nHost: masqd\r\n{headers}Connection: close\r\n\r\n"
+        )?;
         let mut reply = String::new();
-        c.read_to_string(&mut reply).expect("reply");
-        let (head, body) = reply.split_once("\r\n\r\n").expect("a header");
+        c.read_to_string(&mut reply)?;
+        let (head, body) = reply
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| std::io::Error::other(format!("no header in {reply:?}")))?;
         let status = head
             .split(' ')
             .nth(1)
@@ -195,7 +345,7 @@ mod tests {
                     .then(|| value.trim().to_string())
             })
             .unwrap_or_default();
-        (status, ctype, body.to_string())
+        Ok((status, ctype, body.to_string()))
     }
 
     #[test]
@@ -230,6 +380,7 @@ mod tests {
             "127.0.0.1:0".parse().expect("addr"),
             registry,
             probes,
+            Access::default(),
             run.heartbeat("metrics", Duration::from_secs(60)),
             move || stop.is_stopping(),
         )
@@ -269,6 +420,158 @@ mod tests {
 
         assert_eq!(http(addr, "GET", "/nothing").0, 404);
         assert_eq!(http(addr, "POST", "/healthz").0, 405);
+        run.stop();
+    }
+
+    /// A listener with `access` and probes that say ok; stop the Run after.
+    fn listener(access: Access) -> (SocketAddr, Arc<crate::run::Run>) {
+        let run = Arc::new(crate::run::Run::new(Duration::from_secs(1)));
+        let stop = run.clone();
+        let probes = Probes {
+            health: Box::new(|| Ok("ok".into())),
+            ready: Box::new(|| Ok("ready".into())),
+        };
+        let registry =
+            crate::metrics::registry(&crate::metrics::Metrics::default(), Box::new(|| None));
+        let addr = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            registry,
+            probes,
+            access,
+            run.heartbeat("metrics", Duration::from_secs(60)),
+            move || stop.is_stopping(),
+        )
+        .expect("listen");
+        (addr, run)
+    }
+
+    fn metrics_config(
+        tls: Option<crate::config::MetricsTls>,
+        token: Option<std::path::PathBuf>,
+    ) -> MetricsConfig {
+        MetricsConfig {
+            listen: Some("127.0.0.1:0".parse().expect("addr")),
+            tls,
+            bearer_token_file: token,
+        }
+    }
+
+    #[test]
+    fn a_bearer_token_guards_the_metrics_but_not_the_probes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "s3cret\n").expect("write");
+        let access = Access::load(&metrics_config(None, Some(file))).expect("load");
+        let (addr, run) = listener(access);
+        let with = |headers: &str| {
+            let c = std::net::TcpStream::connect(addr).expect("connect");
+            exchange(c, "GET", "/metrics", headers)
+                .expect("an answer")
+                .0
+        };
+        assert_eq!(with(""), 401);
+        assert_eq!(with("Authorization: Bearer wrong\r\n"), 401);
+        assert_eq!(with("Authorization: Bearer s3cre\r\n"), 401);
+        assert_eq!(with("Authorization: Basic s3cret\r\n"), 401);
+        assert_eq!(with("Authorization: Bearer s3cret\r\n"), 200);
+        assert_eq!(with("authorization: bearer s3cret\r\n"), 200);
+        assert_eq!(http(addr, "GET", "/healthz").0, 200);
+        assert_eq!(http(addr, "GET", "/readyz").0, 200);
+        run.stop();
+    }
+
+    #[test]
+    fn bad_access_files_are_errors_naming_the_field_and_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").expect("write");
+        let e = Access::load(&metrics_config(None, Some(empty)))
+            .err()
+            .expect("empty");
+        assert!(
+            e.starts_with("metrics.bearerTokenFile: ") && e.contains("empty"),
+            "{e}"
+        );
+        let tls = crate::config::MetricsTls {
+            cert: dir.path().join("nowhere.pem"),
+            key: dir.path().join("key.pem"),
+            client_ca: None,
+        };
+        let e = Access::load(&metrics_config(Some(tls), None))
+            .err()
+            .expect("missing");
+        assert!(
+            e.starts_with("metrics.tls.cert: ") && e.contains("nowhere.pem"),
+            "{e}"
+        );
+    }
+
+    /// make-pki's certificates: the listener's (m, for 127.0.0.1) and a
+    /// scraper's under one CA, and a scraper's under another.
+    #[test]
+    fn https_with_client_certificates_answers_only_the_cas_clients() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = |ca: &str, out: &str, names: &[&str]| {
+            let made = std::process::Command::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../integration/make-pki"
+            ))
+            .arg(dir.path().join(ca))
+            .arg(dir.path().join(out))
+            .args(names)
+            .status()
+            .expect("integration/make-pki (openssl)");
+            assert!(made.success());
+            dir.path().join(out)
+        };
+        let ours = pki("ca", "pki", &["m=127.0.0.1", "scraper"]);
+        let theirs = pki("other-ca", "other", &["scraper"]);
+        let tls = crate::config::MetricsTls {
+            cert: ours.join("m.pem"),
+            key: ours.join("m-key.pem"),
+            client_ca: Some(ours.join("ca.pem")),
+        };
+        let (addr, run) = listener(Access::load(&metrics_config(Some(tls), None)).expect("load"));
+        let get = |client: Option<&std::path::Path>| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut roots = rustls::RootCertStore::empty();
+            for c in identity::certs("ca", &ours.join("ca.pem")).expect("ca") {
+                roots.add(c).expect("root");
+            }
+            let builder = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(roots);
+            let config = match client {
+                None => builder.with_no_client_auth(),
+                Some(dir) => builder
+                    .with_client_auth_cert(
+                        identity::certs("cert", &dir.join("scraper.pem")).expect("cert"),
+                        identity::key("key", &dir.join("scraper-key.pem")).expect("key"),
+                    )
+                    .expect("client auth"),
+            };
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+            let tcp = std::net::TcpStream::connect(addr).expect("connect");
+            tcp.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            exchange(rustls::StreamOwned::new(conn, tcp), "GET", "/metrics", "").map(|r| r.0)
+        };
+        assert_eq!(get(Some(&ours)).expect("our scraper"), 200);
+        assert!(
+            get(None).is_err(),
+            "a client without a certificate got an answer"
+        );
+        assert!(
+            get(Some(&theirs)).is_err(),
+            "another CA's client got an answer"
+        );
+        // Plain HTTP to the HTTPS port gets no HTTP answer.
+        let c = std::net::TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        assert!(exchange(c, "GET", "/metrics", "").is_err());
         run.stop();
     }
 }

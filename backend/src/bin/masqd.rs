@@ -42,6 +42,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+        if let Err(e) = masq_backend::http::Access::load(&cfg.metrics) {
+            eprintln!("masqd: {}: {e}", cli.config.display());
+            return ExitCode::from(1);
+        }
         let checked =
             masq_backend::source::FileSource::new(&cfg, &config_dir).and_then(|f| f.check());
         let policy = match checked {

@@ -3,7 +3,8 @@
 //! names. etcd checks them (and maps the certificate to the host's etcd
 //! user); masqd checks here only that each file holds what its field says,
 //! so that a wrong path or a swapped file is an error naming the field and
-//! the file at start, not a TLS failure later.
+//! the file at start, not a TLS failure later. `certs` and `key` read the
+//! metrics listener's files the same way.
 
 use super::TlsFiles;
 use rustls_pki_types::pem::PemObject;
@@ -54,18 +55,32 @@ fn certificates(field: &str, path: &Path) -> Result<(Vec<u8>, String, i64), Stri
     Ok((pem, subject, not_after))
 }
 
+/// The certificates in the PEM file `path` (at least one), for `field`.
+pub fn certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let (pem, _, _) = certificates(field, path)?;
+    CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{field}: {}: {e}", path.display()))
+}
+
+/// The private key in the PEM file `path`, for `field`.
+pub fn key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let pem = read(field, path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+        format!(
+            "{field}: {}: holds no private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
+            path.display()
+        )
+    })
+}
+
 impl Identity {
     /// Read and check the three files.
     pub fn load(files: &TlsFiles) -> Result<Identity, String> {
         let (ca, _, _) = certificates("cluster.tls.ca", &files.ca)?;
         let (cert, subject, not_after) = certificates("cluster.tls.cert", &files.cert)?;
+        key("cluster.tls.key", &files.key)?;
         let key = read("cluster.tls.key", &files.key)?;
-        PrivateKeyDer::from_pem_slice(&key).map_err(|e| {
-            format!(
-                "cluster.tls.key: {}: holds no private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
-                files.key.display()
-            )
-        })?;
         Ok(Identity {
             ca,
             cert,

@@ -125,9 +125,29 @@ fn default_lease_seconds() -> u64 {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MetricsConfig {
     /// Where masqd serves `GET /metrics`, e.g. `127.0.0.1:9464`. The
-    /// numbers name tenants and rules: keep it off untrusted networks.
+    /// numbers name tenants and rules: keep it off untrusted networks, or
+    /// set `tls` and a bearer token or client certificates.
     #[serde(default)]
     pub listen: Option<std::net::SocketAddr>,
+    /// Serve HTTPS with this certificate; with `clientCa`, only to clients
+    /// with a certificate that CA signed. Paths relative to masqd.yaml.
+    #[serde(default)]
+    pub tls: Option<MetricsTls>,
+    /// A file holding the token a scrape of `/metrics` must bring
+    /// (`Authorization: Bearer TOKEN`); the probes stay open.
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
+}
+
+/// The metrics listener's certificate and key, and the CA of the clients
+/// it takes (none: any client).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MetricsTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// What the audit does with a tenant QP masqd did not admit.
@@ -493,6 +513,18 @@ impl Config {
                 *p = dir.join(&*p);
             }
         }
+        let m = &mut cfg.metrics;
+        if let Some(tls) = m.tls.as_mut() {
+            for p in [&mut tls.cert, &mut tls.key]
+                .into_iter()
+                .chain(tls.client_ca.as_mut())
+            {
+                *p = dir.join(&*p);
+            }
+        }
+        if let Some(p) = m.bearer_token_file.as_mut() {
+            *p = dir.join(&*p);
+        }
         Ok(cfg)
     }
 
@@ -574,6 +606,14 @@ impl Config {
                     "cluster.leaseSeconds: {} is outside 2..=300",
                     c.lease_seconds
                 ));
+            }
+        }
+        if self.metrics.listen.is_none() {
+            if self.metrics.tls.is_some() {
+                return Err("metrics.tls: set, but metrics.listen is not".into());
+            }
+            if self.metrics.bearer_token_file.is_some() {
+                return Err("metrics.bearerTokenFile: set, but metrics.listen is not".into());
             }
         }
         if let Some(c) = &self.cdi {

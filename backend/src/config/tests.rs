@@ -192,3 +192,32 @@ fn a_missing_file_is_reported_with_its_name() {
         .to_string()
         .starts_with("/nonexistent/masq.yaml: cannot read"));
 }
+
+#[test]
+fn the_metrics_guards_need_the_listener_and_their_files_are_relative_to_the_config() {
+    let e = err_of(&format!(
+        "{GOOD}metrics: {{ tls: {{ cert: m.pem, key: m-key.pem }} }}\n"
+    ));
+    assert!(
+        e.contains("metrics.tls: set, but metrics.listen is not"),
+        "{e}"
+    );
+    let e = err_of(&format!("{GOOD}metrics: {{ bearerTokenFile: token }}\n"));
+    assert!(
+        e.contains("metrics.bearerTokenFile: set, but metrics.listen is not"),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("masqd.yaml");
+    let text = format!(
+        "{GOOD}metrics: {{ listen: \"127.0.0.1:9464\", bearerTokenFile: token, \
+         tls: {{ cert: m.pem, key: /etc/m-key.pem, clientCa: ca.pem }} }}\n"
+    );
+    std::fs::write(&path, text).expect("write");
+    let m = Config::load(&path).expect("load").metrics;
+    assert_eq!(m.bearer_token_file, Some(dir.path().join("token")));
+    let tls = m.tls.expect("tls");
+    assert_eq!(tls.cert, dir.path().join("m.pem"));
+    assert_eq!(tls.key, PathBuf::from("/etc/m-key.pem"));
+    assert_eq!(tls.client_ca, Some(dir.path().join("ca.pem")));
+}
