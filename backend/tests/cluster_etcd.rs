@@ -2,7 +2,9 @@
 //! hosts' `Cluster`s feed stores of their own, as masqd feeds its registry.
 //! Skipped, saying so, where no etcd binary is installed.
 
+use masq_backend::cluster::auth;
 use masq_backend::cluster::Cluster;
+use masq_backend::config::identity::Identity;
 use masq_backend::config::{ClusterConfig, EndpointConfig, TlsFiles};
 use masq_backend::source::{Placement, Source, SourceId, Store};
 use std::collections::BTreeMap;
@@ -21,6 +23,8 @@ struct Fake {
     /// How long applying one placement takes (masqd recompiles its policy
     /// and loads nftables for each; seconds on a loaded host).
     slow: Mutex<Duration>,
+    /// The policy file this host brings: (text, file).
+    file: Mutex<Option<(String, String)>>,
 }
 
 impl Store for Fake {
@@ -58,7 +62,7 @@ impl Store for Fake {
             .map(|t| format!("{}", t.len()))
     }
     fn file_policy(&self) -> Option<(String, String)> {
-        None
+        self.file.lock().unwrap().clone()
     }
 }
 
@@ -110,15 +114,37 @@ impl Etcd {
         format!("https://127.0.0.1:{}", self.client)
     }
 
-    /// The CA's certificate and the one identity (CN t) that etcd and every
-    /// host of these tests use.
+    /// The CA's certificate and etcd's own identity (CN t), which the
+    /// hosts of the tests without authentication use too.
     fn pki(&self) -> TlsFiles {
+        self.identity_files("t")
+    }
+
+    /// The files of identity `name` (t, root, operator, h1, h2).
+    fn identity_files(&self, name: &str) -> TlsFiles {
         let pki = self.dir.path().join("pki");
         TlsFiles {
             ca: pki.join("ca.pem"),
-            cert: pki.join("t.pem"),
-            key: pki.join("t-key.pem"),
+            cert: pki.join(format!("{name}.pem")),
+            key: pki.join(format!("{name}-key.pem")),
         }
+    }
+
+    /// A client of this etcd as `name`.
+    fn client(&self, name: &str) -> (tokio::runtime::Runtime, etcd_client::Client) {
+        let id = Identity::load(&self.identity_files(name)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(id.ca))
+            .identity(etcd_client::Identity::from_pem(id.cert, id.key));
+        let opts = etcd_client::ConnectOptions::new().with_tls(tls);
+        let client = rt
+            .block_on(etcd_client::Client::connect([self.url()], Some(opts)))
+            .unwrap();
+        (rt, client)
     }
 
     /// Start it on its data directory (again, after `stop`).
@@ -130,7 +156,8 @@ impl Etcd {
         ))
         .arg(self.dir.path().join("ca"))
         .arg(self.dir.path().join("pki"))
-        .arg("t=127.0.0.1")
+        // etcd's own, and clients': etcd's root, an operator, two hosts.
+        .args(["t=127.0.0.1", "root", "operator", "h1", "h2"])
         .status();
         assert!(
             matches!(made, Ok(s) if s.success()),
@@ -190,9 +217,20 @@ impl Drop for Etcd {
 }
 
 fn host(etcd: &Etcd, me: &str, local: &[EndpointConfig]) -> (Arc<Cluster>, Arc<Fake>) {
+    host_as(etcd, "t", me, local, None)
+}
+
+/// A host whose certificate is `name`'s, bringing policy `file` if given.
+fn host_as(
+    etcd: &Etcd,
+    name: &str,
+    me: &str,
+    local: &[EndpointConfig],
+    file: Option<&str>,
+) -> (Arc<Cluster>, Arc<Fake>) {
     let cfg = ClusterConfig {
         etcd: vec![etcd.url()],
-        tls: Some(etcd.pki()),
+        tls: Some(etcd.identity_files(name)),
         insecure: false,
         prefix: "/masq-test".into(),
         lease_seconds: 3,
@@ -200,6 +238,7 @@ fn host(etcd: &Etcd, me: &str, local: &[EndpointConfig]) -> (Arc<Cluster>, Arc<F
     let c = Cluster::new(cfg, me.parse().unwrap()).unwrap();
     let store = Arc::new(Fake::default());
     *store.local.lock().unwrap() = local.to_vec();
+    *store.file.lock().unwrap() = file.map(|t| (t.to_string(), "policy.yaml".to_string()));
     c.clone().start(store.clone()).unwrap();
     (c, store)
 }
@@ -365,4 +404,96 @@ fn a_host_busy_applying_keeps_its_lease_and_its_own_deletes_are_no_outage() {
         h.error
     );
     assert_eq!(*store_b.gone.lock().unwrap(), vec!["acme-x".to_string()]);
+}
+
+/// `masqctl cluster init-auth`'s roles on a real etcd: a host's identity
+/// writes its own keys and no other host's nor the policy, the operator's
+/// writes the policy, and a masqd whose policy file etcd will not take
+/// still follows the cluster.
+#[test]
+fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
+    let Some(etcd) = Etcd::start() else { return };
+    let (h1, h2) = (
+        auth::Host {
+            name: "h1".into(),
+            ip: "198.18.0.1".parse().unwrap(),
+        },
+        auth::Host {
+            name: "h2".into(),
+            ip: "198.18.0.2".parse().unwrap(),
+        },
+    );
+    // etcd answers before authentication is on, to any certificate of the CA.
+    let (rt, mut t) = etcd.client("t");
+    let started = Instant::now();
+    while rt.block_on(t.get("/", None)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "etcd did not answer"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let root = Identity::load(&etcd.identity_files("root")).unwrap();
+    let urls = [etcd.url()];
+    let done = auth::run(&urls, &root, "/masq-test", "operator", &[h1.clone(), h2]).unwrap();
+    assert!(done.iter().any(|l| l == "user h2 added"), "{done:?}");
+    assert_eq!(done.last().map(String::as_str), Some("authentication on"));
+    // Again, as root now that authentication is on: nothing new to make.
+    let again = auth::run(&urls, &root, "/masq-test", "operator", &[h1]).unwrap();
+    assert_eq!(again, ["authentication on"]);
+    // t, etcd's own certificate, has no user: it gets nothing now.
+    assert!(rt.block_on(t.get("/masq-test/", None)).is_err());
+
+    let (rt, mut c) = etcd.client("h2");
+    let put = |c: &mut etcd_client::Client, key: &str| rt.block_on(c.put(key, "x", None));
+    put(&mut c, "/masq-test/endpoints/198.18.0.2/b").expect("its own endpoint");
+    put(&mut c, "/masq-test/status/198.18.0.2").expect("its own status");
+    for key in [
+        "/masq-test/endpoints/198.18.0.1/a",
+        "/masq-test/hosts/198.18.0.1",
+        "/masq-test/policy",
+        "/masq-test/elsewhere",
+    ] {
+        let e = put(&mut c, key).expect_err(key).to_string();
+        assert!(e.contains("permission denied"), "{key}: {e}");
+    }
+    let seen = rt
+        .block_on(c.get(
+            "/masq-test/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        ))
+        .expect("it reads the prefix");
+    let keys: Vec<&str> = seen.kvs().iter().map(|kv| kv.key_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            "/masq-test/endpoints/198.18.0.2/b",
+            "/masq-test/status/198.18.0.2"
+        ]
+    );
+    let (rt, mut op) = etcd.client("operator");
+    let policy = r#"{"text":"version: 1\n","file":"policy.yaml"}"#;
+    rt.block_on(op.put("/masq-test/policy", policy, None))
+        .expect("the operator writes the policy");
+
+    // masqd as h1, with a policy file etcd will not take from it: it
+    // registers, publishes and follows all the same.
+    let (c1, s1) = host_as(
+        &etcd,
+        "h1",
+        "198.18.0.1",
+        &[endpoint("acme-a", "10.0.0.1")],
+        Some("version: 1\ntenants: {}\n"),
+    );
+    assert!(
+        c1.wait_connected(Duration::from_secs(20)),
+        "{:?}",
+        c1.health().error
+    );
+    assert_eq!(s1.policy.lock().unwrap().as_deref(), Some("version: 1\n"));
+    let (rt, mut op) = etcd.client("operator");
+    let got = rt
+        .block_on(op.get("/masq-test/endpoints/198.18.0.1/acme-a", None))
+        .unwrap();
+    assert_eq!(got.kvs().len(), 1, "h1 published its endpoint");
 }

@@ -1,9 +1,12 @@
 //! masqctl: look at and steer a running masqd through its control socket.
 //! The grammar is masq_backend::operator::cli::masqctl's.
 
+use masq_backend::cluster::auth;
+use masq_backend::config::identity::Identity;
+use masq_backend::config::TlsFiles;
 use masq_backend::control::{self, CtFilter, Request};
 use masq_backend::operator::cli::generate;
-use masq_backend::operator::cli::masqctl::{Action, Cli, Format};
+use masq_backend::operator::cli::masqctl::{Action, Cli, Format, InitAuthArgs};
 use masq_backend::operator::cli::output;
 use std::io::Write;
 use std::path::Path;
@@ -18,6 +21,7 @@ fn main() -> ExitCode {
             generate::completion(shell, &mut std::io::stdout());
             return ExitCode::SUCCESS;
         }
+        Action::InitAuth(a) => return init_auth(a),
     };
     let reply = match control::call(&cli.socket, &req) {
         Ok(r) => r,
@@ -35,6 +39,36 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `masqctl cluster init-auth`: etcd's users and roles, a line per step.
+fn init_auth(a: InitAuthArgs) -> ExitCode {
+    let files = TlsFiles {
+        ca: a.ca,
+        cert: a.cert,
+        key: a.key,
+    };
+    // The fields named as the command's options.
+    let identity = match Identity::load(&files) {
+        Ok(id) => id,
+        Err(e) => {
+            let e = e.replace("cluster.tls.", "--");
+            eprintln!("masqctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match auth::run(&a.etcd, &identity, &a.prefix, &a.operator, &a.hosts) {
+        Ok(done) => {
+            for line in done {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("masqctl: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn unreachable(socket: &Path, e: std::io::Error) -> ExitCode {

@@ -137,6 +137,19 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// etcd's TLS as `id`: the cluster's CA and this certificate.
+pub(crate) fn tls_options(id: &Identity) -> TlsOptions {
+    TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(&id.ca))
+        .identity(etcd_client::Identity::from_pem(&id.cert, &id.key))
+}
+
+/// etcd refused the call: with authentication on, this identity's roles
+/// do not allow it (`cluster::auth`).
+fn denied(e: &str) -> bool {
+    e.contains("permission denied")
+}
+
 /// The longest wait between two tries to reach etcd. etcd gives every
 /// lease a full TTL again when it comes back (its leader promotes them),
 /// so a host must be back well inside one TTL: a host that is late has
@@ -250,11 +263,7 @@ impl Cluster {
             .with_timeout(CALL_TIMEOUT)
             .with_keep_alive(Duration::from_secs(1), CALL_TIMEOUT);
         if let Some(id) = self.identity() {
-            opts = opts.with_tls(
-                TlsOptions::new()
-                    .ca_certificate(Certificate::from_pem(&id.ca))
-                    .identity(etcd_client::Identity::from_pem(&id.cert, &id.key)),
-            );
+            opts = opts.with_tls(tls_options(&id));
         }
         let mut client = Client::connect(&self.cfg.etcd, Some(opts))
             .await
@@ -289,8 +298,15 @@ impl Cluster {
             let txn = Txn::new()
                 .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(key.as_str(), value, None)]);
-            if client.txn(txn).await.map_err(etcd_err)?.succeeded() {
-                info!(%file, "cluster: had no policy; wrote this host's");
+            match client.txn(txn).await.map_err(etcd_err) {
+                Ok(r) if r.succeeded() => info!(%file, "cluster: had no policy; wrote this host's"),
+                Ok(_) => {}
+                // With etcd's roles only the operator writes the policy.
+                Err(e) if denied(&e) => {
+                    info!(%file, "cluster: this host may not write the policy (etcd's roles); \
+                          it serves its file's until the operator applies one")
+                }
+                Err(e) => return Err(e),
             }
         }
         let prefix = format!("{}/", self.cfg.prefix);
@@ -667,7 +683,16 @@ impl Cluster {
         let txn = Txn::new()
             .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, seen)])
             .and_then([TxnOp::put(key.as_str(), value, None)]);
-        let resp = self.call(client.txn(txn))?;
+        let resp = self.call(client.txn(txn)).map_err(|e| {
+            if denied(&e) {
+                format!(
+                    "{e}: with etcd's roles (masqctl cluster init-auth) a host may not write \
+                     the policy; the operator's identity writes it"
+                )
+            } else {
+                e
+            }
+        })?;
         if !resp.succeeded() {
             return Err(
                 "the cluster's policy changed since this host last saw it (another apply won); \

@@ -1,8 +1,9 @@
 //! What follows the cluster: the endpoints (`endpoint`), the registry of
 //! this host's endpoints and the VPC map (`registry`), the sources that
-//! place endpoints in it (`source`), and the etcd store every host of a
-//! cluster follows (`etcd`).
+//! place endpoints in it (`source`), the etcd store every host of a
+//! cluster follows (`etcd`), and etcd's users and roles for it (`auth`).
 
+pub mod auth;
 pub mod endpoint;
 pub mod etcd;
 pub mod registry;

@@ -90,6 +90,10 @@ pub enum Command {
     ///
     /// List, watch or delete them; conntrack(8)'s -L, -E and -D work too.
     Conntrack(ConntrackArgs),
+    /// Cluster mode: etcd's users and roles for masq (talks to etcd, not
+    /// to masqd).
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
     /// A shell completion script for masqctl, on stdout.
     Completion {
         #[arg(value_enum)]
@@ -272,6 +276,44 @@ pub enum PolicyCmd {
     Show,
 }
 
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Set up etcd's authentication for masq's keys.
+    ///
+    /// Each host's certificate (its CN is its etcd user) may then write
+    /// only its own keys under the prefix, the operator's may write the
+    /// policy and anything else there, and all of them read the prefix.
+    /// Run it with the certificate of etcd's root user (CN=root), which it
+    /// makes; run it again, as root, to add hosts. Idempotent.
+    InitAuth(InitAuthArgs),
+}
+
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct InitAuthArgs {
+    /// etcd's client URLs (https://), comma-separated or repeated.
+    #[arg(long, required = true, value_delimiter = ',', value_name = "URL")]
+    pub etcd: Vec<String>,
+    /// The cluster's CA certificate (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub ca: PathBuf,
+    /// The certificate of etcd's root user (subject CN=root).
+    #[arg(long, value_name = "FILE")]
+    pub cert: PathBuf,
+    /// Its key.
+    #[arg(long, value_name = "FILE")]
+    pub key: PathBuf,
+    /// The prefix of masq's keys (cluster.prefix in masqd.yaml).
+    #[arg(long, default_value = "/masq", value_name = "PREFIX")]
+    pub prefix: String,
+    /// The operator's etcd user: the CN of the certificate that writes the
+    /// policy.
+    #[arg(long, default_value = "operator", value_name = "NAME")]
+    pub operator: String,
+    /// Each host: its certificate's CN and its underlay IP.
+    #[arg(required = true, value_name = "NAME=IP", value_parser = crate::cluster::auth::parse_host)]
+    pub hosts: Vec<crate::cluster::auth::Host>,
+}
+
 #[derive(Args, Debug)]
 #[command(
     subcommand_required = true,
@@ -383,6 +425,8 @@ pub enum Action {
     Watch(CtFilter),
     /// Print a completion script.
     Completion(clap_complete::Shell),
+    /// Set up etcd's users and roles (not a request to masqd).
+    InitAuth(InitAuthArgs),
 }
 
 /// A path masqd can open: it may run with another working directory.
@@ -461,6 +505,7 @@ impl Command {
                 }
             }
             Command::Completion { shell } => Action::Completion(shell),
+            Command::Cluster(ClusterCmd::InitAuth(a)) => Action::InitAuth(a),
         }
     }
 }

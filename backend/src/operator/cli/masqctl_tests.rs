@@ -412,3 +412,77 @@ fn the_help_reads_as_one_grammar() {
     assert!(!e.contains("-t,") && !e.contains("-q,"), "{e}");
     assert!(e.contains("-s, --src") && e.contains("-p, --proto"), "{e}");
 }
+
+/// `cluster init-auth` talks to etcd: its hosts are NAME=IP, checked as
+/// the command line is read.
+#[test]
+fn cluster_init_auth_takes_etcd_credentials_and_hosts() {
+    let a = match action(&[
+        "cluster",
+        "init-auth",
+        "--etcd",
+        "https://10.1.0.1:2379,https://10.1.0.2:2379",
+        "--ca",
+        "ca.pem",
+        "--cert",
+        "root.pem",
+        "--key",
+        "root-key.pem",
+        "host1=10.1.0.1",
+        "host2=10.1.0.2",
+    ]) {
+        Action::InitAuth(a) => a,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(a.etcd, ["https://10.1.0.1:2379", "https://10.1.0.2:2379"]);
+    assert_eq!(
+        (a.prefix.as_str(), a.operator.as_str()),
+        ("/masq", "operator")
+    );
+    let hosts: Vec<String> = a
+        .hosts
+        .iter()
+        .map(|h| format!("{}={}", h.name, h.ip))
+        .collect();
+    assert_eq!(hosts, ["host1=10.1.0.1", "host2=10.1.0.2"]);
+    for bad in [
+        &[
+            "cluster",
+            "init-auth",
+            "--etcd",
+            "https://e:2379",
+            "--ca",
+            "c",
+            "--cert",
+            "c",
+            "--key",
+            "k",
+        ][..],
+        &[
+            "cluster",
+            "init-auth",
+            "--etcd",
+            "https://e:2379",
+            "--ca",
+            "c",
+            "--cert",
+            "c",
+            "--key",
+            "k",
+            "host1",
+        ],
+        &[
+            "cluster",
+            "init-auth",
+            "--ca",
+            "c",
+            "--cert",
+            "c",
+            "--key",
+            "k",
+            "host1=10.1.0.1",
+        ],
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?}");
+    }
+}
