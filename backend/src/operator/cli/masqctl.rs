@@ -26,8 +26,9 @@ pub const OUTPUT_ENV: &str = "MASQCTL_OUTPUT";
 pub const DEFAULT_SOCKET: &str = "/run/masq/control.sock";
 
 pub const AFTER_HELP: &str = "Environment: MASQCTL_SOCKET for --socket, MASQCTL_OUTPUT for -o.\n\n\
-                              Exit status: 0 success, 1 masqd answered with an error, \
-                              2 usage error, 3 masqd could not be reached.";
+                              Exit status: 0 success, 1 masqd (etcd, for cluster init-auth) \
+                              answered with an error, 2 usage error, 3 masqd could not be \
+                              reached.";
 
 #[derive(Parser, Debug)]
 #[command(
