@@ -445,44 +445,13 @@ fn cluster_init_auth_takes_etcd_credentials_and_hosts() {
         .map(|h| format!("{}={}", h.name, h.ip))
         .collect();
     assert_eq!(hosts, ["host1=10.1.0.1", "host2=10.1.0.2"]);
-    for bad in [
-        &[
-            "cluster",
-            "init-auth",
-            "--etcd",
-            "https://e:2379",
-            "--ca",
-            "c",
-            "--cert",
-            "c",
-            "--key",
-            "k",
-        ][..],
-        &[
-            "cluster",
-            "init-auth",
-            "--etcd",
-            "https://e:2379",
-            "--ca",
-            "c",
-            "--cert",
-            "c",
-            "--key",
-            "k",
-            "host1",
-        ],
-        &[
-            "cluster",
-            "init-auth",
-            "--ca",
-            "c",
-            "--cert",
-            "c",
-            "--key",
-            "k",
-            "host1=10.1.0.1",
-        ],
-    ] {
-        assert!(parse(bad).is_err(), "{bad:?}");
+    // No host; a host without its IP; no --etcd.
+    let creds = ["--ca", "c", "--cert", "c", "--key", "k"];
+    let etcd = ["cluster", "init-auth", "--etcd", "https://e:2379"];
+    let no_host = [&etcd[..], &creds].concat();
+    let no_ip = [&no_host[..], &["host1"]].concat();
+    let no_etcd = [&["cluster", "init-auth"][..], &creds, &["host1=10.1.0.1"]].concat();
+    for bad in [no_host, no_ip, no_etcd] {
+        assert!(parse(&bad).is_err(), "{bad:?}");
     }
 }
