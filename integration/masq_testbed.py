@@ -121,7 +121,11 @@ class Testbed:
 
     # Health: a host that stopped answering fails its test and comes back --
     def known_hosts(self):
-        return list(tbcli.host_table(tbcli._running_count()))
+        # The CLI module was loaded before the testbed came up (or changed
+        # its number of hosts): its host table, which its agent probe
+        # reads, follows the running testbed's.
+        tbcli.HOSTS = tbcli.host_table(tbcli._running_count())
+        return list(tbcli.HOSTS)
 
     def start_watching(self):
         self.watch = ConsoleWatch(self)
