@@ -172,7 +172,7 @@ impl Daemon {
         match parts.cluster.as_ref().and_then(|c| c.identity()) {
             Some(id) => {
                 let tls = crate::peer::tls::LinkTls::new(&id).map_err(invalid)?;
-                *parts.link_tls.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(tls));
+                parts.set_link_tls(tls);
                 info!("CM link: mutual TLS with this host's cluster identity");
             }
             None => info!("CM link: plaintext (no cluster.tls): it trusts the underlay"),
@@ -349,11 +349,7 @@ impl Daemon {
         match loaded {
             Ok((id, tls)) => {
                 info!(subject = %id.subject, not_after = id.not_after, "SIGHUP: this host's certificate reloaded");
-                *self
-                    .parts
-                    .link_tls
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(tls));
+                self.parts.set_link_tls(tls);
                 cluster.use_identity(id);
             }
             Err(e) => warn!("SIGHUP: {e}; the certificate in use stays"),

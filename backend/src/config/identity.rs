@@ -36,13 +36,21 @@ fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{field}: {}: cannot read: {e}", path.display()))
 }
 
-/// The file's PEM text and its first certificate's subject and notAfter.
-fn certificates(field: &str, path: &Path) -> Result<(Vec<u8>, String, i64), String> {
+/// A PEM file of certificates: its text, the certificates, and the first
+/// one's subject and notAfter.
+struct Certificates {
+    pem: Vec<u8>,
+    ders: Vec<CertificateDer<'static>>,
+    subject: String,
+    not_after: i64,
+}
+
+fn certificates(field: &str, path: &Path) -> Result<Certificates, String> {
     let pem = read(field, path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
+    let ders = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{field}: {}: not PEM certificates: {e}", path.display()))?;
-    let Some(first) = certs.first() else {
+    let Some(first) = ders.first() else {
         return Err(format!(
             "{field}: {}: holds no certificate (BEGIN CERTIFICATE)",
             path.display()
@@ -52,21 +60,22 @@ fn certificates(field: &str, path: &Path) -> Result<(Vec<u8>, String, i64), Stri
         .map_err(|e| format!("{field}: {}: not an X.509 certificate: {e}", path.display()))?;
     let subject = cert.subject().to_string();
     let not_after = cert.validity().not_after.timestamp();
-    Ok((pem, subject, not_after))
+    Ok(Certificates {
+        pem,
+        ders,
+        subject,
+        not_after,
+    })
 }
 
 /// The certificates in the PEM file `path` (at least one), for `field`.
 pub fn certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let (pem, _, _) = certificates(field, path)?;
-    CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{field}: {}: {e}", path.display()))
+    Ok(certificates(field, path)?.ders)
 }
 
-/// The private key in the PEM file `path`, for `field`.
-pub fn key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let pem = read(field, path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+/// The private key in `pem`, the text of `path`, for `field`.
+fn parse_key(field: &str, path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
         format!(
             "{field}: {}: holds no private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
             path.display()
@@ -74,19 +83,24 @@ pub fn key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     })
 }
 
+/// The private key in the PEM file `path`, for `field`.
+pub fn key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    parse_key(field, path, &read(field, path)?)
+}
+
 impl Identity {
     /// Read and check the three files.
     pub fn load(files: &TlsFiles) -> Result<Identity, String> {
-        let (ca, _, _) = certificates("cluster.tls.ca", &files.ca)?;
-        let (cert, subject, not_after) = certificates("cluster.tls.cert", &files.cert)?;
-        key("cluster.tls.key", &files.key)?;
+        let ca = certificates("cluster.tls.ca", &files.ca)?;
+        let cert = certificates("cluster.tls.cert", &files.cert)?;
         let key = read("cluster.tls.key", &files.key)?;
+        parse_key("cluster.tls.key", &files.key, &key)?;
         Ok(Identity {
-            ca,
-            cert,
+            ca: ca.pem,
+            cert: cert.pem,
             key,
-            subject,
-            not_after,
+            subject: cert.subject,
+            not_after: cert.not_after,
         })
     }
 }

@@ -44,8 +44,8 @@ pub trait PeerSink: Send + Sync {
     /// The link's sending side, handed over right after the bind.
     fn linked(&self, link: Arc<Link>);
     /// A message spent `took` in `stage`: `queued` from the CM's send to
-    /// its write on the link (the hand-off to the sender thread),
-    /// `handled` in `deliver` on the reader thread.
+    /// its write on the link (here: through the sender thread), `handled`
+    /// in `deliver` on the reader thread.
     fn timed(&self, stage: &'static str, kind: &'static str, took: Duration);
     /// Every 100 ms, for the CM's timeouts.
     fn tick(&self);

@@ -120,8 +120,9 @@ fn names(cert: &CertificateDer<'_>, ip: Ipv4Addr) -> Result<(), String> {
         .map_err(|_| format!("its certificate does not name {ip}"))
 }
 
-/// A TLS stream whose every write goes out at once: a CM message must not
-/// sit in rustls' buffer.
+/// A TLS stream whose `write_all` also flushes: rustls' own write reports
+/// a failed send only on the next call, and the link must know at once to
+/// connect again and retry (`write_to`).
 struct Flushed<W: Write>(W);
 
 impl<W: Write> Write for Flushed<W> {

@@ -67,7 +67,7 @@ pub struct Parts {
     /// The endpoints' rdma cgroup limits and rate limits.
     pub limits: Limits,
     /// Mutual TLS on the CM link (cluster mode with `cluster.tls`).
-    pub link_tls: Mutex<Option<Arc<LinkTls>>>,
+    link_tls: Mutex<Option<Arc<LinkTls>>>,
 }
 
 impl Parts {
@@ -98,6 +98,11 @@ impl Parts {
             cfg,
             link_tls: Mutex::new(None),
         }
+    }
+
+    /// The CM link's mutual TLS for connections made from now on.
+    pub fn set_link_tls(&self, tls: LinkTls) {
+        *self.link_tls.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(tls));
     }
 
     /// masqd's state for a metrics scrape.
