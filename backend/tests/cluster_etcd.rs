@@ -2,8 +2,8 @@
 //! hosts' `Cluster`s feed stores of their own, as masqd feeds its registry.
 //! Skipped, saying so, where no etcd binary is installed.
 
-use masq_backend::cluster::auth;
 use masq_backend::cluster::Cluster;
+use masq_backend::cluster::{auth, policy};
 use masq_backend::config::identity::Identity;
 use masq_backend::config::{ClusterConfig, EndpointConfig, TlsFiles};
 use masq_backend::source::{Placement, Source, SourceId, Store};
@@ -496,4 +496,44 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
         .block_on(op.get("/masq-test/endpoints/198.18.0.1/acme-a", None))
         .unwrap();
     assert_eq!(got.kvs().len(), 1, "h1 published its endpoint");
+
+    // `masqctl policy apply` through masqd is refused, saying what to do.
+    let e = c1
+        .put_policy("version: 1\ntenants: {}\n", "mine.yaml")
+        .expect_err("a host writes the policy");
+    assert!(
+        e.contains("permission denied") && e.contains("--operator-cert"),
+        "{e}"
+    );
+    // As the operator, with the revision masqd last saw (what masqctl gets
+    // from `policy check`): the write reaches masqd. With an older one it
+    // loses, changing nothing.
+    let target = c1.policy_target();
+    assert_eq!(target["prefix"], "/masq-test");
+    let seen = target["revision"].as_i64().unwrap();
+    let operator = Identity::load(&etcd.identity_files("operator")).unwrap();
+    let next = policy::StoredPolicy {
+        text: "version: 1\ntenants: {}\n".into(),
+        file: "next.yaml".into(),
+    };
+    let e = policy::write_as_operator(&urls, &operator, "/masq-test", &next, seen - 1)
+        .expect_err("a stale revision");
+    assert_eq!(e, policy::LOST);
+    assert_eq!(s1.policy.lock().unwrap().as_deref(), Some("version: 1\n"));
+    let rev = policy::write_as_operator(&urls, &operator, "/masq-test", &next, seen)
+        .expect("the operator writes at the revision masqd saw");
+    assert!(rev > seen);
+    until(
+        "h1 runs the operator's policy",
+        Duration::from_secs(10),
+        || s1.policy.lock().unwrap().as_deref() == Some(next.text.as_str()),
+    );
+    // A host's identity is no operator.
+    let h2 = Identity::load(&etcd.identity_files("h2")).unwrap();
+    let e = policy::write_as_operator(&urls, &h2, "/masq-test", &next, rev)
+        .expect_err("h2 as the operator");
+    assert!(
+        e.contains("permission denied") && e.contains("CN=h2"),
+        "{e}"
+    );
 }

@@ -8,8 +8,9 @@ use masq_backend::control::{self, CtFilter, Request};
 use masq_backend::operator::cli::generate;
 use masq_backend::operator::cli::masqctl::{Action, Cli, Format, InitAuthArgs};
 use masq_backend::operator::cli::output;
+use masq_backend::operator::policy_as_operator::{self, Failure};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -22,6 +23,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Action::InitAuth(a) => return init_auth(a),
+        Action::ApplyAsOperator { path, cert, key } => {
+            return apply_as_operator(&cli.socket, cli.output, path, cert, key)
+        }
     };
     let reply = match control::call(&cli.socket, &req) {
         Ok(r) => r,
@@ -31,7 +35,11 @@ fn main() -> ExitCode {
         eprintln!("masqctl: masqd: {err}");
         return ExitCode::from(1);
     }
-    match output::render(cli.output, &req, &reply) {
+    print_reply(cli.output, &req, &reply)
+}
+
+fn print_reply(format: Format, req: &Request, reply: &serde_json::Value) -> ExitCode {
+    match output::render(format, req, reply) {
         Ok(text) => print!("{text}"),
         Err(e) => {
             eprintln!("masqctl: cannot print masqd's answer: {e}");
@@ -69,6 +77,29 @@ fn init_auth(a: InitAuthArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `masqctl policy apply --operator-cert --operator-key`.
+fn apply_as_operator(
+    socket: &Path,
+    format: Format,
+    path: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+) -> ExitCode {
+    let reply = match policy_as_operator::apply(socket, &path, cert, key) {
+        Ok(v) => v,
+        Err(Failure::Unreachable(e)) => return unreachable(socket, e),
+        Err(Failure::Usage(e)) => {
+            eprintln!("masqctl: {e}");
+            return ExitCode::from(2);
+        }
+        Err(Failure::Refused(e)) => {
+            eprintln!("masqctl: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    print_reply(format, &Request::PolicyApply { path }, &reply)
 }
 
 fn unreachable(socket: &Path, e: std::io::Error) -> ExitCode {

@@ -13,9 +13,8 @@
 //! command again with more hosts adds them.
 
 use crate::config::identity::Identity;
-use etcd_client::{Client, ConnectOptions, Permission, UserAddOptions};
+use etcd_client::{Client, Permission, UserAddOptions};
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
 /// The role every operator user gets.
 pub const OPERATOR_ROLE: &str = "masq-operator";
@@ -156,20 +155,8 @@ pub fn run(
             "--operator {operator:?}: must be a certificate's CN of its own, not root or a host's"
         ));
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async {
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(10))
-            .with_tls(crate::cluster::etcd::tls_options(identity));
-        let mut client = Client::connect(urls, Some(opts))
-            .await
-            .map_err(|e| format!("etcd at {}: {e}", urls.join(",")))?;
-        init_auth(&mut client, prefix, operator, hosts).await
-    })
+    let (rt, mut client) = crate::cluster::client::connect_once(urls, identity)?;
+    rt.block_on(init_auth(&mut client, prefix, operator, hosts))
 }
 
 #[cfg(test)]

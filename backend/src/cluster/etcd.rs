@@ -28,12 +28,14 @@
 //! renewals waited behind that work would lose its lease, and every peer
 //! would reset the connections its endpoints' names admitted.
 
+use crate::cluster::client::tls_options;
+use crate::cluster::policy::{compare_and_put, denied, StoredPolicy, WriteError, LOST};
 use crate::cluster::source::{Placement, Source, SourceId, Store};
 use crate::config::identity::Identity;
 use crate::config::{ClusterConfig, EndpointConfig};
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions,
-    TlsOptions, Txn, TxnOp, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    WatchOptions,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -50,13 +52,6 @@ use tracing::{debug, info, warn};
 struct Published {
     host: Ipv4Addr,
     endpoint: EndpointConfig,
-}
-
-/// The policy as stored at `P/policy`.
-#[derive(Serialize, Deserialize)]
-struct StoredPolicy {
-    text: String,
-    file: String,
 }
 
 /// A change of this host's endpoints, for the cluster task.
@@ -136,19 +131,6 @@ fn etcd_err(e: etcd_client::Error) -> String {
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(5);
-
-/// etcd's TLS as `id`: the cluster's CA and this certificate.
-pub(crate) fn tls_options(id: &Identity) -> TlsOptions {
-    TlsOptions::new()
-        .ca_certificate(Certificate::from_pem(&id.ca))
-        .identity(etcd_client::Identity::from_pem(&id.cert, &id.key))
-}
-
-/// etcd refused the call: with authentication on, this identity's roles
-/// do not allow it (`cluster::auth`).
-fn denied(e: &str) -> bool {
-    e.contains("permission denied")
-}
 
 /// The longest wait between two tries to reach etcd. etcd gives every
 /// lease a full TTL again when it comes back (its leader promotes them),
@@ -290,11 +272,11 @@ impl Cluster {
         self.register(&mut client, lease, store).await?;
         if let Some((text, file)) = store.file_policy() {
             let key = self.key("policy");
-            let value = serde_json::to_string(&StoredPolicy {
+            let value = StoredPolicy {
                 text,
                 file: file.clone(),
-            })
-            .map_err(|e| e.to_string())?;
+            }
+            .encode()?;
             let txn = Txn::new()
                 .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(key.as_str(), value, None)]);
@@ -675,34 +657,44 @@ impl Cluster {
         let mut client = self.connected()?;
         let seen = self.policy_rev.load(Ordering::SeqCst);
         let key = self.key("policy");
-        let value = serde_json::to_string(&StoredPolicy {
+        let value = StoredPolicy {
             text: text.into(),
             file: file.into(),
-        })
-        .map_err(|e| e.to_string())?;
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, seen)])
-            .and_then([TxnOp::put(key.as_str(), value, None)]);
-        let resp = self.call(client.txn(txn)).map_err(|e| {
-            if denied(&e) {
-                format!(
-                    "{e}: with etcd's roles (masqctl cluster init-auth) a host may not write \
-                     the policy; the operator's identity writes it"
-                )
-            } else {
-                e
-            }
-        })?;
-        if !resp.succeeded() {
-            return Err(
-                "the cluster's policy changed since this host last saw it (another apply won); \
-                 check the policy in force and apply again"
-                    .into(),
-            );
         }
-        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        .encode()?;
+        let rev = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(
+                    CALL_TIMEOUT,
+                    compare_and_put(&mut client, &key, value, seen),
+                )
+                .await
+            })
+            .map_err(|_| "etcd did not answer in time".to_string())?
+            .map_err(|e| match e {
+                WriteError::Lost => LOST.to_string(),
+                WriteError::Denied(e) => format!(
+                    "{e}: with etcd's roles (masqctl cluster init-auth) a host may not write \
+                     the policy; apply it as the operator: masqctl policy apply \
+                     --operator-cert FILE --operator-key FILE"
+                ),
+                WriteError::Etcd(e) => e,
+            })?;
         self.policy_rev.store(rev, Ordering::SeqCst);
         Ok(rev)
+    }
+
+    /// Where and as what masqctl writes the policy as the operator: etcd's
+    /// URLs, the prefix, the CA (None: `cluster.insecure`) and the
+    /// revision of the policy this host last saw (the compare-and-swap's).
+    pub fn policy_target(&self) -> Value {
+        json!({
+            "etcd": self.cfg.etcd,
+            "prefix": self.cfg.prefix,
+            "ca": self.cfg.tls.as_ref().map(|t| t.ca.clone()),
+            "revision": self.policy_rev.load(Ordering::SeqCst),
+        })
     }
 
     /// The policy version each host reports in force.

@@ -1,11 +1,15 @@
 //! What follows the cluster: the endpoints (`endpoint`), the registry of
 //! this host's endpoints and the VPC map (`registry`), the sources that
 //! place endpoints in it (`source`), the etcd store every host of a
-//! cluster follows (`etcd`), and etcd's users and roles for it (`auth`).
+//! cluster follows (`etcd`), the policy it holds and who writes it
+//! (`policy`), etcd's users and roles for it (`auth`), and how each
+//! connects to it as an identity (`client`).
 
 pub mod auth;
+pub mod client;
 pub mod endpoint;
 pub mod etcd;
+pub mod policy;
 pub mod registry;
 pub mod source;
 

@@ -342,6 +342,20 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
             );
             unknown_note(&mut out, reply);
         }
+        Request::PolicyApply { path } if reply.get("written_by").is_some() => {
+            let _ = writeln!(
+                out,
+                "{}: written to the cluster as {} at revision {}, version {}; in force here",
+                path.display(),
+                s(reply, "written_by"),
+                s(reply, "cluster_revision"),
+                s(reply, "version"),
+            );
+            for h in reply["hosts"].as_array().into_iter().flatten() {
+                let _ = writeln!(out, "  host {:<15} runs {}", s(h, "host"), s(h, "version"));
+            }
+            unknown_note(&mut out, reply);
+        }
         Request::PolicyApply { path } => {
             let _ = writeln!(
                 out,

@@ -184,7 +184,15 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
         Request::PolicyCheck { path } => {
             match parts.admission.check(path, &parts.registry.policy_refs()) {
                 Ok((p, unknown)) => {
-                    json!({ "version": p.version_hash(), "unknown_endpoints": unknown })
+                    let mut v =
+                        json!({ "version": p.version_hash(), "unknown_endpoints": unknown });
+                    if let Some(c) = &parts.cluster {
+                        // What masqctl writes as the operator, and where.
+                        v["cluster"] = c.policy_target();
+                        v["cluster"]["text"] = json!(p.text());
+                        v["cluster"]["file"] = json!(p.file());
+                    }
+                    v
                 }
                 Err(e) => json!({ "error": e }),
             }

@@ -24,10 +24,15 @@ pub const SOCKET_ENV: &str = "MASQCTL_SOCKET";
 /// The environment variable for `-o/--output`.
 pub const OUTPUT_ENV: &str = "MASQCTL_OUTPUT";
 pub const DEFAULT_SOCKET: &str = "/run/masq/control.sock";
+/// The environment variables for `policy apply --operator-cert/-key`.
+pub const OPERATOR_CERT_ENV: &str = "MASQCTL_OPERATOR_CERT";
+pub const OPERATOR_KEY_ENV: &str = "MASQCTL_OPERATOR_KEY";
 
-pub const AFTER_HELP: &str = "Environment: MASQCTL_SOCKET for --socket, MASQCTL_OUTPUT for -o.\n\n\
-                              Exit status: 0 success, 1 masqd (etcd, for cluster init-auth) \
-                              answered with an error, 2 usage error, 3 masqd could not be \
+pub const AFTER_HELP: &str = "Environment: MASQCTL_SOCKET for --socket, MASQCTL_OUTPUT for -o, \
+                              MASQCTL_OPERATOR_CERT and MASQCTL_OPERATOR_KEY for policy apply's \
+                              --operator-cert and --operator-key.\n\n\
+                              Exit status: 0 success, 1 masqd (or etcd, for cluster init-auth \
+                              and policy apply as the operator) answered with an error, 2 usage error, 3 masqd could not be \
                               reached.";
 
 #[derive(Parser, Debug)]
@@ -270,11 +275,30 @@ pub enum PolicyCmd {
     /// Validate and apply FILE atomically.
     ///
     /// In cluster mode, on every host. An invalid file changes nothing.
-    Apply { file: PathBuf },
+    /// With etcd's roles on (cluster init-auth), only the operator may
+    /// write the cluster's policy: give the operator's certificate and key,
+    /// and masqctl writes the file masqd checked, then waits until masqd
+    /// runs it.
+    Apply {
+        file: PathBuf,
+        #[command(flatten)]
+        operator: OperatorArgs,
+    },
     /// The active policy, its file and version hash.
     ///
     /// In cluster mode, the version each host runs.
     Show,
+}
+
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct OperatorArgs {
+    /// The operator's certificate (its CN is etcd's operator user): write
+    /// the cluster's policy with it instead of masqd's host identity.
+    #[arg(long, env = OPERATOR_CERT_ENV, requires = "operator_key", value_name = "FILE")]
+    pub operator_cert: Option<PathBuf>,
+    /// The operator's key.
+    #[arg(long, env = OPERATOR_KEY_ENV, requires = "operator_cert", value_name = "FILE")]
+    pub operator_key: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -428,6 +452,13 @@ pub enum Action {
     Completion(clap_complete::Shell),
     /// Set up etcd's users and roles (not a request to masqd).
     InitAuth(InitAuthArgs),
+    /// Check a policy file with masqd, then write it to etcd as the
+    /// operator (cert, key).
+    ApplyAsOperator {
+        path: PathBuf,
+        cert: PathBuf,
+        key: PathBuf,
+    },
 }
 
 /// A path masqd can open: it may run with another working directory.
@@ -493,7 +524,19 @@ impl Command {
             Command::Policy(PolicyCmd::Check { file }) => call(Request::PolicyCheck {
                 path: absolute(file),
             }),
-            Command::Policy(PolicyCmd::Apply { file }) => call(Request::PolicyApply {
+            Command::Policy(PolicyCmd::Apply {
+                file,
+                operator:
+                    OperatorArgs {
+                        operator_cert: Some(cert),
+                        operator_key: Some(key),
+                    },
+            }) => Action::ApplyAsOperator {
+                path: absolute(file),
+                cert,
+                key,
+            },
+            Command::Policy(PolicyCmd::Apply { file, .. }) => call(Request::PolicyApply {
                 path: absolute(file),
             }),
             Command::Policy(PolicyCmd::Show) => call(Request::PolicyShow),

@@ -341,6 +341,11 @@ fn the_environment_gives_the_defaults_and_options_win() {
     let from_env = parse_locked(&["status"]).map(|c| (c.socket, c.output));
     let given =
         parse_locked(&["--socket", "/s", "-o", "table", "status"]).map(|c| (c.socket, c.output));
+    std::env::set_var(OPERATOR_CERT_ENV, "/etc/masq/operator.pem");
+    std::env::set_var(OPERATOR_KEY_ENV, "/etc/masq/operator-key.pem");
+    let as_operator = parse_locked(&["policy", "apply", "p.yaml"]).map(|c| c.command.action());
+    std::env::remove_var(OPERATOR_CERT_ENV);
+    std::env::remove_var(OPERATOR_KEY_ENV);
     std::env::set_var(OUTPUT_ENV, "xml");
     let bad = parse_locked(&["status"]).map(|c| c.output);
     std::env::remove_var(SOCKET_ENV);
@@ -358,6 +363,41 @@ fn the_environment_gives_the_defaults_and_options_win() {
         defaults.expect("defaults"),
         (PathBuf::from(DEFAULT_SOCKET), Format::Table)
     );
+    assert_eq!(
+        as_operator.expect("as the operator"),
+        Action::ApplyAsOperator {
+            path: "p.yaml".into(),
+            cert: "/etc/masq/operator.pem".into(),
+            key: "/etc/masq/operator-key.pem".into(),
+        }
+    );
+}
+
+/// `policy apply` writes as the operator with both its certificate and its
+/// key, and through masqd with neither.
+#[test]
+fn policy_apply_takes_the_operators_certificate_and_key_together() {
+    let apply = ["policy", "apply", "p.yaml"];
+    let cert = ["--operator-cert", "o.pem"];
+    let key = ["--operator-key", "o-key.pem"];
+    assert_eq!(
+        action(&[&apply[..], &cert, &key].concat()),
+        Action::ApplyAsOperator {
+            path: "p.yaml".into(),
+            cert: "o.pem".into(),
+            key: "o-key.pem".into(),
+        }
+    );
+    assert_eq!(
+        action(&apply),
+        Action::Call(Request::PolicyApply {
+            path: "p.yaml".into()
+        })
+    );
+    let e = refused(&[&apply[..], &cert].concat());
+    assert!(e.contains("--operator-key"), "{e}");
+    let e = refused(&[&apply[..], &key].concat());
+    assert!(e.contains("--operator-cert"), "{e}");
 }
 
 /// `masqctl --help` lists nouns, each noun's help its verbs; the old
