@@ -12,6 +12,11 @@
 #                    `existing`: join a cluster that already added it
 #                    (etcdctl member add) with an empty data dir.
 #   etcd.sh wait     wait until this host's member is healthy
+#   etcd.sh roles PREFIX NAME=IP...
+#                    etcd's users and roles for masq's keys under PREFIX
+#                    (masqctl cluster init-auth as etcd's root user): each
+#                    host NAME writes only its own keys, the operator the
+#                    policy; authentication on. Idempotent.
 #   etcd.sh stop     stop it; its data stays, so `start`/`member` resumes it
 #   etcd.sh wipe     stop it and remove its data
 #   etcd.sh status   exit 0 if it runs
@@ -31,6 +36,7 @@ TLS=(--cert-file "$PKI/$MASQ_HOST.pem" --key-file "$PKI/$MASQ_HOST-key.pem"
 # etcdctl as this host.
 CTL=(etcdctl --endpoints "$URL" --cacert "$PKI/ca.pem" --cert "$PKI/$MASQ_HOST.pem"
      --key "$PKI/$MASQ_HOST-key.pem")
+MASQCTL=$(dirname "$(readlink -f "$0")")/../../target/release/masqctl
 mkdir -p "$RUN"
 
 running() { [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
@@ -89,9 +95,13 @@ case "${1:-}" in
     member) [ $# -eq 3 ] || { echo "usage: etcd.sh member CLUSTER new|existing" >&2; exit 2; }
             member "$2" "$3" ;;
     wait) wait_healthy 1200 ;;
+    roles) [ $# -ge 3 ] || { echo "usage: etcd.sh roles PREFIX NAME=IP..." >&2; exit 2; }
+           prefix=$2; shift 2
+           "$MASQCTL" cluster init-auth --etcd "$URL" --ca "$PKI/ca.pem" --cert "$PKI/root.pem" \
+               --key "$PKI/root-key.pem" --prefix "$prefix" "$@" ;;
     stop) stop ;;
     wipe) stop; rm -rf "$DATA" ;;
     status) running ;;
-    *) echo "usage: etcd.sh start | member CLUSTER new|existing | wait | stop | wipe | status" >&2
+    *) echo "usage: etcd.sh start | member CLUSTER new|existing | wait | roles PREFIX NAME=IP... | stop | wipe | status" >&2
        exit 2 ;;
 esac

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from masq_testbed import finish, finish_pair, parse_bw, parse_lat
+from masq_testbed import UNDERLAY, finish, finish_pair, parse_bw, parse_lat
 from test_cm import perftest_pair
 from test_masq import pair
 
@@ -24,14 +24,37 @@ PINGPONG = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "1024"]
 LEASE_S = 4  # leaseSeconds in the configs
 
 
+# `masqctl policy apply` as the cluster's operator (etcd's roles are on).
+OPERATOR = ("--operator-cert", f"{PKI}/operator.pem", "--operator-key", f"{PKI}/operator-key.pem")
+
+
+def etcd_with_roles(tb, on, prefix, hosts, start=True):
+    """etcd on `on` (started unless `start` is False), with masq's users and
+    roles for `hosts` under `prefix`: a host writes only its own keys, the
+    operator the policy."""
+    if start:
+        tb.run(on, ETCD, "start")
+    tb.run(on, ETCD, "roles", prefix, *[f"{h}={UNDERLAY[h]}" for h in hosts])
+
+
+def apply_policy(tb, host, path, check=True):
+    """`masqctl policy apply` on `host` as the operator: its JSON answer, or
+    the finished process if it failed and `check` is False."""
+    r = tb.run(host, MASQCTL, "-o", "json", "policy", "apply", path, *OPERATOR, check=check)
+    return json.loads(r.stdout) if r.returncode == 0 else r
+
+
 @pytest.fixture(scope="module")
 def cluster(testbed):
     testbed.run("host1", ETCD, "wipe")
-    testbed.run("host1", ETCD, "start")
+    roles = lambda: etcd_with_roles(testbed, "host1", "/masq-test", ("host1", "host2"))
+    roles()
     try:
         # A host booted again (testbed harness) gets etcd and masqd back.
-        with testbed.restorable("etcd on host1", lambda h: h == "host1" and testbed.run(
-                h, ETCD, "start")), testbed.masq_running(CONFIG):
+        with testbed.restorable("etcd on host1", lambda h: h == "host1" and roles()), \
+                testbed.masq_running(CONFIG):
+            # No host may write the policy: the operator brings it.
+            apply_policy(testbed, "host1", os.path.join(CONFIG, "policy.yaml"))
             yield testbed
     finally:
         testbed.run("host1", ETCD, "wipe", check=False)
@@ -70,7 +93,7 @@ def test_hosts_share_endpoints_and_one_policy(cluster):
     # Neither file lists the other host's endpoint: the cluster does.
     assert vpc(tb, "host1")[(100, "10.0.0.2")]["source"] == "cluster"
     assert vpc(tb, "host2")[(100, "10.0.0.1")]["source"] == "cluster"
-    # host1 brought its policy file; both hosts run that version.
+    # The operator applied the policy on host1; both hosts run that version.
     show = ctl(tb, "host2", "policy", "show")
     versions = {h["host"]: h["version"] for h in show["hosts"]}
     assert versions == {"198.18.0.1": show["version"], "198.18.0.2": show["version"]}, show
@@ -80,7 +103,7 @@ def test_hosts_share_endpoints_and_one_policy(cluster):
 def etcd_keys(tb, host, *tls, url="https://198.18.0.1:2379"):
     """etcdctl on `host` listing masq's keys with the credentials given."""
     return tb.run(host, "etcdctl", "--endpoints", url, "--dial-timeout", "3s",
-                  "--command-timeout", "5s", *tls, "get", "--prefix", "--keys-only", "/masq-test",
+                  "--command-timeout", "5s", *tls, "get", "--prefix", "--keys-only", "/masq-test/",
                   check=False, timeout=60)
 
 
@@ -104,6 +127,46 @@ def test_etcd_answers_only_a_certificate_of_the_clusters_ca(cluster):
         assert r.returncode != 0 and "/masq-test" not in r.stdout, (what, r.stdout, r.stderr)
     # masqd itself connects with its certificate.
     assert ctl(tb, "host2", "status")["cluster"]["state"] == "connected"
+
+
+def test_with_etcds_roles_a_host_writes_only_its_own_keys(cluster):
+    """etcd's roles (masqctl cluster init-auth): with host2's identity,
+    writing host1's endpoints or registration or the policy is refused and
+    nothing changes; so is masqd's own policy apply, saying how to apply;
+    only the operator's certificate writes the policy."""
+    tb = cluster
+    before = {h: (sorted(vpc(tb, h)), ctl(tb, h, "policy", "show")["version"])
+              for h in ("host1", "host2")}
+    as_host2 = ("--cacert", f"{PKI}/ca.pem", "--cert", f"{PKI}/host2.pem",
+                "--key", f"{PKI}/host2-key.pem")
+    forged = json.dumps({"host": "198.18.0.1", "endpoint": {
+        "name": "forged", "tenant": "acme", "vni": 100, "vip": "10.0.0.9",
+        "netns": "/run/netns/forged"}})
+    for what, args in [
+        ("host1's endpoint", ("put", "/masq-test/endpoints/198.18.0.1/forged", forged)),
+        ("host1's registration", ("del", "/masq-test/hosts/198.18.0.1")),
+        ("host1's endpoints", ("del", "--prefix", "/masq-test/endpoints/198.18.0.1/")),
+        ("the policy", ("put", "/masq-test/policy", '{"text":"version: 1\\n","file":"x"}')),
+    ]:
+        r = tb.run("host2", "etcdctl", "--endpoints", "https://198.18.0.1:2379", *as_host2,
+                   *args, check=False)
+        assert r.returncode != 0 and "permission denied" in r.stderr, (what, r.stdout, r.stderr)
+    # masqd applies with its host's identity: refused, with what to do.
+    policy = os.path.join(CONFIG, "policy.yaml")
+    r = tb.run("host2", MASQCTL, "policy", "apply", policy, check=False)
+    assert r.returncode == 1 and "--operator-cert" in r.stderr, r.stderr
+    # A host's certificate given as the operator's is no operator.
+    r = tb.run("host2", MASQCTL, "policy", "apply", policy, "--operator-cert",
+               f"{PKI}/host2.pem", "--operator-key", f"{PKI}/host2-key.pem", check=False)
+    assert r.returncode == 1 and "permission denied" in r.stderr and "CN=host2" in r.stderr, \
+        r.stderr
+    after = {h: (sorted(vpc(tb, h)), ctl(tb, h, "policy", "show")["version"])
+             for h in ("host1", "host2")}
+    assert after == before
+    # The operator's goes through, from either host.
+    applied = apply_policy(tb, "host2", policy)
+    assert applied["written_by"] == "CN=operator", applied
+    assert applied["version"] == before["host2"][1]
 
 
 CM_PORT = 4792  # cm.port, the default
@@ -232,7 +295,7 @@ def test_one_apply_flips_a_live_connection_on_both_hosts(cluster):
             ctl(tb, h, "conntrack", "-L", "-s", "10.0.0.0/24")["entries"]
             for h in ("host1", "host2")), timeout=120)
         t0 = time.monotonic()
-        applied = ctl(tb, "host1", "policy", "apply", revoked)
+        applied = apply_policy(tb, "host1", revoked)
         t1 = eventually("host2 resets its side", lambda: not ctl(
             tb, "host2", "conntrack", "-L", "-s", "10.0.0.2")["entries"])
         print(f"policy apply -> host2 reset: {t1 - t0:.2f} s")
@@ -252,13 +315,13 @@ def test_one_apply_flips_a_live_connection_on_both_hosts(cluster):
     r = tb.tenant_run("host1", "acme-a", *PINGPONG, "-n", "5", "-p", "19605", "10.0.0.2",
                       check=False, timeout=60)
     assert r.returncode != 0
-    ctl(tb, "host2", "policy", "apply", allowed)
+    apply_policy(tb, "host2", allowed)
     eventually("host1 runs the allowing policy", lambda: ctl(
         tb, "host1", "policy", "show")["version"] == ctl(tb, "host2", "policy", "show")["version"])
     pingpong(tb, 19606, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
     # An invalid file changes nothing anywhere.
-    bad = tb.run("host1", MASQCTL, "policy", "apply",
-                 os.path.join(HERE, "configs", "policy", "policy-invalid.yaml"), check=False)
+    bad = apply_policy(tb, "host1", os.path.join(HERE, "configs", "policy", "policy-invalid.yaml"),
+                       check=False)
     assert bad.returncode == 1 and "policy not changed" in bad.stderr, bad.stderr
 
 
@@ -281,9 +344,8 @@ def test_etcd_down_keeps_serving_and_loses_no_change(cluster):
         # A change on host2 while etcd is down...
         tb.run("host2", MASQCTL, "endpoint", "add", "acme-d", "--tenant", "acme", "--vni",
                "100", "--vip", "10.0.0.4", "--netns", "/run/netns/acme-d")
-        r = tb.run("host1", MASQCTL, "policy", "apply",
-                   os.path.join(CONFIG, "policy.yaml"), check=False)
-        assert r.returncode == 1 and "unreachable" in r.stderr, r.stderr
+        r = apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"), check=False)
+        assert r.returncode == 1 and "policy not changed" in r.stderr, r.stderr
         tb.run("host1", ETCD, "start")
         # ...reaches host1 once etcd is back.
         eventually("host1 maps acme-d", lambda: (100, "10.0.0.4") in vpc(tb, "host1"), 60)

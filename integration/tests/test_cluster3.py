@@ -10,7 +10,8 @@ import time
 import pytest
 
 from masq_testbed import UNDERLAY
-from test_cluster import MASQCTL, ETCD, ctl, eventually, pingpong, run_testbed, vpc
+from test_cluster import (MASQCTL, ETCD, apply_policy, ctl, etcd_with_roles, eventually,
+                          pingpong, run_testbed, vpc)
 
 pytestmark = pytest.mark.three_hosts
 
@@ -22,10 +23,12 @@ LEASE_S = 4  # leaseSeconds in the configs
 
 
 def etcdctl(tb, host, *args, check=True):
+    """etcdctl on `host` to its member, as etcd's root user: with roles on,
+    only root may change the members."""
     pki = "/run/masq-pki"
     return tb.run(host, "etcdctl", "--endpoints", f"https://{UNDERLAY[host]}:2379",
-                  "--cacert", f"{pki}/ca.pem", "--cert", f"{pki}/{host}.pem",
-                  "--key", f"{pki}/{host}-key.pem", *args,
+                  "--cacert", f"{pki}/ca.pem", "--cert", f"{pki}/root.pem",
+                  "--key", f"{pki}/root-key.pem", *args,
                   check=check)
 
 
@@ -40,8 +43,10 @@ def cluster3(testbed):
         testbed.run(h, ETCD, "member", MEMBERS, "new")
     for h in HOSTS:
         testbed.run(h, ETCD, "wait")
+    etcd_with_roles(testbed, "host1", "/masq-test3", HOSTS, start=False)
     try:
         with testbed.masq_running(CONFIG):
+            apply_policy(testbed, "host1", os.path.join(CONFIG, "policy.yaml"))
             yield testbed
     finally:
         for h in HOSTS:
@@ -94,13 +99,13 @@ def test_a_powered_off_host_leaves_the_map_the_others_serve_it_rejoins(cluster3)
         # New connections are admitted...
         pingpong(tb, 19702, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
         # ...and policy is applied, on both hosts, from either.
-        applied = ctl(tb, "host2", "policy", "apply", os.path.join(CONFIG, "policy-revoked.yaml"))
+        applied = apply_policy(tb, "host2", os.path.join(CONFIG, "policy-revoked.yaml"))
         eventually("host1 runs the revoking policy",
                    lambda: ctl(tb, "host1", "policy", "show")["version"] == applied["version"])
         r = tb.tenant_run("host1", "acme-a", "ibv_rc_pingpong", "-d", "vrdma0", "-g", "1",
                           "-n", "5", "-p", "19703", "10.0.0.2", check=False, timeout=60)
         assert r.returncode != 0, r.stdout
-        applied = ctl(tb, "host1", "policy", "apply", os.path.join(CONFIG, "policy.yaml"))
+        applied = apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"))
         eventually("host2 runs the allowing policy",
                    lambda: ctl(tb, "host2", "policy", "show")["version"] == applied["version"])
         pingpong(tb, 19704, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")

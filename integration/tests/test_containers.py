@@ -13,6 +13,7 @@ import time
 import pytest
 
 from masq_testbed import finish, parse_bw, parse_pingpong, rdma_moved, wait_for
+from test_cluster import apply_policy, etcd_with_roles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -50,12 +51,14 @@ RANGES = {"host1": ("10.0.0.20", "10.0.0.29"), "host2": ("10.0.0.30", "10.0.0.39
 def pods(testbed):
     tb = testbed
     tb.run("host1", ETCD, "wipe")
-    tb.run("host1", ETCD, "start")
+    roles = lambda: etcd_with_roles(tb, "host1", "/masq-containers", HOSTS)
+    roles()
     try:
         # A host booted again (testbed harness) gets etcd, masqd and podman back.
-        with tb.restorable("etcd on host1", lambda h: h == "host1" and tb.run(h, ETCD, "start")), \
+        with tb.restorable("etcd on host1", lambda h: h == "host1" and roles()), \
                 tb.masq_running(CONFIG), \
                 tb.restorable("podman and its networks", lambda h: podman_ready(tb, h)):
+            apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"))
             for host in HOSTS:
                 podman_ready(tb, host)
             yield tb
@@ -281,7 +284,7 @@ def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pod
         # globex's VPC arrives on both hosts, and a tenant more in the policy.
         gx.append(tb.spawn("host2", *podman_argv("gx-srv", "sleep", "300", network="same-g")))
         gx.append(tb.spawn("host1", *podman_argv("gx-cli", "sleep", "300", network="same-g")))
-        tb.run("host1", MASQCTL, "policy", "apply", os.path.join(CONFIG, "policy-initech.yaml"))
+        apply_policy(tb, "host1", os.path.join(CONFIG, "policy-initech.yaml"))
         for host in HOSTS:
             eventually(f"{host} knows globex's two endpoints", lambda: {
                 (e["vip"], e["vni"]) for e in ctl(tb, host, "vpc")["vpc"]
@@ -295,8 +298,7 @@ def test_a_new_vpc_with_the_same_addresses_leaves_a_running_connection_alone(pod
                    check=False)
             for net in nets:
                 tb._run([TESTBED, "podman", "netdel", host, net], False, 60)
-        tb.run("host1", MASQCTL, "policy", "apply", os.path.join(CONFIG, "policy.yaml"),
-               check=False)
+        apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"), check=False)
         for proc in [p for p in (srv, cli) if p] + gx:
             finish(proc, 60)
     for h in HOSTS:
