@@ -298,8 +298,37 @@ fn default_recovery_grace() -> u64 {
 pub struct Underlay {
     /// The netdev the RDMA device sits on.
     pub netdev: String,
-    /// This host's underlay address; its RoCEv2 GID is ::ffff:ip.
+    /// This host's underlay address; its RoCEv2 GID is ::ffff:ip. Omitted
+    /// (one file for many hosts, a DaemonSet's), `load` takes the netdev's.
+    #[serde(default = "unspecified")]
     pub ip: Ipv4Addr,
+}
+
+fn unspecified() -> Ipv4Addr {
+    Ipv4Addr::UNSPECIFIED
+}
+
+impl Underlay {
+    /// `ip` from the netdev's first IPv4 address, if the file gave none.
+    fn resolve(&mut self) -> Result<(), String> {
+        if !self.ip.is_unspecified() {
+            return Ok(());
+        }
+        let addrs = nix::ifaddrs::getifaddrs().map_err(|e| {
+            format!("underlay.ip: not given, and the addresses cannot be read: {e}")
+        })?;
+        self.ip = addrs
+            .filter(|a| a.interface_name == self.netdev)
+            .find_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip()))
+            .ok_or_else(|| {
+                format!(
+                    "underlay.ip: not given, and underlay.netdev {} has no IPv4 address \
+                     (give underlay.ip, or address the netdev first)",
+                    self.netdev
+                )
+            })?;
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -507,6 +536,11 @@ impl Config {
             message: format!("cannot read: {e}"),
         })?;
         let mut cfg = Config::parse(&text, &file)?;
+        cfg.underlay.resolve().map_err(|message| ConfigError {
+            file: file.clone(),
+            position: None,
+            message,
+        })?;
         let dir = path.parent().unwrap_or(Path::new(""));
         if let Some(tls) = cfg.cluster.as_mut().and_then(|c| c.tls.as_mut()) {
             for p in [&mut tls.ca, &mut tls.cert, &mut tls.key] {
@@ -556,6 +590,13 @@ impl Config {
     fn validate(&self) -> Result<(), String> {
         check_name("device", &self.device, 64)?;
         check_name("underlay.netdev", &self.underlay.netdev, 15)?;
+        if self.underlay.ip.is_unspecified() && !self.vpc.is_empty() {
+            return Err(
+                "underlay.ip: required with a vpc: map, which names hosts by it (only a file \
+                 for many hosts, in cluster mode, may leave it to the netdev)"
+                    .into(),
+            );
+        }
         if self.port == 0 {
             return Err("port: must be 1 or more".into());
         }

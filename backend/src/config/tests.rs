@@ -221,3 +221,35 @@ fn the_metrics_guards_need_the_listener_and_their_files_are_relative_to_the_conf
     assert_eq!(tls.key, PathBuf::from("/etc/m-key.pem"));
     assert_eq!(tls.client_ca, Some(dir.path().join("ca.pem")));
 }
+
+/// One file for every host of a cluster (a DaemonSet's ConfigMap): without
+/// `underlay.ip` each host takes its netdev's address; a vpc: map, which
+/// names hosts by it, needs it given.
+#[test]
+fn an_omitted_underlay_ip_is_the_netdevs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("masqd.yaml");
+    let cluster = "cluster: { etcd: [\"http://127.0.0.1:2379\"], insecure: true }\n";
+    std::fs::write(
+        &path,
+        format!("device: rxe0\nunderlay: {{ netdev: lo }}\n{cluster}"),
+    )
+    .expect("write");
+    let cfg = Config::load(&path).expect("load");
+    assert_eq!(cfg.underlay.ip, Ipv4Addr::LOCALHOST);
+    std::fs::write(
+        &path,
+        format!("device: rxe0\nunderlay: {{ netdev: nosuch0 }}\n{cluster}"),
+    )
+    .expect("write");
+    let e = Config::load(&path).expect_err("no such netdev").to_string();
+    assert!(
+        e.contains("underlay.ip: not given") && e.contains("nosuch0"),
+        "{e}"
+    );
+    let e = err_of(
+        "device: rxe0\nunderlay: { netdev: eth0 }\nvpc:\n  \
+         - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }\n",
+    );
+    assert!(e.contains("underlay.ip: required with a vpc: map"), "{e}");
+}
