@@ -142,6 +142,18 @@ impl Daemon {
         if backstop {
             let b = crate::enforce::backstop::Backstop::start(&parts.cfg, &endpoint_cfgs)
                 .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
+            // Pods' cgroups come back from the runtime file: no session of
+            // a pod's app brings them, and an app that skips libmasq must
+            // stay filtered across the restart.
+            let pods = RuntimeFile::load(&parts.cfg.runtime_endpoints_file())
+                .map(|f| f.pod_cgroups)
+                .unwrap_or_default();
+            let local = |n: &str| parts.registry.local_named(n).map(|e| e.cfg.clone());
+            for (name, cgroup) in crate::tenants::cgroups::readopt_pod_cgroups(&b, &pods, local) {
+                if let Some(ep) = parts.registry.local_named(&name) {
+                    *crate::run::lock(&ep.pod_cgroup) = Some(cgroup);
+                }
+            }
             parts.admission.set_backstop(b);
         }
         parts

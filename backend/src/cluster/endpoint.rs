@@ -51,6 +51,9 @@ pub struct Endpoint {
     pub quota: Mutex<()>,
     /// Its rdma cgroup limits could not be set (logged once until they are).
     pub rdma_limits_failing: AtomicBool,
+    /// The pod's cgroup the backstop filters as this endpoint's (masq-nri
+    /// asked; below the cgroup root), kept for a restart.
+    pub pod_cgroup: Mutex<Option<String>>,
 }
 
 impl Endpoint {
@@ -74,6 +77,7 @@ impl Endpoint {
             removed: AtomicBool::new(false),
             quota: Mutex::new(()),
             rdma_limits_failing: AtomicBool::new(false),
+            pod_cgroup: Mutex::new(None),
         }
     }
 

@@ -430,6 +430,10 @@ impl std::ops::Deref for VpcGuard<'_> {
 #[serde(deny_unknown_fields)]
 pub struct RuntimeFile {
     pub endpoints: Vec<EndpointConfig>,
+    /// Pods' cgroups the backstop filtered as an endpoint's (endpoint name
+    /// to cgroup): adopted again at start, as no session brings them back.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pod_cgroups: std::collections::BTreeMap<String, String>,
 }
 
 impl RuntimeFile {
@@ -703,12 +707,19 @@ mod tests {
         let mut e = ep("acme-c", "acme", 100, "10.0.0.3");
         e.host_if = Some("ve-acme-c".into());
         e.bridge = Some("mbr100".into());
+        let pods = [("acme-c".to_string(), "kubepods/pod1".to_string())];
         RuntimeFile {
             endpoints: vec![e.clone()],
+            pod_cgroups: pods.clone().into(),
         }
         .store(&path)
         .unwrap();
-        assert_eq!(RuntimeFile::load(&path).unwrap().endpoints, vec![e]);
+        let back = RuntimeFile::load(&path).unwrap();
+        assert_eq!(back.endpoints, vec![e]);
+        assert_eq!(back.pod_cgroups, pods.into());
+        // A file from before pods' cgroups were kept still loads.
+        std::fs::write(&path, "endpoints: []").unwrap();
+        assert!(RuntimeFile::load(&path).unwrap().pod_cgroups.is_empty());
         std::fs::write(&path, "endpoints: [{ name: x, bogus: 1 }]").unwrap();
         assert!(RuntimeFile::load(&path)
             .unwrap_err()

@@ -27,6 +27,14 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         owner: Option<crate::config::CniOwner>,
     },
+    /// A container runtime's NRI plugin (masq-nri), as it creates a
+    /// container of a pod that is endpoint `name`: filter the pod's cgroup
+    /// (the parent of its sandbox process `pid`'s) as the endpoint's on
+    /// software RoCE, before any of the pod's apps runs.
+    EndpointPod {
+        name: String,
+        pid: i32,
+    },
     Sessions,
     /// The VPC map: every endpoint of every VPC and its host.
     Vpc,
@@ -215,6 +223,10 @@ fn utc(secs: i64) -> String {
 pub fn render_table(req: &Request, reply: &Value) -> String {
     let mut out = String::new();
     match req {
+        // masq-nri's request; masqctl does not send it.
+        Request::EndpointPod { name, .. } => {
+            let _ = writeln!(out, "{name}: pod cgroup {}", s(reply, "cgroup"));
+        }
         Request::Status => {
             for k in [
                 "host",

@@ -116,6 +116,9 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
         Request::EndpointAdd { endpoint } => parts
             .add_endpoint(endpoint.clone())
             .unwrap_or_else(|e| json!({ "error": format!("{e}\nnothing changed") })),
+        Request::EndpointPod { name, pid } => parts
+            .adopt_pod(name, *pid)
+            .unwrap_or_else(|e| json!({ "error": e })),
         Request::EndpointDel { name, owner } => parts
             .remove_endpoint(name, owner.as_ref())
             .unwrap_or_else(|e| json!({ "error": e })),

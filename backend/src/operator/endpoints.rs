@@ -261,13 +261,21 @@ impl Parts {
     /// run time are written down for the next start.
     fn endpoints_changed(&self, why: &str, name: &str) {
         self.rebind_policy(why, &[name]);
+        self.store_runtime_file(why);
+    }
+
+    /// Write down the endpoints added at run time and the pods' cgroups.
+    fn store_runtime_file(&self, why: &str) {
+        let local = self.registry.local();
         let file = RuntimeFile {
-            endpoints: self
-                .registry
-                .local()
+            endpoints: local
                 .iter()
                 .filter(|e| e.origin == Origin::Command)
                 .map(|e| e.cfg.clone())
+                .collect(),
+            pod_cgroups: local
+                .iter()
+                .filter_map(|e| Some((e.cfg.name.clone(), lock(&e.pod_cgroup).clone()?)))
                 .collect(),
         };
         let path = self.cfg.runtime_endpoints_file();
@@ -277,5 +285,26 @@ impl Parts {
                 path.display()
             );
         }
+    }
+
+    /// masq-nri, as it creates a container of the pod that is endpoint
+    /// `name` (sandbox process `pid`): the backstop filters the pod's
+    /// cgroup as the endpoint's. Without a backstop (a hardware RNIC, whose
+    /// QPs the audit watches) there is nothing to do.
+    pub fn adopt_pod(&self, name: &str, pid: i32) -> Result<Value, String> {
+        let ep = self
+            .registry
+            .local_named(name)
+            .ok_or_else(|| format!("no endpoint {name} on this host"))?;
+        let Some(b) = self.admission.backstop() else {
+            return Ok(json!({ "name": name, "backstop": false }));
+        };
+        let (cgroup, new) = crate::tenants::cgroups::adopt_pod_cgroup(b, &ep.cfg, pid)
+            .map_err(|e| format!("endpoint {name}: {e}"))?;
+        let was = lock(&ep.pod_cgroup).replace(cgroup.clone());
+        if was.as_ref() != Some(&cgroup) {
+            self.store_runtime_file("pod cgroup adopted");
+        }
+        Ok(json!({ "name": name, "backstop": true, "cgroup": format!("/{cgroup}"), "new": new }))
     }
 }

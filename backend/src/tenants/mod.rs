@@ -2,8 +2,11 @@
 //! (`parts`) as the host the core, the CM and the CM link are written
 //! against, each endpoint's apps accepted (`serve`), their sessions'
 //! requests dispatched (`dispatch`), and the live sessions (`sessions`)
-//! with their kernel; and the housekeeping threads (`watch`).
+//! with their kernel; the containers' and pods' cgroups the backstop
+//! filters as an endpoint's (`cgroups`); and the housekeeping threads
+//! (`watch`).
 
+pub mod cgroups;
 pub mod dispatch;
 pub mod kernel;
 pub mod parts;

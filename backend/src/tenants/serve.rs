@@ -3,15 +3,14 @@
 //! and forget what it held when it goes; and the endpoint's sysfs view.
 
 use crate::cluster::endpoint::Endpoint;
-use crate::config::EndpointConfig;
 use crate::pipeline::session::Session;
 use crate::run::now_secs;
+use crate::tenants::cgroups::same_netns;
 use crate::tenants::dispatch;
 use crate::tenants::parts::Parts;
 use crate::tenants::sessions::SessionView;
 use crate::transport::seqpacket::{Conn, Listener};
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -75,7 +74,7 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
         if let Some(b) = parts.admission.backstop() {
             // The endpoint's cgroup may have appeared since the last look.
             b.refresh_cgroups();
-            adopt_cgroup(b, &ep.cfg, pid);
+            crate::tenants::cgroups::adopt_app_cgroup(b, &ep.cfg, pid);
         }
         let id = parts.sessions.next_id();
         let (parts, ep) = (parts.clone(), ep.clone());
@@ -85,65 +84,6 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
         if let Err(e) = spawned {
             warn!("cannot start a session thread: {e}");
         }
-    }
-}
-
-/// An app belongs to an endpoint when it lives in that endpoint's network
-/// namespace: the socket path alone could be reached from elsewhere.
-fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
-    let want = std::fs::metadata(netns)
-        .map_err(|e| format!("endpoint namespace {}: {e}", netns.display()))?;
-    let have = std::fs::metadata(format!("/proc/{pid}/ns/net"))
-        .map_err(|e| format!("pid {pid} network namespace: {e}"))?;
-    if (want.dev(), want.ino()) == (have.dev(), have.ino()) {
-        Ok(())
-    } else {
-        Err(format!(
-            "pid {pid} is not in the endpoint's network namespace {}",
-            netns.display()
-        ))
-    }
-}
-
-/// An app outside the endpoint's cgroup (a container its runtime placed):
-/// have the backstop filter the app's cgroup as the endpoint's, if every
-/// process in it lives in the endpoint's namespace (a container's cgroup
-/// does; a login session's or a service's that merely entered it does
-/// not, and filtering those would catch the host's own apps).
-fn adopt_cgroup(b: &crate::enforce::backstop::Backstop, ep: &EndpointConfig, pid: i32) {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-        return; // gone already: its session ends at once
-    };
-    let Some(path) = text.lines().find_map(|l| l.strip_prefix("0::/")) else {
-        warn!(endpoint = %ep.name, pid, "no cgroup v2 entry in /proc/{pid}/cgroup: the backstop cannot tell its packets");
-        return;
-    };
-    let path = path.trim_end_matches('/');
-    let procs = std::path::Path::new(crate::enforce::rdma_cgroup::CGROUP_ROOT)
-        .join(path)
-        .join("cgroup.procs");
-    let outsider = std::fs::read_to_string(&procs)
-        .map_err(|e| format!("{}: {e}", procs.display()))
-        .map(|list| {
-            list.lines()
-                .filter_map(|p| p.trim().parse::<i32>().ok())
-                // A process that exited meanwhile is no outsider.
-                .find(|&p| {
-                    std::fs::metadata(format!("/proc/{p}/ns/net")).is_ok()
-                        && same_netns(p, &ep.netns).is_err()
-                })
-        });
-    let why = match outsider {
-        Ok(None) => match b.adopt_cgroup(&ep.name, path) {
-            Ok(_) => return,
-            Err(e) => e,
-        },
-        Ok(Some(p)) => format!("pid {p} in it lives outside the endpoint's namespace"),
-        Err(e) => e,
-    };
-    if !path.is_empty() {
-        warn!(endpoint = %ep.name, pid, cgroup = %format!("/{path}"),
-              "the backstop does not filter this app's RoCE packets as the endpoint's: {why}");
     }
 }
 

@@ -447,6 +447,13 @@ flush chain {t} ud_in
         if !el.endpoints.contains_key(&id) {
             return Err(format!("endpoint {name} is not in the backstop"));
         }
+        // A pod's cgroup adopted for this endpoint covers its containers'.
+        let covered = el.adopted.iter().any(|(p, (ep, _))| {
+            *ep == id && path.starts_with(p.as_str()) && path[p.len()..].starts_with('/')
+        });
+        if covered {
+            return Ok(false);
+        }
         match el.adopted.get(path) {
             Some((ep, i)) if *ep == id && *i == ino => return Ok(false),
             Some((ep, i)) if *i == ino => {

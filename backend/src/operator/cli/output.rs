@@ -38,6 +38,8 @@ pub fn kind(req: &Request) -> &'static str {
         Request::Endpoints => "EndpointList",
         Request::EndpointAdd { .. } => "EndpointAdded",
         Request::EndpointDel { .. } => "EndpointDeleted",
+        // masq-nri's, not masqctl's: not in KINDS.
+        Request::EndpointPod { .. } => "EndpointPod",
         Request::Sessions => "SessionList",
         Request::Vpc => "VpcMap",
         Request::Cm => "CmIdList",
