@@ -25,18 +25,24 @@ CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
-        check-modules test-monitoring docs-cli
+        check-modules test-monitoring docs-cli nri test-k8s test-manifests
 
 all: build
 
 deps:
 	@scripts/install-deps
 
-build: deps
+build: deps nri
 	$(CARGO) build --release --workspace
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null) target/release/masq-cli-gen $(CLI_GEN)
 	$(MAKE) -C frontend-provider
 	$(MAKE) -C integration
+
+# masq-nri, the NRI plugin (Go; its modules from the Go module proxy).
+NRI := target/release/masq-nri
+nri: deps
+	cd cni/nri && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(NRI) .
+	cd cni/nri && go vet ./...
 
 demo: build
 	integration/demo
@@ -80,7 +86,7 @@ check-docs:
 docs-cli:
 	$(CARGO) run -q -p masq-backend --bin masq-cli-gen -- --docs docs/operator-guide.md
 
-test: check-modules build lint test-rust test-c test-fuzz test-monitoring test-integration
+test: check-modules build lint test-rust test-c test-fuzz test-monitoring test-manifests test-integration
 
 test-rust: deps
 	$(CARGO) test --workspace
@@ -122,7 +128,23 @@ test-long: build deb
 test-cluster: build
 	integration/run-tests --cluster
 
-# masqd, masqctl, libmasq (and its facades), the CNI plugin, masqctl's
+# The Kubernetes deploy files (packaging/kubernetes): each kustomization
+# built with kustomize and every object decoded strictly by Kubernetes' own
+# serializer (packaging/kubernetes/check; Go modules from the proxy), and
+# that check's test that each kind of mistake is caught.
+test-manifests: deps
+	cd packaging/kubernetes/check && GOFLAGS=-mod=mod go test ./... && go vet ./... && \
+		GOFLAGS=-mod=mod go build -o ../../../target/check-manifests .
+	target/check-manifests packaging/kubernetes packaging/kubernetes/example
+
+# Kubernetes' runtime path: containerd 2 driven by crictl as a kubelet
+# drives it, masq-cni in the pods' network, masq-nri giving pods their
+# device (integration/tests/test_k8s.py). Builds containerd and crictl from
+# the Go module proxy once (integration/k8s/tools, cached).
+test-k8s: build
+	integration/run-tests --k8s
+
+# masqd, masqctl, libmasq (and its facades), the CNI plugin, the NRI plugin, masqctl's
 # bash, zsh and fish completions and the man pages (masqctl(1) and one per
 # command, masqd(8)) from target/cli, the systemd unit, an example config,
 # the Prometheus rules (and their tests) and the
@@ -135,6 +157,7 @@ install:
 	install -D -m 0755 target/release/masqd $(DESTDIR)$(PREFIX)/sbin/masqd
 	install -D -m 0755 target/release/masqctl $(DESTDIR)$(PREFIX)/bin/masqctl
 	install -D -m 0755 target/release/masq-cni $(DESTDIR)$(CNI_BIN_DIR)/masq-cni
+	install -D -m 0755 $(NRI) $(DESTDIR)$(PREFIX)/bin/masq-nri
 	install -D -m 0644 $(CLI_GEN)/completions/bash/masqctl \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/masqctl
 	install -D -m 0644 $(CLI_GEN)/completions/zsh/_masqctl \
@@ -171,7 +194,7 @@ deb: build
 	rm -rf target/deb
 	$(MAKE) install DESTDIR=$(CURDIR)/target/deb PREFIX=/usr
 	strip --strip-debug target/deb/usr/sbin/masqd target/deb/usr/bin/masqctl \
-		target/deb/usr/lib/cni/masq-cni
+		target/deb/usr/lib/cni/masq-cni target/deb/usr/bin/masq-nri
 	gzip -9n target/deb/usr/share/man/man1/*.1 target/deb/usr/share/man/man8/*.8
 	mkdir -p target/deb/DEBIAN
 	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(ARCH)|' packaging/control >target/deb/DEBIAN/control

@@ -11,7 +11,7 @@
 set -euo pipefail
 . /run/masq-host.env
 ROOTFS=/var/lib/masq-rootfs
-NETDIR=/etc/cni/net.d
+NETDIR=${NETDIR:-/etc/cni/net.d}   # containerd.sh's pods: their own
 VNIC_MTU=1450   # as tenant.sh: the underlay's 1500 minus VXLAN's 50 bytes
 
 die() { echo "podman.sh: $*" >&2; exit 2; }
@@ -40,8 +40,10 @@ build_rootfs() {
     mkdir -p "$ROOTFS/etc/libibverbs.d"
     cp /etc/libibverbs.d/rxe.driver "$ROOTFS/etc/libibverbs.d/"
     cp /bin/busybox "$ROOTFS/bin/busybox"
-    # The suite's probe (plain libibverbs): what a denied connect returns.
+    # The suite's probe (plain libibverbs): what a denied connect returns;
+    # and a tenant program that skips libmasq (the backstop's tests).
     cp "$MASQ_REPO/integration/build/qp_probe" "$ROOTFS/bin/qp_probe"
+    cp "$MASQ_REPO/integration/build/rogue_qp" "$ROOTFS/bin/rogue_qp"
     for f in sh cat ls sleep grep ip; do ln -sf busybox "$ROOTFS/bin/$f"; done
     touch "$ROOTFS/.ready"
 }

@@ -4,7 +4,8 @@ Tests marked `three_hosts` need three; run-tests selects them only with
 --cluster (`make test-cluster`). Tests marked `long` run for minutes by
 design; run-tests selects them only with --long (`make test-long`). Tests
 marked `stress` loop until they find trouble; only `run-tests --stress`
-runs them."""
+runs them. Tests marked `k8s` need containerd 2 and crictl; only
+`run-tests --k8s` (`make test-k8s`) runs them."""
 import os
 import signal
 import subprocess
@@ -46,6 +47,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "three_hosts: needs a three-host testbed (make test-cluster)")
     config.addinivalue_line("markers", "long: runs for minutes by design, a soak or a wedged "
                             "guest; kept out of make test's budget (make test-long)")
+    config.addinivalue_line("markers", "k8s: Kubernetes' runtime path, containerd 2 and crictl "
+                            "built from the Go module proxy (make test-k8s)")
     config.addinivalue_line("markers", "stress: a loop run by hand to reproduce a rare fault "
                             "(integration/run-tests --stress)")
 

@@ -31,7 +31,7 @@ def test_the_package_installs_into_a_scratch_root_and_its_masqd_serves(testbed):
         tb.run("host1", "dpkg", f"--root={ROOT}", "--force-depends", "-i", deb)
         listed = tb.run("host1", "dpkg", f"--root={ROOT}", "-L", "masq").stdout.split()
         for f in ("/usr/sbin/masqd", "/usr/bin/masqctl", "/usr/lib/cni/masq-cni",
-                  "/usr/lib/masq/libmasq.so", "/lib/systemd/system/masqd.service",
+                  "/usr/bin/masq-nri", "/usr/lib/masq/libmasq.so", "/lib/systemd/system/masqd.service",
                   "/etc/masq/masqd.yaml.example"):
             assert f in listed, f"{f} not in the package: {listed}"
         unit = tb.run("host1", "cat", f"{ROOT}/lib/systemd/system/masqd.service").stdout
@@ -107,5 +107,5 @@ def test_apt_installs_the_package_on_the_host_and_removes_it(testbed):
                check=False)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     for f in ("/usr/sbin/masqd", "/usr/bin/masqctl", "/usr/lib/cni/masq-cni",
-              "/usr/lib/masq/libmasq.so", "/etc/masq/masqd.yaml.example"):
+              "/usr/bin/masq-nri", "/usr/lib/masq/libmasq.so", "/etc/masq/masqd.yaml.example"):
         assert tb.run("host1", "test", "-e", f, check=False).returncode != 0, f"{f} is left"

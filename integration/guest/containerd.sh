@@ -1,0 +1,163 @@
+#!/bin/bash
+# containerd 2 inside a testbed host, driven through CRI by crictl as a
+# kubelet drives it (run by the Kubernetes tests, `make test-k8s`): CDI and
+# NRI on, runc (Debian's: its crun 1.8 refuses the OCI spec version
+# containerd 2.4 writes), cgroupfs, pods' networks from the
+# CNI conflists in $NETDIR (the bridge plugin chained with masq-cni, as
+# Multus would call a NetworkAttachmentDefinition's), images imported from
+# local files (no registry is reachable): the pod sandbox's (pause) and a
+# tenant image of stock RDMA tools (podman.sh's rootfs).
+#   containerd.sh start BIN_DIR    start containerd (binaries in BIN_DIR, from
+#                                  integration/k8s/tools), import the images
+#   containerd.sh net NAME VNI TENANT SUBNET FIRST LAST
+#                                  the pods' network (one conflist: containerd
+#                                  uses the first)
+#   containerd.sh nri BIN          run the NRI plugin BIN (masq-nri) against it
+#   containerd.sh stop             stop the NRI plugin, every pod and containerd
+set -euo pipefail
+. /run/masq-host.env
+RUN=/run/masq-testbed
+NETDIR=/etc/cni/k8s.d
+SOCK=/run/containerd/containerd.sock   # containerd's default
+PAUSE_IMAGE=masq.test/pause:1
+TENANT_IMAGE=masq.test/tenant:1
+ROOTFS=/var/lib/masq-rootfs   # podman.sh's
+HERE=$(dirname "$(readlink -f "$0")")
+mkdir -p "$RUN"
+
+die() { echo "containerd.sh: $*" >&2; exit 2; }
+running() { [ -s "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+
+config() {
+    local bin=$1
+    mkdir -p /etc/containerd "$NETDIR"
+    cat >/etc/containerd/config.toml <<CONF
+version = 4
+root = '/var/lib/containerd'
+state = '/run/containerd'
+
+[plugins.'io.containerd.cri.v1.images']
+  # The guest's root is an overlay: no overlayfs snapshots on top of it.
+  snapshotter = 'native'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '$PAUSE_IMAGE'
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = 'runc'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = '/usr/sbin/runc'
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['/usr/lib/cni', '$MASQ_REPO/target/release']
+    conf_dir = '$NETDIR'
+    max_conf_num = 1
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = '/var/run/nri/nri.sock'
+  # masq-nri asks masqd twice per container; a loaded emulated guest can
+  # take longer than NRI's default 2 s.
+  plugin_request_timeout = '15s'
+CONF
+    cat >/etc/crictl.yaml <<CONF
+runtime-endpoint: unix://$SOCK
+image-endpoint: unix://$SOCK
+timeout: 60
+CONF
+}
+
+# An image from a directory, through podman (the guests' image builder).
+import_image() {  # NAME DIR ENTRYPOINT
+    local name=$1 dir=$2 entry=$3 tar
+    "$BIN/ctr" -a "$SOCK" -n k8s.io images ls -q | grep -qx "$name" && return 0
+    tar=$(mktemp /tmp/image.XXXXXX)
+    tar -C "$dir" -c . | podman import --change "ENTRYPOINT [\"$entry\"]" - "$name" >/dev/null
+    podman save --format oci-archive -o "$tar" "$name" >/dev/null
+    local out
+    out=$("$BIN/ctr" -a "$SOCK" -n k8s.io images import --base-name "${name%:*}" "$tar" 2>&1) \
+        || die "image $name: ctr images import: $out"
+    rm -f "$tar"
+    # The CRI plugin lists an image once its event is handled.
+    for _ in $(seq 100); do
+        "$BIN/ctr" -a "$SOCK" -n k8s.io images ls -q | grep -qx "$name" && return 0
+        sleep 0.1
+    done
+    die "image $name: imported ($out), but containerd does not list it"
+}
+
+start() {
+    BIN=$1
+    [ -x "$BIN/containerd" ] || die "no containerd in $BIN (integration/k8s/tools builds it)"
+    echo "$BIN" >"$RUN/containerd.bin"
+    "$HERE/podman.sh" setup >/dev/null   # the tenant rootfs and podman
+    if ! running containerd; then
+        config "$BIN"
+        # Its state on tmpfs, as podman's: the guest's root is an overlay.
+        for d in /var/lib/containerd /run/containerd; do
+            mkdir -p "$d"
+            mountpoint -q "$d" || mount -t tmpfs -o mode=711 tmpfs "$d"
+        done
+        PATH=$BIN:$PATH setsid "$BIN/containerd" --config /etc/containerd/config.toml \
+            >>"$RUN/containerd.log" 2>&1 </dev/null &
+        echo $! >"$RUN/containerd.pid"
+        for _ in $(seq 300); do
+            [ -S "$SOCK" ] && "$BIN/ctr" -a "$SOCK" version >/dev/null 2>&1 && break
+            running containerd || { tail -n 20 "$RUN/containerd.log" >&2; die "containerd exited"; }
+            sleep 0.1
+        done
+    fi
+    local pause
+    pause=$(mktemp -d)
+    cp "$MASQ_REPO/integration/build/pause" "$pause/pause"
+    import_image "$PAUSE_IMAGE" "$pause" /pause
+    rm -rf "$pause"
+    import_image "$TENANT_IMAGE" "$ROOTFS" /bin/sh
+    echo "$MASQ_HOST: containerd $("$BIN/containerd" --version | awk '{print $3}') up, CDI and NRI on"
+}
+
+nri() {
+    local bin=$1
+    running masq-nri && return 0
+    setsid "$bin" >>"$RUN/masq-nri.log" 2>&1 </dev/null &
+    echo $! >"$RUN/masq-nri.pid"
+    for _ in $(seq 100); do
+        grep -q "connecting to" "$RUN/masq-nri.log" 2>/dev/null && sleep 0.5 && running masq-nri && return 0
+        running masq-nri || break
+        sleep 0.1
+    done
+    tail -n 20 "$RUN/masq-nri.log" >&2
+    die "masq-nri did not start"
+}
+
+stop_pid() {
+    running "$1" || { rm -f "$RUN/$1.pid"; return 0; }
+    local pid; pid=$(cat "$RUN/$1.pid")
+    kill -TERM "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$RUN/$1.pid"
+}
+
+stop() {
+    stop_pid masq-nri
+    if running containerd; then
+        "$(cat "$RUN/containerd.bin")/crictl" rmp -af >/dev/null 2>&1 || true
+    fi
+    stop_pid containerd
+    pkill -x containerd-shim-runc-v2 2>/dev/null || true
+    echo "$MASQ_HOST: containerd stopped"
+}
+
+case "${1:-}" in
+    start) [ $# -eq 2 ] || die "usage: start BIN_DIR"; start "$2" ;;
+    net) [ $# -eq 7 ] || die "usage: net NAME VNI TENANT SUBNET FIRST LAST"
+         shift; NETDIR=$NETDIR "$HERE/podman.sh" net "$@" ;;
+    nri) [ $# -eq 2 ] || die "usage: nri BIN"; nri "$2" ;;
+    stop) stop ;;
+    *) die "unknown command '${1:-}' (start, net, nri, stop)" ;;
+esac

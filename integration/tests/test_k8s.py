@@ -1,0 +1,249 @@
+"""Kubernetes' runtime path (`make test-k8s`): containerd 2 on both hosts,
+driven through CRI by crictl as a kubelet drives it. A pod's network comes
+from a conflist that chains the bridge plugin with masq-cni (as Multus calls
+a NetworkAttachmentDefinition's), so the pod becomes endpoint
+NAMESPACE.POD; masq-nri, the NRI plugin, gives each of its containers the
+pod's CDI device and has masqd's backstop filter the pod's cgroup. Nothing
+in the pod's or the container's config names masq. masqd runs in cluster
+mode (etcd on host1, with roles), so each host learns the other's pods."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from masq_testbed import wait_for
+from test_backstop import COUNT, RESULT, counters
+from test_cluster import apply_policy, etcd_with_roles
+
+pytestmark = pytest.mark.k8s
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "configs", "k8s")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+NRI = os.path.join(REPO, "target", "release", "masq-nri")
+ROGUE = os.path.join(REPO, "integration", "build", "rogue_qp")
+CONTAINERD = os.path.join(REPO, "integration", "guest", "containerd.sh")
+ETCD = os.path.join(REPO, "integration", "guest", "etcd.sh")
+TOOLS = os.path.join(REPO, "integration", "k8s", "tools")
+HOSTS = ("host1", "host2")
+NET = "k8s100"
+RANGES = {"host1": ("10.0.0.40", "10.0.0.49"), "host2": ("10.0.0.50", "10.0.0.59")}
+NAMESPACE = "team"
+CRICTL = None  # in integration/k8s/tools' cache; the k8s fixture sets it
+# As test_containers: a 1 s ACK timeout for rxe under a loaded guest.
+BW = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-u", "18", "-s", "65536"]
+
+
+@pytest.fixture(scope="module")
+def k8s(testbed):
+    tb = testbed
+    tools = subprocess.run([TOOLS], capture_output=True, text=True, timeout=1800)
+    assert tools.returncode == 0, tools.stderr
+    bin_dir = tools.stdout.strip()
+    global CRICTL
+    CRICTL = os.path.join(bin_dir, "crictl")
+
+    def runtime(host):
+        tb.run(host, CONTAINERD, "start", bin_dir, timeout=600)
+        tb.run(host, CONTAINERD, "net", NET, "100", "acme", "10.0.0.0/24", *RANGES[host])
+        tb.run(host, CONTAINERD, "nri", NRI)
+
+    tb.run("host1", ETCD, "wipe")
+    roles = lambda: etcd_with_roles(tb, "host1", "/masq-k8s", HOSTS)
+    roles()
+    try:
+        # A host booted again (testbed harness) gets etcd, masqd and containerd back.
+        with tb.restorable("etcd on host1", lambda h: h == "host1" and roles()), \
+                tb.masq_running(CONFIG), \
+                tb.restorable("containerd", runtime):
+            apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"))
+            for host in HOSTS:
+                runtime(host)
+            yield tb
+    finally:
+        for h in HOSTS:
+            tb.run(h, CONTAINERD, "stop", check=False)
+        tb.run("host1", ETCD, "wipe", check=False)
+
+
+def ctl(tb, host, *args):
+    return json.loads(tb.run(host, MASQCTL, "-o", "json", *args).stdout)
+
+
+def endpoint(tb, host, name):
+    return next((e for e in ctl(tb, host, "endpoint", "list")["endpoints"]
+                 if e["name"] == name), None)
+
+
+def vpc(tb, host):
+    return {(e["vni"], e["vip"]): e for e in ctl(tb, host, "vpc")["vpc"]}
+
+
+def eventually(what, cond, timeout=180):
+    """A container under TCG on a loaded machine takes seconds to start."""
+    return wait_for(what, cond, timeout=timeout, interval=0.3)
+
+
+def put(tb, host, path, doc):
+    """Write `doc` as JSON to `path` in `host`."""
+    tb.run(host, "python3", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+           path, json.dumps(doc))
+
+
+def crictl(tb, host, *args, check=True, timeout=300):
+    return tb.run(host, CRICTL, *args, check=check, timeout=timeout)
+
+
+class Pod:
+    """A pod as a kubelet asks containerd for it: metadata, a log directory
+    and a cgroup parent of its own (kubelet's kubepods/<class>/pod<uid>)."""
+
+    def __init__(self, tb, host, name):
+        self.tb, self.host, self.name = tb, host, name
+        self.endpoint = f"{NAMESPACE}.{name}"
+        self.config = f"/tmp/pod-{name}.json"
+        put(tb, host, self.config, {
+            "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
+                         "attempt": 0},
+            "log_directory": f"/tmp/pods/{name}",
+            "linux": {"cgroup_parent": f"/kubepods/besteffort/poduid-{name}"},
+        })
+        self.id = crictl(tb, host, "runp", self.config).stdout.strip()
+
+    def run(self, name, *cmd, wait=True):
+        """Create and start container `name` running cmd; with `wait`, its
+        exit code and log once it ends."""
+        config = f"/tmp/ctr-{self.name}-{name}.json"
+        put(self.tb, self.host, config, {
+            "metadata": {"name": name}, "image": {"image": "masq.test/tenant:1"},
+            "command": list(cmd), "log_path": f"{name}.log", "linux": {},
+        })
+        cid = crictl(self.tb, self.host, "create", "--no-pull", self.id, config,
+                     self.config).stdout.strip()
+        crictl(self.tb, self.host, "start", cid)
+        return self.wait(cid) if wait else cid
+
+    def wait(self, cid, timeout=300):
+        def state():
+            info = json.loads(crictl(self.tb, self.host, "inspect", cid).stdout)["status"]
+            return info if info["state"] == "CONTAINER_EXITED" else None
+        status = eventually(f"container {cid[:12]} exits", state, timeout)
+        log = crictl(self.tb, self.host, "logs", cid, check=False)
+        return status["exitCode"], log.stdout + log.stderr
+
+    def exec(self, cid, *cmd, **kw):
+        return crictl(self.tb, self.host, "exec", cid, *cmd, **kw)
+
+    def remove(self):
+        crictl(self.tb, self.host, "stopp", self.id, check=False)
+        crictl(self.tb, self.host, "rmp", self.id, check=False)
+
+
+@pytest.fixture
+def pods(k8s):
+    made = []
+
+    def pod(host, name):
+        p = Pod(k8s, host, name)
+        made.append(p)
+        return p
+    yield pod
+    for p in made:
+        p.remove()
+
+
+def test_pods_on_two_hosts_run_ib_write_bw_by_vip(k8s, pods):
+    tb = k8s
+    srv = pods("host2", "srv")
+    ep = eventually("pod srv is an endpoint on host2", lambda: endpoint(tb, "host2", "team.srv"))
+    assert ep["cni"]["containerId"] == srv.id
+    cli = pods("host1", "cli")
+    eventually("host1 maps the server pod", lambda: (100, ep["vip"]) in vpc(tb, "host1"), 60)
+    # The container sees the pod's device and nothing of the host's.
+    code, out = cli.run("devices", "ibv_devices")
+    assert code == 0 and "vrdma0" in out and "rxe0" not in out, out
+    # The backstop filters a pod's cgroup from its first container on.
+    assert endpoint(tb, "host1", "team.cli")["cgroups"] == ["/kubepods/besteffort/poduid-cli"]
+    server = srv.run("bw", *BW, "-D", "5", "-p", "18911", wait=False)
+    assert endpoint(tb, "host2", "team.srv")["cgroups"] == ["/kubepods/besteffort/poduid-srv"]
+    eventually("the server listens", lambda: "18911" in tb.run(
+        "host2", "nsenter", "--net=" + ep["netns"], "ss", "-Hltn", check=False).stdout)
+    code, out = cli.run("bw", *BW, "-D", "5", "-p", "18911", ep["vip"])
+    assert code == 0 and "BW average" in out, out
+    code, out = srv.wait(server)
+    assert code == 0, out
+    log = tb.run("host2", "cat", "/run/masq-testbed/masq-nri.log").stdout
+    assert "pod team/srv container bw: device masq.io/endpoint=team.srv" in log, log
+
+
+def test_a_removed_pod_leaves_every_host(k8s, pods):
+    tb = k8s
+    srv = pods("host2", "gone")
+    ep = eventually("pod gone is an endpoint", lambda: endpoint(tb, "host2", "team.gone"))
+    eventually("host1 maps it", lambda: (100, ep["vip"]) in vpc(tb, "host1"), 60)
+    srv.remove()
+    assert endpoint(tb, "host2", "team.gone") is None
+    eventually("host1 forgets it", lambda: (100, ep["vip"]) not in vpc(tb, "host1"), 60)
+    assert tb.run("host2", "ls", "/var/run/cdi").stdout.count("team.gone") == 0
+
+
+def test_a_pod_in_no_security_group_is_refused_at_rtr(k8s, pods):
+    tb = k8s
+    srv = pods("host2", "srv")
+    ep = eventually("pod srv is an endpoint", lambda: endpoint(tb, "host2", "team.srv"))
+    srv.run("idle", "sleep", "120", wait=False)
+    deny = pods("host1", "deny")
+    eventually("host1 maps the server pod", lambda: (100, ep["vip"]) in vpc(tb, "host1"), 60)
+    code, out = deny.run("probe", "qp_probe", "vrdma0", "1", ep["vip"])
+    assert code == 3 and "modify_qp_rtr: errno=13" in out, out
+
+
+def test_a_pod_that_skips_libmasq_moves_no_data(k8s, pods):
+    """rogue_qp in a pod without LD_PRELOAD drives the device itself
+    (rdma-core finds rxe0 over netlink, past the sysfs view); the
+    pod's cgroup was adopted when its container was created (and again
+    when masqd restarted), so the backstop drops its RoCE packets. Its peer
+    runs on host2 outside any tenant, where nothing filters."""
+    tb = k8s
+    pod = pods("host1", "rogue")
+    eventually("pod rogue is an endpoint", lambda: endpoint(tb, "host1", "team.rogue"))
+    cid = pod.run("idle", "sleep", "300", wait=False)
+    cgroups = ["/kubepods/besteffort/poduid-rogue"]
+    assert endpoint(tb, "host1", "team.rogue")["cgroups"] == cgroups
+    # Across a masqd restart too: no session of the pod brings it back.
+    tb._run([tb.cli, "masq", "kill"], True, 300)
+    tb._run([tb.cli, "masq", "start"], True, 300)
+    assert endpoint(tb, "host1", "team.rogue")["cgroups"] == cgroups
+    before = counters(tb, "host1").get("drop_team_rogue", 0)
+    inside = subprocess.Popen(
+        [tb.cli, "exec", "-i", "host1", "--", CRICTL, "exec", "-i", cid,
+         "sh", "-c", f"unset LD_PRELOAD; exec rogue_qp rxe0 1 {COUNT}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outside = subprocess.Popen(
+        [tb.cli, "exec", "-i", "host2", "--", ROGUE, "rxe0", "1", str(COUNT)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        a, b = (p.stdout.readline().split() for p in (inside, outside))
+        assert a[:1] == ["QPN"] and b[:1] == ["QPN"], (a, b, inside.stderr.read())
+        # The pod's QP to host2's real GID.
+        inside.stdin.write(f"{b[1]} {b[3]}\n")
+        inside.stdin.flush()
+        outside.stdin.write(f"{a[1]} {a[3]}\n")
+        outside.stdin.flush()
+        ra, rb = (RESULT.match(p.stdout.readline().strip()) for p in (inside, outside))
+        assert ra and rb, (inside.stderr.read(), outside.stderr.read())
+        # Nothing the pod sent arrived (host2's sends, from the host
+        # itself, are not a tenant's and may arrive).
+        assert int(ra[1]) == 0, ra.group(0)
+        assert int(rb[4]) == 0, rb.group(0)
+    finally:
+        for p in (inside, outside):
+            try:
+                p.stdin.close()
+                p.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                p.kill()
+                p.wait()
+    assert counters(tb, "host1")["drop_team_rogue"] > before
