@@ -1,0 +1,131 @@
+// check-manifests: masq's Kubernetes deploy files checked offline, as the
+// API server would take them. Each kustomization directory given is built
+// with kustomize (its resources, namespace and image transformers), and
+// every object it renders is decoded by Kubernetes' own serializer in
+// strict mode (client-go's scheme: an unknown or duplicate field, a value
+// of the wrong type or an unknown kind is an error, as `kubectl apply
+// --validate=strict` reports them). A Multus NetworkAttachmentDefinition
+// (no scheme ships it) is decoded into its three fields, and its CNI
+// configuration is parsed by libcni, the library runtimes load it with.
+//
+// usage: check-manifests DIR...   exit 0 if every object is good, else 1
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// networkAttachmentDefinition is Multus' k8s.cni.cncf.io/v1 kind: its
+// whole schema is metadata and spec.config (a CNI configuration as text).
+type networkAttachmentDefinition struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Config string `json:"config"`
+	} `json:"spec"`
+}
+
+var strict = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+	kjson.SerializerOptions{Yaml: true, Strict: true})
+
+func checkObject(doc []byte) (string, error) {
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(doc, &head); err != nil {
+		return "?", err
+	}
+	what := fmt.Sprintf("%s %s/%s", head.Kind, head.Metadata.Namespace, head.Metadata.Name)
+	if head.APIVersion == "k8s.cni.cncf.io/v1" && head.Kind == "NetworkAttachmentDefinition" {
+		var nad networkAttachmentDefinition
+		if err := yaml.UnmarshalStrict(doc, &nad); err != nil {
+			return what, err
+		}
+		conf, err := libcni.ConfListFromBytes([]byte(nad.Spec.Config))
+		if err != nil {
+			return what, fmt.Errorf("spec.config: %w", err)
+		}
+		if conf.Name != nad.Metadata.Name {
+			return what, fmt.Errorf("spec.config: network %q, not the object's name %q", conf.Name, nad.Metadata.Name)
+		}
+		return what, nil
+	}
+	// Strict decoding into the registered type: unknown fields and wrong
+	// types are errors (the JSON form, which is what the API server gets).
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return what, err
+	}
+	obj, _, err := strict.Decode(j, nil, nil)
+	if err != nil {
+		return what, err
+	}
+	if _, ok := obj.(runtime.Object); !ok {
+		return what, fmt.Errorf("not a Kubernetes object")
+	}
+	return what, nil
+}
+
+func checkDir(dir string) (int, []string) {
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return 0, []string{fmt.Sprintf("%s: kustomize: %v", dir, err)}
+	}
+	var bad []string
+	for _, r := range res.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v", dir, err))
+			continue
+		}
+		doc, err := json.Marshal(m)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v", dir, err))
+			continue
+		}
+		if what, err := checkObject(doc); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %s: %v", dir, what, err))
+		}
+	}
+	return len(res.Resources()), bad
+}
+
+func main() {
+	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
+		fmt.Fprintln(os.Stderr, "usage: check-manifests KUSTOMIZATION_DIR...")
+		os.Exit(2)
+	}
+	failed := false
+	for _, dir := range os.Args[1:] {
+		n, bad := checkDir(dir)
+		for _, b := range bad {
+			fmt.Fprintln(os.Stderr, "check-manifests: "+b)
+		}
+		if len(bad) > 0 {
+			failed = true
+			continue
+		}
+		fmt.Printf("%s: %d objects good\n", dir, n)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}

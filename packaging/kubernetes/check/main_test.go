@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The repository's files pass; each kind of mistake in a copy is found and
+// named, so the check cannot pass by looking at nothing.
+func TestTheDeployFilesPassAndEachMistakeIsNamed(t *testing.T) {
+	for _, dir := range []string{"..", "../example"} {
+		n, bad := checkDir(dir)
+		if len(bad) > 0 || n == 0 {
+			t.Fatalf("%s: %d objects, %v", dir, n, bad)
+		}
+	}
+	for _, c := range []struct{ file, from, to, says string }{
+		{"daemonset.yaml", "hostPID: true", "hostPID: true\n      hostPIDs: true", `unknown field "spec.template.spec.hostPIDs"`},
+		{"daemonset.yaml", "maxUnavailable: 1", "maxUnavailable: [1]", "maxUnavailable"},
+		{"example/network.yaml", `"vni": 100 }`, `"vni": 100, }`, "spec.config"},
+		{"example/network.yaml", "name: acme100", "name: acme200", `network "acme100", not the object's name "acme200"`},
+		{"example/pods.yaml", "restartPolicy: Never", "restartPolicy: 7", "restartPolicy"},
+		{"kustomization.yaml", "- daemonset.yaml", "- daemonsets.yaml", "kustomize"},
+	} {
+		root := t.TempDir()
+		copyTree(t, "..", root)
+		path := filepath.Join(root, c.file)
+		text, err := os.ReadFile(path)
+		if err != nil || !strings.Contains(string(text), c.from) {
+			t.Fatalf("%s has no %q (%v)", c.file, c.from, err)
+		}
+		if err := os.WriteFile(path, []byte(strings.Replace(string(text), c.from, c.to, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, bad := checkDir(filepath.Join(root, filepath.Dir(c.file)))
+		if len(bad) == 0 || !strings.Contains(strings.Join(bad, "\n"), c.says) {
+			t.Errorf("%s: %q -> %q: want an error saying %q, got %v", c.file, c.from, c.to, c.says, bad)
+		}
+	}
+}
+
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		if d.IsDir() {
+			if rel == "check" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(to, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
