@@ -1,6 +1,7 @@
 """Cluster mode on a real etcd (on host1): each host publishes its own
 endpoints, follows the others' and the one policy, keeps serving while etcd
 is down, and forgets a host whose lease expired."""
+import contextlib
 import json
 import os
 import subprocess
@@ -44,20 +45,28 @@ def apply_policy(tb, host, path, check=True):
     return json.loads(r.stdout) if r.returncode == 0 else r
 
 
-@pytest.fixture(scope="module")
-def cluster(testbed):
-    testbed.run("host1", ETCD, "wipe")
-    roles = lambda: etcd_with_roles(testbed, "host1", "/masq-test", ("host1", "host2"))
+@contextlib.contextmanager
+def cluster_running(tb, config, prefix, hosts=("host1", "host2")):
+    """For the block: etcd on host1, fresh, with masq's roles for `hosts`
+    under `prefix`; masqd on every host from `config`; and the policy
+    `config`/policy.yaml, applied by the operator (no host may write it).
+    A host booted again (testbed harness) gets etcd and masqd back."""
+    tb.run("host1", ETCD, "wipe")
+    roles = lambda: etcd_with_roles(tb, "host1", prefix, hosts)
     roles()
     try:
-        # A host booted again (testbed harness) gets etcd and masqd back.
-        with testbed.restorable("etcd on host1", lambda h: h == "host1" and roles()), \
-                testbed.masq_running(CONFIG):
-            # No host may write the policy: the operator brings it.
-            apply_policy(testbed, "host1", os.path.join(CONFIG, "policy.yaml"))
-            yield testbed
+        with tb.restorable("etcd on host1", lambda h: h == "host1" and roles()), \
+                tb.masq_running(config):
+            apply_policy(tb, "host1", os.path.join(config, "policy.yaml"))
+            yield tb
     finally:
-        testbed.run("host1", ETCD, "wipe", check=False)
+        tb.run("host1", ETCD, "wipe", check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(testbed):
+    with cluster_running(testbed, CONFIG, "/masq-test"):
+        yield testbed
 
 
 def ctl(tb, host, *args, check=True):

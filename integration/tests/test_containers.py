@@ -13,14 +13,13 @@ import time
 import pytest
 
 from masq_testbed import finish, parse_bw, parse_pingpong, rdma_moved, wait_for
-from test_cluster import apply_policy, etcd_with_roles
+from test_cluster import apply_policy, cluster_running
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(HERE, "configs", "containers")
 MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
 PLUGIN = os.path.join(REPO, "target", "release", "masq-cni")
-ETCD = os.path.join(REPO, "integration", "guest", "etcd.sh")
 TESTBED = os.path.join(REPO, "integration", "testbed")
 ROOTFS = "/var/lib/masq-rootfs"
 CDI_DIR = "/var/run/cdi"
@@ -50,26 +49,20 @@ RANGES = {"host1": ("10.0.0.20", "10.0.0.29"), "host2": ("10.0.0.30", "10.0.0.39
 @pytest.fixture(scope="module")
 def pods(testbed):
     tb = testbed
-    tb.run("host1", ETCD, "wipe")
-    roles = lambda: etcd_with_roles(tb, "host1", "/masq-containers", HOSTS)
-    roles()
-    try:
-        # A host booted again (testbed harness) gets etcd, masqd and podman back.
-        with tb.restorable("etcd on host1", lambda h: h == "host1" and roles()), \
-                tb.masq_running(CONFIG), \
-                tb.restorable("podman and its networks", lambda h: podman_ready(tb, h)):
-            apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"))
-            for host in HOSTS:
-                podman_ready(tb, host)
-            yield tb
-    finally:
-        for h in HOSTS:
-            tb.run(h, "podman", "rm", "-af", "-t", "0", check=False)
-            for n in (NET, "nope"):
-                tb._run([TESTBED, "podman", "netdel", h, n], False, 60)
-        for dev in ("mvx4242", "mbr4242"):
-            tb.run("host1", "ip", "link", "del", dev, check=False)
-        tb.run("host1", ETCD, "wipe", check=False)
+    with cluster_running(tb, CONFIG, "/masq-containers", HOSTS):
+        try:
+            # A host booted again (testbed harness) gets podman back.
+            with tb.restorable("podman and its networks", lambda h: podman_ready(tb, h)):
+                for host in HOSTS:
+                    podman_ready(tb, host)
+                yield tb
+        finally:
+            for h in HOSTS:
+                tb.run(h, "podman", "rm", "-af", "-t", "0", check=False)
+                for n in (NET, "nope"):
+                    tb._run([TESTBED, "podman", "netdel", h, n], False, 60)
+            for dev in ("mvx4242", "mbr4242"):
+                tb.run("host1", "ip", "link", "del", dev, check=False)
 
 
 def ctl(tb, host, *args):

@@ -14,7 +14,7 @@ import pytest
 
 from masq_testbed import wait_for
 from test_backstop import COUNT, RESULT, counters
-from test_cluster import apply_policy, etcd_with_roles
+from test_cluster import cluster_running
 
 pytestmark = pytest.mark.k8s
 
@@ -25,7 +25,6 @@ MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
 NRI = os.path.join(REPO, "target", "release", "masq-nri")
 ROGUE = os.path.join(REPO, "integration", "build", "rogue_qp")
 CONTAINERD = os.path.join(REPO, "integration", "guest", "containerd.sh")
-ETCD = os.path.join(REPO, "integration", "guest", "etcd.sh")
 TOOLS = os.path.join(REPO, "integration", "k8s", "tools")
 HOSTS = ("host1", "host2")
 NET = "k8s100"
@@ -50,22 +49,16 @@ def k8s(testbed):
         tb.run(host, CONTAINERD, "net", NET, "100", "acme", "10.0.0.0/24", *RANGES[host])
         tb.run(host, CONTAINERD, "nri", NRI)
 
-    tb.run("host1", ETCD, "wipe")
-    roles = lambda: etcd_with_roles(tb, "host1", "/masq-k8s", HOSTS)
-    roles()
-    try:
-        # A host booted again (testbed harness) gets etcd, masqd and containerd back.
-        with tb.restorable("etcd on host1", lambda h: h == "host1" and roles()), \
-                tb.masq_running(CONFIG), \
-                tb.restorable("containerd", runtime):
-            apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"))
-            for host in HOSTS:
-                runtime(host)
-            yield tb
-    finally:
-        for h in HOSTS:
-            tb.run(h, CONTAINERD, "stop", check=False)
-        tb.run("host1", ETCD, "wipe", check=False)
+    with cluster_running(tb, CONFIG, "/masq-k8s", HOSTS):
+        try:
+            # A host booted again (testbed harness) gets containerd back.
+            with tb.restorable("containerd", runtime):
+                for host in HOSTS:
+                    runtime(host)
+                yield tb
+        finally:
+            for h in HOSTS:
+                tb.run(h, CONTAINERD, "stop", check=False)
 
 
 def ctl(tb, host, *args):
