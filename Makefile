@@ -139,9 +139,10 @@ test-manifests: deps
 
 # Kubernetes' runtime path: containerd 2 driven by crictl as a kubelet
 # drives it, masq-cni in the pods' network, masq-nri giving pods their
-# device (integration/tests/test_k8s.py). Builds containerd and crictl from
-# the Go module proxy once (integration/k8s/tools, cached).
-test-k8s: build
+# device (integration/tests/test_k8s.py), and the node image built from the
+# package (integration/k8s/images). Builds containerd and crictl from the Go
+# module proxy and the image's Debian base once (cached).
+test-k8s: build deb
 	integration/run-tests --k8s
 
 # masqd, masqctl, libmasq (and its facades), the CNI plugin, the NRI plugin, masqctl's

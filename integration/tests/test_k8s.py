@@ -26,6 +26,7 @@ NRI = os.path.join(REPO, "target", "release", "masq-nri")
 ROGUE = os.path.join(REPO, "integration", "build", "rogue_qp")
 CONTAINERD = os.path.join(REPO, "integration", "guest", "containerd.sh")
 TOOLS = os.path.join(REPO, "integration", "k8s", "tools")
+IMAGES = os.path.join(REPO, "integration", "k8s", "images")
 HOSTS = ("host1", "host2")
 NET = "k8s100"
 RANGES = {"host1": ("10.0.0.40", "10.0.0.49"), "host2": ("10.0.0.50", "10.0.0.59")}
@@ -240,3 +241,28 @@ def test_a_pod_that_skips_libmasq_moves_no_data(k8s, pods):
                 p.kill()
                 p.wait()
     assert counters(tb, "host1")["drop_team_rogue"] > before
+
+
+def test_the_node_image_holds_what_the_daemonset_runs():
+    """packaging/container/Containerfile built on the package by
+    integration/k8s/images (a debootstrap base: no registry here): what the
+    DaemonSet's containers run and install is in it and runs. Read through
+    `podman image mount` and chroot: this machine's own container runtime
+    is not what is under test."""
+    r = subprocess.run([IMAGES], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    image = r.stdout.strip()
+    mnt = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    try:
+        out = subprocess.run(
+            ["chroot", mnt, "sh", "-c", "masqd --version && masqctl --version && "
+             "masq-nri -h 2>&1 | head -1 && ls /usr/lib/cni/masq-cni /usr/lib/masq"],
+            capture_output=True, text=True)
+    finally:
+        subprocess.run(["podman", "image", "unmount", image], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    version = image.rsplit(":", 1)[1]
+    for want in (f"masqd {version}", f"masqctl {version}", "usage: masq-nri",
+                 "/usr/lib/cni/masq-cni", "libmasq.so"):
+        assert want in out.stdout, (want, out.stdout)
