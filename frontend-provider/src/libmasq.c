@@ -398,11 +398,18 @@ ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entr
 	return masq_gid_query_table(&m->gt, entries, max_entries, flags, entry_size);
 }
 
-/* rdma-core's private helper, used by ibv_devinfo to print GID types. */
-int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
-		       unsigned int *type);
-int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
-		       unsigned int *type)
+/*
+ * rdma-core's private helper, used by ibv_devinfo to print GID types and by
+ * providers. It lives in libibverbs' private ABI, whose version
+ * (IBVERBS_PRIVATE_<n>) follows the rdma-core release, and an image's app
+ * binds the version of the image's rdma-core, not the build host's. So it
+ * is exported under every private ABI rdma-core has used since release 22
+ * and the next ones, none as the default: nothing links against libmasq.
+ */
+int masq_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
+			unsigned int *type);
+int masq_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index,
+			unsigned int *type)
 {
 	int (*real_type)(struct ibv_context *, uint8_t, unsigned int, unsigned int *);
 	struct masq_ctx *m = find_ctx(ctx);
@@ -413,6 +420,22 @@ int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index
 	}
 	return masq_gid_query_type(&m->gt, port, index, type);
 }
+
+#define GID_TYPE_AT_PABI(n)                                                                     \
+	__asm__(".symver masq_query_gid_type_" #n ", ibv_query_gid_type@IBVERBS_PRIVATE_" #n); \
+	int masq_query_gid_type_##n(struct ibv_context *, uint8_t, unsigned int, unsigned int *) \
+		__attribute__((alias("masq_query_gid_type")));
+GID_TYPE_AT_PABI(22) GID_TYPE_AT_PABI(23) GID_TYPE_AT_PABI(24) GID_TYPE_AT_PABI(25)
+GID_TYPE_AT_PABI(26) GID_TYPE_AT_PABI(27) GID_TYPE_AT_PABI(28) GID_TYPE_AT_PABI(29)
+GID_TYPE_AT_PABI(30) GID_TYPE_AT_PABI(31) GID_TYPE_AT_PABI(32) GID_TYPE_AT_PABI(33)
+GID_TYPE_AT_PABI(34) GID_TYPE_AT_PABI(35) GID_TYPE_AT_PABI(36) GID_TYPE_AT_PABI(37)
+GID_TYPE_AT_PABI(38) GID_TYPE_AT_PABI(39) GID_TYPE_AT_PABI(40) GID_TYPE_AT_PABI(41)
+GID_TYPE_AT_PABI(42) GID_TYPE_AT_PABI(43) GID_TYPE_AT_PABI(44) GID_TYPE_AT_PABI(45)
+GID_TYPE_AT_PABI(46) GID_TYPE_AT_PABI(47) GID_TYPE_AT_PABI(48) GID_TYPE_AT_PABI(49)
+GID_TYPE_AT_PABI(50) GID_TYPE_AT_PABI(51) GID_TYPE_AT_PABI(52) GID_TYPE_AT_PABI(53)
+GID_TYPE_AT_PABI(54) GID_TYPE_AT_PABI(55) GID_TYPE_AT_PABI(56) GID_TYPE_AT_PABI(57)
+GID_TYPE_AT_PABI(58) GID_TYPE_AT_PABI(59) GID_TYPE_AT_PABI(60) GID_TYPE_AT_PABI(61)
+GID_TYPE_AT_PABI(62) GID_TYPE_AT_PABI(63) GID_TYPE_AT_PABI(64)
 
 /* ------------------------------------------------------------ QPs */
 
