@@ -629,16 +629,17 @@ impl Cluster {
     }
 
     /// Run one etcd call for a caller outside the runtime (the control
-    /// socket), bounded by CALL_TIMEOUT.
-    fn call<T>(
+    /// socket), bounded by CALL_TIMEOUT; `err` words its error.
+    fn call<T, E>(
         &self,
-        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+        f: impl std::future::Future<Output = Result<T, E>>,
+        err: impl FnOnce(E) -> String,
     ) -> Result<T, String> {
         self.rt
             // The timer must be made inside the runtime: async block.
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f).await })
             .map_err(|_| "etcd did not answer in time".to_string())?
-            .map_err(etcd_err)
+            .map_err(err)
     }
 
     fn connected(&self) -> Result<Client, String> {
@@ -662,25 +663,18 @@ impl Cluster {
             file: file.into(),
         }
         .encode()?;
-        let rev = self
-            .rt
-            .block_on(async {
-                tokio::time::timeout(
-                    CALL_TIMEOUT,
-                    compare_and_put(&mut client, &key, value, seen),
-                )
-                .await
-            })
-            .map_err(|_| "etcd did not answer in time".to_string())?
-            .map_err(|e| match e {
+        let rev = self.call(
+            compare_and_put(&mut client, &key, value, seen),
+            |e| match e {
                 WriteError::Lost => LOST.to_string(),
                 WriteError::Denied(e) => format!(
                     "{e}: with etcd's roles (masqctl cluster init-auth) a host may not write \
-                     the policy; apply it as the operator: masqctl policy apply \
-                     --operator-cert FILE --operator-key FILE"
+                 the policy; apply it as the operator: masqctl policy apply \
+                 --operator-cert FILE --operator-key FILE"
                 ),
                 WriteError::Etcd(e) => e,
-            })?;
+            },
+        )?;
         self.policy_rev.store(rev, Ordering::SeqCst);
         Ok(rev)
     }
@@ -701,7 +695,10 @@ impl Cluster {
     pub fn policy_status(&self) -> Result<Value, String> {
         let mut client = self.connected()?;
         let prefix = format!("{}/", self.key("status"));
-        let resp = self.call(client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())))?;
+        let resp = self.call(
+            client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+            etcd_err,
+        )?;
         let hosts: Vec<Value> = resp
             .kvs()
             .iter()
