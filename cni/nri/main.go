@@ -6,10 +6,11 @@
 //
 // A device plugin cannot do this: its Allocate is given device IDs, not the
 // pod, so it cannot name the pod's endpoint. NRI hands the plugin the pod
-// itself as each container is created. masq-nri then asks masqd which
-// endpoints masq-cni made for the pod (the endpoint's CNI attachment names
-// the pod sandbox's ID), has masqd adopt the pod's cgroup for the first one
-// (software RoCE only; a hardware RNIC's QPs are audited instead), and
+// itself as each container is created. masq-nri then asks masqd, in one
+// request, which endpoints masq-cni made for the pod (the endpoint's CNI
+// attachment names the pod sandbox's ID) and to adopt the pod's cgroup for
+// the first one (software RoCE only; a hardware RNIC's QPs are audited
+// instead), and
 // adds the CDI device masq.io/endpoint=NAME to the container, which the
 // runtime resolves from the spec masqd wrote for the endpoint. A container
 // of a pod with no masq endpoint is left as it is.
@@ -40,24 +41,18 @@ type plugin struct {
 
 func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	what := fmt.Sprintf("pod %s/%s container %s", pod.GetNamespace(), pod.GetName(), ctr.GetName())
-	names, err := p.masqd.podEndpoints(pod.GetId())
+	names, cgroup, err := p.masqd.adoptPod(pod.GetId(), pod.GetPid())
 	if err != nil {
 		return nil, nil, fmt.Errorf("masq-nri: %s: %w", what, err)
 	}
 	if len(names) == 0 {
 		return nil, nil, nil
 	}
+	if cgroup != "" {
+		log.Printf("%s: endpoint %s, the backstop filters cgroup %s", what, names[0], cgroup)
+	}
 	adjust := &api.ContainerAdjustment{}
-	for i, name := range names {
-		if i == 0 {
-			cgroup, err := p.masqd.adoptPod(name, pod.GetPid())
-			if err != nil {
-				return nil, nil, fmt.Errorf("masq-nri: %s: %w", what, err)
-			}
-			if cgroup != "" {
-				log.Printf("%s: endpoint %s, the backstop filters cgroup %s", what, name, cgroup)
-			}
-		}
+	for _, name := range names {
 		adjust.AddCDIDevice(&api.CDIDevice{Name: cdiKind + "=" + name})
 		log.Printf("%s: device %s=%s", what, cdiKind, name)
 	}

@@ -1,8 +1,8 @@
 package main
 
 // masqd's control socket: one JSON request line, one JSON reply line
-// (backend/src/operator/control.rs). masq-nri asks two things: which
-// endpoint a pod is, and to filter the pod's cgroup as that endpoint's.
+// (backend/src/operator/control.rs). masq-nri asks one thing: which
+// endpoints a pod is, with its cgroup filtered as the first one's.
 
 import (
 	"bufio"
@@ -52,40 +52,15 @@ func (m *masqd) call(req map[string]any, out any) error {
 	return json.Unmarshal(reply, out)
 }
 
-// endpoint is what masq-nri reads of masqd's endpoint list.
-type endpoint struct {
-	Name string `json:"name"`
-	CNI  *struct {
-		ContainerID string `json:"containerId"`
-		Network     string `json:"network"`
-		Ifname      string `json:"ifname"`
-	} `json:"cni"`
-}
-
-// podEndpoints names the endpoints masq-cni made for the pod sandbox
-// sandboxID (its CNI container ID), in masqd's order.
-func (m *masqd) podEndpoints(sandboxID string) ([]string, error) {
-	var list struct {
-		Endpoints []endpoint `json:"endpoints"`
-	}
-	if err := m.call(map[string]any{"cmd": "endpoints"}, &list); err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, e := range list.Endpoints {
-		if e.CNI != nil && e.CNI.ContainerID == sandboxID {
-			names = append(names, e.Name)
-		}
-	}
-	return names, nil
-}
-
-// adoptPod has masqd filter the pod's cgroup (from its sandbox process
-// pid) as endpoint name's; returns the cgroup ("" without a backstop).
-func (m *masqd) adoptPod(name string, pid uint32) (string, error) {
+// adoptPod asks masqd for the endpoints masq-cni made for the pod sandbox
+// sandboxID (its CNI container ID), by name, and has it filter the pod's
+// cgroup (from its sandbox process pid) as the first one's; returns the
+// names and the cgroup ("" without a backstop, or with no endpoint).
+func (m *masqd) adoptPod(sandboxID string, pid uint32) ([]string, string, error) {
 	var r struct {
-		Cgroup string `json:"cgroup"`
+		Endpoints []string `json:"endpoints"`
+		Cgroup    string   `json:"cgroup"`
 	}
-	err := m.call(map[string]any{"cmd": "endpoint_pod", "name": name, "pid": pid}, &r)
-	return r.Cgroup, err
+	err := m.call(map[string]any{"cmd": "endpoint_pod", "sandbox": sandboxID, "pid": pid}, &r)
+	return r.Endpoints, r.Cgroup, err
 }

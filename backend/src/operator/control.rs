@@ -28,11 +28,12 @@ pub enum Request {
         owner: Option<crate::config::CniOwner>,
     },
     /// A container runtime's NRI plugin (masq-nri), as it creates a
-    /// container of a pod that is endpoint `name`: filter the pod's cgroup
-    /// (the parent of its sandbox process `pid`'s) as the endpoint's on
-    /// software RoCE, before any of the pod's apps runs.
+    /// container of pod sandbox `sandbox` (its CNI container ID): the
+    /// endpoints masq-cni made for the pod and, on software RoCE, the pod's
+    /// cgroup (the parent of its sandbox process `pid`'s) filtered as the
+    /// first one's, before any of the pod's apps runs.
     EndpointPod {
-        name: String,
+        sandbox: String,
         pid: i32,
     },
     Sessions,
@@ -224,8 +225,13 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
     let mut out = String::new();
     match req {
         // masq-nri's request; masqctl does not send it.
-        Request::EndpointPod { name, .. } => {
-            let _ = writeln!(out, "{name}: pod cgroup {}", s(reply, "cgroup"));
+        Request::EndpointPod { sandbox, .. } => {
+            let _ = writeln!(
+                out,
+                "pod {sandbox}: endpoints {}, pod cgroup {}",
+                reply["endpoints"],
+                s(reply, "cgroup")
+            );
         }
         Request::Status => {
             for k in [

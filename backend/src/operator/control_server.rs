@@ -116,8 +116,8 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
         Request::EndpointAdd { endpoint } => parts
             .add_endpoint(endpoint.clone())
             .unwrap_or_else(|e| json!({ "error": format!("{e}\nnothing changed") })),
-        Request::EndpointPod { name, pid } => parts
-            .adopt_pod(name, *pid)
+        Request::EndpointPod { sandbox, pid } => parts
+            .adopt_pod(sandbox, *pid)
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::EndpointDel { name, owner } => parts
             .remove_endpoint(name, owner.as_ref())

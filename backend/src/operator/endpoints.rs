@@ -287,24 +287,34 @@ impl Parts {
         }
     }
 
-    /// masq-nri, as it creates a container of the pod that is endpoint
-    /// `name` (sandbox process `pid`): the backstop filters the pod's
-    /// cgroup as the endpoint's. Without a backstop (a hardware RNIC, whose
-    /// QPs the audit watches) there is nothing to do.
-    pub fn adopt_pod(&self, name: &str, pid: i32) -> Result<Value, String> {
-        let ep = self
+    /// masq-nri, as it creates a container of pod sandbox `sandbox`
+    /// (process `pid`): the endpoints masq-cni made for the pod (their CNI
+    /// container ID is the sandbox's), by name, and the backstop filters the
+    /// pod's cgroup as the first one's. Without a backstop (a hardware RNIC,
+    /// whose QPs the audit watches) there is nothing to filter.
+    pub fn adopt_pod(&self, sandbox: &str, pid: i32) -> Result<Value, String> {
+        let eps: Vec<_> = self
             .registry
-            .local_named(name)
-            .ok_or_else(|| format!("no endpoint {name} on this host"))?;
-        let Some(b) = self.admission.backstop() else {
-            return Ok(json!({ "name": name, "backstop": false }));
+            .local()
+            .into_iter()
+            .filter(|ep| ep.cfg.cni.as_ref().map(|c| c.container_id.as_str()) == Some(sandbox))
+            .collect();
+        let names: Vec<&str> = eps.iter().map(|ep| ep.cfg.name.as_str()).collect();
+        let (Some(ep), Some(b)) = (eps.first(), self.admission.backstop()) else {
+            return Ok(json!({ "endpoints": names, "backstop": false }));
         };
+        let name = &ep.cfg.name;
         let (cgroup, new) = crate::tenants::cgroups::adopt_pod_cgroup(b, &ep.cfg, pid)
             .map_err(|e| format!("endpoint {name}: {e}"))?;
         let was = lock(&ep.pod_cgroup).replace(cgroup.clone());
         if was.as_ref() != Some(&cgroup) {
             self.store_runtime_file("pod cgroup adopted");
         }
-        Ok(json!({ "name": name, "backstop": true, "cgroup": format!("/{cgroup}"), "new": new }))
+        Ok(json!({
+            "endpoints": names,
+            "backstop": true,
+            "cgroup": format!("/{cgroup}"),
+            "new": new,
+        }))
     }
 }
