@@ -13,6 +13,8 @@
 #                                  the pods' network (one conflist: containerd
 #                                  uses the first)
 #   containerd.sh nri BIN          run the NRI plugin BIN (masq-nri) against it
+#   containerd.sh image NAME ARCHIVE
+#                                  import image NAME from an OCI archive
 #   containerd.sh stop             stop the NRI plugin, every pod and containerd
 set -euo pipefail
 . /run/masq-host.env
@@ -37,8 +39,9 @@ root = '/var/lib/containerd'
 state = '/run/containerd'
 
 [plugins.'io.containerd.cri.v1.images']
-  # The guest's root is an overlay: no overlayfs snapshots on top of it.
-  snapshotter = 'native'
+  # overlayfs, as on a real node: /var/lib/containerd is a tmpfs (the
+  # guest's root, an overlay itself, could not hold an upper directory).
+  snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = '$PAUSE_IMAGE'
 
@@ -78,10 +81,17 @@ import_image() {  # NAME DIR ENTRYPOINT
     tar=$(mktemp /tmp/image.XXXXXX)
     tar -C "$dir" -c . | podman import --change "ENTRYPOINT [\"$entry\"]" - "$name" >/dev/null
     podman save --format oci-archive -o "$tar" "$name" >/dev/null
-    local out
-    out=$("$BIN/ctr" -a "$SOCK" -n k8s.io images import --base-name "${name%:*}" "$tar" 2>&1) \
-        || die "image $name: ctr images import: $out"
+    podman rmi "$name" >/dev/null   # containerd holds it now
+    import_archive "$name" "$tar"
     rm -f "$tar"
+}
+
+# An image from an OCI archive (`podman save --format oci-archive`).
+import_archive() {  # NAME ARCHIVE
+    local name=$1 archive=$2 out
+    "$BIN/ctr" -a "$SOCK" -n k8s.io images ls -q | grep -qx "$name" && return 0
+    out=$("$BIN/ctr" -a "$SOCK" -n k8s.io images import --base-name "${name%:*}" "$archive" 2>&1) \
+        || die "image $name: ctr images import: $out"
     # The CRI plugin lists an image once its event is handled.
     for _ in $(seq 100); do
         "$BIN/ctr" -a "$SOCK" -n k8s.io images ls -q | grep -qx "$name" && return 0
@@ -158,6 +168,9 @@ case "${1:-}" in
     net) [ $# -eq 7 ] || die "usage: net NAME VNI TENANT SUBNET FIRST LAST"
          shift; NETDIR=$NETDIR "$HERE/podman.sh" net "$@" ;;
     nri) [ $# -eq 2 ] || die "usage: nri BIN"; nri "$2" ;;
+    image) [ $# -eq 3 ] || die "usage: image NAME ARCHIVE"
+           [ -s "$RUN/containerd.bin" ] || die "containerd was not started"
+           BIN=$(cat "$RUN/containerd.bin"); import_archive "$2" "$3" ;;
     stop) stop ;;
-    *) die "unknown command '${1:-}' (start, net, nri, stop)" ;;
+    *) die "unknown command '${1:-}' (start, net, nri, image, stop)" ;;
 esac

@@ -8,6 +8,7 @@ in the pod's or the container's config names masq. masqd runs in cluster
 mode (etcd on host1, with roles), so each host learns the other's pods."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -27,6 +28,7 @@ ROGUE = os.path.join(REPO, "integration", "build", "rogue_qp")
 CONTAINERD = os.path.join(REPO, "integration", "guest", "containerd.sh")
 TOOLS = os.path.join(REPO, "integration", "k8s", "tools")
 IMAGES = os.path.join(REPO, "integration", "k8s", "images")
+DEBIAN_ROOTFS = os.path.join(REPO, "integration", "k8s", "debian-rootfs")
 HOSTS = ("host1", "host2")
 NET = "k8s100"
 RANGES = {"host1": ("10.0.0.40", "10.0.0.49"), "host2": ("10.0.0.50", "10.0.0.59")}
@@ -106,12 +108,12 @@ class Pod:
         })
         self.id = crictl(tb, host, "runp", self.config).stdout.strip()
 
-    def run(self, name, *cmd, wait=True):
+    def run(self, name, *cmd, wait=True, image="masq.test/tenant:1"):
         """Create and start container `name` running cmd; with `wait`, its
         exit code and log once it ends."""
         config = f"/tmp/ctr-{self.name}-{name}.json"
         put(self.tb, self.host, config, {
-            "metadata": {"name": name}, "image": {"image": "masq.test/tenant:1"},
+            "metadata": {"name": name}, "image": {"image": image},
             "command": list(cmd), "log_path": f"{name}.log", "linux": {},
         })
         cid = crictl(self.tb, self.host, "create", "--no-pull", self.id, config,
@@ -148,6 +150,11 @@ def pods(k8s):
         p.remove()
 
 
+def perftest_gid(vip):
+    """The last four bytes of a GID as perftest prints them."""
+    return ":".join(f"{int(b):02d}" for b in vip.split("."))
+
+
 def test_pods_on_two_hosts_run_ib_write_bw_by_vip(k8s, pods):
     tb = k8s
     srv = pods("host2", "srv")
@@ -166,10 +173,84 @@ def test_pods_on_two_hosts_run_ib_write_bw_by_vip(k8s, pods):
         "host2", "nsenter", "--net=" + ep["netns"], "ss", "-Hltn", check=False).stdout)
     code, out = cli.run("bw", *BW, "-D", "5", "-p", "18911", ep["vip"])
     assert code == 0 and "BW average" in out, out
+    # perftest prints both ends' GIDs: the pods' vIPs, never an underlay's.
+    vip_cli = endpoint(tb, "host1", "team.cli")["vip"]
+    assert [perftest_gid(vip_cli), perftest_gid(ep["vip"])] == re.findall(
+        r"GID: 00:00:00:00:00:00:00:00:00:00:255:255:(\S+)", out), out
     code, out = srv.wait(server)
     assert code == 0, out
     log = tb.run("host2", "cat", "/run/masq-testbed/masq-nri.log").stdout
     assert "pod team/srv container bw: device masq.io/endpoint=team.srv" in log, log
+
+
+@pytest.fixture(scope="module")
+def debian11(k8s):
+    """A tenant image of another release: Debian 11 (glibc 2.31, rdma-core
+    33, its own perftest and rdmacm-utils), made by debootstrap and cached,
+    turned into an OCI archive by this machine's podman. The guests read
+    the archive through the checkout, which they mount uncached (their view
+    of this machine's root is as it was at boot)."""
+    r = subprocess.run([DEBIAN_ROOTFS, "bullseye", "ibverbs-providers", "ibverbs-utils",
+                        "perftest", "rdmacm-utils"],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr
+    rootfs = r.stdout.strip()
+    image = "masq.test/tenant-debian11:1"
+    archive = os.path.join(REPO, "integration", "build", "images",
+                           os.path.basename(rootfs).replace(".tar", ".oci.tar"))
+    if not os.path.exists(archive):
+        os.makedirs(os.path.dirname(archive), exist_ok=True)
+        for cmd in (["podman", "import", "--change", 'ENTRYPOINT ["/bin/sh"]', rootfs, image],
+                    ["podman", "save", "--format", "oci-archive", "-o", archive + ".tmp", image],
+                    ["podman", "rmi", image]):
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            assert r.returncode == 0, f"{cmd}: {r.stderr}"
+        os.rename(archive + ".tmp", archive)
+    for host in HOSTS:
+        k8s.run(host, CONTAINERD, "image", image, archive, timeout=900)
+    return image
+
+
+def test_a_debian_11_image_runs_perftest_and_rdma_cm_by_vip(k8s, pods, debian11):
+    """libmasq is built on Debian 12 for glibc 2.17 and later, and answers
+    the private verbs of any rdma-core release (frontend-provider's
+    glibc_floor.h and ibv_query_gid_type); the image's own stock tools run
+    through it."""
+    tb = k8s
+    srv = pods("host2", "old-srv")
+    ep = eventually("pod old-srv is an endpoint", lambda: endpoint(tb, "host2", "team.old-srv"))
+    cli = pods("host1", "old-cli")
+    eventually("host1 maps old-srv", lambda: (100, ep["vip"]) in vpc(tb, "host1"), 60)
+    code, out = cli.run("release", "sh", "-c", "cat /etc/debian_version; ldd --version; "
+                        "ls /usr/lib/x86_64-linux-gnu/libibverbs", image=debian11)
+    assert code == 0 and out.startswith("11.") and "2.31" in out and "rdmav33" in out, out
+    # The device as the image's own ibv_devinfo shows it: the pod's vIP as
+    # a RoCE v2 GID (the GID type comes through rdma-core 33's private ABI).
+    code, out = cli.run("devinfo", "ibv_devinfo", "-v", "-d", "vrdma0", image=debian11)
+    assert code == 0 and "rxe0" not in out, out
+    vip_cli = endpoint(tb, "host1", "team.old-cli")["vip"]
+    assert f"::ffff:{vip_cli}, RoCE v2" in out, out
+
+    def listening(port):
+        return lambda: str(port) in tb.run("host2", "nsenter", "--net=" + ep["netns"],
+                                            "ss", "-Hltn", check=False).stdout
+    server = srv.run("bw", *BW, "-D", "3", "-p", "18921", wait=False, image=debian11)
+    eventually("the server listens", listening(18921))
+    code, out = cli.run("bw", *BW, "-D", "3", "-p", "18921", ep["vip"], image=debian11)
+    scode, sout = srv.wait(server)
+    assert code == 0 and "BW average" in out, f"{out}\n--- server ---\n{sout}"
+    assert scode == 0, sout
+    # The RDMA CM by vIP: rping's server binds the pod's vIP.
+    server = srv.run("rping", "rping", "-s", "-a", ep["vip"], "-p", "18922", "-C", "10", "-v",
+                     wait=False, image=debian11)
+    eventually("rping listens", lambda: any(
+        i["endpoint"] == "team.old-srv" and i["side"] == "listen"
+        and i["local"].endswith(":18922") for i in ctl(tb, "host2", "cm")["ids"]))
+    code, out = cli.run("rping", "rping", "-c", "-a", ep["vip"], "-p", "18922", "-C", "10",
+                        "-v", image=debian11)
+    assert code == 0 and out.count("ping data: rdma-ping-") == 10, out
+    code, out = srv.wait(server)
+    assert code == 0 and out.count("ping data: rdma-ping-") == 10, out
 
 
 def test_a_removed_pod_leaves_every_host(k8s, pods):
@@ -211,6 +292,7 @@ def test_a_pod_that_skips_libmasq_moves_no_data(k8s, pods):
     tb._run([tb.cli, "masq", "start"], True, 300)
     assert endpoint(tb, "host1", "team.rogue")["cgroups"] == cgroups
     before = counters(tb, "host1").get("drop_team_rogue", 0)
+    bypasses = endpoint(tb, "host1", "team.rogue")["audit_bypasses"]
     inside = subprocess.Popen(
         [tb.cli, "exec", "-i", "host1", "--", CRICTL, "exec", "-i", cid,
          "sh", "-c", f"unset LD_PRELOAD; exec rogue_qp rxe0 1 {COUNT}"],
@@ -241,6 +323,8 @@ def test_a_pod_that_skips_libmasq_moves_no_data(k8s, pods):
                 p.kill()
                 p.wait()
     assert counters(tb, "host1")["drop_team_rogue"] > before
+    # The audit (logging only here) saw the pod's QP as a bypass of masq.
+    assert endpoint(tb, "host1", "team.rogue")["audit_bypasses"] > bypasses
 
 
 def test_the_node_image_holds_what_the_daemonset_runs():
