@@ -25,7 +25,7 @@ CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
-        check-modules test-monitoring docs-cli nri test-k8s test-manifests
+        check-modules test-monitoring docs-cli nri test-k8s test-manifests test-rails
 
 all: build
 
@@ -144,6 +144,11 @@ test-manifests: deps
 # module proxy and the image's Debian base once (cached).
 test-k8s: build deb
 	integration/run-tests --k8s
+
+# Hosts with two rails (`testbed up --rails 2`: a NIC and an rxe device per
+# rail, each rail a segment of its own; integration/tests/test_rails.py).
+test-rails: build
+	integration/run-tests --rails
 
 # masqd, masqctl, libmasq (and its facades), the CNI plugin, the NRI plugin, masqctl's
 # bash, zsh and fish completions and the man pages (masqctl(1) and one per

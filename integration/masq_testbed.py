@@ -122,9 +122,9 @@ class Testbed:
     # Health: a host that stopped answering fails its test and comes back --
     def known_hosts(self):
         # The CLI module was loaded before the testbed came up (or changed
-        # its number of hosts): its host table, which its agent probe
+        # its number of hosts or rails): its host table, which its agent probe
         # reads, follows the running testbed's.
-        tbcli.HOSTS = tbcli.host_table(tbcli._running_count())
+        tbcli.HOSTS = tbcli.host_table(*tbcli._running_shape())
         return list(tbcli.HOSTS)
 
     def start_watching(self):
@@ -208,9 +208,12 @@ class Testbed:
         out = self._run([CLI, "status"], False, 120).stdout
         return [line.split(":", 1)[0] for line in out.splitlines() if line.startswith("host")]
 
-    def up(self, hosts):
-        """Bring the testbed to `hosts` hosts (boots or removes the difference)."""
-        self._run([CLI, "up", "--hosts", str(hosts)], True, 900)
+    def up(self, hosts, rails=None):
+        """Bring the testbed to `hosts` hosts (boots or removes the
+        difference); with `rails`, that many underlay segments (another
+        number than runs boots every host again)."""
+        self._run([CLI, "up", "--hosts", str(hosts), *(["--rails", str(rails)] if rails else [])],
+                  True, 900)
 
     def poweroff(self, host):
         """Pull host's plug (virsh destroy): everything in it is gone."""

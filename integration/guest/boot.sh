@@ -54,17 +54,30 @@ ip addr add "$ip" dev eth0
 ip link set ctl0 up
 ip addr add "$ctl_ip" dev ctl0
 rdma link add rxe0 type rxe netdev eth0 || log "rdma link add failed"
+# Further rails (`testbed up --rails N`): eth<r> and rxe<r> on segment r.
+rails=1
+while mac=$(arg "ul${rails}mac") && [ -n "$mac" ]; do
+    r=$rails
+    nic=$(nic_by_mac "$mac") || { log "no rail $r NIC with MAC $mac"; break; }
+    [ "$nic" = "eth$r" ] || ip link set "$nic" name "eth$r"
+    ip link set "eth$r" up
+    ip addr add "$(arg "ip$r")" dev "eth$r"
+    rdma link add "rxe$r" type rxe netdev "eth$r" || log "rdma link add rxe$r failed"
+    rails=$((r + 1))
+done
 
-cat >/run/masq-host.env <<ENV
-MASQ_HOST=$host
-MASQ_UNDERLAY_IP=${ip%/*}
-MASQ_REPO=$repo
-ENV
+{
+    echo "MASQ_HOST=$host"
+    echo "MASQ_UNDERLAY_IP=${ip%/*}"
+    echo "MASQ_REPO=$repo"
+    echo "MASQ_RAILS=$rails"
+    for ((r = 1; r < rails; r++)); do ipr=$(arg "ip$r"); echo "MASQ_UNDERLAY_IP$r=${ipr%/*}"; done
+} >/run/masq-host.env
 mkdir -p /sys/fs/cgroup/tenants
 
 /usr/bin/python3 "$repo/integration/guest/agent.py" --listen "${ctl_ip%/*}" --port "$agent_port" \
     >/dev/console 2>&1 &
-log "up: underlay eth0 $ip, rxe0, agent on port $agent_port"
+log "up: underlay eth0 $ip, rxe0, $rails rail(s), agent on port $agent_port"
 
 # As PID 1, reap every orphan; bash's wait collects any child, not only jobs.
 trap '' TERM INT

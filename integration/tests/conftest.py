@@ -5,7 +5,9 @@ Tests marked `three_hosts` need three; run-tests selects them only with
 design; run-tests selects them only with --long (`make test-long`). Tests
 marked `stress` loop until they find trouble; only `run-tests --stress`
 runs them. Tests marked `k8s` need containerd 2 and crictl; only
-`run-tests --k8s` (`make test-k8s`) runs them."""
+`run-tests --k8s` (`make test-k8s`) runs them. Tests marked `rails` need
+hosts with two rails (MASQ_TESTBED_RAILS=2); only `run-tests --rails`
+(`make test-rails`) runs them."""
 import os
 import signal
 import subprocess
@@ -49,6 +51,8 @@ def pytest_configure(config):
                             "guest; kept out of make test's budget (make test-long)")
     config.addinivalue_line("markers", "k8s: Kubernetes' runtime path, containerd 2 and crictl "
                             "built from the Go module proxy (make test-k8s)")
+    config.addinivalue_line("markers", "rails: needs hosts with two rails, `testbed up "
+                            "--rails 2` (make test-rails)")
     config.addinivalue_line("markers", "stress: a loop run by hand to reproduce a rare fault "
                             "(integration/run-tests --stress)")
 
@@ -70,7 +74,8 @@ def testbed():
     was_up = tb.is_up()
     if not was_up:
         hosts = os.environ.get("MASQ_TESTBED_HOSTS", "2")
-        subprocess.run([tb.cli, "up", "--hosts", hosts], check=True)
+        rails = os.environ.get("MASQ_TESTBED_RAILS", "1")
+        subprocess.run([tb.cli, "up", "--hosts", hosts, "--rails", rails], check=True)
     tb.start_watching()
     ACTIVE = tb
     try:
