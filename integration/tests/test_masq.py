@@ -343,8 +343,10 @@ def test_masqctl_lists_endpoints_and_sessions(masq):
 def test_no_masqd_traffic_during_a_bandwidth_run(masq):
     port = 18730
     # A run of a fixed time, not of fixed iterations, so it still runs at
-    # the second sample however fast the guests are.
-    argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", "12"]
+    # the second sample however fast the guests are; 30 s, as 12 s ended
+    # before it on a machine that ran the whole suite 2.5x slower (each
+    # masqctl sample through the agent took seconds).
+    argv = ["ib_write_bw", *PERF, "-s", "65536", "-D", "30"]
     srv = masq.tenant_spawn("host2", "acme-b", *argv, "-p", str(port))
     masq.wait_listening("host2", port, tenant="acme-b")
     cli = masq.tenant_spawn("host1", "acme-a", *argv, "-p", str(port), "10.0.0.2")
