@@ -10,9 +10,8 @@
 // request, which endpoints masq-cni made for the pod (the endpoint's CNI
 // attachment names the pod sandbox's ID) and to adopt the pod's cgroup for
 // the first one (software RoCE only; a hardware RNIC's QPs are audited
-// instead), and
-// adds the CDI device masq.io/endpoint=NAME to the container, which the
-// runtime resolves from the spec masqd wrote for the endpoint. A container
+// instead), and adds the CDI device masq.io/endpoint=NAME to the container,
+// which the runtime resolves from the spec masqd wrote for the endpoint. A container
 // of a pod with no masq endpoint is left as it is.
 //
 // It fails the container's creation, saying why, when masqd cannot answer

@@ -55,14 +55,15 @@ ip link set ctl0 up
 ip addr add "$ctl_ip" dev ctl0
 rdma link add rxe0 type rxe netdev eth0 || log "rdma link add failed"
 # Further rails (`testbed up --rails N`): eth<r> and rxe<r> on segment r.
-rails=1
+rails=1 rail_env=""
 while mac=$(arg "ul${rails}mac") && [ -n "$mac" ]; do
-    r=$rails
+    r=$rails ipr=$(arg "ip$rails")
     nic=$(nic_by_mac "$mac") || { log "no rail $r NIC with MAC $mac"; break; }
     [ "$nic" = "eth$r" ] || ip link set "$nic" name "eth$r"
     ip link set "eth$r" up
-    ip addr add "$(arg "ip$r")" dev "eth$r"
+    ip addr add "$ipr" dev "eth$r"
     rdma link add "rxe$r" type rxe netdev "eth$r" || log "rdma link add rxe$r failed"
+    rail_env+="MASQ_UNDERLAY_IP$r=${ipr%/*}"$'\n'
     rails=$((r + 1))
 done
 
@@ -71,7 +72,7 @@ done
     echo "MASQ_UNDERLAY_IP=${ip%/*}"
     echo "MASQ_REPO=$repo"
     echo "MASQ_RAILS=$rails"
-    for ((r = 1; r < rails; r++)); do ipr=$(arg "ip$r"); echo "MASQ_UNDERLAY_IP$r=${ipr%/*}"; done
+    printf '%s' "$rail_env"
 } >/run/masq-host.env
 mkdir -p /sys/fs/cgroup/tenants
 

@@ -16,6 +16,8 @@ import pytest
 from masq_testbed import wait_for
 from test_backstop import COUNT, RESULT, counters
 from test_cluster import cluster_running
+from test_cm import wait_cm_listening
+from test_containers import wait_listening
 
 pytestmark = pytest.mark.k8s
 
@@ -169,8 +171,7 @@ def test_pods_on_two_hosts_run_ib_write_bw_by_vip(k8s, pods):
     assert endpoint(tb, "host1", "team.cli")["cgroups"] == ["/kubepods/besteffort/poduid-cli"]
     server = srv.run("bw", *BW, "-D", "5", "-p", "18911", wait=False)
     assert endpoint(tb, "host2", "team.srv")["cgroups"] == ["/kubepods/besteffort/poduid-srv"]
-    eventually("the server listens", lambda: "18911" in tb.run(
-        "host2", "nsenter", "--net=" + ep["netns"], "ss", "-Hltn", check=False).stdout)
+    wait_listening(tb, "host2", ep["netns"], 18911)
     code, out = cli.run("bw", *BW, "-D", "5", "-p", "18911", ep["vip"])
     assert code == 0 and "BW average" in out, out
     # perftest prints both ends' GIDs: the pods' vIPs, never an underlay's.
@@ -230,12 +231,8 @@ def test_a_debian_11_image_runs_perftest_and_rdma_cm_by_vip(k8s, pods, debian11)
     assert code == 0 and "rxe0" not in out, out
     vip_cli = endpoint(tb, "host1", "team.old-cli")["vip"]
     assert f"::ffff:{vip_cli}, RoCE v2" in out, out
-
-    def listening(port):
-        return lambda: str(port) in tb.run("host2", "nsenter", "--net=" + ep["netns"],
-                                            "ss", "-Hltn", check=False).stdout
     server = srv.run("bw", *BW, "-D", "3", "-p", "18921", wait=False, image=debian11)
-    eventually("the server listens", listening(18921))
+    wait_listening(tb, "host2", ep["netns"], 18921)
     code, out = cli.run("bw", *BW, "-D", "3", "-p", "18921", ep["vip"], image=debian11)
     scode, sout = srv.wait(server)
     assert code == 0 and "BW average" in out, f"{out}\n--- server ---\n{sout}"
@@ -243,9 +240,7 @@ def test_a_debian_11_image_runs_perftest_and_rdma_cm_by_vip(k8s, pods, debian11)
     # The RDMA CM by vIP: rping's server binds the pod's vIP.
     server = srv.run("rping", "rping", "-s", "-a", ep["vip"], "-p", "18922", "-C", "10", "-v",
                      wait=False, image=debian11)
-    eventually("rping listens", lambda: any(
-        i["endpoint"] == "team.old-srv" and i["side"] == "listen"
-        and i["local"].endswith(":18922") for i in ctl(tb, "host2", "cm")["ids"]))
+    wait_cm_listening(tb, "host2", "team.old-srv", 18922, timeout=180)
     code, out = cli.run("rping", "rping", "-c", "-a", ep["vip"], "-p", "18922", "-C", "10",
                         "-v", image=debian11)
     assert code == 0 and out.count("ping data: rdma-ping-") == 10, out
