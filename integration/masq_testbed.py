@@ -362,6 +362,11 @@ _PP_BYTES = re.compile(r"^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$",
 _PP_ITERS = re.compile(r"^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$", re.M)
 
 
+def perftest_gid(vip):
+    """The last four bytes of a GID as perftest prints them."""
+    return ":".join(f"{int(b):02d}" for b in vip.split("."))
+
+
 def parse_bw(text):
     """The result row of ib_{write,read,send}_bw: bytes, iterations, MB/s."""
     m = _BW_ROW.search(text)

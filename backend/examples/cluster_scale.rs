@@ -213,8 +213,9 @@ fn main() {
         admission,
         applied: Mutex::new(Vec::new()),
     });
+    let me = "198.18.0.1".parse().unwrap();
     let cluster =
-        Cluster::new(cfg.cluster.clone().unwrap(), "198.18.0.1".parse().unwrap()).unwrap();
+        Cluster::new(cfg.cluster.clone().unwrap(), me, vec![("rail0".into(), me)]).unwrap();
     // The file's policy first, as masqd starts.
     Arc::new(FileSource::new(&cfg, dir.path()).unwrap())
         .start(follower.clone())

@@ -35,7 +35,30 @@ fn invalid(e: String) -> io::Error {
 /// left out, the file's stop the start). The file's VPC map comes after,
 /// from its source; the config check made sure it agrees with the file's
 /// endpoints.
-fn initial_registry(cfg: &Config, host: &HostDevice) -> io::Result<Registry> {
+/// A rail's device, checked to have the RoCE v2 GID of its underlay
+/// address (`many`: errors name the rail).
+fn discover_rail(r: &crate::config::RailConfig, many: bool) -> io::Result<HostDevice> {
+    let host = HostDevice::discover(Path::new("/sys"), &r.device, r.port)?;
+    let gid = vbond::ipv4_mapped_gid(r.underlay.ip);
+    if !host.gids.iter().any(|g| g.gid == gid && g.roce_v2) {
+        let at = if many {
+            format!("rail {}: ", r.name)
+        } else {
+            String::new()
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{at}{} port {} has no RoCE v2 GID for underlay.ip {} (check the config \
+                 and `rdma link`)",
+                r.device, r.port, r.underlay.ip
+            ),
+        ));
+    }
+    Ok(host)
+}
+
+fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> {
     let registry = Registry::new(cfg);
     let mut initial: Vec<_> = cfg
         .endpoints
@@ -50,6 +73,8 @@ fn initial_registry(cfg: &Config, host: &HostDevice) -> io::Result<Registry> {
         .iter()
         .map(|(e, _)| e.socket_path(&cfg.socket_dir))
         .collect();
+    // An endpoint's further devices after it.
+    initial.sort_by_key(|(e, _)| e.device_of.is_some());
     for (e, origin) in initial {
         if let Err(why) = registry.check_new(&e) {
             if origin == Origin::File {
@@ -58,9 +83,15 @@ fn initial_registry(cfg: &Config, host: &HostDevice) -> io::Result<Registry> {
             warn!("endpoint added at run time not restored: {why}");
             continue;
         }
-        let socket = e.socket_path(&cfg.socket_dir);
-        let view = crate::tenants::serve::sysfs_view_for(&socket, &sockets, host);
-        registry.insert(Arc::new(Endpoint::new(e, socket, origin, view)));
+        let socket = registry.socket_of(&e);
+        let rail = registry.rail_index(e.rail.as_deref()).unwrap_or(0);
+        let view = match e.device_of {
+            None => crate::tenants::serve::sysfs_view_for(&socket, &sockets, &hosts[rail]),
+            Some(_) => None,
+        };
+        registry.insert(Arc::new(
+            Endpoint::new(e, socket, origin, view).on_rail(rail, registry.rail_label(rail)),
+        ));
     }
     Ok(registry)
 }
@@ -71,35 +102,45 @@ impl Daemon {
             // Relative to the config file, as `policy:` is.
             c.libmasq_dir = config_dir.join(&c.libmasq_dir);
         }
-        let host = HostDevice::discover(Path::new("/sys"), &cfg.device, cfg.port)?;
-        let registry = initial_registry(&cfg, &host)?;
+        let hosts = cfg
+            .rails
+            .iter()
+            .map(|r| discover_rail(r, cfg.rails.len() > 1))
+            .collect::<io::Result<Vec<HostDevice>>>()?;
+        let host = &hosts[0];
+        if let Some(other) = hosts.iter().find(|h| h.driver_id != host.driver_id) {
+            return Err(invalid(format!(
+                "rails: {} and {} have different drivers; one masqd serves the devices of \
+                 one driver",
+                host.name, other.name
+            )));
+        }
+        let registry = initial_registry(&cfg, &hosts)?;
         let endpoint_cfgs = registry.configs();
         let admission = Admission::new(&cfg, config_dir);
         let file = Arc::new(
             FileSource::new(&cfg, config_dir).map_err(|e| invalid(format!("policy: {e}")))?,
         );
-        let underlay_gid = vbond::ipv4_mapped_gid(cfg.underlay.ip);
-        if !host.gids.iter().any(|g| g.gid == underlay_gid && g.roce_v2) {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!(
-                    "{} port {} has no RoCE v2 GID for underlay.ip {} (check the config \
-                     and `rdma link`)",
-                    cfg.device, cfg.port, cfg.underlay.ip
-                ),
-            ));
+        let rdma_nl = |r: &crate::config::RailConfig, what: &str| {
+            crate::kernel::rdma_nl::RdmaNl::open(&r.device, r.port).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("rdma netlink ({what}, {}): {e}", r.device),
+                )
+            })
+        };
+        let mut devices = Vec::new();
+        let mut audit_nl = Vec::new();
+        for (r, h) in cfg.rails.iter().zip(hosts) {
+            devices.push((h, rdma_nl(r, "QP ownership")?));
+            if cfg.audit.enabled {
+                audit_nl.push(rdma_nl(r, "audit")?);
+            }
         }
-        let rdma_nl = |what: &str| {
-            crate::kernel::rdma_nl::RdmaNl::open(&cfg.device, cfg.port)
-                .map_err(|e| io::Error::new(e.kind(), format!("rdma netlink ({what}): {e}")))
-        };
-        let rdma = rdma_nl("QP ownership")?;
-        let audit_nl = if cfg.audit.enabled {
-            Some(rdma_nl("audit")?)
-        } else {
+        if !cfg.audit.enabled {
             warn!("QP audit disabled: QPs moved without libmasq go unnoticed on hardware RNICs");
-            None
-        };
+        }
+        let host = &devices[0].0;
         let is_rxe = host.driver_id == crate::kernel::uverbs::RDMA_DRIVER_RXE;
         let backstop = crate::enforce::backstop::wanted(&cfg.backstop, is_rxe);
         if !backstop && is_rxe {
@@ -107,12 +148,27 @@ impl Daemon {
         } else if !backstop {
             info!("hardware RNIC: no kernel backstop (its packets bypass netfilter)");
         }
+        for r in &cfg.rails {
+            info!(rail = %r.name, device = %r.device, port = r.port, underlay = %r.underlay.ip, "rail");
+        }
         info!(
-            device = %cfg.device, port = cfg.port, underlay = %cfg.underlay.ip,
-            "serving {} endpoint(s), VPC map of {}", endpoint_cfgs.len(), registry.vpc().len()
+            "serving {} endpoint(s), VPC map of {}",
+            endpoint_cfgs.len(),
+            registry.vpc().len()
         );
         let cluster = match &cfg.cluster {
-            Some(c) => Some(crate::cluster::Cluster::new(c.clone(), cfg.underlay.ip)?),
+            Some(c) => {
+                let rails = cfg
+                    .rails
+                    .iter()
+                    .map(|r| (r.name.clone(), r.underlay.ip))
+                    .collect();
+                Some(crate::cluster::Cluster::new(
+                    c.clone(),
+                    cfg.underlay.ip,
+                    rails,
+                )?)
+            }
             None => None,
         };
         let limited = endpoint_cfgs.iter().find(|e| e.max_rate_mbps.is_some());
@@ -133,7 +189,7 @@ impl Daemon {
             None
         };
         let parts = Arc::new(Parts::new(
-            cfg, admission, registry, host, rdma, cluster, rates,
+            cfg, admission, registry, devices, cluster, rates,
         ));
         // The file's map and policy first: a policy that does not check
         // stops the start before anything is in the kernel.
@@ -275,7 +331,8 @@ impl Daemon {
                 return Err(e);
             }
         }
-        if let Some(nl) = audit_nl {
+        if !audit_nl.is_empty() {
+            let nl = audit_nl;
             let s = parts.clone();
             thread::Builder::new()
                 .name("audit".into())

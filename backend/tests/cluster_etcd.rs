@@ -74,6 +74,8 @@ fn endpoint(name: &str, vip: &str) -> EndpointConfig {
         vip: vip.parse().unwrap(),
         netns: format!("/run/netns/{name}").into(),
         vnic: "eth0".into(),
+        rail: None,
+        device_of: None,
         host_if: None,
         bridge: None,
         socket: None,
@@ -235,7 +237,8 @@ fn host_as(
         prefix: "/masq-test".into(),
         lease_seconds: 3,
     };
-    let c = Cluster::new(cfg, me.parse().unwrap()).unwrap();
+    let me = me.parse().unwrap();
+    let c = Cluster::new(cfg, me, vec![("rail0".into(), me)]).unwrap();
     let store = Arc::new(Fake::default());
     *store.local.lock().unwrap() = local.to_vec();
     *store.file.lock().unwrap() = file.map(|t| (t.to_string(), "policy.yaml".to_string()));

@@ -237,6 +237,8 @@ fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
         vip: at.vip,
         netns: PathBuf::from(netns),
         vnic: ifname,
+        rail: None,
+        device_of: None,
         host_if,
         bridge,
         socket: None,

@@ -204,12 +204,14 @@ _Static_assert(offsetof(struct masq_hdr, status) == 12, "masq_hdr.status: offset
 
 struct masq_hello_req {
 	uint32_t features; /* FEATURE_* bits the frontend supports. */
-	uint8_t reserved[4];
+	uint8_t vdev; /* Which of the endpoint's virtual devices the session serves (`vrdmaN`'s N). An older masqd takes only 0 (it checks the byte as reserved): libmasq asks for another only when HELLO on device 0 counted more. */
+	uint8_t reserved[3];
 	char app_name[32];
 };
 _Static_assert(sizeof(struct masq_hello_req) == 40, "masq_hello_req: size");
 _Static_assert(offsetof(struct masq_hello_req, features) == 0, "masq_hello_req.features: offset");
-_Static_assert(offsetof(struct masq_hello_req, reserved) == 4, "masq_hello_req.reserved: offset");
+_Static_assert(offsetof(struct masq_hello_req, vdev) == 4, "masq_hello_req.vdev: offset");
+_Static_assert(offsetof(struct masq_hello_req, reserved) == 5, "masq_hello_req.reserved: offset");
 _Static_assert(offsetof(struct masq_hello_req, app_name) == 8, "masq_hello_req.app_name: offset");
 
 /* 0 if every field is within its allowed values, else -EINVAL. */
@@ -231,7 +233,8 @@ struct masq_hello_reply {
 	uint64_t sys_image_guid;
 	uint8_t phys_port;
 	uint8_t gid_count;
-	uint8_t reserved[6];
+	uint8_t vdev_count; /* How many virtual devices the endpoint has, one per rail it is attached to; 0 from an older masqd, which means one. */
+	uint8_t reserved[5];
 };
 _Static_assert(sizeof(struct masq_hello_reply) == 160, "masq_hello_reply: size");
 _Static_assert(offsetof(struct masq_hello_reply, features) == 0, "masq_hello_reply.features: offset");
@@ -242,7 +245,8 @@ _Static_assert(offsetof(struct masq_hello_reply, node_guid) == 136, "masq_hello_
 _Static_assert(offsetof(struct masq_hello_reply, sys_image_guid) == 144, "masq_hello_reply.sys_image_guid: offset");
 _Static_assert(offsetof(struct masq_hello_reply, phys_port) == 152, "masq_hello_reply.phys_port: offset");
 _Static_assert(offsetof(struct masq_hello_reply, gid_count) == 153, "masq_hello_reply.gid_count: offset");
-_Static_assert(offsetof(struct masq_hello_reply, reserved) == 154, "masq_hello_reply.reserved: offset");
+_Static_assert(offsetof(struct masq_hello_reply, vdev_count) == 154, "masq_hello_reply.vdev_count: offset");
+_Static_assert(offsetof(struct masq_hello_reply, reserved) == 155, "masq_hello_reply.reserved: offset");
 
 /* 0 if every field is within its allowed values, else -EINVAL. */
 static inline int masq_hello_reply_validate(const struct masq_hello_reply *s)

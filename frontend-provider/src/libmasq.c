@@ -25,12 +25,14 @@
 #include "masq_gid.h"
 #include "masq_loader.h"
 #include "masq_ud.h"
+#include "masq_vdev.h"
 
 #define IBVERBS_VERSION "IBVERBS_1.1"
 
 /* One opened context = one masqd session. */
 struct masq_ctx {
 	struct ibv_context *ctx;
+	struct masq_device dev; /* the virtual device it is */
 	struct masq_session sess;
 	struct masq_gid_view gt;
 	int (*real_query_port)(struct ibv_context *, uint8_t, struct ibv_port_attr *, size_t);
@@ -41,11 +43,6 @@ struct masq_ctx {
 
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct masq_ctx *ctx_list;
-
-/* What HELLO told us about the virtual device. */
-static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct masq_device vdev;
-static struct ibv_device *vdev_phys; /* the physical device shown as vdev */
 
 static struct {
 	struct ibv_device **(*get_device_list)(int *);
@@ -131,58 +128,40 @@ struct masq_session *masq_session_of(struct ibv_context *ctx)
 	return m ? &m->sess : NULL;
 }
 
+unsigned int masq_ctx_ipv4s(struct ibv_context *ctx, in_addr_t *out, unsigned int max)
+{
+	static const uint8_t v4_mapped[12] = { [10] = 0xff, [11] = 0xff };
+	struct masq_ctx *m = find_ctx(ctx);
+	unsigned int i, n = 0;
+
+	/* The table is set once, at open. */
+	for (i = 0; m && i < m->gt.ngids && n < max; i++)
+		if (memcmp(m->gt.gids[i].gid, v4_mapped, sizeof(v4_mapped)) == 0)
+			memcpy(&out[n++], &m->gt.gids[i].gid[12], sizeof(*out));
+	return n;
+}
+
 /* ------------------------------------------------------------ devices */
 
 struct ibv_device **ibv_get_device_list(int *num_devices)
 {
 	struct ibv_device **list, **others;
-	struct masq_device info;
-	int n = 0, i, j, keep = -1;
+	int n = 0;
 
 	init_real();
 	list = real.get_device_list(&n);
 	if (!list)
 		return NULL;
-	if (masq_describe_device(&info) != 0) {
-		/* Fail closed: without masqd there is no virtual device to show. */
-		masq_log("cannot reach masqd at %s: %s", masq_socket_path(), strerror(errno));
-		n = 0;
-	}
-	for (i = 0; i < n; i++)
-		if (keep < 0 && strcmp(list[i]->name, info.phys_dev_name) == 0)
-			keep = i;
-	for (i = 0; i < n; i++)
-		if (vdev_phys && list[i] == vdev_phys)
-			keep = i; /* already renamed by an earlier call */
-	/* Drop our references to every other device: the real free puts each
-	 * device of the array it is given and frees that array. */
 	others = calloc((size_t)n + 1, sizeof(*others));
 	if (!others) {
 		real.free_device_list(list);
 		errno = ENOMEM;
 		return NULL;
 	}
-	for (i = 0, j = 0; i < n; i++)
-		if (i != keep)
-			others[j++] = list[i];
+	n = masq_vdev_select(list, n, others);
+	/* Drop our references to every other device: the real free puts each
+	 * device of the array it is given and frees that array. */
 	real.free_device_list(others);
-	if (keep >= 0) {
-		pthread_mutex_lock(&dev_lock);
-		vdev = info;
-		vdev_phys = list[keep];
-		/* The name is what apps match -d against and print. */
-		snprintf(list[keep]->name, sizeof(list[keep]->name), "%s", info.vdev_name);
-		pthread_mutex_unlock(&dev_lock);
-		list[0] = list[keep];
-		list[1] = NULL;
-		n = 1;
-	} else {
-		if (n)
-			masq_log("masqd serves %s, which this process cannot see",
-				 info.phys_dev_name);
-		list[0] = NULL;
-		n = 0;
-	}
 	if (num_devices)
 		*num_devices = n;
 	return list;
@@ -190,16 +169,11 @@ struct ibv_device **ibv_get_device_list(int *num_devices)
 
 __be64 ibv_get_device_guid(struct ibv_device *device)
 {
-	__be64 guid;
+	struct masq_device d;
 
 	init_real();
-	pthread_mutex_lock(&dev_lock);
-	if (device && device == vdev_phys) {
-		guid = htobe64(vdev.node_guid);
-		pthread_mutex_unlock(&dev_lock);
-		return guid;
-	}
-	pthread_mutex_unlock(&dev_lock);
+	if (masq_vdev_lookup(device, &d) == 0)
+		return htobe64(d.node_guid);
 	return real.get_device_guid(device);
 }
 
@@ -219,12 +193,10 @@ static int masq_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_por
 	return rc;
 }
 
-static void virtualize_device_attr(struct ibv_device_attr *attr)
+static void virtualize_device_attr(const struct masq_ctx *m, struct ibv_device_attr *attr)
 {
-	pthread_mutex_lock(&dev_lock);
-	attr->node_guid = htobe64(vdev.node_guid);
-	attr->sys_image_guid = htobe64(vdev.sys_image_guid);
-	pthread_mutex_unlock(&dev_lock);
+	attr->node_guid = htobe64(m->dev.node_guid);
+	attr->sys_image_guid = htobe64(m->dev.sys_image_guid);
 }
 
 static int masq_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
@@ -237,7 +209,7 @@ static int masq_query_device_ex(struct ibv_context *ctx, const struct ibv_query_
 		return EINVAL;
 	rc = m->real_query_device_ex(ctx, in, attr, attr_size);
 	if (rc == 0)
-		virtualize_device_attr(&attr->orig_attr);
+		virtualize_device_attr(m, &attr->orig_attr);
 	return rc;
 }
 
@@ -249,17 +221,26 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	int err;
 
 	init_real();
-	ctx = real.open_device(device);
-	if (!ctx)
-		return NULL;
 	m = calloc(1, sizeof(*m));
 	if (!m) {
-		real.close_device(ctx);
 		errno = ENOMEM;
 		return NULL;
 	}
+	/* Only a device libmasq listed: masqd serves no other. */
+	if (masq_vdev_lookup(device, &m->dev) != 0) {
+		masq_log("refusing to open %s: not a device ibv_get_device_list listed",
+			 device ? device->name : "(null)");
+		free(m);
+		errno = ENODEV;
+		return NULL;
+	}
+	ctx = real.open_device(device);
+	if (!ctx) {
+		free(m);
+		return NULL;
+	}
 	m->ctx = ctx;
-	err = masq_session_open(&m->sess, ctx->cmd_fd, 1);
+	err = masq_session_open(&m->sess, ctx->cmd_fd, m->dev.vdev, 1);
 	if (!err)
 		err = masq_query_gid_table(&m->sess, m->gt.gids, &m->gt.ngids);
 	if (!err) {
@@ -323,12 +304,14 @@ int ibv_close_device(struct ibv_context *ctx)
 
 int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
+	struct masq_ctx *m;
 	int rc;
 
 	init_real();
 	rc = real.query_device(ctx, attr);
-	if (rc == 0 && find_ctx(ctx))
-		virtualize_device_attr(attr);
+	m = find_ctx(ctx);
+	if (rc == 0 && m)
+		virtualize_device_attr(m, attr);
 	return rc;
 }
 

@@ -30,8 +30,10 @@
 
 #define MASQ_MAX_GIDS 16
 #define MASQ_DEFAULT_SOCKET "/run/masq/masq.sock"
+/* Virtual devices (rails) libmasq shows at most; masqd may count more. */
+#define MASQ_MAX_VDEVS 8
 
-/* What masqd says about the endpoint's virtual device. */
+/* What masqd says about one of the endpoint's virtual devices. */
 struct masq_device {
 	char vdev_name[64];
 	char phys_dev_name[64];
@@ -39,6 +41,8 @@ struct masq_device {
 	uint64_t sys_image_guid;
 	uint8_t phys_port;
 	uint8_t gid_count;
+	uint8_t vdev;	    /* its index, the N of vrdmaN: what HELLO names */
+	uint8_t vdev_count; /* the endpoint's devices: 1 from an older masqd */
 };
 
 struct masq_gid {
@@ -73,6 +77,7 @@ struct masq_session {
 	pthread_t watcher;
 	char path[108];
 	uint8_t port;
+	uint8_t vdev;	/* the virtual device served, named in every HELLO */
 	int posted;	/* masqd takes posted requests (FEATURE_POSTED) */
 	uint32_t session_id;
 	uint32_t next_request;
@@ -98,8 +103,14 @@ long masq_reconnect_wait_ms(void);
  * masqd, after its QPs are registered again (NULL: none). */
 void masq_set_reconnect_hook(void (*hook)(void));
 
-/* HELLO on a short-lived connection. 0, or -1 with errno set. */
-int masq_describe_device(struct masq_device *out);
+/*
+ * The endpoint's virtual devices, each described by a HELLO on a
+ * short-lived connection: device 0 first, then the others it counts (at
+ * most max, >= 1); an older masqd counts one and never hears another
+ * named. How many are in out, in vdev order (one masqd refuses is left
+ * out), or -1 with errno set when device 0 could not be described.
+ */
+int masq_describe_devices(struct masq_device *out, unsigned int max);
 
 /*
  * A plain connection: HELLO and then the caller's requests (the RDMA CM's),
@@ -133,9 +144,10 @@ void masq_qp_attr_from_wire(struct ibv_qp_attr *a, const struct masq_qp_attr *w)
 void masq_ah_attr_to_wire(struct masq_ah_attr *w, const struct ibv_ah_attr *ah);
 void masq_ah_attr_from_wire(struct ibv_ah_attr *ah, const struct masq_ah_attr *w);
 
-/* Connect, HELLO, and hand masqd the context's uverbs fd; start the
- * watcher unless `watch` is 0. 0 or an errno. */
-int masq_session_open(struct masq_session *s, int cmd_fd, int watch);
+/* Connect, HELLO naming virtual device vdev, and hand masqd the context's
+ * uverbs fd (that device's physical one); start the watcher unless `watch`
+ * is 0. 0 or an errno. */
+int masq_session_open(struct masq_session *s, int cmd_fd, uint8_t vdev, int watch);
 void masq_session_close(struct masq_session *s);
 
 /* The rest return 0 or a positive errno value. */

@@ -17,15 +17,19 @@ void masq_cm_addr_to_wire(struct masq_cm_addr *w, const struct sockaddr_in *sin)
 void masq_cm_addr_from_wire(struct sockaddr_in *sin, const struct masq_cm_addr *w);
 
 /*
- * Use ctx and pd as the process's CM device instead of opening the first
- * device (tests: no RDMA device there); the depth limits are what
- * ibv_query_device would have said.
+ * Add ctx and pd, holding IPv4 address vip, as the CM's next device (the
+ * first is device 0), instead of opening libmasq's devices (tests: no RDMA
+ * device there); the depth limits are what ibv_query_device would say.
  */
-void masq_cm_set_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
-			uint8_t max_init_rd_atom);
+void masq_cm_add_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
+			uint8_t max_init_rd_atom, in_addr_t vip);
 
 /* The verbs session of ctx (libmasq.c), where the CM moves a QP with
  * masqd (CM_ACCEPT_QP, CM_ESTABLISH_QP); NULL when ctx is not masq's. */
 struct masq_session *masq_session_of(struct ibv_context *ctx);
+
+/* The IPv4 addresses of ctx's virtual GID table (libmasq.c), at most max:
+ * how many; 0 when ctx is not masq's. */
+unsigned int masq_ctx_ipv4s(struct ibv_context *ctx, in_addr_t *out, unsigned int max);
 
 #endif

@@ -1,13 +1,14 @@
 /*
  * Inside a tenant, /sys/class/infiniband is masqd's view of the virtual
- * device (vrdma0, virtual GIDs), bound over the real directory so that apps
- * reading sysfs (NCCL, UCX) see what verbs report. libmasq itself must
- * still open the physical device through stock libibverbs, which finds it
- * in sysfs. libibverbs takes sysfs's location from $SYSFS_PATH, read once
- * when the device list is first built (rdma-core's ibv_get_sysfs_path), so
- * setting it at load time, before any verbs call, is enough. The tenant's
- * runtime mounts the real sysfs at MASQ_PHYS_SYSFS_DIR in the endpoint's
- * socket directory (/run/masq/phys-sys).
+ * devices (vrdma0, vrdma1, ..., virtual GIDs), bound over the real
+ * directory so that apps reading sysfs (NCCL, UCX) see what verbs report.
+ * libmasq itself must still open the physical devices through stock
+ * libibverbs, which finds them in sysfs. libibverbs takes sysfs's location
+ * from $SYSFS_PATH, read once when the device list is first built
+ * (rdma-core's ibv_get_sysfs_path), so setting it at load time, before any
+ * verbs call, is enough. The tenant's runtime mounts the real sysfs at
+ * MASQ_PHYS_SYSFS_DIR in the endpoint's socket directory
+ * (/run/masq/phys-sys).
  */
 #define _GNU_SOURCE
 #include <linux/magic.h>

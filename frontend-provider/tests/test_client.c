@@ -3,7 +3,8 @@
  * starts again: the session's watcher reconnects on its own, passes the
  * uverbs fd again and names every remembered QP (RESYNC_QP); verbs called
  * during the outage wait for it; a request whose masqd died after running
- * it is not run twice; threads calling at once always get their own reply.
+ * it is not run twice; threads calling at once always get their own reply;
+ * each HELLO names the session's virtual device, also after a restart.
  *
  * The fake masqd is this binary run as `test_client --server PATH MEMFD`;
  * what it saw, and the "kernel" QP states, live in a shared memfd so that
@@ -39,6 +40,7 @@ struct shared {
 	struct masq_cm_establish_qp_req established;
 	uint8_t state[MAX_HANDLES]; /* the "kernel's" QP states */
 	struct masq_resync_qp_req resynced[64];
+	uint8_t hello_vdev[64]; /* the device each HELLO named, in order */
 };
 
 static struct shared *sh;
@@ -89,9 +91,15 @@ static int serve_one(int c)
 		return -1;
 	switch (h.opcode) {
 	case MASQ_OP_HELLO: {
+		struct masq_msg_hello_req q;
 		struct masq_msg_hello_reply r;
+		int i;
 
-		__atomic_add_fetch(&sh->hellos, 1, __ATOMIC_SEQ_CST);
+		if (masq_msg_hello_req_decode(buf, (size_t)n, &q))
+			return -1;
+		i = __atomic_fetch_add(&sh->hellos, 1, __ATOMIC_SEQ_CST);
+		if (i < 64)
+			sh->hello_vdev[i] = q.body.vdev;
 		masq_msg_hello_reply_init(&r);
 		r.hdr.request_id = h.request_id;
 		r.body.phys_port = 1;
@@ -311,7 +319,7 @@ static int to_state(struct masq_session *s, uint32_t handle, enum ibv_qp_state s
 static int open_fd(struct masq_session *s)
 {
 	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	int err = masq_session_open(s, fd, 1);
+	int err = masq_session_open(s, fd, 0, 1);
 
 	if (err)
 		close(fd);
@@ -557,6 +565,32 @@ static void test_masqd_dying_mid_request_does_not_run_it_twice(void)
 	server_kill();
 }
 
+/* A session serves one virtual device: its HELLO names it, and so does the
+ * HELLO a restarted masqd gets; the CM's plain connection names device 0. */
+static void test_hello_names_the_sessions_device_also_after_a_restart(void)
+{
+	struct masq_session s;
+	struct masq_conn c;
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	server_start();
+	CHECK_EQ(masq_session_open(&s, fd, 1, 1), 0);
+	CHECK_EQ(sh->hellos, 1);
+	CHECK_EQ(sh->hello_vdev[0], 1);
+	server_kill();
+	server_start();
+	CHECK(until(&sh->opens, 2, 5000));
+	CHECK_EQ(sh->hellos, 2);
+	CHECK_EQ(sh->hello_vdev[1], 1);
+	CHECK_EQ(masq_conn_open(&c), 0);
+	CHECK_EQ(sh->hellos, 3);
+	CHECK_EQ(sh->hello_vdev[2], 0);
+	masq_conn_close(&c);
+	masq_session_close(&s);
+	close(fd);
+	server_kill();
+}
+
 int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/masq-test-XXXXXX";
@@ -589,6 +623,8 @@ int main(int argc, char **argv)
 	    test_a_call_fails_with_eagain_when_masqd_stays_away);
 	run("masqd_dying_mid_request_does_not_run_it_twice",
 	    test_masqd_dying_mid_request_does_not_run_it_twice);
+	run("hello_names_the_sessions_device_also_after_a_restart",
+	    test_hello_names_the_sessions_device_also_after_a_restart);
 
 	server_kill();
 	rmdir(dir);

@@ -3,8 +3,9 @@
  * requests it sends, the events it makes of the notices (addresses, route,
  * private data, new ids for connection requests, sync ids waiting for
  * their event), errno on refusals; then rdma_getaddrinfo and the address
- * and QP attribute conversions. No RDMA device: the CM's device is a dummy
- * context, and no QP is created.
+ * and QP attribute conversions. No RDMA device: the CM's devices are dummy
+ * contexts (device 0 holds 10.0.0.5, device 1, a second rail, 10.1.0.5),
+ * and no QP is created.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -50,11 +51,12 @@ static struct {
 	struct masq_cm_conn_param connect_param, accept_param;
 	struct masq_cm_reject_req reject;
 	int junk_first; /* before the next event: garbage and an unknown id's event */
+	struct masq_cm_addr request_to; /* where the next listen's request is to, if set */
 } srv;
 
 static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ibv_context fake_ctx;
-static struct ibv_pd fake_pd;
+static struct ibv_context fake_ctx, fake_ctx1;
+static struct ibv_pd fake_pd = { .context = &fake_ctx }, fake_pd1 = { .context = &fake_ctx1 };
 
 static struct masq_cm_addr wire_addr(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
 {
@@ -294,7 +296,9 @@ static void serve(int c, const uint8_t *buf, size_t n)
 		srv.id_ud[child] = srv.id_ud[id];
 		if (srv.id_ud[child])
 			p.qp_num = 0; /* a SIDR REQ names no QP */
-		srv.addrs[child].src = wire_addr(10, 0, 0, 6, 7174);
+		srv.addrs[child].src = srv.request_to.port ? srv.request_to
+							   : wire_addr(10, 0, 0, 6, 7174);
+		memset(&srv.request_to, 0, sizeof(srv.request_to));
 		srv.addrs[child].dst = wire_addr(10, 0, 0, 5, 40001);
 		push(child, id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &p);
 		break;
@@ -949,8 +953,8 @@ static void test_misc(void)
 	      0);
 	CHECK(strcmp(rdma_event_str((enum rdma_cm_event_type)99), "UNKNOWN EVENT") == 0);
 	devs = rdma_get_devices(&n);
-	CHECK(devs && devs[0] == &fake_ctx && devs[1] == NULL);
-	CHECK_EQ(n, 1);
+	CHECK(devs && devs[0] == &fake_ctx && devs[1] == &fake_ctx1 && devs[2] == NULL);
+	CHECK_EQ(n, 2);
 	rdma_free_devices(devs);
 
 	CHECK_EQ(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP), 0);
@@ -998,6 +1002,62 @@ static void test_misc(void)
 	CHECK_EQ(errno, ENOSYS);
 	CHECK_EQ(rdma_notify(id, IBV_EVENT_COMM_EST), 0);
 	rdma_destroy_id(id);
+}
+
+/* With two rails, an id uses the device whose GID table holds its local
+ * address (bound, given as the source, or the one a request came to), and
+ * that device's PD and depth limits; an address no device holds means
+ * device 0. */
+static void test_ids_use_the_device_of_their_local_address(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_in rail1 = sin4(10, 1, 0, 5, 0), dst = sin4(10, 1, 0, 6, 7174);
+	struct sockaddr_in nobody = sin4(10, 0, 0, 7, 0), any = sin4(0, 0, 0, 0, 7175);
+	struct rdma_conn_param param = { .responder_resources = RDMA_MAX_RESP_RES,
+					 .initiator_depth = RDMA_MAX_INIT_DEPTH,
+					 .qp_num = 0x11 };
+	struct rdma_cm_id *id = NULL, *other = NULL, *listen = NULL, *child;
+	struct rdma_cm_event *ev = NULL;
+
+	CHECK(ch != NULL);
+	if (!ch)
+		return;
+	CHECK_EQ(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP), 0);
+	CHECK_EQ(rdma_create_id(NULL, &other, NULL, RDMA_PS_TCP), 0);
+	CHECK_EQ(rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP), 0);
+	if (!id || !other || !listen)
+		return;
+	CHECK_EQ(rdma_bind_addr(id, (struct sockaddr *)&rail1), 0);
+	CHECK(id->verbs == &fake_ctx1 && id->pd == &fake_pd1);
+	CHECK_EQ(rdma_resolve_addr(id, (struct sockaddr *)&rail1, (struct sockaddr *)&dst, 2000),
+		 0);
+	CHECK(id->verbs == &fake_ctx1 && id->pd == &fake_pd1);
+	CHECK_EQ(rdma_resolve_route(id, 2000), 0);
+	CHECK_EQ(rdma_connect(id, &param), 0);
+	pthread_mutex_lock(&srv_lock);
+	CHECK_EQ(srv.connect_param.responder_resources, 4); /* device 1's, not 16 */
+	CHECK_EQ(srv.connect_param.initiator_depth, 2);
+	pthread_mutex_unlock(&srv_lock);
+
+	CHECK_EQ(rdma_bind_addr(other, (struct sockaddr *)&nobody), 0);
+	CHECK(other->verbs == &fake_ctx && other->pd == &fake_pd);
+
+	pthread_mutex_lock(&srv_lock);
+	srv.request_to = wire_addr(10, 1, 0, 5, 7175);
+	pthread_mutex_unlock(&srv_lock);
+	CHECK_EQ(rdma_bind_addr(listen, (struct sockaddr *)&any), 0);
+	CHECK(listen->verbs == NULL);
+	CHECK_EQ(rdma_listen(listen, 1), 0);
+	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);
+	CHECK_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+	child = ev->id;
+	CHECK(child->verbs == &fake_ctx1 && child->pd == &fake_pd1);
+	rdma_ack_cm_event(ev);
+	rdma_destroy_id(child);
+	rdma_destroy_id(listen);
+	rdma_destroy_id(other);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
 }
 
 static void *blocked_reader(void *arg)
@@ -1106,7 +1166,8 @@ int main(void)
 	}
 	setenv("MASQ_SOCKET", addr.sun_path, 1);
 	pthread_create(&th, NULL, server_main, &lfd);
-	masq_cm_set_device(&fake_ctx, &fake_pd, 16, 16);
+	masq_cm_add_device(&fake_ctx, &fake_pd, 16, 16, htonl(0x0a000005));
+	masq_cm_add_device(&fake_ctx1, &fake_pd1, 4, 2, htonl(0x0a010005));
 
 	run("getaddrinfo", test_getaddrinfo);
 	run("addr_conversion", test_addr_conversion);
@@ -1118,6 +1179,8 @@ int main(void)
 	run("init_qp_attr", test_init_qp_attr);
 	run("get_request", test_get_request);
 	run("misc", test_misc);
+	run("ids_use_the_device_of_their_local_address",
+	    test_ids_use_the_device_of_their_local_address);
 	run("channel_close", test_channel_close);
 	run("fork", test_fork);
 

@@ -886,12 +886,23 @@ static void test_framing(void)
 
 static void test_fields(void)
 {
+	struct masq_msg_hello_req hq, mq;
 	struct masq_msg_hello_reply hr, m;
 	struct masq_msg_query_gid_table_reply gt, g;
 	struct masq_msg_query_qp_reply qr, q;
 	struct masq_msg_qp_error_notice nt, n;
 	struct masq_msg_modify_qp_req mr;
 
+	hello_req(&hq);
+	hq.body.vdev = 7; /* any device: masqd, not the decoder, checks the range */
+	CHECK_EQ(masq_msg_hello_req_decode(&hq, sizeof(hq), &mq), 0);
+	CHECK_EQ(mq.body.vdev, 7);
+	hq.body.reserved[0] = 1;
+	CHECK_EQ(masq_msg_hello_req_decode(&hq, sizeof(hq), &mq), -EINVAL);
+	hello_reply(&hr);
+	hr.body.vdev_count = 2;
+	CHECK_EQ(masq_msg_hello_reply_decode(&hr, sizeof(hr), &m), 0);
+	CHECK_EQ(m.body.vdev_count, 2);
 	hello_reply(&hr);
 	memset(hr.body.vdev_name, 'v', sizeof(hr.body.vdev_name)); /* no NUL */
 	CHECK_EQ(masq_msg_hello_reply_decode(&hr, sizeof(hr), &m), -EINVAL);
@@ -899,7 +910,7 @@ static void test_fields(void)
 	hr.body.vdev_name[40] = 'x'; /* after the NUL */
 	CHECK_EQ(masq_msg_hello_reply_decode(&hr, sizeof(hr), &m), -EINVAL);
 	hello_reply(&hr);
-	hr.body.reserved[5] = 1;
+	hr.body.reserved[4] = 1;
 	CHECK_EQ(masq_msg_hello_reply_decode(&hr, sizeof(hr), &m), -EINVAL);
 	hello_reply(&hr);
 	hr.body.gid_count = MASQ_MAX_GIDS + 1;

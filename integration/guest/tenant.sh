@@ -2,6 +2,9 @@
 # Tenant endpoints inside a testbed host (run by `integration/testbed tenant`).
 #   tenant.sh add NAME VNI VIP/NN   netns NAME, veth eth0 in it on bridge mbrVNI,
 #                                   VXLAN VNI to the other hosts, cgroup tenants/NAME
+#   tenant.sh attach NAME VNI VIP/NN IFNAME
+#                                   a further vNIC IFNAME in NAME's netns on
+#                                   bridge mbrVNI (a second rail's device)
 #   tenant.sh del NAME
 #   tenant.sh list
 #   tenant.sh exec NAME -- CMD...   run CMD in the endpoint's netns and cgroup
@@ -56,6 +59,19 @@ add() {
     echo "$MASQ_HOST: endpoint $name vni $vni vip $vip (vNIC $hostif)"
 }
 
+attach() {
+    local name=$1 vni=$2 vip=$3 ifname=$4 hostif="v${4#eth}-$1"
+    [ -e "$STATE/$name" ] || die "no endpoint $name on $MASQ_HOST"
+    ip -n "$name" link show "$ifname" >/dev/null 2>&1 && return 0
+    ensure_vni "$vni"
+    ip link add "$hostif" mtu $VNIC_MTU type veth peer name "$ifname" netns "$name"
+    ip link set "$hostif" master "mbr$vni" up
+    ip -n "$name" link set "$ifname" mtu $VNIC_MTU up
+    ip -n "$name" addr add "$vip" dev "$ifname"
+    printf 'ATTACHED_VNI=%s\n' "$vni" >>"$STATE/$name"
+    echo "$MASQ_HOST: endpoint $name: $ifname vni $vni vip $vip (vNIC $hostif)"
+}
+
 del() {
     local name=$1
     [ -e "$STATE/$name" ] || die "no endpoint $name on $MASQ_HOST"
@@ -71,8 +87,12 @@ del() {
     [ ! -d "$CG/$name" ] || die "cannot empty cgroup $CG/$name"
     ip netns del "$name" 2>/dev/null || true
     ip link del "$HOSTIF" 2>/dev/null || true
+    local attached
+    attached=$(sed -n 's/^ATTACHED_VNI=//p' "$STATE/$name")
     rm -f "$STATE/$name"
-    drop_vni_if_unused "$VNI"
+    for vni in $VNI $attached; do
+        drop_vni_if_unused "$vni"
+    done
 }
 
 list() {
@@ -115,9 +135,10 @@ run_in() {
 cmd=${1:-}; shift || true
 case "$cmd" in
     add) [ $# -eq 3 ] || die "usage: add NAME VNI VIP/NN"; add "$@" ;;
+    attach) [ $# -eq 4 ] || die "usage: attach NAME VNI VIP/NN IFNAME"; attach "$@" ;;
     del) [ $# -eq 1 ] || die "usage: del NAME"; del "$1" ;;
     list) list ;;
     vni) [ $# -eq 1 ] || die "usage: vni VNI"; ensure_vni "$1" ;;
     exec) [ $# -ge 1 ] || die "usage: exec NAME -- CMD..."; run_in "$@" ;;
-    *) die "unknown command '$cmd' (add, del, list, exec)" ;;
+    *) die "unknown command '$cmd' (add, attach, del, list, exec)" ;;
 esac

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from masq_testbed import wait_for
+from masq_testbed import perftest_gid, wait_for
 from test_backstop import COUNT, RESULT, counters
 from test_cluster import cluster_running
 from test_cm import wait_cm_listening
@@ -150,11 +150,6 @@ def pods(k8s):
     yield pod
     for p in made:
         p.remove()
-
-
-def perftest_gid(vip):
-    """The last four bytes of a GID as perftest prints them."""
-    return ":".join(f"{int(b):02d}" for b in vip.split("."))
 
 
 def test_pods_on_two_hosts_run_ib_write_bw_by_vip(k8s, pods):

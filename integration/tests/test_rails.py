@@ -3,9 +3,13 @@ host has a NIC and an rxe device per rail (eth0/rxe0 on the default
 underlay, eth1/rxe1 on a segment of its own), as a GPU node has an RDMA NIC
 per rail network. These tests check the testbed itself, natively: RoCE
 over rxe1 moves on rail 1's segment and not on rail 0's."""
+import json
+import os
+import re
+
 import pytest
 
-from masq_testbed import finish, finish_pair, parse_bw
+from masq_testbed import CLI, finish, finish_pair, parse_bw, perftest_gid, wait_for
 
 pytestmark = pytest.mark.rails
 
@@ -65,3 +69,154 @@ def test_roce_over_rail_1_stays_on_rail_1s_segment(testbed):
     assert rail1_rx >= moved, (rail1_rx, moved)
     # Rail 0 carries only the suite's own control traffic meanwhile.
     assert rail0_rx < moved // 10, (rail0_rx, moved)
+
+
+# masqd with two rails -------------------------------------------------------
+# acme-a (host1) and acme-b (host2) each have vrdma0 on rail0 and vrdma1 on
+# rail1 (their further devices acme-a1, acme-b1): configs/rails.
+RAILS_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "rails")
+MASQCTL = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "masqctl")
+VIPS = {"vrdma0": {"host1": "10.0.0.1", "host2": "10.0.0.2"},
+        "vrdma1": {"host1": "10.0.1.1", "host2": "10.0.1.2"}}
+SEGMENT = {"vrdma0": "eth0", "vrdma1": "eth1"}
+
+
+@pytest.fixture(scope="module")
+def masq(testbed):
+    with testbed.masq_running(RAILS_CONFIG) as tb:
+        yield tb
+
+
+def test_a_tenant_sees_a_device_per_rail(masq):
+    out = masq.tenant_run("host1", "acme-a", "ibv_devices").stdout
+    names = [line.split()[0] for line in out.splitlines()[2:] if line.strip()]
+    assert names == ["vrdma0", "vrdma1"], out
+    for dev, vips in VIPS.items():
+        info = masq.tenant_run("host1", "acme-a", "ibv_devinfo", "-v", "-d", dev).stdout
+        assert f"::ffff:{vips['host1']}" in info, info
+        assert "rxe" not in info, info
+
+
+def write_bw(tb, dev, server_vip, port, size, iters, client_dev=None):
+    """ib_write_bw from acme-a's `client_dev` (default `dev`) to acme-b's
+    `dev` at `server_vip`: (server, client) processes, both finished."""
+    argv = ["ib_write_bw", "-x", "1", "-F", "-s", str(size), "-n", str(iters), "-p", str(port)]
+    srv = tb.tenant_spawn("host2", "acme-b", *argv, "-d", dev)
+    try:
+        tb.wait_listening("host2", port, tenant="acme-b")
+        cli = tb.tenant_run("host1", "acme-a", *argv, "-d", client_dev or dev, server_vip,
+                            check=False, timeout=120)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    if cli.returncode != 0:
+        srv.kill()
+    return finish(srv), cli
+
+
+@pytest.mark.parametrize("dev", ["vrdma0", "vrdma1"])
+def test_ib_write_bw_over_each_rail_moves_on_that_rails_segment(masq, dev):
+    size, iters = 65536, 100
+    other = "eth1" if dev == "vrdma0" else "eth0"
+    before = link_bytes(masq, "host2")
+    srv, cli = write_bw(masq, dev, VIPS[dev]["host2"], 18710, size, iters)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert parse_bw(cli.stdout)["iterations"] == iters
+    # perftest's GIDs are the devices' vIPs on that rail.
+    for vip in VIPS[dev].values():
+        assert perftest_gid(vip) in cli.stdout, cli.stdout
+    after = link_bytes(masq, "host2")
+    moved = size * iters
+    on_rail = after[SEGMENT[dev]][0] - before[SEGMENT[dev]][0]
+    off_rail = after[other][0] - before[other][0]
+    assert on_rail >= moved, (dev, on_rail, moved)
+    assert off_rail < moved // 10, (dev, off_rail, moved)
+
+
+def test_a_connection_across_rails_is_refused(masq):
+    # acme-a's vrdma0 (rail0) to acme-b's vrdma1 (rail1): the same VPC, but
+    # rails that are not joined.
+    _, cli = write_bw(masq, "vrdma1", VIPS["vrdma1"]["host2"], 18712, 4096, 10,
+                      client_dev="vrdma0")
+    assert cli.returncode != 0, cli.stdout
+    log = masq.masqd_log("host1")
+    assert "10.0.1.2 is on rail rail1, which rail rail0 does not reach" in log, log[-3000:]
+
+
+def test_ucx_stripes_over_both_rails(masq):
+    # UCX's UD (its wireup) checks a datagram's GRH destination against its
+    # own GID; the GRH is the wire's, physical (docs/apps.md, "Received
+    # datagrams"): the check is turned off, as for any UCX app over masq.
+    env = ["env", "UCX_NET_DEVICES=vrdma0:1,vrdma1:1", "UCX_IB_GID_INDEX=1",
+           "UCX_TLS=rc_verbs,ud_verbs,self", "UCX_UD_VERBS_ETH_DGID_CHECK=n"]
+    port, size, iters = 18714, 1 << 20, 50
+    before = link_bytes(masq, "host2")
+    srv = masq.tenant_spawn("host2", "acme-b", *env, "ucx_perftest", "-p", str(port))
+    try:
+        masq.wait_listening("host2", port, tenant="acme-b")
+        cli = masq.tenant_run("host1", "acme-a", *env, "ucx_perftest", "10.0.0.2", "-p",
+                              str(port), "-t", "tag_bw", "-s", str(size), "-n", str(iters),
+                              check=False, timeout=300)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    finish_pair(srv, cli)
+    assert re.search(rf"^Final:\s+{iters}\s", cli.stdout, re.M), cli.stdout + cli.stderr
+    assert "UCX  ERROR" not in cli.stdout + cli.stderr, cli.stdout + cli.stderr
+    after = link_bytes(masq, "host2")
+    # The receiver gets the data over both rails, each at least a quarter.
+    moved = {dev: after[dev][0] - before[dev][0] for dev in ("eth0", "eth1")}
+    total = size * iters
+    assert moved["eth0"] > total // 4 and moved["eth1"] > total // 4, (moved, total)
+
+
+def masqctl_json(tb, host, *args):
+    return json.loads(tb.run(host, MASQCTL, "-o", "json", *args).stdout)
+
+
+def rails_tracked(tb, host):
+    """The rails of the host's tracked connections, with their peers."""
+    entries = masqctl_json(tb, host, "conntrack", "-L")["entries"]
+    return sorted((e.get("rail"), e["local_vip"], e["remote_vip"], e["local_qpn"])
+                  for e in entries)
+
+
+def both_tracked(tb):
+    """host1's connections once there are two (one per rail), else None."""
+    tracked = rails_tracked(tb, "host1")
+    return tracked if len(tracked) == 2 else None
+
+
+def rcvd(tb, host, dev):
+    path = f"/sys/class/infiniband/{dev}/ports/1/hw_counters/rcvd_pkts"
+    return int(tb.run(host, "cat", path).stdout)
+
+
+def test_a_masqd_restart_recovers_both_rails_connections(masq):
+    # A ping-pong per rail that lasts until stopped (test_faults' LONG_RUN).
+    argv = ["ibv_rc_pingpong", "-g", "1", "-s", "1024", "-n", "100000000"]
+    procs = []
+    try:
+        for dev, port in (("vrdma0", 18730), ("vrdma1", 18731)):
+            srv = masq.tenant_spawn("host2", "acme-b", *argv, "-d", dev, "-p", str(port))
+            procs.append(srv)
+            masq.wait_listening("host2", port, tenant="acme-b")
+            procs.append(masq.tenant_spawn("host1", "acme-a", *argv, "-d", dev, "-p", str(port),
+                                           VIPS[dev]["host2"]))
+        before = wait_for("both rails' connections tracked", lambda: both_tracked(masq))
+        assert [t[0] for t in before] == ["rail0", "rail1"], before
+        masq._run([CLI, "masq", "kill"], True, 120)
+        masq._run([CLI, "masq", "start"], True, 300)
+        after = wait_for("both rails' connections tracked again", lambda: both_tracked(masq))
+        assert after == before, (before, after)
+        for p in procs:
+            assert p.poll() is None, finish(p)
+        for dev in ("rxe0", "rxe1"):
+            n = rcvd(masq, "host2", dev)
+            wait_for(f"{dev}: data still arriving", lambda: rcvd(masq, "host2", dev) > n, 30)
+    finally:
+        for p in procs:
+            p.kill()
+            finish(p)

@@ -117,6 +117,9 @@ pub struct Entry {
     /// policy's `qos`, or the app's own); unknown for resynced QPs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dscp: Option<u8>,
+    /// The rail the local QP is on, on a host with several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<Arc<str>>,
 }
 
 /// Which side of an RDMA CM connection this QP is, and the CM ports.
@@ -147,6 +150,7 @@ impl Default for Entry {
             updated_ms: 0,
             cm: None,
             dscp: None,
+            rail: None,
         }
     }
 }
@@ -217,6 +221,9 @@ impl fmt::Display for Entry {
         if let Some(d) = self.dscp {
             write!(f, " dscp={d}")?;
         }
+        if let Some(r) = &self.rail {
+            write!(f, " rail={r}")?;
+        }
         if let Some(c) = self.cm {
             write!(
                 f,
@@ -258,7 +265,19 @@ mod tests {
             updated_ms: 1_700_000_001_500,
             cm: None,
             dscp: None,
+            rail: None,
         }
+    }
+
+    #[test]
+    fn the_rail_shows_when_known() {
+        let e = Entry {
+            rail: Some("rail1".into()),
+            ..sample()
+        };
+        assert!(e.to_string().ends_with(" rail=rail1"), "{e}");
+        assert_eq!(serde_json::to_value(&e).unwrap()["rail"], "rail1");
+        assert!(!sample().to_string().contains("rail="));
     }
 
     #[test]

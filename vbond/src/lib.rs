@@ -22,4 +22,6 @@ pub use gid::{
 };
 pub use sysfs::{read_host_gids, HostGid};
 pub use vnic::{read_vnic, Binding, IfAddr, Vnic};
-pub use vpc::{reverse_dgid, translate_sgid_index, Peer, Route, TranslateError, VpcMap};
+pub use vpc::{
+    reverse_dgid, translate_sgid_index, Peer, Route, TranslateError, VpcMap, FIRST_RAIL,
+};

@@ -7,13 +7,33 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 
+/// The rail a single-NIC host's endpoints are on.
+pub const FIRST_RAIL: &str = "rail0";
+
 /// Where a vIP lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peer {
     /// Endpoint name, e.g. `acme-b`.
     pub name: String,
-    /// Underlay IPv4 of the host the endpoint runs on.
+    /// Underlay IPv4 of the host the endpoint runs on: its identity (the
+    /// CM link's address), its first rail's address.
     pub host: Ipv4Addr,
+    /// The rail network the endpoint's device is on, and the host's
+    /// address there: what its packets carry.
+    pub rail: String,
+    pub underlay: Ipv4Addr,
+}
+
+impl Peer {
+    /// An endpoint of a host with one rail.
+    pub fn single(name: impl Into<String>, host: Ipv4Addr) -> Peer {
+        Peer {
+            name: name.into(),
+            host,
+            rail: FIRST_RAIL.into(),
+            underlay: host,
+        }
+    }
 }
 
 /// A translated destination.
@@ -21,7 +41,8 @@ pub struct Peer {
 pub struct Route<'a> {
     pub vip: Ipv4Addr,
     pub peer: &'a Peer,
-    /// `::ffff:HOST`, what goes into the QP context.
+    /// `::ffff:ADDR` of the peer's host on the peer's rail, what goes into
+    /// the QP context.
     pub phys_dgid: Gid,
 }
 
@@ -32,6 +53,12 @@ pub enum TranslateError {
     NotIpv4Gid(Gid),
     /// The vIP is not in this VPC.
     NoRoute { vni: u32, vip: Ipv4Addr },
+    /// The vIP is on another rail network, not joined to the sender's.
+    CrossRail {
+        vip: Ipv4Addr,
+        from: String,
+        to: String,
+    },
     /// The sgid index is past the end of the virtual GID table.
     NoSuchSgid(u32),
     /// The virtual sgid is not an IPv4 RoCE v2 GID, so it can't pair with
@@ -50,7 +77,9 @@ impl TranslateError {
     /// The errno a verbs app gets.
     pub fn errno(&self) -> i32 {
         match self {
-            TranslateError::NotIpv4Gid(_) | TranslateError::NoRoute { .. } => libc::EHOSTUNREACH,
+            TranslateError::NotIpv4Gid(_)
+            | TranslateError::NoRoute { .. }
+            | TranslateError::CrossRail { .. } => libc::EHOSTUNREACH,
             TranslateError::NoSuchSgid(_) | TranslateError::SgidNotIpv4(_) => libc::EINVAL,
             TranslateError::BadDscp(_) => libc::EINVAL,
             TranslateError::NoHostGid { .. } => libc::ENETDOWN,
@@ -70,6 +99,10 @@ impl fmt::Display for TranslateError {
                 )
             }
             TranslateError::NoRoute { vni, vip } => write!(f, "{vip} is not in VNI {vni}"),
+            TranslateError::CrossRail { vip, from, to } => write!(
+                f,
+                "{vip} is on rail {to}, which rail {from} does not reach (no railJoins)"
+            ),
             TranslateError::NoSuchSgid(i) => write!(f, "sgid index {i} is not in the GID table"),
             TranslateError::SgidNotIpv4(i) => {
                 write!(f, "sgid index {i} is not an IPv4 RoCE v2 GID")
@@ -95,6 +128,8 @@ impl std::error::Error for TranslateError {}
 pub struct VpcMap {
     peers: HashMap<(u32, Ipv4Addr), Peer>,
     dscp: HashMap<u32, u8>,
+    /// Groups of rails whose networks reach each other.
+    rail_joins: Vec<Vec<String>>,
 }
 
 impl VpcMap {
@@ -102,7 +137,8 @@ impl VpcMap {
         VpcMap::default()
     }
 
-    /// Add or replace; returns what was there.
+    /// Add or replace an endpoint of a single-rail host; returns what was
+    /// there.
     pub fn insert(
         &mut self,
         vni: u32,
@@ -110,13 +146,26 @@ impl VpcMap {
         name: impl Into<String>,
         host: Ipv4Addr,
     ) -> Option<Peer> {
-        self.peers.insert(
-            (vni, vip),
-            Peer {
-                name: name.into(),
-                host,
-            },
-        )
+        self.insert_peer(vni, vip, Peer::single(name, host))
+    }
+
+    /// Add or replace; returns what was there.
+    pub fn insert_peer(&mut self, vni: u32, vip: Ipv4Addr, peer: Peer) -> Option<Peer> {
+        self.peers.insert((vni, vip), peer)
+    }
+
+    /// The groups of rails that reach each other (`railJoins`).
+    pub fn set_rail_joins(&mut self, joins: Vec<Vec<String>>) {
+        self.rail_joins = joins;
+    }
+
+    /// A QP on rail `from` can reach rail `to`: the same rail, or joined.
+    pub fn rails_meet(&self, from: &str, to: &str) -> bool {
+        from == to
+            || self
+                .rail_joins
+                .iter()
+                .any(|g| g.iter().any(|r| r == from) && g.iter().any(|r| r == to))
     }
 
     /// Builder form of `insert`.
@@ -177,29 +226,43 @@ impl VpcMap {
         }
     }
 
-    /// Virtual dgid (`::ffff:vIP`) of a QP or AH in `vni` -> the peer's
-    /// physical GID (`::ffff:hostIP`).
-    pub fn translate_dgid(&self, vni: u32, vdgid: &Gid) -> Result<Route<'_>, TranslateError> {
+    /// Virtual dgid (`::ffff:vIP`) of a QP or AH in `vni` on rail `rail`
+    /// -> the peer's physical GID (`::ffff:hostIP` on the peer's rail),
+    /// if that rail is reachable from `rail`.
+    pub fn translate_dgid(
+        &self,
+        vni: u32,
+        vdgid: &Gid,
+        rail: &str,
+    ) -> Result<Route<'_>, TranslateError> {
         let vip = vip_of_gid(vdgid).ok_or(TranslateError::NotIpv4Gid(*vdgid))?;
         let peer = self
             .lookup(vni, vip)
             .ok_or(TranslateError::NoRoute { vni, vip })?;
+        if !self.rails_meet(rail, &peer.rail) {
+            return Err(TranslateError::CrossRail {
+                vip,
+                from: rail.into(),
+                to: peer.rail.clone(),
+            });
+        }
         Ok(Route {
             vip,
             peer,
-            phys_dgid: ipv4_mapped_gid(peer.host),
+            phys_dgid: ipv4_mapped_gid(peer.underlay),
         })
     }
 }
 
 impl VpcMap {
-    /// The vIPs of `vni` whose endpoints run on `host`, in address order:
-    /// the candidates for a packet of that VPC that came from that host.
-    pub fn vips_on_host(&self, vni: u32, host: Ipv4Addr) -> Vec<Ipv4Addr> {
+    /// The vIPs of `vni` whose endpoints send from underlay address
+    /// `addr` (a host's, on one rail), in address order: the candidates
+    /// for a packet of that VPC that came from there.
+    pub fn vips_on_host(&self, vni: u32, addr: Ipv4Addr) -> Vec<Ipv4Addr> {
         let mut v: Vec<Ipv4Addr> = self
             .peers
             .iter()
-            .filter(|((n, _), p)| *n == vni && p.host == host)
+            .filter(|((n, _), p)| *n == vni && p.underlay == addr)
             .map(|((_, vip), _)| *vip)
             .collect();
         v.sort();
@@ -301,14 +364,14 @@ mod tests {
     fn dgid_translation() {
         let m = map();
         let r = m
-            .translate_dgid(100, &ipv4_mapped_gid(ip("10.0.0.2")))
+            .translate_dgid(100, &ipv4_mapped_gid(ip("10.0.0.2")), FIRST_RAIL)
             .unwrap();
         assert_eq!(r.vip, ip("10.0.0.2"));
         assert_eq!(r.peer.name, "acme-b");
         assert_eq!(r.phys_dgid, ipv4_mapped_gid(ip("192.168.1.2")));
         // The same vIP in another VNI is another endpoint: VPCs overlap.
         let r = m
-            .translate_dgid(200, &ipv4_mapped_gid(ip("10.0.0.2")))
+            .translate_dgid(200, &ipv4_mapped_gid(ip("10.0.0.2")), FIRST_RAIL)
             .unwrap();
         assert_eq!(r.phys_dgid, ipv4_mapped_gid(ip("192.168.1.3")));
     }
@@ -317,7 +380,7 @@ mod tests {
     fn dgid_translation_errors() {
         let m = map();
         let e = m
-            .translate_dgid(200, &ipv4_mapped_gid(ip("10.0.0.1")))
+            .translate_dgid(200, &ipv4_mapped_gid(ip("10.0.0.1")), FIRST_RAIL)
             .unwrap_err();
         assert_eq!(
             e,
@@ -334,15 +397,52 @@ mod tests {
             parse_gid("::10.0.0.2").unwrap(),
             [0; 16],
         ] {
-            let e = m.translate_dgid(100, &g).unwrap_err();
+            let e = m.translate_dgid(100, &g, FIRST_RAIL).unwrap_err();
             assert_eq!(e, TranslateError::NotIpv4Gid(g));
             assert_eq!(e.errno(), libc::EHOSTUNREACH);
         }
         // A tenant can't reach the underlay by naming a host IP as dgid.
         let e = m
-            .translate_dgid(100, &ipv4_mapped_gid(ip("192.168.1.2")))
+            .translate_dgid(100, &ipv4_mapped_gid(ip("192.168.1.2")), FIRST_RAIL)
             .unwrap_err();
         assert!(matches!(e, TranslateError::NoRoute { .. }));
+    }
+
+    /// A host with two rails: a vIP on rail1 goes to the host's rail1
+    /// address; from rail0 it is out of reach until the rails are joined.
+    #[test]
+    fn dgid_translation_stays_on_its_rail() {
+        let mut m = map();
+        m.insert_peer(
+            100,
+            ip("10.1.0.2"),
+            Peer {
+                name: "acme-b-r1".into(),
+                host: ip("192.168.1.2"),
+                rail: "rail1".into(),
+                underlay: ip("203.0.113.2"),
+            },
+        );
+        let g = ipv4_mapped_gid(ip("10.1.0.2"));
+        let r = m.translate_dgid(100, &g, "rail1").unwrap();
+        assert_eq!(r.phys_dgid, ipv4_mapped_gid(ip("203.0.113.2")));
+        assert_eq!(r.peer.host, ip("192.168.1.2"));
+        let e = m.translate_dgid(100, &g, FIRST_RAIL).unwrap_err();
+        assert_eq!(e.errno(), libc::EHOSTUNREACH);
+        assert_eq!(
+            e.to_string(),
+            "10.1.0.2 is on rail rail1, which rail rail0 does not reach (no railJoins)"
+        );
+        // rail0's endpoints are out of rail1's reach too.
+        let g0 = ipv4_mapped_gid(ip("10.0.0.2"));
+        assert!(m.translate_dgid(100, &g0, "rail1").is_err());
+        m.set_rail_joins(vec![vec!["rail0".into(), "rail1".into()]]);
+        assert!(m.translate_dgid(100, &g, FIRST_RAIL).is_ok());
+        assert!(m.translate_dgid(100, &g0, "rail1").is_ok());
+        assert!(!m.rails_meet("rail0", "rail2"));
+        // A datagram from the rail1 address names rail1's endpoints only.
+        assert_eq!(m.vips_on_host(100, ip("203.0.113.2")), vec![ip("10.1.0.2")]);
+        assert_eq!(m.vips_on_host(100, ip("192.168.1.2")), vec![ip("10.0.0.2")]);
     }
 
     fn vgids() -> Vec<VirtualGid> {

@@ -115,7 +115,12 @@ wire_structs! {
     pub struct HelloReq {
         /// FEATURE_* bits the frontend supports.
         features: u32,
-        reserved: reserved[4],
+        /// Which of the endpoint's virtual devices the session serves
+        /// (`vrdmaN`'s N). An older masqd takes only 0 (it checks the
+        /// byte as reserved): libmasq asks for another only when HELLO
+        /// on device 0 counted more.
+        vdev: u8,
+        reserved: reserved[3],
         app_name: str[32],
     }
 
@@ -130,7 +135,10 @@ wire_structs! {
         sys_image_guid: u64,
         phys_port: u8,
         gid_count: u8 in 0..=16,
-        reserved: reserved[6],
+        /// How many virtual devices the endpoint has, one per rail it is
+        /// attached to; 0 from an older masqd, which means one.
+        vdev_count: u8,
+        reserved: reserved[5],
     }
 
     pub struct QueryGidTableReq {

@@ -8,6 +8,7 @@ fn hello() -> Vec<u8> {
         &RequestBody::Hello(HelloReq {
             features: 1,
             app_name: "app".into(),
+            ..Default::default()
         }),
     )
 }
@@ -94,12 +95,12 @@ fn unknown_opcode_fails_only_that_request() {
 fn field_errors_are_einval() {
     let h = hello();
     let m = modify();
-    // Offsets: header 16; HelloReq reserved at 20, app_name at 24..56;
+    // Offsets: header 16; HelloReq vdev at 20, reserved at 21, app_name at 24..56;
     // ModifyQpReq qp_type at 24, attr at 32 (qp_state 32, reserved 67,
     // ah_attr at 92: flow_label 108, is_global 115, reserved 122).
     let cases = [
         (
-            patch(h.clone(), 20, &[1]),
+            patch(h.clone(), 21, &[1]),
             ProtoError::ReservedNotZero("HelloReq.reserved"),
         ),
         (

@@ -73,6 +73,7 @@ fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
                 RequestBody::Hello(HelloReq {
                     features: FEATURE_NOTICES,
                     app_name: "ib_write_bw".into(),
+                    ..Default::default()
                 }),
             ),
         ),
@@ -90,6 +91,7 @@ fn goldens() -> Vec<(&'static str, &'static str, Msg)> {
                     sys_image_guid: 0x0042_0aff_fe00_0005,
                     phys_port: 1,
                     gid_count: 2,
+                    ..Default::default()
                 }),
             ),
         ),

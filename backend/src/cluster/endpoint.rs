@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The name every endpoint's virtual device has.
-pub const VDEV_NAME: &str = "vrdma0";
+/// The name of an endpoint's virtual device `index` (`vrdma0`, ...).
+pub fn vdev_name(index: usize) -> String {
+    format!("vrdma{index}")
+}
 
 /// Where an endpoint came from, for `masqctl endpoint list`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -25,6 +27,10 @@ pub enum Origin {
 
 pub struct Endpoint {
     pub cfg: EndpointConfig,
+    /// The host's rail its device is on (an index into `rails:`), and its
+    /// name for RConntrack on a host with several.
+    pub rail: usize,
+    pub rail_label: Option<std::sync::Arc<str>>,
     pub socket: PathBuf,
     pub origin: Origin,
     /// Connections refused (wrong namespace) and requests refused, for
@@ -65,6 +71,8 @@ impl Endpoint {
     ) -> Endpoint {
         Endpoint {
             cfg,
+            rail: 0,
+            rail_label: None,
             socket,
             origin,
             refused_connections: AtomicU64::new(0),
@@ -79,6 +87,14 @@ impl Endpoint {
             rdma_limits_failing: AtomicBool::new(false),
             pod_cgroup: Mutex::new(None),
         }
+    }
+
+    /// The endpoint on rail `rail` (a `rails:` index), named `label` in
+    /// its connections if the host has several.
+    pub fn on_rail(mut self, rail: usize, label: Option<&str>) -> Endpoint {
+        self.rail = rail;
+        self.rail_label = label.map(std::sync::Arc::from);
+        self
     }
 
     /// The endpoint's vNIC as it is now: `f` sees its binding. Entering the
@@ -100,7 +116,7 @@ impl Endpoint {
         // On error the slot stays empty: the next call opens it afresh.
         let b = current?;
         if let Some(view) = &self.view {
-            view.vnic_seen(&b, VDEV_NAME);
+            view.vnic_seen(&b, &vdev_name(0));
         }
         let out = f(&b);
         *slot = Some((ns, b));

@@ -52,11 +52,15 @@ use tracing::{debug, info, warn};
 struct Published {
     host: Ipv4Addr,
     endpoint: EndpointConfig,
+    /// The host's address on the endpoint's rail, when that is not its
+    /// first (an older masqd ignores it, and sees a rail it lacks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    underlay: Option<Ipv4Addr>,
 }
 
 /// A change of this host's endpoints, for the cluster task.
 enum Publish {
-    Up(EndpointConfig),
+    Up(Box<EndpointConfig>),
     Down(String),
     Status,
     /// This host's certificate was reloaded: connect again with it.
@@ -100,6 +104,8 @@ pub struct Cluster {
     /// `use_identity` when its files are reloaded.
     identity: Mutex<Option<Identity>>,
     me: Ipv4Addr,
+    /// This host's rails (name, address), first first.
+    rails: Vec<(String, Ipv4Addr)>,
     rt: tokio::runtime::Runtime,
     client: Mutex<Option<Client>>,
     health: Mutex<Health>,
@@ -144,7 +150,11 @@ pub fn retry_max(lease_seconds: u64) -> Duration {
 impl Cluster {
     /// The cluster as `cfg` describes it; an error if its identity files
     /// are missing or hold something else.
-    pub fn new(cfg: ClusterConfig, me: Ipv4Addr) -> std::io::Result<Arc<Cluster>> {
+    pub fn new(
+        cfg: ClusterConfig,
+        me: Ipv4Addr,
+        rails: Vec<(String, Ipv4Addr)>,
+    ) -> std::io::Result<Arc<Cluster>> {
         let identity = match &cfg.tls {
             Some(files) => Some(Identity::load(files).map_err(std::io::Error::other)?),
             None => {
@@ -167,6 +177,7 @@ impl Cluster {
             identity: Mutex::new(identity),
             cfg,
             me,
+            rails,
             rt,
             client: Mutex::new(None),
             health: Mutex::new(Health {
@@ -425,12 +436,26 @@ impl Cluster {
         &self,
         client: &mut Client,
         lease: i64,
-        e: EndpointConfig,
+        mut e: EndpointConfig,
     ) -> Result<(), String> {
         let key = self.key(&format!("endpoints/{}/{}", self.me, e.name));
+        // The rail by name, as every host names it; its address if not
+        // the first's.
+        let rail = e.rail.as_ref();
+        let at = rail.and_then(|r| self.rails.iter().position(|(n, _)| n == r));
+        let at = at.unwrap_or(0);
+        let (rail, addr) = self
+            .rails
+            .get(at)
+            .cloned()
+            .unwrap_or((String::new(), self.me));
+        if rail != vbond::FIRST_RAIL {
+            e.rail = Some(rail);
+        }
         let value = serde_json::to_string(&Published {
             host: self.me,
             endpoint: e,
+            underlay: (at > 0).then_some(addr),
         })
         .map_err(|e| e.to_string())?;
         client
@@ -469,7 +494,7 @@ impl Cluster {
         match p {
             Publish::Up(e) => {
                 deleting.remove(&e.name);
-                self.put_endpoint(client, lease, e).await
+                self.put_endpoint(client, lease, *e).await
             }
             Publish::Down(name) => {
                 let key = self.key(&format!("endpoints/{}/{name}", self.me));
@@ -597,6 +622,8 @@ impl Cluster {
                     tenant: p.endpoint.tenant,
                     vni: p.endpoint.vni,
                     vip: p.endpoint.vip,
+                    rail: p.endpoint.rail,
+                    underlay: p.underlay,
                 }),
                 Ok(_) => Parsed::Bad(format!(
                     "{key}: host or name differ from the key's; ignored"
@@ -616,7 +643,7 @@ impl Cluster {
     /// Publish a change of this host's endpoints (sent when etcd is
     /// reachable; otherwise part of the next registration).
     pub fn endpoint_up(&self, e: EndpointConfig) {
-        let _ = self.publish.send(Publish::Up(e));
+        let _ = self.publish.send(Publish::Up(Box::new(e)));
     }
 
     pub fn endpoint_down(&self, name: &str) {

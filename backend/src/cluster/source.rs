@@ -42,6 +42,10 @@ pub struct Placement {
     pub tenant: String,
     pub vni: u32,
     pub vip: Ipv4Addr,
+    /// The rail its device is on (none: the first, `rail0`) and its
+    /// host's address there (none: `host`).
+    pub rail: Option<String>,
+    pub underlay: Option<Ipv4Addr>,
 }
 
 /// What sources feed into the daemon, and what the cluster asks of it.
@@ -131,6 +135,8 @@ pub fn file_placements(cfg: &Config) -> Vec<Placement> {
             tenant: v.tenant.clone(),
             vni: v.vni,
             vip: v.vip,
+            rail: v.rail.clone(),
+            underlay: v.underlay,
         })
         .collect()
 }

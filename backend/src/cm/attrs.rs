@@ -109,27 +109,32 @@ impl Cm {
     }
 
     /// The virtual address vector from this endpoint to vIP `dst`.
-    pub(super) fn virtual_ah(shared: &dyn CmHost, sgid_index: u8, dst: Ipv4Addr) -> proto::AhAttr {
+    pub(super) fn virtual_ah(
+        shared: &dyn CmHost,
+        ep: &crate::cluster::endpoint::Endpoint,
+        sgid_index: u8,
+        dst: Ipv4Addr,
+    ) -> proto::AhAttr {
         proto::AhAttr {
             dgid: vbond::ipv4_mapped_gid(dst),
             sgid_index,
             hop_limit: 64,
             is_global: 1,
-            port_num: shared.host().port,
+            port_num: shared.host(ep).port,
             ..Default::default()
         }
     }
 
     /// A UD id's QP attributes, as librdmacm's ucma_init_ud_qp uses them:
     /// INIT with the port space's Q_Key, then RTR, then RTS at PSN 0.
-    fn ud_qp_attr(shared: &dyn CmHost, state: u32) -> Result<proto::CmQpAttr, Refusal> {
+    fn ud_qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> Result<proto::CmQpAttr, Refusal> {
         let mut a = proto::QpAttr {
             qp_state: state as u8,
             ..Default::default()
         };
         let attr_mask = match state {
             1 => {
-                a.port_num = shared.host().port;
+                a.port_num = shared.host(&i.ep).port;
                 a.qkey = proto::CM_UDP_QKEY;
                 IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY
             }
@@ -148,7 +153,7 @@ impl Cm {
         state: u32,
     ) -> Result<proto::CmQpAttr, Refusal> {
         if i.udp {
-            return Self::ud_qp_attr(shared, state);
+            return Self::ud_qp_attr(shared, i, state);
         }
         let mut a = proto::QpAttr {
             qp_state: state as u8,
@@ -165,7 +170,7 @@ impl Cm {
         match state {
             1 => {
                 mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-                a.port_num = shared.host().port;
+                a.port_num = shared.host(&i.ep).port;
                 a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
             }
             2 => {
@@ -198,7 +203,7 @@ impl Cm {
                     } else {
                         0
                     };
-                a.ah_attr = Self::virtual_ah(shared, sgid_index, dst);
+                a.ah_attr = Self::virtual_ah(shared, &i.ep, sgid_index, dst);
             }
             3 => {
                 if !matches!(

@@ -50,7 +50,8 @@ pub trait CmHost {
     fn decide(&self) -> &dyn Decide;
     fn conntrack(&self) -> &dyn Conntrack;
     fn guard(&self) -> Option<&dyn Guard>;
-    fn host(&self) -> &HostDevice;
+    /// The device `ep` is served on.
+    fn host(&self, ep: &Endpoint) -> &HostDevice;
     /// The session's app has exited (its ports are free at once).
     fn app_gone(&self, session: u64) -> bool;
     /// The connection RConntrack tracks for QP `qpn` of endpoint `ep`, if
@@ -192,8 +193,9 @@ pub struct Cm {
     flushing: Mutex<()>,
     metrics: crate::metrics::Metrics,
     pub timeout: Duration,
-    /// Other hosts' UD QPs as their masqds announced them:
-    /// (host, QPN) -> (VNI, vIP). Claims: checked against the VPC map.
+    /// Other hosts' UD QPs as their masqds announced them: (the address
+    /// they send from, QPN) -> (VNI, vIP). Claims: checked against the VPC
+    /// map.
     ud_peers: Mutex<std::collections::HashMap<(Ipv4Addr, u32), (u32, Ipv4Addr)>>,
     /// This host's UD QPs announced as up, until they are gone:
     /// (peer host, QPN) -> whether the peer has it in force; and the

@@ -88,12 +88,13 @@ impl Cm {
         }
     }
 
-    /// Who `host`'s masqd said holds UD QP `qpn`: (VNI, vIP).
-    pub fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)> {
+    /// The announced UD QP `qpn` that sends from underlay address `addr`
+    /// (its host's, on its rail): its VNI and vIP.
+    pub fn ud_sender(&self, addr: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)> {
         self.ud_peers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(host, qpn))
+            .get(&(addr, qpn))
             .copied()
     }
 
@@ -162,30 +163,36 @@ impl Cm {
         qpn: u32,
         up: bool,
     ) {
+        // The backstop takes only what the VPC map puts on that host; its
+        // datagrams come from the host's address on the endpoint's rail.
+        let placed = shared
+            .registry()
+            .vpc()
+            .lookup(vni, vip)
+            .map(|p| (p.host, p.underlay));
+        let theirs = placed.is_some_and(|(host, _)| host == from);
+        let sender = placed.filter(|_| theirs).map_or(from, |(_, addr)| addr);
         {
             let mut m = self.ud_peers.lock().unwrap_or_else(|p| p.into_inner());
             if up {
-                m.insert((from, qpn), (vni, vip));
-            } else if m.get(&(from, qpn)) == Some(&(vni, vip)) {
-                m.remove(&(from, qpn));
+                m.insert((sender, qpn), (vni, vip));
+            } else if m.get(&(sender, qpn)) == Some(&(vni, vip)) {
+                m.remove(&(sender, qpn));
             }
         }
-        // The backstop takes only what the VPC map puts on that host.
-        let placed = shared.registry().vpc().lookup(vni, vip).map(|p| p.host);
-        let theirs = placed == Some(from);
         if up && !theirs {
             warn!(
                 %from, qpn,
                 "CM link: UD QP announced for VNI {vni} vIP {vip}, which the VPC map places on {}; \
                  its datagrams stay out",
-                placed.map_or_else(|| "no host".to_string(), |h| h.to_string())
+                placed.map_or_else(|| "no host".to_string(), |(h, _)| h.to_string())
             );
         }
         if let Some(bs) = shared.guard() {
             // An up one is waited for below: this thread runs it.
             let _held = up.then(|| Held::new(bs));
             if theirs {
-                bs.ud_remote(from, qpn, vni, up);
+                bs.ud_remote(sender, qpn, vni, up);
             }
             if up && !bs.wait_applied(crate::pipeline::ports::BACKSTOP_WAIT) {
                 warn!(%from, qpn, "backstop sets not updated in time for a UD QP");
@@ -302,7 +309,7 @@ impl Cm {
             attr: proto::QpAttr {
                 qkey,
                 dest_qp_num: qpn,
-                ah_attr: Self::virtual_ah(shared, sgid_index, dst),
+                ah_attr: Self::virtual_ah(shared, &i.ep, sgid_index, dst),
                 ..Default::default()
             },
         };

@@ -12,6 +12,9 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 pub mod identity;
+mod rails;
+
+pub use rails::{check_device_of, RailConfig, Underlay, FIRST_RAIL};
 
 pub const DEFAULT_SOCKET_DIR: &str = "/run/masq";
 const MAX_VNI: u32 = 0xFF_FFFF;
@@ -19,12 +22,25 @@ const MAX_VNI: u32 = 0xFF_FFFF;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
-    /// The RDMA device masqd serves (e.g. rxe0, mlx5_0).
+    /// The RDMA device masqd serves (e.g. rxe0, mlx5_0): the first rail's,
+    /// whether given here or as `rails[0]`.
+    #[serde(default)]
     pub device: String,
     /// Its port (RoCE devices have one).
     #[serde(default = "default_port")]
     pub port: u8,
+    /// The first rail's underlay; its address is the host's identity.
+    #[serde(default)]
     pub underlay: Underlay,
+    /// A host with several RDMA NICs: one rail each, in this order (what
+    /// `vrdmaN`'s N follows). Without it, `device`/`underlay` are the one
+    /// rail, `rail0`.
+    #[serde(default)]
+    pub rails: Vec<RailConfig>,
+    /// Rails whose networks route to each other: a connection between
+    /// rails of one group is allowed, any other between rails is refused.
+    #[serde(default)]
+    pub rail_joins: Vec<Vec<String>>,
     /// Where endpoint sockets and the control socket live.
     #[serde(default = "default_socket_dir")]
     pub socket_dir: PathBuf,
@@ -293,44 +309,6 @@ fn default_recovery_grace() -> u64 {
     30
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Underlay {
-    /// The netdev the RDMA device sits on.
-    pub netdev: String,
-    /// This host's underlay address; its RoCEv2 GID is ::ffff:ip. Omitted
-    /// (one file for many hosts, a DaemonSet's), `load` takes the netdev's.
-    #[serde(default = "unspecified")]
-    pub ip: Ipv4Addr,
-}
-
-fn unspecified() -> Ipv4Addr {
-    Ipv4Addr::UNSPECIFIED
-}
-
-impl Underlay {
-    /// `ip` from the netdev's first IPv4 address, if the file gave none.
-    fn resolve(&mut self) -> Result<(), String> {
-        if !self.ip.is_unspecified() {
-            return Ok(());
-        }
-        let addrs = nix::ifaddrs::getifaddrs().map_err(|e| {
-            format!("underlay.ip: not given, and the addresses cannot be read: {e}")
-        })?;
-        self.ip = addrs
-            .filter(|a| a.interface_name == self.netdev)
-            .find_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip()))
-            .ok_or_else(|| {
-                format!(
-                    "underlay.ip: not given, and underlay.netdev {} has no IPv4 address \
-                     (give underlay.ip, or address the netdev first)",
-                    self.netdev
-                )
-            })?;
-        Ok(())
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EndpointConfig {
@@ -343,6 +321,15 @@ pub struct EndpointConfig {
     /// The vNIC inside that namespace.
     #[serde(default = "default_vnic")]
     pub vnic: String,
+    /// The rail (`rails[].name`) its virtual device is on; default the
+    /// first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<String>,
+    /// Another endpoint on this host whose apps this one is a further
+    /// virtual device of (their `vrdma1` on a second rail, say): served
+    /// on that endpoint's socket, to its processes, in its cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_of: Option<String>,
     /// Host side of the vNIC (a bridge port) and its bridge: where masqd
     /// applies the policy's tcp/udp rules with nftables. Without them the
     /// endpoint gets RDMA rules only.
@@ -406,9 +393,15 @@ pub struct VpcEntry {
     /// Endpoint name, for logs and listings.
     #[serde(default)]
     pub name: Option<String>,
+    /// The rail the endpoint's device is on (default the first, `rail0`),
+    /// and the host's address on it (default `host`).
+    #[serde(default)]
+    pub rail: Option<String>,
+    #[serde(default)]
+    pub underlay: Option<Ipv4Addr>,
 }
 
-fn default_port() -> u8 {
+pub(crate) fn default_port() -> u8 {
     1
 }
 fn default_socket_dir() -> PathBuf {
@@ -445,6 +438,12 @@ impl EndpointConfig {
         check_name(&format!("{at}.tenant"), &self.tenant, 64)?;
         check_name(&format!("{at}.vnic"), &self.vnic, 15)?;
         check_vni(&format!("{at}.vni"), self.vni)?;
+        if let Some(r) = &self.rail {
+            check_name(&format!("{at}.rail"), r, 15)?;
+        }
+        if let Some(d) = &self.device_of {
+            check_name(&format!("{at}.deviceOf"), d, 64)?;
+        }
         if let Some(i) = &self.host_if {
             check_name(&format!("{at}.hostIf"), i, 15)?;
         }
@@ -536,11 +535,20 @@ impl Config {
             message: format!("cannot read: {e}"),
         })?;
         let mut cfg = Config::parse(&text, &file)?;
-        cfg.underlay.resolve().map_err(|message| ConfigError {
-            file: file.clone(),
-            position: None,
-            message,
-        })?;
+        let many = cfg.rails.len() > 1;
+        for (i, r) in cfg.rails.iter_mut().enumerate() {
+            let at = if many {
+                format!("rails[{i}].")
+            } else {
+                String::new()
+            };
+            r.underlay.resolve().map_err(|message| ConfigError {
+                file: file.clone(),
+                position: None,
+                message: format!("{at}{message}"),
+            })?;
+        }
+        cfg.underlay = cfg.rails[0].underlay.clone();
         let dir = path.parent().unwrap_or(Path::new(""));
         if let Some(tls) = cfg.cluster.as_mut().and_then(|c| c.tls.as_mut()) {
             for p in [&mut tls.ca, &mut tls.cert, &mut tls.key] {
@@ -563,16 +571,18 @@ impl Config {
     }
 
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| ConfigError {
+        let mut cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| ConfigError {
             file: file.to_string(),
             position: e.location().map(|l| (l.line(), l.column())),
             message: e.to_string(),
         })?;
-        cfg.validate().map_err(|message| ConfigError {
-            file: file.to_string(),
-            position: None,
-            message,
-        })?;
+        cfg.settle_rails()
+            .and_then(|()| cfg.validate())
+            .map_err(|message| ConfigError {
+                file: file.to_string(),
+                position: None,
+                message,
+            })?;
         Ok(cfg)
     }
 
@@ -588,17 +598,13 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        check_name("device", &self.device, 64)?;
-        check_name("underlay.netdev", &self.underlay.netdev, 15)?;
+        self.validate_rails()?;
         if self.underlay.ip.is_unspecified() && !self.vpc.is_empty() {
             return Err(
                 "underlay.ip: required with a vpc: map, which names hosts by it (only a file \
                  for many hosts, in cluster mode, may leave it to the netdev)"
                     .into(),
             );
-        }
-        if self.port == 0 {
-            return Err("port: must be 1 or more".into());
         }
         if self.cm.port == 0 {
             return Err("cm.port: must be 1 or more".into());
@@ -681,6 +687,9 @@ impl Config {
             if let Some(n) = &v.name {
                 check_name(&format!("{at}.name"), n, 64)?;
             }
+            if let Some(r) = &v.rail {
+                check_name(&format!("{at}.rail"), r, 15)?;
+            }
             claim_vni(&mut vni_owner, v.vni, &v.tenant, &at)?;
             if placed.insert((v.vni, v.vip), v.host).is_some() {
                 return Err(format!(
@@ -702,6 +711,8 @@ impl Config {
                 return Err(format!("{at}.socket: {sock:?} is used twice"));
             }
             claim_vni(&mut vni_owner, e.vni, &e.tenant, &at)?;
+            let rail = |n: Option<&str>| self.rail_index(n);
+            check_device_of(&at, e, &self.endpoints, rail)?;
             match placed.get(&(e.vni, e.vip)) {
                 // In cluster mode a host publishes its own endpoints.
                 None if self.cluster.is_some() => {}
@@ -725,7 +736,7 @@ impl Config {
     }
 }
 
-fn check_name(field: &str, value: &str, max: usize) -> Result<(), String> {
+pub(crate) fn check_name(field: &str, value: &str, max: usize) -> Result<(), String> {
     let ok = !value.is_empty()
         && value.len() <= max
         && value

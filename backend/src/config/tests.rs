@@ -253,3 +253,93 @@ fn an_omitted_underlay_ip_is_the_netdevs() {
     );
     assert!(e.contains("underlay.ip: required with a vpc: map"), "{e}");
 }
+
+const RAILS: &str = "\
+rails:
+  - { device: rxe0, underlay: { netdev: eth0, ip: 198.18.0.1 } }
+  - { device: rxe1, underlay: { netdev: eth1, ip: 203.0.113.1 } }
+endpoints:
+  - { name: a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/a }
+  - { name: a-r1, tenant: acme, vni: 101, vip: 10.1.0.1, netns: /run/netns/a, vnic: eth1,
+      rail: rail1, deviceOf: a }
+vpc:
+  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: a }
+  - { tenant: acme, vni: 101, vip: 10.1.0.1, host: 198.18.0.1, name: a-r1, rail: rail1,
+      underlay: 203.0.113.1 }
+";
+
+#[test]
+fn rails_are_named_in_order_and_the_first_is_the_hosts() {
+    let c = Config::parse(RAILS, "t.yaml").expect("valid");
+    let names: Vec<&str> = c.rails.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["rail0", "rail1"]);
+    assert_eq!(
+        (c.device.as_str(), c.underlay.ip),
+        ("rxe0", "198.18.0.1".parse().unwrap())
+    );
+    assert_eq!(c.rail_index(Some("rail1")), Some(1));
+    assert_eq!(c.rail_index(None), Some(0));
+    // One device: one rail, rail0, as before rails: existed.
+    let one = Config::parse(GOOD, "t.yaml").expect("valid");
+    assert_eq!(one.rails.len(), 1);
+    assert_eq!(
+        (one.rails[0].name.as_str(), one.rails[0].device.as_str()),
+        ("rail0", "rxe0")
+    );
+}
+
+#[test]
+fn rail_mistakes_name_the_field() {
+    let e = err_of(&RAILS.replace("rails:\n", "device: rxe0\nrails:\n"));
+    assert!(e.contains("rails: given with device/underlay"), "{e}");
+    let e = err_of(&RAILS.replace("device: rxe1", "device: rxe0"));
+    assert!(
+        e.contains("rails[1].device: rxe0 serves another rail"),
+        "{e}"
+    );
+    let e = err_of(&RAILS.replace("netdev: eth1", "netdev: eth0"));
+    assert!(
+        e.contains("rails[1].underlay.netdev: eth0 is another rail's"),
+        "{e}"
+    );
+    let e = err_of(&RAILS.replace("rail: rail1, deviceOf", "rail: rail7, deviceOf"));
+    assert!(
+        e.contains("endpoints[1].rail: no rail named \"rail7\""),
+        "{e}"
+    );
+    let e = err_of(&format!("{RAILS}railJoins: [[rail0, rail9]]\n"));
+    assert!(e.contains("railJoins[0]: no rail named \"rail9\""), "{e}");
+    let e = err_of(&format!("{RAILS}railJoins: [[rail0]]\n"));
+    assert!(e.contains("railJoins[0]: join two rails or more"), "{e}");
+    let e = err_of("rails: []\n");
+    assert!(e.contains("device: missing"), "{e}");
+}
+
+#[test]
+fn a_further_device_is_the_same_apps_on_another_rail() {
+    let e = err_of(&RAILS.replace("deviceOf: a }", "deviceOf: b }"));
+    assert!(
+        e.contains("endpoints[1].deviceOf: no endpoint \"b\""),
+        "{e}"
+    );
+    let e = err_of(&RAILS.replace("rail: rail1, deviceOf", "deviceOf"));
+    assert!(
+        e.contains("endpoints[1].rail: a's device a is on that rail already"),
+        "{e}"
+    );
+    let e = err_of(&RAILS.replace(
+        "netns: /run/netns/a, vnic: eth1",
+        "netns: /run/netns/b, vnic: eth1",
+    ));
+    assert!(
+        e.contains("endpoints[1].deviceOf: a is another tenant's or in another namespace"),
+        "{e}"
+    );
+    let e = err_of(&RAILS.replace("deviceOf: a }", "deviceOf: a, rdmaLimits: { objects: 9 } }"));
+    assert!(e.contains("endpoints[1].rdmaLimits"), "{e}");
+    let e = err_of(&RAILS.replace("deviceOf: a }", "deviceOf: a, maxRateMbps: 9 }"));
+    assert!(
+        e.contains("endpoints[1].maxRateMbps: rate limits shape the first rail"),
+        "{e}"
+    );
+}

@@ -36,8 +36,8 @@ pub struct Device<'a> {
     pub name: &'a str,
     /// The endpoint's socket directory on the host.
     pub socket_dir: &'a Path,
-    /// The uverbs node of the served device.
-    pub uverbs_node: &'a Path,
+    /// The uverbs nodes of its devices (one per rail it is on).
+    pub uverbs_nodes: Vec<&'a Path>,
     /// Whether masqd keeps a sysfs view in the socket directory.
     pub sysfs_view: bool,
 }
@@ -77,7 +77,7 @@ pub fn spec(cfg: &CdiConfig, d: &Device) -> Value {
             "name": d.name,
             "containerEdits": {
                 "env": [format!("LD_PRELOAD={CONTAINER_LIB_DIR}/libmasq.so")],
-                "deviceNodes": [{ "path": d.uverbs_node }],
+                "deviceNodes": d.uverbs_nodes.iter().map(|p| json!({ "path": p })).collect::<Vec<_>>(),
                 "mounts": mounts,
             },
         }],
@@ -156,7 +156,7 @@ mod tests {
         Device {
             name,
             socket_dir: sock,
-            uverbs_node: Path::new("/dev/infiniband/uverbs0"),
+            uverbs_nodes: vec![Path::new("/dev/infiniband/uverbs0")],
             sysfs_view: true,
         }
     }

@@ -95,13 +95,24 @@ fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
     })
 }
 
+/// The name `ep`'s device has in its apps (`vrdma1`, say).
+fn vdev_of(parts: &Parts, ep: &crate::cluster::endpoint::Endpoint) -> String {
+    let all = parts.registry.devices_of(ep);
+    let n = all.iter().position(|d| d.cfg.name == ep.cfg.name);
+    crate::cluster::endpoint::vdev_name(n.unwrap_or(0))
+}
+
 fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
     let sessions = parts.sessions.with_views(|v| v.clone());
     match req {
         Request::Status => json!({
             "host": parts.cfg.underlay.ip.to_string(),
-            "device": parts.device.host.name,
-            "port": parts.device.host.port,
+            "device": parts.first_device().name,
+            "port": parts.first_device().port,
+            "rails": parts.rails.iter().map(|r| json!({
+                "name": r.name, "device": r.device.host.name, "port": r.device.host.port,
+                "netdev": r.underlay.netdev, "ip": r.underlay.ip,
+            })).collect::<Vec<_>>(),
             "endpoints": parts.registry.local().len(),
             "sessions": sessions.len(),
             "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
@@ -146,7 +157,8 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
                     let mut v = json!({
                         "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
                         "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
-                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::cluster::endpoint::VDEV_NAME,
+                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": vdev_of(parts, ep),
+                        "rail": parts.rail(ep).name, "device_of": ep.cfg.device_of,
                         "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
                         "max_connections": ep.cfg.max_connections,
                         "rdma_limits": ep.cfg.rdma_limits,
@@ -226,7 +238,7 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
         Request::ConntrackDelete { filter } => match filter.compile() {
             Ok(f) => {
                 let victims: Vec<_> = parts.admission.table().list(&f).cloned().collect();
-                json!({ "reset": parts.sessions.reset(&parts.admission, parts.device.host.driver_id, &victims, "deleted by the operator") })
+                json!({ "reset": parts.sessions.reset(&parts.admission, parts.first_device().driver_id, &victims, "deleted by the operator") })
             }
             Err(e) => json!({ "error": e }),
         },

@@ -17,8 +17,28 @@ use std::thread;
 use tracing::{debug, info, warn};
 
 /// Listen on the endpoint's socket and accept its apps in a thread of its
-/// own.
+/// own. A further device of another endpoint (`deviceOf`) is served on
+/// that one's socket: its CDI spec is rewritten to bring this device too.
 pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
+    if ep.cfg.device_of.is_none() {
+        listen(parts, ep)?;
+    }
+    // Reading the vNIC writes the endpoint's sysfs view; a namespace that
+    // does not exist yet is picked up by the view's thread.
+    if let Err(e) = ep.with_vnic(|_| ()) {
+        debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
+    }
+    if let Err(e) = write_cdi(parts, ep) {
+        unserve(parts, ep);
+        return Err(e);
+    }
+    info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
+          vip = %ep.cfg.vip, rail = %parts.rail(ep).name, socket = %ep.socket.display(),
+          origin = ?ep.origin, "endpoint ready");
+    Ok(())
+}
+
+fn listen(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
     let bound = ep
         .socket
         .parent()
@@ -49,37 +69,51 @@ pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
         unserve(parts, ep);
         return Err(e);
     }
-    // Reading the vNIC writes the endpoint's sysfs view; a namespace that
-    // does not exist yet is picked up by the view's thread.
-    if let Err(e) = ep.with_vnic(|_| ()) {
-        debug!(endpoint = %ep.cfg.name, "vNIC not readable yet: {e}");
-    }
-    if let (Some(cdi), Some(dir)) = (&parts.cfg.cdi, ep.socket.parent()) {
-        let dev = crate::operator::cdi::Device {
-            name: &ep.cfg.name,
-            socket_dir: dir,
-            uverbs_node: &parts.device.host.uverbs_node,
-            sysfs_view: ep.view.is_some(),
-        };
-        if let Err(e) = crate::operator::cdi::write(cdi, &dev) {
-            unserve(parts, ep);
-            return Err(io::Error::new(
-                e.kind(),
-                format!("endpoint {}: {e}", ep.cfg.name),
-            ));
-        }
-    }
-    info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
-          vip = %ep.cfg.vip, socket = %ep.socket.display(), origin = ?ep.origin,
-          "endpoint ready");
     Ok(())
+}
+
+/// The CDI spec of `ep`'s apps' endpoint (`ep`'s, or the one it is a
+/// further device of), with the uverbs node of every device they have.
+fn write_cdi(parts: &Parts, ep: &Endpoint) -> io::Result<()> {
+    let Some(cdi) = &parts.cfg.cdi else {
+        return Ok(());
+    };
+    let devices = parts.registry.devices_of(ep);
+    let Some(primary) = devices.iter().find(|d| d.cfg.device_of.is_none()) else {
+        return Ok(());
+    };
+    let Some(dir) = primary.socket.parent() else {
+        return Ok(());
+    };
+    let dev = crate::operator::cdi::Device {
+        name: &primary.cfg.name,
+        socket_dir: dir,
+        uverbs_nodes: devices
+            .iter()
+            .map(|d| parts.rail(d).device.host.uverbs_node.as_path())
+            .collect(),
+        sysfs_view: primary.view.is_some(),
+    };
+    crate::operator::cdi::write(cdi, &dev)
+        .map(|_| ())
+        .map_err(|e| io::Error::new(e.kind(), format!("endpoint {}: {e}", ep.cfg.name)))
 }
 
 /// Stop accepting (the accept thread ends) and take the socket, the
 /// sysfs view and the CDI spec off the disk.
 fn unserve(parts: &Parts, ep: &Endpoint) {
     if let Some(cdi) = &parts.cfg.cdi {
-        crate::operator::cdi::remove(cdi, &ep.cfg.name);
+        if ep.cfg.device_of.is_none() {
+            crate::operator::cdi::remove(cdi, &ep.cfg.name);
+        }
+    }
+    if ep.cfg.device_of.is_some() {
+        // The primary's socket and view stay; its spec loses this device
+        // once the registry has (the caller removes it first).
+        if let Err(e) = write_cdi(parts, ep) {
+            warn!(endpoint = %ep.cfg.name, "CDI spec: {e}");
+        }
+        return;
     }
     if let Some(l) = lock(&ep.listener).take() {
         l.shutdown();
@@ -103,14 +137,14 @@ impl Parts {
                 &self.cfg.device,
             ));
         }
-        let socket = e.socket_path(&self.cfg.socket_dir);
+        let socket = self.registry.socket_of(&e);
         let others: Vec<_> = self
             .registry
             .local()
             .iter()
             .map(|o| o.socket.clone())
             .collect();
-        if let Some(dir) = socket.parent() {
+        if let Some(dir) = socket.parent().filter(|_| e.device_of.is_none()) {
             if others.iter().any(|o| o.parent() == Some(dir)) {
                 return Err(format!(
                     "endpoint {}.socket: {} is another endpoint's directory",
@@ -142,8 +176,14 @@ impl Parts {
                 }
             }
         };
-        let view = sysfs_view_for(&socket, &others, &self.device.host);
-        let ep = Arc::new(Endpoint::new(e.clone(), socket, Origin::Command, view));
+        let rail = self.registry.rail_index(e.rail.as_deref()).unwrap_or(0);
+        let view = match e.device_of {
+            None => sysfs_view_for(&socket, &others, &self.rails[rail].device.host),
+            Some(_) => None,
+        };
+        let ep = Endpoint::new(e.clone(), socket, Origin::Command, view)
+            .on_rail(rail, self.registry.rail_label(rail));
+        let ep = Arc::new(ep);
         self.registry.insert(ep.clone());
         if let Err(err) = self
             .limits
@@ -196,6 +236,17 @@ impl Parts {
                 return Ok(json!({ "name": name, "kept": true, "why": why }));
             }
         }
+        if let Some(d) = self
+            .registry
+            .local()
+            .iter()
+            .find(|d| d.cfg.device_of.as_deref() == Some(name))
+        {
+            return Err(format!(
+                "endpoint {name} has a further device, endpoint {}: remove that first",
+                d.cfg.name
+            ));
+        }
         let ep = self
             .registry
             .remove(name)
@@ -220,7 +271,7 @@ impl Parts {
         }
         let (sessions, qps_reset) = self
             .sessions
-            .close_endpoint(&ep.cfg.name, self.device.host.driver_id);
+            .close_endpoint(&ep.cfg.name, self.first_device().driver_id);
         // What its sessions tracked went with them; CM-made entries too.
         let filter = rconntrack::Filter::new()
             .vni(ep.cfg.vni)
@@ -228,7 +279,7 @@ impl Parts {
         let left: Vec<_> = self.admission.table().list(&filter).cloned().collect();
         let untracked = self.sessions.reset(
             &self.admission,
-            self.device.host.driver_id,
+            self.first_device().driver_id,
             &left,
             "endpoint deleted",
         );

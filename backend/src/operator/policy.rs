@@ -46,7 +46,7 @@ impl Parts {
         self.metrics.policy_applied_now();
         let reset = self.sessions.reset(
             &self.admission,
-            self.device.host.driver_id,
+            self.first_device().driver_id,
             &applied.to_reset,
             "policy change",
         );

@@ -80,7 +80,7 @@ pub(crate) fn create_ah(
             dgid: av.phys_dgid,
             sgid_index: av.sgid_index,
             traffic_class,
-            port_num: h.port(),
+            port_num: h.port(&sess.ep),
             ..*ah
         },
     }))
@@ -135,6 +135,7 @@ fn track(
         state: rconntrack::State::Established,
         rule: rule.clone(),
         dscp: Some(p.dscp),
+        rail: ep.rail_label.clone(),
         ..Default::default()
     };
     if h.conntrack().upsert(entry).is_err() {
@@ -247,7 +248,7 @@ pub(crate) fn resolve_grh(
     r: &proto::ResolveGrhReq,
 ) -> Result<proto::ReplyBody, Refusal> {
     let ep = &sess.ep;
-    let me = h.underlay();
+    let me = h.underlay(ep);
     if vbond::vip_of_gid(&r.dgid) != Some(me) {
         return Err(refuse(
             libc::EINVAL,
@@ -295,7 +296,7 @@ fn remote_sender(h: &dyn QpHost, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<I
     loop {
         if let Some((v, vip)) = h.ud_sender(host, qpn) {
             let vpc = h.registry().vpc();
-            let theirs = vpc.lookup(v, vip).is_some_and(|p| p.host == host);
+            let theirs = vpc.lookup(v, vip).is_some_and(|p| p.underlay == host);
             return (v == vni && theirs).then_some(vip);
         }
         if Instant::now() >= deadline {

@@ -118,7 +118,10 @@ impl QpHost for FakeHost {
     fn vouchers(&self) -> &dyn Vouchers {
         &self.admitted
     }
-    fn port(&self) -> u8 {
+    fn rail_name(&self, _: &Endpoint) -> &str {
+        vbond::FIRST_RAIL
+    }
+    fn port(&self, _: &Endpoint) -> u8 {
         1
     }
     /// Virtual index 1 (the vNIC's IPv4 GID) is the host's index 3.
@@ -137,7 +140,7 @@ impl QpHost for FakeHost {
     fn ud_announce_early(&self, _ep: &Endpoint, qpn: u32) {
         self.early.borrow_mut().push(qpn);
     }
-    fn underlay(&self) -> Ipv4Addr {
+    fn underlay(&self, _: &Endpoint) -> Ipv4Addr {
         Ipv4Addr::new(192, 168, 1, 1)
     }
     fn ud_sender(&self, _host: Ipv4Addr, _qpn: u32) -> Option<(u32, Ipv4Addr)> {

@@ -114,8 +114,10 @@ pub trait QpHost {
     fn vouchers(&self) -> &dyn Vouchers;
     /// The backstop, if masqd runs one.
     fn guard(&self) -> Option<&dyn Guard>;
-    /// The served port.
-    fn port(&self) -> u8;
+    /// The port of `ep`'s device.
+    fn port(&self, ep: &Endpoint) -> u8;
+    /// The rail `ep`'s device is on.
+    fn rail_name(&self, ep: &Endpoint) -> &str;
     /// The physical sgid index for the endpoint's virtual index `vindex`.
     fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal>;
     /// The RDMA CM's side of a connection it set up, if it did.
@@ -127,8 +129,8 @@ pub trait QpHost {
     /// awaited at its RTR (`ud_announce`), so that a gap costs the app
     /// nothing.
     fn ud_announce_early(&self, ep: &Endpoint, qpn: u32);
-    /// This host's underlay address.
-    fn underlay(&self) -> Ipv4Addr;
+    /// This host's underlay address on `ep`'s rail.
+    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr;
     /// Another host's announced UD QP `qpn`: its VNI and vIP.
     fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)>;
     /// The vIP of this host's endpoint in `vni` whose app holds UD QP `qpn`.

@@ -63,6 +63,7 @@ fn local_entry(sess: &Session, qp_handle: u32, qpn: u32, qp_type: u32) -> rconnt
         vni: ep.vni,
         local_vip: ep.vip,
         local_qpn: qpn,
+        rail: sess.ep.rail_label.clone(),
         qp_type: if qp_type == IBV_QPT_UC {
             rconntrack::QpType::Uc
         } else {
@@ -116,7 +117,7 @@ fn route(
             format!("privileged Q_Key {:#x}", a.qkey),
         ));
     }
-    if mask & IBV_QP_PORT != 0 && a.port_num != h.port() {
+    if mask & IBV_QP_PORT != 0 && a.port_num != h.port(&sess.ep) {
         return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
     }
     let mut cmd = uverbs::ModifyQp {
@@ -158,7 +159,7 @@ fn route(
         src_path_bits: ah.src_path_bits,
         static_rate: ah.static_rate,
         is_global: 1,
-        port_num: h.port(),
+        port_num: h.port(&sess.ep),
         ..Default::default()
     };
     cmd.dest = dest;
@@ -198,7 +199,7 @@ pub(crate) fn physical_av(
             "RoCE needs a global route (is_global)",
         ));
     }
-    if ah.port_num != 0 && ah.port_num != h.port() {
+    if ah.port_num != 0 && ah.port_num != h.port(ep) {
         return Err(refuse(libc::EINVAL, format!("AH port {}", ah.port_num)));
     }
     let cfg = &ep.cfg;
@@ -206,8 +207,10 @@ pub(crate) fn physical_av(
     // Copied out: the map is not held across the vNIC read and below.
     let (vip, host, name, phys_dgid) = {
         let vpc = h.registry().vpc();
-        let d = vpc.translate_dgid(cfg.vni, &ah.dgid).map_err(tr)?;
-        (d.vip, d.peer.host, d.peer.name.clone(), d.phys_dgid)
+        let d = vpc
+            .translate_dgid(cfg.vni, &ah.dgid, h.rail_name(ep))
+            .map_err(tr)?;
+        (d.vip, d.peer.underlay, d.peer.name.clone(), d.phys_dgid)
     };
     let traffic_class = h
         .decide()
@@ -737,9 +740,9 @@ fn verify_resync(
     let (route_vip, route_host, phys_dgid) = {
         let vpc = h.registry().vpc();
         let r = vpc
-            .translate_dgid(ep.vni, &r.dgid)
+            .translate_dgid(ep.vni, &r.dgid, h.rail_name(&sess.ep))
             .map_err(|e| format!("claimed destination: {e}"))?;
-        (r.vip, r.peer.host, r.phys_dgid)
+        (r.vip, r.peer.underlay, r.phys_dgid)
     };
     if phys_dgid != kq.dest.dgid {
         return Err(format!(

@@ -2,7 +2,7 @@
 //! QP changes to the pipeline (`pipeline::qp`) with the app's own uverbs file,
 //! the CM's requests to the CM.
 
-use crate::cluster::endpoint::VDEV_NAME;
+use crate::cluster::endpoint::vdev_name;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::uverbs;
 use crate::pipeline::cm_step::cm_qp_step;
@@ -33,7 +33,7 @@ fn with_kernel<T>(
     let pid = sess.pid;
     let fd = fd.ok_or_else(|| refuse(libc::EPROTO, format!("{what} before OPEN_DEVICE")))?;
     let k = SessionKernel {
-        device: &parts.device,
+        device: &parts.rail(&sess.ep).device,
         fd: fd.as_fd(),
         pid,
     };
@@ -203,22 +203,44 @@ fn hello(
     sess: &mut Session,
     h: &proto::HelloReq,
 ) -> Result<proto::ReplyBody, Refusal> {
-    let (guid, gid_count) = sess
-        .ep
+    // The app's devices are its endpoint's, one per rail; the session
+    // serves the one it names, from here on.
+    let devices = parts.registry.devices_of(&sess.ep);
+    let index = usize::from(h.vdev);
+    let ep = devices.get(index).cloned().ok_or_else(|| {
+        refuse(
+            libc::ENODEV,
+            format!("no virtual device {} (it has {})", index, devices.len()),
+        )
+    })?;
+    let (guid, gid_count) = ep
         .with_vnic(|b| (b.node_guid(), b.gids().len()))
         .map_err(|e| from_io(e, "cannot read the endpoint's vNIC"))?;
+    let phys = &parts.rail(&ep).device.host;
     sess.app = h.app_name.clone();
     sess.hello = true;
-    info!(app = %sess.app, "session opened");
+    if ep.cfg.name != sess.ep.cfg.name {
+        info!(app = %sess.app, device = %ep.cfg.name, "session opened on {}", vdev_name(index));
+        parts.sessions.moved(sess.id, &ep.cfg.name);
+        sess.ep = ep.clone();
+    } else {
+        info!(app = %sess.app, "session opened");
+    }
     Ok(proto::ReplyBody::Hello(proto::HelloReply {
         features: h.features & proto::SUPPORTED_FEATURES,
         session_id: sess.id as u32,
-        vdev_name: VDEV_NAME.into(),
-        phys_dev_name: parts.device.host.name.clone(),
+        vdev_name: vdev_name(index),
+        phys_dev_name: phys.name.clone(),
         node_guid: guid,
         sys_image_guid: guid,
-        phys_port: parts.device.host.port,
+        phys_port: phys.port,
         gid_count: gid_count.min(proto::MAX_GIDS) as u8,
+        // One device: 0, as an older masqd says it.
+        vdev_count: if devices.len() > 1 {
+            devices.len().min(usize::from(u8::MAX)) as u8
+        } else {
+            0
+        },
     }))
 }
 
@@ -239,13 +261,11 @@ fn open_device(
         .metadata()
         .map_err(|e| from_io(e, "fstat"))?;
     use std::os::unix::fs::FileTypeExt;
-    if !meta.file_type().is_char_device() || meta.rdev() != parts.device.host.uverbs_rdev {
+    let phys = &parts.rail(&sess.ep).device.host;
+    if !meta.file_type().is_char_device() || meta.rdev() != phys.uverbs_rdev {
         return Err(refuse(
             libc::ENODEV,
-            format!(
-                "descriptor is not {}'s uverbs device",
-                parts.device.host.name
-            ),
+            format!("descriptor is not {}'s uverbs device", phys.name),
         ));
     }
     let fd = Arc::new(fd);
@@ -260,7 +280,7 @@ fn query_gids(
     sess: &Session,
     q: &proto::QueryGidTableReq,
 ) -> Result<proto::ReplyBody, Refusal> {
-    if q.port != parts.device.host.port {
+    if q.port != parts.rail(&sess.ep).device.host.port {
         return Err(refuse(libc::EINVAL, format!("no port {}", q.port)));
     }
     let gids = sess
@@ -295,7 +315,7 @@ fn query_qp(
         .ok_or_else(|| refuse(libc::EPROTO, "QUERY_QP before OPEN_DEVICE"))?;
     let r = uverbs::query_qp(
         fd.as_fd(),
-        parts.device.host.driver_id,
+        parts.first_device().driver_id,
         q.qp_handle,
         q.attr_mask,
     )

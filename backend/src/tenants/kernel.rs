@@ -11,6 +11,13 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::Mutex;
 
+/// One of the host's rails: its device and underlay.
+pub struct Rail {
+    pub name: String,
+    pub device: Device,
+    pub underlay: crate::config::Underlay,
+}
+
 pub struct Device {
     pub host: HostDevice,
     /// The kernel's QP table (rdma netlink), for the sessions' ownership

@@ -25,7 +25,7 @@ use crate::peer::msg::PeerMsg;
 use crate::peer::tls::LinkTls;
 use crate::pipeline::ports::{CmSteps, Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
 use crate::run::Run;
-use crate::tenants::kernel::Device;
+use crate::tenants::kernel::{Device, Rail};
 use crate::tenants::sessions::Sessions;
 use std::collections::BTreeSet;
 use std::io;
@@ -40,8 +40,8 @@ use tracing::{info, warn};
 pub struct Parts {
     pub cfg: Config,
     pub admission: Admission,
-    /// The served device and the kernel's QP table.
-    pub device: Device,
+    /// The served rails: each one's device and the kernel's QP table.
+    pub rails: Vec<Rail>,
     /// This host's endpoints and the VPC map.
     pub registry: Registry,
     /// Held across an endpoint's addition or removal: one at a time.
@@ -75,8 +75,7 @@ impl Parts {
         cfg: Config,
         admission: Admission,
         registry: Registry,
-        host: HostDevice,
-        rdma: RdmaNl,
+        devices: Vec<(HostDevice, RdmaNl)>,
         cluster: Option<Arc<Cluster>>,
         rates: Option<crate::enforce::ratelimit::RateLimits>,
     ) -> Parts {
@@ -87,7 +86,16 @@ impl Parts {
             registry,
             endpoint_ops: Mutex::new(()),
             policy_ops: Mutex::new(()),
-            device: Device::new(host, rdma),
+            rails: cfg
+                .rails
+                .iter()
+                .zip(devices)
+                .map(|(r, (host, rdma))| Rail {
+                    name: r.name.clone(),
+                    device: Device::new(host, rdma),
+                    underlay: r.underlay.clone(),
+                })
+                .collect(),
             sessions: Sessions::default(),
             // Validated when the config was read.
             run: Run::new(cfg.audit.interval().unwrap_or(Duration::from_secs(2))),
@@ -98,6 +106,16 @@ impl Parts {
             cfg,
             link_tls: Mutex::new(None),
         }
+    }
+
+    /// The rail `ep`'s device is on.
+    pub fn rail(&self, ep: &Endpoint) -> &Rail {
+        self.rails.get(ep.rail).unwrap_or(&self.rails[0])
+    }
+
+    /// The first rail's device: what every rail's shares (one driver).
+    pub fn first_device(&self) -> &HostDevice {
+        &self.rails[0].device.host
     }
 
     /// The CM link's mutual TLS for connections made from now on.
@@ -136,10 +154,11 @@ impl Parts {
                 }
             })
             .collect();
+        let first = self.first_device();
         let port_dir = Path::new("/sys/class/infiniband")
-            .join(&self.device.host.name)
+            .join(&first.name)
             .join("ports")
-            .join(self.device.host.port.to_string());
+            .join(first.port.to_string());
         crate::metrics::Sample {
             endpoints,
             backstop_drops: self.admission.backstop().and_then(|b| b.counters().ok()),
@@ -181,13 +200,17 @@ impl QpHost for Parts {
     fn guard(&self) -> Option<&dyn Guard> {
         self.admission.backstop().map(|b| b as &dyn Guard)
     }
-    fn port(&self) -> u8 {
-        self.device.host.port
+    fn port(&self, ep: &Endpoint) -> u8 {
+        self.rail(ep).device.host.port
+    }
+    fn rail_name(&self, ep: &Endpoint) -> &str {
+        &self.rail(ep).name
     }
     fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
-        let underlay = self.cfg.underlay.ip;
+        let rail = self.rail(ep);
+        let underlay = rail.underlay.ip;
         ep.with_vnic(|b| {
-            vbond::translate_sgid_index(b.gids(), &self.device.host.gids, vindex, underlay)
+            vbond::translate_sgid_index(b.gids(), &rail.device.host.gids, vindex, underlay)
         })
         .map_err(|e| from_io(e, "cannot read the vNIC"))?
         .map_err(|e| refuse(e.errno(), format!("{e} (tenant {})", ep.cfg.tenant)))
@@ -215,8 +238,8 @@ impl QpHost for Parts {
         self.cm
             .announce_ud_early(&hosts, ep.cfg.vni, ep.cfg.vip, qpn);
     }
-    fn underlay(&self) -> Ipv4Addr {
-        self.cfg.underlay.ip
+    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr {
+        self.rail(ep).underlay.ip
     }
     fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)> {
         self.cm.ud_sender(host, qpn)
@@ -226,7 +249,7 @@ impl QpHost for Parts {
     }
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>> {
         let fd = self.sessions.fd(session);
-        fd.map(|fd| uverbs::destroy_ah(fd.as_fd(), self.device.host.driver_id, ah_handle))
+        fd.map(|fd| uverbs::destroy_ah(fd.as_fd(), self.first_device().driver_id, ah_handle))
     }
 }
 
@@ -243,8 +266,8 @@ impl crate::cm::CmHost for Parts {
     fn guard(&self) -> Option<&dyn Guard> {
         self.admission.backstop().map(|b| b as &dyn Guard)
     }
-    fn host(&self) -> &HostDevice {
-        &self.device.host
+    fn host(&self, ep: &Endpoint) -> &HostDevice {
+        &self.rail(ep).device.host
     }
     fn app_gone(&self, session: u64) -> bool {
         self.sessions.app_gone(session)

@@ -59,6 +59,13 @@ impl Sessions {
         lock(&self.views).insert(id, view);
     }
 
+    /// The session serves another device of its app's: endpoint `name`'s.
+    pub fn moved(&self, id: u64, name: &str) {
+        if let Some(v) = lock(&self.views).get_mut(&id) {
+            v.endpoint = name.to_string();
+        }
+    }
+
     pub fn closed(&self, id: u64) {
         lock(&self.views).remove(&id);
         lock(&self.conns).remove(&id);

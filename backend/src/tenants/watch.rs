@@ -67,7 +67,7 @@ pub fn sysfs_view_loop(parts: Arc<Parts>) {
 /// After a start, apps need the recovery grace (`backstop.
 /// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
 /// QPs look unadmitted, so the audit only counts what it would flag.
-pub fn audit_loop(parts: Arc<Parts>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
+pub fn audit_loop(parts: Arc<Parts>, mut nl: Vec<crate::kernel::rdma_nl::RdmaNl>) {
     let interval = parts.run.audit_interval();
     let action = parts.cfg.audit.action;
     let grace = Duration::from_secs(parts.cfg.backstop.recovery_grace_seconds);
@@ -82,10 +82,15 @@ pub fn audit_loop(parts: Arc<Parts>, mut nl: crate::kernel::rdma_nl::RdmaNl) {
         let started = Instant::now();
         // The kernel's list first, then what masqd vouches for: a QP masqd
         // moves in between was vouched for before it moved.
-        let qps = match nl.qps() {
-            Ok(q) => q,
+        // Every rail's device's QPs.
+        let qps = match nl
+            .iter_mut()
+            .map(|n| n.qps())
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(q) => q.concat(),
             Err(e) => {
-                warn!("audit: cannot list the device's QPs: {e}");
+                warn!("audit: cannot list the devices' QPs: {e}");
                 continue;
             }
         };

@@ -107,7 +107,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return connect_ud(c, conn_param);
 	if (!id->qp && !conn_param)
 		return fail(EINVAL);
-	masq_cm_device_limits(&max_rd, &max_init);
+	masq_cm_device_limits(id->verbs, &max_rd, &max_init);
 	resp_res = max_rd;
 	init_depth = max_init;
 	if (conn_param && conn_param->responder_resources != RDMA_MAX_RESP_RES) {
@@ -164,7 +164,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return accept_ud(c, conn_param);
 	if (!id->qp && !conn_param)
 		return fail(EINVAL);
-	masq_cm_device_limits(&max_rd, &max_init);
+	masq_cm_device_limits(id->verbs, &max_rd, &max_init);
 	/* The request's depths, within the device's, unless the app chose. */
 	if (!conn_param || conn_param->initiator_depth == RDMA_MAX_INIT_DEPTH)
 		init_depth = min_u8(c->initiator_depth, max_init);

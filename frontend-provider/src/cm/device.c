@@ -1,8 +1,9 @@
 /* The CM's verbs, looked up at run time (libibverbs is not linked), and
- * its device: opened once for the process, with its depth limits. */
+ * its devices: opened once for the process, with their depth limits. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "internal.h"
 #include "masq_loader.h"
@@ -56,85 +57,158 @@ struct ibv_qp *masq_cm_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_
 	return vctx->create_qp_ex(ctx, attr);
 }
 
-/* Like librdmacm's cma_dev: opened once, kept for the process. */
-pthread_mutex_t masq_cm_dev_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ibv_context *dev_ctx;
-static struct ibv_pd *dev_pd;
-static uint8_t dev_max_rd_atom = 1, dev_max_init_rd_atom = 1;
+/*
+ * Like librdmacm's cma_dev list: every device opened on first use and kept
+ * for the process. An id uses the device whose GID table holds its local
+ * address, as the kernel's CM picks the device an address is on.
+ */
+struct cm_dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd; /* the default PD, allocated on first use */
+	uint8_t max_rd_atom, max_init_rd_atom;
+	in_addr_t vips[MASQ_MAX_GIDS]; /* its GID table's IPv4 addresses */
+	unsigned int nvips;
+};
 
-void masq_cm_set_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
-			uint8_t max_init_rd_atom)
+pthread_mutex_t masq_cm_dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cm_dev devs[MASQ_MAX_VDEVS];
+static int ndevs; /* 0 until opened */
+
+void masq_cm_add_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
+			uint8_t max_init_rd_atom, in_addr_t vip)
 {
 	pthread_mutex_lock(&masq_cm_dev_lock);
-	dev_ctx = ctx;
-	dev_pd = pd;
-	dev_max_rd_atom = max_rd_atom;
-	dev_max_init_rd_atom = max_init_rd_atom;
+	if (ndevs < MASQ_MAX_VDEVS)
+		devs[ndevs++] = (struct cm_dev){ .ctx = ctx,
+						 .pd = pd,
+						 .max_rd_atom = max_rd_atom,
+						 .max_init_rd_atom = max_init_rd_atom,
+						 .vips = { vip },
+						 .nvips = 1 };
 	pthread_mutex_unlock(&masq_cm_dev_lock);
 }
 
-/* The masq virtual device (libmasq's own ibv_get_device_list and
- * ibv_open_device), or NULL with errno set. */
-struct ibv_context *masq_cm_device(void)
+static uint8_t clamp_depth(int v)
 {
+	return (uint8_t)(v > 0xfe ? 0xfe : v);
+}
+
+/* Call under masq_cm_dev_lock: open dev as the next device. 0 or an errno. */
+static int open_one(struct ibv_device *dev)
+{
+	struct cm_dev *d = &devs[ndevs];
 	struct ibv_device_attr attr;
+
+	memset(d, 0, sizeof(*d));
+	d->ctx = ibv_open_device(dev);
+	if (!d->ctx)
+		return errno;
+	d->max_rd_atom = d->max_init_rd_atom = 1;
+	if (ibv_query_device(d->ctx, &attr) == 0) {
+		d->max_rd_atom = clamp_depth(attr.max_qp_rd_atom);
+		d->max_init_rd_atom = clamp_depth(attr.max_qp_init_rd_atom);
+	}
+	d->nvips = masq_ctx_ipv4s(d->ctx, d->vips, MASQ_MAX_GIDS);
+	ndevs++;
+	return 0;
+}
+
+/* Call under masq_cm_dev_lock: open the masq virtual devices (libmasq's
+ * own ibv_get_device_list and ibv_open_device) unless open. 0, or -1 with
+ * errno set. */
+static int open_devices(void)
+{
 	struct ibv_device **list;
-	struct ibv_context *ctx;
-	int n = 0;
+	int n = 0, i, err = ENODEV;
+
+	if (ndevs)
+		return 0;
+	if (masq_cm_have_verbs())
+		return -1;
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return -1;
+	for (i = 0; i < n && ndevs < MASQ_MAX_VDEVS; i++) {
+		err = open_one(list[i]);
+		if (err)
+			masq_log("RDMA CM: cannot open %s: %s", list[i]->name, strerror(err));
+	}
+	masq_cm_vb.free_device_list(list);
+	return ndevs ? 0 : fail(err);
+}
+
+/* Call under masq_cm_dev_lock: ctx's device, or NULL. */
+static struct cm_dev *dev_of(const struct ibv_context *ctx)
+{
+	int i;
+
+	for (i = 0; ctx && i < ndevs; i++)
+		if (devs[i].ctx == ctx)
+			return &devs[i];
+	return NULL;
+}
+
+/* Call under masq_cm_dev_lock, the devices open: the one holding addr,
+ * else device 0 (also for 0.0.0.0, which none holds). */
+static struct cm_dev *dev_holding(in_addr_t addr)
+{
+	unsigned int j;
+	int i;
+
+	for (i = 0; i < ndevs; i++)
+		for (j = 0; j < devs[i].nvips; j++)
+			if (devs[i].vips[j] == addr)
+				return &devs[i];
+	return &devs[0];
+}
+
+struct ibv_context *masq_cm_device(in_addr_t addr)
+{
+	struct ibv_context *ctx = NULL;
 
 	pthread_mutex_lock(&masq_cm_dev_lock);
-	if (dev_ctx) {
-		ctx = dev_ctx;
-		pthread_mutex_unlock(&masq_cm_dev_lock);
-		return ctx;
-	}
-	if (masq_cm_have_verbs()) {
-		pthread_mutex_unlock(&masq_cm_dev_lock);
-		return NULL;
-	}
-	list = ibv_get_device_list(&n);
-	if (!list) {
-		pthread_mutex_unlock(&masq_cm_dev_lock);
-		return NULL;
-	}
-	ctx = n > 0 ? ibv_open_device(list[0]) : NULL;
-	if (n <= 0)
-		errno = ENODEV;
-	masq_cm_vb.free_device_list(list);
-	if (ctx) {
-		if (ibv_query_device(ctx, &attr) == 0) {
-			dev_max_rd_atom = (uint8_t)(attr.max_qp_rd_atom > 0xfe ? 0xfe
-							   : attr.max_qp_rd_atom);
-			dev_max_init_rd_atom = (uint8_t)(attr.max_qp_init_rd_atom > 0xfe
-								? 0xfe
-								: attr.max_qp_init_rd_atom);
-		}
-		dev_ctx = ctx;
-	}
+	if (open_devices() == 0)
+		ctx = dev_holding(addr)->ctx;
 	pthread_mutex_unlock(&masq_cm_dev_lock);
 	return ctx;
 }
 
-/* The default PD of the CM device, for QPs created without one. */
-struct ibv_pd *masq_cm_default_pd(void)
+int masq_cm_devices(struct ibv_context **out, int max)
 {
-	struct ibv_context *ctx = masq_cm_device();
-	struct ibv_pd *pd;
+	int i = 0;
 
-	if (!ctx)
-		return NULL;
 	pthread_mutex_lock(&masq_cm_dev_lock);
-	if (!dev_pd)
-		dev_pd = masq_cm_vb.alloc_pd(ctx);
-	pd = dev_pd;
+	if (open_devices() == 0)
+		for (; i < ndevs && i < max; i++)
+			out[i] = devs[i].ctx;
+	pthread_mutex_unlock(&masq_cm_dev_lock);
+	return i;
+}
+
+struct ibv_pd *masq_cm_default_pd(struct ibv_context *ctx)
+{
+	struct cm_dev *d;
+	struct ibv_pd *pd = NULL;
+
+	pthread_mutex_lock(&masq_cm_dev_lock);
+	d = dev_of(ctx);
+	if (d && !d->pd)
+		d->pd = masq_cm_vb.alloc_pd(ctx);
+	if (d)
+		pd = d->pd;
+	else
+		errno = ENODEV;
 	pthread_mutex_unlock(&masq_cm_dev_lock);
 	return pd;
 }
 
-void masq_cm_device_limits(uint8_t *rd_atom, uint8_t *init_rd_atom)
+void masq_cm_device_limits(const struct ibv_context *ctx, uint8_t *rd_atom, uint8_t *init_rd_atom)
 {
+	struct cm_dev *d;
+
 	pthread_mutex_lock(&masq_cm_dev_lock);
-	*rd_atom = dev_max_rd_atom;
-	*init_rd_atom = dev_max_init_rd_atom;
+	d = dev_of(ctx);
+	*rd_atom = d ? d->max_rd_atom : 1;
+	*init_rd_atom = d ? d->max_init_rd_atom : 1;
 	pthread_mutex_unlock(&masq_cm_dev_lock);
 }

@@ -195,21 +195,22 @@ void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 
 struct ibv_context **rdma_get_devices(int *num_devices)
 {
-	struct ibv_context **list = calloc(2, sizeof(*list));
+	struct ibv_context **list = calloc(MASQ_MAX_VDEVS + 1, sizeof(*list));
+	int n;
 
 	if (!list) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	list[0] = masq_cm_device();
+	n = masq_cm_devices(list, MASQ_MAX_VDEVS);
 	if (num_devices)
-		*num_devices = list[0] ? 1 : 0;
+		*num_devices = n;
 	return list;
 }
 
 void rdma_free_devices(struct ibv_context **list)
 {
-	free(list); /* the device itself stays open for the process */
+	free(list); /* the devices themselves stay open for the process */
 }
 
 const char *rdma_event_str(enum rdma_cm_event_type event)

@@ -71,15 +71,15 @@ void masq_cm_set_restore(struct cm_id *c, uint32_t state)
 
 void masq_cm_attach_device(struct cm_id *c)
 {
-	struct ibv_context *ctx = masq_cm_device();
+	struct ibv_context *ctx = masq_cm_device(c->id.route.addr.src_sin.sin_addr.s_addr);
 
 	if (!ctx)
 		return;
 	/* With the device comes its PD, as librdmacm's ucma_get_device gives
 	 * every id one: apps make their own QP or MR on id->pd (pyverbs'
 	 * CMID.pd). No PD: no device either, and the caller's error. */
-	if (!c->id.pd) {
-		c->id.pd = masq_cm_default_pd();
+	if (!c->id.pd || c->id.pd->context != ctx) {
+		c->id.pd = masq_cm_default_pd(ctx);
 		if (!c->id.pd)
 			return;
 	}

@@ -77,9 +77,17 @@ struct ibv_qp *masq_cm_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_
 /* ------------------------------------------------------------ device (device.c) */
 
 extern pthread_mutex_t masq_cm_dev_lock;
-struct ibv_context *masq_cm_device(void);
-struct ibv_pd *masq_cm_default_pd(void);
-void masq_cm_device_limits(uint8_t *rd_atom, uint8_t *init_rd_atom);
+/* The device whose GID table holds IPv4 address addr (network order);
+ * device 0 for INADDR_ANY or an address none holds. NULL, with errno set,
+ * when no device opens. */
+struct ibv_context *masq_cm_device(in_addr_t addr);
+/* Every device, in order, at most max: how many. */
+int masq_cm_devices(struct ibv_context **out, int max);
+/* ctx's default PD, for ids and QPs given none; NULL with errno set. */
+struct ibv_pd *masq_cm_default_pd(struct ibv_context *ctx);
+/* ctx's depth limits (1 for a context that is not a CM device). */
+void masq_cm_device_limits(const struct ibv_context *ctx, uint8_t *rd_atom,
+			   uint8_t *init_rd_atom);
 
 /* ------------------------------------------------------------ masqd (conn.c) */
 

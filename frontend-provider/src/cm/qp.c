@@ -223,7 +223,7 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		return -1;
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
-		attr->pd = id->pd ? id->pd : masq_cm_default_pd();
+		attr->pd = id->pd ? id->pd : masq_cm_default_pd(id->verbs);
 		if (!attr->pd)
 			return -1;
 	}

@@ -204,7 +204,7 @@ int masq_debug_on(void)
 }
 
 static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
-		 uint32_t features)
+		 uint32_t features, uint8_t vdev)
 {
 	extern char *program_invocation_short_name;
 	struct masq_msg_hello_req req;
@@ -214,6 +214,7 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
 
 	masq_msg_hello_req_init(&req);
 	req.body.features = features;
+	req.body.vdev = vdev;
 	masq_copy_name(req.body.app_name, sizeof(req.body.app_name),
 		       program_invocation_short_name);
 	n = masq_roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
@@ -223,7 +224,7 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
 	return -err;
 }
 
-static void fill_device(struct masq_device *out, const struct masq_hello_reply *r)
+static void fill_device(struct masq_device *out, uint8_t vdev, const struct masq_hello_reply *r)
 {
 	memset(out, 0, sizeof(*out));
 	masq_copy_name(out->vdev_name, sizeof(out->vdev_name), r->vdev_name);
@@ -232,9 +233,12 @@ static void fill_device(struct masq_device *out, const struct masq_hello_reply *
 	out->sys_image_guid = r->sys_image_guid;
 	out->phys_port = r->phys_port;
 	out->gid_count = r->gid_count;
+	out->vdev = vdev;
+	out->vdev_count = r->vdev_count ? r->vdev_count : 1;
 }
 
-int masq_describe_device(struct masq_device *out)
+/* HELLO naming vdev on a short-lived connection. 0 or an errno. */
+static int describe_device(uint8_t vdev, struct masq_device *out)
 {
 	struct masq_msg_hello_reply rep;
 	uint32_t id = 0;
@@ -242,15 +246,37 @@ int masq_describe_device(struct masq_device *out)
 
 	sock = connect_masqd(masq_socket_path());
 	if (sock < 0)
-		return -1;
-	err = hello(sock, &id, &rep, 0);
+		return errno;
+	err = hello(sock, &id, &rep, 0, vdev);
 	close(sock);
+	if (!err)
+		fill_device(out, vdev, &rep.body);
+	return err;
+}
+
+int masq_describe_devices(struct masq_device *out, unsigned int max)
+{
+	unsigned int count, v, n = 1;
+	int err = describe_device(0, &out[0]);
+
 	if (err) {
 		errno = err;
 		return -1;
 	}
-	fill_device(out, &rep.body);
-	return 0;
+	/* Only a masqd that counted more takes a non-zero vdev. */
+	count = out[0].vdev_count;
+	if (count > max) {
+		masq_log("masqd serves %u devices; only the first %u are shown", count, max);
+		count = max;
+	}
+	for (v = 1; v < count; v++) {
+		err = describe_device((uint8_t)v, &out[n]);
+		if (err)
+			masq_log("masqd does not describe device %u: %s", v, strerror(err));
+		else
+			n++;
+	}
+	return (int)n;
 }
 
 int masq_conn_open(struct masq_conn *c)
@@ -262,7 +288,9 @@ int masq_conn_open(struct masq_conn *c)
 	c->fd = connect_masqd(masq_socket_path());
 	if (c->fd < 0)
 		return errno;
-	err = hello(c->fd, &c->next_request, &rep, 0);
+	/* The CM's requests name addresses, not a device: device 0, which
+	 * every masqd takes. */
+	err = hello(c->fd, &c->next_request, &rep, 0, 0);
 	if (err) {
 		close(c->fd);
 		c->fd = -1;
@@ -295,10 +323,10 @@ ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[M
 	return n;
 }
 
-/* Connect, HELLO, OPEN_DEVICE with cmd_fd: a new session socket, or -1
- * with *err set. */
-int masq_open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t *session_id,
-		      uint8_t *port, uint32_t *features, int *err)
+/* Connect, HELLO naming vdev, OPEN_DEVICE with cmd_fd: a new session
+ * socket, or -1 with *err set. */
+int masq_open_session(const char *path, int cmd_fd, uint8_t vdev, uint32_t *next_id,
+		      uint32_t *session_id, uint8_t *port, uint32_t *features, int *err)
 {
 	struct masq_msg_open_device_req req;
 	struct masq_msg_open_device_reply rep;
@@ -313,7 +341,7 @@ int masq_open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t 
 		return -1;
 	}
 	*next_id = 0;
-	*err = hello(sock, next_id, &hrep, MASQ_FEATURE_POSTED);
+	*err = hello(sock, next_id, &hrep, MASQ_FEATURE_POSTED, vdev);
 	if (!*err) {
 		*session_id = hrep.body.session_id;
 		*features = hrep.body.features;

@@ -27,10 +27,10 @@ ssize_t masq_roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len, i
 /* The connection to masqd is gone (as opposed to a refused request). */
 int masq_lost(ssize_t n);
 
-/* Connect, HELLO, OPEN_DEVICE with cmd_fd: a new session socket, or -1
- * with *err set. */
-int masq_open_session(const char *path, int cmd_fd, uint32_t *next_id, uint32_t *session_id,
-		      uint8_t *port, uint32_t *features, int *err);
+/* Connect, HELLO naming vdev, OPEN_DEVICE with cmd_fd: a new session
+ * socket, or -1 with *err set. */
+int masq_open_session(const char *path, int cmd_fd, uint8_t vdev, uint32_t *next_id,
+		      uint32_t *session_id, uint8_t *port, uint32_t *features, int *err);
 
 /* Wake s's watcher (it polls the socket and an eventfd). */
 void masq_wake_watcher(struct masq_session *s);

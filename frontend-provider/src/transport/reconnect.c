@@ -168,8 +168,9 @@ static void *watcher_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 		if (backoff)
 			nap(s, backoff);
-		sock = masq_open_session(s->path, s->cmd_fd, &next_id, &sid, &port, &features,
-					 &err);
+		/* s->vdev: the same device, which the uverbs fd is of. */
+		sock = masq_open_session(s->path, s->cmd_fd, s->vdev, &next_id, &sid, &port,
+					 &features, &err);
 		pthread_mutex_lock(&s->lock);
 		if (s->closing) {
 			if (sock >= 0)

@@ -64,7 +64,7 @@ ssize_t masq_session_call(struct masq_session *s, void *req, size_t len, int pas
 	}
 }
 
-int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
+int masq_session_open(struct masq_session *s, int cmd_fd, uint8_t vdev, int watch)
 {
 	const char *path = masq_socket_path();
 	uint32_t features = 0;
@@ -74,13 +74,14 @@ int masq_session_open(struct masq_session *s, int cmd_fd, int watch)
 	s->fd = -1;
 	s->wake_fd = -1;
 	s->cmd_fd = cmd_fd;
+	s->vdev = vdev;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	if (strlen(path) >= sizeof(s->path))
 		return ENAMETOOLONG;
 	strcpy(s->path, path);
-	s->fd = masq_open_session(s->path, cmd_fd, &s->next_request, &s->session_id, &s->port,
-				  &features, &err);
+	s->fd = masq_open_session(s->path, cmd_fd, vdev, &s->next_request, &s->session_id,
+				  &s->port, &features, &err);
 	if (s->fd < 0)
 		return err;
 	s->posted = (features & MASQ_FEATURE_POSTED) != 0;

@@ -97,8 +97,10 @@ type Live<'a> = (&'a str, Pair, Pair);
 struct EndpointRules {
     /// Path below the cgroup v2 root, e.g. `tenants/acme-a`.
     cgroup: String,
-    /// (VNI, vIP): an entry's local side names its endpoint.
-    at: (u32, Ipv4Addr),
+    /// (VNI, vIP) by endpoint name: an entry's local side names its
+    /// endpoint. The endpoint's own, and those of its further devices
+    /// (`deviceOf`), whose packets its apps' cgroup sends.
+    at: BTreeMap<String, (u32, Ipv4Addr)>,
 }
 
 #[derive(Default)]
@@ -184,7 +186,9 @@ impl Backstop {
         })?;
         let mut rules = BTreeMap::new();
         let mut seen = HashMap::new();
-        for e in endpoints {
+        let (further, own): (Vec<&EndpointConfig>, Vec<&EndpointConfig>) =
+            endpoints.iter().partition(|e| e.device_of.is_some());
+        for e in own {
             let id = nft_id(&e.name);
             if let Some(other) = seen.insert(id.clone(), e.name.clone()) {
                 return Err(format!(
@@ -193,6 +197,11 @@ impl Backstop {
                 ));
             }
             rules.insert(id, EndpointRules::of(&parent, e));
+        }
+        for e in further {
+            if let Some(r) = e.device_of.as_ref().and_then(|p| rules.get_mut(&nft_id(p))) {
+                r.at.insert(e.name.clone(), (e.vni, e.vip));
+            }
         }
         let b = Backstop {
             nft: Nft::new()?,
@@ -263,7 +272,10 @@ impl Backstop {
         for id in endpoints.keys() {
             s.push_str(&endpoint_rules(id));
         }
-        let vnis: std::collections::BTreeSet<u32> = endpoints.values().map(|e| e.at.0).collect();
+        let vnis: std::collections::BTreeSet<u32> = endpoints
+            .values()
+            .flat_map(|e| e.at.values().map(|a| a.0))
+            .collect();
         for vni in vnis {
             s.push_str(&vni_rules(vni));
         }
@@ -320,6 +332,16 @@ flush chain {t} ud_in
     /// in the verdict map if it exists (else `refresh_cgroups` adds it).
     pub fn add_endpoint(&self, e: &EndpointConfig) -> Result<(), String> {
         let mut el = self.lock();
+        if let Some(p) = &e.device_of {
+            // Its packets leave from its apps' cgroup: its endpoint's chain.
+            let rules = el
+                .endpoints
+                .get_mut(&nft_id(p))
+                .ok_or_else(|| format!("endpoint {p} is not in the backstop"))?;
+            self.nft.run(&vni_rules(e.vni))?;
+            rules.at.insert(e.name.clone(), (e.vni, e.vip));
+            return Ok(());
+        }
         let id = nft_id(&e.name);
         if el.endpoints.contains_key(&id) {
             return Err(format!("endpoint {} is in the backstop already", e.name));
@@ -347,6 +369,10 @@ flush chain {t} ud_in
         let mut el = self.lock();
         let id = nft_id(name);
         if el.endpoints.remove(&id).is_none() {
+            // A further device: its address leaves its endpoint's chain.
+            for r in el.endpoints.values_mut() {
+                r.at.remove(name);
+            }
             return Ok(());
         }
         el.cgroups.remove(&id);

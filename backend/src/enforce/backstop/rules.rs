@@ -19,7 +19,7 @@ impl EndpointRules {
     pub(super) fn of(parent: &str, e: &EndpointConfig) -> EndpointRules {
         EndpointRules {
             cgroup: format!("{parent}/{}", e.name),
-            at: (e.vni, e.vip),
+            at: BTreeMap::from([(e.name.clone(), (e.vni, e.vip))]),
         }
     }
 }
@@ -118,7 +118,7 @@ pub(super) fn adopted_element(path: &str, id: &str) -> String {
 pub(super) fn endpoint_of(endpoints: &BTreeMap<EpId, EndpointRules>, e: &Entry) -> Option<EpId> {
     endpoints
         .iter()
-        .find(|(_, r)| r.at == (e.vni, e.local_vip))
+        .find(|(_, r)| r.at.values().any(|a| *a == (e.vni, e.local_vip)))
         .map(|(id, _)| id.clone())
 }
 

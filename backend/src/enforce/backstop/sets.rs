@@ -114,7 +114,10 @@ impl Backstop {
     /// with no endpoint here has no chain, and nothing to reach.
     pub fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         let mut el = self.lock();
-        let served = el.endpoints.values().any(|e| e.at.0 == vni);
+        let served = el
+            .endpoints
+            .values()
+            .any(|e| e.at.values().any(|a| a.0 == vni));
         let mut cmd = Vec::new();
         let had = el.ud_remote.get(&(host, qpn)).copied();
         if up && had == Some(vni) {
@@ -314,7 +317,11 @@ impl Backstop {
             "flush set {t} conn_in\nflush set {t} tenant_qpns\n\
              flush set {t} ud_qpns\nflush map {t} ud_from\n"
         );
-        let vnis: std::collections::BTreeSet<u32> = el.endpoints.values().map(|e| e.at.0).collect();
+        let vnis: std::collections::BTreeSet<u32> = el
+            .endpoints
+            .values()
+            .flat_map(|e| e.at.values().map(|a| a.0))
+            .collect();
         for vni in &vnis {
             let _ = writeln!(cmd, "flush set {t} udq_{vni}");
         }

@@ -214,7 +214,7 @@ pub enum EndpointCmd {
     /// backstop chain and tcp/udp rules. It is checked as the config file's
     /// endpoints are; a bad one changes nothing. masqd keeps it across
     /// restarts until it is deleted.
-    Add(EndpointAddArgs),
+    Add(Box<EndpointAddArgs>),
     /// Stop serving an endpoint.
     ///
     /// Its apps' QPs go to ERROR (work requests flush), their sessions and
@@ -245,6 +245,14 @@ pub struct EndpointAddArgs {
     /// The vNIC inside that namespace.
     #[arg(long, default_value = "eth0", value_name = "IFNAME")]
     pub vnic: String,
+    /// The rail (masqd.yaml's rails[].name) its virtual device is on;
+    /// default the first.
+    #[arg(long, value_name = "RAIL")]
+    pub rail: Option<String>,
+    /// Make it a further virtual device of endpoint NAME on this host
+    /// (its apps' vrdma1, say, on another rail): served on NAME's socket.
+    #[arg(long, value_name = "NAME")]
+    pub device_of: Option<String>,
     /// Host side of the vNIC (a bridge port), for the policy's tcp/udp rules.
     #[arg(long, requires = "bridge", value_name = "IFNAME")]
     pub host_if: Option<String>,
@@ -490,6 +498,8 @@ impl EndpointAddArgs {
             // Not canonicalized: /proc/PID/ns/net must stay as given.
             netns: std::path::absolute(&a.netns).unwrap_or(a.netns),
             vnic: a.vnic,
+            rail: a.rail,
+            device_of: a.device_of,
             host_if: a.host_if,
             bridge: a.bridge,
             socket: None,

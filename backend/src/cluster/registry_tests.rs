@@ -1,0 +1,269 @@
+//! The registry's placements, checks and listings.
+
+use super::*;
+use crate::cluster::endpoint::Origin;
+
+fn cfg() -> Config {
+    Config::parse(
+        "device: rxe0\n\
+         underlay: { netdev: eth0, ip: 198.18.0.1 }\n\
+         vpc:\n\
+         \x20 - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }\n\
+         \x20 - { tenant: acme, vni: 100, vip: 10.0.0.2, host: 198.18.0.2, name: acme-b }\n",
+        "t.yaml",
+    )
+    .unwrap()
+}
+
+fn ep(name: &str, tenant: &str, vni: u32, vip: &str) -> EndpointConfig {
+    EndpointConfig {
+        name: name.into(),
+        tenant: tenant.into(),
+        vni,
+        vip: vip.parse().unwrap(),
+        netns: format!("/run/netns/{name}").into(),
+        vnic: "eth0".into(),
+        rail: None,
+        device_of: None,
+        host_if: None,
+        bridge: None,
+        socket: None,
+        max_connections: None,
+        rdma_limits: None,
+        max_rate_mbps: None,
+        cni: None,
+    }
+}
+
+fn add(r: &Registry, e: EndpointConfig) {
+    r.check_new(&e).unwrap();
+    let sock = e.socket_path(Path::new("/run/masq"));
+    r.insert(Arc::new(Endpoint::new(e, sock, Origin::Command, None)));
+}
+
+/// A registry the config file's source has fed.
+fn registry() -> Registry {
+    let r = Registry::new(&cfg());
+    let refused = r.feed(SourceId::File, crate::source::file_placements(&cfg()));
+    assert!(refused.is_empty(), "{refused:?}");
+    r
+}
+
+#[test]
+fn an_endpoint_comes_and_goes_with_the_map_entry_it_brought() {
+    let r = registry();
+    add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+    assert_eq!(
+        r.vpc()
+            .lookup(100, "10.0.0.3".parse().unwrap())
+            .map(|p| p.host),
+        Some("198.18.0.1".parse().unwrap())
+    );
+    assert!(r
+        .policy_refs()
+        .iter()
+        .any(|e| e.name == "acme-c" && e.tenant == "acme"));
+    assert_eq!(
+        r.local_at(100, "10.0.0.3".parse().unwrap())
+            .map(|e| e.cfg.name.clone()),
+        Some("acme-c".into())
+    );
+    let gone = r.remove("acme-c").unwrap();
+    assert!(gone.is_removed());
+    assert!(r.vpc().lookup(100, "10.0.0.3".parse().unwrap()).is_none());
+    assert!(r.local().is_empty());
+    assert!(r.remove("acme-c").is_none());
+}
+
+#[test]
+fn a_file_placed_endpoint_keeps_its_map_entry_when_removed() {
+    let r = registry();
+    add(&r, ep("acme-a", "acme", 100, "10.0.0.1"));
+    r.remove("acme-a").unwrap();
+    assert!(r.vpc().lookup(100, "10.0.0.1".parse().unwrap()).is_some());
+}
+
+#[test]
+fn conflicts_are_refused_naming_the_field() {
+    let r = registry();
+    add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+    let err = |e: EndpointConfig| r.check_new(&e).unwrap_err();
+    assert!(err(ep("acme-c", "acme", 100, "10.0.0.4"))
+        .contains("endpoint acme-c: an endpoint of that name exists"));
+    assert!(err(ep("acme_c", "acme", 100, "10.0.0.4")).contains("same nftables name"));
+    assert!(err(ep("evil", "globex", 100, "10.0.0.9"))
+        .contains("endpoint evil.vni: VNI 100 belongs to tenant \"acme\""));
+    assert!(err(ep("acme-d", "acme", 100, "10.0.0.3"))
+        .contains("endpoint acme-d.vip: 10.0.0.3 in VNI 100 is endpoint acme-c's"));
+    assert!(err(ep("acme-d", "acme", 100, "10.0.0.2"))
+        .contains("on host 198.18.0.2 (acme-b), not here"));
+    assert!(err(ep("acme-b", "acme", 100, "10.0.0.7"))
+        .contains("endpoint acme-b.name: the VPC map names VNI 100 vIP 10.0.0.2"));
+    assert!(err(ep("acme d", "acme", 100, "10.0.0.7")).contains("endpoint acme d.name"));
+    let mut rel = ep("acme-e", "acme", 100, "10.0.0.7");
+    rel.netns = "netns/acme-e".into();
+    assert!(err(rel).contains("endpoint acme-e.netns"));
+    // A VNI nobody holds is free for any tenant.
+    r.check_new(&ep("globex-z", "globex", 300, "10.0.0.1"))
+        .unwrap();
+}
+
+fn placement(host: &str, name: &str, vni: u32, vip: &str) -> Placement {
+    Placement {
+        host: host.parse().unwrap(),
+        name: Some(name.into()),
+        tenant: "acme".into(),
+        vni,
+        vip: vip.parse().unwrap(),
+        rail: None,
+        underlay: None,
+    }
+}
+
+fn host_of(r: &Registry, vip: &str) -> Option<String> {
+    r.vpc()
+        .lookup(100, vip.parse().unwrap())
+        .map(|p| p.host.to_string())
+}
+
+#[test]
+fn the_cluster_feeds_other_hosts_endpoints() {
+    let r = registry();
+    add(&r, ep("acme-a", "acme", 100, "10.0.0.1"));
+    let refused = r.feed(
+        SourceId::Cluster,
+        vec![
+            placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+            // Conflicts: this host's own address, a local name, a taken vIP.
+            placement("198.18.0.1", "acme-y", 100, "10.0.0.9"),
+            placement("198.18.0.3", "acme-a", 100, "10.0.0.7"),
+            placement("198.18.0.4", "acme-z", 100, "10.0.0.8"),
+        ],
+    );
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
+    // An endpoint that moves to another host follows; the same word
+    // again changes nothing, and says so.
+    let moved = placement("198.18.0.4", "acme-x", 100, "10.0.0.8");
+    assert_eq!(r.place(SourceId::Cluster, moved.clone()), Ok(true));
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.4"));
+    assert_eq!(r.place(SourceId::Cluster, moved), Ok(false));
+    assert!(
+        !r.unplace(SourceId::Cluster, "198.18.0.3".parse().unwrap(), "acme-x"),
+        "a stale host's delete is ignored"
+    );
+    assert!(r.unplace(SourceId::Cluster, "198.18.0.4".parse().unwrap(), "acme-x"));
+    assert_eq!(host_of(&r, "10.0.0.8"), None);
+    assert_eq!(r.placed_by(SourceId::Cluster).len(), 0);
+}
+
+#[test]
+fn each_source_keeps_its_own_word_and_the_cluster_ranks_over_the_file() {
+    let r = registry();
+    let source_of = |vip: &str| {
+        r.listing()
+            .into_iter()
+            .find(|row| row["vip"] == vip)
+            .map(|row| row["source"].as_str().unwrap_or_default().to_string())
+    };
+    // The cluster places the file's acme-b elsewhere: its word wins...
+    r.place(
+        SourceId::Cluster,
+        placement("198.18.0.5", "acme-b", 100, "10.0.0.2"),
+    )
+    .unwrap();
+    assert_eq!(host_of(&r, "10.0.0.2").as_deref(), Some("198.18.0.5"));
+    assert_eq!(source_of("10.0.0.2").as_deref(), Some("cluster"));
+    assert!(r.policy_refs().iter().any(|e| e.name == "acme-b"));
+    // ...and when it takes it away, the file's entry is back.
+    assert!(r.unplace(SourceId::Cluster, "198.18.0.5".parse().unwrap(), "acme-b"));
+    assert_eq!(host_of(&r, "10.0.0.2").as_deref(), Some("198.18.0.2"));
+    assert_eq!(source_of("10.0.0.2").as_deref(), Some("file"));
+    // A file feed again replaces only the file's entries.
+    r.place(
+        SourceId::Cluster,
+        placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+    )
+    .unwrap();
+    assert!(r.feed(SourceId::File, vec![]).is_empty());
+    assert_eq!(host_of(&r, "10.0.0.2"), None);
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
+    // A tenant a VNI does not belong to is refused from any source.
+    let mut other = placement("198.18.0.3", "globex-a", 100, "10.0.0.20");
+    other.tenant = "globex".into();
+    assert!(r
+        .place(SourceId::File, other)
+        .unwrap_err()
+        .contains("VNI 100 belongs to tenant \"acme\""));
+}
+
+#[test]
+fn the_census_counts_hosts_and_entries_by_source() {
+    let r = registry();
+    assert_eq!(r.census(), (2, [("local", 0), ("cluster", 0), ("file", 2)]));
+    add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+    r.place(
+        SourceId::Cluster,
+        placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+    )
+    .unwrap();
+    assert_eq!(r.census(), (3, [("local", 1), ("cluster", 1), ("file", 2)]));
+}
+
+#[test]
+fn a_local_endpoint_ranks_over_every_source_and_unnamed_entries_stay_unnamed() {
+    let r = registry();
+    let mut unnamed = placement("198.18.0.1", "x", 100, "10.0.0.3");
+    unnamed.name = None;
+    let mut feed = crate::source::file_placements(&cfg());
+    feed.push(unnamed);
+    assert!(r.feed(SourceId::File, feed).is_empty());
+    assert!(!r
+        .policy_refs()
+        .iter()
+        .any(|e| e.vip == "10.0.0.3".parse::<Ipv4Addr>().unwrap()));
+    // This host's endpoint at the file's unnamed entry takes it over.
+    add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
+    assert!(r.policy_refs().iter().any(|e| e.name == "acme-c"));
+    // The cluster cannot place anything at a local endpoint's address.
+    let err = r
+        .place(
+            SourceId::Cluster,
+            placement("198.18.0.9", "acme-q", 100, "10.0.0.3"),
+        )
+        .unwrap_err();
+    assert!(err.contains("is local endpoint acme-c's"), "{err}");
+    // Gone again: the file's unnamed entry is back.
+    r.remove("acme-c").unwrap();
+    assert_eq!(host_of(&r, "10.0.0.3").as_deref(), Some("198.18.0.1"));
+    assert!(!r.policy_refs().iter().any(|e| e.name == "acme-c"));
+}
+
+#[test]
+fn the_runtime_file_round_trips() {
+    let dir = std::env::temp_dir().join(format!("masq-rt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runtime-endpoints.yaml");
+    assert!(RuntimeFile::load(&path).unwrap().endpoints.is_empty());
+    let mut e = ep("acme-c", "acme", 100, "10.0.0.3");
+    e.host_if = Some("ve-acme-c".into());
+    e.bridge = Some("mbr100".into());
+    let pods = [("acme-c".to_string(), "kubepods/pod1".to_string())];
+    RuntimeFile {
+        endpoints: vec![e.clone()],
+        pod_cgroups: pods.clone().into(),
+    }
+    .store(&path)
+    .unwrap();
+    let back = RuntimeFile::load(&path).unwrap();
+    assert_eq!(back.endpoints, vec![e]);
+    assert_eq!(back.pod_cgroups, pods.into());
+    // A file from before pods' cgroups were kept still loads.
+    std::fs::write(&path, "endpoints: []").unwrap();
+    assert!(RuntimeFile::load(&path).unwrap().pod_cgroups.is_empty());
+    std::fs::write(&path, "endpoints: [{ name: x, bogus: 1 }]").unwrap();
+    assert!(RuntimeFile::load(&path)
+        .unwrap_err()
+        .contains("runtime-endpoints.yaml"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
