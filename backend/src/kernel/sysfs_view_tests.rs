@@ -1,0 +1,348 @@
+//! The sysfs view's rendering and its life on disk.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::Ipv4Addr;
+use vbond::{ipv4_mapped_gid, link_local_gid, VirtualGid};
+
+const MAC: [u8; 6] = [0xf2, 0x23, 0x2e, 0x35, 0x5d, 0x41];
+const PHYS_GIDS: [&str; 2] = [
+    "fe80:0000:0000:0000:5054:00ff:fe00:0001",
+    "0000:0000:0000:0000:0000:ffff:c612:0001",
+];
+
+/// A physical rxe0 as the kernel lays it out, with its underlay GIDs.
+fn phys_fixture(root: &Path) {
+    let dev = root.join("class/infiniband/rxe0");
+    let port = dev.join("ports/1");
+    for d in ["gids", "gid_attrs/types", "gid_attrs/ndevs", "pkeys"] {
+        fs::create_dir_all(port.join(d)).unwrap();
+    }
+    for (f, v) in [
+        ("node_type", "1: CA\n"),
+        ("fw_ver", "0.0.0\n"),
+        ("node_desc", "rxe0 on host1\n"),
+        ("node_guid", "5054:00ff:fe00:0001\n"),
+        ("parent", "eth0\n"),
+        ("ports/1/state", "4: ACTIVE\n"),
+        ("ports/1/phys_state", "5: LinkUp\n"),
+        ("ports/1/link_layer", "Ethernet\n"),
+        ("ports/1/rate", "10 Gb/sec (1X QDR)\n"),
+        ("ports/1/lid", "0x0\n"),
+        ("ports/1/sm_lid", "0x0\n"),
+        ("ports/1/sm_sl", "0\n"),
+        ("ports/1/lid_mask_count", "0\n"),
+        ("ports/1/cap_mask", "0x00890000\n"),
+        ("ports/1/pkeys/0", "0xffff\n"),
+        ("ports/1/gid_attrs/ndevs/1", "eth0\n"),
+        ("ports/1/gid_attrs/types/1", "RoCE v2\n"),
+    ] {
+        fs::write(dev.join(f), v).unwrap();
+    }
+    for (i, g) in PHYS_GIDS.iter().enumerate() {
+        fs::write(port.join(format!("gids/{i}")), format!("{g}\n")).unwrap();
+    }
+    fs::create_dir_all(root.join("class/infiniband_verbs")).unwrap();
+    fs::write(root.join("class/infiniband_verbs/abi_version"), "6\n").unwrap();
+}
+
+fn device(vips: &[Ipv4Addr]) -> VirtualDevice {
+    let mut gids = vec![VirtualGid {
+        index: 0,
+        gid: link_local_gid(MAC),
+        roce_v2: true,
+    }];
+    for ip in vips {
+        gids.push(VirtualGid {
+            index: gids.len() as u32,
+            gid: ipv4_mapped_gid(*ip),
+            roce_v2: true,
+        });
+    }
+    VirtualDevice {
+        name: "vrdma0".into(),
+        port: 1,
+        node_guid: vbond::guid_from_mac(MAC),
+        ndev: "eth0".into(),
+        gids,
+        gid_tbl_len: 0,
+    }
+}
+
+fn as_map(files: &[(PathBuf, String)]) -> BTreeMap<String, String> {
+    files
+        .iter()
+        .map(|(p, v)| (p.display().to_string(), v.clone()))
+        .collect()
+}
+
+/// Every file under `dir`, following the device symlink as a reader would.
+fn tree(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                let rel = p.strip_prefix(base).unwrap().display().to_string();
+                out.insert(rel, fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn kernel_formats() {
+    assert_eq!(
+        sysfs_gid(&ipv4_mapped_gid(Ipv4Addr::new(10, 0, 0, 1))),
+        "0000:0000:0000:0000:0000:ffff:0a00:0001\n"
+    );
+    assert_eq!(
+        sysfs_gid(&link_local_gid(MAC)),
+        "fe80:0000:0000:0000:f023:2eff:fe35:5d41\n"
+    );
+    assert_eq!(
+        sysfs_guid(vbond::guid_from_mac(MAC)),
+        "f023:2eff:fe35:5d41\n"
+    );
+}
+
+#[test]
+fn renders_the_virtual_device_with_the_physical_ports_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    phys_fixture(dir.path());
+    let phys = read_phys_attrs(dir.path(), "rxe0", 1);
+    let m = as_map(&render(&device(&[Ipv4Addr::new(10, 0, 0, 1)]), &phys));
+    let d = "class/infiniband/vrdma0";
+    let want = [
+        ("node_guid", "f023:2eff:fe35:5d41\n"),
+        ("sys_image_guid", "f023:2eff:fe35:5d41\n"),
+        ("node_type", "1: CA\n"),
+        ("node_desc", "vrdma0\n"),
+        ("fw_ver", "0.0.0\n"),
+        ("ports/1/state", "4: ACTIVE\n"),
+        ("ports/1/phys_state", "5: LinkUp\n"),
+        ("ports/1/link_layer", "Ethernet\n"),
+        ("ports/1/rate", "10 Gb/sec (1X QDR)\n"),
+        ("ports/1/lid", "0x0\n"),
+        ("ports/1/sm_lid", "0x0\n"),
+        ("ports/1/cap_mask", "0x00890000\n"),
+        ("ports/1/pkeys/0", "0xffff\n"),
+        (
+            "ports/1/gids/0",
+            "fe80:0000:0000:0000:f023:2eff:fe35:5d41\n",
+        ),
+        (
+            "ports/1/gids/1",
+            "0000:0000:0000:0000:0000:ffff:0a00:0001\n",
+        ),
+        ("ports/1/gid_attrs/types/0", "RoCE v2\n"),
+        ("ports/1/gid_attrs/types/1", "RoCE v2\n"),
+        ("ports/1/gid_attrs/ndevs/1", "eth0\n"),
+    ];
+    for (f, v) in want {
+        assert_eq!(
+            m.get(&format!("{d}/{f}")).map(String::as_str),
+            Some(v),
+            "{f}"
+        );
+    }
+    assert_eq!(m["class/infiniband_verbs/uverbs0/ibdev"], "vrdma0\n");
+    assert_eq!(m["class/infiniband_verbs/abi_version"], "6\n");
+    // Only the virtual table's entries, and nothing of the host.
+    assert!(!m.contains_key(&format!("{d}/ports/1/gids/2")));
+    assert!(!m.contains_key(&format!("{d}/parent")));
+    for (path, v) in &m {
+        assert!(!path.contains("rxe0") && !v.contains("rxe0"), "{path}");
+        for g in PHYS_GIDS {
+            assert!(!v.contains(g), "{path} has a physical GID");
+        }
+        assert!(!v.contains("c612"), "{path} has the underlay address");
+        assert!(v.ends_with('\n'), "{path}");
+    }
+}
+
+/// The rest of a physical table of `len` entries, empty as the kernel
+/// shows them (zero GIDs).
+fn phys_empty_entries(root: &Path, len: u32) {
+    let gids = root.join("class/infiniband/rxe0/ports/1/gids");
+    for i in PHYS_GIDS.len() as u32..len {
+        fs::write(gids.join(i.to_string()), sysfs_gid(&[0; 16])).unwrap();
+    }
+}
+
+#[test]
+fn empty_entries_show_the_zero_gid_as_the_kernels() {
+    let mut dev = device(&[Ipv4Addr::new(10, 0, 0, 1)]);
+    dev.gid_tbl_len = 8;
+    let m = as_map(&render(&dev, &PhysAttrs::default()));
+    let port = "class/infiniband/vrdma0/ports/1";
+    let gid = |i: u32| m.get(&format!("{port}/gids/{i}")).map(String::as_str);
+    assert_eq!(gid(1), Some("0000:0000:0000:0000:0000:ffff:0a00:0001\n"));
+    for i in 2..8 {
+        assert_eq!(gid(i), Some("0000:0000:0000:0000:0000:0000:0000:0000\n"));
+        // The kernel fails these reads with EINVAL; left out here.
+        for attr in ["types", "ndevs"] {
+            assert!(!m.contains_key(&format!("{port}/gid_attrs/{attr}/{i}")));
+        }
+    }
+    assert_eq!(gid(8), None, "nothing past the table");
+    let n = |dir: &str| m.keys().filter(|k| k.starts_with(dir)).count();
+    assert_eq!(n(&format!("{port}/gids/")), 8);
+    assert_eq!(n(&format!("{port}/gid_attrs/types/")), 2);
+    assert_eq!(n(&format!("{port}/gid_attrs/ndevs/")), 2);
+
+    // A table shorter than masqd's entries still shows every entry.
+    dev.gid_tbl_len = 1;
+    let m = as_map(&render(&dev, &PhysAttrs::default()));
+    assert_eq!(m.keys().filter(|k| k.contains("/gids/")).count(), 2);
+}
+
+#[test]
+fn the_view_has_as_many_entries_as_the_physical_port() {
+    let phys = tempfile::tempdir().unwrap();
+    phys_fixture(phys.path());
+    assert_eq!(read_gid_tbl_len(phys.path(), "rxe0", 1), 2);
+    phys_empty_entries(phys.path(), 1024);
+    let junk = phys.path().join("class/infiniband/rxe0/ports/1/gids/x");
+    fs::write(junk, "not an entry\n").unwrap();
+    assert_eq!(read_gid_tbl_len(phys.path(), "mlx5_0", 1), 0);
+    let sock = tempfile::tempdir().unwrap();
+    let v = View::new(sock.path(), phys.path(), "rxe0", 1).unwrap();
+    assert_eq!(v.gid_tbl_len, 1024);
+    {
+        let mut st = v.lock();
+        let mut dev = device(&[Ipv4Addr::new(10, 0, 0, 1)]);
+        dev.gid_tbl_len = v.gid_tbl_len;
+        st.device = Some(dev);
+        v.write_locked(&mut st);
+    }
+    let gids = sock
+        .path()
+        .join("sysfs/class/infiniband/vrdma0/ports/1/gids");
+    assert_eq!(fs::read_dir(&gids).unwrap().count(), 1024);
+    let zero = "0000:0000:0000:0000:0000:0000:0000:0000\n";
+    assert_eq!(fs::read_to_string(gids.join("1023")).unwrap(), zero);
+}
+
+#[test]
+fn a_value_naming_the_physical_device_is_not_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    phys_fixture(dir.path());
+    fs::write(dir.path().join("class/infiniband/rxe0/fw_ver"), "rxe0 1.0").unwrap();
+    let phys = read_phys_attrs(dir.path(), "rxe0", 1);
+    assert!(phys.files.iter().all(|(f, _)| f != "fw_ver"));
+    // Missing device: nothing copied, the view still has its own files.
+    let none = read_phys_attrs(dir.path(), "mlx5_0", 1);
+    assert!(none.files.is_empty());
+    let m = as_map(&render(&device(&[]), &none));
+    assert_eq!(m["class/infiniband/vrdma0/node_type"], "1: CA\n");
+}
+
+#[test]
+fn view_is_rewritten_behind_its_symlink_and_emptied_at_removal() {
+    let phys = tempfile::tempdir().unwrap();
+    phys_fixture(phys.path());
+    let sock = tempfile::tempdir().unwrap();
+    // Leftovers of an earlier masqd are cleared.
+    let stale = sock.path().join("sysfs/class/infiniband/rxe9");
+    fs::create_dir_all(&stale).unwrap();
+    let v = View::new(sock.path(), phys.path(), "rxe0", 1).unwrap();
+    assert!(!stale.exists());
+    assert!(sock.path().join(PHYS_SYSFS_DIR).is_dir());
+    let class = sock.path().join("sysfs/class/infiniband");
+    let write = |d: VirtualDevice| {
+        let mut st = v.lock();
+        st.device = Some(d);
+        v.write_locked(&mut st);
+    };
+
+    write(device(&[Ipv4Addr::new(10, 0, 0, 1)]));
+    let t = tree(&class);
+    assert_eq!(
+        t["vrdma0/ports/1/gids/1"],
+        "0000:0000:0000:0000:0000:ffff:0a00:0001\n"
+    );
+    assert_eq!(
+        fs::read_link(class.join("vrdma0")).unwrap(),
+        Path::new(".vrdma0.1")
+    );
+
+    write(device(&[
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 7),
+    ]));
+    let t = tree(&class);
+    assert_eq!(
+        t["vrdma0/ports/1/gids/2"],
+        "0000:0000:0000:0000:0000:ffff:0a00:0007\n"
+    );
+    let names: Vec<String> = fs::read_dir(&class)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut names = names;
+    names.sort();
+    assert_eq!(names, [".vrdma0.2", "vrdma0"], "the old generation is gone");
+
+    // The same view again writes nothing new.
+    write(device(&[
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 7),
+    ]));
+    assert_eq!(v.lock().generation, 2);
+
+    let verbs = sock.path().join("sysfs/class/infiniband_verbs");
+    assert_eq!(tree(&verbs)["uverbs0/ibdev"], "vrdma0\n");
+
+    v.vnic_lost();
+    assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
+    write(device(&[Ipv4Addr::new(10, 0, 0, 1)]));
+    assert!(class.join("vrdma0/node_guid").exists());
+
+    v.remove();
+    assert!(class.is_dir() && verbs.is_dir(), "mount points stay");
+    assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(&verbs).unwrap().count(), 0);
+    // Closed: nothing is written any more.
+    v.refresh_phys();
+    fs::write(
+        phys.path().join("class/infiniband/rxe0/ports/1/state"),
+        "1: DOWN\n",
+    )
+    .unwrap();
+    v.refresh_phys();
+    assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
+}
+
+#[test]
+fn port_state_changes_reach_the_view() {
+    let phys = tempfile::tempdir().unwrap();
+    phys_fixture(phys.path());
+    let sock = tempfile::tempdir().unwrap();
+    let v = View::new(sock.path(), phys.path(), "rxe0", 1).unwrap();
+    {
+        let mut st = v.lock();
+        st.device = Some(device(&[]));
+        v.write_locked(&mut st);
+    }
+    let state = sock
+        .path()
+        .join("sysfs/class/infiniband/vrdma0/ports/1/state");
+    assert_eq!(fs::read_to_string(&state).unwrap(), "4: ACTIVE\n");
+    fs::write(
+        phys.path().join("class/infiniband/rxe0/ports/1/state"),
+        "1: DOWN\n",
+    )
+    .unwrap();
+    v.refresh_phys();
+    assert_eq!(fs::read_to_string(&state).unwrap(), "1: DOWN\n");
+}
