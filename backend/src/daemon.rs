@@ -85,9 +85,12 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
         }
         let socket = registry.socket_of(&e);
         let rail = registry.rail_index(e.rail.as_deref()).unwrap_or(0);
-        let view = match e.device_of {
+        let view = match &e.device_of {
             None => crate::tenants::serve::sysfs_view_for(&socket, &sockets, &hosts[rail]),
-            Some(_) => None,
+            Some(of) => {
+                let viewed = registry.local_named(of).is_some_and(|p| p.view.is_some());
+                crate::tenants::serve::further_view_for(&socket, viewed, &hosts[rail])
+            }
         };
         registry.insert(Arc::new(
             Endpoint::new(e, socket, origin, view).on_rail(rail, registry.rail_label(rail)),

@@ -95,6 +95,17 @@ def test_a_tenant_sees_a_device_per_rail(masq):
         info = masq.tenant_run("host1", "acme-a", "ibv_devinfo", "-v", "-d", dev).stdout
         assert f"::ffff:{vips['host1']}" in info, info
         assert "rxe" not in info, info
+    # The sysfs view shows both devices too, each with its vIP's GID.
+    ls = masq.tenant_run("host1", "acme-a", "ls", "/sys/class/infiniband").stdout.split()
+    assert ls == ["vrdma0", "vrdma1"], ls
+    for n, (dev, vips) in enumerate(VIPS.items()):
+        gid = masq.tenant_run("host1", "acme-a", "cat",
+                              f"/sys/class/infiniband/{dev}/ports/1/gids/1").stdout
+        assert gid.strip().endswith("{:02x}{:02x}:{:02x}{:02x}".format(
+            *map(int, vips["host1"].split(".")))), (dev, gid)
+        ibdev = masq.tenant_run("host1", "acme-a", "cat",
+                                f"/sys/class/infiniband_verbs/uverbs{n}/ibdev").stdout
+        assert ibdev.strip() == dev, ibdev
 
 
 def write_bw(tb, dev, server_vip, port, size, iters, client_dev=None):

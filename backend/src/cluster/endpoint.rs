@@ -31,6 +31,9 @@ pub struct Endpoint {
     /// name for RConntrack on a host with several.
     pub rail: usize,
     pub rail_label: Option<std::sync::Arc<str>>,
+    /// Its place among its apps' devices (`vrdmaN`'s N), kept by the
+    /// registry as devices come and go.
+    pub vdev: std::sync::atomic::AtomicUsize,
     pub socket: PathBuf,
     pub origin: Origin,
     /// Connections refused (wrong namespace) and requests refused, for
@@ -44,8 +47,9 @@ pub struct Endpoint {
     /// The vNIC as last read, with the inode of the namespace it was read
     /// in (see `with_vnic`).
     pub binding: Mutex<Option<(u64, vbond::Binding)>>,
-    /// The endpoint's sysfs view (see `sysfs_view`); `None` when its
-    /// socket directory is shared with another endpoint's.
+    /// The endpoint's sysfs view (see `sysfs_view`; a further device's
+    /// is in its endpoint's socket directory); `None` when its socket
+    /// directory is shared with another endpoint's.
     pub view: Option<crate::kernel::sysfs_view::View>,
     /// Its socket while served; shut down when the endpoint is removed,
     /// which ends its accept thread.
@@ -73,6 +77,7 @@ impl Endpoint {
             cfg,
             rail: 0,
             rail_label: None,
+            vdev: std::sync::atomic::AtomicUsize::new(0),
             socket,
             origin,
             refused_connections: AtomicU64::new(0),
@@ -116,7 +121,7 @@ impl Endpoint {
         // On error the slot stays empty: the next call opens it afresh.
         let b = current?;
         if let Some(view) = &self.view {
-            view.vnic_seen(&b, &vdev_name(0));
+            view.vnic_seen(&b, self.vdev.load(Ordering::Relaxed));
         }
         let out = f(&b);
         *slot = Some((ns, b));

@@ -349,8 +349,17 @@ impl Registry {
     pub fn insert(&self, ep: Arc<Endpoint>) {
         let mut st = self.write();
         let key = (ep.cfg.vni, ep.cfg.vip);
-        st.local.insert(ep.cfg.name.clone(), ep);
+        st.local.insert(ep.cfg.name.clone(), ep.clone());
         st.settle(&self.rails, key);
+        drop(st);
+        self.number_devices(&ep);
+    }
+
+    /// Number the devices of `ep`'s apps (`vrdmaN`) as HELLO does.
+    fn number_devices(&self, ep: &Endpoint) {
+        for (i, d) in self.devices_of(ep).iter().enumerate() {
+            d.vdev.store(i, Ordering::Relaxed);
+        }
     }
 
     /// Take a local endpoint out; its map entry becomes what a source
@@ -361,6 +370,8 @@ impl Registry {
         let ep = st.local.remove(name)?;
         ep.removed.store(true, Ordering::SeqCst);
         st.settle(&self.rails, (ep.cfg.vni, ep.cfg.vip));
+        drop(st);
+        self.number_devices(&ep);
         Some(ep)
     }
 

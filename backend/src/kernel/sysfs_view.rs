@@ -17,6 +17,8 @@
 //!                                   as the physical port's, as the kernel's)
 //! sysfs/class/infiniband_verbs/     bound over /sys/class/infiniband_verbs
 //!     abi_version  uverbs0/{ibdev,abi_version}
+//!     (vrdma1 and uverbs1 beside them for the apps' device on a second
+//!     rail, each kept by a view of its own in the same directories)
 //! phys-sys/                         empty; the runtime mounts the real sysfs
 //!                                   here, for libmasq (see masq_sysfs.c)
 //! ```
@@ -37,7 +39,6 @@ use tracing::{debug, info, warn};
 pub const CLASS_DIRS: [&str; 2] = ["class/infiniband", "class/infiniband_verbs"];
 /// The mount point for the physical sysfs, inside the socket directory.
 pub const PHYS_SYSFS_DIR: &str = "phys-sys";
-const VERBS_DEV: &str = "uverbs0";
 
 /// Device attributes copied from the physical device: they describe the
 /// hardware, not the host (no GUID, no GID, no name). `node_desc` is not
@@ -70,6 +71,8 @@ pub struct PhysAttrs {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VirtualDevice {
     pub name: String,
+    /// Its entry in class/infiniband_verbs (`uverbs0` for `vrdma0`).
+    pub uverbs: String,
     pub port: u8,
     pub node_guid: u64,
     /// The vNIC's name inside the endpoint (gid_attrs/ndevs).
@@ -200,10 +203,10 @@ pub fn render(dev: &VirtualDevice, phys: &PhysAttrs) -> Vec<(PathBuf, String)> {
     let verbs = Path::new("class/infiniband_verbs");
     out.push((verbs.join("abi_version"), abi.clone()));
     out.push((
-        verbs.join(VERBS_DEV).join("ibdev"),
+        verbs.join(&dev.uverbs).join("ibdev"),
         format!("{}\n", dev.name),
     ));
-    out.push((verbs.join(VERBS_DEV).join("abi_version"), abi));
+    out.push((verbs.join(&dev.uverbs).join("abi_version"), abi));
     out
 }
 
@@ -213,6 +216,9 @@ struct State {
     device: Option<VirtualDevice>,
     phys: PhysAttrs,
     written: Option<Vec<(PathBuf, String)>>,
+    /// The (vrdmaN, uverbsN) names last written, whose entries are this
+    /// view's to replace and remove.
+    shown: Option<(String, String)>,
 }
 
 /// One endpoint's view on disk, kept current with its vNIC and the
@@ -225,6 +231,9 @@ pub struct View {
     port: u8,
     /// The physical port's gid_tbl_len: fixed for the device, read once.
     gid_tbl_len: u32,
+    /// The view of the apps' first device, which owns the directories;
+    /// a further device's view touches only its own entries.
+    owner: bool,
     state: Mutex<State>,
 }
 
@@ -273,20 +282,33 @@ impl View {
         }
         let phys_mnt = socket_dir.join(PHYS_SYSFS_DIR);
         std::fs::create_dir_all(&phys_mnt).map_err(|e| io_at(e, &phys_mnt))?;
-        Ok(View {
+        Ok(View::of(root, phys_sysfs, phys_dev, port, true))
+    }
+
+    /// The view of a further device of the apps whose socket lives in
+    /// `socket_dir`, beside their first device's (which made the
+    /// directories, see `new`).
+    pub fn further(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> View {
+        View::of(socket_dir.join("sysfs"), phys_sysfs, phys_dev, port, false)
+    }
+
+    fn of(root: PathBuf, phys_sysfs: &Path, phys_dev: &str, port: u8, owner: bool) -> View {
+        View {
             root,
             phys_sysfs: phys_sysfs.to_path_buf(),
             phys_dev: phys_dev.to_string(),
             port,
             gid_tbl_len: read_gid_tbl_len(phys_sysfs, phys_dev, port),
+            owner,
             state: Mutex::new(State {
                 closed: false,
                 generation: 0,
                 device: None,
                 phys: read_phys_attrs(phys_sysfs, phys_dev, port),
                 written: None,
+                shown: None,
             }),
-        })
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -298,9 +320,11 @@ impl View {
     }
 
     /// The endpoint's vNIC as masqd now sees it (called wherever the
-    /// binding is refreshed): rewrite the view if the virtual device
-    /// changed. Cheap when nothing did, as it runs on request paths.
-    pub fn vnic_seen(&self, b: &vbond::Binding, vdev: &str) {
+    /// binding is refreshed), its device the apps' `index`th: rewrite the
+    /// view if the virtual device changed. Cheap when nothing did, as it
+    /// runs on request paths.
+    pub fn vnic_seen(&self, b: &vbond::Binding, index: usize) {
+        let vdev = format!("vrdma{index}");
         let mut st = self.lock();
         let gids = &b.gids()[..b.gids().len().min(masq_proto::MAX_GIDS)];
         let same = st.device.as_ref().is_some_and(|d| {
@@ -309,11 +333,13 @@ impl View {
                 && d.gids == gids
                 && d.name == vdev
         });
+        let vdev = vdev.as_str();
         if same || st.closed {
             return;
         }
         st.device = Some(VirtualDevice {
             name: vdev.to_string(),
+            uverbs: format!("uverbs{index}"),
             port: self.port,
             node_guid: b.node_guid(),
             ndev: b.vnic().ifname.clone(),
@@ -335,13 +361,13 @@ impl View {
     }
 
     /// The vNIC cannot be read (namespace or interface gone): show no
-    /// device rather than stale GIDs.
+    /// device rather than stale GIDs (the apps' other devices stay).
     pub fn vnic_lost(&self) {
         let mut st = self.lock();
         if st.device.take().is_some() {
             st.written = None;
-            for c in CLASS_DIRS {
-                if let Err(e) = clear_dir(&self.root.join(c)) {
+            if let Some((vdev, uverbs)) = st.shown.take() {
+                if let Err(e) = self.remove_own(&vdev, Some(&uverbs), None) {
                     warn!("sysfs view: {e}");
                 }
             }
@@ -349,17 +375,53 @@ impl View {
         }
     }
 
-    /// masqd stops: empty the view for good (the directories stay as mount
-    /// points, see the module doc).
+    /// masqd stops, or the device goes: empty the view for good (the
+    /// directories stay as mount points, see the module doc). The first
+    /// device's view empties the directories, another's takes its own
+    /// entries.
     pub fn remove(&self) {
         let mut st = self.lock();
         st.closed = true;
         st.device = None;
         st.written = None;
-        for c in CLASS_DIRS {
-            if let Err(e) = clear_dir(&self.root.join(c)) {
-                warn!("sysfs view: {e}");
+        let r = match (self.owner, st.shown.take()) {
+            (true, _) => CLASS_DIRS
+                .iter()
+                .try_for_each(|c| clear_dir(&self.root.join(c))),
+            (false, Some((vdev, uverbs))) => self.remove_own(&vdev, Some(&uverbs), None),
+            (false, None) => Ok(()),
+        };
+        if let Err(e) = r {
+            warn!("sysfs view: {e}");
+        }
+    }
+
+    /// Remove device `vdev`'s link and generations but generation `keep`
+    /// (and then its link), and its `uverbs` entry if named.
+    fn remove_own(&self, vdev: &str, uverbs: Option<&str>, keep: Option<&str>) -> io::Result<()> {
+        let class = self.root.join("class/infiniband");
+        let rd = match std::fs::read_dir(&class) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_at(e, &class)),
+        };
+        for entry in rd {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            // With a generation kept, the link to it stays too.
+            let kept = Some(name.as_ref()) == keep || (keep.is_some() && name == vdev);
+            if !kept && device_of_entry(&name) == vdev {
+                remove_entry(&entry.path())?;
             }
+        }
+        let Some(uverbs) = uverbs else {
+            return Ok(());
+        };
+        let verbs = self.root.join("class/infiniband_verbs").join(uverbs);
+        match std::fs::remove_dir_all(&verbs) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_at(e, &verbs)),
+            _ => Ok(()),
         }
     }
 
@@ -375,6 +437,16 @@ impl View {
             Ok(()) => {
                 st.generation += 1;
                 st.written = Some(files);
+                // A device whose place among the apps' changed: its old
+                // name's entries go.
+                let now = (dev.name.clone(), dev.uverbs.clone());
+                if let Some((vdev, uverbs)) = st.shown.replace(now.clone()) {
+                    if (vdev.as_str(), uverbs.as_str()) != (now.0.as_str(), now.1.as_str()) {
+                        if let Err(e) = self.remove_own(&vdev, Some(&uverbs), None) {
+                            warn!("sysfs view: {e}");
+                        }
+                    }
+                }
                 debug!(view = %self.root.display(), generation = st.generation,
                        "sysfs view written");
             }
@@ -412,23 +484,41 @@ impl View {
         std::os::unix::fs::symlink(&gen_name, &link_tmp).map_err(|e| io_at(e, &link_tmp))?;
         let link = class.join(vdev);
         std::fs::rename(&link_tmp, &link).map_err(|e| io_at(e, &link))?;
-        // Older generations (and any other device an earlier view had).
+        // Older generations: its own; and for the first device's view,
+        // whatever else an earlier view left but the other devices' own.
+        if !self.owner {
+            return self.remove_own(vdev, None, Some(&gen_name));
+        }
         for entry in std::fs::read_dir(&class).map_err(|e| io_at(e, &class))? {
             let entry = entry?;
             let name = entry.file_name();
-            if name == gen_name.as_str() || name == vdev {
+            let name = name.to_string_lossy();
+            let of = device_of_entry(&name);
+            if name == gen_name.as_str() || name == vdev || (of.starts_with("vrdma") && of != vdev)
+            {
                 continue;
             }
-            let p = entry.path();
-            let r = if entry.file_type()?.is_dir() {
-                std::fs::remove_dir_all(&p)
-            } else {
-                std::fs::remove_file(&p)
-            };
-            r.map_err(|e| io_at(e, &p))?;
+            remove_entry(&entry.path())?;
         }
         Ok(())
     }
+}
+
+/// The device a class/infiniband entry is of: `vrdma1` for `vrdma1`,
+/// `.vrdma1.7` and `.vrdma1.link`.
+fn device_of_entry(name: &str) -> &str {
+    let n = name.strip_prefix('.').unwrap_or(name);
+    n.split('.').next().unwrap_or(n)
+}
+
+/// Remove a file, link or directory tree (never following a link).
+fn remove_entry(p: &Path) -> io::Result<()> {
+    let r = if std::fs::symlink_metadata(p)?.is_dir() {
+        std::fs::remove_dir_all(p)
+    } else {
+        std::fs::remove_file(p)
+    };
+    r.map_err(|e| io_at(e, p))
 }
 
 #[cfg(test)]

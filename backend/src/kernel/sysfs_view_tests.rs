@@ -62,6 +62,7 @@ fn device(vips: &[Ipv4Addr]) -> VirtualDevice {
     }
     VirtualDevice {
         name: "vrdma0".into(),
+        uverbs: "uverbs0".into(),
         port: 1,
         node_guid: vbond::guid_from_mac(MAC),
         ndev: "eth0".into(),
@@ -345,4 +346,64 @@ fn port_state_changes_reach_the_view() {
     .unwrap();
     v.refresh_phys();
     assert_eq!(fs::read_to_string(&state).unwrap(), "1: DOWN\n");
+}
+
+/// The apps' device on a second rail: its view writes vrdma1 and uverbs1
+/// beside the first device's, and neither view's rewrites, loss or
+/// removal takes the other's files.
+#[test]
+fn a_further_devices_view_lives_beside_the_first() {
+    let phys = tempfile::tempdir().unwrap();
+    phys_fixture(phys.path());
+    let sock = tempfile::tempdir().unwrap();
+    let first = View::new(sock.path(), phys.path(), "rxe0", 1).unwrap();
+    let second = View::further(sock.path(), phys.path(), "rxe0", 1);
+    let write = |v: &View, index: usize, ip: [u8; 4]| {
+        let mut d = device(&[Ipv4Addr::from(ip)]);
+        d.name = format!("vrdma{index}");
+        d.uverbs = format!("uverbs{index}");
+        let mut st = v.lock();
+        st.device = Some(d);
+        v.write_locked(&mut st);
+    };
+    let class = sock.path().join("sysfs/class/infiniband");
+    let verbs = sock.path().join("sysfs/class/infiniband_verbs");
+    write(&first, 0, [10, 0, 0, 1]);
+    write(&second, 1, [10, 0, 1, 1]);
+    write(&first, 0, [10, 0, 0, 7]);
+    write(&second, 1, [10, 0, 1, 7]);
+    let t = tree(&class);
+    assert_eq!(
+        t["vrdma0/ports/1/gids/1"],
+        "0000:0000:0000:0000:0000:ffff:0a00:0007\n"
+    );
+    assert_eq!(
+        t["vrdma1/ports/1/gids/1"],
+        "0000:0000:0000:0000:0000:ffff:0a00:0107\n"
+    );
+    assert_eq!(tree(&verbs)["uverbs1/ibdev"], "vrdma1\n");
+    let mut names: Vec<String> = fs::read_dir(&class)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".vrdma0.2", ".vrdma1.2", "vrdma0", "vrdma1"]);
+    // The second device's vNIC goes: the first device stays.
+    second.vnic_lost();
+    assert!(class.join("vrdma0/node_guid").exists());
+    assert!(!class.join("vrdma1").exists() && !verbs.join("uverbs1").exists());
+    // It comes back as the apps' vrdma0 (the first device went): its
+    // old name goes with the rewrite.
+    write(&second, 1, [10, 0, 1, 1]);
+    first.vnic_lost();
+    write(&second, 0, [10, 0, 1, 1]);
+    let t = tree(&class);
+    assert_eq!(
+        t["vrdma0/ports/1/gids/1"],
+        "0000:0000:0000:0000:0000:ffff:0a00:0101\n"
+    );
+    assert!(!class.join("vrdma1").exists() && !verbs.join("uverbs1").exists());
+    second.remove();
+    assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
+    assert!(class.is_dir(), "mount points stay");
 }

@@ -8,7 +8,7 @@ use crate::cluster::registry::RuntimeFile;
 use crate::config::{CniOwner, EndpointConfig};
 use crate::run::lock;
 use crate::tenants::parts::Parts;
-use crate::tenants::serve::{accept_loop, sysfs_view_for};
+use crate::tenants::serve::{accept_loop, further_view_for, sysfs_view_for};
 use crate::transport::seqpacket::Listener;
 use serde_json::{json, Value};
 use std::io;
@@ -110,6 +110,9 @@ fn unserve(parts: &Parts, ep: &Endpoint) {
     if ep.cfg.device_of.is_some() {
         // The primary's socket and view stay; its spec loses this device
         // once the registry has (the caller removes it first).
+        if let Some(v) = &ep.view {
+            v.remove();
+        }
         if let Err(e) = write_cdi(parts, ep) {
             warn!(endpoint = %ep.cfg.name, "CDI spec: {e}");
         }
@@ -177,9 +180,16 @@ impl Parts {
             }
         };
         let rail = self.registry.rail_index(e.rail.as_deref()).unwrap_or(0);
-        let view = match e.device_of {
-            None => sysfs_view_for(&socket, &others, &self.rails[rail].device.host),
-            Some(_) => None,
+        let host = &self.rails[rail].device.host;
+        let view = match &e.device_of {
+            None => sysfs_view_for(&socket, &others, host),
+            Some(of) => {
+                let viewed = self
+                    .registry
+                    .local_named(of)
+                    .is_some_and(|p| p.view.is_some());
+                further_view_for(&socket, viewed, host)
+            }
         };
         let ep = Endpoint::new(e.clone(), socket, Origin::Command, view)
             .on_rail(rail, self.registry.rail_label(rail));

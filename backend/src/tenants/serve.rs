@@ -41,6 +41,22 @@ pub fn sysfs_view_for(
     }
 }
 
+/// The sysfs view of a further device (`deviceOf`) of the apps whose
+/// socket is `socket`, beside their first device's, if that has one.
+pub fn further_view_for(
+    socket: &Path,
+    primary_view: bool,
+    host: &crate::kernel::host::HostDevice,
+) -> Option<crate::kernel::sysfs_view::View> {
+    let dir = socket.parent().filter(|_| primary_view)?;
+    Some(crate::kernel::sysfs_view::View::further(
+        dir,
+        Path::new("/sys"),
+        &host.name,
+        host.port,
+    ))
+}
+
 /// Accept the endpoint's apps, each in a session thread of its own,
 /// until masqd stops or the endpoint goes.
 pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>) {
