@@ -20,10 +20,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// QPNs masqd answers for: set up through a session, or by its CM.
+/// QPNs masqd answers for: set up through a session, or by its CM. Keyed
+/// by (rail, QPN): each device numbers its QPs.
 #[derive(Default)]
 pub struct Admitted {
-    inner: Mutex<HashMap<u32, Vouch>>,
+    inner: Mutex<HashMap<(usize, u32), Vouch>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -37,14 +38,15 @@ struct Vouch {
 }
 
 impl Admitted {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Vouch>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, u32), Vouch>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Called before masqd moves the QP (see the module doc).
-    pub fn vouch(&self, qpn: u32, session: u64, pid: i32) {
+    /// Called before masqd moves QP `qpn` of rail `rail`'s device (see
+    /// the module doc).
+    pub fn vouch(&self, rail: usize, qpn: u32, session: u64, pid: i32) {
         self.lock().insert(
-            qpn,
+            (rail, qpn),
             Vouch {
                 session,
                 pid,
@@ -54,10 +56,10 @@ impl Admitted {
     }
 
     /// The app destroyed the QP (or masqd refused it after vouching).
-    pub fn forget(&self, qpn: u32, session: u64) {
+    pub fn forget(&self, rail: usize, qpn: u32, session: u64) {
         let mut m = self.lock();
-        if m.get(&qpn).is_some_and(|v| v.session == session) {
-            m.remove(&qpn);
+        if m.get(&(rail, qpn)).is_some_and(|v| v.session == session) {
+            m.remove(&(rail, qpn));
         }
     }
 
@@ -71,13 +73,16 @@ impl Admitted {
         }
     }
 
-    /// The QPNs vouched for now, with the process each is vouched for;
-    /// expired lingers are dropped.
-    pub fn snapshot(&self) -> HashMap<u32, i32> {
+    /// The QPNs of rail `rail`'s device vouched for now, with the process
+    /// each is vouched for; expired lingers are dropped.
+    pub fn snapshot(&self, rail: usize) -> HashMap<u32, i32> {
         let now = Instant::now();
         let mut m = self.lock();
         m.retain(|_, v| v.until.is_none_or(|t| t > now));
-        m.iter().map(|(q, v)| (*q, v.pid)).collect()
+        m.iter()
+            .filter(|((r, _), _)| *r == rail)
+            .map(|((_, q), v)| (*q, v.pid))
+            .collect()
     }
 }
 
@@ -256,11 +261,11 @@ pub fn kill_endpoint(cgroup_parent: &str, endpoint: &str) -> std::io::Result<()>
 
 /// What the verbs pipelines ask of the audit: its own methods.
 impl Vouchers for Admitted {
-    fn vouch(&self, qpn: u32, session: u64, pid: i32) {
-        Admitted::vouch(self, qpn, session, pid)
+    fn vouch(&self, rail: usize, qpn: u32, session: u64, pid: i32) {
+        Admitted::vouch(self, rail, qpn, session, pid)
     }
-    fn forget(&self, qpn: u32, session: u64) {
-        Admitted::forget(self, qpn, session)
+    fn forget(&self, rail: usize, qpn: u32, session: u64) {
+        Admitted::forget(self, rail, qpn, session)
     }
 }
 
@@ -388,14 +393,18 @@ mod tests {
     #[test]
     fn a_vouched_qpn_lingers_after_its_session_then_expires() {
         let a = Admitted::default();
-        a.vouch(0x11, 1, 100);
-        a.vouch(0x12, 2, 200);
-        a.forget(0x12, 1); // another session's QPN: not forgotten
-        assert_eq!(a.snapshot(), [(0x11, 100), (0x12, 200)].into());
-        a.forget(0x12, 2);
+        a.vouch(0, 0x11, 1, 100);
+        a.vouch(0, 0x12, 2, 200);
+        // Another device's QP of the same number is another QP.
+        a.vouch(1, 0x12, 3, 300);
+        a.forget(0, 0x12, 1); // another session's QPN: not forgotten
+        assert_eq!(a.snapshot(0), [(0x11, 100), (0x12, 200)].into());
+        assert_eq!(a.snapshot(1), [(0x12, 300)].into());
+        a.forget(0, 0x12, 2);
+        a.forget(1, 0x12, 3);
         a.session_gone(1, Duration::from_millis(50));
-        assert_eq!(a.snapshot(), [(0x11, 100)].into());
+        assert_eq!(a.snapshot(0), [(0x11, 100)].into());
         std::thread::sleep(Duration::from_millis(80));
-        assert!(a.snapshot().is_empty());
+        assert!(a.snapshot(0).is_empty());
     }
 }

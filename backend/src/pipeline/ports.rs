@@ -91,9 +91,10 @@ pub trait Conntrack {
 
 /// The audit's vouchers (`enforce::audit`): the QPNs masqd answers for.
 pub trait Vouchers {
-    /// QPN `qpn` is session `session`'s (of process `pid`), admitted.
-    fn vouch(&self, qpn: u32, session: u64, pid: i32);
-    fn forget(&self, qpn: u32, session: u64);
+    /// QPN `qpn` of rail `rail`'s device is session `session`'s (of
+    /// process `pid`), admitted.
+    fn vouch(&self, rail: usize, qpn: u32, session: u64, pid: i32);
+    fn forget(&self, rail: usize, qpn: u32, session: u64);
 }
 
 /// The verbs commands on one app's uverbs file, and the kernel's word on

@@ -357,7 +357,7 @@ pub fn modify(
     // own is not masqd's to answer for.
     let qpn = m.qp_num;
     if to_rtr {
-        h.vouchers().vouch(qpn, sess.id, sess.pid);
+        h.vouchers().vouch(sess.ep.rail, qpn, sess.id, sess.pid);
     }
     let key = key(sess, m.qp_handle);
     let known = sess.qps.get(&m.qp_handle);
@@ -584,7 +584,7 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         if qp.qp_type == "UD" && qp.owner_checked {
             h.ud_announce(&sess.ep, qp.qpn, false);
         }
-        h.vouchers().forget(qp.qpn, sess.id);
+        h.vouchers().forget(sess.ep.rail, qp.qpn, sess.id);
         if let (true, Some(b)) = (qp.guarded, h.guard()) {
             if qp.qp_type == "UD" {
                 b.ud_local(sess.ep.cfg.vni, qp.qpn, false);
@@ -634,7 +634,8 @@ pub fn resync(
     let connected = (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&kq.qp_state);
     if connected && owner_checked {
         // Until the checks below end: a QP reset there is no bypass either.
-        h.vouchers().vouch(r.qp_num, sess.id, sess.pid);
+        h.vouchers()
+            .vouch(sess.ep.rail, r.qp_num, sess.id, sess.pid);
     }
     // A QP that can receive is guarded again (the sets survived the
     // restart; `reconcile` keeps only what came back).

@@ -18,7 +18,7 @@ fn an_admitted_rtr_runs_the_physical_destination_and_is_tracked_through_rts_and_
         "INIT's notice checked the QPN"
     );
     assert!(
-        h.admitted.snapshot().is_empty(),
+        h.admitted.snapshot(0).is_empty(),
         "nothing vouched before RTR"
     );
     modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
@@ -28,7 +28,7 @@ fn an_admitted_rtr_runs_the_physical_destination_and_is_tracked_through_rts_and_
     assert_eq!(ran[0].dest.sgid_index, 3);
     assert_eq!(ran[0].dest_qp_num, 0x12);
     drop(ran);
-    assert_eq!(h.admitted.snapshot().get(&QPN), Some(&PID));
+    assert_eq!(h.admitted.snapshot(0).get(&QPN), Some(&PID));
     let t = tracked(&h);
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].state, rconntrack::State::Admitted);
@@ -48,7 +48,7 @@ fn an_admitted_rtr_runs_the_physical_destination_and_is_tracked_through_rts_and_
     assert_eq!(k.ran.borrow().len(), 1, "masqd ran only the RTR");
     destroyed(&h, &mut sess, HANDLE);
     assert!(sess.qps.is_empty());
-    assert!(h.admitted.snapshot().is_empty());
+    assert!(h.admitted.snapshot(0).is_empty());
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn an_rtr_the_policy_denies_is_eacces_and_never_reaches_the_kernel() {
     assert_eq!(e.errno(), libc::EACCES, "{e}");
     assert!(k.ran.borrow().is_empty());
     assert!(tracked(&h).is_empty());
-    assert!(h.admitted.snapshot().is_empty());
+    assert!(h.admitted.snapshot(0).is_empty());
     assert_eq!(k.qp.borrow().qp_state, IBV_QPS_INIT);
 }
 
@@ -147,7 +147,7 @@ fn a_false_notice_records_the_kernels_state_and_admits_nothing() {
     assert!(tracked(&h).is_empty(), "no connection is tracked");
     assert!(!sess.qps[&HANDLE].guarded, "no backstop element");
     assert!(
-        h.admitted.snapshot().is_empty(),
+        h.admitted.snapshot(0).is_empty(),
         "not vouched: the audit flags it"
     );
     assert!(k.ran.borrow().is_empty());
@@ -202,7 +202,7 @@ fn resync_tracks_again_what_the_kernel_confirms() {
     assert_eq!(t[0].state, rconntrack::State::Established);
     assert_eq!(t[0].remote_qpn, 0x12);
     assert!(k.ran.borrow().is_empty());
-    assert_eq!(h.admitted.snapshot().get(&QPN), Some(&PID));
+    assert_eq!(h.admitted.snapshot(0).get(&QPN), Some(&PID));
     // Named twice: refused.
     let e = resync(&h, &k, &mut sess, &resync_req()).expect_err("twice");
     assert_eq!(e.errno(), libc::EEXIST);

@@ -80,32 +80,31 @@ pub fn audit_loop(parts: Arc<Parts>, mut nl: Vec<crate::kernel::rdma_nl::RdmaNl>
         beat.beat();
         std::thread::sleep(interval);
         let started = Instant::now();
-        // The kernel's list first, then what masqd vouches for: a QP masqd
-        // moves in between was vouched for before it moved.
-        // Every rail's device's QPs.
-        let qps = match nl
-            .iter_mut()
-            .map(|n| n.qps())
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(q) => q.concat(),
-            Err(e) => {
-                warn!("audit: cannot list the devices' QPs: {e}");
-                continue;
-            }
-        };
-        let admitted = parts.admitted.snapshot();
         let ids = audit::EndpointIds::read(&parts.registry.configs(), &parent);
-        let found: Vec<audit::Bypass> = audit::find_bypasses(&qps, &admitted, |task| {
+        let owner = |task| {
             let pid = crate::kernel::ownership::tgid_of(task)?;
             Some((ids.endpoint_of(pid)?, pid))
-        })
-        .into_iter()
-        // A QP the CM connects is the CM's own (it checked the policy).
-        .filter(|b| parts.cm.role_of(&b.endpoint, b.qpn).is_none())
-        .collect();
+        };
+        // Each rail's device: the kernel's list first, then what masqd
+        // vouches for (a QP masqd moves in between was vouched for before
+        // it moved).
+        let mut found = Vec::new();
+        let mut listed = 0;
+        for (rail, nl) in nl.iter_mut().enumerate() {
+            match nl.qps() {
+                Ok(qps) => {
+                    listed += qps.len();
+                    let admitted = parts.admitted.snapshot(rail);
+                    let bypasses = audit::find_bypasses(&qps, &admitted, owner);
+                    // A QP the CM connects is the CM's own (it checked the
+                    // policy): the CM knows it by the device's endpoint.
+                    found.extend(bypasses.into_iter().filter(|b| !cm_made(&parts, b, rail)));
+                }
+                Err(e) => warn!("audit: cannot list the QPs of rail {rail}'s device: {e}"),
+            }
+        }
         debug!(
-            qps = qps.len(),
+            qps = listed,
             flagged = found.len(),
             "audit round in {:?}",
             started.elapsed()
@@ -152,6 +151,20 @@ pub fn audit_loop(parts: Arc<Parts>, mut nl: Vec<crate::kernel::rdma_nl::RdmaNl>
             }
         }
     }
+}
+
+/// Whether bypass `b` (a QP on rail `rail`'s device) is a QP the RDMA CM
+/// connected, for the device of `b`'s endpoint's apps on that rail.
+fn cm_made(parts: &Parts, b: &audit::Bypass, rail: usize) -> bool {
+    let Some(ep) = parts.registry.local_named(&b.endpoint) else {
+        return false;
+    };
+    parts
+        .registry
+        .devices_of(&ep)
+        .iter()
+        .filter(|d| d.rail == rail)
+        .any(|d| parts.cm.role_of(&d.cfg.name, b.qpn).is_some())
 }
 
 /// The backstop's housekeeping: pick up tenant cgroups created after
