@@ -198,12 +198,12 @@ fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
         )
     })?;
     let at = spec::attached(&prev, &ifname)?;
-    let name = env.endpoint_name()?;
     let owner = CniOwner {
         container_id,
         network: conf.name.clone(),
         ifname: ifname.clone(),
     };
+    let (name, device_of) = names(env, masqd, &owner)?;
     if let Some(ep) = masqd.endpoint(&name)? {
         // The runtime retrying an ADD that went through: nothing to do.
         if owner_of(&ep).as_ref() == Some(&owner) && ep["vip"] == at.vip.to_string() {
@@ -237,8 +237,8 @@ fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
         vip: at.vip,
         netns: PathBuf::from(netns),
         vnic: ifname,
-        rail: None,
-        device_of: None,
+        rail: conf.rail.clone(),
+        device_of,
         host_if,
         bridge,
         socket: None,
@@ -264,9 +264,32 @@ fn output(conf: &NetConf, mut prev: Value) -> Value {
     prev
 }
 
+/// The endpoint an attachment makes: the pod's own (its first masq
+/// network's), or a further device of it (another network's, named
+/// `<pod's>-<ifname>`) with the pod's endpoint it is a device of.
+fn names(env: &Env, masqd: &Masqd, owner: &CniOwner) -> Result<(String, Option<String>)> {
+    let pod = env.endpoint_name()?;
+    let theirs = |ep: &Value| {
+        owner_of(ep)
+            .is_some_and(|o| o.container_id == owner.container_id && o.ifname != owner.ifname)
+    };
+    match masqd.endpoint(&pod)? {
+        Some(ep) if theirs(&ep) => {
+            let name = spec::fit_name(&format!("{pod}-{}", owner.ifname));
+            Ok((name, Some(pod)))
+        }
+        _ => Ok((pod, None)),
+    }
+}
+
 fn del(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
     let container_id = env.need("CNI_CONTAINERID")?;
-    let name = env.endpoint_name()?;
+    let owner = CniOwner {
+        container_id: container_id.clone(),
+        network: conf.name.clone(),
+        ifname: env.need("CNI_IFNAME")?,
+    };
+    let (name, _) = names(env, masqd, &owner)?;
     let Some(ep) = masqd.endpoint(&name)? else {
         return Ok(());
     };
@@ -290,7 +313,12 @@ fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
         .clone()
         .ok_or_else(|| CniError::new(code::INVALID_CONFIG, "masq: CHECK without prevResult"))?;
     let at = spec::attached(&prev, &ifname)?;
-    let name = env.endpoint_name()?;
+    let owner = CniOwner {
+        container_id: container_id.clone(),
+        network: conf.name.clone(),
+        ifname: ifname.clone(),
+    };
+    let (name, _) = names(env, masqd, &owner)?;
     let fail =
         |what: String| CniError::new(code::CHECK_FAILED, format!("masq: endpoint {name}: {what}"));
     let ep = masqd
@@ -321,7 +349,10 @@ fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
 fn gc(conf: &NetConf, masqd: &Masqd) -> Result<()> {
     let valid = conf.valid_attachments.clone().unwrap_or_default();
     let mut failed = Vec::new();
-    for ep in masqd.endpoints()? {
+    let mut all = masqd.endpoints()?;
+    // Further devices first: masqd keeps an endpoint that still has one.
+    all.sort_by_key(|ep| ep["device_of"].is_null());
+    for ep in all {
         let Some(o) = owner_of(&ep) else { continue };
         if o.network != conf.name
             || valid

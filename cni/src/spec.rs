@@ -83,6 +83,10 @@ pub struct NetConf {
     /// is an error, which catches a mistyped VNI before a container runs
     /// unreachable.
     pub new_vpc: bool,
+    /// The rail (masqd.yaml's `rails[].name`) this network's device is
+    /// on; none: the host's first. A pod's second masq network with a
+    /// rail of its own gives the pod a further device there (`vrdma1`).
+    pub rail: Option<String>,
     pub prev_result: Option<Value>,
     /// GC: the attachments the runtime still has.
     pub valid_attachments: Option<Vec<Attachment>>,
@@ -138,6 +142,7 @@ impl NetConf {
             vni: field(&v, "vni")?,
             control_socket: field(&v, "controlSocket")?,
             new_vpc: field(&v, "newVpc")?.unwrap_or(false),
+            rail: field(&v, "rail")?,
             prev_result: field(&v, "prevResult")?,
             valid_attachments: field(&v, "cni.dev/valid-attachments")?,
         };

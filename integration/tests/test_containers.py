@@ -419,9 +419,9 @@ def test_a_bad_vni_fails_the_container_and_leaves_nothing(pods):
 # The plugin driven directly, as a runtime drives it: the bridge plugin's
 # ADD, then masq-cni's with its result as prevResult.
 def cni(tb, plugin, command, conf, container="c0123", netns="/run/netns/cnitest", args="",
-        host="host1"):
+        host="host1", ifname="eth0"):
     env = [f"CNI_COMMAND={command}", f"CNI_CONTAINERID={container}", f"CNI_NETNS={netns}",
-           "CNI_IFNAME=eth0", "CNI_PATH=/usr/lib/cni", f"CNI_ARGS={args}"]
+           f"CNI_IFNAME={ifname}", "CNI_PATH=/usr/lib/cni", f"CNI_ARGS={args}"]
     r = tb.run(host, "sh", "-c", 'printf %s "$0" | env "$@"', json.dumps(conf),
                *env, plugin, check=False)
     out = json.loads(r.stdout) if r.stdout.strip() else None

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from masq_testbed import CLI, finish, finish_pair, parse_bw, perftest_gid, wait_for
+from test_containers import cni
 
 pytestmark = pytest.mark.rails
 
@@ -75,7 +76,9 @@ def test_roce_over_rail_1_stays_on_rail_1s_segment(testbed):
 # acme-a (host1) and acme-b (host2) each have vrdma0 on rail0 and vrdma1 on
 # rail1 (their further devices acme-a1, acme-b1): configs/rails.
 RAILS_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "rails")
-MASQCTL = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "masqctl")
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+LIBMASQ = os.path.join(REPO, "frontend-provider", "build", "libmasq.so")
 VIPS = {"vrdma0": {"host1": "10.0.0.1", "host2": "10.0.0.2"},
         "vrdma1": {"host1": "10.0.1.1", "host2": "10.0.1.2"}}
 SEGMENT = {"vrdma0": "eth0", "vrdma1": "eth1"}
@@ -194,8 +197,12 @@ def rails_tracked(tb, host):
                   for e in entries)
 
 
-def both_tracked(tb):
-    """host1's connections once there are two (one per rail), else None."""
+def both_tracked(tb, procs):
+    """host1's connections once there are two (one per rail), else None;
+    fails if an app exited."""
+    for p in procs:
+        if p.poll() is not None:
+            raise AssertionError(f"app exited: {finish(p)}")
     tracked = rails_tracked(tb, "host1")
     return tracked if len(tracked) == 2 else None
 
@@ -216,11 +223,13 @@ def test_a_masqd_restart_recovers_both_rails_connections(masq):
             masq.wait_listening("host2", port, tenant="acme-b")
             procs.append(masq.tenant_spawn("host1", "acme-a", *argv, "-d", dev, "-p", str(port),
                                            VIPS[dev]["host2"]))
-        before = wait_for("both rails' connections tracked", lambda: both_tracked(masq))
+        before = wait_for("both rails' connections tracked",
+                          lambda: both_tracked(masq, procs), timeout=120)
         assert [t[0] for t in before] == ["rail0", "rail1"], before
         masq._run([CLI, "masq", "kill"], True, 120)
         masq._run([CLI, "masq", "start"], True, 300)
-        after = wait_for("both rails' connections tracked again", lambda: both_tracked(masq))
+        after = wait_for("both rails' connections tracked again",
+                         lambda: both_tracked(masq, procs), timeout=120)
         assert after == before, (before, after)
         for p in procs:
             assert p.poll() is None, finish(p)
@@ -231,3 +240,59 @@ def test_a_masqd_restart_recovers_both_rails_connections(masq):
         for p in procs:
             p.kill()
             finish(p)
+
+
+def endpoints(tb, host):
+    return {e["name"]: e for e in masqctl_json(tb, host, "endpoints")["endpoints"]}
+
+
+def test_a_pods_second_masq_network_is_its_device_on_that_rail(masq):
+    # As Multus drives a pod with two rail networks: each network's main
+    # plugin (bridge), then masq-cni; the second names rail1.
+    tb, netns, ctr = masq, "/run/netns/cnirail", "crail"
+    plugin = os.path.join(os.path.dirname(MASQCTL), "masq-cni")
+    tb.run("host1", "ip", "netns", "add", "cnirail")
+
+    def bridge(ifname, ip):
+        return {"cniVersion": "1.0.0", "name": f"net-{ifname}", "type": "bridge",
+                "bridge": "mbr100", "mtu": 1450,
+                "ipam": {"type": "host-local", "dataDir": f"/run/cnirail-ipam-{ifname}",
+                         "ranges": [[{"subnet": ip.rsplit(".", 1)[0] + ".0/24", "rangeStart": ip,
+                                      "rangeEnd": ip}]]}}
+
+    def masq_conf(ifname, prev, **extra):
+        return {"cniVersion": "1.1.0", "name": f"net-{ifname}", "type": "masq-cni",
+                "tenant": "acme", "vni": 100, "prevResult": prev, **extra}
+
+    nets = [("eth0", "10.0.0.60", {}), ("eth1", "10.0.1.60", {"rail": "rail1"})]
+    try:
+        for ifname, ip, extra in nets:
+            rc, prev = cni(tb, "/usr/lib/cni/bridge", "ADD", bridge(ifname, ip), container=ctr,
+                           netns=netns, ifname=ifname)
+            assert rc == 0, prev
+            rc, out = cni(tb, plugin, "ADD", masq_conf(ifname, prev, **extra), container=ctr,
+                          netns=netns, ifname=ifname)
+            assert rc == 0, out
+        eps = endpoints(tb, "host1")
+        first, second = eps[ctr], eps[f"{ctr}-eth1"]
+        assert (first["vdev"], first["rail"], first["vip"]) == ("vrdma0", "rail0", "10.0.0.60")
+        assert (second["vdev"], second["rail"], second["vip"]) == ("vrdma1", "rail1",
+                                                                    "10.0.1.60")
+        assert second["device_of"] == ctr and second["socket"] == first["socket"], second
+        # The pod's apps see both devices on its one socket.
+        out = tb.run("host1", "ip", "netns", "exec", "cnirail", "env",
+                     f"MASQ_SOCKET={first['socket']}", f"LD_PRELOAD={LIBMASQ}",
+                     "ibv_devices").stdout
+        assert [line.split()[0] for line in out.splitlines()[2:]] == ["vrdma0", "vrdma1"], out
+        # DEL as Multus does, the last network first; each takes its own.
+        for ifname, _, extra in reversed(nets):
+            rc, out = cni(tb, plugin, "DEL", masq_conf(ifname, None, **extra), container=ctr,
+                          netns=netns, ifname=ifname)
+            assert rc == 0, out
+            assert ctr + ("-eth1" if ifname == "eth1" else "") not in endpoints(tb, "host1")
+        assert ctr not in endpoints(tb, "host1")
+    finally:
+        for ifname, ip, _ in nets:
+            cni(tb, "/usr/lib/cni/bridge", "DEL", bridge(ifname, ip), container=ctr,
+                netns=netns, ifname=ifname)
+        tb.run("host1", "ip", "netns", "del", "cnirail", check=False)
