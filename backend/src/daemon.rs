@@ -361,7 +361,8 @@ impl Daemon {
                     while !s.run.is_stopping() {
                         beat.beat();
                         for ep in s.registry.local() {
-                            s.limits.apply_rdma_limits(&ep);
+                            s.limits
+                                .apply_rdma_limits(&ep, &s.rail(&ep).device.host.name);
                         }
                         if let Err(e) = s.limits.sync_rates(&s.registry.configs()) {
                             warn!("rate limits: {e}");

@@ -98,6 +98,9 @@ def test_a_tenant_sees_a_device_per_rail(masq):
         info = masq.tenant_run("host1", "acme-a", "ibv_devinfo", "-v", "-d", dev).stdout
         assert f"::ffff:{vips['host1']}" in info, info
         assert "rxe" not in info, info
+    # acme-a1's rdma limits are rxe1's line of the apps' cgroup.
+    limits = masq.run("host1", "cat", "/sys/fs/cgroup/tenants/acme-a/rdma.max").stdout
+    assert "rxe1 hca_handle=max hca_object=4096" in limits, limits
     # The sysfs view shows both devices too, each with its vIP's GID.
     ls = masq.tenant_run("host1", "acme-a", "ls", "/sys/class/infiniband").stdout.split()
     assert ls == ["vrdma0", "vrdma1"], ls

@@ -94,6 +94,12 @@ impl Endpoint {
         }
     }
 
+    /// The cgroup its apps run in, below `backstop.cgroupParent`: its own
+    /// name's, or that of the endpoint it is a further device of.
+    pub fn cgroup_name(&self) -> &str {
+        self.cfg.device_of.as_deref().unwrap_or(&self.cfg.name)
+    }
+
     /// The endpoint on rail `rail` (a `rails:` index), named `label` in
     /// its connections if the host has several.
     pub fn on_rail(mut self, rail: usize, label: Option<&str>) -> Endpoint {

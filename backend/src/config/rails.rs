@@ -187,12 +187,6 @@ pub fn check_device_of<'a>(
     let Some(of) = &e.device_of else {
         return Ok(());
     };
-    if e.rdma_limits.is_some() {
-        return Err(format!(
-            "{at}.rdmaLimits: a further device's apps are {of}'s, in its cgroup: limit {of} \
-             (its limits name the first rail's device only, for now)"
-        ));
-    }
     if e.socket.is_some() {
         return Err(format!(
             "{at}.socket: a further device of {of} is served on {of}'s socket"

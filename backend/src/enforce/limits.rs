@@ -13,35 +13,28 @@ pub struct Limits {
     pub rdma_cgroups: Cgroups,
     /// Software RoCE: the endpoints' RoCE egress shaping (`ratelimit.rs`).
     pub rates: Option<RateLimits>,
-    /// The served device, as the cgroup limits name it.
-    device: String,
 }
 
 impl Limits {
     pub fn new(cfg: &Config, rates: Option<RateLimits>) -> Limits {
         Limits {
-            rdma_cgroups: Cgroups::new(
-                rdma_cgroup::CGROUP_ROOT,
-                &cfg.backstop.cgroup_parent,
-                &cfg.device,
-            ),
+            rdma_cgroups: Cgroups::new(rdma_cgroup::CGROUP_ROOT, &cfg.backstop.cgroup_parent),
             rates,
-            device: cfg.device.clone(),
         }
     }
 
-    /// Set the endpoint's rdma cgroup limits if its cgroup exists; the
-    /// runtime may make it later, so the housekeeping thread calls this
-    /// again every few seconds.
-    pub fn apply_rdma_limits(&self, ep: &Endpoint) {
+    /// Set the endpoint's rdma cgroup limits on its `device` if its apps'
+    /// cgroup exists; the runtime may make it later, so the housekeeping
+    /// thread calls this again every few seconds.
+    pub fn apply_rdma_limits(&self, ep: &Endpoint, device: &str) {
         let Some(limits) = &ep.cfg.rdma_limits else {
             return;
         };
-        match self.rdma_cgroups.apply(&ep.cfg.name, limits) {
+        match self.rdma_cgroups.apply(ep.cgroup_name(), device, limits) {
             Ok(Applied::Set) => {
                 ep.rdma_limits_failing.store(false, Ordering::Relaxed);
                 info!(endpoint = %ep.cfg.name, "rdma cgroup limits set: {}",
-                      rdma_cgroup::max_line(&self.device, limits));
+                      rdma_cgroup::max_line(device, limits));
             }
             Ok(_) => {}
             Err(e) => {

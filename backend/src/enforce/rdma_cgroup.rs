@@ -62,7 +62,6 @@ pub fn parse_line(text: &str, device: &str) -> Option<(Option<u32>, Option<u32>)
 pub struct Cgroups {
     root: PathBuf,
     parent: String,
-    device: String,
 }
 
 /// What `apply` did.
@@ -75,11 +74,10 @@ pub enum Applied {
 }
 
 impl Cgroups {
-    pub fn new(root: impl Into<PathBuf>, parent: &str, device: &str) -> Cgroups {
+    pub fn new(root: impl Into<PathBuf>, parent: &str) -> Cgroups {
         Cgroups {
             root: root.into(),
             parent: parent.trim_matches('/').to_string(),
-            device: device.to_string(),
         }
     }
 
@@ -107,8 +105,9 @@ impl Cgroups {
         Ok(())
     }
 
-    /// Set `endpoint`'s limits if its cgroup exists and differs.
-    pub fn apply(&self, endpoint: &str, limits: &RdmaLimits) -> io::Result<Applied> {
+    /// Set `endpoint`'s limits on `device` (its line of the cgroup's
+    /// `rdma.max`) if its cgroup exists and they differ.
+    pub fn apply(&self, endpoint: &str, device: &str, limits: &RdmaLimits) -> io::Result<Applied> {
         let dir = self.dir(endpoint);
         if !dir.is_dir() {
             return Ok(Applied::NoCgroup);
@@ -119,32 +118,34 @@ impl Cgroups {
         }
         let want = (limits.handles, limits.objects);
         let now = std::fs::read_to_string(&max).map_err(|e| at(&max, e))?;
-        if parse_line(&now, &self.device) == Some(want) {
+        if parse_line(&now, device) == Some(want) {
             return Ok(Applied::Unchanged);
         }
-        std::fs::write(&max, max_line(&self.device, limits)).map_err(|e| at(&max, e))?;
+        std::fs::write(&max, max_line(device, limits)).map_err(|e| at(&max, e))?;
         Ok(Applied::Set)
     }
 
-    /// Lift `endpoint`'s limits (it was deleted, or lost its limits).
-    pub fn clear(&self, endpoint: &str) -> io::Result<()> {
+    /// Lift `endpoint`'s limits on `device` (it was deleted, or lost its
+    /// limits).
+    pub fn clear(&self, endpoint: &str, device: &str) -> io::Result<()> {
         let max = self.dir(endpoint).join("rdma.max");
         match std::fs::read_to_string(&max) {
-            Ok(now) if parse_line(&now, &self.device).is_some() => {
+            Ok(now) if parse_line(&now, device).is_some() => {
                 let unlimited = RdmaLimits {
                     handles: None,
                     objects: None,
                 };
-                std::fs::write(&max, max_line(&self.device, &unlimited)).map_err(|e| at(&max, e))
+                std::fs::write(&max, max_line(device, &unlimited)).map_err(|e| at(&max, e))
             }
             _ => Ok(()),
         }
     }
 
-    /// What the endpoint's processes hold now: (handles, objects).
-    pub fn current(&self, endpoint: &str) -> Option<(u32, u32)> {
+    /// What the endpoint's processes hold of `device` now: (handles,
+    /// objects).
+    pub fn current(&self, endpoint: &str, device: &str) -> Option<(u32, u32)> {
         let text = std::fs::read_to_string(self.dir(endpoint).join("rdma.current")).ok()?;
-        match parse_line(&text, &self.device)? {
+        match parse_line(&text, device)? {
             (Some(h), Some(o)) => Some((h, o)),
             _ => None,
         }
@@ -182,15 +183,15 @@ mod tests {
             std::fs::create_dir_all(ctl.parent().unwrap()).unwrap();
             std::fs::write(&ctl, "cpu memory").unwrap();
         }
-        let cg = Cgroups::new(root.path(), "tenants", "rxe0");
+        let cg = Cgroups::new(root.path(), "tenants");
         let l = limits(None, Some(6));
-        assert_eq!(cg.apply("acme-a", &l).unwrap(), Applied::NoCgroup);
+        assert_eq!(cg.apply("acme-a", "rxe0", &l).unwrap(), Applied::NoCgroup);
         let dir = root.path().join("tenants/acme-a");
         std::fs::create_dir_all(&dir).unwrap();
         // No rdma.max: the controller is turned on down to the parent (in
         // a real cgroupfs that makes the file; here it stays missing).
         assert_eq!(
-            cg.apply("acme-a", &l).unwrap_err().kind(),
+            cg.apply("acme-a", "rxe0", &l).unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
         assert_eq!(
@@ -198,15 +199,15 @@ mod tests {
             "+rdma"
         );
         std::fs::write(dir.join("rdma.max"), "").unwrap();
-        assert_eq!(cg.apply("acme-a", &l).unwrap(), Applied::Set);
+        assert_eq!(cg.apply("acme-a", "rxe0", &l).unwrap(), Applied::Set);
         assert_eq!(
             std::fs::read_to_string(dir.join("rdma.max")).unwrap(),
             "rxe0 hca_handle=max hca_object=6"
         );
-        assert_eq!(cg.apply("acme-a", &l).unwrap(), Applied::Unchanged);
+        assert_eq!(cg.apply("acme-a", "rxe0", &l).unwrap(), Applied::Unchanged);
         std::fs::write(dir.join("rdma.current"), "rxe0 hca_handle=1 hca_object=3\n").unwrap();
-        assert_eq!(cg.current("acme-a"), Some((1, 3)));
-        cg.clear("acme-a").unwrap();
+        assert_eq!(cg.current("acme-a", "rxe0"), Some((1, 3)));
+        cg.clear("acme-a", "rxe0").unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.join("rdma.max")).unwrap(),
             "rxe0 hca_handle=max hca_object=max"

@@ -169,7 +169,8 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
                             .filter(|(_, id)| **id == crate::kernel::nft::nft_id(&ep.cfg.name))
                             .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
                         "rate": rates.get(&ep.cfg.name),
-                        "rdma_current": parts.limits.rdma_cgroups.current(&ep.cfg.name)
+                        "rdma_current": parts.limits.rdma_cgroups
+                            .current(ep.cgroup_name(), &parts.rail(ep).device.host.name)
                             .map(|(h, o)| json!({ "handles": h, "objects": o })),
                         "sessions": n,
                         "refused_connections": ep.refused_connections.load(Ordering::Relaxed),

@@ -210,7 +210,8 @@ impl Parts {
             undo_firewall();
             return Err(err.to_string());
         }
-        self.limits.apply_rdma_limits(&ep);
+        self.limits
+            .apply_rdma_limits(&ep, &self.rail(&ep).device.host.name);
         self.endpoints_changed(&format!("endpoint {} added", e.name), &e.name);
         if let Some(c) = &self.cluster {
             c.endpoint_up(e.clone());
@@ -305,7 +306,8 @@ impl Parts {
             warn!(endpoint = name, "rate limits: {e}");
         }
         if ep.cfg.rdma_limits.is_some() {
-            if let Err(e) = self.limits.rdma_cgroups.clear(name) {
+            let device = &self.rail(&ep).device.host.name;
+            if let Err(e) = self.limits.rdma_cgroups.clear(ep.cgroup_name(), device) {
                 warn!(endpoint = name, "cannot lift its rdma cgroup limits: {e}");
             }
         }
