@@ -150,19 +150,20 @@ pub fn render_wide(req: &Request, reply: &Value) -> String {
         Request::Endpoints => {
             let _ = writeln!(
                 out,
-                "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} SOCKET",
-                "ENDPOINT", "TENANT", "VNI", "VIP", "VDEV", "SESS", "ORIGIN", "NETNS", "VNIC",
+                "{:<12} {:<10} {:>8} {:<15} {:<8} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} SOCKET",
+                "ENDPOINT", "TENANT", "VNI", "VIP", "VDEV", "RAIL", "SESS", "ORIGIN", "NETNS", "VNIC",
                 "HOST_IF", "BRIDGE", "MAXCONN", "RATE", "REFCONN", "REFREQ", "BYPASS"
             );
             for e in reply["endpoints"].as_array().into_iter().flatten() {
                 let _ = writeln!(
                     out,
-                    "{:<12} {:<10} {:>8} {:<15} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} {}",
+                    "{:<12} {:<10} {:>8} {:<15} {:<8} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} {}",
                     s(e, "name"),
                     s(e, "tenant"),
                     s(e, "vni"),
                     s(e, "vip"),
                     s(e, "vdev"),
+                    s(e, "rail"),
                     s(e, "sessions"),
                     s(e, "origin"),
                     s(e, "netns"),
