@@ -52,19 +52,30 @@ impl Cm {
         addr: Ipv4Addr,
         port: u16,
     ) -> Result<(), Refusal> {
-        let (ep_name, vip, udp) = {
+        let (ep, udp) = {
             let i = st.ids.get(&id).ok_or_else(|| refuse(libc::ENOENT, "id"))?;
             if i.port != 0 {
                 return fail(libc::EINVAL, "id already bound");
             }
-            (i.ep.cfg.name.clone(), i.ep.cfg.vip, i.udp)
+            (i.ep.clone(), i.udp)
         };
-        if addr != Ipv4Addr::UNSPECIFIED && addr != vip {
-            return fail(
-                libc::EADDRNOTAVAIL,
-                format!("{addr} is not this endpoint's address ({vip})"),
-            );
-        }
+        // An address of another of the app's devices (its vrdma1 on a
+        // second rail) binds the id to that device.
+        let ep = match addr {
+            Ipv4Addr::UNSPECIFIED => ep,
+            _ => shared
+                .registry()
+                .devices_of(&ep)
+                .into_iter()
+                .find(|d| d.cfg.vip == addr)
+                .ok_or_else(|| {
+                    refuse(
+                        libc::EADDRNOTAVAIL,
+                        format!("{addr} is not this endpoint's address ({})", ep.cfg.vip),
+                    )
+                })?,
+        };
+        let ep_name = ep.cfg.name.clone();
         if port != 0 {
             self.reap_holder(shared, st, &ep_name, udp, port);
         }
@@ -73,6 +84,7 @@ impl Cm {
             i.src_ip = addr;
             i.port = port;
             i.owns_port = true;
+            i.ep = ep;
         }
         Ok(())
     }
@@ -286,6 +298,31 @@ impl Cm {
             .get(&(ep.to_string(), udp, port))
             .copied()
             .filter(|l| st.ids.get(l).is_some_and(|i| i.phase == Phase::Listening))
+    }
+
+    /// The listener a request to device endpoint `ep`'s `port` reaches:
+    /// one bound to its address, else one of its apps bound to any
+    /// address on another of their devices (as a kernel listener on
+    /// 0.0.0.0 hears every NIC).
+    pub(super) fn listener_for(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        ep: &Endpoint,
+        udp: bool,
+        port: u16,
+    ) -> Option<u32> {
+        if let Some(l) = self.listener(shared, st, &ep.cfg.name, udp, port) {
+            return Some(l);
+        }
+        let others = shared.registry().devices_of(ep);
+        others
+            .iter()
+            .filter(|d| d.cfg.name != ep.cfg.name)
+            .find_map(|d| {
+                self.listener(shared, st, &d.cfg.name, udp, port)
+                    .filter(|l| st.ids.get(l).is_some_and(|i| i.src_ip.is_unspecified()))
+            })
     }
 
     /// Time out what waited too long; called a few times a second.

@@ -267,7 +267,7 @@ impl Cm {
         }) {
             return;
         }
-        let Some(listener) = self.listener(shared, st, &ep.cfg.name, false, dst.1) else {
+        let Some(listener) = self.listener_for(shared, st, &ep, false, dst.1) else {
             debug!(port = dst.1, "CM request for a port nobody listens on");
             self.send(
                 from,

@@ -232,6 +232,28 @@ impl Cm {
         Ok((reply, None))
     }
 
+    /// The vIP of the app's device (of `ep`'s apps) whose rail reaches
+    /// `dst`'s, its own rail first; unspecified (the id's endpoint) when
+    /// the app has one device or none reaches it.
+    fn source_for(shared: &dyn CmHost, ep: &Endpoint, dst: Ipv4Addr) -> Ipv4Addr {
+        let devices = shared.registry().devices_of(ep);
+        let vpc = shared.registry().vpc();
+        let Some(peer) = vpc.lookup(ep.cfg.vni, dst).filter(|_| devices.len() > 1) else {
+            return Ipv4Addr::UNSPECIFIED;
+        };
+        let rail = |d: &Endpoint| shared.registry().rail_name(d.rail).to_string();
+        let on = |same: bool| {
+            devices.iter().find(|d| {
+                d.cfg.vni == ep.cfg.vni
+                    && (rail(d) == peer.rail) == same
+                    && vpc.rails_meet(&rail(d), &peer.rail)
+            })
+        };
+        on(true)
+            .or_else(|| on(false))
+            .map_or(Ipv4Addr::UNSPECIFIED, |d| d.cfg.vip)
+    }
+
     fn resolve_addr(
         &self,
         shared: &dyn CmHost,
@@ -239,24 +261,27 @@ impl Cm {
         session: u64,
         r: &proto::CmResolveAddrReq,
     ) -> Result<(), Refusal> {
-        let (port, phase, vni, vip) = {
+        let (port, phase) = {
             let i = Self::own(st, session, r.id)?;
-            (i.port, i.phase, i.ep.cfg.vni, i.ep.cfg.vip)
+            (i.port, i.phase)
         };
         if phase != Phase::Idle && phase != Phase::AddrResolved {
             return fail(libc::EINVAL, "address resolution on a busy id");
         }
+        let dst = Ipv4Addr::from(r.dst.addr);
         if port == 0 {
             let src = if r.has_src == 1 {
                 Ipv4Addr::from(r.src.addr)
             } else {
-                Ipv4Addr::UNSPECIFIED
+                // The app's device on the destination's rail, as the
+                // kernel routes an unbound id out of the matching NIC.
+                Self::source_for(shared, &Self::own(st, session, r.id)?.ep, dst)
             };
             let want = if r.has_src == 1 { r.src.port } else { 0 };
             self.bind(shared, st, r.id, src, want)?;
         }
-        let dst = Ipv4Addr::from(r.dst.addr);
         let i = Self::own(st, session, r.id)?;
+        let (vni, vip) = (i.ep.cfg.vni, i.ep.cfg.vip);
         i.src_ip = vip;
         i.dst = Some((dst, r.dst.port));
         let peer_host = shared.registry().vpc().lookup(vni, dst).map(|p| p.host);

@@ -227,7 +227,7 @@ impl Cm {
         if st.ids.values().any(|i| i.peer == sender) {
             return; // a repeated request
         }
-        let Some(listener) = self.listener(shared, st, &ep.cfg.name, true, dst.1) else {
+        let Some(listener) = self.listener_for(shared, st, &ep, true, dst.1) else {
             debug!(port = dst.1, "CM UD query for a port nobody listens on");
             self.send(
                 from,
