@@ -268,6 +268,12 @@ struct CounterLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PortLabels {
+    device: String,
+    counter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
     source: &'static str,
 }
@@ -432,17 +438,21 @@ impl prometheus_client::collector::Collector for Scrape {
                 )?;
             }
         }
-        let port: Family<CounterLabels, Counter> = Family::default();
-        for (name, v) in &s.port_counters {
-            port.get_or_create(&CounterLabels {
-                counter: name.clone(),
-            })
-            .inc_by(*v);
+        let port: Family<PortLabels, Counter> = Family::default();
+        for (device, counters) in &s.port_counters {
+            for (name, v) in counters {
+                port.get_or_create(&PortLabels {
+                    device: device.clone(),
+                    counter: name.clone(),
+                })
+                .inc_by(*v);
+            }
         }
         put(
             &mut enc,
             "masq_rnic_port",
-            "The served RNIC port's counters (sysfs counters/ and hw_counters/)",
+            "The served RNIC ports' counters (sysfs counters/ and hw_counters/), one \
+             device per rail",
             &port,
         )?;
         Ok(())
@@ -469,7 +479,8 @@ pub struct Sample {
     pub backstop_drops: Option<Vec<(String, u64, u64)>>,
     /// (version, file) of the policy in force.
     pub policy: Option<(String, String)>,
-    pub port_counters: Vec<(String, u64)>,
+    /// Each rail's device and its port's counters.
+    pub port_counters: Vec<(String, Vec<(String, u64)>)>,
     pub vpc: VpcSample,
     /// Cluster mode only.
     pub cluster: Option<ClusterSample>,
@@ -579,7 +590,7 @@ mod tests {
             }],
             backstop_drops: Some(vec![("drop_acme_a".into(), 8, 800)]),
             policy: Some(("3f2a".into(), "/etc/masq/policy.yaml".into())),
-            port_counters: vec![("rcvd_pkts".into(), 42)],
+            port_counters: vec![("rxe0".into(), vec![("rcvd_pkts".into(), 42)])],
             vpc: VpcSample {
                 hosts: 2,
                 endpoints: [("local", 1), ("cluster", 3), ("file", 0)],
@@ -624,7 +635,7 @@ mod tests {
             r#"masq_backstop_dropped_bytes_total{counter="drop_acme_a"} 800"#,
             r#"masq_policy_info{version="3f2a",file="/etc/masq/policy.yaml"} 1"#,
             "masq_policy_applied_timestamp_seconds 1700000000",
-            r#"masq_rnic_port_total{counter="rcvd_pkts"} 42"#,
+            r#"masq_rnic_port_total{device="rxe0",counter="rcvd_pkts"} 42"#,
             "masq_vpc_hosts 2\n",
             r#"masq_vpc_endpoints{source="local"} 1"#,
             r#"masq_vpc_endpoints{source="cluster"} 3"#,

@@ -154,11 +154,18 @@ impl Parts {
                 }
             })
             .collect();
-        let first = self.first_device();
-        let port_dir = Path::new("/sys/class/infiniband")
-            .join(&first.name)
-            .join("ports")
-            .join(first.port.to_string());
+        let port_counters = self
+            .rails
+            .iter()
+            .map(|r| {
+                let dev = &r.device.host;
+                let dir = Path::new("/sys/class/infiniband")
+                    .join(&dev.name)
+                    .join("ports")
+                    .join(dev.port.to_string());
+                (dev.name.clone(), crate::metrics::port_counters(&dir))
+            })
+            .collect();
         crate::metrics::Sample {
             endpoints,
             backstop_drops: self.admission.backstop().and_then(|b| b.counters().ok()),
@@ -166,7 +173,7 @@ impl Parts {
                 .admission
                 .active()
                 .map(|p| (p.version_hash().to_string(), p.file().to_string())),
-            port_counters: crate::metrics::port_counters(&port_dir),
+            port_counters,
             vpc: {
                 let (hosts, endpoints) = self.registry.census();
                 crate::metrics::VpcSample { hosts, endpoints }
