@@ -24,7 +24,9 @@ RTR_STEPS = ("route", "owner", "admit", "track", "backstop", "modify", "record")
 _SAMPLE = re.compile(r'^masq_(rtr_step|request|cm_qp_step|peer_message)_duration_seconds_(sum|count)'
                      r'\{(?:step|op|stage)="([^"]+)"(?:,msg="([^"]+)")?\} (\S+)$')
 _PREFIX = {"rtr_step": "step", "request": "op", "cm_qp_step": "cm", "peer_message": "peer"}
-_COUNTER = re.compile(r'^masq_(backstop_dropped_packets|rnic_port)_total\{counter="([^"]+)"\} (\S+)$')
+# The RNIC's counters carry their device first (one per rail); summed here.
+_COUNTER = re.compile(
+    r'^masq_(backstop_dropped_packets|rnic_port)_total\{(?:device="[^"]+",)?counter="([^"]+)"\} (\S+)$')
 # The RNIC counters that mean a packet was lost or sent again (rxe).
 RETRIES = ("completer_retry_err", "retry_exceeded_err", "rcvd_seq_err", "duplicate_request",
            "out_of_seq_request")
@@ -72,7 +74,8 @@ def scrape(tb):
             m = _COUNTER.match(line)
             if m:
                 kind, label, value = m.groups()
-                d[f"{'drop' if kind.startswith('backstop') else 'rnic'}:{label}"] = [float(value), 0]
+                key = f"{'drop' if kind.startswith('backstop') else 'rnic'}:{label}"
+                d.setdefault(key, [0.0, 0])[0] += float(value)
         out[host] = d
     return out
 
