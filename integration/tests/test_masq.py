@@ -389,6 +389,7 @@ MALFORMED = {
     "before_hello": (-71, False),
     "unterminated_name": (-22, False),
     "reserved_not_zero": (-22, False),
+    "no_such_device": (-19, False),  # acme-a has one device, vrdma0
     "second_hello": (-71, False),
     "modify_before_open": (-71, False),
     "open_without_fd": (-9, False),

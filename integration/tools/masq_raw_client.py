@@ -122,7 +122,9 @@ def main():
     run("unknown_opcode", msg(0x77, b"\x00" * 8))
     run("before_hello", msg(MODIFY_QP, struct.pack("<IIII", 1, 1, 2, 0) + b"\x00" * 92))
     run("unterminated_name", hello(b"A" * 32))
-    run("reserved_not_zero", msg(HELLO, struct.pack("<I4s32s", 0, b"\x01", b"x")))
+    # HELLO's byte 4 names the virtual device; its reserved bytes follow.
+    run("reserved_not_zero", msg(HELLO, struct.pack("<I4s32s", 0, b"\x00\x01", b"x")))
+    run("no_such_device", msg(HELLO, struct.pack("<I4s32s", 0, b"\x01", b"x")))
     run("second_hello", hello(), greet=True)
     run("modify_before_open", msg(MODIFY_QP, struct.pack("<IIII", 1, 1, 2, 0) + b"\x00" * 92),
         greet=True)
