@@ -95,13 +95,6 @@ fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
     })
 }
 
-/// The name `ep`'s device has in its apps (`vrdma1`, say).
-fn vdev_of(parts: &Parts, ep: &crate::cluster::endpoint::Endpoint) -> String {
-    let all = parts.registry.devices_of(ep);
-    let n = all.iter().position(|d| d.cfg.name == ep.cfg.name);
-    crate::cluster::endpoint::vdev_name(n.unwrap_or(0))
-}
-
 fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
     let sessions = parts.sessions.with_views(|v| v.clone());
     match req {
@@ -157,7 +150,7 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
                     let mut v = json!({
                         "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
                         "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
-                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": vdev_of(parts, ep),
+                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::cluster::endpoint::vdev_name(ep.vdev.load(Ordering::Relaxed)),
                         "rail": parts.rail(ep).name, "device_of": ep.cfg.device_of,
                         "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
                         "max_connections": ep.cfg.max_connections,
