@@ -27,6 +27,7 @@
 #include "masq_cm.h"
 #include "masq_proto.h"
 #include "check.h"
+#include "fake_masqd.h"
 
 static void run(const char *name, void (*fn)(void))
 {
@@ -1150,22 +1151,14 @@ static void test_fork(void)
 
 int main(void)
 {
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	pthread_t th;
-	int lfd, i;
+	struct fake_masqd masqd;
+	int i;
 
 	for (i = 0; i <= MAX_CHANNELS; i++)
 		srv.chan_fd[i] = -1;
 	srv.next_id = 3;
-	snprintf(addr.sun_path, sizeof(addr.sun_path), "/tmp/masq-test-cm.%d.sock", (int)getpid());
-	unlink(addr.sun_path);
-	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(lfd, 4) < 0) {
-		perror("fake masqd");
+	if (fake_masqd_start(&masqd, "cm", server_main))
 		return 1;
-	}
-	setenv("MASQ_SOCKET", addr.sun_path, 1);
-	pthread_create(&th, NULL, server_main, &lfd);
 	masq_cm_add_device(&fake_ctx, &fake_pd, 16, 16, htonl(0x0a000005));
 	masq_cm_add_device(&fake_ctx1, &fake_pd1, 4, 2, htonl(0x0a010005));
 
@@ -1184,7 +1177,7 @@ int main(void)
 	run("channel_close", test_channel_close);
 	run("fork", test_fork);
 
-	unlink(addr.sun_path);
+	fake_masqd_remove(&masqd);
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -22,6 +22,7 @@
 #include "masq_proto.h"
 #include "masq_vdev.h"
 #include "check.h"
+#include "fake_masqd.h"
 
 /* ------------------------------------------------------------ fake masqd */
 
@@ -241,20 +242,10 @@ static void test_without_masqd_nothing_is_shown(void)
 
 int main(void)
 {
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	pthread_t th;
-	int lfd;
+	struct fake_masqd masqd;
 
-	snprintf(addr.sun_path, sizeof(addr.sun_path), "/tmp/masq-test-vdev.%d.sock",
-		 (int)getpid());
-	unlink(addr.sun_path);
-	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(lfd, 4) < 0) {
-		perror("fake masqd");
+	if (fake_masqd_start(&masqd, "vdev", server_main))
 		return 1;
-	}
-	setenv("MASQ_SOCKET", addr.sun_path, 1);
-	pthread_create(&th, NULL, server_main, &lfd);
 
 	run_with("an_older_masqd_shows_one_device_and_hears_of_no_other", fresh_devices,
 		 test_an_older_masqd_shows_one_device_and_hears_of_no_other);
@@ -267,7 +258,7 @@ int main(void)
 	run_with("without_masqd_nothing_is_shown", fresh_devices,
 		 test_without_masqd_nothing_is_shown);
 
-	unlink(addr.sun_path);
+	fake_masqd_remove(&masqd);
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -56,10 +56,12 @@ def wait_cm_listening(tb, host, endpoint, port, procs=(), timeout=60, ps="tcp"):
     raise TimeoutError(f"no CM listener on port {port} in {endpoint}")
 
 
-def serve(tb, host, endpoint, port, *argv, ps="tcp"):
+def serve(tb, host, endpoint, port, *argv, ps="tcp", listener=None):
+    """argv in endpoint, once its CM id listens on port (an id of the
+    endpoint `listener`, a further device of it, if given)."""
     srv = tb.tenant_spawn(host, endpoint, *argv)
     try:
-        wait_cm_listening(tb, host, endpoint, port, procs=(srv,), ps=ps)
+        wait_cm_listening(tb, host, listener or endpoint, port, procs=(srv,), ps=ps)
     except BaseException:
         srv.kill()
         finish(srv)
@@ -67,9 +69,9 @@ def serve(tb, host, endpoint, port, *argv, ps="tcp"):
     return srv
 
 
-def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300, ps="tcp"):
+def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300, ps="tcp", listener=None):
     """Run srv_argv in endpoint server (host, name), then cli_argv in client."""
-    srv = serve(tb, *server, port, *srv_argv, ps=ps)
+    srv = serve(tb, *server, port, *srv_argv, ps=ps, listener=listener)
     try:
         cli = tb.tenant_run(*client, *cli_argv, check=False, timeout=timeout)
     except BaseException:
@@ -88,14 +90,14 @@ def pair(tb, server, client, srv_argv, cli_argv, port, timeout=300, ps="tcp"):
 PERFTEST_RACE = "RDMA_CM_EVENT_REJECTED; error: 8"
 
 
-def perftest_pair(tb, server, client, srv_argv, cli_argv, port):
+def perftest_pair(tb, server, client, srv_argv, cli_argv, port, listener=None):
     try:
-        return pair(tb, server, client, srv_argv, cli_argv, port)
+        return pair(tb, server, client, srv_argv, cli_argv, port, listener=listener)
     except AssertionError as e:
         if PERFTEST_RACE not in str(e):
             raise
         print(f"perftest's own listen race on port {port}; running the pair again")
-        return pair(tb, server, client, srv_argv, cli_argv, port)
+        return pair(tb, server, client, srv_argv, cli_argv, port, listener=listener)
 
 
 def rping(role, addr, port, count):

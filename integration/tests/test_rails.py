@@ -10,7 +10,7 @@ import re
 import pytest
 
 from masq_testbed import CLI, finish, finish_pair, parse_bw, perftest_gid, wait_for
-from test_cm import PERFTEST_RACE, wait_cm_listening
+from test_cm import pair, perftest_pair, rping
 from test_containers import cni
 
 pytestmark = pytest.mark.rails
@@ -83,6 +83,7 @@ LIBMASQ = os.path.join(REPO, "frontend-provider", "build", "libmasq.so")
 VIPS = {"vrdma0": {"host1": "10.0.0.1", "host2": "10.0.0.2"},
         "vrdma1": {"host1": "10.0.1.1", "host2": "10.0.1.2"}}
 SEGMENT = {"vrdma0": "eth0", "vrdma1": "eth1"}
+SERVER, CLIENT = ("host2", "acme-b"), ("host1", "acme-a")
 
 
 @pytest.fixture(scope="module")
@@ -302,28 +303,12 @@ def test_a_pods_second_masq_network_is_its_device_on_that_rail(masq):
         tb.run("host1", "ip", "netns", "del", "cnirail", check=False)
 
 
-def cm_pair(tb, listener, srv_argv, cli_argv, port):
-    """srv_argv in acme-b, once `listener` (the device endpoint its CM id
-    is bound to) listens on port; then cli_argv in acme-a: their outputs."""
-    srv = tb.tenant_spawn("host2", "acme-b", *srv_argv)
-    try:
-        wait_cm_listening(tb, "host2", listener, port, procs=(srv,))
-        cli = tb.tenant_run("host1", "acme-a", *cli_argv, check=False, timeout=180)
-    except BaseException:
-        srv.kill()
-        finish(srv)
-        raise
-    return finish_pair(srv, cli)
-
-
 def test_rdma_cm_apps_use_the_device_of_their_address(masq):
     # rping by rail1's vIP: the server binds it (its id is acme-b1's), the
     # client's id takes the source on the destination's rail (10.0.1.1).
     port = 7190
-    srv, cli = cm_pair(masq, "acme-b1", ["rping", "-s", "-a", "10.0.1.2", "-p", str(port),
-                                         "-C", "5", "-v"],
-                       ["rping", "-c", "-a", "10.0.1.2", "-p", str(port), "-C", "5", "-v"],
-                       port)
+    srv, cli = pair(masq, SERVER, CLIENT, rping("s", "10.0.1.2", port, 5),
+                    rping("c", "10.0.1.2", port, 5), port, listener="acme-b1")
     assert cli.count("ping data: rdma-ping-") == 5, cli
     log = masq.masqd_log("host1")
     assert "CM connect 10.0.1.1:" in log and f"-> 10.0.1.2:{port}" in log, log[-2000:]
@@ -332,11 +317,5 @@ def test_rdma_cm_apps_use_the_device_of_their_address(masq):
     port = 18740
     argv = ["ib_write_bw", "-R", "-d", "vrdma1", "-F", "-s", "65536", "-n", "50", "-p",
             str(port)]
-    try:
-        srv, cli = cm_pair(masq, "acme-b", argv, [*argv, "10.0.1.2"], port)
-    except AssertionError as e:
-        # perftest's own listen race (see test_cm's PERFTEST_RACE): once more.
-        if PERFTEST_RACE not in str(e):
-            raise
-        srv, cli = cm_pair(masq, "acme-b", argv, [*argv, "10.0.1.2"], port)
+    srv, cli = perftest_pair(masq, SERVER, CLIENT, argv, [*argv, "10.0.1.2"], port)
     assert parse_bw(cli)["iterations"] == 50, cli

@@ -300,10 +300,7 @@ impl Registry {
 
     /// The index of this host's rail `name` (none: the first).
     pub fn rail_index(&self, name: Option<&str>) -> Option<usize> {
-        match name {
-            None => Some(0),
-            Some(n) => self.rails.iter().position(|(r, _)| r == n),
-        }
+        crate::config::rail_position(self.rails.iter().map(|(r, _)| r.as_str()), name)
     }
 
     /// Where `e`'s apps reach masqd: its own socket, or that of the

@@ -111,10 +111,7 @@ impl Config {
 
     /// The index of the rail named `name` (`None`: the first).
     pub fn rail_index(&self, name: Option<&str>) -> Option<usize> {
-        match name {
-            None => Some(0),
-            Some(n) => self.rails.iter().position(|r| r.name == n),
-        }
+        rail_position(self.rails.iter().map(|r| r.name.as_str()), name)
     }
 
     pub(super) fn validate_rails(&self) -> Result<(), String> {
@@ -158,6 +155,18 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// The index of rail `name` among rails named `names` in order (`None`:
+/// the first, which every host has).
+pub fn rail_position<'a>(
+    mut names: impl Iterator<Item = &'a str>,
+    name: Option<&str>,
+) -> Option<usize> {
+    match name {
+        None => Some(0),
+        Some(n) => names.position(|r| r == n),
     }
 }
 
