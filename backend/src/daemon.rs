@@ -178,7 +178,10 @@ impl Daemon {
         let rates = if is_rxe {
             Some(
                 crate::enforce::ratelimit::RateLimits::new(
-                    &cfg.underlay.netdev,
+                    cfg.rails
+                        .iter()
+                        .map(|r| (r.name.clone(), r.underlay.netdev.clone()))
+                        .collect(),
                     &cfg.backstop.cgroup_parent,
                 )
                 .map_err(|e| io::Error::other(format!("rate limits: {e}")))?,

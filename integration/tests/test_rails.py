@@ -319,3 +319,37 @@ def test_rdma_cm_apps_use_the_device_of_their_address(masq):
             str(port)]
     srv, cli = perftest_pair(masq, SERVER, CLIENT, argv, [*argv, "10.0.1.2"], port)
     assert parse_bw(cli)["iterations"] == 50, cli
+
+
+def test_a_rate_limit_shapes_the_netdev_of_its_devices_rail(masq):
+    """acme-a1 (acme-a's vrdma1, rail1) re-added with a rate limit: its RoCE
+    leaves host1's eth1 through a class of that rate. acme-a's own device
+    has no limit: its packets carry the same mark (the apps' cgroup is one),
+    but eth0 has no class for it and they leave unshaped."""
+    tb, name = masq, "acme-a1"
+    add = ["endpoint", "add", name, "--tenant", "acme", "--vni", "100", "--vip",
+           VIPS["vrdma1"]["host1"], "--netns", "/run/netns/acme-a", "--vnic", "eth1",
+           "--rail", "rail1", "--device-of", "acme-a", "--max-objects", "4096"]
+    size, iters = 65536, 60
+    tb.run("host1", MASQCTL, "endpoint", "del", name)
+    try:
+        tb.run("host1", MASQCTL, *add, "--max-rate-mbps", "24")
+        _, cli = write_bw(tb, "vrdma1", VIPS["vrdma1"]["host2"], 18744, size, iters)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        shaped = endpoints(tb, "host1")[name]["rate"]
+        assert shaped["netdev"] == "eth1" and shaped["mbps"] == 24, shaped
+        assert shaped["bytes"] >= size * iters, shaped
+        assert shaped["overlimits"] > 0, shaped  # held back, not just counted
+        for dev, ours in (("eth1", True), ("eth0", False)):
+            qdisc = tb.run("host1", "tc", "qdisc", "show", "dev", dev, "root").stdout
+            assert ("htb 4d51:" in qdisc) == ours, (dev, qdisc)
+        _, cli = write_bw(tb, "vrdma0", VIPS["vrdma0"]["host2"], 18745, size, iters)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert endpoints(tb, "host1")[name]["rate"]["bytes"] == shaped["bytes"]
+    finally:
+        tb.run("host1", MASQCTL, "endpoint", "del", name, check=False)
+        tb.run("host1", MASQCTL, *add)
+    # No limited device left: eth1's qdisc and the marks are gone.
+    qdisc = tb.run("host1", "tc", "qdisc", "show", "dev", "eth1", "root").stdout
+    assert "4d51:" not in qdisc, qdisc
+    assert tb.run("host1", "nft", "list", "table", "inet", "masq_rate", check=False).returncode != 0

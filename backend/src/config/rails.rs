@@ -187,12 +187,6 @@ pub fn check_device_of<'a>(
             e.rail.as_deref().unwrap_or_default()
         )
     })?;
-    if e.max_rate_mbps.is_some() && mine != 0 {
-        return Err(format!(
-            "{at}.maxRateMbps: rate limits shape the first rail's netdev only (not yet \
-             other rails')"
-        ));
-    }
     let Some(of) = &e.device_of else {
         return Ok(());
     };

@@ -1,5 +1,5 @@
 //! Per-endpoint rate limits on software RoCE: an endpoint's RoCE packets
-//! are shaped on the underlay netdev to its `maxRateMbps`.
+//! are shaped on its rail's underlay netdev to its `maxRateMbps`.
 //!
 //! rxe sends each QP's packets with a kernel socket created in the app's
 //! process, so the socket carries the endpoint's cgroup (as the backstop
@@ -8,6 +8,8 @@
 //! (handle `4d51:`) has a class per limited endpoint that a `fw` filter
 //! fills by mark. Unmarked traffic is not classified and leaves at full
 //! speed (HTB sends it directly), so nothing else on the host is shaped.
+//! The mark is the apps' cgroup's, whichever device sends: each rail's
+//! netdev classifies it at the rate of the apps' device on that rail.
 //! Each class queues deeply (a pfifo of 10,000 packets) rather than drop:
 //! a RoCE RC sender that loses packets retransmits whole windows.
 //!
@@ -21,7 +23,7 @@
 use crate::config::EndpointConfig;
 use crate::kernel::nft::Nft;
 use crate::kernel::tc::{ClassStats, Node};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -49,26 +51,65 @@ const QUEUE_PACKETS: u32 = 10_000;
 /// what rxe keeps in flight per QP at 1 KiB packets, reached 96%.
 const BURST: &str = "64k";
 
-/// An endpoint's class: its minor number and rate.
+/// An endpoint's class on its rail's netdev: its minor number and rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Class {
     minor: u16,
     mbps: u32,
 }
 
+/// A limited endpoint: the netdev of its rail, and its apps' cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Limited {
+    netdev: String,
+    cgroup: String,
+    mbps: u32,
+}
+
+/// Limited endpoints' classes by netdev, then by apps' cgroup.
+type Classes = BTreeMap<String, BTreeMap<String, Class>>;
+
 #[derive(Default)]
 struct State {
     /// Limited endpoints by name.
-    classes: BTreeMap<String, Class>,
+    limited: BTreeMap<String, Limited>,
+    /// Each limited apps' cgroup's class minor, which is also its mark:
+    /// an app's devices on several rails share one cgroup, so its packets
+    /// carry one mark, and each rail's netdev has a class of that minor
+    /// with the rate of the app's device on that rail.
+    minors: BTreeMap<String, u16>,
     /// Cgroups in the mark map, with the inode they had then.
     cgroups: BTreeMap<String, u64>,
-    /// Whether masqd's qdisc is on the underlay: asked of the kernel at
-    /// the first sync (one left by an earlier masqd), then known.
-    installed: Option<bool>,
+    /// The netdevs masqd's qdisc is on: asked of the kernel at the first
+    /// sync (ones left by an earlier masqd are removed), then known.
+    installed: Option<BTreeSet<String>>,
+}
+
+impl State {
+    fn classes(&self) -> Classes {
+        classes_of(&self.limited, &self.minors)
+    }
+}
+
+fn classes_of(limited: &BTreeMap<String, Limited>, minors: &BTreeMap<String, u16>) -> Classes {
+    let mut by_netdev = Classes::new();
+    for l in limited.values() {
+        if let Some(&minor) = minors.get(&l.cgroup) {
+            by_netdev.entry(l.netdev.clone()).or_default().insert(
+                l.cgroup.clone(),
+                Class {
+                    minor,
+                    mbps: l.mbps,
+                },
+            );
+        }
+    }
+    by_netdev
 }
 
 pub struct RateLimits {
-    netdev: String,
+    /// Each rail's name and underlay netdev, the first rail first.
+    rails: Vec<(String, String)>,
     /// Endpoints' cgroups are `<parent>/<name>` below the cgroup root.
     parent: String,
     level: usize,
@@ -78,10 +119,11 @@ pub struct RateLimits {
 }
 
 impl RateLimits {
-    pub fn new(netdev: &str, cgroup_parent: &str) -> Result<RateLimits, String> {
+    /// `rails`: each rail's name and underlay netdev, the first rail first.
+    pub fn new(rails: Vec<(String, String)>, cgroup_parent: &str) -> Result<RateLimits, String> {
         let parent = cgroup_parent.trim_matches('/').to_string();
         Ok(RateLimits {
-            netdev: netdev.to_string(),
+            rails,
             level: parent.split('/').count() + 1,
             parent,
             cgroup_root: crate::enforce::rdma_cgroup::CGROUP_ROOT.into(),
@@ -94,62 +136,107 @@ impl RateLimits {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The underlay netdev of rail `rail` (none is the first).
+    fn netdev_of(&self, rail: Option<&str>) -> Option<&str> {
+        let names = self.rails.iter().map(|(name, _)| name.as_str());
+        let i = crate::config::rail_position(names, rail)?;
+        self.rails.get(i).map(|(_, netdev)| netdev.as_str())
+    }
+
     /// Make the classes and marks those of `endpoints` (the ones with
-    /// `maxRateMbps`); with none, remove the qdisc and table altogether.
+    /// `maxRateMbps`), each on its rail's netdev; a netdev left with none
+    /// loses the qdisc, and with none anywhere the table goes too.
     /// Idempotent: called at start, on every endpoint change, and every few
     /// seconds for cgroups that appeared or went away.
     pub fn sync(&self, endpoints: &[EndpointConfig]) -> Result<(), String> {
         let mut st = self.lock();
-        let want: BTreeMap<&str, u32> = endpoints
-            .iter()
-            .filter_map(|e| Some((e.name.as_str(), e.max_rate_mbps?)))
-            .collect();
-        if st.installed.is_none() {
-            // An earlier masqd's qdisc and marks: start from nothing.
-            if self.installed() {
-                self.remove_all()?;
-            }
-            st.installed = Some(false);
+        let mut limited = BTreeMap::new();
+        for e in endpoints {
+            let Some(mbps) = e.max_rate_mbps else {
+                continue;
+            };
+            // The config's checks name every endpoint's rail.
+            let Some(netdev) = self.netdev_of(e.rail.as_deref()) else {
+                warn!(endpoint = %e.name, "rate limit skipped: no rail {:?}", e.rail);
+                continue;
+            };
+            let cgroup = e.device_of.clone().unwrap_or_else(|| e.name.clone());
+            limited.insert(
+                e.name.clone(),
+                Limited {
+                    netdev: netdev.into(),
+                    cgroup,
+                    mbps,
+                },
+            );
         }
-        let installed = st.installed == Some(true);
-        if want.is_empty() {
-            if installed {
-                self.remove_all()?;
+        if st.installed.is_none() {
+            // An earlier masqd's qdiscs and marks: start from nothing.
+            let left: BTreeSet<String> = self
+                .rails
+                .iter()
+                .map(|(_, n)| n.clone())
+                .filter(|n| self.installed(n))
+                .collect();
+            self.remove(&left)?;
+            st.installed = Some(BTreeSet::new());
+        }
+        let installed = st.installed.clone().unwrap_or_default();
+        if limited.is_empty() {
+            if !installed.is_empty() || !st.minors.is_empty() {
+                self.remove(&installed)?;
                 info!("rate limits removed");
             }
             *st = State {
-                installed: Some(false),
+                installed: Some(BTreeSet::new()),
                 ..State::default()
             };
             return Ok(());
         }
-        let mut classes = BTreeMap::new();
-        for (name, &mbps) in &want {
-            let minor = match st.classes.get(*name) {
-                Some(c) => c.minor,
-                None => free_minor(&st.classes, &classes)?,
+        let mut minors = BTreeMap::new();
+        for l in limited.values() {
+            if minors.contains_key(&l.cgroup) {
+                continue;
+            }
+            let minor = match st.minors.get(&l.cgroup) {
+                Some(&m) => m,
+                None => free_minor(&st.minors, &minors)?,
             };
-            classes.insert(name.to_string(), Class { minor, mbps });
+            minors.insert(l.cgroup.clone(), minor);
         }
-        let cgroups: BTreeMap<String, u64> = classes
-            .keys()
-            .filter_map(|n| Some((n.clone(), self.cgroup_inode(n)?)))
-            .collect();
-        let fresh = !installed;
-        if fresh || classes != st.classes {
-            self.tc(&self.tc_commands(fresh, &st.classes, &classes))?;
-            st.installed = Some(true);
-            for (name, c) in &classes {
-                if st.classes.get(name) != Some(c) {
-                    info!(endpoint = %name, mbps = c.mbps, "RoCE egress limited to {} Mbit/s", c.mbps);
+        let (old, new) = (st.classes(), classes_of(&limited, &minors));
+        let none = BTreeMap::new();
+        let mut batch = String::new();
+        for netdev in installed.iter().chain(new.keys()).collect::<BTreeSet<_>>() {
+            let (was, now) = (old.get(netdev).unwrap_or(&none), new.get(netdev));
+            match now {
+                None => {
+                    let _ = writeln!(batch, "qdisc del dev {netdev} root");
+                }
+                Some(now) => {
+                    let fresh = !installed.contains(netdev);
+                    batch += &tc_commands(netdev, fresh, was, now);
                 }
             }
         }
-        if fresh || classes != st.classes || cgroups != st.cgroups {
-            self.nft.run(&self.nft_commands(&classes, &cgroups))?;
+        self.tc(&batch)?;
+        st.installed = Some(new.keys().cloned().collect());
+        for (name, l) in &limited {
+            if st.limited.get(name) != Some(l) {
+                info!(endpoint = %name, netdev = %l.netdev, mbps = l.mbps,
+                      "RoCE egress limited to {} Mbit/s", l.mbps);
+            }
+        }
+        let cgroups: BTreeMap<String, u64> = minors
+            .keys()
+            .filter_map(|n| Some((n.clone(), self.cgroup_inode(n)?)))
+            .collect();
+        if installed.is_empty() || minors != st.minors || cgroups != st.cgroups {
+            self.nft.run(&self.nft_commands(&minors, &cgroups))?;
             debug!(cgroups = cgroups.len(), "rate-limit marks updated");
         }
-        st.classes = classes;
+        st.limited = limited;
+        st.minors = minors;
         st.cgroups = cgroups;
         Ok(())
     }
@@ -158,99 +245,48 @@ impl RateLimits {
     /// often it held packets back over its rate (the kernel's class
     /// counters, as `tc -s class show` prints them).
     pub fn stats(&self) -> BTreeMap<String, serde_json::Value> {
-        let classes = self.lock().classes.clone();
-        if classes.is_empty() {
-            return BTreeMap::new();
-        }
-        let found = match crate::kernel::tc::class_stats(&self.netdev) {
-            Ok(f) => f,
-            Err(e) => {
-                debug!("rate limits: cannot read {}'s classes: {e}", self.netdev);
-                return BTreeMap::new();
-            }
+        let (limited, minors) = {
+            let st = self.lock();
+            (st.limited.clone(), st.minors.clone())
         };
-        classes
+        let mut found = BTreeMap::new();
+        limited
             .into_iter()
-            .filter_map(|(name, c)| {
-                let (bytes, packets, overlimits) = class_stats(&found, c.minor)?;
+            .filter_map(|(name, l)| {
+                let classes = found.entry(l.netdev.clone()).or_insert_with(|| {
+                    crate::kernel::tc::class_stats(&l.netdev)
+                        .inspect_err(|e| {
+                            debug!("rate limits: cannot read {}'s classes: {e}", l.netdev)
+                        })
+                        .unwrap_or_default()
+                });
+                let (bytes, packets, overlimits) = class_stats(classes, *minors.get(&l.cgroup)?)?;
                 Some((
                     name,
-                    serde_json::json!({ "mbps": c.mbps, "bytes": bytes, "packets": packets,
-                                        "overlimits": overlimits }),
+                    serde_json::json!({ "mbps": l.mbps, "netdev": l.netdev, "bytes": bytes,
+                                        "packets": packets, "overlimits": overlimits }),
                 ))
             })
             .collect()
     }
 
-    fn cgroup_inode(&self, endpoint: &str) -> Option<u64> {
+    fn cgroup_inode(&self, cgroup: &str) -> Option<u64> {
         crate::enforce::rdma_cgroup::cgroup_inode(
-            &Path::new(&self.cgroup_root)
-                .join(&self.parent)
-                .join(endpoint),
+            &Path::new(&self.cgroup_root).join(&self.parent).join(cgroup),
         )
     }
 
-    /// Whether the underlay's root qdisc is masqd's.
-    fn installed(&self) -> bool {
-        crate::kernel::tc::root_qdisc(&self.netdev)
+    /// Whether `netdev`'s root qdisc is masqd's.
+    fn installed(&self, netdev: &str) -> bool {
+        crate::kernel::tc::root_qdisc(netdev)
             .ok()
             .flatten()
             .is_some_and(|q| is_ours(&q))
     }
 
-    fn tc_commands(
-        &self,
-        fresh: bool,
-        old: &BTreeMap<String, Class>,
-        new: &BTreeMap<String, Class>,
-    ) -> String {
-        let dev = &self.netdev;
-        let mut s = String::new();
-        if fresh {
-            // `default 0`: what no filter classifies is sent unshaped.
-            let _ = writeln!(
-                s,
-                "qdisc replace dev {dev} root handle {QDISC:x}: htb default 0"
-            );
-        }
-        for (name, c) in old {
-            if new.get(name).is_none_or(|n| n.minor != c.minor) && !fresh {
-                let _ = writeln!(
-                    s,
-                    "filter del dev {dev} parent {QDISC:x}: protocol ip prio 1 handle {:#x} fw",
-                    MARK_BASE | u32::from(c.minor)
-                );
-                let _ = writeln!(s, "class del dev {dev} classid {QDISC:x}:{:x}", c.minor);
-            }
-        }
-        for (name, c) in new {
-            if !fresh && old.get(name) == Some(c) {
-                continue;
-            }
-            let (minor, rate) = (c.minor, c.mbps);
-            let _ = writeln!(
-                s,
-                "class replace dev {dev} parent {QDISC:x}: classid {QDISC:x}:{minor:x} htb \
-                 rate {rate}mbit ceil {rate}mbit burst {BURST} cburst {BURST}"
-            );
-            let _ = writeln!(
-                s,
-                "qdisc replace dev {dev} parent {QDISC:x}:{minor:x} handle {minor:x}: pfifo \
-                 limit {QUEUE_PACKETS}"
-            );
-            let _ = writeln!(
-                s,
-                "filter replace dev {dev} parent {QDISC:x}: protocol ip prio 1 handle {:#x} fw \
-                 classid {QDISC:x}:{minor:x}",
-                MARK_BASE | u32::from(minor)
-            );
-        }
-        s
-    }
-
     fn nft_commands(
         &self,
-        classes: &BTreeMap<String, Class>,
+        minors: &BTreeMap<String, u16>,
         cgroups: &BTreeMap<String, u64>,
     ) -> String {
         let t = format!("inet {TABLE}");
@@ -273,22 +309,23 @@ impl RateLimits {
             self.level
         );
         for name in cgroups.keys() {
-            if let Some(c) = classes.get(name) {
+            if let Some(minor) = minors.get(name) {
                 let _ = writeln!(
                     s,
                     "add element {t} endpoint_mark {{ \"{}/{name}\" : {:#x} }}",
                     self.parent,
-                    MARK_BASE | u32::from(c.minor)
+                    MARK_BASE | u32::from(*minor)
                 );
             }
         }
         s
     }
 
-    fn remove_all(&self) -> Result<(), String> {
+    /// Remove masqd's qdisc from `netdevs`, and the marks.
+    fn remove(&self, netdevs: &BTreeSet<String>) -> Result<(), String> {
         let mut err = None;
-        if self.installed() {
-            if let Err(e) = self.tc(&format!("qdisc del dev {} root\n", self.netdev)) {
+        for netdev in netdevs.iter().filter(|n| self.installed(n)) {
+            if let Err(e) = self.tc(&format!("qdisc del dev {netdev} root\n")) {
                 err = Some(e);
             }
         }
@@ -330,6 +367,57 @@ impl RateLimits {
     }
 }
 
+/// tc commands that make `dev`'s classes `new` where they were `old`
+/// (keyed by apps' cgroup); `fresh`: the qdisc is not there yet.
+fn tc_commands(
+    dev: &str,
+    fresh: bool,
+    old: &BTreeMap<String, Class>,
+    new: &BTreeMap<String, Class>,
+) -> String {
+    let mut s = String::new();
+    if fresh {
+        // `default 0`: what no filter classifies is sent unshaped.
+        let _ = writeln!(
+            s,
+            "qdisc replace dev {dev} root handle {QDISC:x}: htb default 0"
+        );
+    }
+    for (name, c) in old {
+        if new.get(name).is_none_or(|n| n.minor != c.minor) && !fresh {
+            let _ = writeln!(
+                s,
+                "filter del dev {dev} parent {QDISC:x}: protocol ip prio 1 handle {:#x} fw",
+                MARK_BASE | u32::from(c.minor)
+            );
+            let _ = writeln!(s, "class del dev {dev} classid {QDISC:x}:{:x}", c.minor);
+        }
+    }
+    for (name, c) in new {
+        if !fresh && old.get(name) == Some(c) {
+            continue;
+        }
+        let (minor, rate) = (c.minor, c.mbps);
+        let _ = writeln!(
+            s,
+            "class replace dev {dev} parent {QDISC:x}: classid {QDISC:x}:{minor:x} htb \
+             rate {rate}mbit ceil {rate}mbit burst {BURST} cburst {BURST}"
+        );
+        let _ = writeln!(
+            s,
+            "qdisc replace dev {dev} parent {QDISC:x}:{minor:x} handle {minor:x}: pfifo \
+             limit {QUEUE_PACKETS}"
+        );
+        let _ = writeln!(
+            s,
+            "filter replace dev {dev} parent {QDISC:x}: protocol ip prio 1 handle {:#x} fw \
+             classid {QDISC:x}:{minor:x}",
+            MARK_BASE | u32::from(minor)
+        );
+    }
+    s
+}
+
 /// (bytes, packets, overlimits) of class `QDISC:minor` in `tc -s class
 /// show` output (this tc has no JSON for classes):
 /// `class htb 4d51:1 root ...` then ` Sent 123 bytes 4 pkt (dropped 0,
@@ -347,26 +435,15 @@ fn is_ours(q: &Node) -> bool {
 }
 
 /// The lowest class minor (1..=0xfffe) neither map uses.
-fn free_minor(a: &BTreeMap<String, Class>, b: &BTreeMap<String, Class>) -> Result<u16, String> {
+fn free_minor(a: &BTreeMap<String, u16>, b: &BTreeMap<String, u16>) -> Result<u16, String> {
     (1..0xffff)
-        .find(|m| !a.values().chain(b.values()).any(|c| c.minor == *m))
+        .find(|m| !a.values().chain(b.values()).any(|c| c == m))
         .ok_or_else(|| "no free HTB class left for a rate limit".to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn limits() -> RateLimits {
-        RateLimits {
-            netdev: "eth0".into(),
-            parent: "tenants".into(),
-            level: 2,
-            cgroup_root: "/nonexistent".into(),
-            nft: Nft::new().expect("libnftables"),
-            state: Mutex::new(State::default()),
-        }
-    }
 
     fn classes(v: &[(&str, u16, u32)]) -> BTreeMap<String, Class> {
         v.iter()
@@ -376,27 +453,45 @@ mod tests {
 
     #[test]
     fn a_fresh_qdisc_gets_every_class_and_a_change_touches_only_what_changed() {
-        let r = limits();
         let new = classes(&[("acme-a", 1, 16), ("acme-b", 2, 100)]);
-        let fresh = r.tc_commands(true, &BTreeMap::new(), &new);
+        let fresh = tc_commands("eth0", true, &BTreeMap::new(), &new);
         assert!(fresh.starts_with("qdisc replace dev eth0 root handle 4d51: htb default 0\n"));
         assert!(fresh.contains(
             "class replace dev eth0 parent 4d51: classid 4d51:1 htb rate 16mbit ceil 16mbit"
         ));
         assert!(fresh.contains("handle 0x4d510002 fw classid 4d51:2"));
         let changed = classes(&[("acme-b", 2, 50)]);
-        let delta = r.tc_commands(false, &new, &changed);
+        let delta = tc_commands("eth0", false, &new, &changed);
         assert!(!delta.contains("qdisc replace dev eth0 root"));
         assert!(delta.contains("class del dev eth0 classid 4d51:1"));
         assert!(delta.contains("classid 4d51:2 htb rate 50mbit"));
     }
 
     #[test]
+    fn an_apps_devices_share_its_mark_and_each_rail_gets_its_devices_rate() {
+        let l = |netdev: &str, cgroup: &str, mbps| Limited {
+            netdev: netdev.into(),
+            cgroup: cgroup.into(),
+            mbps,
+        };
+        let limited = BTreeMap::from([
+            ("a".to_string(), l("eth0", "a", 16)),
+            ("a-r1".to_string(), l("eth1", "a", 32)),
+            ("b".to_string(), l("eth1", "b", 8)),
+        ]);
+        let minors = BTreeMap::from([("a".to_string(), 1), ("b".to_string(), 2)]);
+        let by_netdev = classes_of(&limited, &minors);
+        assert_eq!(by_netdev["eth0"], classes(&[("a", 1, 16)]));
+        assert_eq!(by_netdev["eth1"], classes(&[("a", 1, 32), ("b", 2, 8)]));
+    }
+
+    #[test]
     fn only_existing_cgroups_are_marked() {
-        let r = limits();
-        let cl = classes(&[("acme-a", 1, 16), ("acme-b", 2, 100)]);
+        let r =
+            RateLimits::new(vec![("rail0".into(), "eth0".into())], "tenants").expect("libnftables");
+        let minors = BTreeMap::from([("acme-a".to_string(), 1), ("acme-b".to_string(), 2)]);
         let cg: BTreeMap<String, u64> = [("acme-b".to_string(), 42)].into();
-        let nft = r.nft_commands(&cl, &cg);
+        let nft = r.nft_commands(&minors, &cg);
         assert!(nft.contains("meta mark set socket cgroupv2 level 2 map @endpoint_mark"));
         assert!(nft.contains(
             "add element inet masq_rate endpoint_mark { \"tenants/acme-b\" : 0x4d510002 }"
@@ -462,8 +557,11 @@ mod tests {
 
     #[test]
     fn minors_are_reused_only_when_free() {
-        let a = classes(&[("x", 1, 1), ("y", 3, 1)]);
+        let a = BTreeMap::from([("x".to_string(), 1), ("y".to_string(), 3)]);
         assert_eq!(free_minor(&a, &BTreeMap::new()), Ok(2));
-        assert_eq!(free_minor(&a, &classes(&[("z", 2, 1)])), Ok(4));
+        assert_eq!(
+            free_minor(&a, &BTreeMap::from([("z".to_string(), 2)])),
+            Ok(4)
+        );
     }
 }
