@@ -108,22 +108,24 @@ def test_an_admitted_connection_passes_and_its_elements_come_and_go(masq):
         ra, rb = exchange(a, b)
         assert ra == (COUNT, 0, "success", COUNT) and rb == ra, (ra, rb)
         # While the QPs live: host1 lets acme-a send to (host2, b.qpn) and
-        # lets host2 reach a.qpn; and the other way round on host2.
-        assert [UNDERLAY["host2"], b.qpn] in set_elements(masq, "host1", "eg_acme_a")
-        assert [UNDERLAY["host2"], a.qpn] in set_elements(masq, "host1", "conn_in")
-        assert [UNDERLAY["host1"], a.qpn] in set_elements(masq, "host2", "eg_acme_b")
-        assert [UNDERLAY["host1"], b.qpn] in set_elements(masq, "host2", "conn_in")
+        # lets host2 reach a.qpn at host1's address (conn_to: peer host,
+        # local address, local QPN); and the other way round on host2.
+        h1, h2 = UNDERLAY["host1"], UNDERLAY["host2"]
+        assert [h2, b.qpn] in set_elements(masq, "host1", "eg_acme_a")
+        assert [h2, h1, a.qpn] in set_elements(masq, "host1", "conn_to")
+        assert [h1, a.qpn] in set_elements(masq, "host2", "eg_acme_b")
+        assert [h1, h2, b.qpn] in set_elements(masq, "host2", "conn_to")
     finally:
         a.close()
         b.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if not set_elements(masq, "host1", "eg_acme_a") and not set_elements(
-                masq, "host2", "conn_in"):
+                masq, "host2", "conn_to"):
             break
         time.sleep(0.5)
     assert set_elements(masq, "host1", "eg_acme_a") == []
-    assert set_elements(masq, "host2", "conn_in") == []
+    assert set_elements(masq, "host2", "conn_to") == []
 
 
 HOG = "while :; do :; done"

@@ -49,10 +49,9 @@ def qp_record(tb, host, qpn):
     return None
 
 
-def tenant_qpns(tb, host):
-    out = tb.run(host, "nft", "-j", "list", "set", "inet", "masq_backstop", "tenant_qpns").stdout
-    sets = [x["set"] for x in json.loads(out)["nftables"] if "set" in x]
-    return set(sets[0].get("elem", []))
+def tenant_qps(tb, host):
+    """The backstop's guarded QPs on host: (local address, QPN) pairs."""
+    return {tuple(e) for e in set_elements(tb, host, "tenant_qps")}
 
 
 def test_masqd_learns_the_states_its_table_shows_and_recovers_them_after_a_restart(masq):
@@ -69,7 +68,7 @@ def test_masqd_learns_the_states_its_table_shows_and_recovers_them_after_a_resta
                              "state") == "ESTABLISHED" and entry_of(masq, h, s.qpn))
             assert e["remote_vip"] in ("10.0.0.1", "10.0.0.2"), e
             assert qp_record(masq, host, side.qpn)["state"] == "RTS"
-        assert a.qpn in tenant_qpns(masq, "host1")
+        assert (UNDERLAY["host1"], a.qpn) in tenant_qps(masq, "host1")
         before = entry_of(masq, "host1", a.qpn)
         # masqd restarts: libmasq names the QP again (RESYNC_QP) and the
         # kernel's word puts it back in the table, in the same state.
@@ -88,7 +87,7 @@ def test_masqd_learns_the_states_its_table_shows_and_recovers_them_after_a_resta
              lambda: entry_of(masq, "host1", a.qpn) is None
              and entry_of(masq, "host2", b.qpn) is None, timeout=60)
     wait_for("host1: the QP's backstop element gone",
-             lambda: a.qpn not in tenant_qpns(masq, "host1"), timeout=30)
+             lambda: (UNDERLAY["host1"], a.qpn) not in tenant_qps(masq, "host1"), timeout=30)
 
 
 class Hostile(Side):
@@ -134,7 +133,7 @@ def test_a_hostile_apps_own_init_and_rts_and_its_notices_give_it_nothing(masq):
         # (egress to the peer, ingress to the QP), no voucher for the audit.
         assert entry_of(masq, "host1", a.qpn) is None
         assert [UNDERLAY["host2"], b.qpn] not in set_elements(masq, "host1", "eg_acme_a")
-        assert a.qpn not in tenant_qpns(masq, "host1")
+        assert (UNDERLAY["host1"], a.qpn) not in tenant_qps(masq, "host1")
 
         def flagged():
             log = masq.masqd_log("host1").rsplit("QP audit running", 1)[-1]

@@ -24,6 +24,7 @@ extern "C" {
 
 /// enum nft_output_flags in libnftables.h.
 const NFT_CTX_OUTPUT_JSON: u32 = 1 << 4;
+const NFT_CTX_OUTPUT_TERSE: u32 = 1 << 11;
 
 struct Ctx(*mut c_void);
 
@@ -66,13 +67,26 @@ impl Nft {
     /// Run a command buffer (nft syntax) as one transaction; returns what
     /// nft printed (JSON for list commands).
     pub fn run(&self, commands: &str) -> Result<String, String> {
+        self.run_with(commands, NFT_CTX_OUTPUT_JSON)
+    }
+
+    /// `run` whose listings leave the sets' elements out (`nft -t`): what
+    /// sets there are, without reading what may be thousands of elements.
+    pub fn run_terse(&self, commands: &str) -> Result<String, String> {
+        self.run_with(commands, NFT_CTX_OUTPUT_JSON | NFT_CTX_OUTPUT_TERSE)
+    }
+
+    fn run_with(&self, commands: &str, flags: u32) -> Result<String, String> {
         let buf = CString::new(commands).map_err(|_| "nft commands contain a NUL byte")?;
         let ctx = self.ctx.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: valid context and NUL-terminated buffer; the returned
         // buffers stay valid until the next call on this context, and we
-        // copy them while holding the lock.
+        // copy them while holding the lock. The flags are put back before
+        // the lock is released.
         unsafe {
+            nft_ctx_output_set_flags(ctx.0, flags);
             let rc = nft_run_cmd_from_buffer(ctx.0, buf.as_ptr());
+            nft_ctx_output_set_flags(ctx.0, NFT_CTX_OUTPUT_JSON);
             let out = text(nft_ctx_get_output_buffer(ctx.0));
             let err = text(nft_ctx_get_error_buffer(ctx.0));
             if rc == 0 {

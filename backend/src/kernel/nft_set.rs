@@ -511,8 +511,10 @@ mod tests {
     use crate::kernel::nft::Nft;
 
     /// The backstop's kinds of set (their declarations in
-    /// `enforce::backstop`), in a table of their own.
+    /// `enforce::backstop`) and a lone 24-bit field's, in a table of
+    /// their own.
     const SETS: &str = "add table inet t
+add set inet t triples { typeof ip saddr . ip daddr . @th,104,24; }
 add set inet t pairs { typeof ip saddr . @th,104,24; }
 add set inet t qpns { typeof @th,104,24; }
 add set inet t hosts { type ipv4_addr; }
@@ -536,6 +538,10 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
                 Element::new("pairs", &[ip(192, 0, 2, 9), Field::Bits24(1)]),
                 Element::new("qpns", &[Field::Bits24(0xab_cdef)]),
                 Element::new("hosts", &[ip(10, 1, 2, 3)]),
+                Element::new(
+                    "triples",
+                    &[ip(10, 1, 2, 3), ip(192, 0, 2, 9), Field::Bits24(0x12_3456)],
+                ),
                 Element::jumping(
                     "from",
                     &[ip(10, 4, 5, 6), Field::Bits24(0x01_0203)],
@@ -549,12 +555,13 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
             );
             assert_eq!(listed("t", "qpns"), ["11259375"]);
             assert_eq!(listed("t", "hosts"), ["10.1.2.3"]);
+            assert_eq!(listed("t", "triples"), ["10.1.2.3 . 192.0.2.9 . 1193046"]);
             assert_eq!(listed("t", "from"), ["10.4.5.6 . 66051 : jump udvni_7"]);
             // Adding what is there changes nothing and is no error.
             sets.apply(&[Change::Add(adds[2].clone())]).expect("again");
             assert_eq!(listed("t", "qpns"), ["11259375"]);
 
-            let mut key_only = adds[4].clone();
+            let mut key_only = adds[5].clone();
             key_only.jump = None;
             sets.apply(&[
                 Change::Delete(adds[0].clone()),
@@ -657,20 +664,24 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
     #[test]
     fn a_concatenation_pads_each_field_to_32_bits_in_network_order() {
         let e = Element::new(
-            "conn_in",
+            "conn_to",
             &[
                 Field::Ipv4(Ipv4Addr::new(10, 1, 2, 3)),
+                Field::Ipv4(Ipv4Addr::new(192, 0, 2, 9)),
                 Field::Bits24(0x12_3456),
             ],
         );
-        assert_eq!(e.key_bytes().unwrap(), [10, 1, 2, 3, 0x12, 0x34, 0x56, 0]);
+        assert_eq!(
+            e.key_bytes().unwrap(),
+            [10, 1, 2, 3, 192, 0, 2, 9, 0x12, 0x34, 0x56, 0]
+        );
     }
 
     #[test]
     fn a_single_24_bit_field_is_three_bytes() {
-        let e = Element::new("tenant_qpns", &[Field::Bits24(0x12_3456)]);
+        let e = Element::new("qpns", &[Field::Bits24(0x12_3456)]);
         assert_eq!(e.key_bytes().unwrap(), [0x12, 0x34, 0x56]);
-        let e = Element::new("tenant_qpns", &[Field::Bits24(0x100_0000)]);
+        let e = Element::new("qpns", &[Field::Bits24(0x100_0000)]);
         assert!(e.key_bytes().unwrap_err().contains("24 bits"));
     }
 
@@ -683,8 +694,8 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
         );
         assert_eq!(e.to_string(), "ud_from { 192.0.2.1 . 17 : jump udvni_100 }");
         assert_eq!(
-            Change::Delete(Element::new("tenant_qpns", &[Field::Bits24(5)])).nft_command("inet t"),
-            "delete element inet t tenant_qpns { 5 }\n"
+            Change::Delete(Element::new("qpns", &[Field::Bits24(5)])).nft_command("inet t"),
+            "delete element inet t qpns { 5 }\n"
         );
     }
 
@@ -694,7 +705,7 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
             table: "inet t".into(),
             errno: Some(libc::ENOENT),
             change: Some(Box::new(Change::Delete(Element::new(
-                "tenant_qpns",
+                "qpns",
                 &[Field::Bits24(5)],
             )))),
             changes: 3,
@@ -702,7 +713,7 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
         };
         assert_eq!(
             e.to_string(),
-            "inet t: cannot delete element tenant_qpns { 5 }: No such file or directory (os error 2); \
+            "inet t: cannot delete element qpns { 5 }: No such file or directory (os error 2); \
              none of the transaction's 3 change(s) was made"
         );
     }

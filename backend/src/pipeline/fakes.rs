@@ -140,8 +140,9 @@ impl QpHost for FakeHost {
     fn ud_announce_early(&self, _ep: &Endpoint, qpn: u32) {
         self.early.borrow_mut().push(qpn);
     }
-    fn underlay(&self, _: &Endpoint) -> Ipv4Addr {
-        Ipv4Addr::new(192, 168, 1, 1)
+    /// 192.168.1.1 on the first rail, .2 on the second, ...
+    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, 1, 1 + ep.rail as u8)
     }
     fn ud_sender(&self, _host: Ipv4Addr, _qpn: u32) -> Option<(u32, Ipv4Addr)> {
         None
@@ -255,13 +256,18 @@ fn apply(set: &mut BTreeSet<String>, changes: &[(bool, String)]) {
 }
 
 impl Guard for FakeGuard {
-    fn qp_seen(&self, qpn: u32) {
-        self.log.borrow_mut().push(format!("qp_seen {qpn:#x}"));
-        self.queue(true, format!("tenant_qpns {qpn:#x}"));
+    // A local QP is written `address . QPN`, as nft writes the sets' keys.
+    fn qp_seen(&self, local: Ipv4Addr, qpn: u32) {
+        self.log
+            .borrow_mut()
+            .push(format!("qp_seen {local} . {qpn:#x}"));
+        self.queue(true, format!("tenant_qps {local} . {qpn:#x}"));
     }
-    fn qp_gone(&self, qpn: u32) {
-        self.log.borrow_mut().push(format!("qp_gone {qpn:#x}"));
-        self.queue(false, format!("tenant_qpns {qpn:#x}"));
+    fn qp_gone(&self, local: Ipv4Addr, qpn: u32) {
+        self.log
+            .borrow_mut()
+            .push(format!("qp_gone {local} . {qpn:#x}"));
+        self.queue(false, format!("tenant_qps {local} . {qpn:#x}"));
     }
     fn wait_applied(&self, _timeout: Duration) -> bool {
         self.log.borrow_mut().push("wait_applied".into());
@@ -271,12 +277,12 @@ impl Guard for FakeGuard {
         );
         true
     }
-    fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
+    fn ud_local(&self, local: Ipv4Addr, vni: u32, qpn: u32, up: bool) {
         self.log
             .borrow_mut()
-            .push(format!("ud_local {vni} {qpn:#x} {up}"));
-        self.queue(up, format!("ud_qpns {qpn:#x}"));
-        self.queue(up, format!("udq_{vni} {qpn:#x}"));
+            .push(format!("ud_local {vni} {local} . {qpn:#x} {up}"));
+        self.queue(up, format!("ud_qps {local} . {qpn:#x}"));
+        self.queue(up, format!("udqp_{vni} {local} . {qpn:#x}"));
     }
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         self.log

@@ -19,15 +19,17 @@ use std::time::Duration;
 pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
 
 /// The backstop as the pipelines drive it (`enforce::backstop`): the
-/// QPNs that may receive, and the wait until its nftables sets say so.
+/// QPs that may receive, and the wait until its nftables sets say so. A
+/// local QP is named by this host's underlay address on its rail
+/// (`QpHost::underlay`) and its QPN: each device numbers its QPs alone.
 pub trait Guard {
-    fn qp_seen(&self, qpn: u32);
-    fn qp_gone(&self, qpn: u32);
+    fn qp_seen(&self, local: Ipv4Addr, qpn: u32);
+    fn qp_gone(&self, local: Ipv4Addr, qpn: u32);
     /// Whether the sets were applied within `timeout`.
     fn wait_applied(&self, timeout: Duration) -> bool;
     /// This host's UD QP `qpn` of an endpoint in `vni` can receive (`up`),
     /// from UD QPs of its VNI only, or is gone.
-    fn ud_local(&self, vni: u32, qpn: u32, up: bool);
+    fn ud_local(&self, local: Ipv4Addr, vni: u32, qpn: u32, up: bool);
     /// Let in (or no longer) the datagrams of UD QP `qpn` that another
     /// host's endpoint in `vni` holds (the CM's UD announcements).
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool);

@@ -362,7 +362,7 @@ pub fn modify(
     let key = key(sess, m.qp_handle);
     let known = sess.qps.get(&m.qp_handle);
     let ud = m.qp_type == IBV_QPT_UD;
-    let vni = sess.ep.cfg.vni;
+    let (vni, local) = (sess.ep.cfg.vni, h.underlay(&sess.ep));
     // A QP can receive from RTR on: the backstop guards its QPN (a UD
     // QP's in its VNI's sets too) before the RTR runs.
     let guard = to_rtr && !known.is_some_and(|r| r.guarded);
@@ -391,9 +391,9 @@ pub fn modify(
     // This thread runs the transaction it waits for below (see `Held`).
     let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
     if let (true, Some(b)) = (guard, backstop) {
-        b.qp_seen(qpn);
+        b.qp_seen(local, qpn);
         if ud {
-            b.ud_local(vni, qpn, true);
+            b.ud_local(local, vni, qpn, true);
         }
     }
     // Tracked before the RTR runs, so that the connection's elements are
@@ -433,9 +433,9 @@ pub fn modify(
         }
         if let (true, Some(b)) = (guard, backstop) {
             if ud {
-                b.ud_local(vni, qpn, false);
+                b.ud_local(local, vni, qpn, false);
             }
-            b.qp_gone(qpn);
+            b.qp_gone(local, qpn);
         }
         return Err(from_io(e, "MODIFY_QP"));
     }
@@ -586,10 +586,11 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         }
         h.vouchers().forget(sess.ep.rail, qp.qpn, sess.id);
         if let (true, Some(b)) = (qp.guarded, h.guard()) {
+            let local = h.underlay(&sess.ep);
             if qp.qp_type == "UD" {
-                b.ud_local(sess.ep.cfg.vni, qp.qpn, false);
+                b.ud_local(local, sess.ep.cfg.vni, qp.qpn, false);
             }
-            b.qp_gone(qp.qpn);
+            b.qp_gone(local, qp.qpn);
         }
         sess.touched.push(qp_handle);
     }
@@ -640,7 +641,7 @@ pub fn resync(
     // A QP that can receive is guarded again (the sets survived the
     // restart; `reconcile` keeps only what came back).
     if let (true, Some(b)) = (connected, h.guard()) {
-        b.qp_seen(r.qp_num);
+        b.qp_seen(h.underlay(&sess.ep), r.qp_num);
         rec.guarded = true;
     }
     sess.touched.push(r.qp_handle);
@@ -657,7 +658,7 @@ pub fn resync(
             // too, learn it again (the others ask with PEER_UD_QUERY when
             // they start).
             if let Some(b) = h.guard() {
-                b.ud_local(sess.ep.cfg.vni, r.qp_num, true);
+                b.ud_local(h.underlay(&sess.ep), sess.ep.cfg.vni, r.qp_num, true);
             }
             h.ud_announce(&sess.ep, r.qp_num, true);
         }
@@ -672,7 +673,7 @@ pub fn resync(
     if h.conntrack().tracks_local(lk) {
         if rec.guarded {
             if let Some(b) = h.guard() {
-                b.qp_gone(r.qp_num);
+                b.qp_gone(h.underlay(&sess.ep), r.qp_num);
             }
         }
         return Err(refuse(

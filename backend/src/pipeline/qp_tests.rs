@@ -310,11 +310,17 @@ fn an_rtr_reaches_the_kernel_once_its_qpn_and_its_connection_are_in_the_backstop
     modify(&h, &lk, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         taken(&log),
-        ["hold", "qp_seen 0x11", "wait_applied", "release", "modify"]
+        [
+            "hold",
+            "qp_seen 192.168.1.1 . 0x11",
+            "wait_applied",
+            "release",
+            "modify"
+        ]
     );
     assert_eq!(
         lk.at_modify.borrow()[0],
-        (set(&["tenant_qpns 0x11"]), 1),
+        (set(&["tenant_qps 192.168.1.1 . 0x11"]), 1),
         "at the RTR: the QPN guarded, the connection tracked (its elements in the same wait)"
     );
     assert_eq!(tracked(&h).len(), 1);
@@ -333,14 +339,17 @@ fn a_failed_rtr_leaves_no_element_and_no_connection() {
         taken(&log),
         [
             "hold",
-            "qp_seen 0x11",
+            "qp_seen 192.168.1.1 . 0x11",
             "wait_applied",
             "release",
             "modify",
-            "qp_gone 0x11"
+            "qp_gone 192.168.1.1 . 0x11"
         ]
     );
-    assert_eq!(lk.at_modify.borrow()[0], (set(&["tenant_qpns 0x11"]), 1));
+    assert_eq!(
+        lk.at_modify.borrow()[0],
+        (set(&["tenant_qps 192.168.1.1 . 0x11"]), 1)
+    );
     assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
     assert!(tracked(&h).is_empty());
     assert!(!sess.qps[&HANDLE].guarded);
@@ -364,8 +373,8 @@ fn a_refused_rtr_on_a_connected_qp_leaves_its_connection_as_it_was() {
     assert_eq!(after.len(), 1);
     assert_eq!(after[0].remote_qpn, 0x12, "the connection as it was");
     assert_eq!(after[0].remote_qpn, before[0].remote_qpn);
-    assert!(!taken(&log).contains(&"qp_gone 0x11".to_string()));
-    assert_eq!(eventually(&h), set(&["tenant_qpns 0x11"]));
+    assert!(!taken(&log).contains(&"qp_gone 192.168.1.1 . 0x11".to_string()));
+    assert_eq!(eventually(&h), set(&["tenant_qps 192.168.1.1 . 0x11"]));
     assert!(sess.qps[&HANDLE].guarded);
 }
 
@@ -395,21 +404,62 @@ fn a_ud_qps_rtr_reaches_the_kernel_once_only_its_vnis_datagrams_can_reach_it() {
         taken(&log),
         [
             "hold",
-            "qp_seen 0x11",
-            "ud_local 100 0x11 true",
+            "qp_seen 192.168.1.1 . 0x11",
+            "ud_local 100 192.168.1.1 . 0x11 true",
             "wait_applied",
             "release",
             "modify"
         ]
     );
-    let ud = set(&["tenant_qpns 0x11", "ud_qpns 0x11", "udq_100 0x11"]);
+    let ud = set(&[
+        "tenant_qps 192.168.1.1 . 0x11",
+        "ud_qps 192.168.1.1 . 0x11",
+        "udqp_100 192.168.1.1 . 0x11",
+    ]);
     assert_eq!(lk.at_modify.borrow()[0], (ud.clone(), 0));
     assert_eq!(*h.announced.borrow(), [(QPN, true)], "announced after");
     // Destroyed: its elements go, and the other hosts are told.
     destroyed(&h, &mut sess, HANDLE);
-    assert_eq!(taken(&log), ["ud_local 100 0x11 false", "qp_gone 0x11"]);
+    assert_eq!(
+        taken(&log),
+        [
+            "ud_local 100 192.168.1.1 . 0x11 false",
+            "qp_gone 192.168.1.1 . 0x11"
+        ]
+    );
     assert!(eventually(&h).is_empty());
     assert_eq!(*h.announced.borrow(), [(QPN, true), (QPN, false)]);
+}
+
+#[test]
+fn a_qp_on_another_rail_is_guarded_at_that_rails_address() {
+    // Each device numbers its QPs alone: its QPN 0x11 is not the first
+    // rail's QPN 0x11.
+    let (h, mut sess, log) = guarded();
+    let ep = crate::cluster::endpoint::Endpoint::new(
+        sess.ep.cfg.clone(),
+        sess.ep.socket.clone(),
+        crate::cluster::endpoint::Origin::File,
+        None,
+    );
+    sess.ep = Arc::new(ep.on_rail(1, Some("rail1")));
+    let k = kernel();
+    ud_init_on_own_fd(&h, &k, &mut sess);
+    modify(&h, &k, &mut sess, &ud_rtr()).unwrap_or_else(|e| panic!("{e}"));
+    destroyed(&h, &mut sess, HANDLE);
+    assert_eq!(
+        taken(&log),
+        [
+            "hold",
+            "qp_seen 192.168.1.2 . 0x11",
+            "ud_local 100 192.168.1.2 . 0x11 true",
+            "wait_applied",
+            "release",
+            "ud_local 100 192.168.1.2 . 0x11 false",
+            "qp_gone 192.168.1.2 . 0x11"
+        ]
+    );
+    assert!(eventually(&h).is_empty());
 }
 
 #[test]
@@ -436,7 +486,11 @@ fn a_ud_qps_failed_rtr_leaves_no_element_and_announces_nothing() {
     modify(&h, &lk, &mut sess, &ud_rtr()).expect_err("the kernel refused");
     assert_eq!(
         &taken(&log)[5..],
-        ["modify", "ud_local 100 0x11 false", "qp_gone 0x11"]
+        [
+            "modify",
+            "ud_local 100 192.168.1.1 . 0x11 false",
+            "qp_gone 192.168.1.1 . 0x11"
+        ]
     );
     assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
     assert!(h.announced.borrow().is_empty(), "told at INIT only");
@@ -451,7 +505,7 @@ fn destroying_a_guarded_qp_lets_the_guard_forget_it() {
     modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
     taken(&log);
     destroyed(&h, &mut sess, HANDLE);
-    assert_eq!(taken(&log), ["qp_gone 0x11"]);
+    assert_eq!(taken(&log), ["qp_gone 192.168.1.1 . 0x11"]);
     // A QP that never reached RTR was never guarded.
     let (h, mut sess, log) = guarded();
     let k = kernel();
@@ -473,7 +527,7 @@ fn a_connected_resync_is_guarded_again() {
     }
     let r = resync(&h, &k, &mut sess, &resync_req()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(u32::from(r.result), proto::RESYNC_TRACKED);
-    assert_eq!(taken(&log), ["qp_seen 0x11"]);
+    assert_eq!(taken(&log), ["qp_seen 192.168.1.1 . 0x11"]);
     assert!(sess.qps[&HANDLE].guarded);
 }
 

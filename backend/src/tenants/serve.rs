@@ -131,11 +131,12 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }
     if let Some(b) = parts.admission.backstop() {
+        let local = parts.rail(&sess.ep).underlay.ip;
         for qp in sess.qps.values().filter(|q| q.guarded) {
             if qp.qp_type == "UD" {
-                b.ud_local(sess.ep.cfg.vni, qp.qpn, false);
+                b.ud_local(local, sess.ep.cfg.vni, qp.qpn, false);
             }
-            b.qp_gone(qp.qpn);
+            b.qp_gone(local, qp.qpn);
         }
     }
     for qp in sess

@@ -12,17 +12,21 @@
 //!   is in the endpoint's set `eg_<endpoint>`; a socket in any other cgroup
 //!   under `<cgroupParent>` (an unconfigured tenant) is dropped; the host's
 //!   own processes and the kernel (e.g. the CM's QP1) are not filtered.
-//! - ingress: a packet to a QPN that a tenant QP holds (set `tenant_qpns`,
-//!   the QPs masqd has seen) passes only from the peer host of an admitted
-//!   connection of that QPN (set `conn_in`).
+//! - ingress: a packet to a tenant QP (set `tenant_qps`, the QPs masqd
+//!   has seen) passes only from the peer host of an admitted connection of
+//!   that QP (set `conn_to`: peer host, local address, QPN). A local QP is
+//!   keyed by the address the packet is sent to (`ip daddr`: this host's
+//!   underlay address on the QP's rail) and its QPN: each RDMA device
+//!   numbers its QPs on its own, so a QPN alone would let a peer admitted
+//!   to rxe0's QP 0x11 reach rxe1's QP 0x11 through rxe1's address.
 //! - UD (BTH opcodes 0b011xxxxx): an address handle names a host, not a
 //!   QPN (that is chosen per send), so an endpoint's UD packets pass to
 //!   the hosts of its admitted AHs (set `ud_<endpoint>`). On ingress a UD
-//!   packet to a tenant's UD QP (set `ud_qpns`) passes only from a UD QP
-//!   of the same VNI: the sending QP (host, and the DETH's source QPN,
-//!   which rxe writes from the real QP) maps to its VNI's chain (map
-//!   `ud_from`, filled from the other masqds' announcements), which
-//!   accepts only that VNI's QPs (set `udq_<vni>`).
+//!   packet to a tenant's UD QP (set `ud_qps`, local address and QPN)
+//!   passes only from a UD QP of the same VNI: the sending QP (host, and
+//!   the DETH's source QPN, which rxe writes from the real QP) maps to its
+//!   VNI's chain (map `ud_from`, filled from the other masqds'
+//!   announcements), which accepts only that VNI's QPs (set `udqp_<vni>`).
 //! - a container runtime puts a container's processes in a cgroup of its
 //!   own (podman: `libpod_parent/libpod-<id>`), outside `<cgroupParent>`.
 //!   When an app in such a cgroup opens a session, masqd adopts the cgroup
@@ -46,7 +50,11 @@
 //! The table outlives masqd on purpose: after a crash the admitted traffic
 //! keeps flowing and nothing new passes. A restarted masqd keeps the sets
 //! and, after a grace period for sessions to come back, rewrites them from
-//! its table in one transaction (`reconcile`).
+//! its table in one transaction (`reconcile`). An older masqd keyed the
+//! ingress sets by QPN alone, under other names (`conn_in`, `tenant_qpns`,
+//! `ud_qpns`, `udq_<vni>`; a set's type cannot change): `start` deletes
+//! them once its chains no longer name them (`old_sets`), and the new sets
+//! start empty after such an upgrade, filled as sessions come back.
 //!
 //! This file sets the table up and serves endpoints and cgroups; `sets`
 //! keeps the sets at run time, `rules` writes the nftables text.
@@ -69,8 +77,8 @@ use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use tracing::{debug, info, warn};
 
-use rules::{adopted_element, adopted_maps, cgroups_now, del, depth_of};
-use rules::{endpoint_rules, lock, map_elements, vni_rules};
+use rules::{adopted_element, adopted_maps, cgroups_now, del, depth_of, old_sets};
+use rules::{endpoint_rules, lock, map_elements, old_sets_gone, vni_rules, vnis};
 
 pub const TABLE: &str = "masq_backstop";
 /// RoCEv2's UDP port.
@@ -87,20 +95,37 @@ const DETH_SRC_QPN: &str = "@th,200,24";
 /// nest containers 2 (podman) to 5 (Kubernetes' QoS slices) deep.
 pub const MAX_ADOPTED_DEPTH: usize = 8;
 
-/// Set elements as masqd keeps them: (peer host, QPN).
+/// The ingress sets (see the top), keyed by the local address too.
+const CONN_TO: &str = "conn_to";
+const TENANT_QPS: &str = "tenant_qps";
+const UD_QPS: &str = "ud_qps";
+
+/// Set elements as masqd keeps them: (host address, QPN), a peer's
+/// (egress) or this host's on the QP's rail (a local QP).
 type Pair = (Ipv4Addr, u32);
+/// A `conn_to` element: (peer host, local address, local QPN).
+type Conn = (Ipv4Addr, Ipv4Addr, u32);
 /// An endpoint's nft identifier (see `nft_id`).
 type EpId = String;
-/// What one live entry put in: (endpoint, egress pair, ingress pair).
-type Live<'a> = (&'a str, Pair, Pair);
+/// What one live entry put in: (endpoint, egress pair, ingress element).
+type Live<'a> = (&'a str, Pair, Conn);
+
+/// A device of an endpoint: its (VNI, vIP), which an entry's local side
+/// names, and this host's underlay address on its rail, which packets to
+/// its QPs are sent to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct At {
+    vni: u32,
+    vip: Ipv4Addr,
+    local: Ipv4Addr,
+}
 
 struct EndpointRules {
     /// Path below the cgroup v2 root, e.g. `tenants/acme-a`.
     cgroup: String,
-    /// (VNI, vIP) by endpoint name: an entry's local side names its
-    /// endpoint. The endpoint's own, and those of its further devices
-    /// (`deviceOf`), whose packets its apps' cgroup sends.
-    at: BTreeMap<String, (u32, Ipv4Addr)>,
+    /// Its devices by endpoint name: the endpoint's own, and those of its
+    /// further devices (`deviceOf`), whose packets its apps' cgroup sends.
+    at: BTreeMap<String, At>,
 }
 
 #[derive(Default)]
@@ -108,19 +133,20 @@ struct Elements {
     /// The endpoints served, by nft identifier.
     endpoints: BTreeMap<EpId, EndpointRules>,
     /// Entries whose elements are in, and which.
-    live: HashMap<QpKey, (EpId, Pair, Pair)>,
+    live: HashMap<QpKey, (EpId, Pair, Conn)>,
     /// endpoint -> (peer host, peer QPN) -> references
     egress: HashMap<EpId, HashMap<Pair, u32>>,
-    /// (peer host, local QPN) -> references
-    conn_in: HashMap<Pair, u32>,
-    /// local QPN -> references
-    tenant_qpns: HashMap<u32, u32>,
+    /// (peer host, local address, local QPN) -> references
+    conn_to: HashMap<Conn, u32>,
+    /// (local address, QPN) -> references
+    tenant_qps: HashMap<Pair, u32>,
     /// UD entries whose element is in: (endpoint, peer host).
     live_ud: HashMap<QpKey, (EpId, Ipv4Addr)>,
     /// endpoint -> peer host of an admitted UD AH -> references
     ud: HashMap<EpId, HashMap<Ipv4Addr, u32>>,
-    /// The local endpoints' UD QPs: QPN -> VNI (sets ud_qpns, udq_<vni>).
-    ud_local: HashMap<u32, u32>,
+    /// The local endpoints' UD QPs: (local address, QPN) -> VNI (sets
+    /// ud_qps, udqp_<vni>).
+    ud_local: HashMap<Pair, u32>,
     /// Other hosts' UD QPs as announced: (host, QPN) -> VNI (map ud_from).
     ud_remote: HashMap<Pair, u32>,
     /// cgroups in the verdict map, with the inode they had then.
@@ -140,6 +166,9 @@ pub struct Backstop {
     counters: NftCounters,
     level: usize,
     parent: String,
+    /// The rails' names and this host's underlay address on each, to find
+    /// an endpoint's (`At::of`).
+    rails: Vec<(String, Ipv4Addr)>,
     elements: Mutex<Elements>,
     /// Set updates not yet in the kernel, in order (see `flush_updates`).
     pending: Mutex<Queue>,
@@ -184,6 +213,11 @@ impl Backstop {
                 parent_dir.display()
             )
         })?;
+        let rails: Vec<(String, Ipv4Addr)> = cfg
+            .rails
+            .iter()
+            .map(|r| (r.name.clone(), r.underlay.ip))
+            .collect();
         let mut rules = BTreeMap::new();
         let mut seen = HashMap::new();
         let (further, own): (Vec<&EndpointConfig>, Vec<&EndpointConfig>) =
@@ -196,11 +230,11 @@ impl Backstop {
                     e.name
                 ));
             }
-            rules.insert(id, EndpointRules::of(&parent, e));
+            rules.insert(id, EndpointRules::of(&parent, e, At::of(&rails, e)?));
         }
         for e in further {
             if let Some(r) = e.device_of.as_ref().and_then(|p| rules.get_mut(&nft_id(p))) {
-                r.at.insert(e.name.clone(), (e.vni, e.vip));
+                r.at.insert(e.name.clone(), At::of(&rails, e)?);
             }
         }
         let b = Backstop {
@@ -210,6 +244,7 @@ impl Backstop {
                 .map_err(|e| format!("nf_tables netlink socket: {e}"))?,
             level: parent.split('/').count() + 1,
             parent,
+            rails,
             elements: Mutex::new(Elements::default()),
             pending: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -217,6 +252,12 @@ impl Backstop {
             applied_cv: Condvar::new(),
             sending: Mutex::new(()),
         };
+        // An older masqd's sets, found before the chains naming them change.
+        let old = old_sets(
+            &b.nft
+                .run_terse(&format!("list sets table inet {TABLE}"))
+                .unwrap_or_default(),
+        );
         // One transaction: chains and the verdict map are replaced whole, so
         // a restart never lets a running tenant's packet miss its chain.
         let cgroups = cgroups_now(&rules);
@@ -225,6 +266,15 @@ impl Backstop {
             b.render(&rules),
             map_elements(&rules, &cgroups)
         ))?;
+        if !old.is_empty() {
+            // A transaction of their own: a leftover that cannot go must
+            // not stop masqd. The new sets are empty; they fill as the
+            // sessions come back, and `reconcile` rewrites them.
+            match b.nft.run(&old_sets_gone(&old, &vnis(&rules))) {
+                Ok(_) => info!(sets = ?old, "backstop: an older masqd's QPN-only sets replaced"),
+                Err(e) => warn!(sets = ?old, "backstop: an older masqd's sets stay: {e}"),
+            }
+        }
         let mut el = b.lock();
         el.endpoints = rules;
         el.cgroups = cgroups;
@@ -239,12 +289,11 @@ impl Backstop {
         let t = format!("inet {TABLE}");
         let mut s = String::new();
         let _ = writeln!(s, "add table {t}");
-        let _ = writeln!(
-            s,
-            "add set {t} conn_in {{ typeof ip saddr . {BTH_DEST_QPN}; }}"
-        );
-        let _ = writeln!(s, "add set {t} tenant_qpns {{ typeof {BTH_DEST_QPN}; }}");
-        let _ = writeln!(s, "add set {t} ud_qpns {{ typeof {BTH_DEST_QPN}; }}");
+        let local = format!("ip daddr . {BTH_DEST_QPN}");
+        let _ = writeln!(s, "add set {t} {CONN_TO} {{ typeof ip saddr . {local}; }}");
+        for set in [TENANT_QPS, UD_QPS] {
+            let _ = writeln!(s, "add set {t} {set} {{ typeof {local}; }}");
+        }
         let _ = writeln!(
             s,
             "add map {t} ud_from {{ typeof ip saddr . {DETH_SRC_QPN} : verdict; }}"
@@ -272,11 +321,7 @@ impl Backstop {
         for id in endpoints.keys() {
             s.push_str(&endpoint_rules(id));
         }
-        let vnis: std::collections::BTreeSet<u32> = endpoints
-            .values()
-            .flat_map(|e| e.at.values().map(|a| a.0))
-            .collect();
-        for vni in vnis {
+        for vni in vnis(endpoints) {
             s.push_str(&vni_rules(vni));
         }
         let _ = writeln!(
@@ -314,16 +359,16 @@ flush chain {t} ud_in
         );
         let _ = writeln!(
             s,
-            "add rule {t} input {roce} ip saddr . {BTH_DEST_QPN} @conn_in accept"
+            "add rule {t} input {roce} ip saddr . {local} @{CONN_TO} accept"
         );
         let _ = writeln!(
             s,
-            "add rule {t} input {roce} {BTH_UD} {BTH_DEST_QPN} @ud_qpns goto ud_in"
+            "add rule {t} input {roce} {BTH_UD} {local} @{UD_QPS} goto ud_in"
         );
         let _ = writeln!(s, "add rule {t} input {roce} {BTH_UD} accept");
         let _ = writeln!(
             s,
-            "add rule {t} input {roce} {BTH_DEST_QPN} @tenant_qpns counter name ingress_drop drop"
+            "add rule {t} input {roce} {local} @{TENANT_QPS} counter name ingress_drop drop"
         );
         s
     }
@@ -331,6 +376,7 @@ flush chain {t} ud_in
     /// Serve one more endpoint: its set, counter and chain, and its cgroup
     /// in the verdict map if it exists (else `refresh_cgroups` adds it).
     pub fn add_endpoint(&self, e: &EndpointConfig) -> Result<(), String> {
+        let at = At::of(&self.rails, e)?;
         let mut el = self.lock();
         if let Some(p) = &e.device_of {
             // Its packets leave from its apps' cgroup: its endpoint's chain.
@@ -339,14 +385,14 @@ flush chain {t} ud_in
                 .get_mut(&nft_id(p))
                 .ok_or_else(|| format!("endpoint {p} is not in the backstop"))?;
             self.nft.run(&vni_rules(e.vni))?;
-            rules.at.insert(e.name.clone(), (e.vni, e.vip));
+            rules.at.insert(e.name.clone(), at);
             return Ok(());
         }
         let id = nft_id(&e.name);
         if el.endpoints.contains_key(&id) {
             return Err(format!("endpoint {} is in the backstop already", e.name));
         }
-        let one = BTreeMap::from([(id.clone(), EndpointRules::of(&self.parent, e))]);
+        let one = BTreeMap::from([(id.clone(), EndpointRules::of(&self.parent, e, at))]);
         let cgroups = cgroups_now(&one);
         self.nft.run(&format!(
             "{}{}{}",

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 const TABLE: &str = super::TABLE;
 const PEER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+/// This host's underlay address (its only rail's, but in `two_rails`).
+const LOCAL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 
 /// The backstop's cgroup parent for one test, gone with it.
 struct Parent(String);
@@ -25,22 +27,23 @@ impl Drop for Parent {
 }
 
 fn start(test: &str) -> (Backstop, Parent) {
-    let parent = Parent(format!("masq-test-{}-{test}", std::process::id()));
-    let cfg = Config::parse(
-        &format!(
-            "device: rxe0
-underlay: {{ netdev: eth0, ip: 198.18.0.1 }}
-backstop: {{ cgroupParent: {} }}
+    start_with(
+        test,
+        "device: rxe0
+underlay: { netdev: eth0, ip: 198.18.0.1 }
 endpoints:
-  - {{ name: acme-a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/acme-a }}
+  - { name: acme-a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/acme-a }
 vpc:
-  - {{ tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }}
+  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }
 ",
-            parent.0
-        ),
-        "t.yaml",
     )
-    .expect("config");
+}
+
+/// The backstop of config `yaml`, with a cgroup parent of the test's own.
+fn start_with(test: &str, yaml: &str) -> (Backstop, Parent) {
+    let parent = Parent(format!("masq-test-{}-{test}", std::process::id()));
+    let yaml = format!("backstop: {{ cgroupParent: {} }}\n{yaml}", parent.0);
+    let cfg = Config::parse(&yaml, "t.yaml").expect("config");
     let b = Backstop::start(&cfg, &cfg.endpoints).expect("the backstop's ruleset");
     (b, parent)
 }
@@ -51,6 +54,10 @@ fn flush(b: &Backstop) {
 
 fn set(name: &str) -> Vec<String> {
     listed(TABLE, name)
+}
+
+fn nft(cmd: &str) -> Result<String, String> {
+    crate::kernel::nft::Nft::new()?.run(cmd)
 }
 
 fn rc(local_qpn: u32, remote_qpn: u32, state: State) -> Entry {
@@ -80,17 +87,17 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         let (b, _p) = start("keys");
         // QPNs and hosts whose bytes all differ: a wrong byte order would
         // list as other numbers.
-        b.qp_seen(0x12_3456);
+        b.qp_seen(LOCAL, 0x12_3456);
         flush(&b);
-        assert_eq!(set("tenant_qpns"), ["1193046"]);
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
 
         let conn = rc(0x12_3456, 0xab_cdef, State::Admitted);
         b.apply(&[ev(EventKind::New, conn.clone())]);
         flush(&b);
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
-        assert_eq!(set("conn_in"), ["198.18.0.2 . 1193046"]);
+        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
 
-        b.ud_local(100, 0x01_0203, true);
+        b.ud_local(LOCAL, 100, 0x01_0203, true);
         b.ud_remote(PEER, 0x0a_0b0c, 100, true);
         let ah = Entry {
             qp_handle: 99,
@@ -100,8 +107,8 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         };
         b.apply(&[ev(EventKind::New, ah.clone())]);
         flush(&b);
-        assert_eq!(set("udq_100"), ["66051"]);
-        assert_eq!(set("ud_qpns"), ["66051"]);
+        assert_eq!(set("udqp_100"), ["198.18.0.1 . 66051"]);
+        assert_eq!(set("ud_qps"), ["198.18.0.1 . 66051"]);
         assert_eq!(set("ud_from"), ["198.18.0.2 . 658188 : jump udvni_100"]);
         assert_eq!(set("ud_acme_a"), ["198.18.0.2"]);
 
@@ -113,15 +120,15 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         b.apply(&[ev(EventKind::Update, reset)]);
         flush(&b);
         assert!(set("eg_acme_a").is_empty());
-        assert!(set("conn_in").is_empty());
-        assert_eq!(set("tenant_qpns"), ["1193046"]);
+        assert!(set("conn_to").is_empty());
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
 
         b.apply(&[ev(EventKind::Destroy, conn), ev(EventKind::Destroy, ah)]);
-        b.qp_gone(0x12_3456);
-        b.ud_local(100, 0x01_0203, false);
+        b.qp_gone(LOCAL, 0x12_3456);
+        b.ud_local(LOCAL, 100, 0x01_0203, false);
         b.ud_remote(PEER, 0x0a_0b0c, 100, false);
         flush(&b);
-        for s in ["tenant_qpns", "udq_100", "ud_qpns", "ud_from", "ud_acme_a"] {
+        for s in ["tenant_qps", "udqp_100", "ud_qps", "ud_from", "ud_acme_a"] {
             assert!(set(s).is_empty(), "{s}: {:?}", set(s));
         }
     })
@@ -131,22 +138,22 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
 fn an_update_that_fails_costs_only_itself_not_the_updates_batched_with_it() {
     in_new_netns(|| {
         let (b, _p) = start("absent");
-        b.qp_seen(1);
-        b.qp_seen(2);
+        b.qp_seen(LOCAL, 1);
+        b.qp_seen(LOCAL, 2);
         flush(&b);
-        assert_eq!(set("tenant_qpns"), ["1", "2"]);
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1", "198.18.0.1 . 2"]);
         // Gone behind masqd's back: deleting it fails, and with it the
         // batch; each update is then tried alone, as with libnftables.
-        crate::kernel::nft::Nft::new()
-            .unwrap()
-            .run(&format!("delete element inet {TABLE} tenant_qpns {{ 1 }}"))
-            .expect("deleted by hand");
-        b.qp_gone(1);
-        b.qp_seen(3);
+        nft(&format!(
+            "delete element inet {TABLE} tenant_qps {{ 198.18.0.1 . 1 }}"
+        ))
+        .expect("deleted by hand");
+        b.qp_gone(LOCAL, 1);
+        b.qp_seen(LOCAL, 3);
         b.apply(&[ev(EventKind::New, rc(2, 7, State::Admitted))]);
         flush(&b);
-        assert_eq!(set("tenant_qpns"), ["2", "3"]);
-        assert_eq!(set("conn_in"), ["198.18.0.2 . 2"]);
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 2", "198.18.0.1 . 3"]);
+        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 2"]);
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 7"]);
     })
 }
@@ -155,21 +162,195 @@ fn an_update_that_fails_costs_only_itself_not_the_updates_batched_with_it() {
 fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
     in_new_netns(|| {
         let (b, _p) = start("reconcile");
-        b.qp_seen(0x12_3456);
+        b.qp_seen(LOCAL, 0x12_3456);
         b.apply(&[ev(
             EventKind::New,
             rc(0x12_3456, 0xab_cdef, State::Admitted),
         )]);
         flush(&b);
         // An element nobody re-registered, as after a restart.
-        crate::kernel::nft::Nft::new()
-            .unwrap()
-            .run(&format!("add element inet {TABLE} tenant_qpns {{ 9 }}"))
-            .expect("added by hand");
+        nft(&format!(
+            "add element inet {TABLE} tenant_qps {{ 198.18.0.1 . 9 }}"
+        ))
+        .expect("added by hand");
         b.reconcile();
-        assert_eq!(set("tenant_qpns"), ["1193046"]);
-        assert_eq!(set("conn_in"), ["198.18.0.2 . 1193046"]);
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
+        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
+    })
+}
+
+/// Two rails (as config/tests.rs's `RAILS`): endpoint `a` on rxe0 at
+/// 198.18.0.1, its further device `a-r1` on rxe1 at 203.0.113.1.
+const TWO_RAILS: &str = "\
+rails:
+  - { device: rxe0, underlay: { netdev: eth0, ip: 198.18.0.1 } }
+  - { device: rxe1, underlay: { netdev: eth1, ip: 203.0.113.1 } }
+endpoints:
+  - { name: a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/a }
+  - { name: a-r1, tenant: acme, vni: 101, vip: 10.1.0.1, netns: /run/netns/a, vnic: eth1,
+      rail: rail1, deviceOf: a }
+vpc:
+  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: a }
+  - { tenant: acme, vni: 101, vip: 10.1.0.1, host: 198.18.0.1, name: a-r1, rail: rail1,
+      underlay: 203.0.113.1 }
+";
+
+#[test]
+fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
+    in_new_netns(|| {
+        let (b, _p) = start_with("rails", TWO_RAILS);
+        let rail1 = Ipv4Addr::new(203, 0, 113, 1);
+        // QP 0x11 on each device, both connected to the same peer QP: the
+        // peer admitted to one must not reach the other.
+        let on_rxe0 = rc(0x11, 0x22, State::Admitted);
+        let on_rxe1 = Entry {
+            qp_handle: 2,
+            vni: 101,
+            local_vip: Ipv4Addr::new(10, 1, 0, 1),
+            remote_vip: Ipv4Addr::new(10, 1, 0, 2),
+            rail: Some("rail1".into()),
+            ..on_rxe0.clone()
+        };
+        b.qp_seen(LOCAL, 0x11);
+        b.qp_seen(rail1, 0x11);
+        b.ud_local(LOCAL, 100, 0x12, true);
+        b.ud_local(rail1, 101, 0x12, true);
+        b.apply(&[
+            ev(EventKind::New, on_rxe0.clone()),
+            ev(EventKind::New, on_rxe1),
+        ]);
+        flush(&b);
+        assert_eq!(
+            set("conn_to"),
+            [
+                "198.18.0.2 . 198.18.0.1 . 17",
+                "198.18.0.2 . 203.0.113.1 . 17"
+            ]
+        );
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17", "203.0.113.1 . 17"]);
+        assert_eq!(set("ud_qps"), ["198.18.0.1 . 18", "203.0.113.1 . 18"]);
+        assert_eq!(set("udqp_100"), ["198.18.0.1 . 18"]);
+        assert_eq!(set("udqp_101"), ["203.0.113.1 . 18"]);
+        // Both devices' apps send from a's cgroup: one egress element.
+        assert_eq!(set("eg_a"), ["198.18.0.2 . 34"]);
+
+        // rxe0's QP goes; rxe1's keeps all of its elements.
+        b.apply(&[ev(EventKind::Destroy, on_rxe0)]);
+        b.qp_gone(LOCAL, 0x11);
+        b.ud_local(LOCAL, 100, 0x12, false);
+        flush(&b);
+        let left = || {
+            assert_eq!(set("conn_to"), ["198.18.0.2 . 203.0.113.1 . 17"]);
+            assert_eq!(set("tenant_qps"), ["203.0.113.1 . 17"]);
+            assert_eq!(set("ud_qps"), ["203.0.113.1 . 18"]);
+            assert!(set("udqp_100").is_empty());
+            assert_eq!(set("udqp_101"), ["203.0.113.1 . 18"]);
+            assert_eq!(set("eg_a"), ["198.18.0.2 . 34"]);
+        };
+        left();
+        // The reconcile writes the same keys.
+        b.reconcile();
+        left();
+    })
+}
+
+/// A RoCE packet (an RC SEND's BTH) from `from` to QP `qpn` at `to`.
+fn send_roce(from: Ipv4Addr, to: Ipv4Addr, qpn: u32) {
+    let s = std::net::UdpSocket::bind((from, 0)).expect("bind");
+    let mut bth = [0u8; 12];
+    bth[0] = 0x04; // RC SEND_ONLY: not UD
+    bth[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    s.send_to(&bth, (to, super::ROCE_PORT)).expect("send");
+}
+
+fn ingress_drops(b: &Backstop) -> u64 {
+    let c = b.counters().expect("counters");
+    c.iter().find(|c| c.0 == "ingress_drop").map_or(0, |c| c.1)
+}
+
+#[test]
+fn a_peer_admitted_to_one_devices_qp_cannot_reach_the_same_qpn_on_another() {
+    in_new_netns(|| {
+        // Both rails' addresses and the peer's on lo: its packets cross
+        // the input hook as a wire's would.
+        for a in ["198.18.0.1/32", "203.0.113.1/32", "198.18.0.2/32"] {
+            let ok = std::process::Command::new("ip")
+                .args(["addr", "add", a, "dev", "lo"])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ip addr add {a}");
+        }
+        let up = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status();
+        assert!(up.is_ok_and(|s| s.success()), "lo up");
+        let (b, _p) = start_with("reach", TWO_RAILS);
+        let rail1 = Ipv4Addr::new(203, 0, 113, 1);
+        b.qp_seen(LOCAL, 0x11);
+        b.qp_seen(rail1, 0x11);
+        b.apply(&[ev(EventKind::New, rc(0x11, 0x22, State::Admitted))]);
+        flush(&b);
+        send_roce(PEER, LOCAL, 0x11);
+        send_roce(PEER, rail1, 0x11);
+        let t = std::time::Instant::now();
+        while ingress_drops(&b) == 0 && t.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(ingress_drops(&b), 1, "rxe1's QP 0x11 only");
+    })
+}
+
+/// An older masqd's table: the ingress sets keyed by QPN alone, with
+/// elements, their rules, and VNI 200's, which no endpoint serves now.
+const OLD_TABLE: &str = "add table inet masq_backstop
+add set inet masq_backstop conn_in { typeof ip saddr . @th,104,24; }
+add set inet masq_backstop tenant_qpns { typeof @th,104,24; }
+add set inet masq_backstop ud_qpns { typeof @th,104,24; }
+add map inet masq_backstop ud_from { typeof ip saddr . @th,200,24 : verdict; }
+add element inet masq_backstop conn_in { 198.18.0.2 . 17 }
+add element inet masq_backstop tenant_qpns { 17 }
+add element inet masq_backstop ud_qpns { 18 }
+add chain inet masq_backstop input { type filter hook input priority filter; policy accept; }
+add rule inet masq_backstop input udp dport 4791 ip saddr . @th,104,24 @conn_in accept
+add rule inet masq_backstop input udp dport 4791 @th,64,3 3 @th,104,24 @ud_qpns accept
+add rule inet masq_backstop input udp dport 4791 @th,104,24 @tenant_qpns drop
+";
+
+fn old_vni(vni: u32) -> String {
+    let t = format!("inet {TABLE}");
+    format!(
+        "add set {t} udq_{vni} {{ typeof @th,104,24; }}
+         add element {t} udq_{vni} {{ 18 }}
+         add chain {t} udvni_{vni}
+         add rule {t} udvni_{vni} @th,104,24 @udq_{vni} accept
+         add element {t} ud_from {{ 198.18.0.2 . {vni} : jump udvni_{vni} }}
+"
+    )
+}
+
+#[test]
+fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
+    in_new_netns(|| {
+        nft(&format!("{OLD_TABLE}{}{}", old_vni(100), old_vni(200))).expect("the old table");
+        let (b, _p) = start("upgrade");
+        for old in ["conn_in", "tenant_qpns", "ud_qpns", "udq_100", "udq_200"] {
+            let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
+            assert!(e.contains("No such file"), "{old}: {e}");
+        }
+        // The new ones start empty; sessions and the reconcile fill them.
+        for new in ["conn_to", "tenant_qps", "ud_qps", "udqp_100"] {
+            assert!(set(new).is_empty(), "{new}: {:?}", set(new));
+        }
+        let chain = nft(&format!("list chain inet {TABLE} udvni_200")).expect("kept");
+        assert!(!chain.contains("\"rule\""), "emptied: {chain}");
+        b.qp_seen(LOCAL, 0x11);
+        flush(&b);
+        drop(b);
+        // A restart over the new table keeps the new sets' elements.
+        let (_b, _p2) = start("upgrade-again");
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17"]);
     })
 }
 
@@ -189,10 +370,7 @@ fn the_drop_counters_are_read_without_libnftables_and_a_lost_table_is_an_error()
         names.sort();
         assert!(names.contains(&"drop_acme_a".to_string()), "{names:?}");
         assert!(names.contains(&"ingress_drop".to_string()), "{names:?}");
-        crate::kernel::nft::Nft::new()
-            .unwrap()
-            .run(&format!("delete table inet {TABLE}"))
-            .expect("deleted by hand");
+        nft(&format!("delete table inet {TABLE}")).expect("deleted by hand");
         let e = b.counters().expect_err("no table");
         assert!(e.contains("the table is gone"), "{e}");
     })
@@ -204,7 +382,7 @@ fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
         let (b, _p) = start("own-thread");
         // No updater thread runs here: only the waiting thread can apply.
         b.hold();
-        b.qp_seen(0x12_3456);
+        b.qp_seen(LOCAL, 0x12_3456);
         b.apply(&[ev(
             EventKind::New,
             rc(0x12_3456, 0xab_cdef, State::Admitted),
@@ -213,8 +391,8 @@ fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
         assert!(b.wait_applied(Duration::from_secs(5)), "applied");
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         b.release();
-        assert_eq!(set("tenant_qpns"), ["1193046"]);
-        assert_eq!(set("conn_in"), ["198.18.0.2 . 1193046"]);
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
+        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
         // Nothing queued: the wait is over at once.
         assert!(b.wait_applied(Duration::ZERO));
@@ -239,14 +417,14 @@ fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
                         for i in 0..25u32 {
                             let qpn = t << 16 | i;
                             b.hold();
-                            b.qp_seen(qpn);
+                            b.qp_seen(LOCAL, qpn);
                             b.apply(&[ev(EventKind::New, rc(qpn, qpn + 1, State::Admitted))]);
                             assert!(b.wait_applied(Duration::from_secs(5)), "{qpn:#x}");
                             b.release();
                             // A deletion nobody waits for, too.
                             if i % 5 == 0 {
-                                b.qp_seen(qpn | 0x8000);
-                                b.qp_gone(qpn | 0x8000);
+                                b.qp_seen(LOCAL, qpn | 0x8000);
+                                b.qp_gone(LOCAL, qpn | 0x8000);
                             }
                         }
                     })
@@ -258,8 +436,8 @@ fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
         });
         b.flush_updates(Duration::ZERO);
-        assert_eq!(set("tenant_qpns").len(), 200);
-        assert_eq!(set("conn_in").len(), 200);
+        assert_eq!(set("tenant_qps").len(), 200);
+        assert_eq!(set("conn_to").len(), 200);
         assert_eq!(set("eg_acme_a").len(), 200);
     })
 }
@@ -282,15 +460,17 @@ fn one_element_costs() {
         let mut text = Vec::new();
         for q in 1..=n {
             let t = std::time::Instant::now();
-            nft.run(&format!("add element inet {TABLE} tenant_qpns {{ {q} }}"))
-                .unwrap();
+            nft.run(&format!(
+                "add element inet {TABLE} tenant_qps {{ 198.18.0.1 . {q} }}"
+            ))
+            .unwrap();
             text.push(t.elapsed());
         }
         let mut netlink = Vec::new();
         for q in n + 1..=2 * n {
             let t = std::time::Instant::now();
             sets.apply(&[crate::kernel::nft_set::Change::Add(
-                super::rules::tenant_qpn(q),
+                super::rules::tenant_qp((LOCAL, q)),
             )])
             .unwrap();
             netlink.push(t.elapsed());
@@ -298,7 +478,7 @@ fn one_element_costs() {
         let mut backstop = Vec::new();
         for q in 2 * n + 1..=3 * n {
             let t = std::time::Instant::now();
-            b.qp_seen(q);
+            b.qp_seen(LOCAL, q);
             b.flush_updates(Duration::ZERO);
             backstop.push(t.elapsed());
         }
@@ -315,7 +495,7 @@ fn one_element_costs() {
             for q in 3 * n + 1..=4 * n {
                 let t = std::time::Instant::now();
                 b.hold();
-                b.qp_seen(q);
+                b.qp_seen(LOCAL, q);
                 b.apply(&[ev(EventKind::New, rc(q, q, State::Admitted))]);
                 assert!(b.wait_applied(Duration::from_secs(5)));
                 b.release();
@@ -331,6 +511,6 @@ fn one_element_costs() {
             median(backstop),
             median(admission)
         );
-        assert_eq!(set("tenant_qpns").len(), 4 * n as usize);
+        assert_eq!(set("tenant_qps").len(), 4 * n as usize);
     })
 }

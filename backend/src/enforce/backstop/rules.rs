@@ -3,25 +3,64 @@
 //! the adopted cgroups, the per-connection set elements and the reference
 //! counts behind each.
 
-use super::{Elements, EndpointRules, EpId, Live, Pair, TABLE};
-use super::{BTH_DEST_QPN, BTH_UD};
+use super::{At, Conn, Elements, EndpointRules, EpId, Live, Pair, TABLE};
+use super::{BTH_DEST_QPN, BTH_UD, CONN_TO, TENANT_QPS, UD_QPS};
 use crate::config::EndpointConfig;
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::kernel::nft_set::{Change, Element, Field};
 use rconntrack::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+impl At {
+    /// `e`'s device, on its rail (none: the first) of `rails` (name,
+    /// this host's underlay address).
+    pub(super) fn of(rails: &[(String, Ipv4Addr)], e: &EndpointConfig) -> Result<At, String> {
+        let rail = match e.rail.as_deref() {
+            None => rails.first(),
+            Some(n) => rails.iter().find(|r| r.0 == n),
+        };
+        let local = rail.map(|r| r.1).ok_or_else(|| {
+            format!(
+                "endpoint {}: no rail {:?} on this host",
+                e.name,
+                e.rail.as_deref().unwrap_or_default()
+            )
+        })?;
+        // Elements keyed by 0.0.0.0 would match no packet: its QPs would
+        // take no ingress at all.
+        if local.is_unspecified() {
+            return Err(format!(
+                "endpoint {}: its rail has no underlay address",
+                e.name
+            ));
+        }
+        Ok(At {
+            vni: e.vni,
+            vip: e.vip,
+            local,
+        })
+    }
+}
+
 impl EndpointRules {
-    pub(super) fn of(parent: &str, e: &EndpointConfig) -> EndpointRules {
+    pub(super) fn of(parent: &str, e: &EndpointConfig, at: At) -> EndpointRules {
         EndpointRules {
             cgroup: format!("{parent}/{}", e.name),
-            at: BTreeMap::from([(e.name.clone(), (e.vni, e.vip))]),
+            at: BTreeMap::from([(e.name.clone(), at)]),
         }
     }
+}
+
+/// The VNIs of the endpoints' devices.
+pub(super) fn vnis(endpoints: &BTreeMap<EpId, EndpointRules>) -> BTreeSet<u32> {
+    endpoints
+        .values()
+        .flat_map(|e| e.at.values().map(|a| a.vni))
+        .collect()
 }
 
 /// One endpoint's set, counter and chain (created if missing, emptied,
@@ -40,18 +79,63 @@ pub(super) fn endpoint_rules(id: &str) -> String {
     )
 }
 
-/// One VNI's UD ingress: the set of its local UD QPs and the chain that
-/// a datagram from one of the VNI's UD QPs elsewhere jumps to (created if
-/// missing; the set is kept, the chain rewritten).
+/// One VNI's UD ingress: the set of its local UD QPs (local address,
+/// QPN) and the chain that a datagram from one of the VNI's UD QPs
+/// elsewhere jumps to (created if missing; the set is kept, the chain
+/// rewritten).
 pub(super) fn vni_rules(vni: u32) -> String {
     let t = format!("inet {TABLE}");
     format!(
-        "add set {t} udq_{vni} {{ typeof {BTH_DEST_QPN}; }}
+        "add set {t} udqp_{vni} {{ typeof ip daddr . {BTH_DEST_QPN}; }}
          add chain {t} udvni_{vni}
 flush chain {t} udvni_{vni}
-         add rule {t} udvni_{vni} {BTH_DEST_QPN} @udq_{vni} accept
+         add rule {t} udvni_{vni} ip daddr . {BTH_DEST_QPN} @udqp_{vni} accept
 "
     )
+}
+
+/// An older masqd's ingress sets, keyed by QPN alone (see the top), as a
+/// terse JSON `list sets` of the table shows them.
+pub(super) fn old_sets(listing: &str) -> Vec<String> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
+        return Vec::new(); // no table yet
+    };
+    let old = |n: &str| {
+        ["conn_in", "tenant_qpns", "ud_qpns"].contains(&n)
+            || n.strip_prefix("udq_")
+                .is_some_and(|v| v.parse::<u32>().is_ok())
+    };
+    v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.get("set"))
+        .filter(|s| s["family"] == "inet" && s["table"] == TABLE)
+        .filter_map(|s| s["name"].as_str())
+        .filter(|n| old(n))
+        .map(String::from)
+        .collect()
+}
+
+/// Deleting them, once `render` rewrote the chains that named them. The
+/// chain of a VNI no endpoint serves now is not rewritten: it is emptied
+/// (its `ud_from` elements go at the reconcile).
+pub(super) fn old_sets_gone(old: &[String], served: &BTreeSet<u32>) -> String {
+    let t = format!("inet {TABLE}");
+    let mut cmd = String::new();
+    for name in old {
+        let vni = name
+            .strip_prefix("udq_")
+            .and_then(|v| v.parse::<u32>().ok());
+        if let Some(vni) = vni.filter(|v| !served.contains(v)) {
+            let _ = writeln!(
+                cmd,
+                "add chain {t} udvni_{vni}\nflush chain {t} udvni_{vni}"
+            );
+        }
+        let _ = writeln!(cmd, "delete set {t} {name}");
+    }
+    cmd
 }
 
 /// The endpoints whose cgroup exists now, with its inode.
@@ -115,19 +199,25 @@ pub(super) fn adopted_element(path: &str, id: &str) -> String {
     )
 }
 
-pub(super) fn endpoint_of(endpoints: &BTreeMap<EpId, EndpointRules>, e: &Entry) -> Option<EpId> {
-    endpoints
-        .iter()
-        .find(|(_, r)| r.at.values().any(|a| *a == (e.vni, e.local_vip)))
-        .map(|(id, _)| id.clone())
+/// The endpoint whose device an entry's local side is, and this host's
+/// address on that device's rail.
+pub(super) fn endpoint_of(
+    endpoints: &BTreeMap<EpId, EndpointRules>,
+    e: &Entry,
+) -> Option<(EpId, Ipv4Addr)> {
+    endpoints.iter().find_map(|(id, r)| {
+        r.at.values()
+            .find(|a| (a.vni, a.vip) == (e.vni, e.local_vip))
+            .map(|a| (id.clone(), a.local))
+    })
 }
 
 pub(super) fn add(el: &mut Elements, out: &mut Vec<Change>, (ep, eg, ing): Live) {
     if bump(el.egress.entry(ep.to_string()).or_default(), eg) {
         out.push(Change::Add(egress(ep, eg)));
     }
-    if bump(&mut el.conn_in, ing) {
-        out.push(Change::Add(conn_in(ing)));
+    if bump(&mut el.conn_to, ing) {
+        out.push(Change::Add(conn_to(ing)));
     }
 }
 
@@ -135,8 +225,8 @@ pub(super) fn del(el: &mut Elements, out: &mut Vec<Change>, (ep, eg, ing): Live)
     if el.egress.get_mut(ep).is_some_and(|m| drop_ref(m, eg)) {
         out.push(Change::Delete(egress(ep, eg)));
     }
-    if drop_ref(&mut el.conn_in, ing) {
-        out.push(Change::Delete(conn_in(ing)));
+    if drop_ref(&mut el.conn_to, ing) {
+        out.push(Change::Delete(conn_to(ing)));
     }
 }
 
@@ -153,14 +243,16 @@ pub(super) fn egress(ep: &str, (host, qpn): Pair) -> Element {
     Element::new(format!("eg_{ep}"), &[Field::Ipv4(host), Field::Bits24(qpn)])
 }
 
-/// `conn_in`: (peer host, local QPN) that may reach a tenant QP.
-pub(super) fn conn_in((host, qpn): Pair) -> Element {
-    Element::new("conn_in", &[Field::Ipv4(host), Field::Bits24(qpn)])
+/// `conn_to`: (peer host, local address, local QPN): the peer may reach
+/// that tenant QP.
+pub(super) fn conn_to((host, local, qpn): Conn) -> Element {
+    let key = [Field::Ipv4(host), Field::Ipv4(local), Field::Bits24(qpn)];
+    Element::new(CONN_TO, &key)
 }
 
-/// `tenant_qpns`: a QPN a tenant QP holds.
-pub(super) fn tenant_qpn(qpn: u32) -> Element {
-    Element::new("tenant_qpns", &[Field::Bits24(qpn)])
+/// `tenant_qps`: a tenant QP, (local address, QPN).
+pub(super) fn tenant_qp((local, qpn): Pair) -> Element {
+    Element::new(TENANT_QPS, &[Field::Ipv4(local), Field::Bits24(qpn)])
 }
 
 /// `ud_<endpoint>`: a host the endpoint's UD packets may go to.
@@ -168,11 +260,13 @@ pub(super) fn ud_host(ep: &str, host: Ipv4Addr) -> Element {
     Element::new(format!("ud_{ep}"), &[Field::Ipv4(host)])
 }
 
-/// `udq_<vni>` and `ud_qpns`: a local UD QP of that VNI.
-pub(super) fn ud_local_qpn(vni: u32, qpn: u32) -> [Element; 2] {
+/// `udqp_<vni>` and `ud_qps`: a local UD QP of that VNI, (local address,
+/// QPN).
+pub(super) fn ud_local_qp(vni: u32, (local, qpn): Pair) -> [Element; 2] {
+    let key = [Field::Ipv4(local), Field::Bits24(qpn)];
     [
-        Element::new(format!("udq_{vni}"), &[Field::Bits24(qpn)]),
-        Element::new("ud_qpns", &[Field::Bits24(qpn)]),
+        Element::new(format!("udqp_{vni}"), &key),
+        Element::new(UD_QPS, &key),
     ]
 }
 
@@ -189,8 +283,10 @@ pub(super) fn egress_pair(e: &Entry) -> Pair {
     (e.peer_host, e.remote_qpn)
 }
 
-pub(super) fn ingress_pair(e: &Entry) -> Pair {
-    (e.peer_host, e.local_qpn)
+/// `conn_to`'s element for an entry whose QP is on the rail of address
+/// `local`.
+pub(super) fn ingress(e: &Entry, local: Ipv4Addr) -> Conn {
+    (e.peer_host, local, e.local_qpn)
 }
 
 /// Count a reference; true when it is the first (the element must be added).

@@ -4,10 +4,10 @@
 //! verbs pipelines' `Guard`.
 
 use super::rules::{
-    add, bump, conn_in, del, del_ud, drop_ref, egress, egress_pair, endpoint_of, ingress_pair,
-    lock, tenant_qpn, ud_from, ud_host, ud_local_qpn,
+    add, bump, conn_to, del, del_ud, drop_ref, egress, egress_pair, endpoint_of, ingress, lock,
+    tenant_qp, ud_from, ud_host, ud_local_qp, vnis,
 };
-use super::{Backstop, TABLE};
+use super::{Backstop, CONN_TO, TABLE, TENANT_QPS, UD_QPS};
 use crate::kernel::nft_set::Change;
 use crate::pipeline::ports::Guard;
 use rconntrack::{Event, EventKind, QpType, State};
@@ -37,7 +37,7 @@ impl Backstop {
                 let want = passes
                     .then(|| endpoint_of(&el.endpoints, e))
                     .flatten()
-                    .map(|ep| (ep, e.peer_host));
+                    .map(|(ep, _)| (ep, e.peer_host));
                 let have = el.live_ud.get(&e.key()).cloned();
                 if want != have {
                     if let Some((ep, host)) = have {
@@ -56,7 +56,7 @@ impl Backstop {
             let want = (passes)
                 .then(|| endpoint_of(&el.endpoints, e))
                 .flatten()
-                .map(|ep| (ep, egress_pair(e), ingress_pair(e)));
+                .map(|(ep, local)| (ep, egress_pair(e), ingress(e, local)));
             let have = el.live.get(&e.key()).cloned();
             if want == have {
                 continue;
@@ -73,38 +73,39 @@ impl Backstop {
         self.submit(cmd);
     }
 
-    /// A tenant QP masqd has seen (its first MODIFY_QP): from now on only
-    /// admitted peers reach it.
-    pub fn qp_seen(&self, qpn: u32) {
+    /// A tenant QP masqd has seen (its move to RTR), on the rail of this
+    /// host's address `local`: from now on only admitted peers reach it.
+    pub fn qp_seen(&self, local: Ipv4Addr, qpn: u32) {
         let mut el = self.lock();
-        if bump(&mut el.tenant_qpns, qpn) {
-            self.submit(vec![Change::Add(tenant_qpn(qpn))]);
+        if bump(&mut el.tenant_qps, (local, qpn)) {
+            self.submit(vec![Change::Add(tenant_qp((local, qpn)))]);
         }
     }
 
-    /// A UD QP of a local endpoint in `vni` is about to receive (before
-    /// its RTR) or gone: from now on datagrams reach it only from UD QPs
-    /// announced in its VNI.
-    pub fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
+    /// A UD QP of a local endpoint in `vni`, on the rail of address
+    /// `local`, is about to receive (before its RTR) or gone: from now on
+    /// datagrams reach it only from UD QPs announced in its VNI.
+    pub fn ud_local(&self, local: Ipv4Addr, vni: u32, qpn: u32, up: bool) {
         let mut el = self.lock();
         let mut cmd = Vec::new();
+        let qp = (local, qpn);
         let had = if up {
-            el.ud_local.insert(qpn, vni)
+            el.ud_local.insert(qp, vni)
         } else {
-            el.ud_local.remove(&qpn)
+            el.ud_local.remove(&qp)
         };
         if had == Some(vni) && up {
             return;
         }
         if let Some(old) = had {
-            let [udq, ud_qpns] = ud_local_qpn(old, qpn);
-            cmd.push(Change::Delete(udq));
+            let [udqp, ud_qps] = ud_local_qp(old, qp);
+            cmd.push(Change::Delete(udqp));
             if !up {
-                cmd.push(Change::Delete(ud_qpns));
+                cmd.push(Change::Delete(ud_qps));
             }
         }
         if up {
-            cmd.extend(ud_local_qpn(vni, qpn).map(Change::Add));
+            cmd.extend(ud_local_qp(vni, qp).map(Change::Add));
         }
         self.submit(cmd);
     }
@@ -114,10 +115,7 @@ impl Backstop {
     /// with no endpoint here has no chain, and nothing to reach.
     pub fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         let mut el = self.lock();
-        let served = el
-            .endpoints
-            .values()
-            .any(|e| e.at.values().any(|a| a.0 == vni));
+        let served = vnis(&el.endpoints).contains(&vni);
         let mut cmd = Vec::new();
         let had = el.ud_remote.get(&(host, qpn)).copied();
         if up && had == Some(vni) {
@@ -138,10 +136,10 @@ impl Backstop {
     }
 
     /// The QP is destroyed (or its session ended).
-    pub fn qp_gone(&self, qpn: u32) {
+    pub fn qp_gone(&self, local: Ipv4Addr, qpn: u32) {
         let mut el = self.lock();
-        if drop_ref(&mut el.tenant_qpns, qpn) {
-            self.submit(vec![Change::Delete(tenant_qpn(qpn))]);
+        if drop_ref(&mut el.tenant_qps, (local, qpn)) {
+            self.submit(vec![Change::Delete(tenant_qp((local, qpn)))]);
         }
     }
 
@@ -304,6 +302,9 @@ impl Backstop {
     /// table and the QPs seen since it started), in one transaction: after
     /// a restart, elements nobody re-registered go away. Queued updates are
     /// part of that state already and are dropped, unless this fails.
+    /// After an upgrade from a masqd whose ingress sets had other names
+    /// and keys, the new sets started empty (`start`): this fills in what
+    /// the sessions that came back have not.
     pub fn reconcile(&self) {
         // `sending` first: waiting for it must not hold the elements lock.
         let _sending = self.sending();
@@ -314,21 +315,17 @@ impl Backstop {
         };
         let t = format!("inet {TABLE}");
         let mut cmd = format!(
-            "flush set {t} conn_in\nflush set {t} tenant_qpns\n\
-             flush set {t} ud_qpns\nflush map {t} ud_from\n"
+            "flush set {t} {CONN_TO}\nflush set {t} {TENANT_QPS}\n\
+             flush set {t} {UD_QPS}\nflush map {t} ud_from\n"
         );
-        let vnis: std::collections::BTreeSet<u32> = el
-            .endpoints
-            .values()
-            .flat_map(|e| e.at.values().map(|a| a.0))
-            .collect();
+        let vnis = vnis(&el.endpoints);
         for vni in &vnis {
-            let _ = writeln!(cmd, "flush set {t} udq_{vni}");
+            let _ = writeln!(cmd, "flush set {t} udqp_{vni}");
         }
         let mut add = |e| cmd.push_str(&Change::Add(e).nft_command(&t));
-        for (&qpn, &vni) in &el.ud_local {
+        for (&qp, &vni) in &el.ud_local {
             if vnis.contains(&vni) {
-                ud_local_qpn(vni, qpn).into_iter().for_each(&mut add);
+                ud_local_qp(vni, qp).into_iter().for_each(&mut add);
             }
         }
         for (&(host, qpn), &vni) in &el.ud_remote {
@@ -350,16 +347,16 @@ impl Backstop {
                 add(egress(id, pair));
             }
         }
-        for &pair in el.conn_in.keys() {
-            add(conn_in(pair));
+        for &c in el.conn_to.keys() {
+            add(conn_to(c));
         }
-        for &q in el.tenant_qpns.keys() {
-            add(tenant_qpn(q));
+        for &qp in el.tenant_qps.keys() {
+            add(tenant_qp(qp));
         }
         match self.nft.run(&cmd) {
             Ok(_) => info!(
-                connections = el.conn_in.len(),
-                qps = el.tenant_qpns.len(),
+                connections = el.conn_to.len(),
+                qps = el.tenant_qps.len(),
                 "backstop sets reconciled"
             ),
             Err(e) => {
@@ -430,17 +427,17 @@ impl Drop for Sending<'_> {
 
 /// What the verbs pipelines ask of the backstop: its own methods.
 impl Guard for Backstop {
-    fn qp_seen(&self, qpn: u32) {
-        Backstop::qp_seen(self, qpn)
+    fn qp_seen(&self, local: Ipv4Addr, qpn: u32) {
+        Backstop::qp_seen(self, local, qpn)
     }
-    fn qp_gone(&self, qpn: u32) {
-        Backstop::qp_gone(self, qpn)
+    fn qp_gone(&self, local: Ipv4Addr, qpn: u32) {
+        Backstop::qp_gone(self, local, qpn)
     }
     fn wait_applied(&self, timeout: Duration) -> bool {
         Backstop::wait_applied(self, timeout)
     }
-    fn ud_local(&self, vni: u32, qpn: u32, up: bool) {
-        Backstop::ud_local(self, vni, qpn, up)
+    fn ud_local(&self, local: Ipv4Addr, vni: u32, qpn: u32, up: bool) {
+        Backstop::ud_local(self, local, vni, qpn, up)
     }
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         Backstop::ud_remote(self, host, qpn, vni, up)
