@@ -19,10 +19,9 @@ impl At {
     /// `e`'s device, on its rail (none: the first) of `rails` (name,
     /// this host's underlay address).
     pub(super) fn of(rails: &[(String, Ipv4Addr)], e: &EndpointConfig) -> Result<At, String> {
-        let rail = match e.rail.as_deref() {
-            None => rails.first(),
-            Some(n) => rails.iter().find(|r| r.0 == n),
-        };
+        let names = rails.iter().map(|r| r.0.as_str());
+        let rail =
+            crate::config::rail_position(names, e.rail.as_deref()).and_then(|i| rails.get(i));
         let local = rail.map(|r| r.1).ok_or_else(|| {
             format!(
                 "endpoint {}: no rail {:?} on this host",
