@@ -10,12 +10,14 @@ import re
 import pytest
 
 from masq_testbed import CLI, finish, finish_pair, parse_bw, perftest_gid, wait_for
+from test_backstop import set_elements
 from test_cm import pair, perftest_pair, rping
 from test_containers import cni
 
 pytestmark = pytest.mark.rails
 
 RAIL1 = {"host1": "203.0.113.1", "host2": "203.0.113.2"}
+UNDERLAY_OF = {"rail0": {"host1": "198.18.0.1", "host2": "198.18.0.2"}, "rail1": RAIL1}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -231,6 +233,12 @@ def test_a_masqd_restart_recovers_both_rails_connections(masq):
         before = wait_for("both rails' connections tracked",
                           lambda: both_tracked(masq, procs), timeout=120)
         assert [t[0] for t in before] == ["rail0", "rail1"], before
+        # The backstop lets each peer in to its QP at the address of that
+        # QP's rail (conn_to: peer host, local address, local QPN).
+        conn_to = set_elements(masq, "host1", "conn_to")
+        for rail, _, _, qpn in before:
+            addrs = UNDERLAY_OF[rail]
+            assert [addrs["host2"], addrs["host1"], qpn] in conn_to, (rail, qpn, conn_to)
         masq._run([CLI, "masq", "kill"], True, 120)
         masq._run([CLI, "masq", "start"], True, 300)
         after = wait_for("both rails' connections tracked again",
