@@ -53,8 +53,9 @@
 //! its table in one transaction (`reconcile`). An older masqd keyed the
 //! ingress sets by QPN alone, under other names (`conn_in`, `tenant_qpns`,
 //! `ud_qpns`, `udq_<vni>`; a set's type cannot change): `start` deletes
-//! them once its chains no longer name them (`old_sets`), and the new sets
-//! start empty after such an upgrade, filled as sessions come back.
+//! them once its chains no longer name them (`old_sets`), carrying their
+//! elements into the new sets at every rail address (what a QPN alone
+//! meant) until the reconcile rewrites them.
 //!
 //! This file sets the table up and serves endpoints and cgroups; `sets`
 //! keeps the sets at run time, `rules` writes the nftables text.
@@ -78,7 +79,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use tracing::{debug, info, warn};
 
 use rules::{adopted_element, adopted_maps, cgroups_now, del, depth_of, old_sets};
-use rules::{endpoint_rules, lock, map_elements, old_sets_gone, vni_rules, vnis};
+use rules::{endpoint_rules, lock, map_elements, old_elements_carried, old_sets_gone};
+use rules::{vni_rules, vnis};
 
 pub const TABLE: &str = "masq_backstop";
 /// RoCEv2's UDP port.
@@ -268,9 +270,19 @@ impl Backstop {
         ))?;
         if !old.is_empty() {
             // A transaction of their own: a leftover that cannot go must
-            // not stop masqd. The new sets are empty; they fill as the
-            // sessions come back, and `reconcile` rewrites them.
-            match b.nft.run(&old_sets_gone(&old, &vnis(&rules))) {
+            // not stop masqd. The new sets take the old ones' elements at
+            // every rail address (what the old key meant), so nothing
+            // guarded before passes; `reconcile` rewrites them exactly.
+            let served = vnis(&rules);
+            let local: Vec<Ipv4Addr> = b.rails.iter().map(|r| r.1).collect();
+            let mut cmd = String::new();
+            for name in &old {
+                if let Ok(listing) = b.nft.run(&format!("list set inet {TABLE} {name}")) {
+                    cmd += &old_elements_carried(name, &listing, &local, &served);
+                }
+            }
+            cmd += &old_sets_gone(&old, &served);
+            match b.nft.run(&cmd) {
                 Ok(_) => info!(sets = ?old, "backstop: an older masqd's QPN-only sets replaced"),
                 Err(e) => warn!(sets = ?old, "backstop: an older masqd's sets stay: {e}"),
             }

@@ -339,18 +339,20 @@ fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
             let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
             assert!(e.contains("No such file"), "{old}: {e}");
         }
-        // The new ones start empty; sessions and the reconcile fill them.
-        for new in ["conn_to", "tenant_qps", "ud_qps", "udqp_100"] {
-            assert!(set(new).is_empty(), "{new}: {:?}", set(new));
-        }
+        // The new ones hold the old elements at this host's address (what
+        // a QPN alone meant) until the reconcile rewrites them.
+        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 17"]);
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17"]);
+        assert_eq!(set("ud_qps"), ["198.18.0.1 . 18"]);
+        assert_eq!(set("udqp_100"), ["198.18.0.1 . 18"]);
         let chain = nft(&format!("list chain inet {TABLE} udvni_200")).expect("kept");
         assert!(!chain.contains("\"rule\""), "emptied: {chain}");
-        b.qp_seen(LOCAL, 0x11);
+        b.qp_seen(LOCAL, 0x12);
         flush(&b);
         drop(b);
         // A restart over the new table keeps the new sets' elements.
         let (_b, _p2) = start("upgrade-again");
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17"]);
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17", "198.18.0.1 . 18"]);
     })
 }
 
@@ -513,4 +515,30 @@ fn one_element_costs() {
         );
         assert_eq!(set("tenant_qps").len(), 4 * n as usize);
     })
+}
+
+#[test]
+fn an_old_sets_elements_are_carried_to_every_rail_address() {
+    use super::rules::old_elements_carried;
+    let rails = [LOCAL, Ipv4Addr::new(203, 0, 113, 1)];
+    let served = [100].into();
+    let conn_in = r#"{"nftables": [{"metainfo": {}}, {"set": {"name": "conn_in",
+        "elem": [{"concat": ["198.18.0.2", 17]}]}}]}"#;
+    assert_eq!(
+        old_elements_carried("conn_in", conn_in, &rails, &served),
+        "add element inet masq_backstop conn_to { 198.18.0.2 . 198.18.0.1 . 17, \
+         198.18.0.2 . 203.0.113.1 . 17 }\n"
+    );
+    let udq = r#"{"nftables": [{"set": {"name": "udq_100", "elem": [18, 19]}}]}"#;
+    assert_eq!(
+        old_elements_carried("udq_100", udq, &rails[..1], &served),
+        "add element inet masq_backstop udqp_100 { 198.18.0.1 . 18, 198.18.0.1 . 19 }\n"
+    );
+    // A VNI no endpoint serves has no successor; an empty set adds nothing.
+    assert_eq!(old_elements_carried("udq_200", udq, &rails, &served), "");
+    let empty = r#"{"nftables": [{"set": {"name": "tenant_qpns"}}]}"#;
+    assert_eq!(
+        old_elements_carried("tenant_qpns", empty, &rails, &served),
+        ""
+    );
 }

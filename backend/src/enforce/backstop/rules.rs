@@ -116,6 +116,54 @@ pub(super) fn old_sets(listing: &str) -> Vec<String> {
         .collect()
 }
 
+/// An old set's elements (its `list set` in JSON) as elements of the set
+/// that replaces it, once for each of this host's rail addresses `local`:
+/// until the reconcile, a QPN guarded before stays guarded on every rail,
+/// as it was. A UD set of a VNI no endpoint serves now has no successor.
+pub(super) fn old_elements_carried(
+    name: &str,
+    listing: &str,
+    local: &[Ipv4Addr],
+    served: &BTreeSet<u32>,
+) -> String {
+    let new = match name {
+        "conn_in" => CONN_TO.to_string(),
+        "tenant_qpns" => TENANT_QPS.to_string(),
+        "ud_qpns" => UD_QPS.to_string(),
+        _ => match name
+            .strip_prefix("udq_")
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            Some(vni) if served.contains(&vni) => format!("udqp_{vni}"),
+            _ => return String::new(),
+        },
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
+        return String::new();
+    };
+    let elems = v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["set"]["elem"].as_array())
+        .flatten();
+    let mut keys = Vec::new();
+    for e in elems {
+        // conn_in's (peer, QPN), the others' QPN.
+        let (peer, qpn) = match e["concat"].as_array().map(Vec::as_slice) {
+            Some([peer, qpn]) => (peer.as_str().map(|p| format!("{p} . ")), qpn.as_u64()),
+            _ => (Some(String::new()), e.as_u64()),
+        };
+        if let (Some(peer), Some(qpn)) = (peer, qpn) {
+            keys.extend(local.iter().map(|a| format!("{peer}{a} . {qpn}")));
+        }
+    }
+    if keys.is_empty() {
+        return String::new();
+    }
+    format!("add element inet {TABLE} {new} {{ {} }}\n", keys.join(", "))
+}
+
 /// Deleting them, once `render` rewrote the chains that named them. The
 /// chain of a VNI no endpoint serves now is not rewritten: it is emptied
 /// (its `ud_from` elements go at the reconcile).
