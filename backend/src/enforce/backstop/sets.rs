@@ -303,8 +303,8 @@ impl Backstop {
     /// a restart, elements nobody re-registered go away. Queued updates are
     /// part of that state already and are dropped, unless this fails.
     /// After an upgrade from a masqd whose ingress sets had other names
-    /// and keys, the new sets started empty (`start`): this fills in what
-    /// the sessions that came back have not.
+    /// and keys, the new sets hold its elements at every rail address
+    /// (`start`): this rewrites them to exactly what is admitted.
     pub fn reconcile(&self) {
         // `sending` first: waiting for it must not hold the elements lock.
         let _sending = self.sending();
