@@ -774,4 +774,4 @@ fn claim_vni<'a>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -254,7 +254,9 @@ fn an_omitted_underlay_ip_is_the_netdevs() {
     assert!(e.contains("underlay.ip: required with a vpc: map"), "{e}");
 }
 
-const RAILS: &str = "\
+/// Two rails: endpoint `a` on rxe0 at 198.18.0.1, its further device
+/// `a-r1` on rxe1 at 203.0.113.1 (also the backstop's tests').
+pub(crate) const RAILS: &str = "\
 rails:
   - { device: rxe0, underlay: { netdev: eth0, ip: 198.18.0.1 } }
   - { device: rxe1, underlay: { netdev: eth1, ip: 203.0.113.1 } }

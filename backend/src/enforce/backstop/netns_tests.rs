@@ -180,21 +180,9 @@ fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
     })
 }
 
-/// Two rails (as config/tests.rs's `RAILS`): endpoint `a` on rxe0 at
-/// 198.18.0.1, its further device `a-r1` on rxe1 at 203.0.113.1.
-const TWO_RAILS: &str = "\
-rails:
-  - { device: rxe0, underlay: { netdev: eth0, ip: 198.18.0.1 } }
-  - { device: rxe1, underlay: { netdev: eth1, ip: 203.0.113.1 } }
-endpoints:
-  - { name: a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/a }
-  - { name: a-r1, tenant: acme, vni: 101, vip: 10.1.0.1, netns: /run/netns/a, vnic: eth1,
-      rail: rail1, deviceOf: a }
-vpc:
-  - { tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: a }
-  - { tenant: acme, vni: 101, vip: 10.1.0.1, host: 198.18.0.1, name: a-r1, rail: rail1,
-      underlay: 203.0.113.1 }
-";
+/// Two rails: endpoint `a` on rxe0 at 198.18.0.1, its further device
+/// `a-r1` on rxe1 at 203.0.113.1.
+const TWO_RAILS: &str = crate::config::tests::RAILS;
 
 #[test]
 fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
