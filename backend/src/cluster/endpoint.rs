@@ -97,7 +97,7 @@ impl Endpoint {
     /// The cgroup its apps run in, below `backstop.cgroupParent`: its own
     /// name's, or that of the endpoint it is a further device of.
     pub fn cgroup_name(&self) -> &str {
-        self.cfg.device_of.as_deref().unwrap_or(&self.cfg.name)
+        self.cfg.apps_endpoint()
     }
 
     /// The endpoint on rail `rail` (a `rails:` index), named `label` in

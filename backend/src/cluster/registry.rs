@@ -330,7 +330,7 @@ impl Registry {
     /// order.
     pub fn devices_of(&self, ep: &Endpoint) -> Vec<Arc<Endpoint>> {
         let st = read(&self.state);
-        let primary = ep.cfg.device_of.as_deref().unwrap_or(&ep.cfg.name);
+        let primary = ep.cfg.apps_endpoint();
         let mut v: Vec<Arc<Endpoint>> = st
             .local
             .values()

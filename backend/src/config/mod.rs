@@ -431,6 +431,12 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl EndpointConfig {
+    /// The endpoint its apps connect to, whose cgroup they run in: its
+    /// own, or the one it is a further device of (`deviceOf`).
+    pub fn apps_endpoint(&self) -> &str {
+        self.device_of.as_deref().unwrap_or(&self.name)
+    }
+
     /// The endpoint's own fields, as the config file and `masqctl endpoint
     /// add` take them; `at` names it in errors (`endpoints[2]`).
     pub fn check(&self, at: &str, socket_dir: &Path) -> Result<(), String> {

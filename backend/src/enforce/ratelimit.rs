@@ -160,7 +160,7 @@ impl RateLimits {
                 warn!(endpoint = %e.name, "rate limit skipped: no rail {:?}", e.rail);
                 continue;
             };
-            let cgroup = e.device_of.clone().unwrap_or_else(|| e.name.clone());
+            let cgroup = e.apps_endpoint().to_string();
             limited.insert(
                 e.name.clone(),
                 Limited {
