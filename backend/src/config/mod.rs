@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub mod identity;
 mod rails;
 
-pub use rails::{check_device_of, rail_position, RailConfig, Underlay, FIRST_RAIL};
+pub use rails::{check_device_of, rail_position, rail_value, RailConfig, Underlay, FIRST_RAIL};
 
 pub const DEFAULT_SOCKET_DIR: &str = "/run/masq";
 const MAX_VNI: u32 = 0xFF_FFFF;

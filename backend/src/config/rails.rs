@@ -170,6 +170,13 @@ pub fn rail_position<'a>(
     }
 }
 
+/// What `rails` (name and value, in rail order) holds for rail `name`
+/// (`None`: the first).
+pub fn rail_value<'a, T>(rails: &'a [(String, T)], name: Option<&str>) -> Option<&'a T> {
+    let i = rail_position(rails.iter().map(|(n, _)| n.as_str()), name)?;
+    rails.get(i).map(|(_, v)| v)
+}
+
 /// `e`'s rail is one of this host's (`rail` resolves a rail's name; none
 /// is the first), and, if `e` is a further device of another endpoint
 /// (`deviceOf`), that endpoint is among `local`, is no further device

@@ -138,9 +138,7 @@ impl RateLimits {
 
     /// The underlay netdev of rail `rail` (none is the first).
     fn netdev_of(&self, rail: Option<&str>) -> Option<&str> {
-        let names = self.rails.iter().map(|(name, _)| name.as_str());
-        let i = crate::config::rail_position(names, rail)?;
-        self.rails.get(i).map(|(_, netdev)| netdev.as_str())
+        crate::config::rail_value(&self.rails, rail).map(String::as_str)
     }
 
     /// Make the classes and marks those of `endpoints` (the ones with

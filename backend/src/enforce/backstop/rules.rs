@@ -19,10 +19,8 @@ impl At {
     /// `e`'s device, on its rail (none: the first) of `rails` (name,
     /// this host's underlay address).
     pub(super) fn of(rails: &[(String, Ipv4Addr)], e: &EndpointConfig) -> Result<At, String> {
-        let names = rails.iter().map(|r| r.0.as_str());
-        let rail =
-            crate::config::rail_position(names, e.rail.as_deref()).and_then(|i| rails.get(i));
-        let local = rail.map(|r| r.1).ok_or_else(|| {
+        let local = crate::config::rail_value(rails, e.rail.as_deref()).copied();
+        let local = local.ok_or_else(|| {
             format!(
                 "endpoint {}: no rail {:?} on this host",
                 e.name,
