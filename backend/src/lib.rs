@@ -14,6 +14,7 @@ pub mod operator;
 pub mod peer;
 pub mod pipeline;
 pub mod run;
+pub mod safe_fs;
 pub mod tenants;
 pub mod transport;
 
