@@ -29,12 +29,24 @@
 //! old tree or the new one, never a mix. For the same reason shutdown
 //! empties them but leaves them in place: tenants still running when masqd
 //! comes back see its new view.
+//!
+//! The socket directory is the tenant's to write where its runtime mounts
+//! it read-write, so the view never goes there by path: every directory
+//! is opened and every entry written or removed through `safe_fs`, which
+//! follows no link. A link or file where the view's directories must be is
+//! refused (`View::new` fails, and the endpoint is not served); a link
+//! among the entries is removed itself.
 
+use crate::safe_fs::Dir;
+use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tracing::{debug, info, warn};
 
+/// The view's root, in the socket directory.
+const ROOT_DIR: &str = "sysfs";
 /// The class directories the tenant's runtime binds over /sys.
 pub const CLASS_DIRS: [&str; 2] = ["class/infiniband", "class/infiniband_verbs"];
 /// The mount point for the physical sysfs, inside the socket directory.
@@ -224,6 +236,9 @@ struct State {
 /// One endpoint's view on disk, kept current with its vNIC and the
 /// physical port.
 pub struct View {
+    /// The endpoint's socket directory, which its tenant may write: below
+    /// it the view goes through `safe_fs` only.
+    socket_dir: PathBuf,
     /// `<socket dir>/sysfs`
     root: PathBuf,
     phys_sysfs: PathBuf,
@@ -241,60 +256,41 @@ fn io_at(e: io::Error, p: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", p.display()))
 }
 
-/// Remove everything inside `dir`, keeping `dir`.
-fn clear_dir(dir: &Path) -> io::Result<()> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_at(e, dir)),
-    };
-    for entry in rd {
-        let p = entry?.path();
-        // symlink_metadata: never follow a link out of the view.
-        let r = if std::fs::symlink_metadata(&p)?.is_dir() {
-            std::fs::remove_dir_all(&p)
-        } else {
-            std::fs::remove_file(&p)
-        };
-        r.map_err(|e| io_at(e, &p))?;
+/// A directory that may not be there yet: `None` then.
+fn existing(d: io::Result<Dir>) -> io::Result<Option<Dir>> {
+    match d {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(())
-}
-
-/// Write `contents` to `path` through a temporary file and a rename.
-fn write_file_atomic(path: &Path, contents: &str) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, contents).map_err(|e| io_at(e, &tmp))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_at(e, path))
 }
 
 impl View {
     /// The view of the endpoint whose socket lives in `socket_dir`; leftovers
     /// of an earlier masqd are cleared. Nothing shows until `vnic_seen`.
+    /// A link or file where one of its directories must be (a tenant's)
+    /// is refused, naming it: the endpoint is not served without its view.
     pub fn new(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> io::Result<View> {
-        let root = socket_dir.join("sysfs");
+        std::fs::create_dir_all(socket_dir).map_err(|e| io_at(e, socket_dir))?;
+        let base = Dir::open(socket_dir)?;
         for c in CLASS_DIRS {
-            let dir = root.join(c);
-            std::fs::create_dir_all(&dir).map_err(|e| io_at(e, &dir))?;
-            clear_dir(&dir)?;
+            base.create_dir_all(Path::new(ROOT_DIR).join(c))?.clear()?;
         }
-        let phys_mnt = socket_dir.join(PHYS_SYSFS_DIR);
-        std::fs::create_dir_all(&phys_mnt).map_err(|e| io_at(e, &phys_mnt))?;
-        Ok(View::of(root, phys_sysfs, phys_dev, port, true))
+        base.create_dir_all(PHYS_SYSFS_DIR)?;
+        Ok(View::of(socket_dir, phys_sysfs, phys_dev, port, true))
     }
 
     /// The view of a further device of the apps whose socket lives in
     /// `socket_dir`, beside their first device's (which made the
     /// directories, see `new`).
     pub fn further(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> View {
-        View::of(socket_dir.join("sysfs"), phys_sysfs, phys_dev, port, false)
+        View::of(socket_dir, phys_sysfs, phys_dev, port, false)
     }
 
-    fn of(root: PathBuf, phys_sysfs: &Path, phys_dev: &str, port: u8, owner: bool) -> View {
+    fn of(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8, owner: bool) -> View {
         View {
-            root,
+            socket_dir: socket_dir.to_path_buf(),
+            root: socket_dir.join(ROOT_DIR),
             phys_sysfs: phys_sysfs.to_path_buf(),
             phys_dev: phys_dev.to_string(),
             port,
@@ -309,6 +305,12 @@ impl View {
                 shown: None,
             }),
         }
+    }
+
+    /// Directory `rel` of the view (`""` for its root), opened without
+    /// following a link below the socket directory.
+    fn dir(&self, rel: &str) -> io::Result<Dir> {
+        Dir::open(&self.socket_dir)?.open_dir(Path::new(ROOT_DIR).join(rel))
     }
 
     pub fn root(&self) -> &Path {
@@ -385,9 +387,11 @@ impl View {
         st.device = None;
         st.written = None;
         let r = match (self.owner, st.shown.take()) {
+            // Each directory emptied though another cannot be.
             (true, _) => CLASS_DIRS
                 .iter()
-                .try_for_each(|c| clear_dir(&self.root.join(c))),
+                .map(|c| existing(self.dir(c))?.map_or(Ok(()), |d| d.clear()))
+                .fold(Ok(()), Result::and),
             (false, Some((vdev, uverbs))) => self.remove_own(&vdev, Some(&uverbs), None),
             (false, None) => Ok(()),
         };
@@ -399,29 +403,22 @@ impl View {
     /// Remove device `vdev`'s link and generations but generation `keep`
     /// (and then its link), and its `uverbs` entry if named.
     fn remove_own(&self, vdev: &str, uverbs: Option<&str>, keep: Option<&str>) -> io::Result<()> {
-        let class = self.root.join("class/infiniband");
-        let rd = match std::fs::read_dir(&class) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_at(e, &class)),
-        };
-        for entry in rd {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            // With a generation kept, the link to it stays too.
-            let kept = Some(name.as_ref()) == keep || (keep.is_some() && name == vdev);
-            if !kept && device_of_entry(&name) == vdev {
-                remove_entry(&entry.path())?;
+        if let Some(class) = existing(self.dir("class/infiniband"))? {
+            for name in class.names()? {
+                let name = name.to_string_lossy();
+                // With a generation kept, the link to it stays too.
+                let kept = Some(name.as_ref()) == keep || (keep.is_some() && name == vdev);
+                if !kept && device_of_entry(&name) == vdev {
+                    class.remove(&*name)?;
+                }
             }
         }
-        let Some(uverbs) = uverbs else {
-            return Ok(());
-        };
-        let verbs = self.root.join("class/infiniband_verbs").join(uverbs);
-        match std::fs::remove_dir_all(&verbs) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_at(e, &verbs)),
-            _ => Ok(()),
+        match uverbs {
+            Some(uverbs) => match existing(self.dir("class/infiniband_verbs"))? {
+                Some(verbs) => verbs.remove(uverbs),
+                None => Ok(()),
+            },
+            None => Ok(()),
         }
     }
 
@@ -455,53 +452,84 @@ impl View {
     }
 
     /// Put `files` on disk: the device directory as a new generation behind
-    /// its symlink, the few other files one by one.
+    /// its symlink, the few other files one by one. Every directory is
+    /// opened below the socket directory without following a link.
     fn apply(&self, vdev: &str, generation: u64, files: &[(PathBuf, String)]) -> io::Result<()> {
-        let class = self.root.join("class/infiniband");
+        let root = self.dir("")?;
+        let class = root.open_dir("class/infiniband")?;
         let dev_prefix = Path::new("class/infiniband").join(vdev);
         let gen_name = format!(".{vdev}.{generation}");
-        let gen_dir = class.join(&gen_name);
-        if gen_dir.exists() {
-            std::fs::remove_dir_all(&gen_dir).map_err(|e| io_at(e, &gen_dir))?;
-        }
+        class.remove(&gen_name)?;
+        let gen = class.create_dir_all(&gen_name)?;
+        // The directories written in, each opened once: (in the generation,
+        // path below it or the root).
+        let mut dirs: HashMap<(bool, PathBuf), Dir> = HashMap::new();
         for (rel, contents) in files {
-            let path = match rel.strip_prefix(&dev_prefix) {
-                Ok(inside) => gen_dir.join(inside),
-                Err(_) => self.root.join(rel),
+            let (in_gen, base, inside) = match rel.strip_prefix(&dev_prefix) {
+                Ok(inside) => (true, &gen, inside),
+                Err(_) => (false, &root, rel.as_path()),
             };
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io_at(e, parent))?;
-            }
-            if rel.starts_with(&dev_prefix) {
-                std::fs::write(&path, contents).map_err(|e| io_at(e, &path))?;
+            let (Some(parent), Some(name)) = (inside.parent(), inside.file_name()) else {
+                continue;
+            };
+            let dir = if parent.as_os_str().is_empty() {
+                base
             } else {
-                write_file_atomic(&path, contents)?;
+                match dirs.entry((in_gen, parent.to_path_buf())) {
+                    std::collections::hash_map::Entry::Occupied(d) => &*d.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        &*v.insert(base.create_dir_all(parent)?)
+                    }
+                }
+            };
+            if in_gen {
+                dir.write(name, contents)?;
+            } else {
+                dir.write_atomic(name, contents)?;
             }
         }
-        std::fs::create_dir_all(&gen_dir).map_err(|e| io_at(e, &gen_dir))?;
-        let link_tmp = class.join(format!(".{vdev}.link"));
-        let _ = std::fs::remove_file(&link_tmp);
-        std::os::unix::fs::symlink(&gen_name, &link_tmp).map_err(|e| io_at(e, &link_tmp))?;
-        let link = class.join(vdev);
-        std::fs::rename(&link_tmp, &link).map_err(|e| io_at(e, &link))?;
+        let link_tmp = format!(".{vdev}.link");
+        class.remove(&link_tmp)?;
+        class.symlink(&gen_name, &link_tmp)?;
+        class.rename(&link_tmp, vdev)?;
         // Older generations: its own; and for the first device's view,
         // whatever else an earlier view left but the other devices' own.
         if !self.owner {
             return self.remove_own(vdev, None, Some(&gen_name));
         }
-        for entry in std::fs::read_dir(&class).map_err(|e| io_at(e, &class))? {
-            let entry = entry?;
-            let name = entry.file_name();
+        for name in class.names()? {
             let name = name.to_string_lossy();
             let of = device_of_entry(&name);
             if name == gen_name.as_str() || name == vdev || (of.starts_with("vrdma") && of != vdev)
             {
                 continue;
             }
-            remove_entry(&entry.path())?;
+            class.remove(&*name)?;
         }
         Ok(())
     }
+}
+
+/// A deleted endpoint's view directories in `socket_dir` (emptied by
+/// `View::remove`), each only if it is an empty directory: nothing through
+/// a link, nothing a tenant left in them.
+pub fn remove_dirs(socket_dir: &Path) {
+    let Ok(base) = Dir::open(socket_dir) else {
+        return;
+    };
+    let root = Path::new(ROOT_DIR);
+    if let Ok(class) = base.open_dir(root.join("class")) {
+        for c in CLASS_DIRS {
+            if let Some(name) = Path::new(c).file_name() {
+                class.remove_empty_dir(name);
+            }
+        }
+    }
+    if let Ok(sysfs) = base.open_dir(root) {
+        sysfs.remove_empty_dir("class");
+    }
+    base.remove_empty_dir(OsStr::new(ROOT_DIR));
+    base.remove_empty_dir(PHYS_SYSFS_DIR);
 }
 
 /// The device a class/infiniband entry is of: `vrdma1` for `vrdma1`,
@@ -509,16 +537,6 @@ impl View {
 fn device_of_entry(name: &str) -> &str {
     let n = name.strip_prefix('.').unwrap_or(name);
     n.split('.').next().unwrap_or(n)
-}
-
-/// Remove a file, link or directory tree (never following a link).
-fn remove_entry(p: &Path) -> io::Result<()> {
-    let r = if std::fs::symlink_metadata(p)?.is_dir() {
-        std::fs::remove_dir_all(p)
-    } else {
-        std::fs::remove_file(p)
-    };
-    r.map_err(|e| io_at(e, p))
 }
 
 #[cfg(test)]

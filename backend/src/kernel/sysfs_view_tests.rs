@@ -407,3 +407,124 @@ fn a_further_devices_view_lives_beside_the_first() {
     assert_eq!(fs::read_dir(&class).unwrap().count(), 0);
     assert!(class.is_dir(), "mount points stay");
 }
+
+/// The host's directory a tenant points its link at, holding one file.
+fn host_dir(t: &Path) -> PathBuf {
+    let etc = t.join("host-etc");
+    fs::create_dir_all(&etc).unwrap();
+    fs::write(etc.join("passwd"), "root:x:0:0\n").unwrap();
+    etc
+}
+
+fn host_dir_untouched(etc: &Path) {
+    let mut names: Vec<String> = fs::read_dir(etc)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["passwd"], "nothing made or removed in the host's");
+    assert_eq!(
+        fs::read_to_string(etc.join("passwd")).unwrap(),
+        "root:x:0:0\n"
+    );
+}
+
+/// Issue 51's attack at masqd's start: `mv sysfs x; mkdir -p sysfs/class;
+/// ln -s /etc sysfs/class/infiniband` in the tenant's socket directory.
+/// The view is refused, naming the link, and the host's directory keeps
+/// its file; so for a dangling link, a file where a directory must be,
+/// and a link at phys-sys.
+#[test]
+fn a_tenants_link_where_the_views_directories_must_be_is_refused() {
+    let phys = tempfile::tempdir().unwrap();
+    phys_fixture(phys.path());
+    let t = tempfile::tempdir().unwrap();
+    let etc = host_dir(t.path());
+    let plant = |name: &str, rel: &str, make: &dyn Fn(&Path)| {
+        let sock = t.path().join(name);
+        let p = sock.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        make(&p);
+        let e = View::new(&sock, phys.path(), "rxe0", 1)
+            .err()
+            .expect("the view is refused");
+        assert!(e.to_string().contains(rel), "{rel}: {e}");
+        host_dir_untouched(&etc);
+    };
+    let link_to = |target: PathBuf| move |p: &Path| std::os::unix::fs::symlink(&target, p).unwrap();
+    plant("a", "sysfs/class/infiniband", &link_to(etc.clone()));
+    plant("b", "sysfs/class/infiniband_verbs", &link_to(etc.clone()));
+    plant("c", "sysfs/class", &link_to(etc.clone()));
+    plant(
+        "d",
+        "sysfs/class/infiniband",
+        &link_to("/nonexistent".into()),
+    );
+    plant("e", "sysfs/class/infiniband", &|p: &Path| {
+        fs::write(p, "").unwrap()
+    });
+    plant("f", PHYS_SYSFS_DIR, &link_to(etc.clone()));
+}
+
+/// The same link planted while masqd runs: neither a rewrite of the view
+/// nor its removal at masqd's stop writes or removes through it; links
+/// among the view's entries are removed themselves.
+#[test]
+fn a_tenants_link_planted_under_a_running_view_is_never_followed() {
+    let phys = tempfile::tempdir().unwrap();
+    phys_fixture(phys.path());
+    let t = tempfile::tempdir().unwrap();
+    let etc = host_dir(t.path());
+    let sock = t.path().join("sock");
+    let v = View::new(&sock, phys.path(), "rxe0", 1).unwrap();
+    let write = |ip: [u8; 4]| {
+        let mut st = v.lock();
+        st.device = Some(device(&[Ipv4Addr::from(ip)]));
+        v.write_locked(&mut st);
+    };
+    write([10, 0, 0, 1]);
+    let class = sock.join("sysfs/class/infiniband");
+    let verbs = sock.join("sysfs/class/infiniband_verbs");
+    // Links among the entries, into the view's tree and beside it.
+    std::os::unix::fs::symlink(&etc, class.join(".vrdma0.1/ports/1/x")).unwrap();
+    std::os::unix::fs::symlink(&etc, class.join(".vrdma0.9")).unwrap();
+    std::os::unix::fs::symlink(&etc, verbs.join("uverbs7")).unwrap();
+    write([10, 0, 0, 2]);
+    assert!(class.join("vrdma0/node_guid").exists());
+    assert!(!class.join(".vrdma0.9").exists() && !class.join(".vrdma0.1").exists());
+    host_dir_untouched(&etc);
+
+    // The class directory itself swapped for a link to the host's.
+    fs::rename(&class, sock.join("x")).unwrap();
+    std::os::unix::fs::symlink(&etc, &class).unwrap();
+    write([10, 0, 0, 3]);
+    host_dir_untouched(&etc);
+    v.remove();
+    host_dir_untouched(&etc);
+    let verbs_entries = fs::read_dir(&verbs).unwrap().count();
+    assert_eq!(verbs_entries, 0, "the rest of the view is emptied");
+}
+
+/// A deleted endpoint's view directories go only where they are
+/// directories of the socket directory: an empty directory of the host's
+/// a link points at stays.
+#[test]
+fn removing_the_view_directories_follows_no_link() {
+    let t = tempfile::tempdir().unwrap();
+    let etc = t.path().join("host");
+    for d in ["infiniband", "infiniband_verbs"] {
+        fs::create_dir_all(etc.join(d)).unwrap();
+    }
+    let sock = t.path().join("sock");
+    fs::create_dir_all(sock.join("sysfs")).unwrap();
+    std::os::unix::fs::symlink(&etc, sock.join("sysfs/class")).unwrap();
+    remove_dirs(&sock);
+    assert!(etc.join("infiniband").is_dir() && etc.join("infiniband_verbs").is_dir());
+    // Its own, empty, go.
+    let own = t.path().join("own");
+    fs::create_dir_all(own.join("sysfs/class/infiniband")).unwrap();
+    fs::create_dir_all(own.join("sysfs/class/infiniband_verbs")).unwrap();
+    fs::create_dir_all(own.join(PHYS_SYSFS_DIR)).unwrap();
+    remove_dirs(&own);
+    assert_eq!(fs::read_dir(&own).unwrap().count(), 0);
+}

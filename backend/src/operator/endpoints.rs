@@ -268,14 +268,7 @@ impl Parts {
                 // The view's directories, emptied by unserve: they stay
                 // across a masqd restart for tenants that bound them, but
                 // a deleted endpoint has no tenants left.
-                let view = crate::kernel::sysfs_view::CLASS_DIRS
-                    .iter()
-                    .map(|c| dir.join("sysfs").join(c))
-                    .chain([dir.join("sysfs/class"), dir.join("sysfs")])
-                    .chain([dir.join(crate::kernel::sysfs_view::PHYS_SYSFS_DIR)]);
-                for d in view {
-                    let _ = std::fs::remove_dir(d);
-                }
+                crate::kernel::sysfs_view::remove_dirs(dir);
             }
             // Only empty (a socket directory someone else filled stays).
             let _ = std::fs::remove_dir(dir);
