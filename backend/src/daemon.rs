@@ -273,9 +273,10 @@ impl Daemon {
                 ));
             }
         };
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&control_path, std::fs::Permissions::from_mode(0o600))?;
+        // Its mode set by descriptor, as an endpoint's socket's (see
+        // `safe_fs`): no path masqd chmods goes through a link.
+        if let (Some(dir), Some(name)) = (control_path.parent(), control_path.file_name()) {
+            crate::safe_fs::Dir::open(dir).and_then(|d| d.chmod_socket(name, 0o600))?;
         }
         {
             let parts = parts.clone();

@@ -29,16 +29,31 @@ fn nix_io(e: nix::Error) -> io::Error {
 
 impl Listener {
     /// Bind a listening socket at `path`, replacing a stale socket file.
+    /// The directory may be a tenant's to write (an endpoint's socket
+    /// directory): the stale file is removed and the mode set relative to
+    /// the directory, following no link a tenant put there.
     pub fn bind(path: &Path, mode: u32) -> io::Result<Listener> {
-        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-        if let Ok(meta) = std::fs::symlink_metadata(path) {
-            if meta.file_type().is_socket() {
-                std::fs::remove_file(path)?;
-            } else {
+        Listener::bind_then(path, mode, || {})
+    }
+
+    /// `bind`, running `between` after the socket is bound and before its
+    /// mode is set (where a tenant could swap the file: the tests do).
+    fn bind_then(path: &Path, mode: u32, between: impl FnOnce()) -> io::Result<Listener> {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a socket path", path.display()),
+            ));
+        };
+        let dir = crate::safe_fs::Dir::open(dir)?;
+        match dir.kind(name)? {
+            None => {}
+            Some(crate::safe_fs::Kind::Socket) => dir.remove(name)?,
+            Some(_) => {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
                     format!("{} exists and is not a socket", path.display()),
-                ));
+                ))
             }
         }
         let fd = socket::socket(
@@ -49,8 +64,11 @@ impl Listener {
         )
         .map_err(nix_io)?;
         let addr = UnixAddr::new(path).map_err(nix_io)?;
+        // bind makes the file itself (a link there is EADDRINUSE); chmod by
+        // path would follow one swapped in since.
         socket::bind(fd.as_raw_fd(), &addr).map_err(nix_io)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        between();
+        dir.chmod_socket(name, mode)?;
         socket::listen(&fd, Backlog::new(128).map_err(nix_io)?).map_err(nix_io)?;
         Ok(Listener(fd))
     }
@@ -266,5 +284,36 @@ mod tests {
         let file = dir.path().join("f");
         std::fs::write(&file, b"x").expect("write");
         assert!(Listener::bind(&file, 0o600).is_err());
+    }
+
+    /// A tenant that can write the socket's directory swaps the socket for
+    /// a link to a host file between bind and chmod: the file keeps its
+    /// mode, and the bind fails naming the socket.
+    #[test]
+    fn a_link_swapped_in_for_the_socket_is_not_chmodded() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("shadow");
+        std::fs::write(&target, b"secret").expect("write");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let path = dir.path().join("masq.sock");
+        let r = Listener::bind_then(&path, 0o666, || {
+            std::fs::remove_file(&path).expect("unlink the socket");
+            std::os::unix::fs::symlink(&target, &path).expect("plant the link");
+        });
+        let e = r.err().expect("refused");
+        assert!(e.to_string().contains("masq.sock: "), "{e}");
+        let mode = std::fs::metadata(&target)
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the link's target keeps its mode");
+        // Planted before the bind: refused as before, the target untouched.
+        assert!(Listener::bind(&path, 0o666).is_err());
+        let mode = std::fs::metadata(&target)
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 }
