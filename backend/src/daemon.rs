@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 pub struct Daemon {
     parts: Arc<Parts>,
@@ -85,16 +85,25 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
         }
         let socket = registry.socket_of(&e);
         let rail = registry.rail_index(e.rail.as_deref()).unwrap_or(0);
-        let view = match &e.device_of {
-            None => crate::tenants::serve::sysfs_view_for(&socket, &sockets, &hosts[rail]),
+        let (view, refused) = match &e.device_of {
+            None => match crate::tenants::serve::sysfs_view_for(&socket, &sockets, &hosts[rail]) {
+                Ok(view) => (view, None),
+                Err(why) => (None, Some(why)),
+            },
             Some(of) => {
                 let viewed = registry.local_named(of).is_some_and(|p| p.view.is_some());
-                crate::tenants::serve::further_view_for(&socket, viewed, &hosts[rail])
+                let view = crate::tenants::serve::further_view_for(&socket, viewed, &hosts[rail]);
+                (view, None)
             }
         };
-        registry.insert(Arc::new(
-            Endpoint::new(e, socket, origin, view).on_rail(rail, registry.rail_label(rail)),
-        ));
+        let mut ep =
+            Endpoint::new(e, socket, origin, view).on_rail(rail, registry.rail_label(rail));
+        if let Some(why) = refused {
+            // Kept (listed, and in the runtime file) but not served; start
+            // serves the other endpoints.
+            ep = ep.refused(why);
+        }
+        registry.insert(Arc::new(ep));
     }
     Ok(registry)
 }
@@ -230,6 +239,7 @@ impl Daemon {
                 .registry
                 .local()
                 .iter()
+                .filter(|e| crate::operator::endpoints::refusal(&parts, e).is_none())
                 .map(|e| e.cfg.name.clone())
                 .collect();
             crate::operator::cdi::remove_stale(cdi, &served);
@@ -252,6 +262,15 @@ impl Daemon {
             None => info!("CM link: plaintext (no cluster.tls): it trusts the underlay"),
         }
         for ep in parts.registry.local() {
+            if let Some(why) = crate::operator::endpoints::refusal(&parts, &ep) {
+                // No socket: its apps get no session, rather than one
+                // beside the host's sysfs. Its CDI spec went above.
+                error!(endpoint = %ep.cfg.name, "endpoint not served: {why}");
+                if ep.cfg.device_of.is_none() {
+                    let _ = std::fs::remove_file(&ep.socket);
+                }
+                continue;
+            }
             if let Err(e) = crate::operator::endpoints::serve(&parts, &ep) {
                 unserve_all(&parts);
                 return Err(e);

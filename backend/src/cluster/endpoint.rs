@@ -51,6 +51,9 @@ pub struct Endpoint {
     /// is in its endpoint's socket directory); `None` when its socket
     /// directory is shared with another endpoint's.
     pub view: Option<crate::kernel::sysfs_view::View>,
+    /// Why the endpoint is not served, when its sysfs view could not be
+    /// made (see `refused`).
+    pub view_refused: Option<String>,
     /// Its socket while served; shut down when the endpoint is removed,
     /// which ends its accept thread.
     pub listener: Mutex<Option<Arc<Listener>>>,
@@ -86,6 +89,7 @@ impl Endpoint {
             audit_kills: AtomicU64::new(0),
             binding: Mutex::new(None),
             view,
+            view_refused: None,
             listener: Mutex::new(None),
             removed: AtomicBool::new(false),
             quota: Mutex::new(()),
@@ -105,6 +109,13 @@ impl Endpoint {
     pub fn on_rail(mut self, rail: usize, label: Option<&str>) -> Endpoint {
         self.rail = rail;
         self.rail_label = label.map(std::sync::Arc::from);
+        self
+    }
+
+    /// The endpoint, kept in the registry but not served: its sysfs view
+    /// could not be made (`why`), and its apps would read the host's.
+    pub fn refused(mut self, why: String) -> Endpoint {
+        self.view_refused = Some(why);
         self
     }
 

@@ -189,6 +189,9 @@ pub(crate) fn gid_rows(out: &mut String, e: &Value) {
     if let Some(err) = e.get("gid_error").and_then(|v| v.as_str()) {
         let _ = writeln!(out, "    (vNIC unreadable: {err})");
     }
+    if let Some(why) = e.get("not_served").and_then(|v| v.as_str()) {
+        let _ = writeln!(out, "    (not served: {why})");
+    }
 }
 
 /// Endpoints a policy names that are not known now: a typo, or one that
@@ -518,6 +521,13 @@ mod tests {
         let t = render_table(&Request::Endpoints, &reply);
         assert!(t.contains("acme-a"), "{t}");
         assert!(t.contains("GID[  1] ::ffff:10.0.0.1"), "{t}");
+        let reply = json!({"endpoints": [{"name": "acme-b",
+            "not_served": "its sysfs view cannot be made: /x: a symbolic link"}]});
+        let t = render_table(&Request::Endpoints, &reply);
+        assert!(
+            t.contains("    (not served: its sysfs view cannot be made"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -171,6 +171,9 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
                         "audit_bypasses": ep.audit_bypasses.load(Ordering::Relaxed),
                         "audit_kills": ep.audit_kills.load(Ordering::Relaxed),
                     });
+                    if let Some(why) = crate::operator::endpoints::refusal(parts, ep) {
+                        v["not_served"] = json!(why);
+                    }
                     match ep.virtual_gids() {
                         Ok(t) => {
                             v["gids"] = t

@@ -20,6 +20,12 @@ use tracing::{debug, info, warn};
 /// own. A further device of another endpoint (`deviceOf`) is served on
 /// that one's socket: its CDI spec is rewritten to bring this device too.
 pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
+    if let Some(why) = refusal(parts, ep) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("endpoint {}: not served: {why}", ep.cfg.name),
+        ));
+    }
     if ep.cfg.device_of.is_none() {
         listen(parts, ep)?;
     }
@@ -36,6 +42,18 @@ pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
           vip = %ep.cfg.vip, rail = %parts.rail(ep).name, socket = %ep.socket.display(),
           origin = ?ep.origin, "endpoint ready");
     Ok(())
+}
+
+/// Why `ep` is not served, if it is not: its sysfs view, or that of the
+/// endpoint it is a further device of, could not be made.
+pub fn refusal(parts: &Parts, ep: &Endpoint) -> Option<String> {
+    if let Some(why) = &ep.view_refused {
+        return Some(why.clone());
+    }
+    let of = ep.cfg.device_of.as_deref()?;
+    let primary = parts.registry.local_named(of)?;
+    let why = primary.view_refused.as_ref()?;
+    Some(format!("endpoint {of}: {why}"))
 }
 
 fn listen(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
@@ -182,7 +200,14 @@ impl Parts {
         let rail = self.registry.rail_index(e.rail.as_deref()).unwrap_or(0);
         let host = &self.rails[rail].device.host;
         let view = match &e.device_of {
-            None => sysfs_view_for(&socket, &others, host),
+            None => match sysfs_view_for(&socket, &others, host) {
+                Ok(view) => view,
+                Err(why) => {
+                    undo_backstop();
+                    undo_firewall();
+                    return Err(format!("endpoint {}: not served: {why}", e.name));
+                }
+            },
             Some(of) => {
                 let viewed = self
                     .registry

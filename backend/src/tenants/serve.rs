@@ -18,27 +18,27 @@ use std::thread;
 use tracing::{debug, info, warn};
 
 /// The sysfs view of an endpoint, in its socket directory, unless another
-/// endpoint shares that directory (a configured `socket:` path can).
+/// endpoint shares that directory (a configured `socket:` path can): `None`
+/// then. A view that cannot be made is an error, and the endpoint is not
+/// to be served: its apps would read the host's sysfs.
 pub fn sysfs_view_for(
     socket: &Path,
     others: &[std::path::PathBuf],
     host: &crate::kernel::host::HostDevice,
-) -> Option<crate::kernel::sysfs_view::View> {
-    let dir = socket.parent()?;
+) -> Result<Option<crate::kernel::sysfs_view::View>, String> {
+    let Some(dir) = socket.parent() else {
+        return Ok(None);
+    };
     if others
         .iter()
         .any(|o| o != socket && o.parent() == Some(dir))
     {
         warn!(dir = %dir.display(), "endpoints share a socket directory: no sysfs view");
-        return None;
+        return Ok(None);
     }
-    match crate::kernel::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            warn!("no sysfs view: {e}");
-            None
-        }
-    }
+    crate::kernel::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port)
+        .map(Some)
+        .map_err(|e| format!("its sysfs view cannot be made: {e}"))
 }
 
 /// The sysfs view of a further device (`deviceOf`) of the apps whose
@@ -150,5 +150,44 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
         info!("app gone; forgetting {} QP(s)", sess.qps.len());
     } else {
         debug!("closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> crate::kernel::host::HostDevice {
+        crate::kernel::host::HostDevice {
+            name: "rxe0".into(),
+            port: 1,
+            uverbs_node: "/dev/infiniband/uverbs0".into(),
+            uverbs_rdev: 0,
+            driver_id: 0,
+            gids: Vec::new(),
+        }
+    }
+
+    /// Issue 51: with a dangling link planted at sysfs/class/infiniband,
+    /// masqd served the endpoint without its view (the apps read the
+    /// host's sysfs). Now the endpoint is refused, the link named.
+    #[test]
+    fn an_endpoint_whose_view_cannot_be_made_is_refused() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = t.path().join("acme-a");
+        let sock = dir.join("masq.sock");
+        std::fs::create_dir_all(dir.join("sysfs/class")).expect("mkdir");
+        let link = dir.join("sysfs/class/infiniband");
+        std::os::unix::fs::symlink(t.path().join("nowhere"), &link).expect("link");
+        let why = sysfs_view_for(&sock, std::slice::from_ref(&sock), &host())
+            .err()
+            .expect("refused");
+        assert!(why.contains(&link.display().to_string()), "{why}");
+        // A directory shared with another endpoint has no view, and is
+        // no refusal.
+        let other = dir.join("other.sock");
+        assert!(matches!(sysfs_view_for(&sock, &[other], &host()), Ok(None)));
+        std::fs::remove_file(&link).expect("unlink");
+        assert!(matches!(sysfs_view_for(&sock, &[], &host()), Ok(Some(_))));
     }
 }
