@@ -519,6 +519,15 @@ impl EndpointConfig {
         if sock == socket_dir.join("control.sock") {
             return Err(format!("{at}.socket: {sock:?} is masqd's control socket"));
         }
+        // Its directory is mounted in the tenant's containers: not one that
+        // holds masqd's own files or the other endpoints' directories.
+        let dir = sock.parent().unwrap_or(&sock);
+        if socket_dir.join("endpoints").starts_with(dir) {
+            let dir = dir.display();
+            return Err(format!(
+                "{at}.socket: its directory {dir} would show the tenant masqd's socketDir"
+            ));
+        }
         Ok(())
     }
 

@@ -84,6 +84,28 @@ fn consistency_errors_name_the_field() {
 
     let e = err_of(&GOOD.replace("name: acme-a, tenant", "name: \"acme a\", tenant"));
     assert!(e.contains("endpoints[0].name"), "{e}");
+
+    // A socket directory is mounted in the tenant's containers: never one
+    // with masqd's control socket, runtime file or other endpoints in it.
+    for sock in [
+        "/run/masq/a.sock",
+        "/run/masq/endpoints/a.sock",
+        "/run/a.sock",
+    ] {
+        let e = err_of(&GOOD.replace(
+            "netns: /run/netns/acme-a }",
+            &format!("netns: /run/netns/acme-a, socket: {sock} }}"),
+        ));
+        assert!(
+            e.contains("endpoints[0].socket: its directory"),
+            "{sock}: {e}"
+        );
+    }
+    let ok = GOOD.replace(
+        "netns: /run/netns/acme-a }",
+        "netns: /run/netns/acme-a, socket: /run/acme-a/masq.sock }",
+    );
+    Config::parse(&ok, "t.yaml").expect("a directory of its own");
 }
 
 #[test]
