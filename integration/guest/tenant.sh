@@ -112,14 +112,16 @@ run_in() {
     local sockdir=/run/masq/endpoints/$name
     if [ -S "$sockdir/masq.sock" ]; then
         # masqd serves this endpoint: like a container runtime, mount its
-        # socket directory at /run/masq (ip netns exec gives us a private
-        # mount namespace) and preload the frontend. Where masqd wrote a
+        # socket directory at /run/masq, read-only as masq's CDI spec does
+        # (ip netns exec gives us a private mount namespace), and preload
+        # the frontend. Where masqd wrote a
         # sysfs view, the real sysfs goes to /run/masq/phys-sys for libmasq
         # (it sets SYSFS_PATH) and the view over the RDMA classes in /sys
         # (a fresh sysfs mount here) for everything else.
         exec ip netns exec "$name" env LD_PRELOAD="$MASQ_REPO/frontend-provider/build/libmasq.so" \
             /bin/sh -c '
-                mount --bind "$0" /run/masq || exit 125
+                mount --bind "$0" /run/masq &&
+                    mount -o remount,bind,ro /run/masq || exit 125
                 v=/run/masq/sysfs/class
                 if [ -d /run/masq/phys-sys ] && [ -d $v/infiniband ]; then
                     mount --bind /sys /run/masq/phys-sys &&

@@ -6,7 +6,9 @@
 //! - the served device's uverbs node (the app opens the physical device
 //!   through stock libibverbs; the data path stays on it);
 //! - the endpoint's socket directory at /run/masq, where libmasq looks for
-//!   `masq.sock` by default;
+//!   `masq.sock` by default, read-only: a socket is connected to on a
+//!   read-only mount, and masqd's files there (the sysfs view, which the
+//!   next container binds) stay out of the tenant's reach;
 //! - the sysfs view masqd writes there bound over /sys/class/infiniband
 //!   and /sys/class/infiniband_verbs, and the host's sysfs at
 //!   /run/masq/phys-sys for libmasq itself (see `sysfs_view.rs`);
@@ -46,30 +48,29 @@ pub fn spec_path(cfg: &CdiConfig, name: &str) -> PathBuf {
     cfg.spec_dir.join(format!("{FILE_PREFIX}{name}.json"))
 }
 
-fn bind(host: &Path, container: &str, ro: bool) -> Value {
-    let mode = if ro { "ro" } else { "rw" };
+/// A bind mount, read-only: the container writes nothing masq gives it.
+fn bind(host: &Path, container: &str) -> Value {
     json!({
         "hostPath": host,
         "containerPath": container,
-        "options": ["bind", mode, "nosuid", "nodev"],
+        "options": ["bind", "ro", "nosuid", "nodev"],
     })
 }
 
 /// The spec for one endpoint.
 pub fn spec(cfg: &CdiConfig, d: &Device) -> Value {
-    let mut mounts = vec![bind(d.socket_dir, "/run/masq", false)];
+    let mut mounts = vec![bind(d.socket_dir, "/run/masq")];
     if d.sysfs_view {
         let view = d.socket_dir.join("sysfs");
         mounts.push(bind(
             Path::new("/sys"),
             &format!("/run/masq/{}", crate::kernel::sysfs_view::PHYS_SYSFS_DIR),
-            true,
         ));
         for class in crate::kernel::sysfs_view::CLASS_DIRS {
-            mounts.push(bind(&view.join(class), &format!("/sys/{class}"), true));
+            mounts.push(bind(&view.join(class), &format!("/sys/{class}")));
         }
     }
-    mounts.push(bind(&cfg.libmasq_dir, CONTAINER_LIB_DIR, true));
+    mounts.push(bind(&cfg.libmasq_dir, CONTAINER_LIB_DIR));
     json!({
         "cdiVersion": CDI_VERSION,
         "kind": KIND,
@@ -200,6 +201,11 @@ mod tests {
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect();
         assert_eq!(m, want);
+        // The tenant writes none of them: not its socket directory, where
+        // masqd keeps its view (issue 51).
+        for m in e["mounts"].as_array().expect("mounts") {
+            assert_eq!(m["options"][1], "ro", "{m}");
+        }
     }
 
     #[test]
