@@ -1,0 +1,111 @@
+"""A hostile tenant against masqd itself (issue 51): root in a container
+whose socket directory is mounted read-write (an operator's own mount;
+masq's CDI spec and `tenant exec` mount it read-only) plants a link in
+masqd's sysfs view. Nothing masqd does as root follows it: the host's
+directory it names keeps its files, and the endpoint whose view cannot be
+made is refused, not served with the host's sysfs, while the host's other
+endpoints are served."""
+import pytest
+
+from test_endpoints import (ADD, CONFIG, NAME, acme_d, listed,  # noqa: F401 (acme_d: a fixture)
+                            masqctl, subprocess_ok)
+
+SOCKDIR = "/run/masq/endpoints"
+# A directory of the host's, outside every socket directory, with one file:
+# what the tenant's link points at (issue 51 pointed it at /etc).
+TARGET = "/root/hostile-target"
+
+
+@pytest.fixture(scope="module")
+def masq(testbed):
+    with testbed.masq_running(CONFIG):
+        yield testbed
+
+
+@pytest.fixture
+def target(masq):
+    masq.run("host2", "sh", "-c", f"mkdir -p {TARGET} && echo 'root:x:0:0' >{TARGET}/passwd")
+    try:
+        yield TARGET
+    finally:
+        masq.run("host2", "rm", "-rf", TARGET, check=False)
+
+
+def untouched(tb, host):
+    """The target directory holds its one file, as it was."""
+    r = tb.run(host, "sh", "-c", f"ls -A {TARGET}; cat {TARGET}/passwd", check=False)
+    assert r.stdout.split() == ["passwd", "root:x:0:0"], r.stdout + r.stderr
+
+
+def plant(tb, host, endpoint, link_to):
+    """What the tenant runs in /run/masq: `mv sysfs x; mkdir -p
+    sysfs/class; ln -s TARGET sysfs/class/infiniband` (on the host, the
+    same directory)."""
+    d = f"{SOCKDIR}/{endpoint}"
+    tb.run(host, "sh", "-c", f"cd {d} && rm -rf x && mv sysfs x && mkdir -p sysfs/class && "
+           f"ln -sfn {link_to} sysfs/class/infiniband")
+
+
+def restart(host):
+    subprocess_ok(["masq", "kill", host])
+    subprocess_ok(["masq", "start", host])
+
+
+def test_the_tenants_mount_of_its_socket_directory_is_read_only(masq):
+    r = masq.tenant_run("host2", "acme-b", "sh", "-c",
+                        "ln -s /etc /run/masq/sysfs/class/infiniband/x", check=False)
+    assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stdout + r.stderr
+    r = masq.tenant_run("host2", "acme-b", "ibv_devices")
+    assert "vrdma0" in r.stdout, r.stdout
+
+
+def test_a_link_in_the_view_is_not_followed_at_start_and_the_endpoint_is_refused(masq, target):
+    tb = masq
+    plant(tb, "host2", "acme-b", target)
+    try:
+        restart("host2")
+        untouched(tb, "host2")
+        eps = listed(tb, "host2")
+        why = eps["acme-b"].get("not_served", "")
+        assert "sysfs/class/infiniband" in why and "symbolic link" in why, eps["acme-b"]
+        r = tb.run("host2", "test", "-e", f"{SOCKDIR}/acme-b/masq.sock", check=False)
+        assert r.returncode != 0, "a refused endpoint has no socket"
+        assert "endpoint not served" in tb.masqd_log("host2")
+        # Its apps find no masqd (and no view of the host's GIDs from it).
+        r = tb.tenant_run("host2", "acme-b", "ibv_devices", check=False)
+        assert "vrdma0" not in r.stdout, r.stdout
+        # The host's other endpoint is served as before.
+        assert "not_served" not in eps["globex-b"], eps["globex-b"]
+        r = tb.tenant_run("host2", "globex-b", "ibv_devices")
+        assert "vrdma0" in r.stdout, r.stdout
+
+        # Left dangling (the target gone): refused all the same.
+        plant(tb, "host2", "acme-b", "/nonexistent")
+        restart("host2")
+        assert "symbolic link" in listed(tb, "host2")["acme-b"].get("not_served", "")
+    finally:
+        tb.run("host2", "sh", "-c", f"cd {SOCKDIR}/acme-b && rm -rf sysfs x", check=False)
+        restart("host2")
+    assert "not_served" not in listed(tb, "host2")["acme-b"]
+
+
+def test_a_link_in_the_view_is_not_followed_when_the_endpoint_goes(acme_d, target):
+    tb = acme_d
+    masqctl(tb, "host2", *ADD)
+    d = f"{SOCKDIR}/{NAME}"
+    try:
+        # Planted while it is served: its deletion empties and removes the
+        # view without going through the link.
+        plant(tb, "host2", NAME, target)
+        masqctl(tb, "host2", "endpoint", "del", NAME)
+        untouched(tb, "host2")
+        # Added again with the link still there, dangling: refused, the
+        # link named, nothing changed.
+        tb.run("host2", "ln", "-sfn", "/nonexistent", f"{d}/sysfs/class/infiniband")
+        r = masqctl(tb, "host2", *ADD, check=False)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "not served" in r.stderr and "sysfs/class/infiniband" in r.stderr, r.stderr
+        assert NAME not in listed(tb, "host2")
+        untouched(tb, "host2")
+    finally:
+        tb.run("host2", "rm", "-rf", d, check=False)
