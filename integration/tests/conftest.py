@@ -7,16 +7,36 @@ marked `stress` loop until they find trouble; only `run-tests --stress`
 runs them. Tests marked `k8s` need containerd 2 and crictl; only
 `run-tests --k8s` (`make test-k8s`) runs them. Tests marked `rails` need
 hosts with two rails (MASQ_TESTBED_RAILS=2); only `run-tests --rails`
-(`make test-rails`) runs them."""
+(`make test-rails`) runs them. Tests marked `extended` are the further
+cases of a layer whose main case make test runs: make test's budget
+(docs/testbed.md#the-budget) leaves them to `make test-long` with the
+long ones.
+
+Under pytest-xdist (run-tests -n N: `--dist loadfile`, a file stays on one
+worker) each worker boots a testbed of its own, with its own state
+directory and ports (MASQ_TESTBED_STATE, MASQ_TESTBED_PORT_BASE), so the
+files run on N testbeds side by side: a testbed's guests wait on their
+network, timers and the harness for about half of a run, time that another
+testbed's guests use."""
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist
+if _WORKER:
+    # Before masq_testbed reads them: this worker's testbed, apart from the
+    # others' (and from a developer's default one).
+    _n = int(_WORKER.removeprefix("gw"))
+    os.environ["MASQ_TESTBED_STATE"] = f"/run/masq-testbed-{_WORKER}"
+    os.environ["MASQ_TESTBED_PORT_BASE"] = str(47200 + 200 * _n)
 from masq_testbed import Testbed, tbcli  # noqa: E402
+from test_times import RunTimes  # noqa: E402
 
 
 def _sigterm(_signo, _frame):
@@ -45,10 +65,33 @@ def pytest_generate_tests(metafunc):
                              ids=[f"round-{i}" for i in range(1, rounds + 1)])
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Under xdist, the costliest files first, so that the last file to run
+    is a short one and no testbed waits long for another at the end: the
+    cost each took in the last run of this suite (MASQ_TEST_TIMES), else
+    its size. Within a file, the order stays as written."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    cost = {}
+    try:
+        with open(os.environ.get("MASQ_TEST_TIMES", "")) as f:
+            cost = {e["file"]: e["seconds"] for e in json.load(f)["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    rank = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        if path not in rank:
+            rank[path] = cost.get(path, os.path.getsize(str(item.path)) / 100)
+    items.sort(key=lambda item: -rank[item.nodeid.split("::")[0]])
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "three_hosts: needs a three-host testbed (make test-cluster)")
     config.addinivalue_line("markers", "long: runs for minutes by design, a soak or a wedged "
                             "guest; kept out of make test's budget (make test-long)")
+    config.addinivalue_line("markers", "extended: a further case of a layer whose main case "
+                            "make test runs; past make test's budget (make test-long)")
     config.addinivalue_line("markers", "k8s: Kubernetes' runtime path, containerd 2 and crictl "
                             "built from the Go module proxy (make test-k8s)")
     config.addinivalue_line("markers", "rails: needs hosts with two rails, `testbed up "
@@ -62,9 +105,12 @@ def pytest_configure(config):
 ACTIVE = None
 # (host, why, evidence) of each host booted again, for the run's summary.
 RECOVERED = []
-# Seconds spent per test file (setup, call and teardown), for the summary:
-# where the run's time goes, to keep `make test` within its budget.
-FILE_SECONDS = {}
+# What this process saw that the next test report carries to the summary
+# (under xdist the summary is the controller's: reports are its only news).
+_NEWS = []
+# Where the run's time goes (per file: fixtures, tests; the boot apart), for
+# the summary and for scripts/test-budget (MASQ_TEST_TIMES names the file).
+TIMES = RunTimes()
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +121,9 @@ def testbed():
     if not was_up:
         hosts = os.environ.get("MASQ_TESTBED_HOSTS", "2")
         rails = os.environ.get("MASQ_TESTBED_RAILS", "1")
+        started = time.monotonic()
         subprocess.run([tb.cli, "up", "--hosts", hosts, "--rails", rails], check=True)
+        _NEWS.append(("masq_boot_seconds", time.monotonic() - started))
     tb.start_watching()
     ACTIVE = tb
     try:
@@ -92,7 +140,7 @@ def _recover(tb, trouble):
     for host, (why, record) in trouble.items():
         tail = tbcli.console_tail(host, 40)
         failed = tb.recover(host)
-        RECOVERED.append((host, "; ".join(why), record))
+        _NEWS.append(("masq_recovered", (host, "; ".join(why), record)))
         text.append(f"testbed: {host} was not fit to go on: {'; '.join(why)}"
                     + (f"\n(evidence kept in {record})" if record else "")
                     + f"\n--- {host}'s console, last lines ---\n{tail}\n"
@@ -115,8 +163,14 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    path = item.nodeid.split("::")[0]
-    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + rep.duration
+    _check_hosts(rep)
+    # Whatever this process saw (a boot, a host booted again) rides on the
+    # report to the process that prints the summary.
+    rep.user_properties = [*rep.user_properties, *_NEWS]
+    _NEWS.clear()
+
+
+def _check_hosts(rep):
     tb = ACTIVE
     # After each test, and after a failed setup or teardown: is every host
     # still fit? If not, the test fails with its console and the host is
@@ -131,11 +185,24 @@ def pytest_runtest_makereport(item, call):
     rep.longrepr = f"{rep.longrepr}\n\n{note}" if rep.longrepr else note
 
 
+def pytest_runtest_logreport(report):
+    # In the process that prints the summary: xdist's controller, or the run.
+    boot = None
+    for key, value in report.user_properties:
+        if key == "masq_boot_seconds":
+            boot = value
+        elif key == "masq_recovered" and value not in RECOVERED:
+            RECOVERED.append(value)
+    TIMES.record(report.nodeid, report.when, report.duration, boot)
+
+
 def pytest_terminal_summary(terminalreporter):
-    if FILE_SECONDS:
-        terminalreporter.section("time per test file")
-        for path, secs in sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1]):
-            terminalreporter.write_line(f"{secs:8.1f}s  {path}")
+    if TIMES.files:
+        terminalreporter.section("where the time went (fixtures: setup and teardown)")
+        for line in TIMES.table():
+            terminalreporter.write_line(line)
+        if os.environ.get("MASQ_TEST_TIMES"):
+            TIMES.write(os.environ["MASQ_TEST_TIMES"])
     if RECOVERED:
         terminalreporter.section("hosts booted again during the run")
         for host, why, record in RECOVERED:
