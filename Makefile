@@ -1,6 +1,8 @@
 # masq: `make` builds everything; `make demo` shows masq on the rxe pair;
-# `make test` runs every test on two hosts but the long ones (`make
-# test-long`); `make test-cluster` the slower three-host cluster tests;
+# `make test` runs the checks, the unit tests and each layer's main cases on
+# two hosts within its budget (`make check-budget`); `make test-long` the
+# long and extended two-host tests; `make test-cluster` the slower
+# three-host cluster tests; `make test-all` every test;
 # `make bench` measures native vs masq (BENCH_ARGS=--quick for a short check).
 # Each installs what it needs first.
 # `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
@@ -23,7 +25,7 @@ DEB := target/masq_$(VERSION)_$(ARCH).deb
 # CLI definitions (backend/src/operator/cli) with masq-cli-gen.
 CLI_GEN := target/cli
 
-.PHONY: all build deps demo lint check-docs test test-rust test-c test-fuzz test-integration \
+.PHONY: all build deps demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
         check-modules test-monitoring docs-cli nri test-k8s test-manifests test-rails
 
@@ -86,7 +88,19 @@ check-docs:
 docs-cli:
 	$(CARGO) run -q -p masq-backend --bin masq-cli-gen -- --docs docs/operator-guide.md
 
-test: check-modules build lint test-rust test-c test-fuzz test-monitoring test-manifests test-integration
+# make test: every part below, then its time against the budget (`make
+# check-budget`, docs/testbed.md#the-budget), also when a part failed.
+test:
+	@started=$$(date +%s); $(MAKE) --no-print-directory test-parts; rc=$$?; \
+		scripts/test-budget check --started $$started || [ $$rc -ne 0 ] || rc=1; exit $$rc
+
+test-parts: check-modules build lint test-rust test-c test-fuzz test-monitoring test-manifests \
+	test-integration
+
+# The integration suite's last run (target/test-times/default.json) against
+# its share of make test's 40 minutes on the slowest machine seen.
+check-budget:
+	scripts/test-budget check
 
 test-rust: deps
 	$(CARGO) test --workspace
@@ -116,12 +130,16 @@ test-monitoring: deps
 test-integration: build deb
 	integration/run-tests
 
-# The long two-host tests, kept out of make test's 40-minute budget: soaks
-# (a policy applied through connection churn, a second VPC arriving under a
-# live connection, a late container delete, an etcd outage) and a guest
-# wedged on purpose. About 18 minutes.
+# The two-host tests kept out of make test's budget: the long ones (soaks: a
+# policy applied through connection churn, a second VPC arriving under a
+# live connection, a late container delete, an etcd outage; a guest wedged
+# on purpose) and the extended ones (the further cases of each layer whose
+# main case make test runs). On two testbeds side by side.
 test-long: build deb
 	integration/run-tests --long
+
+# Every test there is: make test, then the suites kept out of its budget.
+test-all: test test-long test-cluster test-rails test-k8s
 
 # Three hosts, a three-member etcd cluster: a host powered off and back, an
 # endpoint that moves between hosts (integration/tests/test_cluster3.py).

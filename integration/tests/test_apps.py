@@ -79,6 +79,7 @@ def test_app_lists_the_virtual_device_and_connects_by_virtual_ip(masq, kind, por
     assert not PHYSICAL.search(out), out
 
 
+@pytest.mark.extended
 def test_dlopen_app_between_endpoints_on_one_host(masq):
     out = run_client(masq, ("host1", "acme-a", CLIENTS["dlopen"]), ("host1", "acme-c"), 18804,
                      "10.0.0.3")
@@ -94,6 +95,7 @@ UCX_ENV = ["env", "UCX_NET_DEVICES=vrdma0:1", "UCX_IB_GID_INDEX=1"]
 UCX_SIZE, UCX_ITERS = 4096, 1000
 
 
+@pytest.mark.extended
 def test_ucx_perftest_over_rc_verbs_by_virtual_ip(masq):
     port = 18805
     srv = masq.tenant_spawn("host2", "acme-b", *UCX_ENV, "ucx_perftest", "-p", str(port))

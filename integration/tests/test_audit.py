@@ -125,6 +125,7 @@ def catch(tb, a, b, name):
         assert after["audit_kills"] > before[r.host][r.tenant]["audit_kills"]
 
 
+@pytest.mark.extended
 def test_a_rogue_qp_to_a_peer_on_the_same_host_is_caught_and_killed(masq):
     a, c = Rogue("host1", "acme-a"), Rogue("host1", "acme-c")
     try:
@@ -143,6 +144,7 @@ def test_a_rogue_qp_across_hosts_is_caught_and_killed(masq):
         b.close()
 
 
+@pytest.mark.extended
 def test_a_legitimate_run_beside_a_rogue_one_is_never_flagged(masq):
     port = 18790
     argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "1000"]

@@ -89,6 +89,7 @@ def set_elements(tb, host, name):
     return [e["concat"] for e in sets[0].get("elem", [])]
 
 
+@pytest.mark.extended
 def test_the_tool_moves_data_where_nothing_filters(masq):
     # Host to host, outside any tenant cgroup: the path is open, so the
     # zeros below come from the backstop and not from the tool.
@@ -101,6 +102,7 @@ def test_the_tool_moves_data_where_nothing_filters(masq):
     assert ra == (COUNT, 0, "success", COUNT) and rb == ra, (ra, rb)
 
 
+@pytest.mark.extended
 def test_an_admitted_connection_passes_and_its_elements_come_and_go(masq):
     a = Side("host1", "acme-a", via_masq=True)
     b = Side("host2", "acme-b", via_masq=True)
@@ -131,6 +133,7 @@ def test_an_admitted_connection_passes_and_its_elements_come_and_go(masq):
 HOG = "while :; do :; done"
 
 
+@pytest.mark.extended
 def test_no_first_packet_of_a_new_connection_is_dropped_under_load(masq):
     # qp_connect_bench's server sends on each of its QPs the moment it is
     # in RTS (--server-sends-first). RTR returns only once the connection's
@@ -185,6 +188,7 @@ def test_a_tenant_skipping_libmasq_moves_no_data(masq, target):
         time.sleep(1)
 
 
+@pytest.mark.extended
 def test_another_tenants_socket_is_refused_and_counted(masq):
     def refused():
         r = masq.run("host1", MASQCTL, "-o", "json", "endpoints")

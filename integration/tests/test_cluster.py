@@ -116,6 +116,7 @@ def etcd_keys(tb, host, *tls, url="https://198.18.0.1:2379"):
                   check=False, timeout=60)
 
 
+@pytest.mark.extended
 def test_etcd_answers_only_a_certificate_of_the_clusters_ca(cluster):
     tb = cluster
     mine = ("--cacert", f"{PKI}/ca.pem", "--cert", f"{PKI}/host2.pem",
@@ -203,6 +204,7 @@ def cm_link(tb, *tls, send="/tmp/forged.bin"):
     return tb.run("host2", "sh", "-c", cmd, check=False, timeout=60)
 
 
+@pytest.mark.extended
 def test_the_cm_link_takes_a_host_only_with_its_certificate_and_only_about_its_endpoints(cluster):
     tb = cluster
     tb.run("host2", "python3", "-c", FORGE)
@@ -228,6 +230,7 @@ def test_the_cm_link_takes_a_host_only_with_its_certificate_and_only_about_its_e
     assert parse_lat(cli)["iterations"] == 20
 
 
+@pytest.mark.extended
 def test_a_rotated_certificate_is_taken_on_sighup_under_a_running_bandwidth_test(cluster):
     tb = cluster
     state = os.environ.get("MASQ_TESTBED_STATE", "/run/masq-testbed")
@@ -267,6 +270,7 @@ def test_a_rotated_certificate_is_taken_on_sighup_under_a_running_bandwidth_test
     perftest_pair(tb, ("host1", "acme-a"), ("host2", "acme-b"), argv, [*argv, "10.0.0.1"], 19613)
 
 
+@pytest.mark.extended
 def test_an_endpoint_added_on_one_host_is_reachable_from_the_other(cluster):
     tb = cluster
     tb.tenant_add("host2", "acme-d", 100, "10.0.0.4/24")
@@ -290,6 +294,7 @@ def test_an_endpoint_added_on_one_host_is_reachable_from_the_other(cluster):
         tb.tenant_del("host2", "acme-d", check=False)
 
 
+@pytest.mark.extended
 def test_one_apply_flips_a_live_connection_on_both_hosts(cluster):
     tb = cluster
     revoked = os.path.join(CONFIG, "policy-revoked.yaml")
@@ -377,6 +382,7 @@ def cli_result(proc):
     return subprocess.CompletedProcess(proc.args, rc, out, err)
 
 
+@pytest.mark.extended
 def test_a_host_away_longer_than_its_lease_leaves_the_map(cluster):
     tb = cluster
     run_testbed("masq", "kill", "host2")

@@ -139,12 +139,14 @@ def test_rping_across_hosts_by_virtual_ip(cm):
     assert spent["host2"].get("CmAcceptQp") == 1, spent["host2"]
 
 
+@pytest.mark.extended
 def test_rping_between_endpoints_on_one_host(cm):
     _, cli = pair(cm, ("host1", "acme-c"), ("host1", "acme-a"),
                   rping("s", "10.0.0.3", 7175, 10), rping("c", "10.0.0.3", 7175, 10), 7175)
     assert cli.count("ping data: rdma-ping-") == 10, cli
 
 
+@pytest.mark.extended
 def test_rping_with_an_app_managed_qp(cm):
     # rping -q creates its own QP and drives it with rdma_init_qp_attr and
     # rdma_establish instead of letting the CM move it.
@@ -165,6 +167,7 @@ def test_perftest_bandwidth_over_rdma_cm(cm, tool, port):
     assert r["bytes"] == 65536 and r["iterations"] == 100
 
 
+@pytest.mark.extended
 def test_perftest_latency_over_rdma_cm(cm):
     argv = ["ib_send_lat", *PERF, "-s", "64", "-n", "200", "-p", "7183"]
     with rdma_moved(cm, "host1", 64, 200), rdma_moved(cm, "host2", 64, 200):
@@ -173,6 +176,7 @@ def test_perftest_latency_over_rdma_cm(cm):
     assert parse_lat(cli)["iterations"] == 200
 
 
+@pytest.mark.extended
 def test_rdma_server_and_client(cm):
     srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
                     ["rdma_server", "-p", "7184"], ["rdma_client", "-s", "10.0.0.2", "-p", "7184"],
@@ -181,6 +185,7 @@ def test_rdma_server_and_client(cm):
     assert "rdma_server: end 0" in srv, srv
 
 
+@pytest.mark.extended
 def test_private_data_passes_both_ways_and_reject_reaches_the_client(cm):
     srv = serve(cm, "host2", "acme-b", 7190, CM_PDATA, "server", "7190", "2")
     try:
@@ -203,6 +208,7 @@ def test_private_data_passes_both_ways_and_reject_reaches_the_client(cm):
     assert "event RDMA_CM_EVENT_DISCONNECTED" in out
 
 
+@pytest.mark.extended
 def test_connect_to_a_port_nobody_listens_on_is_rejected(cm):
     r = cm.tenant_run("host1", "acme-a", CM_PDATA, "client", "10.0.0.2", "7199", "x", check=False)
     # As the kernel's CM answers it: REJECTED, reason 8 (invalid service ID).
@@ -210,6 +216,7 @@ def test_connect_to_a_port_nobody_listens_on_is_rejected(cm):
     assert "event RDMA_CM_EVENT_REJECTED status 8" in r.stdout
 
 
+@pytest.mark.extended
 def test_address_outside_the_vpc_fails_to_resolve(cm):
     r = cm.tenant_run("host1", "acme-a", CM_PDATA, "client", "10.0.0.9", "7190", "x", check=False)
     assert r.returncode == 1
@@ -236,6 +243,7 @@ def test_denied_connect_looks_dropped(cm):
     assert "request" not in out, out
 
 
+@pytest.mark.extended
 def test_same_vip_and_port_in_two_vnis(cm):
     # acme-b and globex-b are both 10.0.0.2 on host2; both listen on 7192.
     a = serve(cm, "host2", "acme-b", 7192, CM_PDATA, "server", "7192", "1")
@@ -278,6 +286,7 @@ def _wait_pairs(tb, procs=(), timeout=120):
     raise TimeoutError("the hosts' CM entries do not pair up")
 
 
+@pytest.mark.extended
 def test_cm_connections_are_tracked_with_their_side(cm):
     argv = ["ib_write_bw", *PERF, "-s", "65536", "-n", "1500", "-p", "7193"]
     for attempt in (1, 2):
@@ -327,6 +336,7 @@ def wait_no_cm_ids(tb, host, endpoint, timeout=20):
     assert cm_ids(tb, host, endpoint) == []
 
 
+@pytest.mark.extended
 def test_forked_pair_across_hosts_right_after_another_pair_used_the_port(cm):
     _, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
                   [CM_PDATA, "server", "7194", "1"],
@@ -340,6 +350,7 @@ def test_forked_pair_across_hosts_right_after_another_pair_used_the_port(cm):
     wait_no_cm_ids(cm, "host1", "acme-a")
 
 
+@pytest.mark.extended
 def test_twenty_forked_pairs_on_one_port_in_one_endpoint(cm):
     # Server and client forked side by side from one parent: each child
     # must talk to masqd on its own (issue 19: they shared the parent's
@@ -351,6 +362,7 @@ def test_twenty_forked_pairs_on_one_port_in_one_endpoint(cm):
     wait_no_cm_ids(cm, "host1", "acme-a")
 
 
+@pytest.mark.extended
 def test_twenty_forked_pairs_on_one_port_across_hosts(cm):
     srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
                     fork_pair("server", "10.0.0.2", "10.0.0.1", 7196, 20),
@@ -377,6 +389,7 @@ def async_pair(*args, qp):
     return [CM_ASYNC_PAIR, *ASYNC_QPS[qp], *args]
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("qp", ["cm-qp-ack-timeout", "external-qp", "external-qp-init-by-app"])
 def test_async_send_recv_between_two_processes_of_one_endpoint(cm, qp):
     # Both sides forked from a parent that opened the device first, as a
@@ -392,6 +405,7 @@ def test_async_send_recv_between_two_processes_of_one_endpoint(cm, qp):
     wait_no_cm_ids(cm, "host2", "acme-b")
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("qp", ["cm-qp", "external-qp"])
 def test_async_send_recv_across_hosts(cm, qp):
     srv, cli = pair(cm, ("host2", "acme-b"), ("host1", "acme-a"),
@@ -418,10 +432,12 @@ def test_udaddy_across_hosts_by_virtual_ip(cm):
     assert "CM UD query answered by 10.0.0.2" in cm.masqd_log("host1")
 
 
+@pytest.mark.extended
 def test_udaddy_between_endpoints_on_one_host(cm):
     udaddy_pair(cm, ("host1", "acme-c"), ("host1", "acme-a"), "10.0.0.3")
 
 
+@pytest.mark.extended
 def test_udaddy_with_the_same_vip_in_two_vnis_at_once(cm):
     # acme-b and globex-b are both 10.0.0.2 on host2, both listening on
     # UDP port 7174; each client must get its own tenant's server (a
@@ -436,6 +452,7 @@ def test_udaddy_with_the_same_vip_in_two_vnis_at_once(cm):
         assert "data transfers complete" in out and "failing connection request" not in out, out
 
 
+@pytest.mark.extended
 def test_ud_query_carries_private_data_qpn_qkey_and_a_virtual_address(cm):
     srv = serve(cm, "host2", "acme-b", 7197, CM_PDATA, "udserver", "7197", "2", ps="udp")
     try:
@@ -460,6 +477,7 @@ def test_ud_query_carries_private_data_qpn_qkey_and_a_virtual_address(cm):
     assert f"peer qpn={qpn} " in ok.stdout, (out, ok.stdout)
 
 
+@pytest.mark.extended
 def test_ud_query_to_a_port_nobody_listens_on_is_unreachable(cm):
     r = cm.tenant_run("host1", "acme-a", CM_PDATA, "udclient", "10.0.0.2", "7199", "x",
                       check=False)
@@ -468,6 +486,7 @@ def test_ud_query_to_a_port_nobody_listens_on_is_unreachable(cm):
     assert "event RDMA_CM_EVENT_UNREACHABLE status 1" in r.stdout
 
 
+@pytest.mark.extended
 def test_denied_ud_query_looks_dropped(cm):
     srv = serve(cm, "host2", "acme-b", 7198, CM_PDATA, "udserver", "7198", "1", ps="udp")
     try:

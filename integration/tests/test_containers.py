@@ -160,6 +160,7 @@ def test_containers_on_two_hosts_run_ib_write_bw_by_vip(pods):
         "host2", "nft", "list", "map", "inet", "masq_backstop", f"adopted_l{depth}").stdout)
 
 
+@pytest.mark.extended
 def test_security_groups_apply_to_containers(pods):
     tb = pods
     # With --cgroup-parent: the endpoint's own cgroup, filtered by name.
@@ -179,6 +180,7 @@ def test_security_groups_apply_to_containers(pods):
         finish(srv)
 
 
+@pytest.mark.extended
 def test_two_vpcs_with_the_same_addresses_run_at_once(pods):
     """acme's VNI 100 and globex's VNI 200 each get a server at 10.0.0.40
     on host2 and a client at 10.0.0.41 on host1 (networks of one address
@@ -374,6 +376,7 @@ def ran_without_reset(tb, srv, cli, start):
     return logs
 
 
+@pytest.mark.extended
 def test_podman_rm_removes_the_endpoint_its_connections_and_socket(pods):
     tb = pods
     srv, vip = start_server(tb, "host2", "ct-srv", *BW, "-n", "20000", "-p", "18901")
@@ -402,6 +405,7 @@ def test_podman_rm_removes_the_endpoint_its_connections_and_socket(pods):
     assert endpoint(tb, "host2", "ct-srv") is None
 
 
+@pytest.mark.extended
 def test_a_bad_vni_fails_the_container_and_leaves_nothing(pods):
     tb = pods
     before = tb.run("host1", "ip", "-o", "link").stdout.count("veth")

@@ -67,6 +67,7 @@ def chain_exists(tb, host):
     return r.returncode == 0
 
 
+@pytest.mark.extended
 def test_an_endpoint_added_at_run_time_is_served_until_deleted(acme_d):
     tb = acme_d
     assert NAME not in listed(tb, "host2")
@@ -182,6 +183,7 @@ def test_bad_endpoint_changes_are_refused_and_change_nothing(acme_d):
 QP_BENCH = os.path.join(REPO, "integration", "build", "qp_connect_bench")
 
 
+@pytest.mark.extended
 def test_a_connection_quota_refuses_the_next_and_frees_with_the_app(acme_d):
     tb = acme_d
     masqctl(tb, "host2", *ADD, "--max-connections", "2")
@@ -205,6 +207,7 @@ def test_a_connection_quota_refuses_the_next_and_frees_with_the_app(acme_d):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.extended
 def test_rdma_cgroup_limits_refuse_the_next_object_and_free_with_the_app(acme_d):
     tb = acme_d
     # PD + CQ + 4 QPs: six verbs objects; the seventh is refused by the kernel.
@@ -246,12 +249,14 @@ def test_rdma_cgroup_limits_refuse_the_next_object_and_free_with_the_app(acme_d)
     assert "rxe0 hca_handle=max hca_object=max" in rdma_max, rdma_max
 
 
+@pytest.mark.extended
 def test_bad_rdma_limits_are_refused_by_name(acme_d):
     r = masqctl(acme_d, "host2", *ADD, "--max-objects", "0", check=False)
     assert r.returncode == 1 and "rdmaLimits.objects: 0 would refuse" in r.stderr, r.stderr
     assert NAME not in listed(acme_d, "host2")
 
 
+@pytest.mark.extended
 def test_a_rate_limit_shapes_the_endpoints_roce_egress(acme_d):
     tb = acme_d
     masqctl(tb, "host2", *ADD, "--max-rate-mbps", "24")
@@ -276,6 +281,7 @@ def test_a_rate_limit_shapes_the_endpoints_roce_egress(acme_d):
     assert tb.run("host2", "nft", "list", "table", "inet", "masq_rate", check=False).returncode != 0
 
 
+@pytest.mark.extended
 def test_a_rate_limit_of_zero_is_refused_by_name(acme_d):
     r = masqctl(acme_d, "host2", *ADD, "--max-rate-mbps", "0", check=False)
     assert r.returncode == 1 and "maxRateMbps: 0 would stop" in r.stderr, r.stderr

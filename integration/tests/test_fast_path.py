@@ -54,6 +54,7 @@ def tenant_qps(tb, host):
     return {tuple(e) for e in set_elements(tb, host, "tenant_qps")}
 
 
+@pytest.mark.extended
 def test_masqd_learns_the_states_its_table_shows_and_recovers_them_after_a_restart(masq):
     a = Side("host1", "acme-a", via_masq=True)
     b = Side("host2", "acme-b", via_masq=True)

@@ -182,6 +182,7 @@ def cm_ids(tb, host):
              i["peer_qpn"]) for i in masqctl_json(tb, host, "cm")["ids"]}
 
 
+@pytest.mark.extended
 def test_cm_ids_survive_a_masqd_restart(tb):
     """Listeners keep listening, an established connection keeps its ids
     and still gets DISCONNECTED, rdma_get_cm_event carries on."""
@@ -223,6 +224,7 @@ def test_cm_ids_survive_a_masqd_restart(tb):
         stop(procs)
 
 
+@pytest.mark.extended
 def test_restart_under_a_stricter_policy_resets_what_it_denies(tb):
     srv, cli = long_run(tb, "acme", 18961)
     g_srv, g_cli = long_run(tb, "globex", 18962)
@@ -257,6 +259,7 @@ def _pid_of(tb, host, endpoint, app):
     return None
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("when", ["transferring", "connecting"])
 def test_a_killed_app_leaves_no_entry_on_either_host(tb, when):
     port = 18963 if when == "transferring" else 18964
@@ -342,6 +345,7 @@ def ud_entries(tb, host):
                   for e in conntrack(tb, host, "-p", "ud", "-t", "acme"))
 
 
+@pytest.mark.extended
 def test_ud_state_survives_a_masqd_restart(tb):
     """An address handle is tracked again (RESYNC_AH); a restarted masqd
     asks the other hosts for their UD QPs (PEER_UD_QUERY) and names their
@@ -413,6 +417,7 @@ def _unit(tb, pid1):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+@pytest.mark.extended
 def test_systemd_sees_masqd_ready_and_restarts_it_when_it_stops_answering(tb):
     masq_cmd(tb, "kill", "host1")  # the testbed's masqd; endpoints and tenants stay
     tb.run("host1", "sh", "-c", f'mkdir -p /etc/systemd/system && printf "%s" "$1" '

@@ -98,6 +98,7 @@ def _sysfs_view(tb, host, endpoint):
     return view
 
 
+@pytest.mark.extended
 def test_tenant_sysfs_shows_the_virtual_device_as_verbs_do(masq):
     ls = masq.tenant_run("host1", "acme-a", "ls", "/sys/class/infiniband").stdout.split()
     assert ls == ["vrdma0"], ls
@@ -125,6 +126,7 @@ def test_tenant_sysfs_shows_the_virtual_device_as_verbs_do(masq):
     assert not PHYSICAL.search(everything), everything
 
 
+@pytest.mark.extended
 def test_tenant_sysfs_follows_the_vnic_addresses(masq):
     # One shell throughout: the view it mounted at the start must show the
     # new GID and lose it again, as a long-running app's would.
@@ -151,6 +153,7 @@ def _gid_probe(result):
     return dict(line.split(" ", 1) for line in result.stdout.splitlines())
 
 
+@pytest.mark.extended
 def test_gid_table_is_shaped_like_the_physical_ports(masq):
     """A program looking for an empty GID entry finds one on vrdma0 as on
     rxe0 (a table as long, the populated entries first) and gets the same
@@ -181,6 +184,7 @@ def test_gid_table_is_shaped_like_the_physical_ports(masq):
     assert v["sysfs_empty_type"] == f"-1 {errno.ENOENT}", both
 
 
+@pytest.mark.extended
 def test_unmasked_host_still_sees_the_physical_device(masq):
     r = masq.run("host1", "ibv_devices")
     assert "rxe0" in r.stdout and "vrdma0" not in r.stdout
@@ -196,6 +200,7 @@ def test_rc_pingpong_across_hosts_by_virtual_ip(masq):
     assert "GID ::ffff:10.0.0.2" in cli and "GID ::ffff:10.0.0.1" in srv
 
 
+@pytest.mark.extended
 def test_rc_pingpong_between_endpoints_on_one_host(masq):
     argv = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-s", "1024", "-n", "50", "-c"]
     srv, cli = pair(masq, ("host1", "acme-c"), ("host1", "acme-a"), argv, 18702, "10.0.0.3")
@@ -203,6 +208,7 @@ def test_rc_pingpong_between_endpoints_on_one_host(masq):
     assert "GID ::ffff:10.0.0.3" in cli
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("tool,port", [("ib_write_bw", 18703), ("ib_read_bw", 18704)])
 def test_perftest_bandwidth_by_virtual_ip(masq, tool, port):
     argv = [tool, *PERF, "-s", "65536", "-n", "100"]
@@ -214,6 +220,7 @@ def test_perftest_bandwidth_by_virtual_ip(masq, tool, port):
     assert not PHYSICAL.search(cli), cli
 
 
+@pytest.mark.extended
 def test_perftest_latency_by_virtual_ip(masq):
     argv = ["ib_send_lat", *PERF, "-s", "64", "-n", "200"]
     with rdma_moved(masq, "host1", 64, 200), rdma_moved(masq, "host2", 64, 200):
@@ -298,6 +305,7 @@ def _two_vpcs_at_once(masq):
         assert rc == 0, out + err
 
 
+@pytest.mark.extended
 def test_query_qp_shows_the_virtual_destination(masq):
     r = masq.tenant_run("host1", "acme-a", QP_PROBE, "vrdma0", "1", "10.0.0.2")
     out = dict(line.split("=", 1) for line in r.stdout.split())
@@ -307,6 +315,7 @@ def test_query_qp_shows_the_virtual_destination(masq):
     assert "librxe" in out["post_send_lib"] and "librxe" in out["poll_cq_lib"], out
 
 
+@pytest.mark.extended
 def test_unknown_virtual_ip_is_unreachable(masq):
     r = masq.tenant_run("host1", "acme-a", QP_PROBE, "vrdma0", "1", "10.0.0.99", check=False)
     assert r.returncode == 3, r.stdout + r.stderr
@@ -316,6 +325,7 @@ def test_unknown_virtual_ip_is_unreachable(masq):
     assert "10.0.0.99" in log and "not in VNI 100" in log
 
 
+@pytest.mark.extended
 def test_masqctl_lists_endpoints_and_sessions(masq):
     eps = masqctl(masq, "host1", "endpoints")["endpoints"]
     names = {e["name"]: e for e in eps}
@@ -340,6 +350,7 @@ def test_masqctl_lists_endpoints_and_sessions(masq):
         time.sleep(0.5)
 
 
+@pytest.mark.extended
 def test_no_masqd_traffic_during_a_bandwidth_run(masq):
     port = 18730
     # A run of a fixed time, not of fixed iterations, so it still runs at
@@ -367,6 +378,7 @@ def test_no_masqd_traffic_during_a_bandwidth_run(masq):
     assert before > 0 and after == before, (before, after)
 
 
+@pytest.mark.extended
 def test_a_process_outside_the_endpoint_is_refused(masq):
     # The host's namespace is not acme-a's: masqd must refuse the session.
     r = masq.run("host1", "env", "MASQ_SOCKET=/run/masq/endpoints/acme-a/masq.sock",
@@ -424,6 +436,7 @@ def test_malformed_messages_get_errors_and_masqd_survives(masq):
 PINGPONG = ["ibv_rc_pingpong", "-d", "vrdma0", "-g", "1"]
 
 
+@pytest.mark.extended
 def test_another_sessions_qp_cannot_be_touched(masq):
     """Handles are per uverbs fd: naming another app's QP from a session of
     one's own reaches nothing, and that app runs on undisturbed."""

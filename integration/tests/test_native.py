@@ -1,5 +1,7 @@
 """Native baseline: unmodified RDMA apps between the two hosts' rxe0 over
 the underlay. Later tests compare masq against exactly these runs."""
+import pytest
+
 from masq_testbed import (
     UNDERLAY, finish, finish_pair, parse_bw, parse_lat, parse_pingpong, rdma_moved,
 )
@@ -53,18 +55,22 @@ def _bw(testbed, tool, port, receiver, size=65536, iters=100, server="host2", cl
     return r
 
 
+@pytest.mark.extended
 def test_ib_write_bw(testbed):
     _bw(testbed, "ib_write_bw", 18602, receiver="host2")
 
 
+@pytest.mark.extended
 def test_ib_read_bw(testbed):
     _bw(testbed, "ib_read_bw", 18603, receiver="host1")  # the client reads
 
 
+@pytest.mark.extended
 def test_ib_write_bw_reverse_direction(testbed):
     _bw(testbed, "ib_write_bw", 18604, receiver="host1", size=4096, server="host1", client="host2")
 
 
+@pytest.mark.extended
 def test_ib_send_lat(testbed):
     size, iters = 64, 200
     # A ping-pong: each side receives every iteration's message.

@@ -74,6 +74,7 @@ def test_the_package_installs_into_a_scratch_root_and_its_masqd_serves(testbed):
         tb.run("host1", "rm", "-rf", ROOT, RUN, check=False)
 
 
+@pytest.mark.extended
 def test_apt_installs_the_package_on_the_host_and_removes_it(testbed):
     """`apt install ./masq_*.deb` as an operator runs it, on a testbed host
     (Debian 12, its dependencies present: no archive is reachable here), in

@@ -62,6 +62,7 @@ def test_allowed_pair_is_admitted_and_denied_pair_gets_eacces(policy):
     assert "ingress default-deny" in log
 
 
+@pytest.mark.extended
 def test_overlapping_vips_follow_their_own_vpc_groups(policy):
     # globex allows 10.0.0.0/24 <-> 10.0.0.0/24; acme denies acme-c.
     assert probe(policy, "globex-a", "10.0.0.2")[0] == 0
@@ -79,6 +80,7 @@ def _bw_run(tb, tenant, port, n=4000):
     return srv, cli
 
 
+@pytest.mark.extended
 def test_connections_are_tracked_on_both_hosts(policy):
     # Long enough to still run when the table is listed a third time.
     srv, cli = _bw_run(policy, "acme", 18901)
@@ -122,6 +124,7 @@ def _roce_dscp_counts(tb, host):
     return counts[0], counts[1]  # (DSCP 46, all)
 
 
+@pytest.mark.extended
 def test_qos_marks_the_endpoints_roce_packets_on_the_wire(policy):
     # policy-qos.yaml: web (acme-a) is marked DSCP 46; db (acme-b) is not.
     apply(policy, "policy-qos.yaml")
@@ -169,6 +172,7 @@ def test_rule_removal_resets_a_live_connection(policy):
     assert probe(policy, "acme-a", "10.0.0.2")[0] == 3
 
 
+@pytest.mark.extended
 def test_keep_leaves_live_connections_alone(policy):
     srv, cli = _bw_run(policy, "acme", 18903, n=800)
     out = apply(policy, "policy-revoked-keep.yaml")
@@ -182,6 +186,7 @@ def test_keep_leaves_live_connections_alone(policy):
     assert probe(policy, "acme-a", "10.0.0.2")[0] == 3
 
 
+@pytest.mark.extended
 def test_invalid_policy_changes_nothing(policy):
     before = json.loads(masqctl(policy, "host1", "-o", "json", "policy", "show").stdout)
     r = masqctl(policy, "host1", "policy", "apply", os.path.join(CONFIG, "policy-invalid.yaml"),
@@ -193,6 +198,7 @@ def test_invalid_policy_changes_nothing(policy):
     assert probe(policy, "acme-a", "10.0.0.2")[0] == 0
 
 
+@pytest.mark.extended
 def test_operator_delete_resets_matching_connections(policy):
     srv, cli = _bw_run(policy, "globex", 18904)
     r = masqctl(policy, "host1", "-o", "json", "conntrack", "-D", "-t", "globex")
@@ -226,6 +232,7 @@ def test_tcp_rules_guard_the_qp_info_exchange(policy):
         finish(srv)
 
 
+@pytest.mark.extended
 def test_an_endpoint_added_at_run_time_gets_the_policys_tcp_rules(policy):
     tb = policy
     tb.tenant_add("host2", "acme-d", 100, "10.0.0.4/24")
@@ -269,6 +276,7 @@ def _kernel_entries(tb, host, port):
     return [l for l in r.stdout.splitlines() if "ESTABLISHED" in l]
 
 
+@pytest.mark.extended
 def test_a_narrowed_tcp_rule_ends_established_flows(policy):
     """The vNIC rules accept established flows first: without deleting the
     kernel's conntrack entry, a flow the new policy denies would go on."""
@@ -298,6 +306,7 @@ def test_a_narrowed_tcp_rule_ends_established_flows(policy):
         finish(srv)
 
 
+@pytest.mark.extended
 def test_sighup_rereads_the_configured_policy(policy):
     configured = json.loads(masqctl(policy, "host1", "-o", "json", "policy", "show").stdout)
     apply(policy, "policy-revoked.yaml")
@@ -311,6 +320,7 @@ def test_sighup_rereads_the_configured_policy(policy):
     assert probe(policy, "acme-a", "10.0.0.2")[0] == 0
 
 
+@pytest.mark.extended
 def test_conntrack_events_stream_new_and_destroy(policy):
     events = policy.spawn("host1", MASQCTL, "-o", "json", "conntrack", "-E", "-t", "acme")
     try:
@@ -329,6 +339,7 @@ def test_conntrack_events_stream_new_and_destroy(policy):
 
 # Metrics ---------------------------------------------------------------------
 
+@pytest.mark.extended
 def test_metrics_move_with_admissions_requests_and_traffic(policy):
     before1, before2 = scrape(policy, "host1"), scrape(policy, "host2")
     assert probe(policy, "acme-a", "10.0.0.2")[0] == 0  # allowed
@@ -379,6 +390,7 @@ def _http(tb, host, path):
     return code, body.strip()
 
 
+@pytest.mark.extended
 def test_health_and_readiness_probes_follow_what_masqd_can_serve(policy):
     assert _http(policy, "host2", "/healthz")[0] == "200"
     code, body = _http(policy, "host2", "/readyz")

@@ -61,6 +61,7 @@ def test_other_vni_with_same_addresses_is_unreachable(endpoints):
     assert r.stdout == ""
 
 
+@pytest.mark.extended
 def test_endpoint_sees_only_its_vnic_and_sits_in_its_cgroup(endpoints):
     links = endpoints.tenant_run("host1", "acme-a", "ip", "-br", "link").stdout.split("\n")
     names = sorted(line.split()[0].split("@")[0] for line in links if line.strip())
@@ -71,6 +72,7 @@ def test_endpoint_sees_only_its_vnic_and_sits_in_its_cgroup(endpoints):
     assert cg.strip() == "0::/tenants/acme-a"
 
 
+@pytest.mark.extended
 def test_neighbours_are_the_own_vni_peers(endpoints):
     def mac(host, name):
         out = endpoints.tenant_run(host, name, "cat", "/sys/class/net/eth0/address").stdout
@@ -84,6 +86,7 @@ def test_neighbours_are_the_own_vni_peers(endpoints):
         assert mac("host2", f"{other}-b") not in neigh.stdout
 
 
+@pytest.mark.extended
 def test_tenant_del_removes_everything(testbed):
     testbed.tenant_add("host1", "scratch", 400, "10.9.0.1/24")
     sleeper = testbed.tenant_spawn("host1", "scratch", "sleep", "600")

@@ -48,6 +48,7 @@ def test_ud_pingpong_across_hosts_by_virtual_ip(ud):
     assert "GID ::ffff:10.0.0.2" in cli and "GID ::ffff:10.0.0.1" in srv
 
 
+@pytest.mark.extended
 def test_ud_pingpong_between_endpoints_on_one_host(ud):
     argv = [*UD_PINGPONG, "-n", "50"]
     srv, cli = pair(ud, ("host1", "acme-c"), ("host1", "acme-a"), argv, 18752, "10.0.0.3")
@@ -55,6 +56,7 @@ def test_ud_pingpong_between_endpoints_on_one_host(ud):
     assert "GID ::ffff:10.0.0.3" in cli
 
 
+@pytest.mark.extended
 def test_perftest_ud_send_bandwidth_by_virtual_ip(ud):
     # Completion counts, never perftest's rates (its clock is miscalibrated
     # under emulation). perftest's server wants every datagram, and UD
@@ -69,6 +71,7 @@ def test_perftest_ud_send_bandwidth_by_virtual_ip(ud):
     assert not PHYSICAL.search(cli + srv), cli + srv
 
 
+@pytest.mark.extended
 def test_perftest_ud_send_latency_by_virtual_ip(ud):
     argv = ["ib_send_lat", *PERF, "-c", "UD", "-s", "64", "-n", "200"]
     with rdma_moved(ud, "host1", 64, 200), rdma_moved(ud, "host2", 64, 200):
@@ -84,6 +87,7 @@ def _ud_admissions(tb, host, endpoint):
                and "UD address handle 10.0.0.1 -> 10.0.0.2 admitted" in line)
 
 
+@pytest.mark.extended
 def test_two_vpcs_with_the_same_addresses_run_ud_at_once(ud):
     argv = [*UD_PINGPONG, "-n", "2000"]
     before = {t: _ud_admissions(ud, "host1", f"{t}-a") for t in ("acme", "globex")}
@@ -121,6 +125,7 @@ def test_two_vpcs_with_the_same_addresses_run_ud_at_once(ud):
     assert conntrack(ud, "host1", "-p", "ud") == []  # gone with the apps
 
 
+@pytest.mark.extended
 def test_received_grh_names_the_sender_by_virtual_ip(ud):
     # Across hosts, and on one host (where the sender is found by its QPN).
     for server, client, dest, want in (
@@ -147,6 +152,7 @@ def test_received_grh_names_the_sender_by_virtual_ip(ud):
         assert not PHYSICAL.search(sout + out), sout + out
 
 
+@pytest.mark.extended
 def test_ud_destination_outside_the_vpc_is_unreachable(ud):
     rc, out = probe(ud, "host1", "acme-a", "ah", "10.0.0.99")
     assert rc == 3 and "create_ah_errno=113" in out, out
@@ -155,6 +161,7 @@ def test_ud_destination_outside_the_vpc_is_unreachable(ud):
     assert rc == 3 and "create_ah_errno=113" in out, out
 
 
+@pytest.mark.extended
 def test_privileged_qkey_is_refused(ud):
     rc, out = probe(ud, "host1", "acme-a", "qkey", "0x80010000")
     assert rc == 3 and "modify_init_errno=1" in out, out
@@ -195,6 +202,7 @@ def _serve_and_send(tb, server, send):
     return sout
 
 
+@pytest.mark.extended
 def test_a_ud_sender_skipping_libmasq_reaches_no_unadmitted_host(ud):
     # acme-a has no address handle towards host2: its forged datagrams stop
     # at host1's backstop (egress). The same program run by host1 itself
@@ -229,6 +237,7 @@ def test_a_ud_datagram_reaches_no_other_vnis_qp(ud):
     assert rc_s == 0 and "payload=ping" in sout, sout + serr
 
 
+@pytest.mark.extended
 def test_a_ud_qp_gets_no_other_vnis_datagram_from_its_first_moment(ud):
     # globex-a floods the QPN host2 will give next (rxe numbers QPs in
     # order) with datagrams, through an admitted address handle to its own
@@ -280,6 +289,7 @@ def _apply(tb, path):
         tb.run(host, MASQCTL, "policy", "apply", os.path.join(POLICY_DIR, path))
 
 
+@pytest.mark.extended
 def test_denied_ud_pair_gets_eacces_and_rule_change_untracks_the_ah(ud):
     # Last in the module: it leaves a policy in force.
     _apply(ud, "policy.yaml")
