@@ -82,6 +82,10 @@ pub struct Metrics {
     pub cm_events: Family<CmEventLabels, Counter>,
     /// Unix time the policy in force was applied.
     pub policy_applied: Gauge<f64, AtomicU64>,
+    /// Connected QPs the audit could tie to no endpoint (`enforce::audit`).
+    pub audit_unattributed: Counter,
+    /// One audit round over every device: the dumps and /proc reads.
+    pub audit_round: Histogram,
 }
 
 fn request_buckets() -> Histogram {
@@ -100,6 +104,8 @@ impl Default for Metrics {
             peer: Family::new_with_constructor(request_buckets),
             cm_events: Family::default(),
             policy_applied: Gauge::default(),
+            audit_unattributed: Counter::default(),
+            audit_round: request_buckets(),
         }
     }
 }
@@ -230,6 +236,19 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
         "masq_policy_applied_timestamp_seconds",
         "When the security-group policy in force was applied (Unix time)",
         m.policy_applied.clone(),
+    );
+    r.register(
+        "masq_audit_unattributed_qps",
+        "Connected QPs the QP audit could tie to no endpoint (no creator named by the \
+         kernel for the QP, its PD or its context, and the device's uverbs file held \
+         by no endpoint's processes or by several endpoints')",
+        m.audit_unattributed.clone(),
+    );
+    r.register(
+        "masq_audit_round_duration_seconds",
+        "Time of one QP audit round: the QP dump of every device, the PD and context \
+         dumps and /proc reads it needed",
+        m.audit_round.clone(),
     );
     let build: Family<BuildLabels, Gauge> = Family::default();
     build
@@ -606,6 +625,8 @@ mod tests {
         m.request(4, Duration::from_micros(300));
         m.cm_event("acme-a", 9);
         m.policy_applied.set(1_700_000_000.0);
+        m.audit_unattributed.inc();
+        m.audit_round.observe(0.002);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry(&m, Box::new(s)))
             .expect("encode");
@@ -635,6 +656,8 @@ mod tests {
             r#"masq_backstop_dropped_bytes_total{counter="drop_acme_a"} 800"#,
             r#"masq_policy_info{version="3f2a",file="/etc/masq/policy.yaml"} 1"#,
             "masq_policy_applied_timestamp_seconds 1700000000",
+            "masq_audit_unattributed_qps_total 1\n",
+            "masq_audit_round_duration_seconds_count 1\n",
             r#"masq_rnic_port_total{device="rxe0",counter="rcvd_pkts"} 42"#,
             "masq_vpc_hosts 2\n",
             r#"masq_vpc_endpoints{source="local"} 1"#,

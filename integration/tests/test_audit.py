@@ -1,8 +1,9 @@
 """The QP audit: with the backstop off, a tenant that skips libmasq and
 connects its own QP (integration/tools/rogue_qp on rxe0) is found through
 rdma netlink within the audit interval, logged, counted and killed, on one
-host and across hosts; an ib_write_bw run through masq at the same time is
-never flagged. The detection times are printed (pytest -s) and appended
+host and across hosts, also when the QP was created by a thread that has
+exited (the kernel then names no creator); an ib_write_bw run through masq
+at the same time is never flagged. The detection times are printed (pytest -s) and appended
 to integration/build/audit-detection.txt."""
 import json
 import os
@@ -39,11 +40,14 @@ def masq(testbed):
 
 
 class Rogue:
-    """rogue_qp in a tenant endpoint, on rxe0 with LD_PRELOAD removed."""
+    """rogue_qp in a tenant endpoint, on rxe0 with LD_PRELOAD removed;
+    thread: its ROGUE_THREAD (qp: the QP made by a thread that exits; all:
+    the device opened and everything made by it)."""
 
-    def __init__(self, host, tenant):
+    def __init__(self, host, tenant, thread=None):
         self.host, self.tenant = host, tenant
-        argv = ["env", "-u", "LD_PRELOAD", ROGUE, "rxe0", "1", "8"]
+        env = [f"ROGUE_THREAD={thread}"] if thread else []
+        argv = ["env", "-u", "LD_PRELOAD", *env, ROGUE, "rxe0", "1", "8"]
         self.proc = subprocess.Popen(
             [CLI, "tenant", "exec", "-i", host, tenant, "--", *argv], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -139,6 +143,44 @@ def test_a_rogue_qp_across_hosts_is_caught_and_killed(masq):
     a, b = Rogue("host1", "acme-a"), Rogue("host2", "acme-b")
     try:
         catch(masq, a, b, "across hosts")
+    finally:
+        a.close()
+        b.close()
+
+
+def flagged_line(tb, r):
+    """The bypass line of rogue r's QP in its host's masqd log."""
+    log = tb.masqd_log(r.host).rsplit("QP audit running", 1)[-1]
+    m = re.search(rf"audit: bypass: RC QP {r.qpn:#x} of pid \d+ in {r.tenant} is \w+ "
+                  r"but masqd never admitted it(.*)", log)
+    assert m, f"no bypass line for {r.qpn:#x}"
+    assert "audit: unattributed" not in log, log
+    return m[1]
+
+
+def test_a_rogue_qp_whose_creating_thread_exited_is_caught_through_its_pd(masq):
+    """Issue 51: the kernel leaves RES_PID out once a QP's creating thread
+    has exited, and the audit skipped such a QP. Its PD (made by the main
+    thread) names the process."""
+    a, c = Rogue("host1", "acme-a", thread="qp"), Rogue("host1", "acme-c")
+    try:
+        catch(masq, a, c, "creating thread exited")
+        assert "by its PD's creator" in flagged_line(masq, a)
+        assert flagged_line(masq, c) == ""
+    finally:
+        a.close()
+        c.close()
+
+
+@pytest.mark.extended
+def test_a_rogue_qp_whose_context_and_pd_were_made_by_an_exited_thread_is_caught(masq):
+    """The thread opened the device and made the PD and QP: the kernel
+    names no creator of any, and acme-a's rogue is the one tenant process
+    on host1 holding rxe0's uverbs file (its peer is on host2)."""
+    a, b = Rogue("host1", "acme-a", thread="all"), Rogue("host2", "acme-b")
+    try:
+        catch(masq, a, b, "context made by an exited thread")
+        assert "by the device's uverbs file" in flagged_line(masq, a)
     finally:
         a.close()
         b.close()

@@ -17,11 +17,19 @@
  * its own uverbs fd and posts QP_MOVED for INIT and RTS, as libmasq does
  * after moving a QP on its own fd, then waits for a reply to a QUERY_QP so
  * that masqd has read them. Prints "told masqd".
+ *
+ * With ROGUE_THREAD=qp the QP is created by a thread that exits before the
+ * QP leaves RESET (the kernel then names no creator of the QP, only of its
+ * PD); with ROGUE_THREAD=all the device is opened and the PD, MR, CQ and
+ * QP are created by that thread (no creator of the QP, its PD or its
+ * context is named: only the uverbs fd the process holds leads to it).
+ * The main thread then moves the QP on the same fd (issue 51).
  * Exit: 0 ran to the end, 2 usage, 3 setup failed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -128,6 +136,68 @@ static int tell_masqd(const char *path, struct ibv_context *ctx, struct ibv_qp *
     return 0;
 }
 
+/* What the QP needs, made by the main thread or by a thread that exits
+ * (ROGUE_THREAD). */
+struct setup {
+    const char *name;
+    struct ibv_device **list;
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_mr *mr;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    int all; /* the thread opens the device too */
+    int err; /* the thread's exit code, 0 if it made everything */
+};
+
+static char buf[2 * MAX_COUNT * MSG];
+
+/* Opens the device and makes the PD, MR and CQ: 0, or an exit code. */
+static int open_ctx(struct setup *st)
+{
+    int n = 0;
+    st->list = ibv_get_device_list(&n);
+    struct ibv_device *dev = NULL;
+    for (int i = 0; st->list && i < n; i++)
+        if (strcmp(ibv_get_device_name(st->list[i]), st->name) == 0)
+            dev = st->list[i];
+    if (!dev) {
+        fprintf(stderr, "rogue_qp: no device %s\n", st->name);
+        return 3;
+    }
+    st->ctx = ibv_open_device(dev);
+    if (!st->ctx)
+        return fail("ibv_open_device");
+    st->pd = ibv_alloc_pd(st->ctx);
+    st->mr = st->pd ? ibv_reg_mr(st->pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
+    st->cq = ibv_create_cq(st->ctx, 4 * MAX_COUNT, NULL, NULL, 0);
+    if (!st->pd || !st->mr || !st->cq)
+        return fail("pd/mr/cq");
+    return 0;
+}
+
+static int create_qp(struct setup *st)
+{
+    struct ibv_qp_init_attr qia = {
+        .send_cq = st->cq,
+        .recv_cq = st->cq,
+        .qp_type = IBV_QPT_RC,
+        .cap = {.max_send_wr = MAX_COUNT, .max_recv_wr = MAX_COUNT,
+                .max_send_sge = 1, .max_recv_sge = 1},
+    };
+    st->qp = ibv_create_qp(st->pd, &qia);
+    return st->qp ? 0 : fail("ibv_create_qp");
+}
+
+static void *setup_thread(void *arg)
+{
+    struct setup *st = arg;
+    st->err = st->all ? open_ctx(st) : 0;
+    if (!st->err)
+        st->err = create_qp(st);
+    return NULL;
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -148,35 +218,32 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    struct ibv_device *dev = NULL;
-    for (int i = 0; list && i < n; i++)
-        if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
-            dev = list[i];
-    if (!dev) {
-        fprintf(stderr, "rogue_qp: no device %s\n", argv[1]);
-        return 3;
+    const char *thread = getenv("ROGUE_THREAD");
+    struct setup st = {.name = argv[1]};
+    if (thread && *thread && strcmp(thread, "qp") && strcmp(thread, "all")) {
+        fprintf(stderr, "rogue_qp: ROGUE_THREAD must be qp or all\n");
+        return 2;
     }
-    struct ibv_context *ctx = ibv_open_device(dev);
-    if (!ctx)
-        return fail("ibv_open_device");
-    struct ibv_pd *pd = ibv_alloc_pd(ctx);
-    static char buf[2 * MAX_COUNT * MSG];
-    struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE) : NULL;
-    struct ibv_cq *cq = ibv_create_cq(ctx, 4 * MAX_COUNT, NULL, NULL, 0);
-    if (!pd || !mr || !cq)
-        return fail("pd/mr/cq");
-    struct ibv_qp_init_attr qia = {
-        .send_cq = cq,
-        .recv_cq = cq,
-        .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = MAX_COUNT, .max_recv_wr = MAX_COUNT,
-                .max_send_sge = 1, .max_recv_sge = 1},
-    };
-    struct ibv_qp *qp = ibv_create_qp(pd, &qia);
-    if (!qp)
-        return fail("ibv_create_qp");
+    st.all = thread && !strcmp(thread, "all");
+    int err;
+    if (!st.all && (err = open_ctx(&st)))
+        return err;
+    if (thread && *thread) {
+        /* Joined: the thread has exited before the QP leaves RESET. */
+        pthread_t t;
+        if (pthread_create(&t, NULL, setup_thread, &st) || pthread_join(t, NULL))
+            return fail("pthread");
+        if (st.err)
+            return st.err;
+    } else if ((err = create_qp(&st))) {
+        return err;
+    }
+    struct ibv_context *ctx = st.ctx;
+    struct ibv_pd *pd = st.pd;
+    struct ibv_mr *mr = st.mr;
+    struct ibv_cq *cq = st.cq;
+    struct ibv_qp *qp = st.qp;
+    struct ibv_device **list = st.list;
     union ibv_gid gid;
     if (ibv_query_gid(ctx, 1, gid_index, &gid))
         return fail("ibv_query_gid");

@@ -181,7 +181,7 @@ fn the_audit_section_is_validated() {
     let cfg = Config::parse(base, "m.yaml").unwrap();
     assert!(cfg.audit.enabled);
     assert_eq!(cfg.audit.action, AuditAction::Log);
-    assert_eq!(cfg.audit.interval(), Ok(std::time::Duration::from_secs(2)));
+    assert_eq!(cfg.audit.interval(), Ok(std::time::Duration::from_secs(1)));
     let with = |a: &str| Config::parse(&format!("{base}audit: {a}\n"), "m.yaml");
     let c = with("{ interval: 500ms, action: kill-endpoint }").unwrap();
     assert_eq!(c.audit.action, AuditAction::KillEndpoint);

@@ -7,6 +7,12 @@
 //! any RNIC; it does not see where a QP points, so it flags QPs masqd did
 //! not admit, not destinations.
 //!
+//! The owner is the QP's creating task, or, once that has exited, what
+//! `enforce::attribution` finds through the QP's PD, its context and the
+//! processes holding the device's uverbs file. A connected user QP it
+//! cannot tie to one endpoint is reported and counted as unattributed,
+//! never skipped.
+//!
 //! Races with admission: a session vouches for a QPN *before* masqd moves
 //! the QP, and the audit lists the kernel's QPs *before* it reads what is
 //! vouched for, so a QP masqd is moving right now is always covered. A
@@ -14,9 +20,10 @@
 //! the time its process takes to exit and the kernel to destroy its QPs.
 
 use crate::config::AuditAction;
+use crate::enforce::attribution::{EndpointIds, Owners};
 use crate::kernel::rdma_nl::QpInfo;
 use crate::pipeline::ports::Vouchers;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -86,133 +93,285 @@ impl Admitted {
     }
 }
 
+/// How the audit tied a QP to its endpoint (see `enforce::attribution`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The kernel names the QP's creating task.
+    Creator,
+    /// Its creator exited; the creator of its PD.
+    Pd,
+    /// Its and its PD's creators exited; the creator of its context.
+    Context,
+    /// No creator is named: the one endpoint whose processes hold the
+    /// device's uverbs file.
+    Holder,
+}
+
+impl Via {
+    /// How the log says it (after "of pid N in ENDPOINT").
+    pub fn describe(self) -> &'static str {
+        match self {
+            Via::Creator => "",
+            Via::Pd => " (by its PD's creator: its own has exited)",
+            Via::Context => " (by its context's creator: its own and its PD's have exited)",
+            Via::Holder => {
+                " (by the device's uverbs file: no creator is named, and only this endpoint's processes hold it)"
+            }
+        }
+    }
+}
+
+/// A process a bypass names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: i32,
+    /// It has libmasq mapped: during the grace after masqd's start it may
+    /// still be resyncing its QPs.
+    pub libmasq: bool,
+    /// It has a live masqd session.
+    pub session: bool,
+}
+
 /// A connected tenant QP masqd did not admit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bypass {
     pub endpoint: String,
-    /// The owning process (thread group id).
-    pub pid: i32,
+    pub via: Via,
+    /// The owning process (thread group id); for `Via::Holder`, every
+    /// process of the endpoint that holds the device's uverbs file.
+    pub procs: Vec<Proc>,
     pub qpn: u32,
     pub qp_type: u8,
     pub state: u8,
 }
 
-/// The decision, without RDMA or /proc: `owner` tells a QP's creating
-/// task (as the kernel reports it) -> (endpoint, process), `None` when
-/// the task is not in any endpoint; `admitted` is what masqd vouches for
-/// (QPN -> process).
+impl Bypass {
+    /// The pids, comma-separated (as the log names them).
+    pub fn pids(&self) -> String {
+        let p: Vec<String> = self.procs.iter().map(|p| p.pid.to_string()).collect();
+        p.join(",")
+    }
+
+    /// The creator's process: what a report is keyed by (None for
+    /// `Via::Holder`, whose holders may change from round to round).
+    fn creator(&self) -> Option<i32> {
+        (self.via != Via::Holder)
+            .then(|| self.procs.first().map(|p| p.pid))
+            .flatten()
+    }
+}
+
+/// A connected user QP the audit could not tie to one endpoint: no
+/// creator named by the kernel (of the QP, its PD or its context), and
+/// the device's uverbs file held by no tenant process or by several
+/// endpoints' (`holders`). Reported and counted, never skipped silently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unattributed {
+    pub qpn: u32,
+    pub qp_type: u8,
+    pub state: u8,
+    pub holders: Vec<String>,
+}
+
+/// What one round found on one device.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub bypasses: Vec<Bypass>,
+    pub unattributed: Vec<Unattributed>,
+}
+
+impl Findings {
+    pub fn extend(&mut self, other: Findings) {
+        self.bypasses.extend(other.bypasses);
+        self.unattributed.extend(other.unattributed);
+    }
+}
+
+/// Whose a QP is, by the kernel's objects.
+enum Tie {
+    /// A process in an endpoint, found so.
+    Tenant(String, i32, Via),
+    /// A live task in no endpoint: a host process's QP.
+    Host,
+    /// The kernel names no live creator of the QP, its PD or its context.
+    Nobody,
+}
+
+fn tie(q: &QpInfo, o: &mut impl Owners) -> Tie {
+    if let Some(task) = q.pid {
+        return creator(o, task, Via::Creator);
+    }
+    let pd = q.pdn.and_then(|n| o.pd(n));
+    if let Some(task) = pd.as_ref().and_then(|p| p.pid) {
+        return creator(o, task, Via::Pd);
+    }
+    match pd.and_then(|p| p.ctxn).and_then(|c| o.ctx_creator(c)) {
+        Some(task) => creator(o, task, Via::Context),
+        None => Tie::Nobody,
+    }
+}
+
+fn creator(o: &mut impl Owners, task: u32, via: Via) -> Tie {
+    match o.owner(task) {
+        Some((endpoint, pid)) => Tie::Tenant(endpoint, pid, via),
+        None => Tie::Host,
+    }
+}
+
+fn proc_of(o: &mut impl Owners, pid: i32) -> Proc {
+    Proc {
+        pid,
+        libmasq: o.libmasq(pid),
+        session: o.session(pid),
+    }
+}
+
+/// The decision, without RDMA or /proc: `o` ties a QP to (endpoint,
+/// process) through the kernel's objects (`enforce::attribution`);
+/// `admitted` is what masqd vouches for (QPN -> process). A QP of a host
+/// process is not the audit's; every other connected user QP is admitted,
+/// a bypass, or unattributed.
 pub fn find_bypasses(
     qps: &[QpInfo],
     admitted: &HashMap<u32, i32>,
-    mut owner: impl FnMut(u32) -> Option<(String, i32)>,
-) -> Vec<Bypass> {
-    qps.iter()
+    o: &mut impl Owners,
+) -> Findings {
+    let mut f = Findings::default();
+    for q in qps
+        .iter()
         .filter(|q| q.connected() && q.kern_name.is_none())
-        .filter_map(|q| {
-            // No pid: a kernel QP, or its creating task has exited (then
-            // nothing names a process to act on).
-            let (endpoint, pid) = owner(q.pid?)?;
-            if admitted.get(&q.lqpn) == Some(&pid) {
-                return None;
+    {
+        let (endpoint, via, procs) = match tie(q, o) {
+            Tie::Host => continue,
+            Tie::Tenant(_, pid, _) if admitted.get(&q.lqpn) == Some(&pid) => continue,
+            Tie::Tenant(endpoint, pid, via) => (endpoint, via, vec![proc_of(o, pid)]),
+            Tie::Nobody => {
+                let holders = o.holders();
+                // Vouched for a process that holds the device: its own QP,
+                // whose creating thread has exited.
+                if let Some(v) = admitted.get(&q.lqpn) {
+                    if holders.iter().any(|(_, p)| p == v) {
+                        continue;
+                    }
+                }
+                let eps: BTreeSet<&String> = holders.iter().map(|(e, _)| e).collect();
+                let mut eps: Vec<String> = eps.into_iter().cloned().collect();
+                if eps.len() != 1 {
+                    f.unattributed.push(Unattributed {
+                        qpn: q.lqpn,
+                        qp_type: q.qp_type,
+                        state: q.state,
+                        holders: eps,
+                    });
+                    continue;
+                }
+                let endpoint = eps.remove(0);
+                let procs = holders.iter().map(|(_, p)| proc_of(o, *p)).collect();
+                (endpoint, Via::Holder, procs)
             }
-            Some(Bypass {
-                endpoint,
-                pid,
-                qpn: q.lqpn,
-                qp_type: q.qp_type,
-                state: q.state,
-            })
-        })
-        .collect()
+        };
+        f.bypasses.push(Bypass {
+            endpoint,
+            via,
+            procs,
+            qpn: q.lqpn,
+            qp_type: q.qp_type,
+            state: q.state,
+        });
+    }
+    f
 }
 
-/// What one round should do about what it found, given what earlier
-/// rounds already reported: each (QPN, process) is reported and counted
-/// once; a kill is sent once per process (or endpoint) per round.
+/// What earlier rounds reported: each bypass (QPN, endpoint, creator) and
+/// each unattributed QPN is reported and counted once while it lasts.
+#[derive(Debug, Default)]
+pub struct Seen {
+    bypasses: HashSet<(u32, String, Option<i32>)>,
+    unattributed: HashSet<u32>,
+}
+
+/// What one round should do about what it found: a kill is sent once per
+/// process (or endpoint) per round.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Newly seen bypasses: log and count these.
     pub new: Vec<Bypass>,
+    /// Newly seen unattributed QPs: log and count these.
+    pub unattributed: Vec<Unattributed>,
+    /// Bypasses left for after the recovery grace (their processes have
+    /// libmasq mapped and may be resyncing).
+    pub deferred: usize,
     pub kill_pids: Vec<(String, i32)>,
     pub kill_endpoints: Vec<String>,
 }
 
-pub fn plan(
-    found: &[Bypass],
-    reported: &mut HashSet<(u32, i32)>,
-    action: AuditAction,
-    acting: bool,
-) -> Plan {
+/// `grace`: masqd started less than `recoveryGraceSeconds` ago, and apps
+/// that had sessions may not have resynced their QPs yet. Only bypasses
+/// of processes with libmasq mapped wait for it: a process without
+/// libmasq never had a session, so it has nothing to resync.
+pub fn plan(found: &Findings, seen: &mut Seen, action: AuditAction, grace: bool) -> Plan {
     let mut p = Plan::default();
-    let now: HashSet<(u32, i32)> = found.iter().map(|b| (b.qpn, b.pid)).collect();
+    let (acted, deferred): (Vec<&Bypass>, Vec<&Bypass>) = found
+        .bypasses
+        .iter()
+        .partition(|b| !grace || b.procs.iter().all(|p| !p.libmasq));
+    p.deferred = deferred.len();
+    let key = |b: &Bypass| (b.qpn, b.endpoint.clone(), b.creator());
+    let now: HashSet<_> = acted.iter().map(|&b| key(b)).collect();
     // A QPN reported before and gone since may come back as another QP.
-    reported.retain(|k| now.contains(k));
+    seen.bypasses.retain(|k| now.contains(k));
     let mut pids = BTreeMap::new();
-    let mut eps = std::collections::BTreeSet::new();
-    for b in found {
-        if reported.insert((b.qpn, b.pid)) {
+    let mut eps = BTreeSet::new();
+    for b in acted {
+        if seen.bypasses.insert(key(b)) {
             p.new.push(b.clone());
         }
-        // A process that survived a kill is killed again.
-        pids.insert(b.pid, b.endpoint.clone());
+        // A process that survived a kill is killed again. Of the holders
+        // of a QP no creator is named for, those with a session are
+        // spared (the QP may be another holder's).
+        for pr in &b.procs {
+            if b.via != Via::Holder || !pr.session {
+                pids.insert(pr.pid, b.endpoint.clone());
+            }
+        }
         eps.insert(b.endpoint.clone());
     }
-    if acting {
-        match action {
-            AuditAction::Log => {}
-            AuditAction::KillProcess => {
-                p.kill_pids = pids.into_iter().map(|(pid, ep)| (ep, pid)).collect()
-            }
-            AuditAction::KillEndpoint => p.kill_endpoints = eps.into_iter().collect(),
+    let now: HashSet<u32> = found.unattributed.iter().map(|u| u.qpn).collect();
+    seen.unattributed.retain(|q| now.contains(q));
+    for u in &found.unattributed {
+        if seen.unattributed.insert(u.qpn) {
+            p.unattributed.push(u.clone());
         }
+    }
+    match action {
+        AuditAction::Log => {}
+        AuditAction::KillProcess => {
+            p.kill_pids = pids.into_iter().map(|(pid, ep)| (ep, pid)).collect()
+        }
+        AuditAction::KillEndpoint => p.kill_endpoints = eps.into_iter().collect(),
     }
     p
 }
 
-/// The endpoints as the audit tells processes apart: network namespace
-/// (dev, inode) and cgroup path, read once per round (a namespace may be
-/// recreated).
-pub struct EndpointIds {
-    /// (name, netns (dev, inode) if it exists now, cgroup path)
-    eps: Vec<(String, Option<NsId>, String)>,
-}
-
-type NsId = (u64, u64);
-
-impl EndpointIds {
-    pub fn read(eps: &[crate::config::EndpointConfig], cgroup_parent: &str) -> EndpointIds {
-        use std::os::unix::fs::MetadataExt;
-        EndpointIds {
-            eps: eps
-                .iter()
-                .map(|e| {
-                    let ns = std::fs::metadata(&e.netns).ok().map(|m| (m.dev(), m.ino()));
-                    let cg = format!("/{}/{}", cgroup_parent.trim_matches('/'), e.name);
-                    (e.name.clone(), ns, cg)
-                })
-                .collect(),
-        }
-    }
-
-    /// The endpoint process `pid` runs in: by network namespace, else by
-    /// cgroup (a process that left the namespace is still the tenant's).
-    pub fn endpoint_of(&self, pid: i32) -> Option<String> {
-        use std::os::unix::fs::MetadataExt;
-        let ns = std::fs::metadata(format!("/proc/{pid}/ns/net"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()));
-        if let Some(ns) = ns {
-            if let Some((name, _, _)) = self.eps.iter().find(|(_, n, _)| *n == Some(ns)) {
-                return Some(name.clone());
-            }
-        }
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-        let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
-        self.eps
-            .iter()
-            .find(|(_, _, cg)| path == cg || path.starts_with(&format!("{cg}/")))
-            .map(|(name, _, _)| name.clone())
-    }
+/// The wait before the next round: a random time from half the interval
+/// to the whole of it. Rounds at a fixed phase let a tenant that learned
+/// it (from when its first rogue QP was killed) fit short-lived QPs
+/// between them; at random times each QP living `t` is seen with a
+/// chance of at least `t / interval`, and no gap exceeds the interval.
+pub fn next_wait(interval: Duration) -> Duration {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    let r = if n == 8 {
+        u64::from_ne_bytes(b)
+    } else {
+        // No entropy: the clock's nanoseconds.
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()))
+    };
+    let frac = (r % 1_000_001) as f64 / 1_000_000.0;
+    interval / 2 + (interval / 2).mul_f64(frac)
 }
 
 /// SIGKILL `pid` if it still runs in `endpoint`: a pidfd pins the process,
@@ -270,141 +429,5 @@ impl Vouchers for Admitted {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn qp(lqpn: u32, state: u8, pid: Option<u32>) -> QpInfo {
-        QpInfo {
-            lqpn,
-            port: Some(1),
-            qp_type: 2,
-            state,
-            pid,
-            kern_name: None,
-            rqpn: Some(0x99),
-        }
-    }
-
-    /// pids 100.. live in acme-a (pid 101 is a thread of 100), 200 in
-    /// globex-a, 300 on the host.
-    fn owner(pid: u32) -> Option<(String, i32)> {
-        match pid {
-            100 | 101 => Some(("acme-a".into(), 100)),
-            200 => Some(("globex-a".into(), 200)),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn an_unadmitted_connected_tenant_qp_is_a_bypass() {
-        let qps = [qp(0x11, 2, Some(100)), qp(0x12, 3, Some(101))];
-        let found = find_bypasses(&qps, &HashMap::new(), owner);
-        assert_eq!(
-            found,
-            vec![
-                Bypass {
-                    endpoint: "acme-a".into(),
-                    pid: 100,
-                    qpn: 0x11,
-                    qp_type: 2,
-                    state: 2
-                },
-                Bypass {
-                    endpoint: "acme-a".into(),
-                    pid: 100,
-                    qpn: 0x12,
-                    qp_type: 2,
-                    state: 3
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn admitted_unconnected_kernel_and_host_qps_are_not() {
-        let mut kern = qp(1, 3, None);
-        kern.kern_name = Some("ib_core".into());
-        let qps = [
-            qp(0x11, 3, Some(100)), // admitted
-            qp(0x12, 1, Some(100)), // INIT: no destination yet
-            qp(0x13, 0, Some(100)), // RESET
-            qp(0x14, 6, Some(100)), // ERROR
-            qp(0x15, 3, Some(300)), // a host process
-            qp(0x16, 3, None),      // creating task gone
-            kern,
-        ];
-        let admitted: HashMap<u32, i32> = [(0x11, 100)].into();
-        assert!(find_bypasses(&qps, &admitted, owner).is_empty());
-    }
-
-    #[test]
-    fn a_qpn_vouched_for_another_process_is_not_admitted() {
-        // acme-a's QPN 0x11 was freed behind masqd's back and reused by
-        // globex-a's process.
-        let admitted: HashMap<u32, i32> = [(0x11, 100)].into();
-        let found = find_bypasses(&[qp(0x11, 3, Some(200))], &admitted, owner);
-        assert_eq!(found.len(), 1);
-        assert_eq!(
-            (found[0].pid, found[0].endpoint.as_str()),
-            (200, "globex-a")
-        );
-    }
-
-    #[test]
-    fn sqd_and_sqe_count_as_connected() {
-        let qps = [qp(0x11, 4, Some(200)), qp(0x12, 5, Some(200))];
-        assert_eq!(find_bypasses(&qps, &HashMap::new(), owner).len(), 2);
-    }
-
-    #[test]
-    fn a_bypass_is_reported_once_and_again_if_its_qpn_comes_back() {
-        let b = find_bypasses(&[qp(0x11, 3, Some(100))], &HashMap::new(), owner);
-        let mut reported = HashSet::new();
-        let p = plan(&b, &mut reported, AuditAction::Log, true);
-        assert_eq!(p.new.len(), 1);
-        assert!(p.kill_pids.is_empty() && p.kill_endpoints.is_empty());
-        assert!(plan(&b, &mut reported, AuditAction::Log, true)
-            .new
-            .is_empty());
-        plan(&[], &mut reported, AuditAction::Log, true);
-        assert_eq!(plan(&b, &mut reported, AuditAction::Log, true).new.len(), 1);
-    }
-
-    #[test]
-    fn kill_modes_name_each_process_or_endpoint_once() {
-        let qps = [
-            qp(0x11, 3, Some(100)),
-            qp(0x12, 3, Some(101)),
-            qp(0x13, 2, Some(200)),
-        ];
-        let b = find_bypasses(&qps, &HashMap::new(), owner);
-        let p = plan(&b, &mut HashSet::new(), AuditAction::KillProcess, true);
-        assert_eq!(
-            p.kill_pids,
-            vec![("acme-a".to_string(), 100), ("globex-a".to_string(), 200)]
-        );
-        let p = plan(&b, &mut HashSet::new(), AuditAction::KillEndpoint, true);
-        assert_eq!(p.kill_endpoints, vec!["acme-a", "globex-a"]);
-        // During the restart grace nothing is killed.
-        let p = plan(&b, &mut HashSet::new(), AuditAction::KillProcess, false);
-        assert!(p.kill_pids.is_empty() && p.new.len() == 3);
-    }
-
-    #[test]
-    fn a_vouched_qpn_lingers_after_its_session_then_expires() {
-        let a = Admitted::default();
-        a.vouch(0, 0x11, 1, 100);
-        a.vouch(0, 0x12, 2, 200);
-        // Another device's QP of the same number is another QP.
-        a.vouch(1, 0x12, 3, 300);
-        a.forget(0, 0x12, 1); // another session's QPN: not forgotten
-        assert_eq!(a.snapshot(0), [(0x11, 100), (0x12, 200)].into());
-        assert_eq!(a.snapshot(1), [(0x12, 300)].into());
-        a.forget(0, 0x12, 2);
-        a.forget(1, 0x12, 3);
-        a.session_gone(1, Duration::from_millis(50));
-        assert_eq!(a.snapshot(0), [(0x11, 100)].into());
-        std::thread::sleep(Duration::from_millis(80));
-        assert!(a.snapshot(0).is_empty());
-    }
-}
+#[path = "audit_tests.rs"]
+mod tests;

@@ -4,6 +4,7 @@
 //! and the kernel conntrack entries a policy change ends.
 
 pub mod admission;
+pub mod attribution;
 pub mod audit;
 pub mod backstop;
 pub mod firewall;

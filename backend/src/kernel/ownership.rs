@@ -115,6 +115,7 @@ mod tests {
             pid,
             kern_name: None,
             rqpn: None,
+            pdn: Some(1),
         })
     }
 

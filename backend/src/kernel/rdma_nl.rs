@@ -3,10 +3,13 @@
 //!
 //! uverbs cannot say which QPN a handle is, nor who owns a QPN; the
 //! kernel's resource tracker can: for every QP its number, type, state,
-//! the task that created it and, for RC/UC, the remote QPN. masqd uses it
-//! to check the QPN an app claims (`kernel::ownership`) and to audit the
-//! device (`enforce::audit`). Layouts follow include/uapi/rdma/rdma_netlink.h; messages
-//! carry no family header, only attributes after the netlink header.
+//! the task that created it, its PD and, for RC/UC, the remote QPN; for
+//! every PD its creating task and user context; for every context its
+//! creating task. masqd uses it to check the QPN an app claims
+//! (`kernel::ownership`) and to audit the device (`enforce::audit`, which
+//! follows a QP whose creating task has exited to its PD and context).
+//! Layouts follow include/uapi/rdma/rdma_netlink.h; messages carry no
+//! family header, only attributes after the netlink header.
 
 use netlink_packet_core::{
     DecodeError, DefaultNla, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
@@ -18,6 +21,9 @@ use std::io;
 const RDMA_NL_NLDEV: u16 = 5;
 const CMD_GET: u16 = 1;
 const CMD_RES_QP_GET: u16 = 10;
+const CMD_RES_PD_GET: u16 = 14;
+/// Newer than the QP and PD dumps (`rdma res show ctx`; 6.1 has it).
+const CMD_RES_CTX_GET: u16 = 22;
 
 const ATTR_DEV_INDEX: u16 = 1;
 const ATTR_DEV_NAME: u16 = 2;
@@ -30,6 +36,12 @@ const ATTR_RES_TYPE: u16 = 26;
 const ATTR_RES_STATE: u16 = 27;
 const ATTR_RES_PID: u16 = 28;
 const ATTR_RES_KERN_NAME: u16 = 29;
+const ATTR_RES_PD: u16 = 46;
+const ATTR_RES_PD_ENTRY: u16 = 47;
+const ATTR_RES_PDN: u16 = 60;
+const ATTR_RES_CTXN: u16 = 64;
+const ATTR_RES_CTX: u16 = 86;
+const ATTR_RES_CTX_ENTRY: u16 = 87;
 
 /// The kernel's `enum ib_qp_state` (the same numbers as `ibv_qp_state`).
 pub const QPS_RTR: u8 = 2;
@@ -52,6 +64,22 @@ pub struct QpInfo {
     pub kern_name: Option<String>,
     /// Remote QPN (RC and UC only).
     pub rqpn: Option<u32>,
+    /// The QP's protection domain (user QPs only): its creating task is
+    /// reported even when the QP's has exited.
+    pub pdn: Option<u32>,
+}
+
+/// One PD or user context as the kernel reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResInfo {
+    /// The PD's or context's number (RES_PDN, RES_CTXN).
+    pub id: u32,
+    /// The creating task, as for `QpInfo::pid`: absent once it exited.
+    pub pid: Option<u32>,
+    /// A user PD's context.
+    pub ctxn: Option<u32>,
+    /// The kernel's own object.
+    pub kern: bool,
 }
 
 impl QpInfo {
@@ -158,6 +186,7 @@ fn parse_qp(bytes: &[u8]) -> Result<Option<QpInfo>, DecodeError> {
             ATTR_RES_PID => q.pid = Some(get_u32(v)?),
             ATTR_RES_KERN_NAME => q.kern_name = Some(get_string(v)),
             ATTR_RES_RQPN => q.rqpn = Some(get_u32(v)?),
+            ATTR_RES_PDN => q.pdn = Some(get_u32(v)?),
             _ => {}
         }
         Ok(())
@@ -190,8 +219,51 @@ pub fn parse_qp_reply(attrs: &[u8]) -> Result<Vec<QpInfo>, DecodeError> {
     Ok(out)
 }
 
+/// One PD or context entry: `id_attr` names its number.
+fn parse_res(bytes: &[u8], id_attr: u16) -> Result<Option<ResInfo>, DecodeError> {
+    let mut r = ResInfo::default();
+    let mut has_id = false;
+    each_attr(bytes, |kind, v| {
+        match kind {
+            k if k == id_attr => {
+                r.id = get_u32(v)?;
+                has_id = true;
+            }
+            ATTR_RES_CTXN => r.ctxn = Some(get_u32(v)?),
+            ATTR_RES_PID => r.pid = Some(get_u32(v)?),
+            ATTR_RES_KERN_NAME => r.kern = true,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(has_id.then_some(r))
+}
+
+/// The PDs (`table` RES_PD) or contexts (RES_CTX) of one dump reply.
+fn parse_res_reply(attrs: &[u8], table: u16) -> Result<Vec<ResInfo>, DecodeError> {
+    let (entry, id_attr) = if table == ATTR_RES_PD {
+        (ATTR_RES_PD_ENTRY, ATTR_RES_PDN)
+    } else {
+        (ATTR_RES_CTX_ENTRY, ATTR_RES_CTXN)
+    };
+    let mut out = Vec::new();
+    each_attr(attrs, |kind, v| {
+        if kind == table {
+            each_attr(v, |k, e| {
+                if k == entry {
+                    out.extend(parse_res(e, id_attr)?);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// A netlink socket on the nldev interface, bound to one device and port.
 pub struct RdmaNl {
+    device: String,
     sock: Socket,
     seq: u32,
     dev_index: u32,
@@ -217,6 +289,7 @@ impl RdmaNl {
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
         let mut nl = RdmaNl {
+            device: device.to_string(),
             sock,
             seq: 0,
             dev_index: 0,
@@ -276,19 +349,43 @@ impl RdmaNl {
         Ok(Lookup::Missing)
     }
 
+    /// The device's name.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
     /// Every QP on the device (a dump).
     pub fn qps(&mut self) -> io::Result<Vec<QpInfo>> {
+        self.dump(CMD_RES_QP_GET, parse_qp_reply)
+    }
+
+    /// Every PD on the device (a dump).
+    pub fn pds(&mut self) -> io::Result<Vec<ResInfo>> {
+        self.dump(CMD_RES_PD_GET, |a| parse_res_reply(a, ATTR_RES_PD))
+    }
+
+    /// Every user context on the device (a dump; a kernel without the
+    /// command answers an error).
+    pub fn ctxs(&mut self) -> io::Result<Vec<ResInfo>> {
+        self.dump(CMD_RES_CTX_GET, |a| parse_res_reply(a, ATTR_RES_CTX))
+    }
+
+    /// One dump of the device's objects of command `cmd`, each reply's
+    /// attributes read by `parse`.
+    fn dump<T>(
+        &mut self,
+        cmd: u16,
+        parse: impl Fn(&[u8]) -> Result<Vec<T>, DecodeError>,
+    ) -> io::Result<Vec<T>> {
         let attrs = [u32_attr(ATTR_DEV_INDEX, self.dev_index)];
         let mut out = Vec::new();
         let mut err = None;
-        self.request(
-            NldevMsg::new(CMD_RES_QP_GET, &attrs),
-            true,
-            |m| match parse_qp_reply(&m.attrs) {
+        self.request(NldevMsg::new(cmd, &attrs), true, |m| {
+            match parse(&m.attrs) {
                 Ok(q) => out.extend(q),
                 Err(e) => err = Some(e),
-            },
-        )?;
+            }
+        })?;
         match err {
             Some(e) => Err(invalid(e)),
             None => Ok(out),
@@ -394,7 +491,7 @@ mod tests {
         }
     }
 
-    fn rc(lqpn: u32, rqpn: u32, pid: u32) -> QpInfo {
+    fn rc(lqpn: u32, rqpn: u32, pid: u32, pdn: u32) -> QpInfo {
         QpInfo {
             lqpn,
             port: Some(1),
@@ -403,6 +500,7 @@ mod tests {
             pid: Some(pid),
             kern_name: None,
             rqpn: Some(rqpn),
+            pdn: Some(pdn),
         }
     }
 
@@ -419,8 +517,10 @@ mod tests {
             pid: None,
             kern_name: Some("ib_core".into()),
             rqpn: None,
+            pdn: None,
         };
-        assert_eq!(qps, vec![rc(18, 19, 233), rc(19, 18, 232), gsi]);
+        // Each user QP names its PD (RES_PDN); the kernel's GSI QP none.
+        assert_eq!(qps, vec![rc(18, 19, 233, 2), rc(19, 18, 232, 3), gsi]);
         assert!(qps.iter().all(|q| q.connected()));
         assert!(matches!(decode(DUMP_DONE).payload, NetlinkPayload::Done(_)));
     }
@@ -428,14 +528,14 @@ mod tests {
     #[test]
     fn a_captured_single_qp_reply_has_its_attributes_at_the_top_level() {
         let qps = parse_qp_reply(&inner(DOIT).attrs).unwrap();
-        assert_eq!(qps, vec![rc(19, 18, 232)]);
+        assert_eq!(qps, vec![rc(19, 18, 232, 3)]);
     }
 
     #[test]
     fn a_qp_in_reset_has_no_port_and_its_query_answers_eagain() {
         let qps = parse_qp_reply(&inner(DUMP_RESET).attrs).unwrap();
         assert_eq!(qps[0].lqpn, 17);
-        assert_eq!((qps[0].port, qps[0].state), (None, 0));
+        assert_eq!((qps[0].port, qps[0].state, qps[0].pdn), (None, 0, Some(1)));
         assert!(!qps[0].connected());
         match decode(DOIT_RESET).payload {
             NetlinkPayload::Error(e) => assert_eq!(e.code.map(|c| c.get()), Some(-libc::EAGAIN)),
@@ -467,6 +567,90 @@ mod tests {
             )
         );
     }
+
+    fn nest(kind: u16, inner: &[DefaultNla]) -> DefaultNla {
+        let mut b = vec![0; inner.buffer_len()];
+        inner.emit(&mut b);
+        DefaultNla::new(kind, b)
+    }
+
+    #[test]
+    fn pd_and_context_dumps_name_each_creator_and_the_pds_context() {
+        // As fill_res_pd_entry lays them out: a user PD whose creator
+        // lives, one whose creator has exited (no RES_PID), the kernel's.
+        let pd = |pdn, ctxn: Option<u32>, pid: Option<u32>, kern: bool| {
+            let mut e = vec![
+                DefaultNla::new(ATTR_RES_USECNT_FOR_TEST, 5u64.to_ne_bytes().to_vec()),
+                u32_attr(ATTR_RES_PDN, pdn),
+            ];
+            e.extend(ctxn.map(|c| u32_attr(ATTR_RES_CTXN, c)));
+            e.extend(pid.map(|p| u32_attr(ATTR_RES_PID, p)));
+            if kern {
+                e.push(DefaultNla::new(ATTR_RES_KERN_NAME, b"ib_core\0".to_vec()));
+            }
+            nest(ATTR_RES_PD_ENTRY, &e)
+        };
+        let reply = NldevMsg::new(
+            CMD_RES_PD_GET,
+            &[
+                u32_attr(ATTR_DEV_INDEX, 0),
+                nest(
+                    ATTR_RES_PD,
+                    &[
+                        pd(2, Some(1), Some(233), false),
+                        pd(3, Some(2), None, false),
+                        pd(1, None, None, true),
+                    ],
+                ),
+            ],
+        );
+        let pds = parse_res_reply(&reply.attrs, ATTR_RES_PD).unwrap();
+        let res = |id, pid, ctxn, kern| ResInfo {
+            id,
+            pid,
+            ctxn,
+            kern,
+        };
+        assert_eq!(
+            pds,
+            vec![
+                res(2, Some(233), Some(1), false),
+                res(3, None, Some(2), false),
+                res(1, None, None, true),
+            ]
+        );
+        let ctx = |n, pid: Option<u32>| {
+            let mut e = vec![u32_attr(ATTR_RES_CTXN, n)];
+            e.extend(pid.map(|p| u32_attr(ATTR_RES_PID, p)));
+            nest(ATTR_RES_CTX_ENTRY, &e)
+        };
+        let reply = NldevMsg::new(
+            CMD_RES_CTX_GET,
+            &[nest(ATTR_RES_CTX, &[ctx(1, Some(233)), ctx(2, None)])],
+        );
+        assert_eq!(
+            parse_res_reply(&reply.attrs, ATTR_RES_CTX).unwrap(),
+            vec![res(1, Some(233), None, false), res(2, None, None, false)]
+        );
+        // A PD table is not read as contexts, nor an entry without its
+        // number as an object.
+        assert!(parse_res_reply(&reply.attrs, ATTR_RES_PD)
+            .unwrap()
+            .is_empty());
+        let nameless = NldevMsg::new(
+            CMD_RES_CTX_GET,
+            &[nest(
+                ATTR_RES_CTX,
+                &[nest(ATTR_RES_CTX_ENTRY, &[u32_attr(ATTR_RES_PID, 9)])],
+            )],
+        );
+        assert!(parse_res_reply(&nameless.attrs, ATTR_RES_CTX)
+            .unwrap()
+            .is_empty());
+    }
+
+    /// RDMA_NLDEV_ATTR_RES_USECNT (u64), which masqd does not read.
+    const ATTR_RES_USECNT_FOR_TEST: u16 = 38;
 
     #[test]
     fn truncated_or_foreign_messages_are_errors_not_panics() {

@@ -83,6 +83,7 @@ impl QpKernel for FakeKernel {
             pid: Some(PID as u32),
             kern_name: None,
             rqpn: None,
+            pdn: Some(1),
         }))
     }
 }

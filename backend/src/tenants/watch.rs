@@ -3,10 +3,11 @@
 //! and counters. Each beats once a round (`Run::heartbeat`): a round stuck
 //! on a lock or a kernel call makes masqd unhealthy.
 
+use crate::enforce::attribution::KernelOwners;
 use crate::enforce::audit;
 use crate::run::{lock, STALL};
 use crate::tenants::parts::Parts;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -62,109 +63,164 @@ pub fn sysfs_view_loop(parts: Arc<Parts>) {
     }
 }
 
-/// The audit thread: one round per interval until masqd stops.
+/// The audit thread: one round per interval (a random wait of half to
+/// one interval, see `audit::next_wait`) until masqd stops.
 ///
 /// After a start, apps need the recovery grace (`backstop.
 /// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
-/// QPs look unadmitted, so the audit only counts what it would flag.
+/// QPs look unadmitted, so a bypass of a process with libmasq mapped waits
+/// for it; one of a process without libmasq (which never had a session)
+/// is acted on at once.
 pub fn audit_loop(parts: Arc<Parts>, mut nl: Vec<crate::kernel::rdma_nl::RdmaNl>) {
     let interval = parts.run.audit_interval();
     let action = parts.cfg.audit.action;
     let grace = Duration::from_secs(parts.cfg.backstop.recovery_grace_seconds);
     let parent = parts.cfg.backstop.cgroup_parent.clone();
     info!(?interval, ?action, "QP audit running");
-    let mut reported = std::collections::HashSet::new();
+    let mut seen = audit::Seen::default();
     let mut waiting = 0;
     let beat = parts.run.heartbeat("audit", interval + STALL);
     while !parts.run.is_stopping() {
         beat.beat();
-        std::thread::sleep(interval);
+        std::thread::sleep(audit::next_wait(interval));
         let started = Instant::now();
-        let ids = audit::EndpointIds::read(&parts.registry.configs(), &parent);
-        let owner = |task| {
-            let pid = crate::kernel::ownership::tgid_of(task)?;
-            Some((ids.endpoint_of(pid)?, pid))
-        };
+        let ids =
+            crate::enforce::attribution::EndpointIds::read(&parts.registry.configs(), &parent);
+        let sessions: HashSet<i32> = parts
+            .sessions
+            .with_views(|v| v.values().map(|s| s.pid).collect());
         // Each rail's device: the kernel's list first, then what masqd
         // vouches for (a QP masqd moves in between was vouched for before
         // it moved).
-        let mut found = Vec::new();
+        let mut found = audit::Findings::default();
         let mut listed = 0;
         for (rail, nl) in nl.iter_mut().enumerate() {
             match nl.qps() {
                 Ok(qps) => {
                     listed += qps.len();
                     let admitted = parts.admitted.snapshot(rail);
-                    let bypasses = audit::find_bypasses(&qps, &admitted, owner);
+                    let mut owners = KernelOwners::new(nl, &ids, &sessions);
+                    let mut f = audit::find_bypasses(&qps, &admitted, &mut owners);
                     // A QP the CM connects is the CM's own (it checked the
                     // policy): the CM knows it by the device's endpoint.
-                    found.extend(bypasses.into_iter().filter(|b| !cm_made(&parts, b, rail)));
+                    f.bypasses
+                        .retain(|b| !cm_made(&parts, Some(b.endpoint.as_str()), b.qpn, rail));
+                    f.unattributed
+                        .retain(|u| !cm_made(&parts, None, u.qpn, rail));
+                    found.extend(f);
                 }
                 Err(e) => warn!("audit: cannot list the QPs of rail {rail}'s device: {e}"),
             }
         }
+        let took = started.elapsed();
+        parts.metrics.audit_round.observe(took.as_secs_f64());
         debug!(
             qps = listed,
-            flagged = found.len(),
-            "audit round in {:?}",
-            started.elapsed()
+            flagged = found.bypasses.len(),
+            unattributed = found.unattributed.len(),
+            "audit round in {took:?}"
         );
-        if parts.run.uptime() < grace {
-            if found.len() != waiting {
-                waiting = found.len();
-                info!("audit: {waiting} connected tenant QP(s) not (yet) resynced; acting after the recovery grace");
+        let in_grace = parts.run.uptime() < grace;
+        let p = audit::plan(&found, &mut seen, action, in_grace);
+        if p.deferred != waiting {
+            waiting = p.deferred;
+            if waiting > 0 {
+                info!("audit: {waiting} connected QP(s) of processes with libmasq not (yet) resynced; acting on them after the recovery grace");
             }
-            continue;
         }
-        let p = audit::plan(&found, &mut reported, action, true);
-        let ep_of = |name: &str| parts.registry.local_named(name);
-        for b in &p.new {
-            if let Some(ep) = ep_of(&b.endpoint) {
-                ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);
-            }
+        report(&parts, &p, action);
+        act(&parts, &p, &ids, &parent);
+    }
+}
+
+/// Logs and counts what a round newly found.
+fn report(parts: &Parts, p: &audit::Plan, action: crate::config::AuditAction) {
+    use crate::kernel::ibv::{state_name, type_name};
+    for b in &p.new {
+        if let Some(ep) = parts.registry.local_named(&b.endpoint) {
+            ep.audit_bypasses.fetch_add(1, Ordering::Relaxed);
+        }
+        warn!(
+            endpoint = %b.endpoint, pid = %b.pids(), qpn = b.qpn, state = state_name(b.state),
+            "audit: bypass: {} QP {:#x} of pid {} in {} is {} but masqd never admitted it{}",
+            type_name(b.qp_type), b.qpn, b.pids(), b.endpoint, state_name(b.state), b.via.describe()
+        );
+        let spared = b.via == audit::Via::Holder && b.procs.iter().all(|p| p.session);
+        if action == crate::config::AuditAction::KillProcess && spared {
             warn!(
-                endpoint = %b.endpoint, pid = b.pid, qpn = b.qpn, state = crate::kernel::ibv::state_name(b.state),
-                "audit: bypass: {} QP {:#x} of pid {} in {} is {} but masqd never admitted it",
-                crate::kernel::ibv::type_name(b.qp_type), b.qpn, b.pid, b.endpoint, crate::kernel::ibv::state_name(b.state)
+                endpoint = %b.endpoint, qpn = b.qpn,
+                "audit: QP {:#x}: every process holding the device in {} has a session: none is killed (kill-endpoint would end the endpoint)",
+                b.qpn, b.endpoint
             );
         }
-        for (endpoint, pid) in &p.kill_pids {
-            match audit::kill_process(*pid, endpoint, &ids) {
-                Ok(()) => {
-                    if let Some(ep) = ep_of(endpoint) {
-                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
-                    }
-                    warn!(endpoint = %endpoint, pid, "audit: killed pid {pid} (SIGKILL) for its unadmitted QP(s)");
+    }
+    for u in &p.unattributed {
+        parts.metrics.audit_unattributed.inc();
+        let held = if u.holders.is_empty() {
+            "no endpoint's process holds the device's uverbs file".to_string()
+        } else {
+            format!(
+                "the device's uverbs file is held in {}",
+                u.holders.join(", ")
+            )
+        };
+        warn!(
+            qpn = u.qpn, state = state_name(u.state),
+            "audit: unattributed: {} QP {:#x} is {} and masqd never admitted it, but the kernel names no live creator of it, its PD or its context, and {held}: counted, not acted on",
+            type_name(u.qp_type), u.qpn, state_name(u.state)
+        );
+    }
+}
+
+/// Sends the round's kills.
+fn act(
+    parts: &Parts,
+    p: &audit::Plan,
+    ids: &crate::enforce::attribution::EndpointIds,
+    parent: &str,
+) {
+    let ep_of = |name: &str| parts.registry.local_named(name);
+    for (endpoint, pid) in &p.kill_pids {
+        match audit::kill_process(*pid, endpoint, ids) {
+            Ok(()) => {
+                if let Some(ep) = ep_of(endpoint) {
+                    ep.audit_kills.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) => warn!(endpoint = %endpoint, pid, "audit: cannot kill pid {pid}: {e}"),
+                warn!(endpoint = %endpoint, pid, "audit: killed pid {pid} (SIGKILL) for its unadmitted QP(s)");
             }
+            Err(e) => warn!(endpoint = %endpoint, pid, "audit: cannot kill pid {pid}: {e}"),
         }
-        for endpoint in &p.kill_endpoints {
-            match audit::kill_endpoint(&parent, endpoint) {
-                Ok(()) => {
-                    if let Some(ep) = ep_of(endpoint) {
-                        ep.audit_kills.fetch_add(1, Ordering::Relaxed);
-                    }
-                    warn!(endpoint = %endpoint, "audit: killed every process of {endpoint} (cgroup.kill)");
+    }
+    for endpoint in &p.kill_endpoints {
+        match audit::kill_endpoint(parent, endpoint) {
+            Ok(()) => {
+                if let Some(ep) = ep_of(endpoint) {
+                    ep.audit_kills.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) => warn!(endpoint = %endpoint, "audit: cannot kill {endpoint}: {e}"),
+                warn!(endpoint = %endpoint, "audit: killed every process of {endpoint} (cgroup.kill)");
             }
+            Err(e) => warn!(endpoint = %endpoint, "audit: cannot kill {endpoint}: {e}"),
         }
     }
 }
 
-/// Whether bypass `b` (a QP on rail `rail`'s device) is a QP the RDMA CM
-/// connected, for the device of `b`'s endpoint's apps on that rail.
-fn cm_made(parts: &Parts, b: &audit::Bypass, rail: usize) -> bool {
-    let Some(ep) = parts.registry.local_named(&b.endpoint) else {
-        return false;
-    };
+/// Whether QP `qpn` on rail `rail`'s device is one the RDMA CM connected,
+/// for the device of `endpoint`'s apps on that rail (of any endpoint's
+/// when None).
+fn cm_made(parts: &Parts, endpoint: Option<&str>, qpn: u32, rail: usize) -> bool {
     parts
         .registry
-        .devices_of(&ep)
+        .local()
         .iter()
-        .filter(|d| d.rail == rail)
-        .any(|d| parts.cm.role_of(&d.cfg.name, b.qpn).is_some())
+        .filter(|ep| endpoint.is_none_or(|name| ep.cfg.name == name))
+        .any(|ep| {
+            parts
+                .registry
+                .devices_of(ep)
+                .iter()
+                .filter(|d| d.rail == rail)
+                .any(|d| parts.cm.role_of(&d.cfg.name, qpn).is_some())
+        })
 }
 
 /// The backstop's housekeeping: pick up tenant cgroups created after
