@@ -8,6 +8,7 @@ use crate::cluster::registry::{Registry, RuntimeFile};
 use crate::cluster::source::{FileSource, Source};
 use crate::config::Config;
 use crate::enforce::admission::Admission;
+use crate::http::Said;
 use crate::kernel::host::HostDevice;
 use crate::run::STALL;
 use crate::tenants::parts::Parts;
@@ -336,13 +337,15 @@ impl Daemon {
             );
             let probes = crate::http::Probes {
                 health: Box::new(move || {
-                    w1.upgrade().map_or(Err("stopping".into()), |p| health(&p))
+                    w1.upgrade()
+                        .map_or(Err(Said::state("stopping")), |p| health(&p))
                 }),
                 ready: Box::new(move || {
                     let started = up.load(Ordering::SeqCst);
-                    w2.upgrade().map_or(Err("not ready: stopping".into()), |p| {
-                        readiness(&p, started)
-                    })
+                    w2.upgrade()
+                        .map_or(Err(Said::state("not ready: stopping")), |p| {
+                            readiness(&p, started)
+                        })
                 }),
             };
             let beat = parts.run.heartbeat("metrics", STALL);
@@ -484,13 +487,15 @@ impl Daemon {
 }
 
 /// `/healthz`: masqd's watched loops make progress (`Run::stalled`), the
-/// same check that keeps the systemd watchdog pinged.
-fn health(parts: &Parts) -> Result<String, String> {
+/// same check that keeps the systemd watchdog pinged. The probes' states
+/// are fixed phrases; what lies behind one (which loop, socket or error)
+/// is its detail, for `?verbose` clients the metrics let in (`http.rs`).
+fn health(parts: &Parts) -> Result<Said, Said> {
     let stalled = parts.run.stalled();
     if stalled.is_empty() {
-        Ok("ok".into())
+        Ok(Said::state("ok"))
     } else {
-        Err(format!("stalled: {}", stalled.join("; ")))
+        Err(Said::detail("stalled", stalled.join("; ")))
     }
 }
 
@@ -500,16 +505,15 @@ fn health(parts: &Parts) -> Result<String, String> {
 /// went degraded after that is still ready (masqd serves the last view
 /// and says so); one never read is not, as this host would not know
 /// where the other hosts' endpoints are.
-fn readiness(parts: &Parts, started: bool) -> Result<String, String> {
-    let not = |why: String| Err(format!("not ready: {why}"));
+fn readiness(parts: &Parts, started: bool) -> Result<Said, Said> {
     if parts.run.is_stopping() {
-        return not("stopping".into());
+        return Err(Said::state("not ready: stopping"));
     }
     if let Err(why) = health(parts) {
-        return not(why);
+        return Err(Said::detail("not ready: stalled", why.detail));
     }
     if !started {
-        return not("starting".into());
+        return Err(Said::state("not ready: starting"));
     }
     let mut sockets = vec![parts.cfg.control_socket()];
     sockets.extend(parts.registry.local().iter().map(|e| e.socket.clone()));
@@ -519,25 +523,28 @@ fn readiness(parts: &Parts, started: bool) -> Result<String, String> {
         .map(|s| s.display().to_string())
         .collect();
     if !missing.is_empty() {
-        return not(format!("socket gone: {}", missing.join(", ")));
+        return Err(Said::detail("not ready: socket gone", missing.join(", ")));
     }
     match parts.cluster.as_ref().map(|c| c.health()) {
-        None => Ok("ready".into()),
+        None => Ok(Said::state("ready")),
         Some(h) => cluster_readiness(&h),
     }
 }
 
-fn cluster_readiness(h: &crate::cluster::Health) -> Result<String, String> {
+fn cluster_readiness(h: &crate::cluster::Health) -> Result<Said, Said> {
     let error = h.error.as_deref().unwrap_or("no error yet");
     if h.revision == 0 {
-        Err(format!("not ready: no view read from etcd yet ({error})"))
+        Err(Said::detail("not ready: no view read from etcd yet", error))
     } else if h.state != "connected" {
-        Ok(format!(
-            "ready, cluster degraded since {} (Unix time): serving the view of revision {} ({error})",
-            h.since, h.revision
+        Ok(Said::detail(
+            "ready, cluster degraded",
+            format!(
+                "since {} (Unix time), serving the view of revision {} ({error})",
+                h.since, h.revision
+            ),
         ))
     } else {
-        Ok("ready".into())
+        Ok(Said::state("ready"))
     }
 }
 
@@ -556,23 +563,26 @@ mod tests {
         }
     }
 
+    /// The states say nothing of etcd's error; the details do.
     #[test]
     fn a_cluster_is_ready_once_read_and_stays_so_degraded() {
         assert_eq!(
             cluster_readiness(&health("degraded", 0, Some("etcd: connection refused"))),
-            Err("not ready: no view read from etcd yet (etcd: connection refused)".into())
+            Err(Said::detail(
+                "not ready: no view read from etcd yet",
+                "etcd: connection refused"
+            ))
         );
         assert_eq!(
             cluster_readiness(&health("connected", 7, None)),
-            Ok("ready".into())
+            Ok(Said::state("ready"))
         );
         assert_eq!(
             cluster_readiness(&health("degraded", 7, Some("etcd: timeout"))),
-            Ok(
-                "ready, cluster degraded since 1700000000 (Unix time): serving the view of \
-                revision 7 (etcd: timeout)"
-                    .into()
-            )
+            Ok(Said::detail(
+                "ready, cluster degraded",
+                "since 1700000000 (Unix time), serving the view of revision 7 (etcd: timeout)"
+            ))
         );
     }
 }

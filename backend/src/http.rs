@@ -4,7 +4,10 @@
 //! Kubernetes probe or a load balancer. `metrics.tls` makes it HTTPS (and,
 //! with `clientCa`, takes only clients with a certificate of that CA);
 //! `metrics.bearerTokenFile` makes a scrape of `/metrics` bring the token.
-//! The probes stay open: they tell only whether masqd is alive and ready.
+//! The probes stay open, so they tell only a state (`ready`, `not ready:
+//! socket gone`): no path, no error text. What lies behind a state (which
+//! socket, etcd's error) is for a client `/metrics` would let in, asking
+//! `?verbose`.
 
 use crate::config::identity;
 use crate::config::MetricsConfig;
@@ -19,9 +22,42 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
-/// A probe's answer: `Ok(text)` is 200, `Err(reason)` 503; either in
-/// plain text, one line.
-pub type Probe = Box<dyn Fn() -> Result<String, String> + Send + Sync>;
+/// A probe's answer: `Ok` is 200, `Err` 503; either in plain text, one
+/// line.
+pub type Probe = Box<dyn Fn() -> Result<Said, Said> + Send + Sync>;
+
+/// What a probe says: its `state`, which anyone who reaches the listener
+/// reads, so a fixed phrase with no path and no error text in it; and the
+/// `detail` behind it, for a client the metrics' access lets in that asks
+/// `?verbose`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    pub state: &'static str,
+    pub detail: String,
+}
+
+impl Said {
+    pub fn state(state: &'static str) -> Said {
+        Said {
+            state,
+            detail: String::new(),
+        }
+    }
+    pub fn detail(state: &'static str, detail: impl Into<String>) -> Said {
+        Said {
+            state,
+            detail: detail.into(),
+        }
+    }
+    /// The body's line: the state, and the detail when `verbose`.
+    fn line(&self, verbose: bool) -> String {
+        if verbose && !self.detail.is_empty() {
+            format!("{}: {}\n", self.state, self.detail)
+        } else {
+            format!("{}\n", self.state)
+        }
+    }
+}
 
 /// What `/healthz` and `/readyz` ask (see `daemon.rs` for what each
 /// checks).
@@ -85,12 +121,9 @@ impl Access {
         let token = match &cfg.bearer_token_file {
             None => None,
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    format!(
-                        "metrics.bearerTokenFile: {}: cannot read: {e}",
-                        path.display()
-                    )
-                })?;
+                let field = "metrics.bearerTokenFile";
+                let text = String::from_utf8(identity::secret(field, path)?)
+                    .map_err(|_| format!("{field}: {}: not text", path.display()))?;
                 let token = text.trim();
                 if token.is_empty() || token.chars().any(|c| c.is_whitespace()) {
                     return Err(format!(
@@ -275,18 +308,16 @@ fn answer<B>(served: &Served, req: &Request<B>) -> Response<Full<Bytes>> {
         return r;
     }
     if let Some(probe) = probe {
-        return match probe() {
-            Ok(t) => text(
-                StatusCode::OK,
-                format!("{t}\n"),
-                "text/plain; charset=utf-8",
-            ),
-            Err(why) => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("{why}\n"),
-                "text/plain; charset=utf-8",
-            ),
+        let verbose = req
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "verbose"))
+            && served.access.allows(req);
+        let (code, said) = match probe() {
+            Ok(said) => (StatusCode::OK, said),
+            Err(said) => (StatusCode::SERVICE_UNAVAILABLE, said),
         };
+        return text(code, said.line(verbose), "text/plain; charset=utf-8");
     }
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &served.registry) {
@@ -362,15 +393,15 @@ mod tests {
             health: Box::new(move || {
                 let s = r1.stalled();
                 if s.is_empty() {
-                    Ok("ok".into())
+                    Ok(Said::state("ok"))
                 } else {
-                    Err(format!("stalled: {}", s.join("; ")))
+                    Err(Said::detail("stalled", s.join("; ")))
                 }
             }),
             ready: Box::new(move || match (up.load(Ordering::SeqCst), r2.stalled()) {
-                (true, s) if s.is_empty() => Ok("ready".into()),
-                (false, _) => Err("not ready: starting".into()),
-                (_, s) => Err(format!("not ready: stalled: {}", s.join("; "))),
+                (true, s) if s.is_empty() => Ok(Said::state("ready")),
+                (false, _) => Err(Said::state("not ready: starting")),
+                (_, s) => Err(Said::detail("not ready: stalled", s.join("; "))),
             }),
         };
         let m = crate::metrics::Metrics::default();
@@ -404,16 +435,20 @@ mod tests {
         assert_eq!(http(addr, "GET", "/readyz?verbose").2, "ready\n");
         assert_eq!(http(addr, "HEAD", "/readyz").0, 200);
 
-        // The control loop wedges: both probes fail, saying which loop.
+        // The control loop wedges: both probes fail; asked ?verbose (the
+        // metrics are open here), they say which loop.
         std::thread::sleep(Duration::from_millis(2100));
         let (code, _, body) = http(addr, "GET", "/healthz");
+        assert_eq!((code, body.as_str()), (503, "stalled\n"));
+        let (code, _, body) = http(addr, "GET", "/healthz?verbose");
         assert_eq!(code, 503);
         assert!(
             body.starts_with("stalled: control: no progress for "),
             "{body}"
         );
         let (code, _, body) = http(addr, "GET", "/readyz");
-        assert_eq!(code, 503);
+        assert_eq!((code, body.as_str()), (503, "not ready: stalled\n"));
+        let body = http(addr, "GET", "/readyz?verbose").2;
         assert!(body.starts_with("not ready: stalled: control"), "{body}");
         wedged.beat();
         assert_eq!(http(addr, "GET", "/healthz").0, 200);
@@ -428,8 +463,13 @@ mod tests {
         let run = Arc::new(crate::run::Run::new(Duration::from_secs(1)));
         let stop = run.clone();
         let probes = Probes {
-            health: Box::new(|| Ok("ok".into())),
-            ready: Box::new(|| Ok("ready".into())),
+            health: Box::new(|| Ok(Said::state("ok"))),
+            ready: Box::new(|| {
+                Err(Said::detail(
+                    "not ready: socket gone",
+                    "/run/masq/endpoints/acme-a/masq.sock",
+                ))
+            }),
         };
         let registry =
             crate::metrics::registry(&crate::metrics::Metrics::default(), Box::new(|| None));
@@ -456,19 +496,27 @@ mod tests {
         }
     }
 
+    /// `text` in a new file at `path`, readable by its owner only.
+    fn secret_file(path: &std::path::Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).expect("write");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+
+    /// The probes answer anyone, with their state only: the socket's path
+    /// is for a client with the token that asks `?verbose`.
     #[test]
-    fn a_bearer_token_guards_the_metrics_but_not_the_probes() {
+    fn a_bearer_token_guards_the_metrics_and_the_probes_details_but_not_the_probes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("token");
-        std::fs::write(&file, "s3cret\n").expect("write");
+        secret_file(&file, "s3cret\n");
         let access = Access::load(&metrics_config(None, Some(file))).expect("load");
         let (addr, run) = listener(access);
-        let with = |headers: &str| {
+        let get = |path: &str, headers: &str| {
             let c = std::net::TcpStream::connect(addr).expect("connect");
-            exchange(c, "GET", "/metrics", headers)
-                .expect("an answer")
-                .0
+            exchange(c, "GET", path, headers).expect("an answer")
         };
+        let with = |headers: &str| get("/metrics", headers).0;
         assert_eq!(with(""), 401);
         assert_eq!(with("Authorization: Bearer wrong\r\n"), 401);
         assert_eq!(with("Authorization: Bearer s3cre\r\n"), 401);
@@ -476,7 +524,19 @@ mod tests {
         assert_eq!(with("Authorization: Bearer s3cret\r\n"), 200);
         assert_eq!(with("authorization: bearer s3cret\r\n"), 200);
         assert_eq!(http(addr, "GET", "/healthz").0, 200);
-        assert_eq!(http(addr, "GET", "/readyz").0, 200);
+        let gone = "not ready: socket gone\n";
+        for headers in ["", "Authorization: Bearer wrong\r\n"] {
+            for path in ["/readyz", "/readyz?verbose"] {
+                let (code, _, body) = get(path, headers);
+                assert_eq!((code, body.as_str()), (503, gone), "{path} {headers}");
+            }
+        }
+        let token = "Authorization: Bearer s3cret\r\n";
+        assert_eq!(get("/readyz", token).2, gone);
+        assert_eq!(
+            get("/readyz?verbose", token).2,
+            "not ready: socket gone: /run/masq/endpoints/acme-a/masq.sock\n"
+        );
         run.stop();
     }
 
@@ -484,12 +544,24 @@ mod tests {
     fn bad_access_files_are_errors_naming_the_field_and_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let empty = dir.path().join("empty");
-        std::fs::write(&empty, "\n").expect("write");
+        secret_file(&empty, "\n");
         let e = Access::load(&metrics_config(None, Some(empty)))
             .err()
             .expect("empty");
         assert!(
             e.starts_with("metrics.bearerTokenFile: ") && e.contains("empty"),
+            "{e}"
+        );
+        // A token others can read is no secret.
+        let open = dir.path().join("open");
+        std::fs::write(&open, "s3cret\n").expect("write");
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .expect("chmod");
+        let e = Access::load(&metrics_config(None, Some(open)))
+            .err()
+            .expect("open to others");
+        assert!(
+            e.starts_with("metrics.bearerTokenFile: ") && e.contains("open: mode 0644"),
             "{e}"
         );
         let tls = crate::config::MetricsTls {

@@ -48,6 +48,11 @@ pub struct PeerStageLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    pub peer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CmEventLabels {
     pub endpoint: String,
     pub event: &'static str,
@@ -79,6 +84,8 @@ pub struct Metrics {
     pub cm_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     /// Messages between masqds: the hand-off to the link, the handling.
     pub peer: Family<PeerStageLabels, Histogram, fn() -> Histogram>,
+    /// Messages refused by a peer's full queue on the link, by peer host.
+    pub peer_dropped: Family<PeerLabels, Counter>,
     pub cm_events: Family<CmEventLabels, Counter>,
     /// Unix time the policy in force was applied.
     pub policy_applied: Gauge<f64, AtomicU64>,
@@ -102,6 +109,7 @@ impl Default for Metrics {
             rtr_steps: Family::new_with_constructor(request_buckets),
             cm_steps: Family::new_with_constructor(request_buckets),
             peer: Family::new_with_constructor(request_buckets),
+            peer_dropped: Family::default(),
             cm_events: Family::default(),
             policy_applied: Gauge::default(),
             audit_unattributed: Counter::default(),
@@ -151,6 +159,14 @@ impl Metrics {
         self.peer
             .get_or_create(&PeerStageLabels { stage, msg })
             .observe(took.as_secs_f64());
+    }
+
+    pub fn peer_dropped(&self, peer: std::net::Ipv4Addr) {
+        self.peer_dropped
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .inc();
     }
 
     pub fn cm_event(&self, endpoint: &str, event: u32) {
@@ -223,9 +239,15 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
         "masq_peer_message_duration_seconds",
         "Messages between masqds (the RDMA CM's, UD QP announcements): queued = from \
          the CM's send to its write on the link (after the CM's lock is released, and \
-         through the sender thread while the peer's connection is not up); \
+         through the peer's sender thread while its connection is not up or busy); \
          handled = the reader thread's work on one received message",
         m.peer.clone(),
+    );
+    r.register(
+        "masq_peer_messages_dropped",
+        "Messages for a peer masqd refused because its queue on the link was full \
+         (the peer took nothing for a while); the app sees a CM timeout",
+        m.peer_dropped.clone(),
     );
     r.register(
         "masq_cm_events",
@@ -624,6 +646,7 @@ mod tests {
         m.admission("acme", Ok("acme/db/ingress[0]"));
         m.request(4, Duration::from_micros(300));
         m.cm_event("acme-a", 9);
+        m.peer_dropped(std::net::Ipv4Addr::new(198, 18, 0, 3));
         m.policy_applied.set(1_700_000_000.0);
         m.audit_unattributed.inc();
         m.audit_round.observe(0.002);

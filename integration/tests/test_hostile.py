@@ -4,10 +4,16 @@ masq's CDI spec and `tenant exec` mount it read-only) plants a link in
 masqd's sysfs view. Nothing masqd does as root follows it: the host's
 directory it names keeps its files, and the endpoint whose view cannot be
 made is refused, not served with the host's sysfs, while the host's other
-endpoints are served."""
+endpoints are served. And a name with control characters a tenant gives
+in HELLO reaches masqd's log and masqctl escaped."""
+import json
+import os
+import time
+
 import pytest
 
-from test_endpoints import (ADD, CONFIG, NAME, acme_d, listed,  # noqa: F401 (acme_d: a fixture)
+from masq_testbed import finish
+from test_endpoints import (ADD, CONFIG, NAME, REPO, acme_d, listed,  # noqa: F401 (acme_d: a fixture)
                             masqctl, subprocess_ok)
 
 SOCKDIR = "/run/masq/endpoints"
@@ -109,3 +115,38 @@ def test_a_link_in_the_view_is_not_followed_when_the_endpoint_goes(acme_d, targe
         untouched(tb, "host2")
     finally:
         tb.run("host2", "rm", "-rf", d, check=False)
+
+
+RAW_CLIENT = os.path.join(REPO, "integration", "tools", "masq_raw_client.py")
+# A name with a forged log line, a terminal escape and a bidi override, as
+# a tenant's own client sends it (libmasq itself sends printable ASCII).
+HOSTILE_NAME = "x\nINFO fake\x1b[2J\u202e"
+HELLO_AND_WAIT = f"""
+import sys, time
+sys.path.insert(0, {os.path.dirname(RAW_CLIENT)!r})
+import masq_raw_client as c
+s = c.connect()
+print(c.exchange(s, c.hello({HOSTILE_NAME.encode()!r})), flush=True)
+time.sleep(6)
+"""
+
+
+def test_a_name_with_control_characters_reaches_the_log_and_masqctl_escaped(masq):
+    app = masq.tenant_spawn("host2", "acme-b", "python3", "-c", HELLO_AND_WAIT)
+    try:
+        shown = None
+        for _ in range(20):
+            r = masqctl(masq, "host2", "-o", "json", "sessions")
+            apps = [s["app"] for s in json.loads(r.stdout)["sessions"]]
+            shown = next((a for a in apps if a.startswith("x")), None)
+            if shown:
+                break
+            time.sleep(0.25)
+        assert shown == "x\\nINFO fake\\u{1b}[2J\\u{202e}", apps
+        table = masqctl(masq, "host2", "sessions").stdout
+        assert "\x1b" not in table and "\u202e" not in table and "INFO fake" in table, table
+    finally:
+        finish(app, timeout=30)
+    log = masq.masqd_log("host2")
+    assert "x\\nINFO fake\\u{1b}[2J" in log
+    assert "\x1b[2J" not in log and not any(l.startswith("INFO fake") for l in log.splitlines())

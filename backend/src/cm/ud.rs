@@ -331,17 +331,20 @@ mod tests {
     use crate::peer::link::Link;
     use std::sync::{mpsc, Arc};
 
-    /// A CM whose messages to peers land in the receiver: with no sender
-    /// thread, none of them has a connection, so all are queued.
-    fn cm() -> (Cm, mpsc::Receiver<crate::peer::link::Outgoing>) {
+    /// A CM whose messages to peers stay in the link's queues: with no
+    /// peer threads, none of them has a connection, so all are queued.
+    fn cm() -> (Cm, Arc<Link>) {
         let cm = Cm::new(Duration::from_secs(1), Default::default());
-        let (tx, rx) = mpsc::channel();
-        cm.set_link(Arc::new(Link::new(Ipv4Addr::LOCALHOST, tx)));
-        (cm, rx)
+        let (tx, _) = mpsc::channel();
+        let link = Arc::new(Link::new(Ipv4Addr::LOCALHOST, tx, None));
+        cm.set_link(link.clone());
+        (cm, link)
     }
 
-    fn sent(rx: &mpsc::Receiver<crate::peer::link::Outgoing>) -> Vec<Ipv4Addr> {
-        rx.try_iter().map(|(h, _, _)| h).collect()
+    /// The hosts messages were queued for since the last look, in host
+    /// order.
+    fn sent(link: &Link) -> Vec<Ipv4Addr> {
+        link.take_queued().into_iter().map(|(h, _)| h).collect()
     }
 
     const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);

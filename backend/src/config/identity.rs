@@ -4,7 +4,9 @@
 //! user); masqd checks here only that each file holds what its field says,
 //! so that a wrong path or a swapped file is an error naming the field and
 //! the file at start, not a TLS failure later. `certs` and `key` read the
-//! metrics listener's files the same way.
+//! metrics listener's files the same way. A private key (and any secret
+//! read through `secret`) is refused if its mode lets group or others
+//! read or write it: a key others can read is no longer this host's.
 
 use super::TlsFiles;
 use rustls_pki_types::pem::PemObject;
@@ -34,6 +36,28 @@ impl std::fmt::Debug for Identity {
 
 fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{field}: {}: cannot read: {e}", path.display()))
+}
+
+/// The text of the secret file `path` (a private key, a token), for
+/// `field`: refused, naming the file and its mode, unless only its owner
+/// may read or write it. The mode is the open file's (fstat), so a file
+/// swapped in after the check is not the one read.
+pub fn secret(field: &str, path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let cannot = |e: std::io::Error| format!("{field}: {}: cannot read: {e}", path.display());
+    let mut f = std::fs::File::open(path).map_err(cannot)?;
+    let mode = f.metadata().map_err(cannot)?.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{field}: {}: mode {mode:04o} lets group or others read it; \
+             a secret must be its owner's only (chmod 600)",
+            path.display()
+        ));
+    }
+    let mut text = Vec::new();
+    f.read_to_end(&mut text).map_err(cannot)?;
+    Ok(text)
 }
 
 /// A PEM file of certificates: its text, the certificates, and the first
@@ -85,7 +109,7 @@ fn parse_key(field: &str, path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'stat
 
 /// The private key in the PEM file `path`, for `field`.
 pub fn key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    parse_key(field, path, &read(field, path)?)
+    parse_key(field, path, &secret(field, path)?)
 }
 
 impl Identity {
@@ -93,7 +117,7 @@ impl Identity {
     pub fn load(files: &TlsFiles) -> Result<Identity, String> {
         let ca = certificates("cluster.tls.ca", &files.ca)?;
         let cert = certificates("cluster.tls.cert", &files.cert)?;
-        let key = read("cluster.tls.key", &files.key)?;
+        let key = secret("cluster.tls.key", &files.key)?;
         parse_key("cluster.tls.key", &files.key, &key)?;
         Ok(Identity {
             ca: ca.pem,
@@ -124,13 +148,17 @@ ZV6X6g==
 -----END CERTIFICATE-----
 ";
 
+    /// The three files in `dir`, the key readable by its owner only.
     fn files(dir: &Path, ca: &str, cert: &str, key: &str) -> TlsFiles {
+        use std::os::unix::fs::PermissionsExt;
         let mut paths = Vec::new();
         for (name, text) in [("ca.pem", ca), ("cert.pem", cert), ("key.pem", key)] {
             let p = dir.join(name);
             std::fs::write(&p, text).expect("write");
             paths.push(p);
         }
+        let owner_only = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(&paths[2], owner_only).expect("chmod");
         TlsFiles {
             ca: paths[0].clone(),
             cert: paths[1].clone(),
@@ -173,5 +201,45 @@ ZV6X6g==
             (id.subject.as_str(), id.not_after),
             ("CN=masq-tests", 2_111_095_839)
         );
+    }
+
+    /// A key that group or others may read (as make-pki wrote them before
+    /// issue 51) is refused at load, naming the file and its mode; 0400
+    /// and 0600 are taken.
+    #[test]
+    fn a_key_readable_by_group_or_others_is_refused_naming_the_file_and_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+        let f = files(dir.path(), CERT, CERT, key);
+        for (mode, refused) in [
+            (0o644, true),
+            (0o640, true),
+            (0o604, true),
+            (0o620, true),
+            (0o600, false),
+            (0o400, false),
+        ] {
+            std::fs::set_permissions(&f.key, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let r = Identity::load(&f).map(drop);
+            if refused {
+                let e = r.expect_err("refused");
+                assert!(
+                    e.starts_with("cluster.tls.key: ")
+                        && e.contains("key.pem")
+                        && e.contains(&format!("mode {mode:04o}")),
+                    "{mode:o}: {e}"
+                );
+                let e = key_of(&f.key).expect_err("refused");
+                assert!(e.contains(&format!("mode {mode:04o}")), "{e}");
+            } else {
+                r.expect("taken");
+                key_of(&f.key).expect("taken");
+            }
+        }
+    }
+
+    fn key_of(path: &Path) -> Result<(), String> {
+        key("metrics.tls.key", path).map(drop)
     }
 }

@@ -6,45 +6,41 @@
 //! anything else is logged and its link closed; it reconnects to send
 //! again.
 //!
-//! A message to a peer whose connection is up is written by the thread
-//! that sends it (`Link::send`), with no thread switch on the way: under
-//! emulation a hand-off to another thread cost 0.5-0.7 ms per message.
-//! Everything else goes to one sender thread, which (re)connects to each
-//! peer on demand and retries once; while it holds messages for a peer,
-//! later ones queue behind them, so order is kept. Messages for this
-//! host's own endpoints take the sender thread too, so that no CM lock is
-//! re-entered.
+//! Sending (`send.rs`): a queue and a thread per peer host, so that a
+//! dead peer delays only its own messages, and a local thread for this
+//! host's own endpoints.
 
 use crate::peer::msg::PeerMsg;
-use crate::peer::tls::{LinkTls, Reader, Writer};
+use crate::peer::send::{Conn, Connect, Local, Outlet, Peer, Spawn, CONNECT_TIMEOUT};
+pub use crate::peer::send::{Link, Outgoing, Sent};
+use crate::peer::tls::{LinkTls, Reader};
 use crate::peer::wire as peer_wire;
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, BufReader, Read, Write};
+use std::collections::BTreeSet;
+use std::io::{self, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::os::fd::AsRawFd;
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A message for `host`, queued at the instant given.
-pub type Outgoing = (Ipv4Addr, PeerMsg, Instant);
-
 /// Where the link takes what it receives, and what it asks of masqd.
 pub trait PeerSink: Send + Sync {
     /// A message from `from`, or from this host's own endpoints (through
-    /// the sender thread, so that no CM lock is re-entered).
+    /// the local thread, so that no CM lock is re-entered).
     fn deliver(&self, from: Ipv4Addr, msg: PeerMsg);
     /// `msg` could not be sent to `host`: the app sees a timeout.
     fn lost(&self, host: Ipv4Addr, msg: &PeerMsg);
+    /// `host`'s queue was full: a message for it was refused (and is
+    /// reported `lost` too).
+    fn dropped(&self, host: Ipv4Addr);
     /// The hosts of the VPC map: links are accepted from these only.
     fn hosts(&self) -> BTreeSet<Ipv4Addr>;
     fn stopping(&self) -> bool;
     /// The link's sending side, handed over right after the bind.
     fn linked(&self, link: Arc<Link>);
     /// A message spent `took` in `stage`: `queued` from the CM's send to
-    /// its write on the link (here: through the sender thread), `handled`
+    /// its write on the link (here: through a peer's or the local thread), `handled`
     /// in `deliver` on the reader thread.
     fn timed(&self, stage: &'static str, kind: &'static str, took: Duration);
     /// Every 100 ms, for the CM's timeouts.
@@ -55,96 +51,46 @@ pub trait PeerSink: Send + Sync {
     fn tls(&self) -> Option<Arc<LinkTls>>;
 }
 
-/// The sending side of the link, shared by the threads that send and the
-/// sender thread.
-pub struct Link {
-    own: Ipv4Addr,
-    queue: mpsc::Sender<Outgoing>,
-    peers: Mutex<BTreeMap<Ipv4Addr, Arc<Mutex<Peer>>>>,
-}
-
-/// The connection to one peer host.
-#[derive(Default)]
-struct Peer {
-    stream: Option<Writer>,
-    /// Messages for this peer on the sender thread's queue, not yet
-    /// written: while there are any, a new one queues behind them.
-    queued: usize,
-}
-
-/// What `Link::send` did with a message.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Sent {
-    /// Written to the peer's connection by the caller's thread.
-    Written,
-    /// Handed to the sender thread.
-    Queued,
-    /// Not sendable (it does not encode); logged.
-    Dropped,
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Link {
-    /// A link whose messages the sender thread takes from `queue`.
-    pub fn new(own: Ipv4Addr, queue: mpsc::Sender<Outgoing>) -> Link {
-        Link {
-            own,
-            queue,
-            peers: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    fn peer(&self, host: Ipv4Addr) -> Arc<Mutex<Peer>> {
-        locked(&self.peers).entry(host).or_default().clone()
-    }
-
-    /// Send `msg` (queued by the CM at `queued`) to `host`: written here if
-    /// the peer's connection is up and nothing waits ahead of it, handed to
-    /// the sender thread otherwise. Call it with no CM lock held: a write
-    /// may wait for the peer (up to `CONNECT_TIMEOUT`).
-    pub fn send(&self, host: Ipv4Addr, msg: PeerMsg, queued: Instant) -> Sent {
-        if host != self.own {
-            let peer = self.peer(host);
-            let mut p = locked(&peer);
-            if p.queued == 0 {
-                if let Some(stream) = p.stream.as_mut() {
-                    let bytes = match peer_wire::encode(&msg) {
-                        Ok(b) => b,
-                        Err(e) => {
-                            warn!(%host, ?msg, "CM link: {e}; not sent");
-                            return Sent::Dropped;
-                        }
-                    };
-                    if stream.write_all(&bytes).is_ok() {
-                        return Sent::Written;
-                    }
-                    // The sender thread connects afresh and retries.
-                    p.stream = None;
-                }
-            }
-            p.queued += 1;
-        }
-        let _ = self.queue.send((host, msg, queued));
-        Sent::Queued
-    }
-}
-
-/// Bind the CM port on `own` and start the listener and sender threads.
+/// Bind the CM port on `own` and start the listener, the local thread and
+/// the timer; each peer's sender starts with its first message.
 pub fn start<S: PeerSink + 'static>(sink: &Arc<S>, own: Ipv4Addr, port: u16) -> io::Result<()> {
+    let tcp = sink.clone();
+    let connect: Arc<Connect> =
+        Arc::new(move |host: Ipv4Addr| connect(host, port, tcp.tls().as_deref()));
+    start_with(sink, own, port, connect)
+}
+
+/// `start`, with peers reached through `connect`.
+fn start_with<S: PeerSink + 'static>(
+    sink: &Arc<S>,
+    own: Ipv4Addr,
+    port: u16,
+    connect: Arc<Connect>,
+) -> io::Result<()> {
     let addr = SocketAddr::new(IpAddr::V4(own), port);
     let listener = TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("CM link: cannot listen on {addr}: {e}")))?;
     let (tx, rx) = mpsc::channel();
-    let link = Arc::new(Link::new(own, tx));
-    sink.linked(link.clone());
+    let spawn: Spawn = {
+        let sink = sink.clone();
+        Box::new(move |peer: Arc<Peer>| {
+            let (sink, connect) = (sink.clone(), connect.clone());
+            let host = peer.host;
+            let spawned = thread::Builder::new()
+                .name(format!("cm-to-{host}"))
+                .spawn(move || crate::peer::send::serve_peer(&peer, &*connect, &Out(&*sink)));
+            if let Err(e) = spawned {
+                // Its queue fills and drops, counted.
+                warn!(%host, "CM link: cannot start the peer's sender: {e}");
+            }
+        })
+    };
+    sink.linked(Arc::new(Link::new(own, tx, Some(spawn))));
     {
         let sink = sink.clone();
         thread::Builder::new()
-            .name("cm-send".into())
-            .spawn(move || sender(sink, &link, port, rx))?;
+            .name("cm-local".into())
+            .spawn(move || local(&*sink, own, rx))?;
     }
     {
         let sink = sink.clone();
@@ -169,65 +115,48 @@ pub fn start<S: PeerSink + 'static>(sink: &Arc<S>, own: Ipv4Addr, port: u16) -> 
     Ok(())
 }
 
-fn sender<S: PeerSink>(sink: Arc<S>, link: &Link, port: u16, rx: mpsc::Receiver<Outgoing>) {
-    for (host, msg, queued) in rx {
-        if host == link.own {
-            sink.timed("queued", msg.kind(), queued.elapsed());
-            deliver(&*sink, host, msg);
-            continue;
-        }
-        let peer = link.peer(host);
-        let mut p = locked(&peer);
-        p.queued = p.queued.saturating_sub(1);
-        let sent = match peer_wire::encode(&msg) {
-            Ok(bytes) => write_to(&mut p, host, port, sink.tls().as_deref(), &bytes),
-            Err(e) => {
-                warn!(%host, ?msg, "CM link: {e}; not sent");
-                continue;
+/// A peer's thread reports to the sink.
+struct Out<'a, S: PeerSink>(&'a S);
+
+impl<S: PeerSink> Outlet for Out<'_, S> {
+    fn lost(&self, host: Ipv4Addr, msg: &PeerMsg) {
+        self.0.lost(host, msg);
+    }
+    fn timed(&self, kind: &'static str, took: Duration) {
+        self.0.timed("queued", kind, took);
+    }
+    fn stopping(&self) -> bool {
+        self.0.stopping()
+    }
+}
+
+/// This host's own messages, and the ones a full queue refused.
+fn local<S: PeerSink>(sink: &S, own: Ipv4Addr, rx: mpsc::Receiver<Local>) {
+    for job in rx {
+        match job {
+            Local::Deliver(msg, queued) => {
+                sink.timed("queued", msg.kind(), queued.elapsed());
+                deliver(sink, own, msg);
             }
-        };
-        drop(p);
-        sink.timed("queued", msg.kind(), queued.elapsed());
-        if !sent {
-            // The app sees what a lost CM packet gives: a timeout.
-            warn!(%host, "CM message lost");
-            sink.lost(host, &msg);
+            Local::Dropped(host, msg) => {
+                sink.dropped(host);
+                sink.lost(host, &msg);
+            }
         }
     }
 }
 
-/// Write `bytes` to `host`, connecting first if need be, with one retry on
-/// a fresh connection: the old one may have died with the peer's restart.
-fn write_to(p: &mut Peer, host: Ipv4Addr, port: u16, tls: Option<&LinkTls>, bytes: &[u8]) -> bool {
-    for _ in 0..2 {
-        if p.stream.is_none() {
-            match connect(host, port, tls) {
-                Ok(s) => p.stream = Some(s),
-                Err(e) => {
-                    warn!(%host, "CM link: cannot connect: {e}");
-                    return false;
-                }
-            }
-        }
-        if let Some(s) = p.stream.as_mut() {
-            if s.write_all(bytes).is_ok() {
-                return true;
-            }
-            p.stream = None;
-        }
-    }
-    false
-}
-
-fn connect(host: Ipv4Addr, port: u16, tls: Option<&LinkTls>) -> Result<Writer, String> {
+fn connect(host: Ipv4Addr, port: u16, tls: Option<&LinkTls>) -> Result<Conn, String> {
     let to = SocketAddr::new(IpAddr::V4(host), port);
     let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| format!("{to}: {e}"))?;
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(CONNECT_TIMEOUT));
+    let fd = Some(s.as_raw_fd());
     match tls {
-        Some(tls) => tls.connect(host, s).map_err(|e| format!("{to}: {e}")),
-        None => Ok(Box::new(s)),
+        Some(tls) => tls.connect(host, s).map(|w| Conn::new(w, fd)),
+        None => Ok(Conn::new(Box::new(s), fd)),
     }
+    .map_err(|e| format!("{to}: {e}"))
 }
 
 fn accept_loop<S: PeerSink + 'static>(sink: Arc<S>, listener: TcpListener) {
@@ -314,7 +243,8 @@ fn read_link(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Cursor;
+    use crate::peer::send::QUEUE_BOUND;
+    use std::io::{Cursor, Write};
     use std::sync::Mutex;
 
     /// What `f` logs.
@@ -455,6 +385,7 @@ mod tests {
     struct FakeSink {
         got: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
         lost: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
+        dropped: Mutex<Vec<Ipv4Addr>>,
         link: Mutex<Option<Arc<Link>>>,
         listening: Mutex<Option<Vec<Ipv4Addr>>>,
         tls: Option<Arc<LinkTls>>,
@@ -466,6 +397,9 @@ mod tests {
         }
         fn lost(&self, host: Ipv4Addr, msg: &PeerMsg) {
             self.lost.lock().expect("lock").push((host, msg.clone()));
+        }
+        fn dropped(&self, host: Ipv4Addr) {
+            self.dropped.lock().expect("lock").push(host);
         }
         fn hosts(&self) -> BTreeSet<Ipv4Addr> {
             [Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2)].into()
@@ -526,17 +460,29 @@ mod tests {
         assert_eq!(*sink.lost.lock().expect("lock"), vec![(other, ud)]);
     }
 
+    /// A port free on 127.0.0.2.
+    fn free_port() -> u16 {
+        TcpListener::bind((B, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port()
+    }
+
     /// Two links on 127.0.0.1 and 127.0.0.2 (one port, as cm.port is), with
     /// the TLS given to each.
     fn pair(
         a_tls: Option<Arc<LinkTls>>,
         b_tls: Option<Arc<LinkTls>>,
     ) -> (Arc<FakeSink>, Arc<FakeSink>, Arc<Link>) {
-        let (a, b) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
-        let port = TcpListener::bind((b, 0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        pair_on(free_port(), a_tls, b_tls)
+    }
+
+    fn pair_on(
+        port: u16,
+        a_tls: Option<Arc<LinkTls>>,
+        b_tls: Option<Arc<LinkTls>>,
+    ) -> (Arc<FakeSink>, Arc<FakeSink>, Arc<Link>) {
+        let (a, b) = (Ipv4Addr::new(127, 0, 0, 1), B);
         let from = Arc::new(FakeSink {
             tls: a_tls,
             ..Default::default()
@@ -566,11 +512,85 @@ mod tests {
         let (from, to, link) = pair(None, None);
         assert_eq!(link.send(B, rtu(1), Instant::now()), Sent::Queued);
         wait_for("the first", || got(&to).len() == 1);
+        wait_for("the connection idle", || link.idle(B));
         assert_eq!(link.send(B, rtu(2), Instant::now()), Sent::Written);
         assert_eq!(link.send(B, rtu(3), Instant::now()), Sent::Written);
         wait_for("all three", || got(&to).len() == 3);
         assert_eq!(got(&to), vec![rtu(1), rtu(2), rtu(3)]);
         assert!(from.lost.lock().expect("lock").is_empty());
+    }
+
+    /// A listener on `ip:port` that takes no connection, as a host that
+    /// died with its kernel's queue full: backlog 0, filled by a
+    /// connection never accepted, so the kernel drops every further SYN
+    /// and a connect waits out its timeout. Keep what it returns.
+    fn blackhole(ip: Ipv4Addr, port: u16) -> (std::os::fd::OwnedFd, Vec<TcpStream>) {
+        use nix::sys::socket::{bind, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        let at = std::net::SocketAddrV4::new(ip, port);
+        bind(fd.as_raw_fd(), &SockaddrIn::from(at)).expect("bind");
+        // SAFETY: listen(2) on a socket this test owns.
+        assert_eq!(unsafe { libc::listen(fd.as_raw_fd(), 0) }, 0);
+        let mut held = Vec::new();
+        while let Ok(s) = TcpStream::connect_timeout(&at.into(), Duration::from_millis(200)) {
+            held.push(s);
+            assert!(held.len() < 8, "the backlog never filled");
+        }
+        (fd, held)
+    }
+
+    /// A peer that takes no connection holds up neither this host's own
+    /// messages nor another peer's: both arrive well within the dead
+    /// peer's connect timeout. Its queue takes QUEUE_BOUND messages and
+    /// refuses the rest, each counted and reported lost; once its connect
+    /// has failed, what it holds is lost at once, not a timeout each.
+    #[test]
+    fn a_dead_peer_delays_only_its_own_messages_and_its_queue_drops_at_its_bound() {
+        let port = free_port();
+        let (own, dead) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 3));
+        let _hole = blackhole(dead, port);
+        let (from, to, link) = pair_on(port, None, None);
+        let t = Instant::now();
+        // The dead peer's sender now waits in its connect.
+        assert_eq!(link.send(dead, rtu(1), Instant::now()), Sent::Queued);
+        let refused = (0..QUEUE_BOUND + 5)
+            .filter(|n| link.send(dead, rtu(*n as u32), Instant::now()) == Sent::Dropped)
+            .count();
+        link.send(own, rtu(2), Instant::now());
+        link.send(B, rtu(3), Instant::now());
+        wait_for("own and the live peer's", || {
+            got(&from) == vec![rtu(2)] && got(&to) == vec![rtu(3)]
+        });
+        let took = t.elapsed();
+        assert!(took < CONNECT_TIMEOUT / 2, "{took:?}");
+        // The first may still have been queued when the rest came.
+        assert!((5..=6).contains(&refused), "{refused}");
+        wait_for("the drops counted", || {
+            from.dropped.lock().expect("lock").len() == refused
+        });
+        assert!(from
+            .dropped
+            .lock()
+            .expect("lock")
+            .iter()
+            .all(|h| *h == dead));
+        let all = 1 + QUEUE_BOUND + 5;
+        wait_for("all of the dead peer's lost", || {
+            from.lost.lock().expect("lock").len() == all
+        });
+        assert!(from
+            .lost
+            .lock()
+            .expect("lock")
+            .iter()
+            .all(|(h, _)| *h == dead));
+        assert_eq!(got(&to), vec![rtu(3)]);
     }
 
     /// Identities made by integration/make-pki: `names` (NAME=IP) under one
@@ -619,6 +639,7 @@ mod tests {
         let (_, to, link) = pair(tls(a), tls(b));
         link.send(B, rtu(1), Instant::now());
         wait_for("the first", || got(&to).len() == 1);
+        wait_for("the connection idle", || link.idle(B));
         assert_eq!(link.send(B, rtu(2), Instant::now()), Sent::Written);
         wait_for("the second", || got(&to).len() == 2);
 

@@ -1,9 +1,11 @@
 //! The masqd-to-masqd transport for the RDMA CM: the messages (`msg`),
 //! their encoding on the wire (`wire`), the TCP links between hosts
-//! (`link`), which hand what they receive to a `link::PeerSink`, and their
-//! mutual TLS (`tls`).
+//! (`link`), which hand what they receive to a `link::PeerSink`, their
+//! senders, a queue and a thread per peer (`send`), and their mutual TLS
+//! (`tls`).
 
 pub mod link;
 pub mod msg;
+pub mod send;
 pub mod tls;
 pub mod wire;

@@ -46,10 +46,36 @@ impl Session {
         }
     }
 
+    /// The app's name as HELLO gave it, made printable: it goes to the
+    /// log, `masqctl session list`'s table and the JSON beside it.
+    pub fn set_app(&mut self, name: &str) {
+        self.app = printable(name);
+    }
+
     /// Whether OPEN_DEVICE gave the session its uverbs file.
     pub(crate) fn has_device(&self) -> bool {
         self.uverbs.is_some()
     }
+}
+
+/// A tenant's string as masqd shows it: control characters (C0, DEL, C1)
+/// and the Unicode marks that reorder or break a line (bidi overrides and
+/// isolates, line and paragraph separators) escaped as `\n`, `\u{1b}`, so
+/// that a name cannot forge a log line, move a terminal's cursor or turn
+/// the columns of a table. Everything else is kept as it is.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let reorders = matches!(c, '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else if reorders {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// What masqd knows of one of the session's QPs.
@@ -128,5 +154,21 @@ mod tests {
             json!({ "handle": 3, "qpn": 0x11, "qp_type": "RC", "state": "RTS",
                     "remote_vip": "10.0.0.2", "remote_qpn": 0x12, "peer_host": "198.18.0.2" })
         );
+    }
+
+    /// HELLO's app_name with a forged log line, a terminal escape and a
+    /// bidi override: each escaped, so one line in the log and one cell in
+    /// the table; an ordinary name (UTF-8 included) is kept.
+    #[test]
+    fn an_app_name_with_control_characters_is_escaped() {
+        let (_, mut sess) = crate::pipeline::fakes::setup(None);
+        sess.set_app("x\nINFO session opened app=root\u{1b}[2J\t\u{202e}gpj.exe\u{7f}\u{85}");
+        assert_eq!(
+            sess.app,
+            "x\\nINFO session opened app=root\\u{1b}[2J\\t\\u{202e}gpj.exe\\u{7f}\\u{85}"
+        );
+        assert!(!sess.app.chars().any(|c| c.is_control()));
+        sess.set_app("ib_write_bw-é_1.2");
+        assert_eq!(sess.app, "ib_write_bw-é_1.2");
     }
 }

@@ -217,7 +217,7 @@ fn hello(
         .with_vnic(|b| (b.node_guid(), b.gids().len()))
         .map_err(|e| from_io(e, "cannot read the endpoint's vNIC"))?;
     let phys = &parts.rail(&ep).device.host;
-    sess.app = h.app_name.clone();
+    sess.set_app(&h.app_name);
     sess.hello = true;
     if ep.cfg.name != sess.ep.cfg.name {
         info!(app = %sess.app, device = %ep.cfg.name, "session opened on {}", vdev_name(index));

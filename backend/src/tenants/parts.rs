@@ -334,6 +334,9 @@ impl PeerSink for Parts {
             self.cm.ud_acked(host, qpn); // nobody there to wait for
         }
     }
+    fn dropped(&self, host: Ipv4Addr) {
+        self.metrics.peer_dropped(host);
+    }
     fn hosts(&self) -> BTreeSet<Ipv4Addr> {
         self.registry.hosts().into_iter().collect()
     }

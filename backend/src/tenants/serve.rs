@@ -75,13 +75,14 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
         if parts.run.is_stopping() || ep.is_removed() {
             return;
         }
-        let pid = match conn.peer_pid() {
+        let peer = match conn.peer() {
             Ok(p) => p,
             Err(e) => {
                 warn!(endpoint = %ep.cfg.name, "cannot identify peer: {e}");
                 continue;
             }
         };
+        let pid = peer.pid;
         if let Err(why) = same_netns(pid, &ep.cfg.netns) {
             ep.refused_connections.fetch_add(1, Ordering::Relaxed);
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
@@ -91,6 +92,17 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
             // The endpoint's cgroup may have appeared since the last look.
             b.refresh_cgroups();
             crate::tenants::cgroups::adopt_app_cgroup(b, &ep.cfg, pid);
+        }
+        // The reads of /proc/<pid> above were of the app that connected
+        // only if it still runs now (else its pid may be another's). A
+        // cgroup adopted for a reused pid holds only processes of the
+        // endpoint's namespace (adopt_app_cgroup checks), so at worst it is
+        // filtered as the endpoint's. On a kernel without SO_PEERPIDFD
+        // this says yes and the race stays.
+        if !peer.still_running() {
+            ep.refused_connections.fetch_add(1, Ordering::Relaxed);
+            warn!(endpoint = %ep.cfg.name, pid, "refused connection: the connecting process exited before it was identified");
+            continue;
         }
         let id = parts.sessions.next_id();
         let (parts, ep) = (parts.clone(), ep.clone());

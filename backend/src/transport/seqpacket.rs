@@ -13,6 +13,37 @@ pub struct Listener(OwnedFd);
 
 pub struct Conn(OwnedFd);
 
+/// The process at the other end of a connection (`Conn::peer`).
+pub struct PeerProcess {
+    pub pid: i32,
+    /// None on a kernel without SO_PEERPIDFD.
+    pidfd: Option<OwnedFd>,
+}
+
+impl PeerProcess {
+    /// Whether the process that connected still runs. While it does, its
+    /// pid is not anyone else's, so what `/proc/<pid>` said before this
+    /// call was about it. Without a pidfd (an older kernel) this cannot be
+    /// told and the answer is yes: the race stays open there.
+    pub fn still_running(&self) -> bool {
+        let Some(fd) = &self.pidfd else {
+            return true;
+        };
+        // Signal 0: only the checks, no signal sent. ESRCH once it exited.
+        // SAFETY: pidfd_send_signal(2) on a pidfd we own, no siginfo.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                0,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        r == 0
+    }
+}
+
 /// One received datagram.
 pub struct Datagram {
     /// Bytes of the message (at most the buffer size).
@@ -104,10 +135,35 @@ impl Conn {
         Ok(Conn(fd))
     }
 
-    /// The peer process's pid, as the kernel recorded it at connect time.
-    pub fn peer_pid(&self) -> io::Result<i32> {
+    /// The process that connected, as the kernel recorded it at connect
+    /// time: its pid (SO_PEERCRED, in masqd's pid namespace) and a pidfd
+    /// for it (SO_PEERPIDFD, `libc::SO_PEERPIDFD`, 77 in the kernel's
+    /// asm-generic/socket.h; Linux 6.5 and later). A pid alone names
+    /// whichever process has it now: the app may have exited and its pid
+    /// gone to another process before masqd reads `/proc/<pid>`. The pidfd
+    /// names the connecting process itself, so `PeerProcess::still_running`
+    /// after those reads tells whether they were of it.
+    pub fn peer(&self) -> io::Result<PeerProcess> {
         let cred = socket::getsockopt(&self.0, sockopt::PeerCredentials).map_err(nix_io)?;
-        Ok(cred.pid())
+        let pidfd = match socket::getsockopt(&self.0, sockopt::PeerPidfd) {
+            Ok(fd) => Some(fd),
+            // A kernel before 6.5: the pid alone, and the race it leaves
+            // (a pid reused between connect and the /proc reads).
+            Err(nix::Error::ENOPROTOOPT) => None,
+            // The connecting process is gone and reaped (EINVAL before
+            // Linux 6.9, ESRCH since): nothing of it left to identify.
+            Err(nix::Error::ESRCH | nix::Error::EINVAL) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("pid {}: the connecting process has exited", cred.pid()),
+                ))
+            }
+            Err(e) => return Err(nix_io(e)),
+        };
+        Ok(PeerProcess {
+            pid: cred.pid(),
+            pidfd,
+        })
     }
 
     /// Receive one datagram into `buf`; `Ok(None)` at end of stream.
@@ -248,7 +304,9 @@ mod tests {
         let l = Listener::bind(&path, 0o600).expect("bind");
         let c = Conn::connect(&path).expect("connect");
         let s = l.accept().expect("accept");
-        assert_eq!(s.peer_pid().expect("pid"), std::process::id() as i32);
+        let peer = s.peer().expect("peer");
+        assert_eq!(peer.pid, std::process::id() as i32);
+        assert!(peer.still_running());
 
         let f = std::fs::File::open("/dev/null").expect("open");
         c.send(b"hello", Some(f.as_raw_fd())).expect("send");
@@ -315,5 +373,48 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// An app that connects and exits before masqd looks at it: its pid
+    /// may be another process's by the time `/proc/<pid>` is read. With a
+    /// pidfd masqd sees that the process it would identify is not the one
+    /// that connected (SO_PEERCRED's pid alone reads as a live peer).
+    #[test]
+    fn a_peer_that_exited_after_connecting_is_not_taken_for_a_running_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.sock");
+        let l = Listener::bind(&path, 0o600).expect("bind");
+        let addr = UnixAddr::new(&path).expect("addr");
+        // SAFETY: the child makes only raw system calls, then _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            unsafe {
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+                let sa = nix::sys::socket::SockaddrLike::as_ptr(&addr);
+                let len = nix::sys::socket::SockaddrLike::len(&addr);
+                let ok = libc::connect(fd, sa, len) == 0;
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+        }
+        let s = l.accept().expect("accept");
+        let mut status = 0;
+        // SAFETY: reap our own child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        let kernel_has_pidfd = {
+            let (a, _b) = Conn::pair().expect("pair");
+            socket::getsockopt(&a.0, sockopt::PeerPidfd).is_ok()
+        };
+        match s.peer() {
+            Ok(p) => {
+                assert_eq!(p.pid, child);
+                assert!(
+                    !kernel_has_pidfd || !p.still_running(),
+                    "the exited app was taken for a running one"
+                );
+            }
+            Err(e) => assert!(e.to_string().contains("has exited"), "{e}"),
+        }
     }
 }
