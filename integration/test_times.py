@@ -11,17 +11,22 @@ import time
 class RunTimes:
     def __init__(self):
         self.started = time.time()
-        self.boots = []  # seconds each testbed's boot took (one per xdist worker)
+        self.ups = []  # (seconds, boot seconds) of each testbed's `up` (one per worker)
+        self.boots = []  # the boots alone
         self.files = {}  # path -> {"tests", "setup", "call", "teardown"}
         self.tests = {}  # nodeid -> seconds (setup + call + teardown)
 
-    def record(self, nodeid, when, seconds, boot=None):
-        """One report's time; boot: the seconds of it that the testbed's
-        boot took (the setup that asked for the testbed waited for it):
-        the boot's, not the file's fixtures'."""
-        if boot is not None:
-            self.boots.append(boot)
-            seconds = max(0.0, seconds - boot)
+    def record(self, nodeid, when, seconds, up=None):
+        """One report's time; up: (seconds, boot seconds) of a testbed's
+        `up` that this report's setup waited for: the testbed's time, not
+        the file's fixtures'. The boot alone (no kernel fetched, no
+        initramfs built) is the probe of the machine's speed."""
+        if up is not None:
+            up_seconds, boot = up
+            self.ups.append((up_seconds, boot))
+            if boot:
+                self.boots.append(boot)
+            seconds = max(0.0, seconds - up_seconds)
         path = nodeid.split("::")[0]
         f = self.files.setdefault(path, {"tests": 0, "setup": 0.0, "call": 0.0, "teardown": 0.0})
         if when == "setup":
@@ -49,8 +54,9 @@ class RunTimes:
         lines = [f"{'total':>8} {'fixtures':>9} {'tests':>8} {'n':>4}  file"]
         for path, n, fixtures, call, total in self.rows():
             lines.append(f"{total:7.0f}s {fixtures:8.0f}s {call:7.0f}s {n:4d}  {path}")
-        for secs in self.boots:
-            lines.append(f"{secs:7.0f}s {'':>9} {'':>8} {'':>4}  (a testbed's boot)")
+        for secs, boot in self.ups:
+            boot = f", its boot {boot:.0f}s" if boot else ""
+            lines.append(f"{secs:7.0f}s {'':>9} {'':>8} {'':>4}  (a testbed's up{boot})")
         lines.append(f"{self.total():7.0f}s in all")
         lines.append("")
         lines.append(f"the {slowest} slowest tests (setup + call + teardown):")
@@ -63,7 +69,8 @@ class RunTimes:
         doc = {
             "seconds": round(self.total(), 1),
             "boot_seconds": None if self.boot() is None else round(self.boot(), 1),
-            "testbeds": len(self.boots),
+            "testbeds": len(self.ups),
+            "up_seconds": [round(u, 1) for u, _ in self.ups],
             "files": [{"file": p, "tests": n, "fixtures_seconds": round(fx, 1),
                        "tests_seconds": round(c, 1), "seconds": round(t, 1)}
                       for p, n, fx, c, t in self.rows()],

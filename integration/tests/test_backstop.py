@@ -164,7 +164,10 @@ def test_no_first_packet_of_a_new_connection_is_dropped_under_load(masq):
     assert after == before, (before, after)
 
 
-@pytest.mark.parametrize("target", ["acme-b", "globex-b"], ids=["same-vni", "other-vni"])
+@pytest.mark.parametrize("target", [
+    pytest.param("acme-b", id="same-vni"),
+    pytest.param("globex-b", id="other-vni", marks=pytest.mark.extended),
+])
 def test_a_tenant_skipping_libmasq_moves_no_data(masq, target):
     before1, before2 = counters(masq, "host1"), counters(masq, "host2")
     a, b = Side("host1", "acme-a"), Side("host2", target)

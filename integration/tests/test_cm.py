@@ -156,6 +156,7 @@ def test_rping_with_an_app_managed_qp(cm):
     assert cli.count("ping data: rdma-ping-") == 5, cli
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("tool,port", [("ib_write_bw", 7181), ("ib_read_bw", 7182)])
 def test_perftest_bandwidth_over_rdma_cm(cm, tool, port):
     argv = [tool, *PERF, "-s", "65536", "-n", "100", "-p", str(port)]

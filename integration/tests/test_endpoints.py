@@ -144,6 +144,7 @@ def subprocess_ok(args):
     assert r.returncode == 0, f"testbed {' '.join(args)}:\n{r.stdout}\n{r.stderr}"
 
 
+@pytest.mark.extended
 def test_bad_endpoint_changes_are_refused_and_change_nothing(acme_d):
     tb = acme_d
     before = listed(tb, "host2")

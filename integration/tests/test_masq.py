@@ -414,6 +414,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.extended
 def test_malformed_messages_get_errors_and_masqd_survives(masq):
     pid = masq.run("host1", "pgrep", "-x", "masqd").stdout.strip()
     r = masq.tenant_run("host1", "acme-a", "python3", RAW_CLIENT)

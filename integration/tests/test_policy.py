@@ -216,6 +216,7 @@ def _tcp_reaches(tb, host, endpoint, port):
     return r.returncode == 0 and r.stdout.strip() == "db"
 
 
+@pytest.mark.extended
 def test_tcp_rules_guard_the_qp_info_exchange(policy):
     port = 18950
     srv = policy.tenant_spawn("host2", "acme-b", "socat", f"TCP-LISTEN:{port},reuseaddr,fork",

@@ -48,7 +48,7 @@ def connect(tb, host, name, addr="10.0.0.2"):
     )
 
 
-@pytest.mark.parametrize("tenant", ["acme", "globex"])
+@pytest.mark.parametrize("tenant", ["acme", pytest.param("globex", marks=pytest.mark.extended)])
 def test_same_vni_reaches_its_peer_by_virtual_ip(endpoints, tenant):
     r = connect(endpoints, "host1", f"{tenant}-a")
     assert r.returncode == 0, r.stderr
