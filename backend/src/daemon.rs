@@ -553,6 +553,7 @@ mod tests {
             lease: String::new(),
             error: error.map(str::to_string),
             insecure: false,
+            held_elsewhere: Default::default(),
         }
     }
 
