@@ -681,6 +681,12 @@ pub struct RuntimeFile {
     /// to cgroup): adopted again at start, as no session brings them back.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub pod_cgroups: std::collections::BTreeMap<String, String>,
+    /// Apps' cgroups (a container's) the backstop filtered as an
+    /// endpoint's (cgroup to endpoint name): adopted again at start, before
+    /// any endpoint is served, as an app that skips libmasq never opens
+    /// the session that would bring it back.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub app_cgroups: std::collections::BTreeMap<String, String>,
 }
 
 impl RuntimeFile {
@@ -698,6 +704,9 @@ impl RuntimeFile {
     /// Replace it whole (write and rename), so a crash leaves the old or
     /// the new list, never half of one.
     pub fn store(&self, path: &Path) -> std::io::Result<()> {
+        // One writer at a time: they share the temporary file.
+        static STORING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STORING.lock().unwrap_or_else(|e| e.into_inner());
         let text = serde_yaml_ng::to_string(self).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("yaml.tmp");
         std::fs::write(

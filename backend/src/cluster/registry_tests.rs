@@ -328,15 +328,18 @@ fn the_runtime_file_round_trips() {
     e.host_if = Some("ve-acme-c".into());
     e.bridge = Some("mbr100".into());
     let pods = [("acme-c".to_string(), "kubepods/pod1".to_string())];
+    let apps = [("libpod_parent/libpod-1".to_string(), "acme-c".to_string())];
     RuntimeFile {
         endpoints: vec![e.clone()],
         pod_cgroups: pods.clone().into(),
+        app_cgroups: apps.clone().into(),
     }
     .store(&path)
     .unwrap();
     let back = RuntimeFile::load(&path).unwrap();
     assert_eq!(back.endpoints, vec![e]);
     assert_eq!(back.pod_cgroups, pods.into());
+    assert_eq!(back.app_cgroups, apps.into());
     // A file from before pods' cgroups were kept still loads.
     std::fs::write(&path, "endpoints: []").unwrap();
     assert!(RuntimeFile::load(&path).unwrap().pod_cgroups.is_empty());

@@ -87,11 +87,6 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
             continue;
         }
-        if let Some(b) = parts.admission.backstop() {
-            // The endpoint's cgroup may have appeared since the last look.
-            b.refresh_cgroups();
-            crate::tenants::cgroups::adopt_app_cgroup(b, &ep.cfg, pid);
-        }
         let id = parts.sessions.next_id();
         let (parts, ep) = (parts.clone(), ep.clone());
         let spawned = thread::Builder::new()
