@@ -42,14 +42,15 @@ impl Store for Follower {
         self.rebind(&[]);
     }
     fn placed(&self, from: SourceId, r: Placement) {
-        let name = r.name.clone().unwrap_or_default();
-        if self.registry.place(from, r).is_ok() {
-            self.rebind(&[&name]);
+        let changed = self.registry.place(from, r).names;
+        if !changed.is_empty() {
+            self.rebind(&changed.iter().map(String::as_str).collect::<Vec<_>>());
         }
     }
     fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str) {
-        if self.registry.unplace(from, host, name) {
-            self.rebind(&[name]);
+        let changed = self.registry.unplace(from, host, name).names;
+        if !changed.is_empty() {
+            self.rebind(&changed.iter().map(String::as_str).collect::<Vec<_>>());
         }
     }
     fn policy(&self, _from: SourceId, text: &str, file: &str) -> Result<(), String> {

@@ -214,17 +214,26 @@ impl Daemon {
         if backstop {
             let b = crate::enforce::backstop::Backstop::start(&parts.cfg, &endpoint_cfgs)
                 .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
-            // Pods' cgroups come back from the runtime file: no session of
-            // a pod's app brings them, and an app that skips libmasq must
-            // stay filtered across the restart.
-            let pods = RuntimeFile::load(&parts.cfg.runtime_endpoints_file())
-                .map(|f| f.pod_cgroups)
-                .unwrap_or_default();
+            // Pods' and apps' cgroups come back from the runtime file,
+            // before any endpoint is served: no session of a pod's app
+            // brings them, and an app that skips libmasq must stay
+            // filtered across the restart.
+            let kept = RuntimeFile::load(&parts.cfg.runtime_endpoints_file()).unwrap_or_default();
             let local = |n: &str| parts.registry.local_named(n).map(|e| e.cfg.clone());
-            for (name, cgroup) in crate::tenants::cgroups::readopt_pod_cgroups(&b, &pods, local) {
+            for (name, cgroup) in
+                crate::tenants::cgroups::readopt_cgroups(&b, &kept.pod_cgroups, local)
+            {
                 if let Some(ep) = parts.registry.local_named(&name) {
                     *crate::run::lock(&ep.pod_cgroup) = Some(cgroup);
                 }
+            }
+            let apps = kept.app_cgroups.iter().map(|(cgroup, name)| (name, cgroup));
+            let n = crate::tenants::cgroups::readopt_cgroups(&b, apps, local).len();
+            if n > 0 {
+                info!(
+                    cgroups = n,
+                    "backstop: apps' cgroups filtered again after the restart"
+                );
             }
             parts.admission.set_backstop(b);
         }
@@ -560,6 +569,7 @@ mod tests {
             lease: String::new(),
             error: error.map(str::to_string),
             insecure: false,
+            held_elsewhere: Default::default(),
         }
     }
 

@@ -320,6 +320,11 @@ struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClaimLabels {
+    whose: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     version: String,
     file: String,
@@ -469,6 +474,17 @@ impl prometheus_client::collector::Collector for Scrape {
                 "The etcd revision this host's view was last read or watched at",
                 &revision,
             )?;
+            let conflicts: Family<ClaimLabels, Counter> = Family::default();
+            for (whose, n) in c.claim_conflicts {
+                conflicts.get_or_create(&ClaimLabels { whose }).inc_by(n);
+            }
+            put(
+                &mut enc,
+                "masq_cluster_claim_conflicts",
+                "Claims of an endpoint's name or vIP that another host held: peers' claims this \
+                 host held back (peer), this host's publications etcd refused (own)",
+                &conflicts,
+            )?;
             if let Some(t) = c.certificate_not_after {
                 put(
                     &mut enc,
@@ -542,6 +558,10 @@ pub struct ClusterSample {
     pub revision: i64,
     /// This host's certificate's notAfter, Unix seconds (None: insecure).
     pub certificate_not_after: Option<i64>,
+    /// Conflicting claims so far: `peer` (other hosts' claims held back
+    /// here), `own` (this host's publications another host's claim
+    /// refused).
+    pub claim_conflicts: [(&'static str, u64); 2],
 }
 
 /// The port's counters from `<port dir>/counters` and `hw_counters`
@@ -664,6 +684,7 @@ mod tests {
                 since: 1_700_000_100,
                 revision: 77,
                 certificate_not_after: Some(2_111_095_839),
+                claim_conflicts: [("peer", 2), ("own", 0)],
             })))
         });
         for line in [
@@ -690,6 +711,8 @@ mod tests {
             "masq_cluster_state_since_timestamp_seconds 1700000100\n",
             "masq_cluster_revision 77\n",
             "masq_cluster_certificate_expiry_timestamp_seconds 2111095839\n",
+            r#"masq_cluster_claim_conflicts_total{whose="peer"} 2"#,
+            r#"masq_cluster_claim_conflicts_total{whose="own"} 0"#,
         ] {
             assert!(out.contains(line), "{line:?} not in:\n{out}");
         }
@@ -706,6 +729,7 @@ mod tests {
                 since: 5,
                 revision: 0,
                 certificate_not_after: None,
+                claim_conflicts: [("peer", 0), ("own", 0)],
             })))
         });
         assert!(degraded.contains("masq_cluster_up 0\n"), "{degraded}");
@@ -743,6 +767,7 @@ mod tests {
                 since: 1,
                 revision: 1,
                 certificate_not_after: Some(2_111_095_839),
+                claim_conflicts: [("peer", 2), ("own", 0)],
             })))
         }));
         let files = [

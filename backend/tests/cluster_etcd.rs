@@ -5,7 +5,8 @@
 use masq_backend::cluster::Cluster;
 use masq_backend::cluster::{auth, policy};
 use masq_backend::config::identity::Identity;
-use masq_backend::config::{ClusterConfig, EndpointConfig, TlsFiles};
+use masq_backend::config::{ClusterConfig, Config, EndpointConfig, TlsFiles};
+use masq_backend::registry::Registry;
 use masq_backend::source::{Placement, Source, SourceId, Store};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};
@@ -25,10 +26,15 @@ struct Fake {
     slow: Mutex<Duration>,
     /// The policy file this host brings: (text, file).
     file: Mutex<Option<(String, String)>>,
+    /// When set, what masqd's registry makes of the placements.
+    map: std::sync::OnceLock<Registry>,
 }
 
 impl Store for Fake {
     fn placements(&self, _from: SourceId, endpoints: Vec<Placement>) {
+        if let Some(r) = self.map.get() {
+            r.feed(SourceId::Cluster, endpoints.clone());
+        }
         let new: BTreeMap<_, _> = endpoints
             .into_iter()
             .map(|r| (r.name.clone().unwrap_or_default(), r))
@@ -41,9 +47,15 @@ impl Store for Fake {
     fn placed(&self, _from: SourceId, r: Placement) {
         std::thread::sleep(*self.slow.lock().unwrap());
         let name = r.name.clone().unwrap_or_default();
+        if let Some(m) = self.map.get() {
+            m.place(SourceId::Cluster, r.clone());
+        }
         self.remote.lock().unwrap().insert(name, r);
     }
-    fn unplaced(&self, _from: SourceId, _host: Ipv4Addr, name: &str) {
+    fn unplaced(&self, _from: SourceId, host: Ipv4Addr, name: &str) {
+        if let Some(m) = self.map.get() {
+            m.unplace(SourceId::Cluster, host, name);
+        }
         self.remote.lock().unwrap().remove(name);
         self.gone.lock().unwrap().push(name.to_string());
     }
@@ -230,6 +242,14 @@ fn host_as(
     local: &[EndpointConfig],
     file: Option<&str>,
 ) -> (Arc<Cluster>, Arc<Fake>) {
+    let store = Arc::new(Fake::default());
+    *store.local.lock().unwrap() = local.to_vec();
+    *store.file.lock().unwrap() = file.map(|t| (t.to_string(), "policy.yaml".to_string()));
+    (start_host(etcd, name, me, store.clone()), store)
+}
+
+/// Start a host as `name` at `me` feeding `store`.
+fn start_host(etcd: &Etcd, name: &str, me: &str, store: Arc<Fake>) -> Arc<Cluster> {
     let cfg = ClusterConfig {
         etcd: vec![etcd.url()],
         tls: Some(etcd.identity_files(name)),
@@ -239,11 +259,8 @@ fn host_as(
     };
     let me = me.parse().unwrap();
     let c = Cluster::new(cfg, me, vec![("rail0".into(), me)]).unwrap();
-    let store = Arc::new(Fake::default());
-    *store.local.lock().unwrap() = local.to_vec();
-    *store.file.lock().unwrap() = file.map(|t| (t.to_string(), "policy.yaml".to_string()));
-    c.clone().start(store.clone()).unwrap();
-    (c, store)
+    c.clone().start(store).unwrap();
+    c
 }
 
 fn until(what: &str, timeout: Duration, cond: impl Fn() -> bool) -> Duration {
@@ -539,4 +556,116 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
         e.contains("permission denied") && e.contains("CN=h2"),
         "{e}"
     );
+}
+
+/// `init-auth` for hosts h1 (198.18.0.1) and h2 (198.18.0.2), once etcd
+/// answers.
+fn roles_on(etcd: &Etcd) {
+    let (rt, mut t) = etcd.client("t");
+    let started = Instant::now();
+    while rt.block_on(t.get("/", None)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "etcd did not answer"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let hosts = [("h1", "198.18.0.1"), ("h2", "198.18.0.2")].map(|(n, ip)| auth::Host {
+        name: n.into(),
+        ip: ip.parse().unwrap(),
+    });
+    let root = Identity::load(&etcd.identity_files("root")).unwrap();
+    auth::run(&[etcd.url()], &root, "/masq-test", "operator", &hosts).unwrap();
+}
+
+/// Issue 51: with etcd's roles on, a host published another host's
+/// endpoint under its own key and every peer moved the endpoint to it.
+/// Now h2's masqd cannot publish h1's acme-a (its claims are h1's: etcd's
+/// transaction fails), and what h2 writes raw under its own key is held
+/// back by every reader until h1 deletes acme-a; then the next claim wins.
+#[test]
+fn with_roles_a_host_cannot_take_another_hosts_endpoint() {
+    let Some(etcd) = Etcd::start() else { return };
+    roles_on(&etcd);
+    let long = Duration::from_secs(20);
+    let acme_a = endpoint("acme-a", "10.0.0.1");
+    let (c1, s1) = host_as(
+        &etcd,
+        "h1",
+        "198.18.0.1",
+        std::slice::from_ref(&acme_a),
+        None,
+    );
+    assert!(c1.wait_connected(long), "{:?}", c1.health().error);
+    // A reader with masqd's registry (the operator's identity reads all).
+    let reader = Arc::new(Fake::default());
+    let cfg = Config::parse(
+        "device: rxe0\nunderlay: { netdev: eth0, ip: 198.18.0.9 }\n",
+        "r.yaml",
+    );
+    assert!(reader.map.set(Registry::new(&cfg.unwrap())).is_ok());
+    let _r = start_host(&etcd, "operator", "198.18.0.9", reader.clone());
+    let map = reader.map.get().unwrap();
+    let host_of = |vip: &str| {
+        map.vpc()
+            .lookup(100, vip.parse().unwrap())
+            .map(|p| p.host.to_string())
+    };
+    until("the reader places acme-a on h1", long, || {
+        host_of("10.0.0.1").as_deref() == Some("198.18.0.1")
+    });
+
+    // h2's masqd with acme-a of its own: etcd's transaction refuses it.
+    let (c2, _s2) = host_as(
+        &etcd,
+        "h2",
+        "198.18.0.2",
+        std::slice::from_ref(&acme_a),
+        None,
+    );
+    assert!(c2.wait_connected(long), "{:?}", c2.health().error);
+    let why = c2.health().held_elsewhere.get("acme-a").cloned();
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("endpoint acme-a's of host 198.18.0.1")),
+        "{why:?}"
+    );
+    assert_eq!(c2.claim_conflicts(), 1);
+    let (rt, mut h2) = etcd.client("h2");
+    let mine = "/masq-test/endpoints/198.18.0.2/acme-a";
+    assert_eq!(rt.block_on(h2.get(mine, None)).unwrap().kvs().len(), 0);
+
+    // Written raw under h2's own keys (etcd lets it), as acme-a and under
+    // another name at acme-a's vIP: every reader holds both back.
+    let raw = |name: &str| {
+        let e = endpoint(name, "10.0.0.1");
+        serde_json::json!({ "host": "198.18.0.2", "endpoint": e }).to_string()
+    };
+    rt.block_on(h2.put(mine, raw("acme-a"), None)).unwrap();
+    rt.block_on(h2.put("/masq-test/endpoints/198.18.0.2/evil", raw("evil"), None))
+        .unwrap();
+    until("the reader held both claims back", long, || {
+        map.claim_conflicts() == 2
+    });
+    assert_eq!(host_of("10.0.0.1").as_deref(), Some("198.18.0.1"));
+    assert!(!map.policy_refs().iter().any(|e| e.name == "evil"));
+
+    // h1 deletes acme-a: its claims go, the first waiting claim (h2's
+    // acme-a, written before evil) is placed, and h2's masqd publishes.
+    s1.local.lock().unwrap().clear();
+    c1.endpoint_down("acme-a");
+    until("the reader places acme-a on h2", long, || {
+        host_of("10.0.0.1").as_deref() == Some("198.18.0.2")
+    });
+    until("h2 published acme-a", long, || {
+        c2.health().held_elsewhere.is_empty()
+    });
+    let claim = rt
+        .block_on(h2.get("/masq-test/claims/vips/100/10.0.0.1", None))
+        .unwrap();
+    let holder = claim
+        .kvs()
+        .first()
+        .map(|kv| kv.value_str().unwrap().to_string());
+    assert!(holder.is_some_and(|v| v.contains("198.18.0.2")));
 }

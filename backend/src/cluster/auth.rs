@@ -5,7 +5,8 @@
 //! user write only its own keys under the prefix (its registration, its
 //! endpoints and its policy status), let the operator's user write any of
 //! masq's keys (the policy above all), and let every one of them read the
-//! prefix, which each masqd follows. etcd turns authentication on only
+//! prefix, which each masqd follows. Hosts also write the claims on
+//! endpoints' names and vIPs (`P/claims/`). etcd turns authentication on only
 //! with a `root` user, so that one is made too: it is the identity this
 //! command runs with once authentication is on, to add hosts later.
 //!
@@ -52,13 +53,18 @@ pub fn host_role(name: &str) -> String {
 }
 
 /// What a host's role may do: read the prefix; read and write its own
-/// registration, endpoints and status (the keys `etcd.rs` writes).
+/// registration, endpoints and status (the keys `etcd.rs` writes), and the
+/// claims on endpoints' names and vIPs (`publish.rs`), which no host owns
+/// before it claims them: etcd cannot let a host delete only its own, so
+/// the claims guard honest hosts, and what readers enforce is in
+/// `registry.rs`.
 fn host_permissions(prefix: &str, ip: Ipv4Addr) -> Vec<Permission> {
     vec![
         Permission::read(format!("{prefix}/")).with_prefix(),
         Permission::read_write(format!("{prefix}/hosts/{ip}")),
         Permission::read_write(format!("{prefix}/endpoints/{ip}/")).with_prefix(),
         Permission::read_write(format!("{prefix}/status/{ip}")),
+        Permission::read_write(format!("{prefix}/claims/")).with_prefix(),
     ]
 }
 

@@ -7,6 +7,8 @@
 //! - `P/endpoints/<underlay IP>/<name>`: an endpoint and the host it lives
 //!   on (under that host's lease: a host that stops renewing it loses its
 //!   endpoints everywhere);
+//! - `P/claims/names/<name>`, `P/claims/vips/<VNI>/<vIP>`: which host holds
+//!   an endpoint's name and vIP (under its lease; see `publish.rs`);
 //! - `P/policy`: the policy text, written once by `masqctl policy apply`
 //!   on any host (compare-and-swap on its revision);
 //! - `P/status/<underlay IP>`: the policy version in force on that host.
@@ -37,26 +39,19 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
     WatchOptions,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-/// An endpoint as stored under `P/endpoints/`.
-#[derive(Serialize, Deserialize)]
-struct Published {
-    host: Ipv4Addr,
-    endpoint: EndpointConfig,
-    /// The host's address on the endpoint's rail, when that is not its
-    /// first (an older masqd ignores it, and sees a rail it lacks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    underlay: Option<Ipv4Addr>,
-}
+#[path = "publish.rs"]
+mod publish;
+use publish::{release, Published};
 
 /// A change of this host's endpoints, for the cluster task.
 enum Publish {
@@ -96,6 +91,9 @@ pub struct Health {
     pub error: Option<String>,
     /// `cluster.insecure`: plaintext etcd, no identities.
     pub insecure: bool,
+    /// This host's endpoints it could not publish: another host holds
+    /// their name or vIP (each with why).
+    pub held_elsewhere: BTreeMap<String, String>,
 }
 
 pub struct Cluster {
@@ -116,6 +114,11 @@ pub struct Cluster {
     lease: AtomicI64,
     publish: mpsc::UnboundedSender<Publish>,
     publish_rx: Mutex<Option<mpsc::UnboundedReceiver<Publish>>>,
+    /// This host's endpoints another host holds, published again when a
+    /// claim is deleted.
+    held: Mutex<BTreeMap<String, EndpointConfig>>,
+    /// Times this host's publication met another host's claim.
+    claim_conflicts: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -187,11 +190,14 @@ impl Cluster {
                 lease: String::new(),
                 error: Some("not connected yet".into()),
                 insecure,
+                held_elsewhere: BTreeMap::new(),
             }),
             policy_rev: AtomicI64::new(0),
             lease: AtomicI64::new(0),
             publish: tx,
             publish_rx: Mutex::new(Some(rx)),
+            held: Mutex::new(BTreeMap::new()),
+            claim_conflicts: AtomicU64::new(0),
         }))
     }
 
@@ -337,6 +343,7 @@ impl Cluster {
         // Endpoint keys this host deleted itself: their watch events are
         // expected, not a sign that its lease or keys were lost.
         let mut deleting = HashSet::new();
+        let claims = self.key("claims/");
         loop {
             tokio::select! {
                 r = &mut renewal.0 => return match r {
@@ -353,13 +360,18 @@ impl Cluster {
                     if resp.canceled() {
                         return Err(format!("watch canceled: {}", resp.cancel_reason()));
                     }
+                    let mut freed = false;
                     for ev in resp.events() {
                         let Some(kv) = ev.kv() else { continue };
                         revision = revision.max(kv.mod_revision());
                         let put = ev.event_type() == EventType::Put;
+                        freed |= !put && kv.key_str().is_ok_and(|k| k.starts_with(&claims));
                         self.apply_event(apply, kv, put, &mut deleting)?;
                     }
                     lock(&self.health).revision = revision;
+                    if freed && !lock(&self.held).is_empty() {
+                        self.retry_held(&mut client, lease).await?;
+                    }
                 }
                 p = rx.recv() => match p {
                     Some(p) => self.publish_one(&mut client, lease, store, p, &mut deleting).await?,
@@ -423,46 +435,14 @@ impl Cluster {
         for kv in stale.kvs() {
             let name = kv.key_str().unwrap_or_default().trim_start_matches(&mine);
             if !local.iter().any(|e| e.name == name) {
-                client.delete(kv.key(), None).await.map_err(etcd_err)?;
+                let key = kv.key_str().unwrap_or_default();
+                release(client, &self.cfg.prefix, self.me, key, name).await?;
             }
         }
         for e in local {
             self.put_endpoint(client, lease, e).await?;
         }
         self.put_status(client, lease, store).await
-    }
-
-    async fn put_endpoint(
-        &self,
-        client: &mut Client,
-        lease: i64,
-        mut e: EndpointConfig,
-    ) -> Result<(), String> {
-        let key = self.key(&format!("endpoints/{}/{}", self.me, e.name));
-        // The rail by name, as every host names it; its address if not
-        // the first's.
-        let rail = e.rail.as_ref();
-        let at = rail.and_then(|r| self.rails.iter().position(|(n, _)| n == r));
-        let at = at.unwrap_or(0);
-        let (rail, addr) = self
-            .rails
-            .get(at)
-            .cloned()
-            .unwrap_or((String::new(), self.me));
-        if rail != vbond::FIRST_RAIL {
-            e.rail = Some(rail);
-        }
-        let value = serde_json::to_string(&Published {
-            host: self.me,
-            endpoint: e,
-            underlay: (at > 0).then_some(addr),
-        })
-        .map_err(|e| e.to_string())?;
-        client
-            .put(key, value, Some(PutOptions::new().with_lease(lease)))
-            .await
-            .map_err(etcd_err)
-            .map(|_| ())
     }
 
     async fn put_status(
@@ -498,8 +478,10 @@ impl Cluster {
             }
             Publish::Down(name) => {
                 let key = self.key(&format!("endpoints/{}/{name}", self.me));
-                deleting.insert(name);
-                client.delete(key, None).await.map_err(etcd_err).map(|_| ())
+                lock(&self.held).remove(&name);
+                lock(&self.health).held_elsewhere.remove(&name);
+                deleting.insert(name.clone());
+                release(client, &self.cfg.prefix, self.me, &key, &name).await
             }
             Publish::Status => self.put_status(client, lease, store).await,
             Publish::Reconnect => Err(RELOADED.into()),
@@ -543,8 +525,8 @@ impl Cluster {
         if !put {
             if let Some((host, name)) = self.endpoint_key(key) {
                 if host == self.me {
-                    if deleting.remove(name) {
-                        return Ok(()); // our own endpoint_down
+                    if deleting.remove(name) || lock(&self.held).contains_key(name) {
+                        return Ok(()); // our own endpoint_down, or held elsewhere
                     }
                     // Our lease expired while we were cut off, or someone
                     // deleted it: register again.
@@ -624,6 +606,7 @@ impl Cluster {
                     vip: p.endpoint.vip,
                     rail: p.endpoint.rail,
                     underlay: p.underlay,
+                    created: kv.create_revision(),
                 }),
                 Ok(_) => Parsed::Bad(format!(
                     "{key}: host or name differ from the key's; ignored"

@@ -1,7 +1,8 @@
 //! What follows the cluster: the endpoints (`endpoint`), the registry of
 //! this host's endpoints and the VPC map (`registry`), the sources that
 //! place endpoints in it (`source`), the etcd store every host of a
-//! cluster follows (`etcd`), the policy it holds and who writes it
+//! cluster follows (`etcd`; `publish` within it: how a host publishes its
+//! endpoints and claims their names and vIPs), the policy it holds and who writes it
 //! (`policy`), etcd's users and roles for it (`auth`), and how each
 //! connects to it as an identity (`client`).
 

@@ -44,6 +44,31 @@ struct State {
     tenants: HashMap<u32, String>,
     /// Map entries per VNI: a VNI with none left has no tenant any more.
     per_vni: HashMap<u32, usize>,
+    /// The cluster's claims held back because another host holds their
+    /// name or vIP (see `claim`), by (name, host).
+    waiting: BTreeMap<(String, Ipv4Addr), Placement>,
+    /// Claims held back so far, each counted once (the metric).
+    conflicts: u64,
+}
+
+/// What a source's word changed in the VPC map.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    /// The endpoints whose entries came, went or moved (none: nothing
+    /// changed).
+    pub names: Vec<String>,
+    /// Why the placement was left out, if it was.
+    pub refused: Option<String>,
+}
+
+impl Change {
+    fn add(&mut self, names: Vec<String>) {
+        for n in names {
+            if !self.names.contains(&n) {
+                self.names.push(n);
+            }
+        }
+    }
 }
 
 /// One source's placements, by name (a file entry without one is listed
@@ -152,7 +177,8 @@ impl State {
                 e.cfg.name, e.cfg.vni, e.cfg.vip
             ));
         }
-        if let Some((name, _)) = self.fed_at(from, key) {
+        // (Between the cluster's hosts the first claim holds: see `claim`.)
+        if let Some((name, _)) = self.fed_at(from, key).filter(|_| from == SourceId::File) {
             if name != label {
                 return Some(format!(
                     "{at}: VNI {} vIP {} is {name}'s already",
@@ -167,20 +193,55 @@ impl State {
         None
     }
 
-    fn place(
-        &mut self,
-        me: &[(String, Ipv4Addr)],
-        from: SourceId,
-        p: Placement,
-    ) -> Result<(), String> {
+    /// `from` places `p`, replacing what it placed under that name (the
+    /// cluster: only if on the same host; see `claim`).
+    fn place(&mut self, me: &[(String, Ipv4Addr)], from: SourceId, p: Placement) -> Change {
         let label = p
             .name
             .clone()
             .unwrap_or_else(|| format!("{}-{}", p.tenant, p.vip));
-        self.unplace(me, from, &label);
+        let mut change = Change::default();
+        let own = self
+            .fed
+            .get(&from)
+            .and_then(|f| f.by_name.get(&label))
+            .is_some_and(|o| from == SourceId::File || o.host == p.host);
+        let freed = own && self.unplace(me, from, &label).is_some();
+        if freed {
+            change.names.push(label.clone());
+        }
+        if from == SourceId::Cluster {
+            self.waiting.remove(&(label.clone(), p.host));
+        }
+        match self.admit(me, from, label.clone(), p) {
+            Ok(()) if !freed => change.names.push(label),
+            Ok(()) => {}
+            Err(why) => change.refused = Some(why),
+        }
+        if freed && from == SourceId::Cluster {
+            change.add(self.promote(me));
+        }
+        change
+    }
+
+    /// Put `p` in the map as `from`'s `label`, unless it is refused (or,
+    /// from the cluster, held back: see `claim`).
+    fn admit(
+        &mut self,
+        me: &[(String, Ipv4Addr)],
+        from: SourceId,
+        label: String,
+        p: Placement,
+    ) -> Result<(), String> {
         let host = me.first().map(|r| r.1).unwrap_or(Ipv4Addr::UNSPECIFIED);
         if let Some(why) = self.refuse(host, from, &p, &label) {
             return Err(why);
+        }
+        if from == SourceId::Cluster {
+            if let Some(why) = self.claimed(&p, &label) {
+                self.waiting.insert((label, p.host), p);
+                return Err(why);
+            }
         }
         let key = (p.vni, p.vip);
         let f = self.fed.entry(from).or_default();
@@ -188,6 +249,50 @@ impl State {
         f.by_name.insert(label, p);
         self.settle(me, key);
         Ok(())
+    }
+
+    /// Why the cluster's claim `p` waits, if another host holds its name or
+    /// its vIP: between hosts the first claim holds both until its key goes
+    /// (its host deletes it, its lease expires, the operator deletes it),
+    /// so a host cannot take over another's endpoint by publishing it.
+    fn claimed(&self, p: &Placement, label: &str) -> Option<String> {
+        let f = self.fed.get(&SourceId::Cluster)?;
+        let (what, holder) = match f.by_name.get(label) {
+            Some(h) => ("its name".to_string(), (label, h)),
+            None => (
+                format!("VNI {} vIP {}", p.vni, p.vip),
+                self.fed_at(SourceId::Cluster, (p.vni, p.vip))?,
+            ),
+        };
+        let (name, h) = holder;
+        Some(format!(
+            "endpoint {label} of host {}: {what} is endpoint {name}'s of host {}, which claimed \
+             it first; held back until that host deletes it or its lease expires",
+            p.host, h.host
+        ))
+    }
+
+    /// Place the cluster's claims that waited and are free now, the first
+    /// claimed first. Returns their names.
+    fn promote(&mut self, me: &[(String, Ipv4Addr)]) -> Vec<String> {
+        let mut order: Vec<Placement> = self.waiting.values().cloned().collect();
+        order.sort_by_key(|p| (p.created, p.host));
+        let mut placed = Vec::new();
+        for p in order {
+            let label = p.name.clone().unwrap_or_default();
+            self.waiting.remove(&(label.clone(), p.host));
+            let host = p.host;
+            if self
+                .admit(me, SourceId::Cluster, label.clone(), p.clone())
+                .is_ok()
+            {
+                placed.push(label);
+            } else {
+                // Refused for another reason now: it waits on.
+                self.waiting.insert((label, host), p);
+            }
+        }
+        placed
     }
 
     fn unplace(
@@ -373,44 +478,86 @@ impl Registry {
     }
 
     /// Replace everything `from` placed with `all`. Returns what was
-    /// refused, and why.
-    pub fn feed(&self, from: SourceId, all: Vec<Placement>) -> Vec<String> {
+    /// refused, and why. The cluster's claims are taken in the order they
+    /// were made, those in the map already first: a view read again keeps
+    /// what held, and a first view gives each name and vIP to the host
+    /// that claimed it first.
+    pub fn feed(&self, from: SourceId, mut all: Vec<Placement>) -> Vec<String> {
         let mut st = self.write();
-        let old: Vec<String> = st
+        let claim = |p: &Placement| (p.name.clone(), p.host, p.vni, p.vip);
+        let held: HashSet<_> = st
+            .fed
+            .get(&from)
+            .map(|f| f.by_name.values().map(claim).collect())
+            .unwrap_or_default();
+        let labels: Vec<String> = st
             .fed
             .get(&from)
             .map(|f| f.by_name.keys().cloned().collect())
             .unwrap_or_default();
-        for label in old {
+        for label in labels {
             st.unplace(&self.rails, from, &label);
         }
-        all.into_iter()
-            .filter_map(|p| st.place(&self.rails, from, p).err())
-            .collect()
-    }
-
-    /// `from` placed an endpoint (new, or changed). False: `from` had
-    /// placed it just so already (a source that says it again changes
-    /// nothing, and nothing need follow).
-    pub fn place(&self, from: SourceId, p: Placement) -> Result<bool, String> {
-        let mut st = self.write();
-        let label = p.name.as_deref().unwrap_or_default();
-        if st.fed.get(&from).and_then(|f| f.by_name.get(label)) == Some(&p) {
-            return Ok(false);
+        let mut was_waiting = BTreeMap::new();
+        if from == SourceId::Cluster {
+            was_waiting = std::mem::take(&mut st.waiting);
+            all.sort_by_key(|p| (!held.contains(&claim(p)), p.created, p.host));
         }
-        st.place(&self.rails, from, p).map(|()| true)
+        let refused: Vec<String> = all
+            .into_iter()
+            .filter_map(|p| st.place(&self.rails, from, p).refused)
+            .collect();
+        let new = st.waiting.keys().filter(|k| !was_waiting.contains_key(*k));
+        st.conflicts += new.count() as u64;
+        refused
     }
 
-    /// `from` took endpoint `name` of `host` away. False if it had not
-    /// placed it there.
-    pub fn unplace(&self, from: SourceId, host: Ipv4Addr, name: &str) -> bool {
+    /// `from` placed an endpoint (new, or changed). No names changed:
+    /// `from` had placed it just so already (a source that says it again
+    /// changes nothing, and nothing need follow).
+    pub fn place(&self, from: SourceId, p: Placement) -> Change {
         let mut st = self.write();
+        let label = p.name.clone().unwrap_or_default();
+        if st.fed.get(&from).and_then(|f| f.by_name.get(&label)) == Some(&p) {
+            return Change::default();
+        }
+        let claim = (label, p.host);
+        let was_waiting = st.waiting.contains_key(&claim);
+        let change = st.place(&self.rails, from, p);
+        if !was_waiting && st.waiting.contains_key(&claim) {
+            st.conflicts += 1;
+        }
+        change
+    }
+
+    /// `from` took endpoint `name` of `host` away: what that changed
+    /// (nothing if it had not placed it there). A claim it held back goes
+    /// quietly; one it had placed gives its name and vIP to the claim
+    /// that waited longest for them.
+    pub fn unplace(&self, from: SourceId, host: Ipv4Addr, name: &str) -> Change {
+        let mut st = self.write();
+        if from == SourceId::Cluster && st.waiting.remove(&(name.to_string(), host)).is_some() {
+            return Change::default();
+        }
         let placed_there = st
             .fed
             .get(&from)
             .and_then(|f| f.by_name.get(name))
             .is_some_and(|p| p.host == host);
-        placed_there && st.unplace(&self.rails, from, name).is_some()
+        let mut change = Change::default();
+        if placed_there && st.unplace(&self.rails, from, name).is_some() {
+            change.names.push(name.to_string());
+            if from == SourceId::Cluster {
+                change.add(st.promote(&self.rails));
+            }
+        }
+        change
+    }
+
+    /// The cluster's claims held back so far because another host held
+    /// their name or vIP.
+    pub fn claim_conflicts(&self) -> u64 {
+        read(&self.state).conflicts
     }
 
     /// What `from` has placed now.
@@ -534,6 +681,12 @@ pub struct RuntimeFile {
     /// to cgroup): adopted again at start, as no session brings them back.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub pod_cgroups: std::collections::BTreeMap<String, String>,
+    /// Apps' cgroups (a container's) the backstop filtered as an
+    /// endpoint's (cgroup to endpoint name): adopted again at start, before
+    /// any endpoint is served, as an app that skips libmasq never opens
+    /// the session that would bring it back.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub app_cgroups: std::collections::BTreeMap<String, String>,
 }
 
 impl RuntimeFile {
@@ -551,6 +704,9 @@ impl RuntimeFile {
     /// Replace it whole (write and rename), so a crash leaves the old or
     /// the new list, never half of one.
     pub fn store(&self, path: &Path) -> std::io::Result<()> {
+        // One writer at a time: they share the temporary file.
+        static STORING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STORING.lock().unwrap_or_else(|e| e.into_inner());
         let text = serde_yaml_ng::to_string(self).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("yaml.tmp");
         std::fs::write(

@@ -109,6 +109,11 @@ fn conflicts_are_refused_naming_the_field() {
 }
 
 fn placement(host: &str, name: &str, vni: u32, vip: &str) -> Placement {
+    claim(host, name, vni, vip, 0)
+}
+
+/// A cluster placement whose key etcd created at revision `created`.
+fn claim(host: &str, name: &str, vni: u32, vip: &str, created: i64) -> Placement {
     Placement {
         host: host.parse().unwrap(),
         name: Some(name.into()),
@@ -117,6 +122,7 @@ fn placement(host: &str, name: &str, vni: u32, vip: &str) -> Placement {
         vip: vip.parse().unwrap(),
         rail: None,
         underlay: None,
+        created,
     }
 }
 
@@ -133,28 +139,99 @@ fn the_cluster_feeds_other_hosts_endpoints() {
     let refused = r.feed(
         SourceId::Cluster,
         vec![
-            placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
+            claim("198.18.0.3", "acme-x", 100, "10.0.0.8", 5),
             // Conflicts: this host's own address, a local name, a taken vIP.
-            placement("198.18.0.1", "acme-y", 100, "10.0.0.9"),
-            placement("198.18.0.3", "acme-a", 100, "10.0.0.7"),
-            placement("198.18.0.4", "acme-z", 100, "10.0.0.8"),
+            claim("198.18.0.1", "acme-y", 100, "10.0.0.9", 6),
+            claim("198.18.0.3", "acme-a", 100, "10.0.0.7", 7),
+            claim("198.18.0.4", "acme-z", 100, "10.0.0.8", 8),
         ],
     );
     assert_eq!(refused.len(), 3, "{refused:?}");
     assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
-    // An endpoint that moves to another host follows; the same word
-    // again changes nothing, and says so.
-    let moved = placement("198.18.0.4", "acme-x", 100, "10.0.0.8");
-    assert_eq!(r.place(SourceId::Cluster, moved.clone()), Ok(true));
-    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.4"));
-    assert_eq!(r.place(SourceId::Cluster, moved), Ok(false));
-    assert!(
-        !r.unplace(SourceId::Cluster, "198.18.0.3".parse().unwrap(), "acme-x"),
-        "a stale host's delete is ignored"
+    // Its host changes it: the map follows; the same word again changes
+    // nothing.
+    let changed = claim("198.18.0.3", "acme-x", 100, "10.0.0.18", 5);
+    // (acme-z waited for 10.0.0.8, free now.)
+    assert_eq!(
+        r.place(SourceId::Cluster, changed.clone()).names,
+        ["acme-x", "acme-z"]
     );
-    assert!(r.unplace(SourceId::Cluster, "198.18.0.4".parse().unwrap(), "acme-x"));
-    assert_eq!(host_of(&r, "10.0.0.8"), None);
-    assert_eq!(r.placed_by(SourceId::Cluster).len(), 0);
+    assert_eq!(host_of(&r, "10.0.0.18").as_deref(), Some("198.18.0.3"));
+    assert_eq!(r.place(SourceId::Cluster, changed), Change::default());
+    assert!(
+        r.unplace(SourceId::Cluster, "198.18.0.4".parse().unwrap(), "acme-x")
+            .names
+            .is_empty(),
+        "another host's delete is ignored"
+    );
+    assert!(!r
+        .unplace(SourceId::Cluster, "198.18.0.3".parse().unwrap(), "acme-x")
+        .names
+        .is_empty());
+    assert_eq!(host_of(&r, "10.0.0.18"), None);
+    // acme-z waited for 10.0.0.8, free since acme-x moved off it.
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.4"));
+    assert_eq!(r.placed_by(SourceId::Cluster).len(), 1);
+}
+
+/// Issue 51: a host published another host's endpoint (its name, VNI and
+/// vIP) and every peer moved the endpoint to it. The first claim holds
+/// until its key goes; a later one waits, and is placed only then.
+#[test]
+fn a_host_cannot_take_another_hosts_endpoint_or_vip() {
+    let r = registry();
+    let a = claim("198.18.0.3", "acme-x", 100, "10.0.0.8", 10);
+    assert_eq!(r.place(SourceId::Cluster, a.clone()).names, ["acme-x"]);
+    // Host .4 publishes acme-x as its own: held back, counted.
+    let taken = claim("198.18.0.4", "acme-x", 100, "10.0.0.8", 20);
+    let c = r.place(SourceId::Cluster, taken.clone());
+    assert!(c.names.is_empty(), "{c:?}");
+    let why = c.refused.unwrap();
+    assert!(
+        why.contains(
+            "endpoint acme-x of host 198.18.0.4: its name is endpoint acme-x's of host 198.18.0.3"
+        ),
+        "{why}"
+    );
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
+    assert_eq!(r.claim_conflicts(), 1);
+    // Or the vIP under another name: held back too.
+    let why = r
+        .place(
+            SourceId::Cluster,
+            claim("198.18.0.5", "evil", 100, "10.0.0.8", 21),
+        )
+        .refused
+        .unwrap();
+    assert!(
+        why.contains("VNI 100 vIP 10.0.0.8 is endpoint acme-x's"),
+        "{why}"
+    );
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
+    assert_eq!(r.claim_conflicts(), 2);
+    // A view read again keeps the holder, whatever the order.
+    let refused = r.feed(SourceId::Cluster, vec![taken.clone(), a.clone()]);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
+    assert_eq!(
+        r.claim_conflicts(),
+        2,
+        "a claim still waiting is not counted again"
+    );
+    // The holder's delete (or lease) frees it: the claim that waited
+    // longest takes it.
+    r.place(
+        SourceId::Cluster,
+        claim("198.18.0.5", "evil", 100, "10.0.0.8", 21),
+    );
+    let c = r.unplace(SourceId::Cluster, a.host, "acme-x");
+    assert_eq!(c.names, ["acme-x"]);
+    assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.4"));
+    // A first view (a masqd starting) gives it to the first claim too.
+    let fresh = registry();
+    let later = claim("198.18.0.4", "acme-x", 100, "10.0.0.8", 30);
+    fresh.feed(SourceId::Cluster, vec![later, a]);
+    assert_eq!(host_of(&fresh, "10.0.0.8").as_deref(), Some("198.18.0.3"));
 }
 
 #[test]
@@ -170,21 +247,22 @@ fn each_source_keeps_its_own_word_and_the_cluster_ranks_over_the_file() {
     r.place(
         SourceId::Cluster,
         placement("198.18.0.5", "acme-b", 100, "10.0.0.2"),
-    )
-    .unwrap();
+    );
     assert_eq!(host_of(&r, "10.0.0.2").as_deref(), Some("198.18.0.5"));
     assert_eq!(source_of("10.0.0.2").as_deref(), Some("cluster"));
     assert!(r.policy_refs().iter().any(|e| e.name == "acme-b"));
     // ...and when it takes it away, the file's entry is back.
-    assert!(r.unplace(SourceId::Cluster, "198.18.0.5".parse().unwrap(), "acme-b"));
+    assert!(!r
+        .unplace(SourceId::Cluster, "198.18.0.5".parse().unwrap(), "acme-b")
+        .names
+        .is_empty());
     assert_eq!(host_of(&r, "10.0.0.2").as_deref(), Some("198.18.0.2"));
     assert_eq!(source_of("10.0.0.2").as_deref(), Some("file"));
     // A file feed again replaces only the file's entries.
     r.place(
         SourceId::Cluster,
         placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
-    )
-    .unwrap();
+    );
     assert!(r.feed(SourceId::File, vec![]).is_empty());
     assert_eq!(host_of(&r, "10.0.0.2"), None);
     assert_eq!(host_of(&r, "10.0.0.8").as_deref(), Some("198.18.0.3"));
@@ -193,7 +271,8 @@ fn each_source_keeps_its_own_word_and_the_cluster_ranks_over_the_file() {
     other.tenant = "globex".into();
     assert!(r
         .place(SourceId::File, other)
-        .unwrap_err()
+        .refused
+        .unwrap()
         .contains("VNI 100 belongs to tenant \"acme\""));
 }
 
@@ -205,8 +284,7 @@ fn the_census_counts_hosts_and_entries_by_source() {
     r.place(
         SourceId::Cluster,
         placement("198.18.0.3", "acme-x", 100, "10.0.0.8"),
-    )
-    .unwrap();
+    );
     assert_eq!(r.census(), (3, [("local", 1), ("cluster", 1), ("file", 2)]));
 }
 
@@ -231,7 +309,8 @@ fn a_local_endpoint_ranks_over_every_source_and_unnamed_entries_stay_unnamed() {
             SourceId::Cluster,
             placement("198.18.0.9", "acme-q", 100, "10.0.0.3"),
         )
-        .unwrap_err();
+        .refused
+        .unwrap();
     assert!(err.contains("is local endpoint acme-c's"), "{err}");
     // Gone again: the file's unnamed entry is back.
     r.remove("acme-c").unwrap();
@@ -249,15 +328,18 @@ fn the_runtime_file_round_trips() {
     e.host_if = Some("ve-acme-c".into());
     e.bridge = Some("mbr100".into());
     let pods = [("acme-c".to_string(), "kubepods/pod1".to_string())];
+    let apps = [("libpod_parent/libpod-1".to_string(), "acme-c".to_string())];
     RuntimeFile {
         endpoints: vec![e.clone()],
         pod_cgroups: pods.clone().into(),
+        app_cgroups: apps.clone().into(),
     }
     .store(&path)
     .unwrap();
     let back = RuntimeFile::load(&path).unwrap();
     assert_eq!(back.endpoints, vec![e]);
     assert_eq!(back.pod_cgroups, pods.into());
+    assert_eq!(back.app_cgroups, apps.into());
     // A file from before pods' cgroups were kept still loads.
     std::fs::write(&path, "endpoints: []").unwrap();
     assert!(RuntimeFile::load(&path).unwrap().pod_cgroups.is_empty());

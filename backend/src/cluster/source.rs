@@ -46,6 +46,10 @@ pub struct Placement {
     /// host's address there (none: `host`).
     pub rail: Option<String>,
     pub underlay: Option<Ipv4Addr>,
+    /// When its source first stated it: etcd's create revision of the
+    /// endpoint's key (which of two hosts claimed a name or vIP first); 0
+    /// from the file.
+    pub created: i64,
 }
 
 /// What sources feed into the daemon, and what the cluster asks of it.
@@ -137,6 +141,7 @@ pub fn file_placements(cfg: &Config) -> Vec<Placement> {
             vip: v.vip,
             rail: v.rail.clone(),
             underlay: v.underlay,
+            created: 0,
         })
         .collect()
 }

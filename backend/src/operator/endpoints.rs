@@ -345,10 +345,31 @@ impl Parts {
         self.store_runtime_file(why);
     }
 
-    /// Write down the endpoints added at run time and the pods' cgroups.
-    fn store_runtime_file(&self, why: &str) {
+    /// Write down the endpoints added at run time and the cgroups the
+    /// backstop adopted (pods' and apps').
+    pub(crate) fn store_runtime_file(&self, why: &str) {
         let local = self.registry.local();
+        let pods: Vec<String> = local
+            .iter()
+            .filter_map(|e| lock(&e.pod_cgroup).clone())
+            .collect();
+        let endpoint_of = |id: &str| {
+            local
+                .iter()
+                .find(|e| crate::kernel::nft::nft_id(&e.cfg.name) == id)
+                .map(|e| e.cfg.name.clone())
+        };
+        let app_cgroups = self
+            .admission
+            .backstop()
+            .map(|b| b.adopted())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(path, _)| !pods.contains(path))
+            .filter_map(|(path, id)| Some((path, endpoint_of(&id)?)))
+            .collect();
         let file = RuntimeFile {
+            app_cgroups,
             endpoints: local
                 .iter()
                 .filter(|e| e.origin == Origin::Command)

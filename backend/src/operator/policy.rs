@@ -97,22 +97,27 @@ impl Store for Parts {
 
     fn placed(&self, from: SourceId, p: Placement) {
         let (name, host, vni, vip) = (p.name.clone().unwrap_or_default(), p.host, p.vni, p.vip);
-        match self.registry.place(from, p) {
-            Ok(true) => {
-                info!(endpoint = %name, %host, vni, %vip, "{from}: endpoint up");
-                self.rebind_policy(&format!("endpoint {name} up on {host}"), &[&name]);
-            }
-            Ok(false) => {
-                debug!(endpoint = %name, %host, "{from}: endpoint placed again, unchanged")
-            }
-            Err(why) => warn!("{from}: {why}; left out of the VPC map"),
+        let change = self.registry.place(from, p);
+        if let Some(why) = &change.refused {
+            warn!("{from}: {why}; left out of the VPC map");
         }
+        if change.names.is_empty() {
+            if change.refused.is_none() {
+                debug!(endpoint = %name, %host, "{from}: endpoint placed again, unchanged");
+            }
+            return;
+        }
+        info!(endpoint = %name, %host, vni, %vip, changed = ?change.names, "{from}: endpoint up");
+        let changed: Vec<&str> = change.names.iter().map(String::as_str).collect();
+        self.rebind_policy(&format!("endpoint {name} up on {host}"), &changed);
     }
 
     fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str) {
-        if self.registry.unplace(from, host, name) {
-            info!(endpoint = name, %host, "{from}: endpoint gone");
-            self.rebind_policy(&format!("endpoint {name} gone from {host}"), &[name]);
+        let change = self.registry.unplace(from, host, name);
+        if !change.names.is_empty() {
+            info!(endpoint = name, %host, changed = ?change.names, "{from}: endpoint gone");
+            let changed: Vec<&str> = change.names.iter().map(String::as_str).collect();
+            self.rebind_policy(&format!("endpoint {name} gone from {host}"), &changed);
         }
     }
 

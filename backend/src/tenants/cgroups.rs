@@ -85,24 +85,29 @@ fn adopt(b: &Backstop, ep: &EndpointConfig, path: &str) -> Result<bool, String> 
     }
 }
 
-/// An app outside the endpoint's cgroup, as it opens a session: filter its
-/// own cgroup (its container's) as the endpoint's; say so if that fails.
-pub fn adopt_app_cgroup(b: &Backstop, ep: &EndpointConfig, pid: i32) {
-    let path = match cgroup_of(pid) {
-        Ok(p) => p,
-        // Gone already: its session ends at once.
-        Err(_) if std::fs::metadata(format!("/proc/{pid}")).is_err() => return,
-        Err(e) => {
-            warn!(endpoint = %ep.name, pid, "the backstop cannot tell this app's packets: {e}");
-            return;
-        }
-    };
+/// An app outside the endpoint's cgroup, as it opens its session (HELLO):
+/// filter its own cgroup (its container's) as the endpoint's. Returns the
+/// cgroup if it is newly adopted; an error says why the backstop cannot
+/// tell this app's packets, and the app is refused (issue 51: it was
+/// served unfiltered).
+pub fn adopt_app_cgroup(
+    b: &Backstop,
+    ep: &EndpointConfig,
+    pid: i32,
+) -> Result<Option<String>, String> {
+    let path = cgroup_of(pid)?;
     if path.is_empty() {
-        return;
+        return Err(format!(
+            "pid {pid} runs in the root cgroup, whose packets cannot be filtered as the \
+             endpoint's: run it in a container or in the endpoint's cgroup"
+        ));
     }
-    if let Err(why) = adopt(b, ep, &path) {
-        warn!(endpoint = %ep.name, pid, cgroup = %format!("/{path}"),
-              "the backstop does not filter this app's RoCE packets as the endpoint's: {why}");
+    if b.by_name(&path) {
+        return Ok(None);
+    }
+    match adopt(b, ep, &path) {
+        Ok(new) => Ok(new.then_some(path)),
+        Err(why) => Err(format!("its cgroup /{path}: {why}")),
     }
 }
 
@@ -129,26 +134,30 @@ pub fn adopt_pod_cgroup(
     Ok((pod, new))
 }
 
-/// At start: the pods' cgroups adopted before the restart (`pods`,
-/// endpoint to cgroup) whose endpoint is still served, checked again.
+/// At start, before any endpoint is served: the cgroups adopted before
+/// the restart (`adopted`, endpoint and cgroup: pods' and apps' alike)
+/// whose endpoint is still served and that still exist, checked again.
 /// Returns those adopted; the others are logged.
-pub fn readopt_pod_cgroups(
+pub fn readopt_cgroups<'a>(
     b: &Backstop,
-    pods: &std::collections::BTreeMap<String, String>,
+    adopted: impl IntoIterator<Item = (&'a String, &'a String)>,
     endpoint: impl Fn(&str) -> Option<EndpointConfig>,
 ) -> Vec<(String, String)> {
-    let mut adopted = Vec::new();
-    for (name, cgroup) in pods {
+    let mut done = Vec::new();
+    for (name, cgroup) in adopted {
         let Some(ep) = endpoint(name) else {
-            continue; // removed meanwhile: its pod is gone
+            continue; // removed meanwhile
         };
+        if !Path::new(CGROUP_ROOT).join(cgroup).is_dir() {
+            continue; // its container ended meanwhile
+        }
         match adopt(b, &ep, cgroup) {
-            Ok(_) => adopted.push((name.clone(), cgroup.clone())),
+            Ok(_) => done.push((name.clone(), cgroup.clone())),
             Err(e) => warn!(endpoint = %name, cgroup = %format!("/{cgroup}"),
-                            "the pod's cgroup is not filtered again after the restart: {e}"),
+                            "the cgroup is not filtered again after the restart: {e}"),
         }
     }
-    adopted
+    done
 }
 
 #[cfg(test)]

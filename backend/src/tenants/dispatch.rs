@@ -203,6 +203,21 @@ fn hello(
     sess: &mut Session,
     h: &proto::HelloReq,
 ) -> Result<proto::ReplyBody, Refusal> {
+    if let Some(b) = parts.admission.backstop() {
+        // The endpoint's cgroup may have appeared since the last look.
+        b.refresh_cgroups();
+        match crate::tenants::cgroups::adopt_app_cgroup(b, &sess.ep.cfg, sess.pid) {
+            Ok(Some(_)) => parts.store_runtime_file("an app's cgroup adopted"),
+            Ok(None) => {}
+            // Served, its packets would pass the backstop unfiltered.
+            Err(why) => {
+                return Err(refuse(
+                    libc::EPERM,
+                    format!("the backstop cannot filter this app's RoCE packets: {why}"),
+                ))
+            }
+        }
+    }
     // The app's devices are its endpoint's, one per rail; the session
     // serves the one it names, from here on.
     let devices = parts.registry.devices_of(&sess.ep);

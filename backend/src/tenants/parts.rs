@@ -185,6 +185,10 @@ impl Parts {
                     since: h.since,
                     revision: h.revision,
                     certificate_not_after: c.identity().map(|id| id.not_after),
+                    claim_conflicts: [
+                        ("peer", self.registry.claim_conflicts()),
+                        ("own", c.claim_conflicts()),
+                    ],
                 }
             }),
         }

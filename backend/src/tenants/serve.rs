@@ -88,17 +88,9 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
             continue;
         }
-        if let Some(b) = parts.admission.backstop() {
-            // The endpoint's cgroup may have appeared since the last look.
-            b.refresh_cgroups();
-            crate::tenants::cgroups::adopt_app_cgroup(b, &ep.cfg, pid);
-        }
         // The reads of /proc/<pid> above were of the app that connected
-        // only if it still runs now (else its pid may be another's). A
-        // cgroup adopted for a reused pid holds only processes of the
-        // endpoint's namespace (adopt_app_cgroup checks), so at worst it is
-        // filtered as the endpoint's. On a kernel without SO_PEERPIDFD
-        // this says yes and the race stays.
+        // only if it still runs now (else its pid may be another's). On a
+        // kernel without SO_PEERPIDFD this says yes and the race stays.
         if !peer.still_running() {
             ep.refused_connections.fetch_add(1, Ordering::Relaxed);
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: the connecting process exited before it was identified");

@@ -522,7 +522,7 @@ flush chain {t} ud_in
         {
             return Err(format!("cgroup /{path}: a name nftables is not given"));
         }
-        if path == self.parent || path.starts_with(&format!("{}/", self.parent)) {
+        if self.by_name(path) {
             return Ok(false); // filtered by name already
         }
         let ino = cgroup_inode(&Path::new(CGROUP_ROOT).join(path))
@@ -564,6 +564,12 @@ flush chain {t} ud_in
         info!(endpoint = %name, cgroup = %format!("/{path}"),
               "backstop: the endpoint's apps run in a cgroup of their own (a container's); its RoCE packets are filtered as the endpoint's");
         Ok(true)
+    }
+
+    /// Whether cgroup `path` (below the root) is `<cgroupParent>` or below
+    /// it: filtered by its endpoint's name, nothing to adopt.
+    pub fn by_name(&self, path: &str) -> bool {
+        path == self.parent || path.starts_with(&format!("{}/", self.parent))
     }
 
     /// The adopted cgroups, by path, with their endpoint's nft identifier.

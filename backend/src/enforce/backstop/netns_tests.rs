@@ -530,3 +530,46 @@ fn an_old_sets_elements_are_carried_to_every_rail_address() {
         ""
     );
 }
+
+/// Issue 51: a masqd restart emptied the adopted cgroups' maps, and a
+/// container whose app never opened a session again went unfiltered. The
+/// cgroups the runtime file keeps are adopted again by the next start,
+/// before any session; one whose container ended meanwhile is skipped.
+#[test]
+fn a_restart_filters_the_adopted_cgroups_again_before_any_session() {
+    in_new_netns(|| {
+        let (b, parent) = start("readopt");
+        let app = format!("{}-app", parent.0);
+        let dir = PathBuf::from(crate::enforce::rdma_cgroup::CGROUP_ROOT).join(&app);
+        std::fs::create_dir_all(&dir).unwrap();
+        // (Made by the kernel on a cgroup file system; not where the
+        // tests' /sys/fs/cgroup is a plain directory.)
+        if !dir.join("cgroup.procs").exists() {
+            std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+        }
+        let adopted = || set("adopted_l1").iter().any(|e| e.contains(&app));
+        assert_eq!(b.adopt_cgroup("acme-a", &app), Ok(true));
+        assert!(adopted(), "{:?}", set("adopted_l1"));
+        drop(b);
+        let (b, _again) = start("readopt");
+        assert!(!adopted(), "a start empties the adopted maps");
+        let cfg = Config::parse(
+            "device: rxe0\nunderlay: { netdev: eth0, ip: 198.18.0.1 }\nendpoints:\n\
+             \x20 - { name: acme-a, tenant: acme, vni: 100, vip: 10.0.0.1, netns: /run/netns/acme-a }\n\
+             vpc: [{ tenant: acme, vni: 100, vip: 10.0.0.1, host: 198.18.0.1, name: acme-a }]\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let ep = cfg.endpoints[0].clone();
+        let (name, gone) = ("acme-a".to_string(), format!("{}-gone", parent.0));
+        let kept = [(&name, &app), (&name, &gone)];
+        let back = crate::tenants::cgroups::readopt_cgroups(&b, kept, |n| {
+            (n == "acme-a").then(|| ep.clone())
+        });
+        let listed = set("adopted_l1");
+        let _ = std::fs::remove_file(dir.join("cgroup.procs"));
+        let _ = std::fs::remove_dir(&dir);
+        assert_eq!(back, [(name.clone(), app.clone())]);
+        assert!(listed.iter().any(|e| e.contains(&app)), "{listed:?}");
+    });
+}
