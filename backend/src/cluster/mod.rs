@@ -3,7 +3,8 @@
 //! place endpoints in it (`source`), the etcd store every host of a
 //! cluster follows (`etcd`), the policy it holds and who writes it
 //! (`policy`), etcd's users and roles for it (`auth`), and how each
-//! connects to it as an identity (`client`).
+//! connects to it as an identity (`client`); what each endpoint's apps make
+//! masqd hold, against its limits (`usage`).
 
 pub mod auth;
 pub mod client;
@@ -12,6 +13,7 @@ pub mod etcd;
 pub mod policy;
 pub mod registry;
 pub mod source;
+pub mod usage;
 
 // The paths `cluster::Cluster` and `cluster::retry_max` stay as they were.
 pub use etcd::{retry_max, Cluster, Health};

@@ -12,7 +12,10 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 pub mod identity;
+mod limits;
 mod rails;
+
+pub use limits::TenantLimits;
 
 pub use rails::{check_device_of, rail_position, rail_value, RailConfig, Underlay, FIRST_RAIL};
 
@@ -66,6 +69,9 @@ pub struct Config {
     /// The periodic audit of every QP on the device.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// What each endpoint's apps may make masqd hold (`limits.rs`).
+    #[serde(default)]
+    pub tenant_limits: TenantLimits,
     /// Prometheus metrics; off unless `listen` is set.
     #[serde(default)]
     pub metrics: MetricsConfig,
@@ -635,6 +641,7 @@ impl Config {
             ));
         }
         self.audit.interval()?;
+        self.tenant_limits.check()?;
         if let Some(c) = &self.cluster {
             if c.etcd.is_empty() {
                 return Err("cluster.etcd: list at least one etcd URL".into());
