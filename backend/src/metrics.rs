@@ -304,6 +304,13 @@ struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    endpoint: String,
+    tenant: String,
+    what: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CounterLabels {
     counter: String,
 }
@@ -346,7 +353,16 @@ impl prometheus_client::collector::Collector for Scrape {
         let refused_conn: Family<EndpointLabels, Counter> = Family::default();
         let bypasses: Family<EndpointLabels, Counter> = Family::default();
         let kills: Family<EndpointLabels, Counter> = Family::default();
+        let limits: Family<LimitLabels, Counter> = Family::default();
         for e in &s.endpoints {
+            for &(what, n) in &e.limit_refusals {
+                let l = LimitLabels {
+                    endpoint: e.name.clone(),
+                    tenant: e.tenant.clone(),
+                    what,
+                };
+                limits.get_or_create(&l).inc_by(n);
+            }
             let l = EndpointLabels {
                 endpoint: e.name.clone(),
                 tenant: e.tenant.clone(),
@@ -390,6 +406,13 @@ impl prometheus_client::collector::Collector for Scrape {
             "masq_audit_kills",
             "Processes or cgroups killed by the QP audit",
             &kills,
+        )?;
+        put(
+            &mut enc,
+            "masq_tenant_limit_refusals",
+            "Requests refused at the endpoint's tenantLimits (or masqd's descriptor \
+             reserve), and CM events dropped on a full channel, by what",
+            &limits,
         )?;
         if let Some(drops) = &s.backstop_drops {
             let packets: Family<CounterLabels, Counter> = Family::default();
@@ -511,6 +534,8 @@ pub struct EndpointSample {
     pub refused_connections: u64,
     pub audit_bypasses: u64,
     pub audit_kills: u64,
+    /// Refusals at its `tenantLimits`, by what (`cluster::usage`).
+    pub limit_refusals: Vec<(&'static str, u64)>,
 }
 
 /// masqd's state at a scrape (see `Parts::sample`).
@@ -628,6 +653,7 @@ mod tests {
                 refused_connections: 5,
                 audit_bypasses: 6,
                 audit_kills: 7,
+                limit_refusals: vec![("event_channels", 9), ("sessions", 0)],
             }],
             backstop_drops: Some(vec![("drop_acme_a".into(), 8, 800)]),
             policy: Some(("3f2a".into(), "/etc/masq/policy.yaml".into())),
@@ -675,6 +701,8 @@ mod tests {
             r#"masq_refused_connections_total{endpoint="acme-a",tenant="acme"} 5"#,
             r#"masq_audit_bypasses_total{endpoint="acme-a",tenant="acme"} 6"#,
             r#"masq_audit_kills_total{endpoint="acme-a",tenant="acme"} 7"#,
+            r#"masq_tenant_limit_refusals_total{endpoint="acme-a",tenant="acme",what="event_channels"} 9"#,
+            r#"masq_tenant_limit_refusals_total{endpoint="acme-a",tenant="acme",what="sessions"} 0"#,
             r#"masq_backstop_dropped_packets_total{counter="drop_acme_a"} 8"#,
             r#"masq_backstop_dropped_bytes_total{counter="drop_acme_a"} 800"#,
             r#"masq_policy_info{version="3f2a",file="/etc/masq/policy.yaml"} 1"#,
