@@ -164,6 +164,18 @@ impl Daemon {
         for r in &cfg.rails {
             info!(rail = %r.name, device = %r.device, port = r.port, underlay = %r.underlay.ip, "rail");
         }
+        let nofile = crate::cluster::usage::raise_nofile();
+        let l = &cfg.tenant_limits;
+        info!(
+            "descriptors: limit {nofile}, tenants' below {}; per endpoint at most {} sessions, \
+             {} event channels, {} CM ids, {} address handles, {} connections",
+            crate::cluster::usage::fd_ceiling(l.fd_reserve, nofile),
+            l.sessions,
+            l.event_channels,
+            l.cm_ids,
+            l.address_handles,
+            l.connections
+        );
         info!(
             "serving {} endpoint(s), VPC map of {}",
             endpoint_cfgs.len(),

@@ -4,8 +4,11 @@ masq's CDI spec and `tenant exec` mount it read-only) plants a link in
 masqd's sysfs view. Nothing masqd does as root follows it: the host's
 directory it names keeps its files, and the endpoint whose view cannot be
 made is refused, not served with the host's sysfs, while the host's other
-endpoints are served. And a name with control characters a tenant gives
-in HELLO reaches masqd's log and masqctl escaped."""
+endpoints are served. A name with control characters a tenant gives in
+HELLO reaches masqd's log and masqctl escaped. And a tenant that opens
+sessions and event channels until masqd refuses is refused EMFILE at its
+endpoint's limits, while another tenant on the host is served."""
+import errno
 import json
 import os
 import time
@@ -150,3 +153,42 @@ def test_a_name_with_control_characters_reaches_the_log_and_masqctl_escaped(masq
     log = masq.masqd_log("host2")
     assert "x\\nINFO fake\\u{1b}[2J" in log
     assert "\x1b[2J" not in log and not any(l.startswith("INFO fake") for l in log.splitlines())
+
+
+def test_a_tenant_that_hoards_sessions_and_channels_is_refused_emfile_and_another_is_served(masq):
+    """Issue 51 held 992 channels over 4 sessions of acme-a: masqd ran out
+    of descriptors and globex-a's ibv_devinfo failed. Now acme-a stops at
+    its endpoint's limits (tenantLimits: 256 sessions, 1024 channels, or
+    masqd's descriptor reserve first on a host with a small limit), with
+    EMFILE, while globex-a on the same host is served."""
+    tb = masq
+    pid = tb.run("host1", "pgrep", "-x", "masqd").stdout.strip()
+    hoarder = tb.tenant_spawn("host1", "acme-a", "python3", RAW_CLIENT,
+                              "--hoard", "300", "1100", "60")
+    try:
+        got = json.loads(hoarder.stdout.readline() or "{}")
+        assert got, hoarder.stderr.read() if hoarder.poll() is not None else "no answer"
+        refused = [got["session_refused"], got["channel_refused"]]
+        assert -errno.EMFILE in refused, got
+        assert got["sessions"] <= 256 and got["channels"] <= 1024, got
+        # While acme-a holds all it got: another tenant is served.
+        r = tb.tenant_run("host1", "globex-a", "ibv_devinfo", "-d", "vrdma0")
+        assert "vrdma0" in r.stdout and "PORT_ACTIVE" in r.stdout, r.stdout + r.stderr
+        # And acme-a's own next app is refused, not masqd broken.
+        r = tb.tenant_run("host1", "acme-a", "ibv_devinfo", "-d", "vrdma0", check=False)
+        if got["session_refused"] is not None:
+            assert r.returncode != 0, r.stdout
+        log = tb.masqd_log("host1")
+        assert "session refused" in log or "event_channels limit reached" in log, log[-2000:]
+    finally:
+        hoarder.kill()
+        finish(hoarder, timeout=60)
+    assert tb.run("host1", "pgrep", "-x", "masqd").stdout.strip() == pid
+    # What acme-a held is given back (as masqd reads the hang-ups): its
+    # next app is served.
+    for _ in range(20):
+        r = tb.tenant_run("host1", "acme-a", "ibv_devinfo", "-d", "vrdma0", check=False)
+        if r.returncode == 0:
+            break
+        time.sleep(0.5)
+    assert "vrdma0" in r.stdout, r.stdout + r.stderr

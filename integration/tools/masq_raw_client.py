@@ -3,6 +3,9 @@
 an endpoint and print what comes back, one JSON line per case
 (`--foreign HANDLE QPN`: only the cases naming another session's QP):
 {"case": ..., "status": <reply status or null>, "closed": <bool>}.
+`--hoard SESSIONS CHANNELS SECONDS`: open up to SESSIONS sessions and on
+them up to CHANNELS CM event channels, print what was got and the first
+refusals as one JSON line, and hold it all for SECONDS (issue 51).
 Layouts follow backend/proto/src/spec.rs (header '<HHIIi', little-endian)."""
 import array
 import json
@@ -27,6 +30,9 @@ def protocol_version():
 
 VERSION = protocol_version()
 HELLO, OPEN_DEVICE, QUERY_GID_TABLE, MODIFY_QP, QUERY_QP, RESYNC_QP = 1, 2, 3, 4, 5, 7
+CM_CREATE_CHANNEL = 16
+# libmasq's CM connection holds at most this many channels.
+CHANNELS_PER_SESSION = 256
 MODIFY_QP_BODY = 108
 
 
@@ -111,9 +117,49 @@ def foreign(handle, qpn):
     return 0
 
 
+def status_of(s, data):
+    """The reply's status, or None if masqd closed the session."""
+    s.send(data)
+    reply = s.recv(8192)  # a channel's descriptor, if any, is closed here
+    return struct.unpack_from("<i", reply, 12)[0] if len(reply) >= 16 else None
+
+
+def hoard(sessions, channels, seconds):
+    """What a tenant makes masqd hold: sessions (HELLO each), then event
+    channels over them; both stop at the first refusal."""
+    import time
+    held, got = [], {"sessions": 0, "session_refused": None,
+                     "channels": 0, "channel_refused": None}
+    for _ in range(sessions):
+        s = connect()
+        st = status_of(s, hello(b"hoarder"))
+        if st != 0:
+            got["session_refused"] = st
+            s.close()
+            break
+        held.append(s)
+        got["sessions"] += 1
+    for s in held:
+        for _ in range(CHANNELS_PER_SESSION):
+            if got["channels"] >= channels:
+                break
+            st = status_of(s, msg(CM_CREATE_CHANNEL))
+            if st != 0:
+                got["channel_refused"] = st
+                break
+            got["channels"] += 1
+        if got["channel_refused"] is not None or got["channels"] >= channels:
+            break
+    print(json.dumps(got), flush=True)
+    time.sleep(seconds)
+    return 0
+
+
 def main():
     if sys.argv[1:2] == ["--foreign"]:
         return foreign(int(sys.argv[2]), int(sys.argv[3], 0))
+    if sys.argv[1:2] == ["--hoard"]:
+        return hoard(*(int(a) for a in sys.argv[2:5]))
     null = os.open("/dev/null", os.O_RDONLY)
     run("short", b"\x01\x00\x01")
     run("bad_version", msg(HELLO, struct.pack("<I4s32s", 0, b"", b"x"), version=9))

@@ -6,6 +6,7 @@ use crate::slab::Slab;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
@@ -86,6 +87,9 @@ pub struct Table {
     slots: Slab,
     by_key: BTreeMap<QpKey, u32>,
     by_local: HashMap<LocalKey, u32>,
+    /// Entries per (vni, local vIP): an endpoint's count without a scan,
+    /// for its quota.
+    per_vip: HashMap<(u32, Ipv4Addr), usize>,
     strings: HashSet<Arc<str>>,
     subscribers: Subscribers,
     max: usize,
@@ -155,6 +159,7 @@ impl Table {
             slots: Slab::default(),
             by_key: BTreeMap::new(),
             by_local: HashMap::new(),
+            per_vip: HashMap::new(),
             strings: HashSet::new(),
             subscribers: Subscribers::default(),
             max: max.min(u32::MAX as usize),
@@ -171,6 +176,23 @@ impl Table {
 
     pub fn max(&self) -> usize {
         self.max
+    }
+
+    /// How many entries have local address (vni, vip): one endpoint's.
+    pub fn held_by(&self, vni: u32, vip: Ipv4Addr) -> usize {
+        self.per_vip.get(&(vni, vip)).copied().unwrap_or(0)
+    }
+
+    fn count(&mut self, vni: u32, vip: Ipv4Addr, add: bool) {
+        let n = self.per_vip.entry((vni, vip)).or_insert(0);
+        if add {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_vip.remove(&(vni, vip));
+            }
+        }
     }
 
     fn at(&self, slot: u32) -> &Entry {
@@ -201,6 +223,7 @@ impl Table {
             }
             e.created_ms = old.created_ms;
             e.updated_ms = now.max(old.created_ms);
+            let (old_at, new_at) = ((old.vni, old.local_vip), (e.vni, e.local_vip));
             let old_lk = local_index(old);
             if old_lk != lk {
                 if let Some(o) = old_lk {
@@ -212,6 +235,10 @@ impl Table {
             }
             *old = e;
             emit(&mut self.subscribers, EventKind::Update, old);
+            if old_at != new_at {
+                self.count(old_at.0, old_at.1, false);
+                self.count(new_at.0, new_at.1, true);
+            }
             return Ok(Upsert::Updated);
         }
         if self.len() >= self.max {
@@ -220,6 +247,7 @@ impl Table {
         e.created_ms = now;
         e.updated_ms = now;
         emit(&mut self.subscribers, EventKind::New, &e);
+        self.count(e.vni, e.local_vip, true);
         // len < max <= u32::MAX, so the slab has a free index.
         let slot = self.slots.insert(e).ok_or(TableFull { max: self.max })?;
         self.by_key.insert(key, slot);
@@ -259,6 +287,7 @@ impl Table {
     fn remove_slot(&mut self, slot: u32) -> Entry {
         let e = self.slots.take(slot).expect("index points at a live slot");
         self.by_key.remove(&e.key());
+        self.count(e.vni, e.local_vip, false);
         if let Some(lk) = local_index(&e) {
             if self.by_local.get(&lk) == Some(&slot) {
                 self.by_local.remove(&lk);
@@ -398,7 +427,6 @@ impl Table {
 mod tests {
     use super::*;
     use crate::filter::Cidr;
-    use std::net::Ipv4Addr;
     use std::sync::mpsc::TryRecvError;
 
     fn ent(session: u64, h: u32, lqpn: u32, remote_last: u8) -> Entry {
@@ -690,6 +718,25 @@ mod tests {
         assert_eq!(v["local_qpn"], 17);
         let back: Event = serde_json::from_value(v).unwrap();
         assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn entries_are_counted_per_local_address_as_they_come_and_go() {
+        let mut t = Table::new();
+        let vip = Ipv4Addr::new(10, 0, 0, 1);
+        t.upsert(ent(1, 1, 17, 2)).unwrap();
+        t.upsert(ent(1, 2, 18, 3)).unwrap();
+        t.upsert(ent(2, 1, 19, 2)).unwrap();
+        assert_eq!(t.held_by(100, vip), 3);
+        let mut moved = ent(2, 1, 19, 2);
+        moved.local_vip = Ipv4Addr::new(10, 0, 0, 9);
+        t.upsert(moved).unwrap();
+        assert_eq!(t.held_by(100, vip), 2);
+        assert_eq!(t.held_by(100, Ipv4Addr::new(10, 0, 0, 9)), 1);
+        t.remove(key(1, 1)).unwrap();
+        t.remove_session(2);
+        assert_eq!(t.held_by(100, vip), 1);
+        assert_eq!(t.held_by(100, Ipv4Addr::new(10, 0, 0, 9)), 0);
     }
 
     #[test]

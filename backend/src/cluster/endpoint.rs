@@ -62,6 +62,8 @@ pub struct Endpoint {
     /// Held from counting the endpoint's connections to tracking a new one,
     /// when it has a quota: two admissions cannot both take the last slot.
     pub quota: Mutex<()>,
+    /// What its apps make masqd hold, and the refusals at its limits.
+    pub usage: Arc<crate::cluster::usage::Usage>,
     /// Its rdma cgroup limits could not be set (logged once until they are).
     pub rdma_limits_failing: AtomicBool,
     /// The pod's cgroup the backstop filters as this endpoint's (masq-nri
@@ -76,6 +78,7 @@ impl Endpoint {
         origin: Origin,
         view: Option<crate::kernel::sysfs_view::View>,
     ) -> Endpoint {
+        let usage = Arc::new(crate::cluster::usage::Usage::new(&cfg.name));
         Endpoint {
             cfg,
             rail: 0,
@@ -93,6 +96,7 @@ impl Endpoint {
             listener: Mutex::new(None),
             removed: AtomicBool::new(false),
             quota: Mutex::new(()),
+            usage,
             rdma_limits_failing: AtomicBool::new(false),
             pod_cgroup: Mutex::new(None),
         }

@@ -26,6 +26,8 @@ pub struct Registry {
     /// rail index names one.
     rails: Vec<(String, Ipv4Addr)>,
     socket_dir: PathBuf,
+    /// What each endpoint's apps may make masqd hold.
+    limits: crate::config::TenantLimits,
     state: RwLock<State>,
 }
 
@@ -328,8 +330,14 @@ impl Registry {
                 .map(|r| (r.name.clone(), r.underlay.ip))
                 .collect(),
             socket_dir: cfg.socket_dir.clone(),
+            limits: cfg.tenant_limits,
             state: RwLock::new(state),
         }
+    }
+
+    /// What each endpoint's apps may make masqd hold (`tenantLimits`).
+    pub fn limits(&self) -> &crate::config::TenantLimits {
+        &self.limits
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {

@@ -85,7 +85,9 @@ impl Cm {
         st.metrics.cm_event(&i.ep.cfg.name, event);
         if let Err(e) = ch.sock.send_nowait(&bytes) {
             // The app stopped reading its channel: losing this event is its
-            // doing, and masqd must not block on it.
+            // doing, and masqd must not block on it. What a channel queues
+            // is bounded by its socket's send buffer (kernel memory).
+            i.ep.usage.count(crate::cluster::usage::What::CmEvents);
             warn!(
                 session = i.session,
                 id, event, "CM event not delivered: {e}"

@@ -4,12 +4,14 @@
 use super::{fail, random_u32, Channel, Cm, CmHost, Id, Phase, State};
 use super::{EPHEMERAL, MAX_CHANNELS_PER_SESSION};
 use crate::cluster::endpoint::Endpoint;
+use crate::cluster::usage::{fd_room, Slot, What};
+use crate::config::TenantLimits;
 use crate::error::{refuse, Refusal};
 use crate::peer::msg::{Params, PeerMsg};
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
@@ -205,6 +207,8 @@ impl Cm {
     /// next free number: its number and the app's end of its event socket.
     pub(super) fn add_channel(
         st: &mut State,
+        limits: &TenantLimits,
+        ep: &Arc<Endpoint>,
         session: u64,
         number: Option<u32>,
     ) -> Result<(u32, OwnedFd), Refusal> {
@@ -217,8 +221,10 @@ impl Cm {
         {
             return fail(libc::EMFILE, "too many CM channels");
         }
+        let slot = Slot::take(&ep.usage, What::EventChannels, limits.event_channels)?;
         let (ours, theirs) =
             Conn::pair().map_err(|e| refuse(libc::EMFILE, format!("socketpair: {e}")))?;
+        fd_room(&ep.usage, ours.as_raw_fd(), 0, limits.fd_reserve)?;
         let channel = number.unwrap_or_else(|| {
             let mut n = st.next_channel;
             while n == 0 || st.channels.contains_key(&n) {
@@ -232,6 +238,7 @@ impl Cm {
             Channel {
                 session,
                 sock: ours,
+                _slot: slot,
             },
         );
         Ok((channel, theirs))
@@ -243,14 +250,21 @@ impl Cm {
         session: u64,
         channel: u32,
         ep: Arc<Endpoint>,
+        slot: Slot,
     ) -> u32 {
         let mut id = st.next_id;
         while id == 0 || st.ids.contains_key(&id) {
             id = id.wrapping_add(1);
         }
         st.next_id = id.wrapping_add(1);
-        Self::insert_id(st, id, session, channel, ep);
+        Self::insert_id(st, id, session, channel, ep, slot);
         id
+    }
+
+    /// A slot for one more CM id of `ep`, within `tenantLimits.cmIds`
+    /// (ENOSPC past it).
+    pub(super) fn id_slot(shared: &dyn CmHost, ep: &Arc<Endpoint>) -> Result<Slot, Refusal> {
+        Slot::take(&ep.usage, What::CmIds, shared.registry().limits().cm_ids)
     }
 
     pub(super) fn insert_id(
@@ -259,6 +273,7 @@ impl Cm {
         session: u64,
         channel: u32,
         ep: Arc<Endpoint>,
+        slot: Slot,
     ) {
         st.ids.insert(
             id,
@@ -279,6 +294,7 @@ impl Cm {
                 peer_host: Ipv4Addr::UNSPECIFIED,
                 remote: Params::default(),
                 deadline: None,
+                _slot: slot,
             },
         );
     }

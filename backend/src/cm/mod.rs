@@ -28,6 +28,7 @@ mod ud;
 
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
+use crate::cluster::usage::Slot;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::{Link, Outgoing, Sent};
@@ -71,6 +72,9 @@ fn fail<T>(errno: i32, why: impl Into<String>) -> Result<T, Refusal> {
 const MAX_IDS_PER_SESSION: usize = 4096;
 const MAX_CHANNELS_PER_SESSION: usize = 256;
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
+/// The REJ reason a connect request past the listening endpoint's
+/// `tenantLimits.cmIds` gets (IB_CM_REJ_NO_RESOURCES).
+const CM_REJ_NO_RESOURCES: i32 = 3;
 
 /// The kernel CM's defaults for RoCE: ~67 ms local ACK timeout, 12 (0.64 ms)
 /// minimum RNR timer.
@@ -132,6 +136,8 @@ struct Id {
     peer_host: Ipv4Addr,
     remote: Params,
     deadline: Option<Instant>,
+    /// Its place in its endpoint's `tenantLimits.cmIds`.
+    _slot: Slot,
 }
 
 impl Id {
@@ -160,6 +166,8 @@ impl Id {
 struct Channel {
     session: u64,
     sock: Conn,
+    /// Its place in its endpoint's `tenantLimits.eventChannels`.
+    _slot: Slot,
 }
 
 type PortKey = (String, bool, u16);
@@ -323,3 +331,7 @@ impl Drop for Locked<'_> {
         self.cm.flush();
     }
 }
+
+#[cfg(test)]
+#[path = "limits_tests.rs"]
+mod limits_tests;

@@ -284,7 +284,24 @@ impl Cm {
             Some(l) => (l.session, l.channel),
             None => return,
         };
-        let id = self.new_id(st, session, channel, ep.clone());
+        // An endpoint at its CM ids rejects, as a listener out of resources.
+        let slot = match Self::id_slot(shared, &ep) {
+            Ok(s) => s,
+            Err(r) => {
+                warn!(%from, endpoint = %ep.cfg.name, "CM request rejected: {}", r.why());
+                self.send(
+                    from,
+                    PeerMsg::Rej {
+                        to_id: from_id,
+                        from_id: 0,
+                        reason: super::CM_REJ_NO_RESOURCES,
+                        private_data: Vec::new(),
+                    },
+                );
+                return;
+            }
+        };
+        let id = self.new_id(st, session, channel, ep.clone(), slot);
         if let Some(i) = st.ids.get_mut(&id) {
             i.src_ip = ep.cfg.vip;
             i.port = dst.1;

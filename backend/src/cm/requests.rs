@@ -34,13 +34,16 @@ impl Cm {
         let mut st = self.lock();
         let st = &mut *st;
         let reply = match body {
-            R::CmRestoreChannel(c) => return Self::restore_channel(st, session, c),
+            R::CmRestoreChannel(c) => {
+                return Self::restore_channel(st, shared.registry().limits(), ep, session, c)
+            }
             R::CmRestoreId(r) => {
                 self.restore_id(shared, st, session, ep, r, tracked)?;
                 proto::ReplyBody::CmRestoreId
             }
             R::CmCreateChannel => {
-                let (channel, theirs) = Self::add_channel(st, session, None)?;
+                let limits = shared.registry().limits();
+                let (channel, theirs) = Self::add_channel(st, limits, ep, session, None)?;
                 return Ok((
                     proto::ReplyBody::CmCreateChannel(proto::CmChannel { channel }),
                     Some(theirs),
@@ -72,7 +75,8 @@ impl Cm {
                 if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
                     return fail(libc::ENOMEM, "too many CM ids");
                 }
-                let id = self.new_id(st, session, c.channel, ep.clone());
+                let slot = Self::id_slot(shared, ep)?;
+                let id = self.new_id(st, session, c.channel, ep.clone(), slot);
                 if let Some(i) = st.ids.get_mut(&id) {
                     i.udp = c.port_space == proto::CM_PS_UDP;
                 }

@@ -15,13 +15,15 @@ impl Cm {
     /// back under its old number, if that is free, with a new event socket.
     pub(super) fn restore_channel(
         st: &mut State,
+        limits: &crate::config::TenantLimits,
+        ep: &Arc<Endpoint>,
         session: u64,
         c: &proto::CmChannel,
     ) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
         if c.channel == 0 || st.channels.contains_key(&c.channel) {
             return fail(libc::EEXIST, format!("channel {} is in use", c.channel));
         }
-        let (_, theirs) = Self::add_channel(st, session, Some(c.channel))?;
+        let (_, theirs) = Self::add_channel(st, limits, ep, session, Some(c.channel))?;
         Ok((proto::ReplyBody::CmRestoreChannel, Some(theirs)))
     }
 
@@ -50,6 +52,7 @@ impl Cm {
         if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
             return fail(libc::ENOMEM, "too many CM ids");
         }
+        let slot = Self::id_slot(shared, ep)?;
         let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
         let dst = (Ipv4Addr::from(r.addrs.dst.addr), r.addrs.dst.port);
         if r.state == proto::CM_RESTORE_LISTENING && src.1 == 0 {
@@ -58,7 +61,7 @@ impl Cm {
         let udp = r.port_space == proto::CM_PS_UDP;
         if r.state != proto::CM_RESTORE_CONNECTED {
             let pending = r.state == proto::CM_RESTORE_PENDING;
-            Self::insert_id(st, r.id, session, r.channel, ep.clone());
+            Self::insert_id(st, r.id, session, r.channel, ep.clone(), slot);
             if let Some(i) = st.ids.get_mut(&r.id) {
                 i.udp = udp;
             }
@@ -143,7 +146,7 @@ impl Cm {
             }
             st.ports.insert(key, r.id);
         }
-        Self::insert_id(st, r.id, session, r.channel, ep.clone());
+        Self::insert_id(st, r.id, session, r.channel, ep.clone(), slot);
         if let Some(i) = st.ids.get_mut(&r.id) {
             i.src_ip = ep.cfg.vip;
             i.port = src.1;

@@ -238,7 +238,18 @@ impl Cm {
         let Some((session, channel)) = st.ids.get(&listener).map(|l| (l.session, l.channel)) else {
             return;
         };
-        let id = self.new_id(st, session, channel, ep.clone());
+        let slot = match Self::id_slot(shared, &ep) {
+            Ok(s) => s,
+            Err(r) => {
+                warn!(%from, endpoint = %ep.cfg.name, "CM UD query rejected: {}", r.why());
+                self.send(
+                    from,
+                    Self::sidr_rep(from_id, proto::CM_SIDR_REJECT, Vec::new()),
+                );
+                return;
+            }
+        };
+        let id = self.new_id(st, session, channel, ep.clone(), slot);
         if let Some(i) = st.ids.get_mut(&id) {
             i.udp = true;
             i.src_ip = ep.cfg.vip;

@@ -247,11 +247,21 @@ impl Decide for Admission {
 /// whose drop hands the change to the backstop under the table's lock.
 impl Conntrack for Admission {
     fn held(&self, vni: u32, vip: Ipv4Addr, except: QpKey) -> usize {
-        self.table()
-            .iter()
-            .filter(|e| (e.vni, e.local_vip) == (vni, vip))
-            .filter(|e| (e.session, e.qp_handle) != (except.session, except.qp_handle))
-            .count()
+        let table = self.table();
+        let mine = table
+            .get(except)
+            .is_some_and(|e| (e.vni, e.local_vip) == (vni, vip));
+        table.held_by(vni, vip) - usize::from(mine)
+    }
+    fn upsert_within(&self, e: Entry, max: usize) -> Result<Upsert, Option<usize>> {
+        let mut table = self.table();
+        if table.get(e.key()).is_none() {
+            let held = table.held_by(e.vni, e.local_vip);
+            if held >= max {
+                return Err(Some(held));
+            }
+        }
+        table.upsert(e).map_err(|_| None)
     }
     fn get(&self, key: QpKey) -> Option<Entry> {
         self.table().get(key).cloned()

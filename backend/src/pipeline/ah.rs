@@ -11,8 +11,9 @@
 //! ibv_init_ah_from_wc.
 
 use crate::cluster::endpoint::Endpoint;
+use crate::cluster::usage::{Slot, What};
 use crate::error::{from_io, refuse, Refusal};
-use crate::pipeline::ports::{Held, QpHost, BACKSTOP_WAIT};
+use crate::pipeline::ports::{connection_quota, Held, QpHost, BACKSTOP_WAIT};
 use crate::pipeline::qp::physical_av;
 use crate::pipeline::session::{AhRecord, PendingAh, Session};
 use masq_proto as proto;
@@ -50,6 +51,16 @@ pub(crate) fn create_ah(
         ));
     }
     let ep = sess.ep.clone();
+    // Refused before the app's provider makes an AH that BIND_AH would
+    // refuse (the place is taken at BIND_AH).
+    let max = h.registry().limits().address_handles;
+    let held = ep.usage.held(What::AddressHandles);
+    if held >= max as usize {
+        return Err(ep.usage.refuse(
+            What::AddressHandles,
+            format_args!("address_handles limit reached ({held} of {max})"),
+        ));
+    }
     let av = physical_av(h, &ep, ah)?;
     let (remote_vip, peer_host, traffic_class) = (av.vip, av.host, av.traffic_class);
     // UD is RDMA: the same predicate as a connection, per destination.
@@ -116,6 +127,8 @@ fn track(
     what: &str,
 ) -> Result<(), Refusal> {
     let ep = sess.ep.clone();
+    let limits = h.registry().limits();
+    let slot = Slot::take(&ep.usage, What::AddressHandles, limits.address_handles)?;
     // The AH waits for its element below: this thread runs it.
     let _held = h.guard().map(Held::new);
     let gate = h.decide().admitting();
@@ -138,11 +151,22 @@ fn track(
         rail: ep.rail_label.clone(),
         ..Default::default()
     };
-    if h.conntrack().upsert(entry).is_err() {
-        warn!(
-            ah = handle,
-            "connection table full; UD destination not tracked"
-        );
+    let max = connection_quota(&ep, limits.connections);
+    match h.conntrack().upsert_within(entry, max as usize) {
+        Ok(_) => {}
+        Err(Some(held)) => {
+            ep.usage.count(What::Connections);
+            return Err(refuse(
+                libc::EDQUOT,
+                format!(
+                    "connection quota of endpoint {} reached ({held} of {max}); \
+                     UD {} -> {} refused",
+                    ep.cfg.name, ep.cfg.vip, p.remote_vip
+                ),
+            ));
+        }
+        // Not tracked, it would not be guarded or reset either.
+        Err(None) => return Err(refuse(libc::ENOSPC, "the connection table is full")),
     }
     info!(ah = handle, rule = %rule, "UD address handle {} -> {} {what}", ep.cfg.vip, p.remote_vip);
     drop(gate);
@@ -161,6 +185,7 @@ fn track(
         AhRecord {
             remote_vip: p.remote_vip,
             peer_host: p.peer_host,
+            _slot: slot,
         },
     );
     Ok(())

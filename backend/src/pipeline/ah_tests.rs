@@ -3,6 +3,7 @@
 //! security groups, bound to the kernel's AH, admitted again after a
 //! restart, forgotten; no RDMA needed.
 use super::*;
+use crate::cluster::usage::What;
 use crate::pipeline::fakes::*;
 
 /// The example's host1 and a session of acme-a (10.0.0.1, VNI 100) that
@@ -200,4 +201,80 @@ fn a_grh_not_addressed_to_this_host_or_not_from_an_ipv4_gid_names_no_sender() {
     ipv6[1] = 0x80;
     let not_v4 = grh(ipv6, v4_mapped([192, 168, 1, 1]));
     assert_eq!(errno(resolve_grh(&h, &sess, &not_v4)), libc::EHOSTUNREACH);
+}
+
+/// acme-a's session on a host whose endpoints may hold `ahs` address
+/// handles and `connections` RConntrack entries.
+fn limited(ahs: u32, connections: u32) -> (FakeHost, Session) {
+    let limits = crate::config::TenantLimits {
+        address_handles: ahs,
+        connections,
+        ..Default::default()
+    };
+    let (h, mut sess) = setup_limited(None, limits);
+    let f = std::fs::File::open("/dev/null").expect("open /dev/null");
+    sess.uverbs = Some(Arc::new(std::os::fd::OwnedFd::from(f)));
+    (h, sess)
+}
+
+fn refusals(sess: &Session, what: What) -> u64 {
+    let r = sess.ep.usage.refusals();
+    r.iter()
+        .find(|(n, _)| *n == what.name())
+        .map_or(0, |(_, c)| *c)
+}
+
+/// Issue 51: a loop of CREATE_AH and BIND_AH filled the RConntrack table
+/// that all tenants share. Now an endpoint's address handles stop at its
+/// limit (EDQUOT, before the provider makes one), counted; one destroyed
+/// makes room.
+#[test]
+fn address_handles_past_the_endpoints_limit_get_edquot_until_one_is_destroyed() {
+    let (h, mut sess) = limited(2, 100);
+    for handle in [5, 6] {
+        let r = created(&h, &mut sess, virtual_av([10, 0, 0, 2]));
+        bind(&h, &mut sess, r.ah_id, handle).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let req = proto::CreateAhReq {
+        ah_attr: virtual_av([10, 0, 0, 2]),
+    };
+    assert_eq!(errno(create_ah(&h, &mut sess, &req)), libc::EDQUOT);
+    assert_eq!(refusals(&sess, What::AddressHandles), 1);
+    assert_eq!(entries(&h).len(), 2);
+    // Another session of the endpoint is held to the same count.
+    let mut other = Session::new(8, sess.pid, sess.ep.clone());
+    other.uverbs = sess.uverbs.clone();
+    assert_eq!(errno(create_ah(&h, &mut other, &req)), libc::EDQUOT);
+    destroy_ah(&h, &mut sess, &proto::DestroyAhReq { ah_handle: 5 });
+    let r = created(&h, &mut other, virtual_av([10, 0, 0, 2]));
+    bind(&h, &mut other, r.ah_id, 5).unwrap_or_else(|e| panic!("{e}"));
+    // A session gone gives its address handles back.
+    drop(sess);
+    let r = created(&h, &mut other, virtual_av([10, 0, 0, 2]));
+    bind(&h, &mut other, r.ah_id, 9).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Each bound AH is an RConntrack entry: past the endpoint's connection
+/// limit BIND_AH is refused EDQUOT (libmasq then destroys the AH) and
+/// nothing more is tracked; after a restart such an AH is destroyed.
+#[test]
+fn a_bind_past_the_endpoints_connections_is_edquot_and_tracks_nothing() {
+    let (h, mut sess) = limited(100, 1);
+    let first = created(&h, &mut sess, virtual_av([10, 0, 0, 2]));
+    bind(&h, &mut sess, first.ah_id, 5).unwrap_or_else(|e| panic!("{e}"));
+    let second = created(&h, &mut sess, virtual_av([10, 0, 0, 2]));
+    assert_eq!(errno(bind(&h, &mut sess, second.ah_id, 6)), libc::EDQUOT);
+    assert_eq!(refusals(&sess, What::Connections), 1);
+    assert_eq!(entries(&h).len(), 1);
+    assert!(!sess.ahs.contains_key(&6));
+    assert_eq!(
+        sess.ep.usage.held(What::AddressHandles),
+        1,
+        "the refused bind holds no place"
+    );
+    assert_eq!(
+        resync(&h, &mut sess, 7, virtual_av([10, 0, 0, 2])),
+        proto::RESYNC_RESET
+    );
+    assert_eq!(*h.destroyed.borrow(), [7]);
 }

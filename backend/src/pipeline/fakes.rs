@@ -165,8 +165,17 @@ impl QpHost for FakeHost {
 
 /// host1 of the examples, with `policy` (YAML) or the example's.
 pub(super) fn setup(policy: Option<&str>) -> (FakeHost, Session) {
+    setup_limited(policy, Default::default())
+}
+
+/// `setup` with these `tenantLimits`.
+pub(super) fn setup_limited(
+    policy: Option<&str>,
+    limits: crate::config::TenantLimits,
+) -> (FakeHost, Session) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let mut cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    cfg.tenant_limits = limits;
     let registry = Registry::new(&cfg);
     let file = crate::source::SourceId::File;
     assert!(registry

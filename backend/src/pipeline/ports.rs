@@ -18,6 +18,13 @@ use std::time::Duration;
 /// How long an admission waits for the backstop to let its packets through.
 pub(crate) const BACKSTOP_WAIT: Duration = Duration::from_secs(5);
 
+/// The RConntrack entries (connections and address handles) endpoint `ep`
+/// may hold: its `maxConnections`, or `tenantLimits.connections` (`limit`)
+/// if that is lower or it has none.
+pub(crate) fn connection_quota(ep: &Endpoint, limit: u32) -> u32 {
+    ep.cfg.max_connections.map_or(limit, |m| m.min(limit))
+}
+
 /// The backstop as the pipelines drive it (`enforce::backstop`): the
 /// QPs that may receive, and the wait until its nftables sets say so. A
 /// local QP is named by this host's underlay address on its rail
@@ -82,6 +89,11 @@ pub trait Conntrack {
     fn held(&self, vni: u32, vip: Ipv4Addr, except: QpKey) -> usize;
     fn get(&self, key: QpKey) -> Option<Entry>;
     fn upsert(&self, e: Entry) -> Result<Upsert, TableFull>;
+    /// `upsert`, if the entry is there already or its endpoint (its vni
+    /// and local vIP) holds fewer than `max`: else `Err(Some(held))`;
+    /// `Err(None)` if the table is full. Counted and inserted under one
+    /// lock, so two sessions cannot both take the last place.
+    fn upsert_within(&self, e: Entry, max: usize) -> Result<Upsert, Option<usize>>;
     fn set_state(&self, key: QpKey, state: State) -> bool;
     fn remove(&self, key: QpKey) -> Option<Entry>;
     /// Whether a QP with this local key is tracked.

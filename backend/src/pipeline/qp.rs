@@ -28,7 +28,7 @@ use crate::kernel::ibv::{
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::{Held, QpHost, QpKernel, BACKSTOP_WAIT};
+use crate::pipeline::ports::{connection_quota, Held, QpHost, QpKernel, BACKSTOP_WAIT};
 use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
@@ -244,18 +244,23 @@ fn admit(
                 format!("security groups deny {} -> {remote}: {why}", ep.vip),
             )
         })?;
-    if let Some(max) = ep.max_connections {
-        let held = h.conntrack().held(ep.vni, ep.vip, key(sess, qp_handle));
-        if held >= max as usize {
-            return Err(refuse(
-                libc::EDQUOT,
-                format!(
-                    "connection quota of endpoint {} reached ({held} of {max}); \
-                     {} -> {remote} refused",
-                    ep.name, ep.vip
-                ),
-            ));
-        }
+    // Under the endpoint's quota lock when it has a `maxConnections`; the
+    // default limit alone is checked without it (a few concurrent moves
+    // of one endpoint may pass it by as many).
+    let max = connection_quota(&sess.ep, h.registry().limits().connections);
+    let held = h.conntrack().held(ep.vni, ep.vip, key(sess, qp_handle));
+    if held >= max as usize {
+        sess.ep
+            .usage
+            .count(crate::cluster::usage::What::Connections);
+        return Err(refuse(
+            libc::EDQUOT,
+            format!(
+                "connection quota of endpoint {} reached ({held} of {max}); \
+                 {} -> {remote} refused",
+                ep.name, ep.vip
+            ),
+        ));
     }
     Ok(rule)
 }

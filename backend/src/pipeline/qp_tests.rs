@@ -558,3 +558,44 @@ fn an_address_handle_is_bound_once_the_backstop_applied_its_sets() {
     assert_eq!(taken(&log), ["hold", "wait_applied", "release"]);
     assert_eq!(tracked(&h).len(), 1, "tracked before the wait");
 }
+
+/// Issue 51: an endpoint's RConntrack entries are bounded even without a
+/// `maxConnections` (`tenantLimits.connections`): past it an RTR is
+/// EDQUOT, never reaches the kernel and is counted; room comes back as
+/// entries go. Another endpoint's count is its own.
+#[test]
+fn an_rtr_past_the_endpoints_connection_limit_is_edquot_until_one_goes() {
+    let limits = crate::config::TenantLimits {
+        connections: 1,
+        ..Default::default()
+    };
+    let (h, mut sess) = setup_limited(None, limits);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    let other = rconntrack::Entry {
+        session: 99,
+        qp_handle: 1,
+        tenant: Arc::from("acme"),
+        vni: sess.ep.cfg.vni,
+        local_vip: sess.ep.cfg.vip,
+        local_qpn: 0x99,
+        remote_vip: Ipv4Addr::new(10, 0, 0, 2),
+        ..Default::default()
+    };
+    h.admission.table().upsert(other.clone()).expect("tracked");
+    let e = modify(&h, &k, &mut sess, &rtr()).expect_err("past the limit");
+    assert_eq!(e.errno(), libc::EDQUOT, "{e}");
+    assert!(k.ran.borrow().is_empty());
+    let counted = sess.ep.usage.refusals();
+    assert!(counted.contains(&("connections", 1)), "{counted:?}");
+    // globex-a (VNI 200) shares the vIP, not the count.
+    let globex = rconntrack::QpKey {
+        session: 0,
+        qp_handle: 0,
+    };
+    let held = crate::pipeline::ports::Conntrack::held(&h.admission, 200, sess.ep.cfg.vip, globex);
+    assert_eq!(held, 0);
+    h.admission.table().remove(other.key());
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tracked(&h).len(), 1);
+}

@@ -115,10 +115,12 @@ pub struct PendingAh {
 }
 
 /// A bound AH, by kernel handle.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct AhRecord {
     pub remote_vip: Ipv4Addr,
     pub peer_host: Ipv4Addr,
+    /// Its place in its endpoint's `tenantLimits.addressHandles`.
+    pub(crate) _slot: crate::cluster::usage::Slot,
 }
 
 #[cfg(test)]

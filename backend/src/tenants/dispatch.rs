@@ -14,7 +14,7 @@ use crate::tenants::parts::Parts;
 use crate::transport;
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -283,6 +283,9 @@ fn open_device(
             format!("descriptor is not {}'s uverbs device", phys.name),
         ));
     }
+    // Held as long as the session: within masqd's descriptor reserve.
+    let reserve = parts.registry.limits().fd_reserve;
+    crate::cluster::usage::fd_room(&sess.ep.usage, fd.as_raw_fd(), 0, reserve)?;
     let fd = Arc::new(fd);
     parts.sessions.register_fd(sess.id, fd.clone());
     sess.uverbs = Some(fd);

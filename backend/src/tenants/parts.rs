@@ -151,6 +151,7 @@ impl Parts {
                     refused_connections: ep.refused_connections.load(Ordering::Relaxed),
                     audit_bypasses: ep.audit_bypasses.load(Ordering::Relaxed),
                     audit_kills: ep.audit_kills.load(Ordering::Relaxed),
+                    limit_refusals: ep.usage.refusals(),
                 }
             })
             .collect();

@@ -3,6 +3,8 @@
 //! and forget what it held when it goes; and the endpoint's sysfs view.
 
 use crate::cluster::endpoint::Endpoint;
+use crate::cluster::usage::{fd_room, Slot, What};
+use crate::error::Refusal;
 use crate::pipeline::session::Session;
 use crate::run::now_secs;
 use crate::tenants::cgroups::same_netns;
@@ -11,6 +13,7 @@ use crate::tenants::parts::Parts;
 use crate::tenants::sessions::SessionView;
 use crate::transport::seqpacket::{Conn, Listener};
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -88,6 +91,15 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: {why}");
             continue;
         }
+        let slot = match admit_session(&parts, &ep, &conn) {
+            Ok(s) => s,
+            Err(r) => {
+                warn!(endpoint = %ep.cfg.name, pid, errno = r.errno(), "session refused: {}", r.why());
+                // Only this endpoint's accepts wait for its refused app.
+                crate::transport::refuse_first(&conn, r.errno(), REFUSE_WAIT);
+                continue;
+            }
+        };
         // The reads of /proc/<pid> above were of the app that connected
         // only if it still runs now (else its pid may be another's). On a
         // kernel without SO_PEERPIDFD this says yes and the race stays.
@@ -100,14 +112,28 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
         let (parts, ep) = (parts.clone(), ep.clone());
         let spawned = thread::Builder::new()
             .name(format!("session-{id}"))
-            .spawn(move || run_session(parts, ep, conn, id, pid));
+            .spawn(move || run_session(parts, ep, conn, id, pid, slot));
         if let Err(e) = spawned {
             warn!("cannot start a session thread: {e}");
         }
     }
 }
 
-fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32) {
+/// How long a refused app's first request is waited for, to answer it.
+const REFUSE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A session slot for one more app of `ep` (a thread, its connection, a
+/// copy of it and its device: three descriptors), within `tenantLimits`:
+/// EMFILE past its sessions or past masqd's descriptor reserve.
+fn admit_session(parts: &Parts, ep: &Arc<Endpoint>, conn: &Conn) -> Result<Slot, Refusal> {
+    let limits = parts.registry.limits();
+    let slot = Slot::take(&ep.usage, What::Sessions, limits.sessions)?;
+    fd_room(&ep.usage, conn.as_raw_fd(), 2, limits.fd_reserve)?;
+    Ok(slot)
+}
+
+/// Serve one app until it goes; its session `slot` is given back then.
+fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32, _slot: Slot) {
     parts.sessions.opened(
         id,
         &conn,

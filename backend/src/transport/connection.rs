@@ -61,6 +61,25 @@ pub fn serve<H: Handler + ?Sized>(h: &mut H, conn: &Conn) {
     }
 }
 
+/// Turn a connection away before serving it: its first request (the
+/// app's HELLO, waited for at most `wait`, so a silent client holds the
+/// caller no longer) gets `errno`, as a kernel answers an open past a
+/// limit; then the connection is closed.
+pub fn refuse_first(conn: &Conn, errno: i32, wait: std::time::Duration) {
+    let mut buf = vec![0u8; proto::MAX_MESSAGE];
+    if !conn.readable(wait) {
+        return;
+    }
+    // Descriptors it passed are closed with the datagram.
+    let Ok(Some(d)) = conn.recv(&mut buf) else {
+        return;
+    };
+    let (op, id) = proto::peek_ids(&buf[..d.len]);
+    if let Err(e) = conn.send(&proto::encode_error(op, id, -errno), None) {
+        debug!("refusal not delivered: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The loop against a dummy handler over a socket pair: what it
@@ -185,6 +204,24 @@ mod tests {
         let ids: Vec<(u32, usize)> = h.handled.iter().map(|&(_, id, n)| (id, n)).collect();
         assert_eq!(ids, vec![(1, 0), (2, 1), (3, 0), (4, 0)]);
         assert_eq!(h.finished, vec![op_gids, op_gids, op_destroyed, op_gids]);
+    }
+
+    #[test]
+    fn a_refused_connection_gets_its_errno_on_its_first_request_then_ends() {
+        let (ours, theirs) = Conn::pair().expect("socketpair");
+        let app = Conn::from(theirs);
+        app.send(&gids(9), None).expect("send");
+        refuse_first(&ours, libc::EMFILE, Duration::from_secs(1));
+        drop(ours);
+        let op = RequestBody::QueryGidTable(QueryGidTableReq { port: 1 }).opcode();
+        assert_eq!(reply(&app), Some((err(op, 9, -libc::EMFILE), 0)));
+        assert!(reply(&app).is_none(), "closed");
+
+        // A client that says nothing holds the caller no longer than the wait.
+        let (ours, _silent) = Conn::pair().expect("socketpair");
+        let t = std::time::Instant::now();
+        refuse_first(&ours, libc::EMFILE, Duration::from_millis(50));
+        assert!(t.elapsed() < Duration::from_secs(1));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 mod connection;
 pub mod seqpacket;
 
-pub use connection::serve;
+pub use connection::{refuse_first, serve};
 
 use masq_proto as proto;
 use std::os::fd::OwnedFd;

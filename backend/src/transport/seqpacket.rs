@@ -276,6 +276,19 @@ impl Conn {
         n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0
     }
 
+    /// Whether a datagram (or the end) is there to read within `wait`.
+    pub fn readable(&self, wait: std::time::Duration) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        n == 1 && p.revents != 0
+    }
+
     /// Wake a thread blocked in `recv` on this connection (it sees EOF).
     pub fn shutdown(&self) {
         let _ = socket::shutdown(self.0.as_raw_fd(), socket::Shutdown::Both);
@@ -290,6 +303,13 @@ impl Conn {
 impl From<OwnedFd> for Conn {
     fn from(fd: OwnedFd) -> Conn {
         Conn(fd)
+    }
+}
+
+/// Its number, for masqd's descriptor ceiling (`cluster::usage::fd_room`).
+impl AsRawFd for Conn {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
     }
 }
 

@@ -1,0 +1,148 @@
+//! The CM within the endpoints' `tenantLimits` (issue 51: acme-a held 992
+//! event channels, masqd ran out of descriptors and globex-a's apps were
+//! refused): event channels and ids past an endpoint's limit are refused
+//! with the kernel's errno and counted; another endpoint is served; a
+//! channel or id given back, or a session gone, makes room again.
+use super::*;
+use crate::cluster::endpoint::Origin;
+use crate::cluster::usage::What;
+use crate::config::{Config, TenantLimits};
+use crate::enforce::admission::Admission;
+use std::path::Path;
+
+/// host1 of the examples, with small limits, as the CM's host.
+struct Host {
+    registry: Registry,
+    admission: Admission,
+    device: HostDevice,
+}
+
+impl CmHost for Host {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    fn decide(&self) -> &dyn Decide {
+        &self.admission
+    }
+    fn conntrack(&self) -> &dyn Conntrack {
+        &self.admission
+    }
+    fn guard(&self) -> Option<&dyn Guard> {
+        None
+    }
+    fn host(&self, _ep: &Endpoint) -> &HostDevice {
+        &self.device
+    }
+    fn app_gone(&self, _session: u64) -> bool {
+        false
+    }
+    fn tracked_qp(&self, _session: u64, _ep: &Endpoint, _qpn: u32) -> Option<(Ipv4Addr, u32)> {
+        None
+    }
+    fn reannounce_ud(&self, _host: Ipv4Addr) {}
+}
+
+/// The host, acme-a and globex-a: three event channels and four CM ids each.
+fn setup() -> (Host, Arc<Endpoint>, Arc<Endpoint>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    cfg.tenant_limits = TenantLimits {
+        event_channels: 3,
+        cm_ids: 4,
+        ..Default::default()
+    };
+    let ep = |name: &str| {
+        let c = cfg.endpoints.iter().find(|e| e.name == name).cloned();
+        let c = c.unwrap_or_else(|| panic!("{name} in the example"));
+        Arc::new(Endpoint::new(c, "/nonexistent".into(), Origin::File, None))
+    };
+    let (a, g) = (ep("acme-a"), ep("globex-a"));
+    let host = Host {
+        registry: Registry::new(&cfg),
+        admission: Admission::new(&cfg, &dir),
+        device: HostDevice {
+            name: "rxe0".into(),
+            port: 1,
+            uverbs_node: "/dev/infiniband/uverbs0".into(),
+            uverbs_rdev: 0,
+            driver_id: 0,
+            gids: Vec::new(),
+        },
+    };
+    (host, a, g)
+}
+
+fn cm() -> Cm {
+    Cm::new(Duration::from_secs(1), Default::default())
+}
+
+fn channel(cm: &Cm, h: &Host, session: u64, ep: &Arc<Endpoint>) -> Result<u32, Refusal> {
+    match cm.request(h, session, ep, &proto::RequestBody::CmCreateChannel)? {
+        (proto::ReplyBody::CmCreateChannel(c), Some(_fd)) => Ok(c.channel),
+        other => panic!("not a channel: {:?}", other.0),
+    }
+}
+
+fn id(cm: &Cm, h: &Host, session: u64, ep: &Arc<Endpoint>, channel: u32) -> Result<u32, Refusal> {
+    let req = proto::RequestBody::CmCreateId(proto::CmCreateIdReq {
+        channel,
+        port_space: proto::CM_PS_TCP,
+    });
+    match cm.request(h, session, ep, &req)? {
+        (proto::ReplyBody::CmCreateId(i), None) => Ok(i.id),
+        other => panic!("not an id: {:?}", other.0),
+    }
+}
+
+fn refused(ep: &Endpoint, what: What) -> u64 {
+    let r = ep.usage.refusals();
+    r.iter()
+        .find(|(n, _)| *n == what.name())
+        .map_or(0, |(_, c)| *c)
+}
+
+#[test]
+fn event_channels_past_the_endpoints_limit_get_emfile_over_all_its_sessions() {
+    let (h, acme, globex) = setup();
+    let cm = cm();
+    let first = channel(&cm, &h, 1, &acme).expect("first");
+    channel(&cm, &h, 1, &acme).expect("second");
+    channel(&cm, &h, 2, &acme).expect("third, another session");
+    let r = channel(&cm, &h, 3, &acme).expect_err("a fourth");
+    assert_eq!(r.errno(), libc::EMFILE, "{r}");
+    assert_eq!(refused(&acme, What::EventChannels), 1);
+    // globex-a on the same host is served.
+    channel(&cm, &h, 4, &globex).expect("globex-a's");
+    assert_eq!(refused(&globex, What::EventChannels), 0);
+    // A channel given back makes room; so does a session gone.
+    let destroy = proto::RequestBody::CmDestroyChannel(proto::CmChannel { channel: first });
+    cm.request(&h, 1, &acme, &destroy).expect("destroyed");
+    channel(&cm, &h, 3, &acme).expect("room again");
+    assert!(channel(&cm, &h, 3, &acme).is_err());
+    cm.session_gone(1);
+    assert_eq!(acme.usage.held(What::EventChannels), 2);
+    channel(&cm, &h, 3, &acme).expect("the session's channels are free");
+}
+
+#[test]
+fn cm_ids_past_the_endpoints_limit_get_enospc_and_come_back_when_destroyed() {
+    let (h, acme, globex) = setup();
+    let cm = cm();
+    let ch = channel(&cm, &h, 1, &acme).expect("channel");
+    let ids: Vec<u32> = (0..4)
+        .map(|_| id(&cm, &h, 1, &acme, ch).expect("under the limit"))
+        .collect();
+    let r = id(&cm, &h, 1, &acme, ch).expect_err("a fifth");
+    assert_eq!(r.errno(), libc::ENOSPC, "{r}");
+    assert_eq!(refused(&acme, What::CmIds), 1);
+    let gch = channel(&cm, &h, 2, &globex).expect("globex-a's channel");
+    id(&cm, &h, 2, &globex, gch).expect("globex-a's id");
+    let destroy = proto::RequestBody::CmDestroyId(proto::CmId { id: ids[0] });
+    cm.request(&h, 1, &acme, &destroy).expect("destroyed");
+    id(&cm, &h, 1, &acme, ch).expect("room again");
+    // Destroying the channel takes its ids with it.
+    let destroy = proto::RequestBody::CmDestroyChannel(proto::CmChannel { channel: ch });
+    cm.request(&h, 1, &acme, &destroy).expect("destroyed");
+    assert_eq!(acme.usage.held(What::CmIds), 0);
+    assert_eq!(acme.usage.held(What::EventChannels), 0);
+}
