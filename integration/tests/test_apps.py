@@ -68,7 +68,11 @@ def run_client(tb, client, server, port, vip):
     return out
 
 
-@pytest.mark.parametrize("kind,port", [("dlopen", 18801), ("ctypes", 18802), ("pyverbs", 18803)])
+@pytest.mark.parametrize("kind,port", [
+    ("dlopen", 18801),
+    pytest.param("ctypes", 18802, marks=pytest.mark.extended),
+    pytest.param("pyverbs", 18803, marks=pytest.mark.extended),
+])
 def test_app_lists_the_virtual_device_and_connects_by_virtual_ip(masq, kind, port):
     out = run_client(masq, ("host1", "acme-a", CLIENTS[kind]), ("host2", "acme-b"), port,
                      "10.0.0.2")

@@ -437,6 +437,7 @@ def masq_conf(version="1.1.0", **extra):
             "vni": 100, **extra}
 
 
+@pytest.mark.extended
 def test_cni_commands_add_check_del_twice_gc_status_and_errors(pods):
     tb = pods
     tb.run("host1", "ip", "netns", "add", "cnitest")

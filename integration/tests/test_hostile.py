@@ -134,6 +134,7 @@ time.sleep(6)
 """
 
 
+@pytest.mark.extended
 def test_a_name_with_control_characters_reaches_the_log_and_masqctl_escaped(masq):
     app = masq.tenant_spawn("host2", "acme-b", "python3", "-c", HELLO_AND_WAIT)
     try:
