@@ -88,11 +88,12 @@ check-docs:
 docs-cli:
 	$(CARGO) run -q -p masq-backend --bin masq-cli-gen -- --docs docs/operator-guide.md
 
-# make test: every part below, then its time against the budget (`make
-# check-budget`, docs/testbed.md#the-budget), also when a part failed.
+# make test: every part below, then its time against the budget
+# (docs/testbed.md#the-budget): past it, a loud warning here, and `make
+# check-budget` fails.
 test:
 	@started=$$(date +%s); $(MAKE) --no-print-directory test-parts; rc=$$?; \
-		scripts/test-budget check --started $$started || [ $$rc -ne 0 ] || rc=1; exit $$rc
+		scripts/test-budget check --warn --started $$started; exit $$rc
 
 test-parts: check-modules build lint test-rust test-c test-fuzz test-monitoring test-manifests \
 	test-integration

@@ -71,6 +71,9 @@ class RunTimes:
             "boot_seconds": None if self.boot() is None else round(self.boot(), 1),
             "testbeds": len(self.ups),
             "up_seconds": [round(u, 1) for u, _ in self.ups],
+            # What `up` spent beyond booting (a kernel fetched, an initramfs
+            # built: a cold cache's one-time cost), the longest of the workers'.
+            "cache_fill_seconds": round(max([u - b for u, b in self.ups if b] or [0.0]), 1),
             "files": [{"file": p, "tests": n, "fixtures_seconds": round(fx, 1),
                        "tests_seconds": round(c, 1), "seconds": round(t, 1)}
                       for p, n, fx, c, t in self.rows()],
