@@ -60,14 +60,7 @@ fn setup() -> (Host, Arc<Endpoint>, Arc<Endpoint>) {
     let host = Host {
         registry: Registry::new(&cfg),
         admission: Admission::new(&cfg, &dir),
-        device: HostDevice {
-            name: "rxe0".into(),
-            port: 1,
-            uverbs_node: "/dev/infiniband/uverbs0".into(),
-            uverbs_rdev: 0,
-            driver_id: 0,
-            gids: Vec::new(),
-        },
+        device: HostDevice::rxe0_for_tests(),
     };
     (host, a, g)
 }

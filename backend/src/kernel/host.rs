@@ -18,6 +18,19 @@ pub struct HostDevice {
 }
 
 impl HostDevice {
+    /// rxe0 as the unit tests describe a host's device (no GIDs read).
+    #[cfg(test)]
+    pub fn rxe0_for_tests() -> HostDevice {
+        HostDevice {
+            name: "rxe0".into(),
+            port: 1,
+            uverbs_node: "/dev/infiniband/uverbs0".into(),
+            uverbs_rdev: 0,
+            driver_id: 0,
+            gids: Vec::new(),
+        }
+    }
+
     pub fn discover(sysfs: &Path, name: &str, port: u8) -> io::Result<HostDevice> {
         let dev_dir = sysfs.join("class/infiniband").join(name);
         if !dev_dir.exists() {

@@ -188,14 +188,7 @@ mod tests {
     use super::*;
 
     fn host() -> crate::kernel::host::HostDevice {
-        crate::kernel::host::HostDevice {
-            name: "rxe0".into(),
-            port: 1,
-            uverbs_node: "/dev/infiniband/uverbs0".into(),
-            uverbs_rdev: 0,
-            driver_id: 0,
-            gids: Vec::new(),
-        }
+        crate::kernel::host::HostDevice::rxe0_for_tests()
     }
 
     /// Issue 51: with a dangling link planted at sysfs/class/infiniband,
