@@ -12,7 +12,6 @@ class RunTimes:
     def __init__(self):
         self.started = time.time()
         self.ups = []  # (seconds, boot seconds) of each testbed's `up` (one per worker)
-        self.boots = []  # the boots alone
         self.files = {}  # path -> {"tests", "setup", "call", "teardown"}
         self.tests = {}  # nodeid -> seconds (setup + call + teardown)
 
@@ -24,8 +23,6 @@ class RunTimes:
         if up is not None:
             up_seconds, boot = up
             self.ups.append((up_seconds, boot))
-            if boot:
-                self.boots.append(boot)
             seconds = max(0.0, seconds - up_seconds)
         path = nodeid.split("::")[0]
         f = self.files.setdefault(path, {"tests": 0, "setup": 0.0, "call": 0.0, "teardown": 0.0})
@@ -37,7 +34,8 @@ class RunTimes:
     def boot(self):
         """The probe of this machine's speed: the slowest testbed's boot
         (side by side, they boot at once), None if none booted."""
-        return max(self.boots) if self.boots else None
+        boots = [b for _, b in self.ups if b]
+        return max(boots) if boots else None
 
     def total(self):
         return time.time() - self.started
