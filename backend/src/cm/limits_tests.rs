@@ -3,70 +3,18 @@
 //! refused): event channels and ids past an endpoint's limit are refused
 //! with the kernel's errno and counted; another endpoint is served; a
 //! channel or id given back, or a session gone, makes room again.
+use super::fakes::{cm, Host};
 use super::*;
-use crate::cluster::endpoint::Origin;
 use crate::cluster::usage::What;
-use crate::config::{Config, TenantLimits};
-use crate::enforce::admission::Admission;
-use std::path::Path;
-
-/// host1 of the examples, with small limits, as the CM's host.
-struct Host {
-    registry: Registry,
-    admission: Admission,
-    device: HostDevice,
-}
-
-impl CmHost for Host {
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-    fn decide(&self) -> &dyn Decide {
-        &self.admission
-    }
-    fn conntrack(&self) -> &dyn Conntrack {
-        &self.admission
-    }
-    fn guard(&self) -> Option<&dyn Guard> {
-        None
-    }
-    fn host(&self, _ep: &Endpoint) -> &HostDevice {
-        &self.device
-    }
-    fn app_gone(&self, _session: u64) -> bool {
-        false
-    }
-    fn tracked_qp(&self, _session: u64, _ep: &Endpoint, _qpn: u32) -> Option<(Ipv4Addr, u32)> {
-        None
-    }
-    fn reannounce_ud(&self, _host: Ipv4Addr) {}
-}
+use crate::config::TenantLimits;
 
 /// The host, acme-a and globex-a: three event channels and four CM ids each.
 fn setup() -> (Host, Arc<Endpoint>, Arc<Endpoint>) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    cfg.tenant_limits = TenantLimits {
+    super::fakes::setup(TenantLimits {
         event_channels: 3,
         cm_ids: 4,
         ..Default::default()
-    };
-    let ep = |name: &str| {
-        let c = cfg.endpoints.iter().find(|e| e.name == name).cloned();
-        let c = c.unwrap_or_else(|| panic!("{name} in the example"));
-        Arc::new(Endpoint::new(c, "/nonexistent".into(), Origin::File, None))
-    };
-    let (a, g) = (ep("acme-a"), ep("globex-a"));
-    let host = Host {
-        registry: Registry::new(&cfg),
-        admission: Admission::new(&cfg, &dir),
-        device: HostDevice::rxe0_for_tests(),
-    };
-    (host, a, g)
-}
-
-fn cm() -> Cm {
-    Cm::new(Duration::from_secs(1), Default::default())
+    })
 }
 
 fn channel(cm: &Cm, h: &Host, session: u64, ep: &Arc<Endpoint>) -> Result<u32, Refusal> {

@@ -333,5 +333,7 @@ impl Drop for Locked<'_> {
 }
 
 #[cfg(test)]
+pub(crate) mod fakes;
+#[cfg(test)]
 #[path = "limits_tests.rs"]
 mod limits_tests;
