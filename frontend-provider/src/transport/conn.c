@@ -224,6 +224,21 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
 	return -err;
 }
 
+/* OPEN_DEVICE, handing masqd cmd_fd (SCM_RIGHTS) after HELLO. 0 or an
+ * errno. */
+static int open_device(int sock, uint32_t *next_id, int cmd_fd)
+{
+	struct masq_msg_open_device_req req;
+	struct masq_msg_open_device_reply rep;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	ssize_t n;
+	int sent;
+
+	masq_msg_open_device_req_init(&req);
+	n = masq_roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent, NULL);
+	return n < 0 ? (int)-n : -masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
+}
+
 static void fill_device(struct masq_device *out, uint8_t vdev, const struct masq_hello_reply *r)
 {
 	memset(out, 0, sizeof(*out));
@@ -328,12 +343,8 @@ ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[M
 int masq_open_session(const char *path, int cmd_fd, uint8_t vdev, uint32_t *next_id,
 		      uint32_t *session_id, uint8_t *port, uint32_t *features, int *err)
 {
-	struct masq_msg_open_device_req req;
-	struct masq_msg_open_device_reply rep;
 	struct masq_msg_hello_reply hrep;
-	uint8_t buf[MASQ_MAX_MESSAGE];
-	int sock, sent;
-	ssize_t n;
+	int sock;
 
 	sock = connect_masqd(path);
 	if (sock < 0) {
@@ -346,9 +357,7 @@ int masq_open_session(const char *path, int cmd_fd, uint8_t vdev, uint32_t *next
 		*session_id = hrep.body.session_id;
 		*features = hrep.body.features;
 		*port = hrep.body.phys_port;
-		masq_msg_open_device_req_init(&req);
-		n = masq_roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent, NULL);
-		*err = n < 0 ? (int)-n : -masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
+		*err = open_device(sock, next_id, cmd_fd);
 	}
 	if (*err) {
 		close(sock);
