@@ -113,16 +113,18 @@ void masq_set_reconnect_hook(void (*hook)(void));
 int masq_describe_devices(struct masq_device *out, unsigned int max);
 
 /*
- * A plain connection: HELLO and then the caller's requests (the RDMA CM's),
- * no device, no watcher, no reconnection. The caller serializes calls.
+ * A plain connection: HELLO, OPEN_DEVICE and then the caller's requests
+ * (the RDMA CM's), no watcher, no reconnection. The caller serializes
+ * calls.
  */
 struct masq_conn {
 	int fd; /* -1 when closed */
 	uint32_t next_request;
 };
 
-/* Connect and HELLO. 0 or an errno. */
-int masq_conn_open(struct masq_conn *c);
+/* Connect, HELLO naming device 0 and OPEN_DEVICE with cmd_fd, the uverbs
+ * fd of a context of device 0 the process opened. 0 or an errno. */
+int masq_conn_open(struct masq_conn *c, int cmd_fd);
 void masq_conn_close(struct masq_conn *c);
 
 /*

@@ -18,8 +18,9 @@ void masq_cm_addr_from_wire(struct sockaddr_in *sin, const struct masq_cm_addr *
 
 /*
  * Add ctx and pd, holding IPv4 address vip, as the CM's next device (the
- * first is device 0), instead of opening libmasq's devices (tests: no RDMA
- * device there); the depth limits are what ibv_query_device would say.
+ * first is device 0, whose ctx->cmd_fd the CM connection hands masqd),
+ * instead of opening libmasq's devices (tests: no RDMA device there); the
+ * depth limits are what ibv_query_device would say.
  */
 void masq_cm_add_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
 			uint8_t max_init_rd_atom, in_addr_t vip);

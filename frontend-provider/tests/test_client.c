@@ -566,7 +566,8 @@ static void test_masqd_dying_mid_request_does_not_run_it_twice(void)
 }
 
 /* A session serves one virtual device: its HELLO names it, and so does the
- * HELLO a restarted masqd gets; the CM's plain connection names device 0. */
+ * HELLO a restarted masqd gets; the CM's plain connection names device 0
+ * and opens it with the descriptor it is given. */
 static void test_hello_names_the_sessions_device_also_after_a_restart(void)
 {
 	struct masq_session s;
@@ -582,9 +583,11 @@ static void test_hello_names_the_sessions_device_also_after_a_restart(void)
 	CHECK(until(&sh->opens, 2, 5000));
 	CHECK_EQ(sh->hellos, 2);
 	CHECK_EQ(sh->hello_vdev[1], 1);
-	CHECK_EQ(masq_conn_open(&c), 0);
+	CHECK_EQ(masq_conn_open(&c, fd), 0);
 	CHECK_EQ(sh->hellos, 3);
 	CHECK_EQ(sh->hello_vdev[2], 0);
+	CHECK_EQ(sh->opens, 3);
+	CHECK_EQ(sh->opens_with_fd, 3);
 	masq_conn_close(&c);
 	masq_session_close(&s);
 	close(fd);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -53,6 +54,10 @@ static struct {
 	struct masq_cm_reject_req reject;
 	int junk_first; /* before the next event: garbage and an unknown id's event */
 	struct masq_cm_addr request_to; /* where the next listen's request is to, if set */
+	dev_t device0;	  /* what device 0's descriptor is (/dev/null) */
+	int unopened;	  /* CM requests refused: before OPEN_DEVICE, as masqd does */
+	int wrong_device; /* OPEN_DEVICEs without device 0's descriptor */
+	int hang_up;	  /* the next request: hang up, as a masqd that went away */
 } srv;
 
 static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -194,7 +199,17 @@ static void reply_hdr(int c, uint16_t op, uint32_t req_id, int32_t status)
 /* The body of the request in buf as a T (its framing checked by the caller). */
 #define BODY(T) (*(const T *)(buf + sizeof(struct masq_hdr)))
 
-static void serve(int c, const uint8_t *buf, size_t n)
+/* Whether fd is device 0's descriptor (-1: none came). */
+static int is_device0(int fd)
+{
+	struct stat st;
+
+	return fd >= 0 && fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == srv.device0;
+}
+
+/* Serve one request of a connection; fd is the descriptor it carried (-1:
+ * none), *opened whether the connection opened its device. */
+static void serve(int c, const uint8_t *buf, size_t n, int fd, int *opened)
 {
 	struct masq_hdr h;
 	uint32_t id = 0;
@@ -206,6 +221,12 @@ static void serve(int c, const uint8_t *buf, size_t n)
 	pthread_mutex_lock(&srv_lock);
 	if (h.opcode < 64)
 		srv.ops[h.opcode]++;
+	if (h.opcode >= MASQ_OP_CM_CREATE_CHANNEL && !*opened) {
+		srv.unopened++;
+		reply_hdr(c, h.opcode, h.request_id, -EPROTO);
+		pthread_mutex_unlock(&srv_lock);
+		return;
+	}
 	if (n >= sizeof(h) + 4 && h.opcode != MASQ_OP_HELLO && h.opcode != MASQ_OP_CM_CREATE_CHANNEL &&
 	    h.opcode != MASQ_OP_CM_DESTROY_CHANNEL && h.opcode != MASQ_OP_CM_CREATE_ID) {
 		memcpy(&id, buf + sizeof(h), 4);
@@ -216,6 +237,15 @@ static void serve(int c, const uint8_t *buf, size_t n)
 	switch (h.opcode) {
 	case MASQ_OP_HELLO:
 		REPLY(c, hello, h.request_id, (r_.body.session_id = 1));
+		break;
+	case MASQ_OP_OPEN_DEVICE:
+		if (!is_device0(fd)) {
+			srv.wrong_device++;
+			reply_hdr(c, h.opcode, h.request_id, -ENODEV);
+			break;
+		}
+		*opened = 1;
+		reply_hdr(c, h.opcode, h.request_id, 0);
 		break;
 	case MASQ_OP_CM_CREATE_CHANNEL: {
 		struct masq_msg_cm_create_channel_reply r;
@@ -364,14 +394,46 @@ static void serve(int c, const uint8_t *buf, size_t n)
 
 static int connections; /* accepted so far: one per process (srv_lock) */
 
+/* Receive one request: its length, the descriptor it carried in *fd. */
+static ssize_t recv_request(int c, uint8_t buf[MASQ_MAX_MESSAGE], int *fd)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = MASQ_MAX_MESSAGE };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = ctl.b,
+			     .msg_controllen = sizeof(ctl.b) };
+	struct cmsghdr *cm;
+	ssize_t n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC);
+
+	*fd = -1;
+	for (cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(cm), sizeof(*fd));
+	return n;
+}
+
 static void *serve_conn(void *arg)
 {
-	int c = (int)(intptr_t)arg;
+	int c = (int)(intptr_t)arg, fd, opened = 0, hang_up;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
 
-	while ((n = recv(c, buf, sizeof(buf), 0)) > 0)
-		serve(c, buf, (size_t)n);
+	while ((n = recv_request(c, buf, &fd)) > 0) {
+		pthread_mutex_lock(&srv_lock);
+		hang_up = srv.hang_up;
+		srv.hang_up = 0;
+		pthread_mutex_unlock(&srv_lock);
+		if (!hang_up)
+			serve(c, buf, (size_t)n, fd, &opened);
+		if (fd >= 0)
+			close(fd);
+		if (hang_up)
+			break;
+	}
 	close(c);
 	return NULL;
 }
@@ -1149,9 +1211,56 @@ static void test_fork(void)
 	rdma_destroy_event_channel(ch);
 }
 
+static int srv_count(const int *counter)
+{
+	int v;
+
+	pthread_mutex_lock(&srv_lock);
+	v = *counter;
+	pthread_mutex_unlock(&srv_lock);
+	return v;
+}
+
+/* masqd serves the CM only to a process that opened a device: the CM's
+ * connection opens device 0 (HELLO names it) with its descriptor before
+ * its first request, so masqd refused none of the requests above. */
+static void test_the_cm_connection_opens_device_0_before_its_first_request(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+
+	CHECK(ch != NULL);
+	CHECK(ops(MASQ_OP_OPEN_DEVICE) >= 1);
+	CHECK_EQ(ops(MASQ_OP_OPEN_DEVICE), connections_seen());
+	CHECK_EQ(srv_count(&srv.unopened), 0);
+	CHECK_EQ(srv_count(&srv.wrong_device), 0);
+	if (ch)
+		rdma_destroy_event_channel(ch);
+}
+
+/* A restarted masqd knows nothing of the process: the CM's new connection
+ * opens the device again before the request it carries on. */
+static void test_a_reconnected_cm_connection_opens_the_device_again(void)
+{
+	struct rdma_event_channel *ch;
+	int opens = ops(MASQ_OP_OPEN_DEVICE), conns = connections_seen();
+
+	pthread_mutex_lock(&srv_lock);
+	srv.hang_up = 1;
+	pthread_mutex_unlock(&srv_lock);
+	ch = rdma_create_event_channel();
+	CHECK(ch != NULL);
+	CHECK_EQ(connections_seen(), conns + 1);
+	CHECK_EQ(ops(MASQ_OP_OPEN_DEVICE), opens + 1);
+	CHECK_EQ(srv_count(&srv.unopened), 0);
+	CHECK_EQ(srv_count(&srv.wrong_device), 0);
+	if (ch)
+		rdma_destroy_event_channel(ch);
+}
+
 int main(void)
 {
 	struct fake_masqd masqd;
+	struct stat null_st;
 	int i;
 
 	for (i = 0; i <= MAX_CHANNELS; i++)
@@ -1159,6 +1268,14 @@ int main(void)
 	srv.next_id = 3;
 	if (fake_masqd_start(&masqd, "cm", server_main))
 		return 1;
+	/* Device 0's uverbs fd is /dev/null, device 1's /dev/zero. */
+	fake_ctx.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	fake_ctx1.cmd_fd = open("/dev/zero", O_RDWR | O_CLOEXEC);
+	if (fake_ctx.cmd_fd < 0 || fake_ctx1.cmd_fd < 0 || fstat(fake_ctx.cmd_fd, &null_st)) {
+		perror("test_cm: devices");
+		return 1;
+	}
+	srv.device0 = null_st.st_rdev;
 	masq_cm_add_device(&fake_ctx, &fake_pd, 16, 16, htonl(0x0a000005));
 	masq_cm_add_device(&fake_ctx1, &fake_pd1, 4, 2, htonl(0x0a010005));
 
@@ -1176,6 +1293,10 @@ int main(void)
 	    test_ids_use_the_device_of_their_local_address);
 	run("channel_close", test_channel_close);
 	run("fork", test_fork);
+	run("the_cm_connection_opens_device_0_before_its_first_request",
+	    test_the_cm_connection_opens_device_0_before_its_first_request);
+	run("a_reconnected_cm_connection_opens_the_device_again",
+	    test_a_reconnected_cm_connection_opens_the_device_again);
 
 	fake_masqd_remove(&masqd);
 	printf("%d passed, %d failed\n", passed, failed);

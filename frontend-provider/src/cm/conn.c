@@ -22,16 +22,25 @@ static unsigned int conn_generation;
 static pthread_mutex_t recover_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* One request on the connection of generation *gen (opened if there is
- * none yet): the reply's length, or -errno. *gen is the generation used. */
+ * none yet): the reply's length, or -errno. *gen is the generation used.
+ * The devices are opened first, as the connection opens device 0 with
+ * masqd before its first request (taken before conn_lock: opening a
+ * device talks to masqd, and a fork takes the device lock first). */
 static ssize_t cm_call_once(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd,
 			    unsigned int *gen)
 {
+	int dev_fd = masq_cm_device_fd(), dev_err = errno;
 	ssize_t n;
 	int err;
 
 	pthread_mutex_lock(&conn_lock);
 	if (conn.fd < 0 && conn_generation == 0) {
-		if ((err = masq_conn_open(&conn)) != 0) {
+		if (dev_fd < 0) {
+			pthread_mutex_unlock(&conn_lock);
+			masq_log("RDMA CM: no device to open with masqd: %s", strerror(dev_err));
+			return -dev_err;
+		}
+		if ((err = masq_conn_open(&conn, dev_fd)) != 0) {
 			pthread_mutex_unlock(&conn_lock);
 			masq_log("cannot reach masqd at %s: %s", masq_socket_path(),
 				 strerror(err));
@@ -244,11 +253,16 @@ int masq_cm_recover(unsigned int lost)
 	struct id_snap *snaps = NULL;
 	size_t nch = 0, nid = 0, i, restored = 0;
 	double started = now_s(), deadline = started + (double)masq_reconnect_wait_ms() / 1000;
-	int err = 0, e;
+	int err = 0, e, dev_fd;
 
 	pthread_mutex_lock(&recover_lock);
 	if (masq_cm_generation() != lost)
 		goto out; /* another thread did it */
+	/* The new masqd opens the device again before any restore. */
+	if ((dev_fd = masq_cm_device_fd()) < 0) {
+		err = errno;
+		goto out;
+	}
 	if ((err = snapshot(&chans, &nch, &snaps, &nid)) != 0)
 		goto out;
 	pthread_mutex_lock(&conn_lock);
@@ -258,7 +272,7 @@ int masq_cm_recover(unsigned int lost)
 		goto out;
 	}
 	masq_conn_close(&conn);
-	while ((err = masq_conn_open(&conn)) != 0 && now_s() < deadline)
+	while ((err = masq_conn_open(&conn, dev_fd)) != 0 && now_s() < deadline)
 		masq_cm_nap_ms(50);
 	if (err) {
 		pthread_mutex_unlock(&conn_lock);

@@ -64,6 +64,7 @@ struct ibv_qp *masq_cm_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_
  */
 struct cm_dev {
 	struct ibv_context *ctx;
+	uint8_t vdev;	   /* the virtual device it is, the N of vrdmaN */
 	struct ibv_pd *pd; /* the default PD, allocated on first use */
 	uint8_t max_rd_atom, max_init_rd_atom;
 	in_addr_t vips[MASQ_MAX_GIDS]; /* its GID table's IPv4 addresses */
@@ -78,13 +79,16 @@ void masq_cm_add_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_
 			uint8_t max_init_rd_atom, in_addr_t vip)
 {
 	pthread_mutex_lock(&masq_cm_dev_lock);
-	if (ndevs < MASQ_MAX_VDEVS)
-		devs[ndevs++] = (struct cm_dev){ .ctx = ctx,
-						 .pd = pd,
-						 .max_rd_atom = max_rd_atom,
-						 .max_init_rd_atom = max_init_rd_atom,
-						 .vips = { vip },
-						 .nvips = 1 };
+	if (ndevs < MASQ_MAX_VDEVS) {
+		devs[ndevs] = (struct cm_dev){ .ctx = ctx,
+					       .vdev = (uint8_t)ndevs,
+					       .pd = pd,
+					       .max_rd_atom = max_rd_atom,
+					       .max_init_rd_atom = max_init_rd_atom,
+					       .vips = { vip },
+					       .nvips = 1 };
+		ndevs++;
+	}
 	pthread_mutex_unlock(&masq_cm_dev_lock);
 }
 
@@ -98,11 +102,14 @@ static int open_one(struct ibv_device *dev)
 {
 	struct cm_dev *d = &devs[ndevs];
 	struct ibv_device_attr attr;
+	struct masq_session *s;
 
 	memset(d, 0, sizeof(*d));
 	d->ctx = ibv_open_device(dev);
 	if (!d->ctx)
 		return errno;
+	s = masq_session_of(d->ctx);
+	d->vdev = s ? s->vdev : (uint8_t)ndevs;
 	d->max_rd_atom = d->max_init_rd_atom = 1;
 	if (ibv_query_device(d->ctx, &attr) == 0) {
 		d->max_rd_atom = clamp_depth(attr.max_qp_rd_atom);
@@ -171,6 +178,22 @@ struct ibv_context *masq_cm_device(in_addr_t addr)
 		ctx = dev_holding(addr)->ctx;
 	pthread_mutex_unlock(&masq_cm_dev_lock);
 	return ctx;
+}
+
+int masq_cm_device_fd(void)
+{
+	int i, fd = -1, err = ENODEV;
+
+	pthread_mutex_lock(&masq_cm_dev_lock);
+	if (open_devices() == 0) {
+		for (i = 0; i < ndevs && fd < 0; i++)
+			if (devs[i].vdev == 0)
+				fd = devs[i].ctx->cmd_fd;
+	} else {
+		err = errno;
+	}
+	pthread_mutex_unlock(&masq_cm_dev_lock);
+	return fd >= 0 ? fd : fail(err);
 }
 
 int masq_cm_devices(struct ibv_context **out, int max)

@@ -81,6 +81,11 @@ extern pthread_mutex_t masq_cm_dev_lock;
  * device 0 for INADDR_ANY or an address none holds. NULL, with errno set,
  * when no device opens. */
 struct ibv_context *masq_cm_device(in_addr_t addr);
+/* The uverbs fd of device 0 (the one the CM connection's HELLO names),
+ * the devices opened first unless they are: what masqd gets with the CM
+ * connection's OPEN_DEVICE, as it serves the CM only to a process that
+ * opened a device. -1 with errno set when device 0 did not open. */
+int masq_cm_device_fd(void);
 /* Every device, in order, at most max: how many. */
 int masq_cm_devices(struct ibv_context **out, int max);
 /* ctx's default PD, for ids and QPs given none; NULL with errno set. */

@@ -294,7 +294,7 @@ int masq_describe_devices(struct masq_device *out, unsigned int max)
 	return (int)n;
 }
 
-int masq_conn_open(struct masq_conn *c)
+int masq_conn_open(struct masq_conn *c, int cmd_fd)
 {
 	struct masq_msg_hello_reply rep;
 	int err;
@@ -304,8 +304,11 @@ int masq_conn_open(struct masq_conn *c)
 	if (c->fd < 0)
 		return errno;
 	/* The CM's requests name addresses, not a device: device 0, which
-	 * every masqd takes. */
+	 * every masqd takes. masqd serves them only once the device is open,
+	 * so a process that opened none makes it hold nothing. */
 	err = hello(c->fd, &c->next_request, &rep, 0, 0);
+	if (!err)
+		err = open_device(c->fd, &c->next_request, cmd_fd);
 	if (err) {
 		close(c->fd);
 		c->fd = -1;
