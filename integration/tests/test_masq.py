@@ -404,6 +404,7 @@ MALFORMED = {
     "no_such_device": (-19, False),  # acme-a has one device, vrdma0
     "second_hello": (-71, False),
     "modify_before_open": (-71, False),
+    "cm_before_open": (-71, False),  # no CM state for a process without a device
     "open_without_fd": (-9, False),
     "open_with_wrong_fd": (-19, False),
     "bad_qp_state": (-22, False),
@@ -426,6 +427,7 @@ def test_malformed_messages_get_errors_and_masqd_survives(masq):
     assert masq.run("host1", "pgrep", "-x", "masqd").stdout.strip() == pid
     log = masq.masqd_log("host1")
     assert "sgid index 99 is not in the GID table" in log
+    assert "CM_CREATE_CHANNEL before OPEN_DEVICE" in log
     # Every case is one refused request (the malformed-message count of
     # `masqctl endpoints`), on top of what earlier tests left there.
     eps = json.loads(masq.run("host1", MASQCTL, "-o", "json", "endpoints").stdout)["endpoints"]

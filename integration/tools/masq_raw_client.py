@@ -124,15 +124,27 @@ def status_of(s, data):
     return struct.unpack_from("<i", reply, 12)[0] if len(reply) >= 16 else None
 
 
+def open_device(s, fd):
+    """OPEN_DEVICE with fd: the reply's status, None if masqd closed."""
+    s.sendmsg([msg(OPEN_DEVICE)],
+              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    reply = s.recv(8192)
+    return struct.unpack_from("<i", reply, 12)[0] if len(reply) >= 16 else None
+
+
 def hoard(sessions, channels, seconds):
-    """What a tenant makes masqd hold: sessions (HELLO each), then event
-    channels over them; both stop at the first refusal."""
+    """What a tenant makes masqd hold: sessions (HELLO and OPEN_DEVICE
+    each, as CM requests need the device open), then event channels over
+    them; both stop at the first refusal."""
     import time
     held, got = [], {"sessions": 0, "session_refused": None,
                      "channels": 0, "channel_refused": None}
+    fd = uverbs_fd()
     for _ in range(sessions):
         s = connect()
         st = status_of(s, hello(b"hoarder"))
+        if st == 0:
+            st = open_device(s, fd)
         if st != 0:
             got["session_refused"] = st
             s.close()
@@ -174,6 +186,7 @@ def main():
     run("second_hello", hello(), greet=True)
     run("modify_before_open", msg(MODIFY_QP, struct.pack("<IIII", 1, 1, 2, 0) + b"\x00" * 92),
         greet=True)
+    run("cm_before_open", msg(CM_CREATE_CHANNEL), greet=True)
     run("open_without_fd", msg(OPEN_DEVICE), greet=True)
     run("open_with_wrong_fd", msg(OPEN_DEVICE), fds=(null,), greet=True)
     bad_state = struct.pack("<IIII", 1, 1, 2, 1) + bytes([9]) + b"\x00" * 91

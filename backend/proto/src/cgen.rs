@@ -67,7 +67,7 @@ fn snake(name: &str) -> String {
     out
 }
 
-fn upper(name: &str) -> String {
+pub(crate) fn upper(name: &str) -> String {
     snake(name).to_ascii_uppercase()
 }
 

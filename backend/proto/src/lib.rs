@@ -38,6 +38,15 @@ pub struct MessageDesc {
     pub reply: Option<&'static StructDesc>,
 }
 
+/// A request's name as the C header spells it (`CM_CREATE_CHANNEL`), for
+/// refusals and logs; `opcode 0x....` for one that is not a request.
+pub fn request_name(opcode: u16) -> String {
+    MESSAGES
+        .iter()
+        .find(|m| m.opcode == opcode)
+        .map_or_else(|| format!("opcode {opcode:#06x}"), |m| cgen::upper(m.name))
+}
+
 // Linux errno values (the protocol is Linux-only); kept here so the crate
 // needs no libc.
 pub const EINVAL: i32 = 22;

@@ -311,6 +311,16 @@ fn every_message_fits_and_has_no_holes() {
     assert_eq!(Header::SIZE, HEADER_SIZE);
 }
 
+#[test]
+fn requests_are_named_as_the_c_header_names_them() {
+    assert_eq!(
+        request_name(RequestBody::CmCreateChannel.opcode()),
+        "CM_CREATE_CHANNEL"
+    );
+    assert_eq!(request_name(2), "OPEN_DEVICE");
+    assert_eq!(request_name(0x77), "opcode 0x0077");
+}
+
 /// Every struct a message reaches, nested ones included.
 fn reached(m: &MessageDesc) -> Vec<&'static StructDesc> {
     fn walk(d: &'static StructDesc, out: &mut Vec<&'static StructDesc>) {

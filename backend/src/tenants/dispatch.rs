@@ -3,6 +3,7 @@
 //! the CM's requests to the CM.
 
 use crate::cluster::endpoint::vdev_name;
+use crate::cm::{Cm, CmHost};
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::uverbs;
 use crate::pipeline::cm_step::cm_qp_step;
@@ -146,7 +147,7 @@ fn handle(
             | proto::RequestBody::CmRestoreChannel(_)
             | proto::RequestBody::CmRestoreId(_)),
             true,
-        ) => match parts.cm.request(parts, sess.id, &sess.ep, body) {
+        ) => match cm_request(&parts.cm, parts, sess, body) {
             Ok((reply, fd)) => {
                 *reply_fd = fd;
                 Ok((reply, false))
@@ -196,6 +197,21 @@ fn handle(
             (proto::encode_error(op, id, -r.errno()), false)
         }
     }
+}
+
+/// One of the CM's requests, on a session that has opened its device: a
+/// process that never opened one makes masqd hold no CM state (issue 51).
+fn cm_request(
+    cm: &Cm,
+    host: &dyn CmHost,
+    sess: &Session,
+    body: &proto::RequestBody,
+) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
+    if sess.uverbs.is_none() {
+        let what = proto::request_name(body.opcode());
+        return Err(refuse(libc::EPROTO, format!("{what} before OPEN_DEVICE")));
+    }
+    cm.request(host, sess.id, &sess.ep, body)
 }
 
 fn hello(
@@ -398,3 +414,7 @@ fn query_qp(
         },
     }))
 }
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;
