@@ -303,8 +303,7 @@ impl Daemon {
             return Err(e);
         }
         let control_path = parts.cfg.control_socket();
-        let _ = std::fs::remove_file(&control_path);
-        let control = match UnixListener::bind(&control_path) {
+        let control = match bind_control(&control_path) {
             Ok(c) => c,
             Err(e) => {
                 unserve_all(&parts);
@@ -314,11 +313,6 @@ impl Daemon {
                 ));
             }
         };
-        // Its mode set by descriptor, as an endpoint's socket's (see
-        // `safe_fs`): no path masqd chmods goes through a link.
-        if let (Some(dir), Some(name)) = (control_path.parent(), control_path.file_name()) {
-            crate::safe_fs::Dir::open(dir).and_then(|d| d.chmod_socket(name, 0o600))?;
-        }
         {
             let parts = parts.clone();
             thread::Builder::new()
@@ -511,6 +505,18 @@ impl Daemon {
 /// same check that keeps the systemd watchdog pinged. The probes' states
 /// are fixed phrases; what lies behind one (which loop, socket or error)
 /// is its detail, for `?verbose` clients the metrics let in (`http.rs`).
+/// The control socket, 0600 from its first moment (root's only: it
+/// changes everything), replacing a stale one.
+fn bind_control(path: &std::path::Path) -> io::Result<UnixListener> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a socket path",
+        ));
+    };
+    crate::safe_fs::Dir::open(dir)?.bind_socket(name, 0o600, |at| UnixListener::bind(at))
+}
+
 fn health(parts: &Parts) -> Result<Said, Said> {
     let stalled = parts.run.stalled();
     if stalled.is_empty() {

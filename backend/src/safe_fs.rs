@@ -258,6 +258,79 @@ impl Dir {
         renameat(&self.fd, from.as_ref(), &self.fd, to).map_err(|e| at(&self.path.join(to), e))
     }
 
+    /// Bind listening socket `name` here with `mode` from its first
+    /// moment, the process's umask untouched (masqd is multi-threaded):
+    /// `bind`, given the path to bind at, makes the socket and listens in
+    /// a fresh 0700 directory beside `name` (a random name, reached through
+    /// its descriptor, not by path), where only root can reach it; there
+    /// its mode is set, and it is renamed to `name`, replacing a stale
+    /// socket. Anything else at `name` is refused.
+    pub fn bind_socket<T>(
+        &self,
+        name: impl AsRef<OsStr>,
+        mode: u32,
+        bind: impl FnOnce(&Path) -> io::Result<T>,
+    ) -> io::Result<T> {
+        self.bind_socket_then(name.as_ref(), mode, bind, |_| {})
+    }
+
+    /// `bind_socket`, running `between` with the private directory's path
+    /// once the socket is bound there and before its mode is set (the
+    /// tests look there).
+    pub(crate) fn bind_socket_then<T>(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        bind: impl FnOnce(&Path) -> io::Result<T>,
+        between: impl FnOnce(&Path),
+    ) -> io::Result<T> {
+        let path = self.path.join(name);
+        match self.kind(name)? {
+            None | Some(Kind::Socket) => {}
+            Some(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket", path.display()),
+                ))
+            }
+        }
+        let (tmp, private) = self.private_dir(name)?;
+        let made = (|| {
+            let at_fd = Path::new("/proc/self/fd")
+                .join(private.fd.as_raw_fd().to_string())
+                .join(name);
+            let made = bind(&at_fd)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            between(&private.path);
+            private.chmod_socket(name, mode)?;
+            renameat(&private.fd, name, &self.fd, name).map_err(|e| at(&path, e))?;
+            Ok(made)
+        })();
+        if made.is_err() {
+            let _ = private.remove(name);
+        }
+        // By descriptor, whatever name it has now; then its (empty) entry.
+        self.remove_empty_dir(&tmp);
+        made
+    }
+
+    /// A new directory here, mode 0700, under a name no one can foresee,
+    /// opened without following a link: its name and the directory.
+    fn private_dir(&self, name: &OsStr) -> io::Result<(OsString, Dir)> {
+        use std::hash::{BuildHasher, Hasher};
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(".bind-{random:016x}"));
+        let path = self.path.join(&tmp);
+        mkdirat(&self.fd, tmp.as_os_str(), Mode::from_bits_truncate(0o700))
+            .map_err(|e| at(&path, e))?;
+        let dir = self.child(&tmp, false)?;
+        Ok((tmp, dir))
+    }
+
     /// Set the mode of socket `name` (a listener's, bound by path): the
     /// entry is opened without following a link and must be a socket, and
     /// its mode is set through that descriptor.

@@ -110,3 +110,38 @@ fn chmod_socket_sets_a_sockets_mode_and_refuses_a_link() {
     assert!(e.to_string().contains("not a socket"), "{e}");
     assert_eq!(mode(&target), 0o600, "the link's target keeps its mode");
 }
+
+/// The control socket's way (a stream socket): bound 0600 from its first
+/// moment, in a private directory, replacing a stale one; nothing is left
+/// beside it.
+#[test]
+fn a_socket_bound_here_has_its_mode_before_it_has_its_name() {
+    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let (_t, inside, _outside) = setup();
+    let d = Dir::open(&inside).unwrap();
+    let path = inside.join("control.sock");
+    drop(UnixListener::bind(&path).unwrap()); // a stale one, the umask's mode
+    let _l = d
+        .bind_socket_then(
+            OsStr::new("control.sock"),
+            0o600,
+            |at| UnixListener::bind(at),
+            |private| {
+                let m = fs::metadata(private).unwrap();
+                assert_eq!(m.permissions().mode() & 0o777, 0o700);
+                let stale = fs::symlink_metadata(&path).unwrap();
+                assert_ne!(
+                    stale.permissions().mode() & 0o777,
+                    0o600,
+                    "still the stale one"
+                );
+            },
+        )
+        .unwrap();
+    let m = fs::symlink_metadata(&path).unwrap();
+    assert!(m.file_type().is_socket());
+    assert_eq!(m.permissions().mode() & 0o777, 0o600);
+    UnixStream::connect(&path).expect("it listens");
+    assert_eq!(d.names().unwrap(), vec![OsString::from("control.sock")]);
+}

@@ -59,17 +59,17 @@ fn nix_io(e: nix::Error) -> io::Error {
 }
 
 impl Listener {
-    /// Bind a listening socket at `path`, replacing a stale socket file.
+    /// Bind a listening socket at `path` with `mode` from its first
+    /// moment, replacing a stale socket file (`safe_fs::Dir::bind_socket`).
     /// The directory may be a tenant's to write (an endpoint's socket
-    /// directory): the stale file is removed and the mode set relative to
-    /// the directory, following no link a tenant put there.
+    /// directory): nothing there is followed by path.
     pub fn bind(path: &Path, mode: u32) -> io::Result<Listener> {
-        Listener::bind_then(path, mode, || {})
+        Listener::bind_then(path, mode, |_| {})
     }
 
-    /// `bind`, running `between` after the socket is bound and before its
-    /// mode is set (where a tenant could swap the file: the tests do).
-    fn bind_then(path: &Path, mode: u32, between: impl FnOnce()) -> io::Result<Listener> {
+    /// `bind`, running `between` with the private directory the socket is
+    /// bound in, before its mode is set (the tests look there).
+    fn bind_then(path: &Path, mode: u32, between: impl FnOnce(&Path)) -> io::Result<Listener> {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -77,31 +77,7 @@ impl Listener {
             ));
         };
         let dir = crate::safe_fs::Dir::open(dir)?;
-        match dir.kind(name)? {
-            None => {}
-            Some(crate::safe_fs::Kind::Socket) => dir.remove(name)?,
-            Some(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!("{} exists and is not a socket", path.display()),
-                ))
-            }
-        }
-        let fd = socket::socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .map_err(nix_io)?;
-        let addr = UnixAddr::new(path).map_err(nix_io)?;
-        // bind makes the file itself (a link there is EADDRINUSE); chmod by
-        // path would follow one swapped in since.
-        socket::bind(fd.as_raw_fd(), &addr).map_err(nix_io)?;
-        between();
-        dir.chmod_socket(name, mode)?;
-        socket::listen(&fd, Backlog::new(128).map_err(nix_io)?).map_err(nix_io)?;
-        Ok(Listener(fd))
+        dir.bind_socket_then(name, mode, bind_seqpacket, between)
     }
 
     pub fn accept(&self) -> io::Result<Conn> {
@@ -120,6 +96,20 @@ impl Listener {
     pub fn shutdown(&self) {
         let _ = socket::shutdown(self.0.as_raw_fd(), socket::Shutdown::Both);
     }
+}
+
+/// A SOCK_SEQPACKET socket bound at `at` and listening.
+fn bind_seqpacket(at: &Path) -> io::Result<Listener> {
+    let fd = socket::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(nix_io)?;
+    socket::bind(fd.as_raw_fd(), &UnixAddr::new(at).map_err(nix_io)?).map_err(nix_io)?;
+    socket::listen(&fd, Backlog::new(128).map_err(nix_io)?).map_err(nix_io)?;
+    Ok(Listener(fd))
 }
 
 impl Conn {
@@ -364,35 +354,64 @@ mod tests {
         assert!(Listener::bind(&file, 0o600).is_err());
     }
 
-    /// A tenant that can write the socket's directory swaps the socket for
-    /// a link to a host file between bind and chmod: the file keeps its
-    /// mode, and the bind fails naming the socket.
+    /// Issue 51: the socket was bound at its path with the umask's mode
+    /// and chmodded after, so for a moment anyone could connect. Now it
+    /// is bound in a private directory (0700) and shows at its path only
+    /// with its final mode.
     #[test]
-    fn a_link_swapped_in_for_the_socket_is_not_chmodded() {
-        use std::os::unix::fs::PermissionsExt;
+    fn the_socket_appears_at_its_path_only_with_its_final_mode() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("masq.sock");
+        let mut before: Option<u32> = None;
+        for mode in [0o600, 0o666] {
+            let _l = Listener::bind_then(&path, mode, |private| {
+                // Nothing there yet, or the stale socket it replaces.
+                let there = std::fs::symlink_metadata(&path).ok();
+                let there = there.map(|m| m.permissions().mode() & 0o777);
+                assert_eq!(there, before, "at its path before its mode is set");
+                let m = std::fs::metadata(private).expect("private dir");
+                assert_eq!(m.permissions().mode() & 0o777, 0o700);
+                assert!(private.starts_with(dir.path()), "beside it, for the rename");
+                let bound = std::fs::metadata(private.join("masq.sock")).expect("bound");
+                assert!(bound.file_type().is_socket());
+            })
+            .expect("bind");
+            let m = std::fs::symlink_metadata(&path).expect("stat");
+            assert!(m.file_type().is_socket());
+            assert_eq!(m.permissions().mode() & 0o777, mode);
+            before = Some(mode);
+            Conn::connect(&path).expect("it listens at its path");
+            let left: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").collect();
+            assert_eq!(left.len(), 1, "the private directory is gone: {left:?}");
+        }
+    }
+
+    /// A tenant that can write the socket's directory plants a link to a
+    /// host file at the socket's path while it is being bound: the link
+    /// itself is replaced by the socket, its target keeps its mode.
+    #[test]
+    fn a_link_planted_at_the_socket_path_is_not_chmodded() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
         let dir = tempfile::tempdir().expect("tempdir");
         let target = dir.path().join("shadow");
         std::fs::write(&target, b"secret").expect("write");
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let path = dir.path().join("masq.sock");
-        let r = Listener::bind_then(&path, 0o666, || {
-            std::fs::remove_file(&path).expect("unlink the socket");
+        let _l = Listener::bind_then(&path, 0o666, |_| {
             std::os::unix::fs::symlink(&target, &path).expect("plant the link");
-        });
-        let e = r.err().expect("refused");
-        assert!(e.to_string().contains("masq.sock: "), "{e}");
-        let mode = std::fs::metadata(&target)
-            .expect("stat")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600, "the link's target keeps its mode");
-        // Planted before the bind: refused as before, the target untouched.
-        assert!(Listener::bind(&path, 0o666).is_err());
-        let mode = std::fs::metadata(&target)
-            .expect("stat")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
+        })
+        .expect("bound");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&target), 0o600, "the link's target keeps its mode");
+        let m = std::fs::symlink_metadata(&path).expect("stat");
+        assert!(m.file_type().is_socket(), "the link replaced");
+        // Planted before the bind: refused, the target untouched.
+        std::fs::remove_file(&path).expect("unlink");
+        std::os::unix::fs::symlink(&target, &path).expect("plant the link");
+        let e = Listener::bind(&path, 0o666).err().expect("refused");
+        assert!(e.to_string().contains("is not a socket"), "{e}");
+        assert_eq!(mode(&target), 0o600);
     }
 
     /// An app that connects and exits before masqd looks at it: its pid
