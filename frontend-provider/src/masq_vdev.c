@@ -69,8 +69,13 @@ int masq_vdev_select(struct ibv_device **list, int n, struct ibv_device **others
 	if (nv < 0)
 		/* Fail closed: without masqd there is no virtual device to show.
 		 * The table stays: what an earlier list showed keeps its virtual
-		 * GUIDs, and opens again once masqd is back. */
-		masq_log("cannot reach masqd at %s: %s", masq_socket_path(), strerror(errno));
+		 * GUIDs, and opens again once masqd is back. EPERM and EMFILE
+		 * are masqd's answers to HELLO (a cgroup the backstop cannot
+		 * filter, the endpoint's sessions used up): its log says why. */
+		masq_log(errno == EPERM || errno == EMFILE
+				 ? "masqd at %s refused this process: %s (its log says why)"
+				 : "cannot reach masqd at %s: %s",
+			 masq_socket_path(), strerror(errno));
 	pthread_mutex_lock(&vdev_lock);
 	for (i = 0; i < nv; i++) {
 		kept[nkept] = backing(list, n, &info[i], kept, nkept);
