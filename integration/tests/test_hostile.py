@@ -7,7 +7,10 @@ made is refused, not served with the host's sysfs, while the host's other
 endpoints are served. A name with control characters a tenant gives in
 HELLO reaches masqd's log and masqctl escaped. And a tenant that opens
 sessions and event channels until masqd refuses is refused EMFILE at its
-endpoint's limits, while another tenant on the host is served."""
+endpoint's limits, while another tenant on the host is served. An app
+whose cgroup the backstop cannot adopt (the root cgroup, or one it shares
+with a host process) is refused at its HELLO with EPERM, masqd saying
+why, and the host's other apps are served."""
 import errno
 import json
 import os
@@ -193,3 +196,56 @@ def test_a_tenant_that_hoards_sessions_and_channels_is_refused_emfile_and_anothe
             break
         time.sleep(0.5)
     assert "vrdma0" in r.stdout, r.stdout + r.stderr
+
+
+SHARED_CG = "/sys/fs/cgroup/masq-hostile-shared"
+# What the tenant runs to put its app where the backstop cannot filter it
+# (`tenant exec` remounts /sys, so it mounts the cgroup tree first).
+INTO_CGROUP = ("mount -t cgroup2 none /sys/fs/cgroup && echo $$ >/sys/fs/cgroup/{}cgroup.procs "
+               "&& exec ibv_devinfo -d vrdma0")
+
+
+def test_an_app_whose_cgroup_cannot_be_adopted_is_refused_eperm_and_others_are_served(masq):
+    """Issue 51 point 5: an app the backstop could not filter (its cgroup
+    not adopted) was served, its RoCE packets unfiltered. Now its HELLO is
+    refused with EPERM and masqd logs why: here an acme-a app moves itself
+    to the root cgroup, then into a cgroup a host process (outside acme-a's
+    namespace) lives in. The cgroup is not adopted (the host's process
+    stays unfiltered), and acme-a's apps in its own cgroup and globex-a's
+    are served."""
+    tb = masq
+    pid = tb.run("host1", "pgrep", "-x", "masqd").stdout.strip()
+    host_proc = tb.spawn("host1", "sh", "-c",
+                         f"mkdir -p {SHARED_CG} && echo $$ >{SHARED_CG}/cgroup.procs && "
+                         "exec sleep 120")
+    try:
+        for _ in range(50):
+            r = tb.run("host1", "cat", f"{SHARED_CG}/cgroup.procs", check=False)
+            if r.stdout.strip():
+                break
+            time.sleep(0.2)
+        assert r.stdout.strip(), "the host process is not in the shared cgroup"
+        for cgroup, why in [("", "runs in the root cgroup"),
+                            ("masq-hostile-shared/", "lives outside the endpoint's namespace")]:
+            r = tb.tenant_run("host1", "acme-a", "sh", "-c", INTO_CGROUP.format(cgroup),
+                              check=False)
+            assert r.returncode != 0 and "PORT_ACTIVE" not in r.stdout, r.stdout + r.stderr
+            # libmasq says masqd refused it (not that masqd is away).
+            assert "refused this process: Operation not permitted" in r.stderr, r.stderr
+            log = tb.masqd_log("host1")
+            assert "the backstop cannot filter this app's RoCE packets" in log, log[-2000:]
+            assert why in log, log[-2000:]
+        cgroups = listed(tb, "host1")["acme-a"].get("cgroups", [])
+        assert not any("masq-hostile" in c for c in cgroups), cgroups
+        # The refused apps' neighbours are served: acme-a's own in its
+        # cgroup, and another tenant's.
+        for tenant in ("acme-a", "globex-a"):
+            r = tb.tenant_run("host1", tenant, "ibv_devinfo", "-d", "vrdma0")
+            assert "PORT_ACTIVE" in r.stdout, r.stdout + r.stderr
+    finally:
+        host_proc.kill()
+        finish(host_proc, timeout=60)
+        # The host process, by the cgroup it was put in; then the cgroup.
+        tb.run("host1", "sh", "-c", f"kill $(cat {SHARED_CG}/cgroup.procs); sleep 0.5; "
+               f"rmdir {SHARED_CG}", check=False)
+    assert tb.run("host1", "pgrep", "-x", "masqd").stdout.strip() == pid
