@@ -1,0 +1,200 @@
+//! The markers masq-nri decides by: ADD leaves one for each masq
+//! attachment of a pod sandbox, `<pods>/<container ID>/<ifname>`, before it
+//! asks masqd anything, and DEL and GC remove them. `<pods>` is `pods/`
+//! beside masqd's control socket (`/run/masq/pods`): root's, on the host,
+//! and mounted in no tenant's container (an endpoint's containers see only
+//! its own `endpoints/<name>/`). A runtime runs a sandbox's CNI ADD before
+//! it creates any container of the pod, so masq-nri knows from the pod
+//! itself whether it asked for masq, and leaves every other pod alone even
+//! when masqd cannot be reached (cni/nri/pods.go reads them).
+
+use crate::spec::{code, Attachment, CniError, Result};
+use serde::{Deserialize, Serialize};
+use std::fs::DirBuilder;
+use std::io::ErrorKind;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// What a marker holds: the masq network the pod asked for (masq-nri names
+/// it when the pod cannot have it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    pub network: String,
+    pub tenant: String,
+    pub vni: u32,
+}
+
+pub struct Markers {
+    dir: PathBuf,
+}
+
+/// A container ID or interface name as one path component: the CNI
+/// specification's alphabets allow no '/', and "." and ".." are not names.
+fn component<'a>(what: &str, s: &'a str) -> Result<&'a str> {
+    if s.is_empty() || s == "." || s == ".." || s.contains(['/', '\0']) {
+        return Err(CniError::new(
+            code::BAD_ENV,
+            format!("masq: {what} {s:?} is not a plain name"),
+        ));
+    }
+    Ok(s)
+}
+
+fn io_error(what: &str, path: &Path, e: std::io::Error) -> CniError {
+    CniError::new(
+        code::TRY_AGAIN,
+        format!(
+            "masq: cannot {what} masq-nri's marker {}: {e}",
+            path.display()
+        ),
+    )
+}
+
+impl Markers {
+    /// The markers beside masqd's control socket `socket`.
+    pub fn beside(socket: &Path) -> Markers {
+        Markers {
+            dir: socket.parent().unwrap_or(Path::new("/")).join("pods"),
+        }
+    }
+
+    fn path(&self, container_id: &str, ifname: &str) -> Result<(PathBuf, PathBuf)> {
+        let sandbox = self.dir.join(component("CNI_CONTAINERID", container_id)?);
+        let file = sandbox.join(component("CNI_IFNAME", ifname)?);
+        Ok((sandbox, file))
+    }
+
+    /// Leave the marker of attachment (container_id, ifname); written whole
+    /// (a temporary name, then renamed) so masq-nri never reads half.
+    pub fn add(&self, container_id: &str, ifname: &str, m: &Marker) -> Result<()> {
+        let (sandbox, file) = self.path(container_id, ifname)?;
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&sandbox)
+            .map_err(|e| io_error("make the directory of", &file, e))?;
+        let tmp = sandbox.join(format!(".{ifname}.tmp"));
+        let body = serde_json::to_vec(m)
+            .map_err(|e| CniError::new(code::TRY_AGAIN, format!("masq: marker {ifname}: {e}")))?;
+        std::fs::write(&tmp, body).map_err(|e| io_error("write", &file, e))?;
+        std::fs::rename(&tmp, &file).map_err(|e| io_error("write", &file, e))
+    }
+
+    /// Remove the marker of attachment (container_id, ifname) if it is
+    /// `network`'s (or unreadable), and the sandbox's directory once empty.
+    /// Nothing to remove is no error (DEL is idempotent).
+    pub fn remove(&self, container_id: &str, ifname: &str, network: &str) -> Result<()> {
+        let (sandbox, file) = self.path(container_id, ifname)?;
+        let theirs = match std::fs::read(&file) {
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_error("read", &file, e)),
+            Ok(b) => serde_json::from_slice::<Marker>(&b).is_ok_and(|m| m.network != network),
+        };
+        if theirs {
+            return Ok(());
+        }
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != ErrorKind::NotFound => {
+                return Err(io_error("remove", &file, e));
+            }
+            _ => {}
+        }
+        // Another attachment's marker keeps it (ENOTEMPTY).
+        let _ = std::fs::remove_dir(&sandbox);
+        Ok(())
+    }
+
+    /// GC: remove `network`'s markers of attachments not in `valid`.
+    pub fn gc(&self, network: &str, valid: &[Attachment]) -> Result<()> {
+        let sandboxes = match std::fs::read_dir(&self.dir) {
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            other => other.map_err(|e| io_error("list", &self.dir, e))?,
+        };
+        for sandbox in sandboxes.flatten() {
+            let id = sandbox.file_name().to_string_lossy().into_owned();
+            let Ok(files) = std::fs::read_dir(sandbox.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let ifname = f.file_name().to_string_lossy().into_owned();
+                let ours = std::fs::read(f.path())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Marker>(&b).ok())
+                    .is_some_and(|m| m.network == network);
+                let kept = valid
+                    .iter()
+                    .any(|a| a.container_id == id && a.ifname == ifname);
+                if ours && !kept {
+                    self.remove(&id, &ifname, network)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker(network: &str) -> Marker {
+        Marker {
+            network: network.into(),
+            tenant: "acme".into(),
+            vni: 100,
+        }
+    }
+
+    #[test]
+    fn add_leaves_a_marker_del_and_gc_remove_it() {
+        let t = tempfile::tempdir().expect("tmp");
+        let m = Markers::beside(&t.path().join("control.sock"));
+        let pods = t.path().join("pods");
+        m.add("sb1", "net1", &marker("acme100")).expect("add");
+        m.add("sb1", "net2", &marker("acme200")).expect("add");
+        let read = |p: PathBuf| serde_json::from_slice::<Marker>(&std::fs::read(p).expect("read"));
+        assert_eq!(
+            read(pods.join("sb1/net1")).expect("json"),
+            marker("acme100")
+        );
+        // Another network's DEL of the same name leaves it.
+        m.remove("sb1", "net1", "acme200").expect("del");
+        assert!(pods.join("sb1/net1").exists());
+        m.remove("sb1", "net1", "acme100").expect("del");
+        m.remove("sb1", "net1", "acme100").expect("del again");
+        assert!(!pods.join("sb1/net1").exists() && pods.join("sb1/net2").exists());
+        m.remove("sb1", "net2", "acme200").expect("del");
+        assert!(
+            !pods.join("sb1").exists(),
+            "the empty sandbox directory goes"
+        );
+        // GC: this network's attachments the runtime no longer lists.
+        m.add("sb2", "net1", &marker("acme100")).expect("add");
+        m.add("sb3", "net1", &marker("acme100")).expect("add");
+        m.add("sb4", "net1", &marker("other")).expect("add");
+        let valid = [Attachment {
+            container_id: "sb2".into(),
+            ifname: "net1".into(),
+        }];
+        m.gc("acme100", &valid).expect("gc");
+        assert!(pods.join("sb2/net1").exists());
+        assert!(!pods.join("sb3").exists());
+        assert!(pods.join("sb4/net1").exists());
+    }
+
+    #[test]
+    fn names_that_would_leave_the_directory_are_refused() {
+        let t = tempfile::tempdir().expect("tmp");
+        let m = Markers::beside(&t.path().join("control.sock"));
+        for (id, ifname) in [
+            ("..", "eth0"),
+            ("a/b", "eth0"),
+            ("sb", "../x"),
+            ("", "eth0"),
+        ] {
+            let e = m.add(id, ifname, &marker("n")).unwrap_err();
+            assert_eq!(e.code, code::BAD_ENV, "{id} {ifname}: {}", e.msg);
+        }
+        assert!(!t.path().join("x").exists());
+    }
+}
