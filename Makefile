@@ -157,7 +157,7 @@ test-cluster: build
 # serializer (packaging/kubernetes/check; Go modules from the proxy), and
 # that check's test that each kind of mistake is caught.
 test-manifests: deps
-	cd packaging/kubernetes/check && GOFLAGS=-mod=mod go test ./... && go vet ./... && \
+	cd packaging/kubernetes/check && GOFLAGS=-mod=mod go test -count=1 ./... && go vet ./... && \
 		GOFLAGS=-mod=mod go build -o ../../../target/check-manifests .
 	target/check-manifests packaging/kubernetes packaging/kubernetes/example
 

@@ -6,7 +6,10 @@
 // of the wrong type or an unknown kind is an error, as `kubectl apply
 // --validate=strict` reports them). A Multus NetworkAttachmentDefinition
 // (no scheme ships it) is decoded into its three fields, and its CNI
-// configuration is parsed by libcni, the library runtimes load it with.
+// configuration is parsed by libcni, the library runtimes load it with;
+// each pod's networks annotation naming a NAD of the same files is run
+// through that NAD's chain as Multus runs it (multus.go), so a chain that
+// gives masq-cni no address fails here.
 //
 // usage: check-manifests DIR...   exit 0 if every object is good, else 1
 package main
@@ -19,6 +22,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -90,6 +94,8 @@ func checkDir(dir string) (int, []string) {
 		return 0, []string{fmt.Sprintf("%s: kustomize: %v", dir, err)}
 	}
 	var bad []string
+	nads := map[string]string{}
+	var pods []*unstructured.Unstructured
 	for _, r := range res.Resources() {
 		m, err := r.Map()
 		if err != nil {
@@ -103,9 +109,65 @@ func checkDir(dir string) (int, []string) {
 		}
 		if what, err := checkObject(doc); err != nil {
 			bad = append(bad, fmt.Sprintf("%s: %s: %v", dir, what, err))
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		switch u.GetKind() {
+		case "NetworkAttachmentDefinition":
+			config, _, _ := unstructured.NestedString(m, "spec", "config")
+			nads[u.GetNamespace()+"/"+u.GetName()] = config
+		case "Pod":
+			pods = append(pods, u)
 		}
 	}
+	for _, pod := range pods {
+		bad = append(bad, checkAttachments(dir, pod, nads)...)
+	}
 	return len(res.Resources()), bad
+}
+
+// checkAttachments runs, as Multus would, the chain of each of the pod's
+// networks that the same files define (multus.go).
+func checkAttachments(dir string, pod *unstructured.Unstructured, nads map[string]string) []string {
+	what := fmt.Sprintf("%s: Pod %s/%s", dir, pod.GetNamespace(), pod.GetName())
+	text, ok := pod.GetAnnotations()["k8s.v1.cni.cncf.io/networks"]
+	if !ok {
+		return nil
+	}
+	var nets []podNetwork
+	if strings.HasPrefix(strings.TrimSpace(text), "[") {
+		if err := json.Unmarshal([]byte(text), &nets); err != nil {
+			return []string{fmt.Sprintf("%s: k8s.v1.cni.cncf.io/networks: %v", what, err)}
+		}
+	} else {
+		// The short form: [namespace/]name[@interface], comma-separated.
+		for _, n := range strings.Split(text, ",") {
+			name, ifname, _ := strings.Cut(strings.TrimSpace(n), "@")
+			ns, name, found := strings.Cut(name, "/")
+			if !found {
+				ns, name = "", ns
+			}
+			nets = append(nets, podNetwork{Name: name, Namespace: ns, Interface: ifname})
+		}
+	}
+	var bad []string
+	for i, n := range nets {
+		ns := n.Namespace
+		if ns == "" {
+			ns = pod.GetNamespace()
+		}
+		config, ok := nads[ns+"/"+n.Name]
+		if !ok {
+			continue // defined elsewhere
+		}
+		if n.Interface == "" {
+			n.Interface = fmt.Sprintf("net%d", i+1)
+		}
+		if err := attach(config, pod.GetNamespace(), pod.GetName(), n); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: network %s/%s as Multus attaches it: %v", what, ns, n.Name, err))
+		}
+	}
+	return bad
 }
 
 func main() {
