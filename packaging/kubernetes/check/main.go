@@ -21,6 +21,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -85,7 +87,44 @@ func checkObject(doc []byte) (string, error) {
 	if _, ok := obj.(runtime.Object); !ok {
 		return what, fmt.Errorf("not a Kubernetes object")
 	}
+	if ds, ok := obj.(*appsv1.DaemonSet); ok {
+		return what, checkHostPaths(ds.Spec.Template.Spec.Volumes)
+	}
 	return what, nil
+}
+
+// checkHostPaths: a DaemonSet runs on nodes as they come; a hostPath that
+// must already exist (Directory, File, Socket...) and that the node's own
+// kernel does not provide (/dev, /sys, /proc) is one a node may lack (its
+// PKI not provisioned yet, a runtime with NRI off), and the pod would sit
+// in FailedMount there, masqd with it, until someone makes it. Such a
+// path is DirectoryOrCreate (or FileOrCreate), and the program using it
+// says what is missing.
+func checkHostPaths(volumes []corev1.Volume) error {
+	var bad []string
+	for _, v := range volumes {
+		hp := v.HostPath
+		if hp == nil || hp.Type == nil {
+			continue
+		}
+		switch *hp.Type {
+		case corev1.HostPathDirectoryOrCreate, corev1.HostPathFileOrCreate, corev1.HostPathUnset:
+			continue
+		}
+		kernel := false
+		for _, p := range []string{"/dev/", "/sys/", "/proc/"} {
+			kernel = kernel || strings.HasPrefix(hp.Path+"/", p)
+		}
+		if !kernel {
+			bad = append(bad, fmt.Sprintf("volume %s: hostPath %s of type %s: a node without it "+
+				"keeps the pod in FailedMount; use %sOrCreate and have the program say what is missing",
+				v.Name, hp.Path, *hp.Type, strings.TrimSuffix(string(*hp.Type), "OrCreate")))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s", strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 func checkDir(dir string) (int, []string) {

@@ -19,6 +19,11 @@ func TestTheDeployFilesPassAndEachMistakeIsNamed(t *testing.T) {
 	for _, c := range []struct{ file, from, to, says string }{
 		{"daemonset.yaml", "hostPID: true", "hostPID: true\n      hostPIDs: true", `unknown field "spec.template.spec.hostPIDs"`},
 		{"daemonset.yaml", "maxUnavailable: 1", "maxUnavailable: [1]", "maxUnavailable"},
+		// A node without its PKI or with NRI off must not wedge masqd's pod.
+		{"daemonset.yaml", "path: /etc/masq/pki, type: DirectoryOrCreate", "path: /etc/masq/pki, type: Directory",
+			"volume pki: hostPath /etc/masq/pki of type Directory: a node without it keeps the pod in FailedMount"},
+		{"daemonset.yaml", "path: /var/run/nri, type: DirectoryOrCreate", "path: /var/run/nri, type: Directory",
+			"volume nri: hostPath /var/run/nri of type Directory"},
 		{"example/network.yaml", `"vni": 100 }`, `"vni": 100, }`, "spec.config"},
 		{"example/network.yaml", "name: acme100", "name: acme200", `network "acme100", not the object's name "acme200"`},
 		{"example/pods.yaml", "restartPolicy: Never", "restartPolicy: 7", "restartPolicy"},
