@@ -217,6 +217,7 @@ fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
         container_id,
         network: conf.name.clone(),
         ifname: ifname.clone(),
+        namespace: env.pod_namespace(),
     };
     let (name, device_of) = names(env, masqd, &owner)?;
     if let Some(ep) = masqd.endpoint(&name)? {
@@ -305,6 +306,7 @@ fn del(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
         container_id: container_id.clone(),
         network: conf.name.clone(),
         ifname,
+        namespace: env.pod_namespace(),
     };
     let (name, _) = names(env, masqd, &owner)?;
     let Some(ep) = masqd.endpoint(&name)? else {
@@ -334,6 +336,7 @@ fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
         container_id: container_id.clone(),
         network: conf.name.clone(),
         ifname: ifname.clone(),
+        namespace: env.pod_namespace(),
     };
     let (name, _) = names(env, masqd, &owner)?;
     let fail =

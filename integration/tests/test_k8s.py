@@ -302,6 +302,26 @@ def test_a_node_whose_masqd_is_away_fails_only_the_pods_that_asked_for_masq(k8s,
     assert "pod team/plain" not in log, log
 
 
+def test_a_pod_of_a_namespace_its_tenant_does_not_admit_gets_no_network(k8s, pods):
+    """Issue 52: a network names its tenant in a string any namespace can
+    reference (Multus), so the tenant says which namespaces are its own
+    (the policy's tenants.acme.kubernetes.namespaces: team). masq-cni
+    passes the pod's K8S_POD_NAMESPACE, masqd refuses the endpoint naming
+    the tenant and the namespace, and the runtime refuses the pod."""
+    tb = k8s
+    intruder = pods("host1", "intruder", namespace="other", refused=True)
+    assert intruder.id is None, "the pod of namespace other started"
+    assert "tenant acme admits Kubernetes namespaces team, not other" in intruder.refused, \
+        intruder.refused
+    assert endpoint(tb, "host1", "other.intruder") is None
+    # The runtime's DEL after the failed ADD took masq-nri's marker too:
+    # markers are left only for the pods that run.
+    marked = set(tb.run("host1", "ls", "-A", "/run/masq/pods", check=False).stdout.split())
+    running = {p["id"] for p in json.loads(crictl(tb, "host1", "pods", "-o", "json").stdout)
+               ["items"] if p["state"] == "SANDBOX_READY"}
+    assert marked <= running, (marked, running)
+
+
 def test_a_pod_in_no_security_group_is_refused_at_rtr(k8s, pods):
     tb = k8s
     srv = pods("host2", "srv")
