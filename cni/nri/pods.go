@@ -5,7 +5,7 @@ package main
 // containers is created, leaves a marker for each masq attachment in
 // <pods>/<sandbox ID>/<ifname> (a root-owned directory beside masqd's
 // control socket that no tenant mounts) and its DEL removes it
-// (cni/src/marker.rs writes them). A pod with no marker did not ask, and
+// (backend/src/operator/pod_markers.rs). A pod with no marker did not ask, and
 // masq-nri leaves it alone without asking masqd anything.
 
 import (

@@ -17,12 +17,11 @@
 //!   runtime no longer lists.
 //! - STATUS: masqd answers.
 
-mod marker;
 mod spec;
 
-use marker::{Marker, Markers};
 use masq_backend::config::{CniOwner, EndpointConfig};
 use masq_backend::control::{self, Request};
+use masq_backend::operator::pod_markers::{Marker, MarkerError, Markers};
 use serde_json::{json, Value};
 use spec::{code, CniError, Env, NetConf, Result};
 use std::io::{Read, Write};
@@ -145,7 +144,18 @@ impl Masqd {
     fn markers(&self) -> Markers {
         Markers::beside(&self.socket)
     }
+}
 
+/// A marker that cannot be written or removed: a name that is no plain
+/// name is the runtime's mistake, the file system's refusal worth a retry.
+fn marker_error(e: MarkerError) -> CniError {
+    match e {
+        MarkerError::BadName(m) => CniError::new(code::BAD_ENV, m),
+        MarkerError::Io(m) => CniError::new(code::TRY_AGAIN, m),
+    }
+}
+
+impl Masqd {
     fn endpoints(&self) -> Result<Vec<Value>> {
         Ok(self.call(&Request::Endpoints)?["endpoints"]
             .as_array()
@@ -212,7 +222,10 @@ fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
         tenant: tenant.clone(),
         vni,
     };
-    masqd.markers().add(&container_id, &ifname, &marker)?;
+    masqd
+        .markers()
+        .add(&container_id, &ifname, &marker)
+        .map_err(marker_error)?;
     let owner = CniOwner {
         container_id,
         network: conf.name.clone(),
@@ -301,7 +314,10 @@ fn names(env: &Env, masqd: &Masqd, owner: &CniOwner) -> Result<(String, Option<S
 fn del(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
     let container_id = env.need("CNI_CONTAINERID")?;
     let ifname = env.need("CNI_IFNAME")?;
-    masqd.markers().remove(&container_id, &ifname, &conf.name)?;
+    masqd
+        .markers()
+        .remove(&container_id, &ifname, &conf.name)
+        .map_err(marker_error)?;
     let owner = CniOwner {
         container_id: container_id.clone(),
         network: conf.name.clone(),
@@ -368,7 +384,14 @@ fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
 
 fn gc(conf: &NetConf, masqd: &Masqd) -> Result<()> {
     let valid = conf.valid_attachments.clone().unwrap_or_default();
-    masqd.markers().gc(&conf.name, &valid)?;
+    masqd
+        .markers()
+        .gc(&conf.name, |id, ifname| {
+            valid
+                .iter()
+                .any(|a| a.container_id == id && a.ifname == ifname)
+        })
+        .map_err(marker_error)?;
     let mut failed = Vec::new();
     let mut all = masqd.endpoints()?;
     // Further devices first: masqd keeps an endpoint that still has one.

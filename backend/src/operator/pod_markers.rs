@@ -6,9 +6,9 @@
 //! its own `endpoints/<name>/`). A runtime runs a sandbox's CNI ADD before
 //! it creates any container of the pod, so masq-nri knows from the pod
 //! itself whether it asked for masq, and leaves every other pod alone even
-//! when masqd cannot be reached (cni/nri/pods.go reads them).
+//! when masqd cannot be reached (cni/nri/pods.go reads them). masq-cni
+//! writes them (cni/src/main.rs).
 
-use crate::spec::{code, Attachment, CniError, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::DirBuilder;
 use std::io::ErrorKind;
@@ -28,26 +28,40 @@ pub struct Markers {
     dir: PathBuf,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkerError {
+    /// A container ID or interface name that is no plain name.
+    BadName(String),
+    /// The file system refused (the message names the file).
+    Io(String),
+}
+
+impl std::fmt::Display for MarkerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MarkerError::BadName(m) | MarkerError::Io(m) => f.write_str(m),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, MarkerError>;
+
 /// A container ID or interface name as one path component: the CNI
 /// specification's alphabets allow no '/', and "." and ".." are not names.
 fn component<'a>(what: &str, s: &'a str) -> Result<&'a str> {
     if s.is_empty() || s == "." || s == ".." || s.contains(['/', '\0']) {
-        return Err(CniError::new(
-            code::BAD_ENV,
-            format!("masq: {what} {s:?} is not a plain name"),
-        ));
+        return Err(MarkerError::BadName(format!(
+            "masq: {what} {s:?} is not a plain name"
+        )));
     }
     Ok(s)
 }
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> CniError {
-    CniError::new(
-        code::TRY_AGAIN,
-        format!(
-            "masq: cannot {what} masq-nri's marker {}: {e}",
-            path.display()
-        ),
-    )
+fn io_error(what: &str, path: &Path, e: std::io::Error) -> MarkerError {
+    MarkerError::Io(format!(
+        "masq: cannot {what} masq-nri's marker {}: {e}",
+        path.display()
+    ))
 }
 
 impl Markers {
@@ -75,7 +89,7 @@ impl Markers {
             .map_err(|e| io_error("make the directory of", &file, e))?;
         let tmp = sandbox.join(format!(".{ifname}.tmp"));
         let body = serde_json::to_vec(m)
-            .map_err(|e| CniError::new(code::TRY_AGAIN, format!("masq: marker {ifname}: {e}")))?;
+            .map_err(|e| MarkerError::Io(format!("masq: marker {ifname}: {e}")))?;
         std::fs::write(&tmp, body).map_err(|e| io_error("write", &file, e))?;
         std::fs::rename(&tmp, &file).map_err(|e| io_error("write", &file, e))
     }
@@ -104,8 +118,9 @@ impl Markers {
         Ok(())
     }
 
-    /// GC: remove `network`'s markers of attachments not in `valid`.
-    pub fn gc(&self, network: &str, valid: &[Attachment]) -> Result<()> {
+    /// GC: remove `network`'s markers of attachments (container ID,
+    /// ifname) that are not `valid`.
+    pub fn gc(&self, network: &str, valid: impl Fn(&str, &str) -> bool) -> Result<()> {
         let sandboxes = match std::fs::read_dir(&self.dir) {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
             other => other.map_err(|e| io_error("list", &self.dir, e))?,
@@ -121,10 +136,7 @@ impl Markers {
                     .ok()
                     .and_then(|b| serde_json::from_slice::<Marker>(&b).ok())
                     .is_some_and(|m| m.network == network);
-                let kept = valid
-                    .iter()
-                    .any(|a| a.container_id == id && a.ifname == ifname);
-                if ours && !kept {
+                if ours && !valid(&id, &ifname) {
                     self.remove(&id, &ifname, network)?;
                 }
             }
@@ -172,11 +184,8 @@ mod tests {
         m.add("sb2", "net1", &marker("acme100")).expect("add");
         m.add("sb3", "net1", &marker("acme100")).expect("add");
         m.add("sb4", "net1", &marker("other")).expect("add");
-        let valid = [Attachment {
-            container_id: "sb2".into(),
-            ifname: "net1".into(),
-        }];
-        m.gc("acme100", &valid).expect("gc");
+        m.gc("acme100", |id, ifname| (id, ifname) == ("sb2", "net1"))
+            .expect("gc");
         assert!(pods.join("sb2/net1").exists());
         assert!(!pods.join("sb3").exists());
         assert!(pods.join("sb4/net1").exists());
@@ -193,7 +202,7 @@ mod tests {
             ("", "eth0"),
         ] {
             let e = m.add(id, ifname, &marker("n")).unwrap_err();
-            assert_eq!(e.code, code::BAD_ENV, "{id} {ifname}: {}", e.msg);
+            assert!(matches!(e, MarkerError::BadName(_)), "{id} {ifname}: {e}");
         }
         assert!(!t.path().join("x").exists());
     }
