@@ -9,6 +9,7 @@
 //! when masqd cannot be reached (cni/nri/pods.go reads them). masq-cni
 //! writes them (cni/src/main.rs).
 
+use crate::config::EndpointConfig;
 use serde::{Deserialize, Serialize};
 use std::fs::DirBuilder;
 use std::io::ErrorKind;
@@ -82,11 +83,16 @@ impl Markers {
     /// (a temporary name, then renamed) so masq-nri never reads half.
     pub fn add(&self, container_id: &str, ifname: &str, m: &Marker) -> Result<()> {
         let (sandbox, file) = self.path(container_id, ifname)?;
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&sandbox)
+        // The directories above as any other (the socket directory's mode
+        // is masqd's to set), the sandbox's root's only.
+        std::fs::create_dir_all(&self.dir)
             .map_err(|e| io_error("make the directory of", &file, e))?;
+        match DirBuilder::new().mode(0o700).create(&sandbox) {
+            Err(e) if e.kind() != ErrorKind::AlreadyExists => {
+                return Err(io_error("make the directory of", &file, e));
+            }
+            _ => {}
+        }
         let tmp = sandbox.join(format!(".{ifname}.tmp"));
         let body = serde_json::to_vec(m)
             .map_err(|e| MarkerError::Io(format!("masq: marker {ifname}: {e}")))?;
@@ -116,6 +122,42 @@ impl Markers {
         // Another attachment's marker keeps it (ENOTEMPTY).
         let _ = std::fs::remove_dir(&sandbox);
         Ok(())
+    }
+
+    /// masqd's: the markers in its socket directory (beside its control
+    /// socket, as masq-cni finds them).
+    pub fn in_socket_dir(socket_dir: &Path) -> Markers {
+        Markers {
+            dir: socket_dir.join("pods"),
+        }
+    }
+
+    /// masqd at start: the marker of each endpoint a CNI ADD made that has
+    /// none (a pod made by a masq-cni from before the markers), so that
+    /// its containers created from now on (a restart) still get their
+    /// device. Returns what could not be written.
+    pub fn restore(&self, endpoints: &[EndpointConfig]) -> Vec<MarkerError> {
+        let mut failed = Vec::new();
+        for e in endpoints {
+            let Some(cni) = &e.cni else { continue };
+            match self.path(&cni.container_id, &cni.ifname) {
+                Ok((_, file)) if file.exists() => continue,
+                Ok(_) => {}
+                Err(err) => {
+                    failed.push(err);
+                    continue;
+                }
+            }
+            let m = Marker {
+                network: cni.network.clone(),
+                tenant: e.tenant.clone(),
+                vni: e.vni,
+            };
+            if let Err(err) = self.add(&cni.container_id, &cni.ifname, &m) {
+                failed.push(err);
+            }
+        }
+        failed
     }
 
     /// GC: remove `network`'s markers of attachments (container ID,
@@ -189,6 +231,47 @@ mod tests {
         assert!(pods.join("sb2/net1").exists());
         assert!(!pods.join("sb3").exists());
         assert!(pods.join("sb4/net1").exists());
+    }
+
+    /// An endpoint a CNI ADD made before masq-cni left markers gets one
+    /// when masqd starts; one that has its marker keeps it as it is, and
+    /// an endpoint of no attachment gets none.
+    #[test]
+    fn masqd_marks_the_pods_it_restores_that_have_none() {
+        let t = tempfile::tempdir().expect("tmp");
+        let m = Markers::in_socket_dir(t.path());
+        let ep = |name: &str, cni: Option<(&str, &str)>| {
+            let mut v = serde_json::json!({"name": name, "tenant": "acme", "vni": 100,
+                "vip": "10.0.0.60", "netns": "/var/run/netns/x"});
+            if let Some((id, ifname)) = cni {
+                v["cni"] = serde_json::json!({"containerId": id, "network": "acme100",
+                    "ifname": ifname});
+            }
+            serde_json::from_value::<EndpointConfig>(v).expect("endpoint")
+        };
+        m.add("sb2", "net1", &marker("mine")).expect("add");
+        let failed = m.restore(&[
+            ep("team.old", Some(("sb1", "net1"))),
+            ep("team.new", Some(("sb2", "net1"))),
+            ep("plain", None),
+            ep("bad", Some(("..", "net1"))),
+        ]);
+        assert!(
+            matches!(failed[..], [MarkerError::BadName(_)]),
+            "{failed:?}"
+        );
+        let read = |p: &str| {
+            serde_json::from_slice::<Marker>(&std::fs::read(t.path().join(p)).expect("read"))
+                .expect("json")
+        };
+        assert_eq!(read("pods/sb1/net1"), marker("acme100"));
+        assert_eq!(read("pods/sb2/net1"), marker("mine"));
+        assert_eq!(
+            std::fs::read_dir(t.path().join("pods"))
+                .expect("ls")
+                .count(),
+            2
+        );
     }
 
     #[test]
