@@ -74,6 +74,12 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
         .iter()
         .map(|(e, _)| e.socket_path(&cfg.socket_dir))
         .collect();
+    // Pods made before masq-cni left masq-nri's markers get theirs.
+    let attached: Vec<_> = initial.iter().map(|(e, _)| e.clone()).collect();
+    let markers = crate::operator::pod_markers::Markers::in_socket_dir(&cfg.socket_dir);
+    for err in markers.restore(&attached) {
+        warn!("{err}");
+    }
     // An endpoint's further devices after it.
     initial.sort_by_key(|(e, _)| e.device_of.is_some());
     for (e, origin) in initial {

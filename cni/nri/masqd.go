@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,19 +15,27 @@ import (
 )
 
 type masqd struct {
-	socket  string
+	socket string
+	// timeout bounds one whole request (connect, send, answer): below the
+	// runtime's NRI request timeout (containerd's default is 2 s), so that
+	// masq-nri answers the runtime itself, with its reason.
 	timeout time.Duration
 }
 
-// call sends req and decodes the reply into out; a reply with "error" is
-// an error naming what masqd said.
-func (m *masqd) call(req map[string]any, out any) error {
-	conn, err := net.DialTimeout("unix", m.socket, m.timeout)
+// call sends req and decodes the reply into out within m.timeout (or ctx's
+// own deadline, if sooner); a reply with "error" is an error naming what
+// masqd said.
+func (m *masqd) call(ctx context.Context, req map[string]any, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", m.socket)
 	if err != nil {
 		return fmt.Errorf("cannot reach masqd at %s: %w", m.socket, err)
 	}
 	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(m.timeout)); err != nil {
+	deadline, _ := ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
 		return err
 	}
 	line, err := json.Marshal(req)
@@ -38,7 +47,7 @@ func (m *masqd) call(req map[string]any, out any) error {
 	}
 	reply, err := bufio.NewReader(conn).ReadBytes('\n')
 	if err != nil {
-		return fmt.Errorf("masqd did not answer: %w", err)
+		return fmt.Errorf("masqd at %s did not answer within %s: %w", m.socket, m.timeout, err)
 	}
 	var failed struct {
 		Error *string `json:"error"`
@@ -56,11 +65,11 @@ func (m *masqd) call(req map[string]any, out any) error {
 // sandboxID (its CNI container ID), by name, and has it filter the pod's
 // cgroup (from its sandbox process pid) as the first one's; returns the
 // names and the cgroup ("" without a backstop, or with no endpoint).
-func (m *masqd) adoptPod(sandboxID string, pid uint32) ([]string, string, error) {
+func (m *masqd) adoptPod(ctx context.Context, sandboxID string, pid uint32) ([]string, string, error) {
 	var r struct {
 		Endpoints []string `json:"endpoints"`
 		Cgroup    string   `json:"cgroup"`
 	}
-	err := m.call(map[string]any{"cmd": "endpoint_pod", "sandbox": sandboxID, "pid": pid}, &r)
+	err := m.call(ctx, map[string]any{"cmd": "endpoint_pod", "sandbox": sandboxID, "pid": pid}, &r)
 	return r.Endpoints, r.Cgroup, err
 }

@@ -8,18 +8,20 @@
 //! - ADD: netns, interface and vIP from the environment and prevResult,
 //!   tenant and VNI from the network configuration, the name from the
 //!   runtime's arguments; the endpoint records the attachment it belongs
-//!   to (container id, network, interface).
-//! - DEL: removes that endpoint if it is this attachment's; succeeds when
-//!   there is nothing to remove (idempotent).
+//!   to (container id, network, interface). First, before masqd is asked,
+//!   it leaves the marker masq-nri tells a masq pod by (`marker`).
+//! - DEL: removes the marker, and that endpoint if it is this
+//!   attachment's; succeeds when there is nothing to remove (idempotent).
 //! - CHECK: the endpoint exists as ADD made it.
-//! - GC: removes this network's endpoints whose attachment the runtime no
-//!   longer lists.
+//! - GC: removes this network's endpoints and markers whose attachment the
+//!   runtime no longer lists.
 //! - STATUS: masqd answers.
 
 mod spec;
 
 use masq_backend::config::{CniOwner, EndpointConfig};
 use masq_backend::control::{self, Request};
+use masq_backend::operator::pod_markers::{Marker, MarkerError, Markers};
 use serde_json::{json, Value};
 use spec::{code, CniError, Env, NetConf, Result};
 use std::io::{Read, Write};
@@ -138,6 +140,22 @@ impl Masqd {
         }
     }
 
+    /// masq-nri's markers, beside the control socket.
+    fn markers(&self) -> Markers {
+        Markers::beside(&self.socket)
+    }
+}
+
+/// A marker that cannot be written or removed: a name that is no plain
+/// name is the runtime's mistake, the file system's refusal worth a retry.
+fn marker_error(e: MarkerError) -> CniError {
+    match e {
+        MarkerError::BadName(m) => CniError::new(code::BAD_ENV, m),
+        MarkerError::Io(m) => CniError::new(code::TRY_AGAIN, m),
+    }
+}
+
+impl Masqd {
     fn endpoints(&self) -> Result<Vec<Value>> {
         Ok(self.call(&Request::Endpoints)?["endpoints"]
             .as_array()
@@ -198,10 +216,21 @@ fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
         )
     })?;
     let at = spec::attached(&prev, &ifname)?;
+    // Before masqd is asked: the pod asked for masq, whatever masqd says.
+    let marker = Marker {
+        network: conf.name.clone(),
+        tenant: tenant.clone(),
+        vni,
+    };
+    masqd
+        .markers()
+        .add(&container_id, &ifname, &marker)
+        .map_err(marker_error)?;
     let owner = CniOwner {
         container_id,
         network: conf.name.clone(),
         ifname: ifname.clone(),
+        namespace: env.pod_namespace(),
     };
     let (name, device_of) = names(env, masqd, &owner)?;
     if let Some(ep) = masqd.endpoint(&name)? {
@@ -284,10 +313,16 @@ fn names(env: &Env, masqd: &Masqd, owner: &CniOwner) -> Result<(String, Option<S
 
 fn del(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
     let container_id = env.need("CNI_CONTAINERID")?;
+    let ifname = env.need("CNI_IFNAME")?;
+    masqd
+        .markers()
+        .remove(&container_id, &ifname, &conf.name)
+        .map_err(marker_error)?;
     let owner = CniOwner {
         container_id: container_id.clone(),
         network: conf.name.clone(),
-        ifname: env.need("CNI_IFNAME")?,
+        ifname,
+        namespace: env.pod_namespace(),
     };
     let (name, _) = names(env, masqd, &owner)?;
     let Some(ep) = masqd.endpoint(&name)? else {
@@ -317,6 +352,7 @@ fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
         container_id: container_id.clone(),
         network: conf.name.clone(),
         ifname: ifname.clone(),
+        namespace: env.pod_namespace(),
     };
     let (name, _) = names(env, masqd, &owner)?;
     let fail =
@@ -348,6 +384,14 @@ fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
 
 fn gc(conf: &NetConf, masqd: &Masqd) -> Result<()> {
     let valid = conf.valid_attachments.clone().unwrap_or_default();
+    masqd
+        .markers()
+        .gc(&conf.name, |id, ifname| {
+            valid
+                .iter()
+                .any(|a| a.container_id == id && a.ifname == ifname)
+        })
+        .map_err(marker_error)?;
     let mut failed = Vec::new();
     let mut all = masqd.endpoints()?;
     // Further devices first: masqd keeps an endpoint that still has one.
@@ -408,5 +452,35 @@ mod tests {
         let e = run("STATUS", conf.as_bytes(), &Env::default()).unwrap_err();
         assert_eq!(e.code, code::NOT_AVAILABLE);
         assert!(e.msg.contains("cannot reach masqd"), "{}", e.msg);
+    }
+
+    /// The pod asked for masq from the moment its ADD began, whatever
+    /// masqd says: masq-nri must refuse its containers rather than start
+    /// them without a device. DEL removes the marker even when masqd is
+    /// away (the runtime retries the rest).
+    #[test]
+    fn add_marks_the_pod_before_asking_masqd_and_del_unmarks_it() {
+        let t = tempfile::tempdir().expect("tmp");
+        let conf = json!({"cniVersion": "1.1.0", "name": "acme100", "type": "masq-cni",
+            "tenant": "acme", "vni": 100,
+            "controlSocket": t.path().join("control.sock"),
+            "prevResult": {"interfaces": [{"name": "net1", "sandbox": "/run/netns/x"}],
+                "ips": [{"address": "10.0.0.60/24", "interface": 0}]}});
+        let env = Env::from_vars(|k| match k {
+            "CNI_CONTAINERID" => Some("sb1".into()),
+            "CNI_NETNS" => Some("/run/netns/x".into()),
+            "CNI_IFNAME" => Some("net1".into()),
+            "CNI_ARGS" => Some("K8S_POD_NAMESPACE=team;K8S_POD_NAME=srv".into()),
+            _ => None,
+        });
+        let input = conf.to_string();
+        let e = run("ADD", input.as_bytes(), &env).unwrap_err();
+        assert_eq!(e.code, code::TRY_AGAIN, "{}", e.msg);
+        let marker: Marker =
+            serde_json::from_slice(&std::fs::read(t.path().join("pods/sb1/net1")).expect("marker"))
+                .expect("json");
+        assert_eq!((marker.network.as_str(), marker.vni), ("acme100", 100));
+        assert!(run("DEL", input.as_bytes(), &env).is_err());
+        assert!(!t.path().join("pods/sb1").exists());
     }
 }

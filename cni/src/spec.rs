@@ -235,6 +235,13 @@ impl Env {
             .filter(|v| !v.is_empty())
     }
 
+    /// The pod's Kubernetes namespace, when the runtime says (kubelet's
+    /// K8S_POD_NAMESPACE; Multus passes it on to its delegates): masqd
+    /// checks that the tenant admits it.
+    pub fn pod_namespace(&self) -> Option<String> {
+        self.arg("K8S_POD_NAMESPACE").map(str::to_string)
+    }
+
     /// The endpoint's name: the pod's (`NAMESPACE.NAME`) when the runtime
     /// says (Kubernetes; podman passes the container's name as
     /// K8S_POD_NAME), else the container id. Made to fit masqd's names.
@@ -444,6 +451,11 @@ mod tests {
         assert_eq!(n("IgnoreUnknown=1;K8S_POD_NAME=web-1"), "web-1");
         assert_eq!(n("K8S_POD_NAMESPACE=prod;K8S_POD_NAME=web-1"), "prod.web-1");
         assert_eq!(n("IgnoreUnknown=1"), "0123abcd");
+        assert_eq!(
+            env("K8S_POD_NAMESPACE=prod;K8S_POD_NAME=web-1").pod_namespace(),
+            Some("prod".to_string())
+        );
+        assert_eq!(env("K8S_POD_NAME=web-1").pod_namespace(), None);
         let long = "x".repeat(100);
         let a = fit_name(&long);
         assert_eq!(a.len(), 64);

@@ -63,8 +63,8 @@ state = '/run/containerd'
 [plugins.'io.containerd.nri.v1.nri']
   disable = false
   socket_path = '/var/run/nri/nri.sock'
-  # masq-nri asks masqd twice per container; a loaded emulated guest can
-  # take longer than NRI's default 2 s.
+  # A loaded emulated guest can take longer than NRI's default 2 s; masq-nri
+  # is given 10 s for masqd (its --timeout, below this one: `nri` below).
   plugin_request_timeout = '15s'
 CONF
     cat >/etc/crictl.yaml <<CONF
@@ -133,7 +133,8 @@ start() {
 nri() {
     local bin=$1
     running masq-nri && return 0
-    setsid "$bin" >>"$RUN/masq-nri.log" 2>&1 </dev/null &
+    # Its deadline for masqd below the runtime's for it (config's 15 s).
+    setsid "$bin" --timeout 10s >>"$RUN/masq-nri.log" 2>&1 </dev/null &
     echo $! >"$RUN/masq-nri.pid"
     for _ in $(seq 100); do
         grep -q "connecting to" "$RUN/masq-nri.log" 2>/dev/null && sleep 0.5 && running masq-nri && return 0

@@ -475,6 +475,13 @@ def test_cni_commands_add_check_del_twice_gc_status_and_errors(pods):
             rc, out = cni(tb, PLUGIN, "DEL", masq_conf())
             assert rc == 0, out
             assert endpoint(tb, "host1", "c0123") is None
+        # A pod of a namespace acme does not admit (the policy's
+        # tenants.acme.kubernetes.namespaces) is refused.
+        rc, err = cni(tb, PLUGIN, "ADD", {**masq_conf(), "prevResult": prev},
+                      args="K8S_POD_NAMESPACE=dev;K8S_POD_NAME=web-1")
+        assert rc == 1 and err["code"] == 100, err
+        assert "tenant acme admits Kubernetes namespaces prod, not dev" in err["msg"], err
+        assert endpoint(tb, "host1", "dev.web-1") is None
         # GC removes this network's endpoints the runtime no longer lists.
         rc, res = cni(tb, PLUGIN, "ADD", {**masq_conf(), "prevResult": prev},
                       args="K8S_POD_NAMESPACE=prod;K8S_POD_NAME=web-1")

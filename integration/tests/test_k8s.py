@@ -94,32 +94,45 @@ def crictl(tb, host, *args, check=True, timeout=300):
     return tb.run(host, CRICTL, *args, check=check, timeout=timeout)
 
 
+# CRI's NamespaceMode NODE: a pod in the host's network (kube-proxy's,
+# a CNI's own pods), for which the runtime runs no CNI plugin.
+NODE_NETWORK = {"security_context": {"namespace_options": {"network": 2}}}
+
+
 class Pod:
     """A pod as a kubelet asks containerd for it: metadata, a log directory
-    and a cgroup parent of its own (kubelet's kubepods/<class>/pod<uid>)."""
+    and a cgroup parent of its own (kubelet's kubepods/<class>/pod<uid>).
+    With `host_network`, in the host's network: no CNI, so not masq's."""
 
-    def __init__(self, tb, host, name):
+    def __init__(self, tb, host, name, namespace=NAMESPACE, host_network=False):
         self.tb, self.host, self.name = tb, host, name
-        self.endpoint = f"{NAMESPACE}.{name}"
+        self.endpoint = f"{namespace}.{name}"
         self.config = f"/tmp/pod-{name}.json"
+        self.linux = NODE_NETWORK if host_network else {}
         put(tb, host, self.config, {
-            "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                          "attempt": 0},
             "log_directory": f"/tmp/pods/{name}",
-            "linux": {"cgroup_parent": f"/kubepods/besteffort/poduid-{name}"},
+            "linux": {"cgroup_parent": f"/kubepods/besteffort/poduid-{name}", **self.linux},
         })
-        self.id = crictl(tb, host, "runp", self.config).stdout.strip()
+        r = crictl(tb, host, "runp", self.config, check=False)
+        self.id = r.stdout.strip() if r.returncode == 0 else None
+        self.refused = None if r.returncode == 0 else r.stderr
+
+    def create(self, name, *cmd, image="masq.test/tenant:1", check=True):
+        """`crictl create` container `name` running cmd: its answer."""
+        config = f"/tmp/ctr-{self.name}-{name}.json"
+        put(self.tb, self.host, config, {
+            "metadata": {"name": name}, "image": {"image": image},
+            "command": list(cmd), "log_path": f"{name}.log", "linux": self.linux,
+        })
+        return crictl(self.tb, self.host, "create", "--no-pull", self.id, config,
+                      self.config, check=check)
 
     def run(self, name, *cmd, wait=True, image="masq.test/tenant:1"):
         """Create and start container `name` running cmd; with `wait`, its
         exit code and log once it ends."""
-        config = f"/tmp/ctr-{self.name}-{name}.json"
-        put(self.tb, self.host, config, {
-            "metadata": {"name": name}, "image": {"image": image},
-            "command": list(cmd), "log_path": f"{name}.log", "linux": {},
-        })
-        cid = crictl(self.tb, self.host, "create", "--no-pull", self.id, config,
-                     self.config).stdout.strip()
+        cid = self.create(name, *cmd, image=image).stdout.strip()
         crictl(self.tb, self.host, "start", cid)
         return self.wait(cid) if wait else cid
 
@@ -135,17 +148,22 @@ class Pod:
         return crictl(self.tb, self.host, "exec", cid, *cmd, **kw)
 
     def remove(self):
+        if self.id is None:
+            return
         crictl(self.tb, self.host, "stopp", self.id, check=False)
         crictl(self.tb, self.host, "rmp", self.id, check=False)
 
 
 @pytest.fixture
 def pods(k8s):
+    """pods(host, name, ...) makes a pod (Pod's arguments); one the runtime
+    refused has no id and says why in `refused`; the others must start."""
     made = []
 
-    def pod(host, name):
-        p = Pod(k8s, host, name)
+    def pod(host, name, refused=False, **kw):
+        p = Pod(k8s, host, name, **kw)
         made.append(p)
+        assert refused or p.id, f"pod {name}: {p.refused}"
         return p
     yield pod
     for p in made:
@@ -252,6 +270,56 @@ def test_a_removed_pod_leaves_every_host(k8s, pods):
     assert endpoint(tb, "host2", "team.gone") is None
     eventually("host1 forgets it", lambda: (100, ep["vip"]) not in vpc(tb, "host1"), 60)
     assert tb.run("host2", "ls", "/var/run/cdi").stdout.count("team.gone") == 0
+
+
+def test_a_node_whose_masqd_is_away_fails_only_the_pods_that_asked_for_masq(k8s, pods):
+    """Issue 52: masq-nri decides from the pod itself (the marker masq-cni
+    left at the sandbox's CNI ADD) before it asks masqd anything. With
+    masqd down, a pod in the host's network (no CNI, as kube-proxy's)
+    starts, and a container of a masq pod is refused with masq-nri's
+    reason, within the runtime's NRI timeout; once masqd is back, both
+    work."""
+    tb = k8s
+    masq = pods("host1", "waiting")
+    eventually("pod waiting is an endpoint", lambda: endpoint(tb, "host1", "team.waiting"))
+    tb._run([tb.cli, "masq", "kill", "host1"], True, 300)
+    try:
+        plain = pods("host1", "plain", host_network=True)
+        code, out = plain.run("hello", "echo", "hello")
+        assert code == 0 and "hello" in out, out
+        r = masq.create("app", "ibv_devices", check=False)
+        assert r.returncode != 0, r.stdout
+        assert "pod team/waiting container app asked for masq (network k8s100" in r.stderr, \
+            r.stderr
+        assert "cannot reach masqd at /run/masq/control.sock" in r.stderr, r.stderr
+    finally:
+        tb._run([tb.cli, "masq", "start", "host1"], True, 300)
+    code, out = masq.run("devices", "ibv_devices")
+    assert code == 0 and "vrdma0" in out, out
+    code, out = plain.run("again", "echo", "again")
+    assert code == 0 and "again" in out, out
+    log = tb.run("host1", "cat", "/run/masq-testbed/masq-nri.log").stdout
+    assert "pod team/plain" not in log, log
+
+
+def test_a_pod_of_a_namespace_its_tenant_does_not_admit_gets_no_network(k8s, pods):
+    """Issue 52: a network names its tenant in a string any namespace can
+    reference (Multus), so the tenant says which namespaces are its own
+    (the policy's tenants.acme.kubernetes.namespaces: team). masq-cni
+    passes the pod's K8S_POD_NAMESPACE, masqd refuses the endpoint naming
+    the tenant and the namespace, and the runtime refuses the pod."""
+    tb = k8s
+    intruder = pods("host1", "intruder", namespace="other", refused=True)
+    assert intruder.id is None, "the pod of namespace other started"
+    assert "tenant acme admits Kubernetes namespaces team, not other" in intruder.refused, \
+        intruder.refused
+    assert endpoint(tb, "host1", "other.intruder") is None
+    # The runtime's DEL after the failed ADD took masq-nri's marker too:
+    # markers are left only for the pods that run.
+    marked = set(tb.run("host1", "ls", "-A", "/run/masq/pods", check=False).stdout.split())
+    running = {p["id"] for p in json.loads(crictl(tb, "host1", "pods", "-o", "json").stdout)
+               ["items"] if p["state"] == "SANDBOX_READY"}
+    assert marked <= running, (marked, running)
 
 
 def test_a_pod_in_no_security_group_is_refused_at_rtr(k8s, pods):

@@ -15,6 +15,7 @@
 
 mod compile;
 mod error;
+mod kubernetes;
 mod nft;
 mod schema;
 mod yaml;
@@ -213,6 +214,9 @@ pub struct Policy {
     text: Arc<str>,
     /// Endpoint names its members give.
     named: std::collections::HashSet<String>,
+    /// Each tenant's `kubernetes.namespaces` (absent: the tenant has no
+    /// `kubernetes` key).
+    namespaces: HashMap<String, Vec<String>>,
 }
 
 impl Default for Policy {
@@ -246,6 +250,7 @@ impl Policy {
             endpoints: HashMap::new(),
             text: Arc::from(""),
             named: Default::default(),
+            namespaces: HashMap::new(),
         }
     }
 
@@ -297,6 +302,11 @@ impl Policy {
                 _ => None,
             })
             .collect();
+        let namespaces = doc
+            .tenants
+            .iter()
+            .filter_map(|t| Some((t.name.clone(), t.kubernetes.clone()?)))
+            .collect();
         let mut by_name = HashMap::new();
         for ep in endpoints {
             by_name.entry(ep.name.clone()).or_insert_with(|| ep.clone());
@@ -309,7 +319,35 @@ impl Policy {
             endpoints: by_name,
             text: Arc::from(text),
             named,
+            namespaces,
         })
+    }
+
+    /// Whether a pod of Kubernetes namespace `namespace` may attach to
+    /// `tenant` (its `kubernetes.namespaces` lists it); else why not,
+    /// naming both. A tenant the policy does not name, or names without
+    /// the key, admits no namespace.
+    pub fn admits_namespace(&self, tenant: &str, namespace: &str) -> Result<(), String> {
+        let key = format!("tenants.{tenant}.kubernetes.namespaces");
+        match self.namespaces.get(tenant) {
+            Some(ns) if ns.iter().any(|n| n == namespace) => Ok(()),
+            Some(ns) if ns.is_empty() => Err(format!(
+                "tenant {tenant} admits no Kubernetes namespace ({key} is empty), so not {namespace}"
+            )),
+            Some(ns) => Err(format!(
+                "tenant {tenant} admits Kubernetes namespaces {}, not {namespace} ({key})",
+                ns.join(", ")
+            )),
+            None => Err(format!(
+                "tenant {tenant} admits no Kubernetes namespace, so not {namespace}: \
+                 the policy has no {key}{}",
+                if self.compiled.tenants.contains_key(tenant) {
+                    ""
+                } else {
+                    " (nor the tenant)"
+                }
+            )),
+        }
     }
 
     /// Reads and parses a policy file; errors are labelled with `path`.

@@ -219,6 +219,9 @@ pub(crate) struct Tenant {
     pub name: String,
     pub qos: Option<Qos>,
     pub groups: Vec<Group>,
+    /// `kubernetes.namespaces`: the namespaces whose pods may attach to
+    /// it (`None`: no key, so none may; see `kubernetes`).
+    pub kubernetes: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug)]
@@ -248,7 +251,7 @@ impl Dir {
     }
 }
 
-fn join(path: &str, key: &str) -> String {
+pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
@@ -288,13 +291,13 @@ fn list(words: &[&str]) -> String {
     words.join(", ")
 }
 
-struct Walker<'e> {
+pub(crate) struct Walker<'e> {
     errs: &'e mut Errors,
 }
 
 /// Where to point for a value: an empty plain value has no position of its
 /// own (the parser reports the next token), so point at its key.
-fn value_loc(node: &Node, key: &Scalar) -> Location {
+pub(crate) fn value_loc(node: &Node, key: &Scalar) -> Location {
     match node {
         Node::Scalar(s) if s.plain && s.value.is_empty() => key.loc,
         _ => node.loc(),
@@ -302,12 +305,18 @@ fn value_loc(node: &Node, key: &Scalar) -> Location {
 }
 
 impl Walker<'_> {
-    fn err(&mut self, loc: Location, path: &str, msg: impl Into<String>) {
+    pub(crate) fn err(&mut self, loc: Location, path: &str, msg: impl Into<String>) {
         self.errs.push(loc, path, msg);
     }
 
     /// Reports unknown and duplicate keys.
-    fn check_keys(&mut self, map: &Map, path: &str, allowed: &[&str], hint: Option<(&str, &str)>) {
+    pub(crate) fn check_keys(
+        &mut self,
+        map: &Map,
+        path: &str,
+        allowed: &[&str],
+        hint: Option<(&str, &str)>,
+    ) {
         // A map, not a scan: a hostile file may have huge mappings.
         let mut seen: HashMap<&str, Location> = HashMap::new();
         for (key, _) in &map.entries {
@@ -379,7 +388,7 @@ impl Walker<'_> {
         out
     }
 
-    fn scalar<'n>(
+    pub(crate) fn scalar<'n>(
         &mut self,
         node: &'n Node,
         key: &Scalar,
@@ -467,6 +476,7 @@ impl Walker<'_> {
             name: name.to_string(),
             qos: None,
             groups: Vec::new(),
+            kubernetes: None,
         };
         let map = match node {
             _ if node.is_null() => return tenant,
@@ -476,16 +486,19 @@ impl Walker<'_> {
                     value_loc(other, key),
                     path,
                     format!(
-                        "expected a mapping with keys qos, securityGroups; found {}",
+                        "expected a mapping with keys qos, securityGroups, kubernetes; found {}",
                         other.kind()
                     ),
                 );
                 return tenant;
             }
         };
-        self.check_keys(map, path, &["qos", "securityGroups"], None);
+        self.check_keys(map, path, &["qos", "securityGroups", "kubernetes"], None);
         if let Some((k, v)) = map.get("qos") {
             tenant.qos = self.qos(k, v, &join(path, "qos"));
+        }
+        if let Some((k, v)) = map.get("kubernetes") {
+            tenant.kubernetes = Some(self.kubernetes(k, v, &join(path, "kubernetes")));
         }
         if let Some((k, v)) = map.get("securityGroups") {
             let gpath = join(path, "securityGroups");
@@ -952,6 +965,12 @@ pub(crate) fn canonical(doc: &Document) -> String {
         let _ = writeln!(out, "tenant {}", t.name);
         if let Some(q) = t.qos {
             let _ = writeln!(out, " qos {} {}", q.dscp, q.mode.as_str());
+        }
+        if let Some(ns) = &t.kubernetes {
+            let mut ns: Vec<&String> = ns.iter().collect();
+            ns.sort();
+            let ns: Vec<&str> = ns.into_iter().map(String::as_str).collect();
+            let _ = writeln!(out, " kubernetes namespaces {}", ns.join(" "));
         }
         let mut groups: Vec<&Group> = t.groups.iter().collect();
         groups.sort_by(|a, b| a.name.cmp(&b.name));

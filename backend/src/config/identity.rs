@@ -34,8 +34,20 @@ impl std::fmt::Debug for Identity {
     }
 }
 
+/// Why `path` cannot be read; a missing file is said to be the host's
+/// identity not provisioned yet (a new node; on Kubernetes, masqd's pod
+/// starts with an empty `/etc/masq/pki` and restarts until it is there).
+fn cannot_read(field: &str, path: &Path, e: &std::io::Error) -> String {
+    let hint = if e.kind() == std::io::ErrorKind::NotFound {
+        " (this host's cluster identity is not provisioned yet: docs/cluster.md#etcd-over-tls)"
+    } else {
+        ""
+    };
+    format!("{field}: {}: cannot read: {e}{hint}", path.display())
+}
+
 fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{field}: {}: cannot read: {e}", path.display()))
+    std::fs::read(path).map_err(|e| cannot_read(field, path, &e))
 }
 
 /// The text of the secret file `path` (a private key, a token), for
@@ -45,7 +57,7 @@ fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
 pub fn secret(field: &str, path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    let cannot = |e: std::io::Error| format!("{field}: {}: cannot read: {e}", path.display());
+    let cannot = |e: std::io::Error| cannot_read(field, path, &e);
     let mut f = std::fs::File::open(path).map_err(cannot)?;
     let mode = f.metadata().map_err(cannot)?.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
@@ -191,7 +203,8 @@ ZV6X6g==
         assert!(
             e.starts_with("cluster.tls.ca: ")
                 && e.contains("nowhere.pem")
-                && e.contains("cannot read"),
+                && e.contains("cannot read")
+                && e.contains("cluster identity is not provisioned yet"),
             "{e}"
         );
         let good = files(dir.path(), CERT, CERT, key);

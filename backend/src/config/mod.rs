@@ -297,6 +297,11 @@ pub struct CniOwner {
     pub container_id: String,
     pub network: String,
     pub ifname: String,
+    /// The pod's Kubernetes namespace (the runtime's K8S_POD_NAMESPACE):
+    /// masqd makes the endpoint only if its tenant admits the namespace
+    /// (the policy's `tenants.<t>.kubernetes.namespaces`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `rdma.max` of an endpoint's cgroup; an omitted limit is unlimited.

@@ -482,6 +482,7 @@ mod tests {
             container_id: "c1".into(),
             network: "n".into(),
             ifname: "eth0".into(),
+            namespace: None,
         };
         assert_eq!(
             serde_json::from_str::<Request>(cni).expect("cni"),

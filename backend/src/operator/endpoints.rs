@@ -151,6 +151,7 @@ impl Parts {
     /// socket and sysfs view; on any failure, undo what was done.
     pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value, String> {
         let _one_at_a_time = lock(&self.endpoint_ops);
+        namespace_admitted(self.admission.active().as_deref(), &e)?;
         self.registry.check_new(&e)?;
         if e.max_rate_mbps.is_some() && self.limits.rates.is_none() {
             return Err(crate::enforce::ratelimit::needs_software_roce(
@@ -418,5 +419,84 @@ impl Parts {
             "cgroup": format!("/{cgroup}"),
             "new": new,
         }))
+    }
+}
+
+/// A Kubernetes pod's endpoint (its CNI attachment names the pod's
+/// namespace) only in a tenant whose policy admits that namespace: a
+/// NetworkAttachmentDefinition names its tenant in a string any namespace
+/// can reference through Multus. No policy applied admits none. Endpoints
+/// of no namespace (the config's, masqctl's, podman's) are not asked.
+fn namespace_admitted(
+    policy: Option<&masq_policy::Policy>,
+    e: &EndpointConfig,
+) -> Result<(), String> {
+    let Some(ns) = e.cni.as_ref().and_then(|c| c.namespace.as_deref()) else {
+        return Ok(());
+    };
+    let empty;
+    let policy = match policy {
+        Some(p) => p,
+        None => {
+            empty = masq_policy::Policy::empty();
+            &empty
+        }
+    };
+    policy
+        .admits_namespace(&e.tenant, ns)
+        .map_err(|why| format!("endpoint {}: {why}", e.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(namespace: Option<&str>, tenant: &str) -> EndpointConfig {
+        let mut e: EndpointConfig = serde_json::from_value(json!({
+            "name": "team.srv", "tenant": tenant, "vni": 100, "vip": "10.0.0.60",
+            "netns": "/var/run/netns/x",
+            "cni": {"containerId": "sb1", "network": "acme100", "ifname": "net1"},
+        }))
+        .expect("endpoint");
+        if let Some(c) = e.cni.as_mut() {
+            c.namespace = namespace.map(str::to_string);
+        }
+        e
+    }
+
+    #[test]
+    fn a_pods_endpoint_needs_a_tenant_that_admits_its_namespace() {
+        let policy = masq_policy::Policy::parse(
+            "version: 1\ntenants:\n  acme:\n    kubernetes:\n      namespaces: [team]\n",
+            "policy.yaml",
+            &[],
+        )
+        .expect("policy");
+        assert_eq!(
+            namespace_admitted(Some(&policy), &pod(Some("team"), "acme")),
+            Ok(())
+        );
+        let e = namespace_admitted(Some(&policy), &pod(Some("other"), "acme")).unwrap_err();
+        assert_eq!(
+            e,
+            "endpoint team.srv: tenant acme admits Kubernetes namespaces team, not other \
+             (tenants.acme.kubernetes.namespaces)"
+        );
+        let e = namespace_admitted(Some(&policy), &pod(Some("team"), "globex")).unwrap_err();
+        assert!(
+            e.contains("tenant globex admits no Kubernetes namespace"),
+            "{e}"
+        );
+        // No policy applied yet: no namespace.
+        let e = namespace_admitted(None, &pod(Some("team"), "acme")).unwrap_err();
+        assert!(
+            e.contains("tenant acme admits no Kubernetes namespace, so not team"),
+            "{e}"
+        );
+        // Not a Kubernetes pod: not asked.
+        assert_eq!(namespace_admitted(None, &pod(None, "acme")), Ok(()));
+        let mut plain = pod(None, "acme");
+        plain.cni = None;
+        assert_eq!(namespace_admitted(None, &plain), Ok(()));
     }
 }

@@ -10,5 +10,6 @@ pub mod cli;
 pub mod control;
 pub mod control_server;
 pub mod endpoints;
+pub mod pod_markers;
 pub mod policy;
 pub mod policy_as_operator;

@@ -19,9 +19,19 @@ func TestTheDeployFilesPassAndEachMistakeIsNamed(t *testing.T) {
 	for _, c := range []struct{ file, from, to, says string }{
 		{"daemonset.yaml", "hostPID: true", "hostPID: true\n      hostPIDs: true", `unknown field "spec.template.spec.hostPIDs"`},
 		{"daemonset.yaml", "maxUnavailable: 1", "maxUnavailable: [1]", "maxUnavailable"},
+		// A node without its PKI or with NRI off must not wedge masqd's pod.
+		{"daemonset.yaml", "path: /etc/masq/pki, type: DirectoryOrCreate", "path: /etc/masq/pki, type: Directory",
+			"volume pki: hostPath /etc/masq/pki of type Directory: a node without it keeps the pod in FailedMount"},
+		{"daemonset.yaml", "path: /var/run/nri, type: DirectoryOrCreate", "path: /var/run/nri, type: Directory",
+			"volume nri: hostPath /var/run/nri of type Directory"},
 		{"example/network.yaml", `"vni": 100 }`, `"vni": 100, }`, "spec.config"},
 		{"example/network.yaml", "name: acme100", "name: acme200", `network "acme100", not the object's name "acme200"`},
 		{"example/pods.yaml", "restartPolicy: Never", "restartPolicy: 7", "restartPolicy"},
+		// Multus' ips reach static IPAM only through the declared capability.
+		{"example/network.yaml", `"capabilities": { "ips": true }, `, "",
+			`Pod team/srv: network team/acme100 as Multus attaches it: plugin type="masq-cni" failed (add): masq-cni: prevResult has no IPv4 address on "net1"`},
+		{"example/pods.yaml", `"ips": ["10.0.0.61/24"]`, `"ips": []`, "Pod team/cli: network team/acme100"},
+		{"example/pods.yaml", `[{"name": "acme100", "ips": ["10.0.0.61/24"]}]`, `[{"name": "acme100", "ips": "x"}]`, "k8s.v1.cni.cncf.io/networks"},
 		{"kustomization.yaml", "- daemonset.yaml", "- daemonsets.yaml", "kustomize"},
 	} {
 		root := t.TempDir()

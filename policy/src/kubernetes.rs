@@ -1,0 +1,95 @@
+//! A tenant's `kubernetes` key: which Kubernetes namespaces' pods may
+//! attach to the tenant's networks.
+//!
+//! ```yaml
+//! tenants:
+//!   acme:
+//!     kubernetes:
+//!       namespaces: [team, team-ci]
+//! ```
+//!
+//! A NetworkAttachmentDefinition names its tenant in a string, and Multus
+//! lets a pod of any namespace use a NAD of another (`team/acme100`), so
+//! the tenant itself says which namespaces are its own: masqd refuses the
+//! endpoint of a pod (masq-cni passes its `K8S_POD_NAMESPACE`) whose
+//! namespace the tenant does not list. A tenant without the key admits no
+//! namespace: a Kubernetes pod reaches a tenant only where the operator
+//! said so.
+
+use crate::schema::{join, value_loc, Walker};
+use crate::yaml::{Node, Scalar};
+
+/// A Kubernetes namespace name: an RFC 1123 label (1-63 lowercase letters,
+/// digits and '-', starting and ending with a letter or digit).
+pub(crate) fn valid_namespace(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=63).contains(&s.len())
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+        && s.chars().all(|c| alnum(c) || c == '-')
+}
+
+impl Walker<'_> {
+    /// `tenants.<t>.kubernetes`: the namespaces it admits (none for an
+    /// empty key or list).
+    pub(crate) fn kubernetes(&mut self, key: &Scalar, node: &Node, path: &str) -> Vec<String> {
+        let map = match node {
+            _ if node.is_null() => return Vec::new(),
+            Node::Map(m) => m,
+            other => {
+                self.err(
+                    value_loc(other, key),
+                    path,
+                    format!(
+                        "expected a mapping with key namespaces; found {}",
+                        other.kind()
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        self.check_keys(map, path, &["namespaces"], None);
+        let Some((k, v)) = map.get("namespaces") else {
+            return Vec::new();
+        };
+        let npath = join(path, "namespaces");
+        let items = match v {
+            _ if v.is_null() => return Vec::new(),
+            Node::Seq(s) => &s.items,
+            other => {
+                self.err(
+                    value_loc(other, k),
+                    &npath,
+                    format!(
+                        "expected a list of Kubernetes namespace names, found {}",
+                        other.kind()
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let p = format!("{npath}[{i}]");
+            let Some(s) = self.scalar(item, k, &p, "a Kubernetes namespace name") else {
+                continue;
+            };
+            if !valid_namespace(&s.value) {
+                self.err(
+                    s.loc,
+                    &p,
+                    format!(
+                        "invalid Kubernetes namespace {:?}: expected 1..=63 lowercase letters, \
+                         digits or '-', starting and ending with a letter or digit",
+                        s.value
+                    ),
+                );
+                continue;
+            }
+            if !out.contains(&s.value) {
+                out.push(s.value.clone());
+            }
+        }
+        out
+    }
+}
