@@ -54,7 +54,9 @@ mod publish;
 use publish::release;
 #[path = "values.rs"]
 mod values;
-use values::Parsed;
+pub use values::Parsed;
+#[cfg(any(test, feature = "fuzzing"))]
+pub use {publish::holder as claim_holder, values::parse as parse_value};
 
 /// A change of this host's endpoints, for the cluster task.
 enum Publish {

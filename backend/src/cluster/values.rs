@@ -10,7 +10,7 @@ use crate::cluster::source::Placement;
 use std::net::Ipv4Addr;
 
 /// One key and value of the store, as the cluster task reads it.
-pub(super) enum Parsed {
+pub enum Parsed {
     Endpoint(Placement),
     Policy(StoredPolicy),
     Bad(String),
@@ -26,7 +26,7 @@ pub(super) fn endpoint_key<'a>(prefix: &str, key: &'a str) -> Option<(Ipv4Addr, 
 
 /// Key `key` with `value` (etcd's bytes, as stored) under `prefix`, first
 /// written at revision `created`.
-pub(super) fn parse(prefix: &str, key: &[u8], value: &[u8], created: i64) -> Parsed {
+pub fn parse(prefix: &str, key: &[u8], value: &[u8], created: i64) -> Parsed {
     let key = std::str::from_utf8(key).unwrap_or_default();
     let value = std::str::from_utf8(value).unwrap_or_default();
     if let Some((host, name)) = endpoint_key(prefix, key) {
