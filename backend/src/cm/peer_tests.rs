@@ -191,8 +191,9 @@ fn a_req_not_from_the_host_of_its_source_or_for_an_endpoint_not_served_here_is_d
 }
 
 /// acme-a connecting to acme-b (host2), and globex-a holding a REQ from
-/// globex-b (host2, its id 60): the active id, the passive id.
-fn two_connections(h: &FakeCmHost, cm: &Cm, out: &Outbox) -> (App, u32, App, u32) {
+/// globex-b (host2, its id 60): the active id, globex-a's listener and
+/// the passive id.
+fn two_connections(h: &FakeCmHost, cm: &Cm, out: &Outbox) -> (App, u32, App, u32, u32) {
     let acme = App::open(cm, h, 1, "acme-a").expect("acme-a");
     let active = acme
         .connect(cm, h, false, 5000, (VIP_B, PORT), 0x33)
@@ -204,20 +205,19 @@ fn two_connections(h: &FakeCmHost, cm: &Cm, out: &Outbox) -> (App, u32, App, u32
         other => panic!("{other:?}"),
     }
     let globex = App::open(cm, h, 2, "globex-a").expect("globex-a");
-    globex.listen(cm, h, false, PORT).expect("listen");
+    let listener = globex.listen(cm, h, false, PORT).expect("listen");
     cm.on_peer(h, HOST2, req(60, GLOBEX, VIP_B, VIP_A, PORT));
     let ev = globex.events();
     assert_eq!(kinds(&ev), [proto::CM_EVENT_CONNECT_REQUEST]);
     let passive = ev[0].id;
     acme.events();
-    (acme, active, globex, passive)
+    (acme, active, globex, listener, passive)
 }
 
 #[test]
 fn a_rep_rej_rtu_or_dreq_not_the_senders_to_send_changes_nothing() {
     let (h, cm, out) = setup(TenantLimits::default());
-    let (acme, active, globex, passive) = two_connections(&h, &cm, &out);
-    let listener = passive - 1;
+    let (acme, active, globex, listener, passive) = two_connections(&h, &cm, &out);
     let before = table(&cm);
     let cases = [
         ("REP from another host", HOST3, rep(active, 70)),
