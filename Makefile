@@ -10,8 +10,11 @@
 # `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
 # CLI definitions (a Rust test fails when it is stale).
 # `make test-monitoring` checks the Prometheus rules and the Grafana dashboard.
+# `make fuzz-long` fuzzes the CM link's stream and etcd's values under
+# libFuzzer (make test runs the same harnesses from cargo test).
 CARGO ?= cargo
 FUZZ_SECONDS ?= 20
+FUZZ_LONG_SECONDS ?= 300
 # make install: where (PREFIX) and under which staging root (DESTDIR).
 PREFIX ?= /usr
 DESTDIR ?=
@@ -27,7 +30,7 @@ CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
-        check-modules test-monitoring docs-cli nri test-nri test-k8s test-manifests test-rails
+        check-modules test-monitoring docs-cli nri test-nri test-k8s test-manifests test-rails fuzz-long
 
 all: build
 
@@ -118,6 +121,14 @@ test-fuzz: deps
 	backend/proto/fuzz/run.sh $(FUZZ_SECONDS)
 	policy/fuzz/run.sh $(FUZZ_SECONDS)
 
+# masqd's harnesses for what other hosts hand it (backend/src/fuzz: the CM
+# link's stream, etcd's values) under libFuzzer, FUZZ_LONG_SECONDS each.
+# Not in make test: masq-backend under cargo-fuzz takes many minutes to
+# build cold; make test-rust runs the same harnesses over their seeds and
+# mutated inputs (docs/testbed.md).
+fuzz-long: deps
+	backend/fuzz/run.sh $(FUZZ_LONG_SECONDS)
+
 # The Prometheus rules and the Grafana dashboard (packaging/prometheus,
 # packaging/grafana; docs/metrics.md): promtool, from Debian's prometheus
 # package, checks the rules and runs their unit tests; check-monitoring
@@ -145,7 +156,7 @@ test-long: build deb
 	integration/run-tests --long
 
 # Every test there is: make test, then the suites kept out of its budget.
-test-all: test test-long test-cluster test-rails test-k8s
+test-all: test test-long test-cluster test-rails test-k8s fuzz-long
 
 # Three hosts, a three-member etcd cluster: a host powered off and back, an
 # endpoint that moves between hosts (integration/tests/test_cluster3.py).

@@ -6,6 +6,8 @@ pub mod config;
 pub mod daemon;
 pub mod enforce;
 pub mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod http;
 pub mod kernel;
 pub mod metrics;

@@ -51,7 +51,12 @@ use tracing::{debug, info, warn};
 
 #[path = "publish.rs"]
 mod publish;
-use publish::{release, Published};
+use publish::release;
+#[path = "values.rs"]
+mod values;
+pub use values::Parsed;
+#[cfg(any(test, feature = "fuzzing"))]
+pub use {publish::holder as claim_holder, values::parse as parse_value};
 
 /// A change of this host's endpoints, for the cluster task.
 enum Publish {
@@ -588,39 +593,11 @@ impl Cluster {
     }
 
     fn endpoint_key<'a>(&self, key: &'a str) -> Option<(Ipv4Addr, &'a str)> {
-        let rest = key.strip_prefix(&self.key("endpoints/"))?;
-        let (host, name) = rest.split_once('/')?;
-        Some((host.parse().ok()?, name))
+        values::endpoint_key(&self.cfg.prefix, key)
     }
 
     fn parse(&self, kv: &etcd_client::KeyValue) -> Parsed {
-        let key = kv.key_str().unwrap_or_default();
-        let value = kv.value_str().unwrap_or_default();
-        if let Some((host, name)) = self.endpoint_key(key) {
-            return match serde_json::from_str::<Published>(value) {
-                Ok(p) if p.host == host && p.endpoint.name == name => Parsed::Endpoint(Placement {
-                    host,
-                    name: Some(p.endpoint.name),
-                    tenant: p.endpoint.tenant,
-                    vni: p.endpoint.vni,
-                    vip: p.endpoint.vip,
-                    rail: p.endpoint.rail,
-                    underlay: p.underlay,
-                    created: kv.create_revision(),
-                }),
-                Ok(_) => Parsed::Bad(format!(
-                    "{key}: host or name differ from the key's; ignored"
-                )),
-                Err(e) => Parsed::Bad(format!("{key}: {e}; ignored")),
-            };
-        }
-        if key == self.key("policy") {
-            return match serde_json::from_str::<StoredPolicy>(value) {
-                Ok(p) => Parsed::Policy(p),
-                Err(e) => Parsed::Bad(format!("{key}: {e}; policy not changed")),
-            };
-        }
-        Parsed::Other
+        values::parse(&self.cfg.prefix, kv.key(), kv.value(), kv.create_revision())
     }
 
     /// Publish a change of this host's endpoints (sent when etcd is
@@ -773,11 +750,4 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-enum Parsed {
-    Endpoint(Placement),
-    Policy(StoredPolicy),
-    Bad(String),
-    Other,
 }

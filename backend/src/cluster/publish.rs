@@ -77,7 +77,7 @@ fn etcd_err(e: etcd_client::Error) -> String {
 }
 
 /// Who holds claim `key` (its value, as the operator reads it).
-fn holder(key: &str, value: &[u8]) -> String {
+pub fn holder(key: &str, value: &[u8]) -> String {
     match serde_json::from_slice::<Claim>(value) {
         Ok(c) => format!("{key} is endpoint {}'s of host {}", c.endpoint, c.host),
         Err(_) => format!("{key} is held (by a value masqd cannot read)"),

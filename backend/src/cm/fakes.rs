@@ -1,25 +1,56 @@
-//! The CM's host for unit tests: host1 of the examples, with its acme-a
-//! and globex-a, no backstop and no kernel behind it.
+//! A fake of the CM's host, for the CM's unit tests and the fuzzing of
+//! the masqd-to-masqd stream (`crate::fuzz`): the example's host1 with its
+//! VPC map and policy, a third host, apps that drive the CM as libmasq
+//! does (a session, an event channel whose events can be read back), and
+//! the link's sending side captured without sockets or threads.
+//!
+//! host1 (198.18.0.1) serves acme-a (VNI 100) and globex-a (VNI 200), both
+//! at 10.0.0.1; host2 (198.18.0.2) holds acme-b and globex-b at 10.0.0.2
+//! (the example's map), host3 (198.18.0.3) acme-c and globex-c at
+//! 10.0.0.3. The example's policy: acme's clients (acme-a) may reach its
+//! servers (acme-b) and not the reverse; globex's 10.0.0.0/24 reach each
+//! other.
+
 use super::{Cm, CmHost};
 use crate::cluster::endpoint::{Endpoint, Origin};
 use crate::cluster::registry::Registry;
+use crate::cluster::source::{file_placements, Placement, SourceId};
 use crate::config::{Config, TenantLimits};
 use crate::enforce::admission::Admission;
+use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
+use crate::peer::link::Link;
+use crate::peer::msg::PeerMsg;
+use crate::peer::send::Local;
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
+use masq_proto as proto;
 use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-/// host1 of the examples as the CM's host.
-pub(crate) struct Host {
-    registry: Registry,
-    admission: Admission,
+pub const HOST1: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+pub const HOST2: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+pub const HOST3: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+/// Not in the VPC map.
+pub const STRANGER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 9);
+pub const VIP_A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const VIP_B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub const VIP_C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
+pub const ACME: u32 = 100;
+pub const GLOBEX: u32 = 200;
+
+/// host1 as the CM's host.
+pub struct FakeCmHost {
+    pub registry: Registry,
+    pub admission: Admission,
     device: HostDevice,
+    /// The hosts `reannounce_ud` was asked for.
+    pub reannounced: Mutex<Vec<Ipv4Addr>>,
 }
 
-impl CmHost for Host {
+impl CmHost for FakeCmHost {
     fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -41,29 +72,250 @@ impl CmHost for Host {
     fn tracked_qp(&self, _session: u64, _ep: &Endpoint, _qpn: u32) -> Option<(Ipv4Addr, u32)> {
         None
     }
-    fn reannounce_ud(&self, _host: Ipv4Addr) {}
+    fn reannounce_ud(&self, host: Ipv4Addr) {
+        self.reannounced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(host);
+    }
 }
 
-/// The host, with `limits` for its tenants, and its acme-a and globex-a.
-pub(crate) fn setup(limits: TenantLimits) -> (Host, Arc<Endpoint>, Arc<Endpoint>) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
-    cfg.tenant_limits = limits;
-    let ep = |name: &str| {
-        let c = cfg.endpoints.iter().find(|e| e.name == name).cloned();
-        let c = c.unwrap_or_else(|| panic!("{name} in the example"));
-        Arc::new(Endpoint::new(c, "/nonexistent".into(), Origin::File, None))
-    };
-    let (a, g) = (ep("acme-a"), ep("globex-a"));
-    let host = Host {
-        registry: Registry::new(&cfg),
-        admission: Admission::new(&cfg, &dir),
-        device: HostDevice::rxe0_for_tests(),
-    };
-    (host, a, g)
+fn examples() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
 }
 
-/// A CM whose handshakes time out after a second.
-pub(crate) fn cm() -> Cm {
-    Cm::new(Duration::from_secs(1), Default::default())
+impl FakeCmHost {
+    /// host1 with the example's policy and these `tenantLimits`.
+    pub fn new(limits: TenantLimits) -> FakeCmHost {
+        let dir = examples();
+        let mut cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        cfg.tenant_limits = limits;
+        let registry = Registry::new(&cfg);
+        let mut map = file_placements(&cfg);
+        for (tenant, vni) in [("acme", ACME), ("globex", GLOBEX)] {
+            map.push(Placement {
+                host: HOST3,
+                name: Some(format!("{tenant}-c")),
+                tenant: tenant.into(),
+                vni,
+                vip: VIP_C,
+                rail: None,
+                underlay: None,
+                created: 0,
+            });
+        }
+        let refused = registry.feed(SourceId::File, map);
+        assert!(refused.is_empty(), "{refused:?}");
+        for e in &cfg.endpoints {
+            let sock = format!("/nonexistent/{}.sock", e.name);
+            registry.insert(Arc::new(Endpoint::new(
+                e.clone(),
+                sock.into(),
+                Origin::File,
+                None,
+            )));
+        }
+        let admission = Admission::new(&cfg, &dir);
+        let (policy, _) = admission
+            .check(&dir.join("policy.yaml"), &registry.policy_refs())
+            .unwrap_or_else(|e| panic!("{e}"));
+        admission.apply(policy);
+        FakeCmHost {
+            registry,
+            admission,
+            device: HostDevice::rxe0_for_tests(),
+            reannounced: Mutex::default(),
+        }
+    }
+
+    /// This host's endpoint `name` (acme-a or globex-a).
+    pub fn endpoint(&self, name: &str) -> Arc<Endpoint> {
+        self.registry
+            .local_named(name)
+            .unwrap_or_else(|| panic!("{name} is not served on host1"))
+    }
+}
+
+/// host1 with these `tenantLimits`, and its acme-a and globex-a: for
+/// tests that need only those.
+pub fn setup(limits: TenantLimits) -> (FakeCmHost, Arc<Endpoint>, Arc<Endpoint>) {
+    let h = FakeCmHost::new(limits);
+    let (a, g) = (h.endpoint("acme-a"), h.endpoint("globex-a"));
+    (h, a, g)
+}
+
+/// A CM whose ids and channels are numbered from 1 (masqd starts at
+/// random numbers) and whose messages to peers are kept (`Outbox`).
+pub fn cm(timeout: Duration) -> (Cm, Outbox) {
+    let cm = Cm::new(timeout, Default::default());
+    cm.number_from(1);
+    let (tx, local) = mpsc::channel();
+    // No peer threads: nothing connects, so every message is queued.
+    let link = Arc::new(Link::new(HOST1, tx, None));
+    cm.set_link(link.clone());
+    (cm, Outbox { link, local })
+}
+
+/// What the CM sent to peer masqds: each peer's queue in the link, and
+/// this host's own messages (which the link's local thread would deliver).
+pub struct Outbox {
+    link: Arc<Link>,
+    local: mpsc::Receiver<Local>,
+}
+
+impl Outbox {
+    /// The messages sent since the last look: this host's own first, then
+    /// each peer's in host order.
+    pub fn take(&self) -> Vec<(Ipv4Addr, PeerMsg)> {
+        let mut out = Vec::new();
+        while let Ok(job) = self.local.try_recv() {
+            match job {
+                Local::Deliver(msg, _) => out.push((HOST1, msg)),
+                // A full queue refused it: sent all the same, as far as the
+                // CM is concerned.
+                Local::Dropped(host, msg) => out.push((host, msg)),
+            }
+        }
+        out.extend(self.link.take_queued());
+        out
+    }
+}
+
+/// An app of one of host1's endpoints: a session with one event channel.
+pub struct App {
+    pub session: u64,
+    pub ep: Arc<Endpoint>,
+    pub channel: u32,
+    /// The app's end of the channel's event socket.
+    events: OwnedFd,
+}
+
+impl App {
+    /// Session `session` of endpoint `name`, with its channel.
+    pub fn open(cm: &Cm, h: &FakeCmHost, session: u64, name: &str) -> Result<App, Refusal> {
+        let ep = h.endpoint(name);
+        match cm.request(h, session, &ep, &proto::RequestBody::CmCreateChannel)? {
+            (proto::ReplyBody::CmCreateChannel(c), Some(events)) => Ok(App {
+                session,
+                ep,
+                channel: c.channel,
+                events,
+            }),
+            _ => Err(refuse(libc::EPROTO, "not a channel")),
+        }
+    }
+
+    pub fn request(
+        &self,
+        cm: &Cm,
+        h: &FakeCmHost,
+        body: proto::RequestBody,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        cm.request(h, self.session, &self.ep, &body).map(|r| r.0)
+    }
+
+    /// rdma_create_id on the app's channel (RDMA_PS_UDP if `udp`).
+    pub fn create_id(&self, cm: &Cm, h: &FakeCmHost, udp: bool) -> Result<u32, Refusal> {
+        let port_space = if udp {
+            proto::CM_PS_UDP
+        } else {
+            proto::CM_PS_TCP
+        };
+        let req = proto::RequestBody::CmCreateId(proto::CmCreateIdReq {
+            channel: self.channel,
+            port_space,
+        });
+        match self.request(cm, h, req)? {
+            proto::ReplyBody::CmCreateId(i) => Ok(i.id),
+            _ => Err(refuse(libc::EPROTO, "not an id")),
+        }
+    }
+
+    /// A new id bound to the endpoint's vIP and `port`, listening.
+    pub fn listen(&self, cm: &Cm, h: &FakeCmHost, udp: bool, port: u16) -> Result<u32, Refusal> {
+        let id = self.create_id(cm, h, udp)?;
+        let addr = proto::CmAddr {
+            addr: self.ep.cfg.vip.octets(),
+            port,
+        };
+        self.request(
+            cm,
+            h,
+            proto::RequestBody::CmBindAddr(proto::CmBindReq { id, addr }),
+        )?;
+        let listen = proto::CmListenReq { id, backlog: 16 };
+        self.request(cm, h, proto::RequestBody::CmListen(listen))?;
+        Ok(id)
+    }
+
+    /// A new id from `src_port` resolved to `dst` and connecting with QP
+    /// `qpn`: what rdma_connect sends is in the outbox.
+    pub fn connect(
+        &self,
+        cm: &Cm,
+        h: &FakeCmHost,
+        udp: bool,
+        src_port: u16,
+        dst: (Ipv4Addr, u16),
+        qpn: u32,
+    ) -> Result<u32, Refusal> {
+        let id = self.create_id(cm, h, udp)?;
+        let resolve = proto::CmResolveAddrReq {
+            id,
+            timeout_ms: 1000,
+            has_src: 1,
+            src: proto::CmAddr {
+                addr: self.ep.cfg.vip.octets(),
+                port: src_port,
+            },
+            dst: proto::CmAddr {
+                addr: dst.0.octets(),
+                port: dst.1,
+            },
+        };
+        self.request(cm, h, proto::RequestBody::CmResolveAddr(resolve))?;
+        self.request(
+            cm,
+            h,
+            proto::RequestBody::CmResolveRoute(proto::CmId { id }),
+        )?;
+        let param = proto::CmConnParam {
+            qp_num: qpn,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..Default::default()
+        };
+        self.request(
+            cm,
+            h,
+            proto::RequestBody::CmConnect(proto::CmConnectReq { id, param }),
+        )?;
+        Ok(id)
+    }
+
+    /// The events on the app's channel since the last look.
+    pub fn events(&self) -> Vec<proto::CmEvent> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: recv(2) into `buf`, on the descriptor `events` holds.
+            let n = unsafe {
+                libc::recv(
+                    self.events.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            let Ok(n) = usize::try_from(n) else { break };
+            if n == 0 {
+                break;
+            }
+            match proto::decode_notice(&buf[..n]) {
+                Ok(proto::NoticeBody::CmEvent(e)) => out.push(e),
+                other => panic!("not a CM event on the channel: {other:?}"),
+            }
+        }
+        out
+    }
 }

@@ -3,7 +3,7 @@
 //! refused): event channels and ids past an endpoint's limit are refused
 //! with the kernel's errno and counted; another endpoint is served; a
 //! channel or id given back, or a session gone, makes room again.
-use super::fakes::{cm, Host};
+use super::fakes::FakeCmHost as Host;
 use super::*;
 use crate::cluster::usage::What;
 use crate::config::TenantLimits;
@@ -45,7 +45,7 @@ fn refused(ep: &Endpoint, what: What) -> u64 {
 #[test]
 fn event_channels_past_the_endpoints_limit_get_emfile_over_all_its_sessions() {
     let (h, acme, globex) = setup();
-    let cm = cm();
+    let (cm, _out) = super::fakes::cm(Duration::from_secs(1));
     let first = channel(&cm, &h, 1, &acme).expect("first");
     channel(&cm, &h, 1, &acme).expect("second");
     channel(&cm, &h, 2, &acme).expect("third, another session");
@@ -68,7 +68,7 @@ fn event_channels_past_the_endpoints_limit_get_emfile_over_all_its_sessions() {
 #[test]
 fn cm_ids_past_the_endpoints_limit_get_enospc_and_come_back_when_destroyed() {
     let (h, acme, globex) = setup();
-    let cm = cm();
+    let (cm, _out) = super::fakes::cm(Duration::from_secs(1));
     let ch = channel(&cm, &h, 1, &acme).expect("channel");
     let ids: Vec<u32> = (0..4)
         .map(|_| id(&cm, &h, 1, &acme, ch).expect("under the limit"))

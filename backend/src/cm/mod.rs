@@ -20,6 +20,8 @@
 //! (UD ids and UD QP announcements) and `restore` (after a masqd restart).
 
 mod attrs;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fakes;
 mod ids;
 mod peer;
 mod requests;
@@ -248,6 +250,15 @@ impl Cm {
         }
     }
 
+    /// Number ids and channels from `first` on, so that a test or a fuzz
+    /// input can name them.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub fn number_from(&self, first: u32) {
+        let mut st = self.lock();
+        st.next_id = first;
+        st.next_channel = first;
+    }
+
     fn lock(&self) -> Locked<'_> {
         Locked {
             cm: self,
@@ -333,7 +344,9 @@ impl Drop for Locked<'_> {
 }
 
 #[cfg(test)]
-pub(crate) mod fakes;
-#[cfg(test)]
 #[path = "limits_tests.rs"]
 mod limits_tests;
+
+#[cfg(test)]
+#[path = "peer_tests.rs"]
+mod peer_tests;

@@ -19,7 +19,7 @@ pub struct HostDevice {
 
 impl HostDevice {
     /// rxe0 as the unit tests describe a host's device (no GIDs read).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn rxe0_for_tests() -> HostDevice {
         HostDevice {
             name: "rxe0".into(),

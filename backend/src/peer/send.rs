@@ -222,7 +222,7 @@ impl Link {
 
     /// What waits in each peer's queue, in host order (tests without
     /// peer threads).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn take_queued(&self) -> Vec<(Ipv4Addr, PeerMsg)> {
         let peers = locked(&self.peers);
         let mut out = Vec::new();

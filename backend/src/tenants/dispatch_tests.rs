@@ -46,7 +46,7 @@ fn session(ep: &Arc<Endpoint>, opened: bool) -> Session {
 #[test]
 fn cm_requests_before_open_device_are_refused_eproto_naming_the_request() {
     let (host, acme, _) = fakes::setup(Default::default());
-    let cm = fakes::cm();
+    let (cm, _out) = fakes::cm(std::time::Duration::from_secs(1));
     let sess = session(&acme, false);
     for body in cm_requests() {
         let r = cm_request(&cm, &host, &sess, &body).expect_err("refused");
@@ -62,7 +62,7 @@ fn cm_requests_before_open_device_are_refused_eproto_naming_the_request() {
 #[test]
 fn cm_requests_after_open_device_are_served() {
     let (host, acme, _) = fakes::setup(Default::default());
-    let cm = fakes::cm();
+    let (cm, _out) = fakes::cm(std::time::Duration::from_secs(1));
     let sess = session(&acme, true);
     let channel = match cm_request(&cm, &host, &sess, &R::CmCreateChannel) {
         Ok((proto::ReplyBody::CmCreateChannel(c), Some(_fd))) => c.channel,
