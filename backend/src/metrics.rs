@@ -86,6 +86,8 @@ pub struct Metrics {
     pub peer: Family<PeerStageLabels, Histogram, fn() -> Histogram>,
     /// Messages refused by a peer's full queue on the link, by peer host.
     pub peer_dropped: Family<PeerLabels, Counter>,
+    /// UD QP announcements refused past a peer host's limit, by peer host.
+    pub peer_ud_refused: Family<PeerLabels, Counter>,
     pub cm_events: Family<CmEventLabels, Counter>,
     /// Unix time the policy in force was applied.
     pub policy_applied: Gauge<f64, AtomicU64>,
@@ -110,6 +112,7 @@ impl Default for Metrics {
             cm_steps: Family::new_with_constructor(request_buckets),
             peer: Family::new_with_constructor(request_buckets),
             peer_dropped: Family::default(),
+            peer_ud_refused: Family::default(),
             cm_events: Family::default(),
             policy_applied: Gauge::default(),
             audit_unattributed: Counter::default(),
@@ -163,6 +166,14 @@ impl Metrics {
 
     pub fn peer_dropped(&self, peer: std::net::Ipv4Addr) {
         self.peer_dropped
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn peer_ud_refused(&self, peer: std::net::Ipv4Addr) {
+        self.peer_ud_refused
             .get_or_create(&PeerLabels {
                 peer: peer.to_string(),
             })
@@ -248,6 +259,12 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
         "Messages for a peer masqd refused because its queue on the link was full \
          (the peer took nothing for a while); the app sees a CM timeout",
         m.peer_dropped.clone(),
+    );
+    r.register(
+        "masq_peer_ud_announcements_refused",
+        "UD QP announcements of a peer masqd dropped because that host had 65536 in \
+         force already (a compromised or broken peer announcing in a loop)",
+        m.peer_ud_refused.clone(),
     );
     r.register(
         "masq_cm_events",

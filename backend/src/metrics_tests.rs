@@ -77,6 +77,7 @@ fn render(s: impl Fn() -> Option<Sample> + Send + Sync + 'static) -> String {
     m.request(4, Duration::from_micros(300));
     m.cm_event("acme-a", 9);
     m.peer_dropped(std::net::Ipv4Addr::new(198, 18, 0, 3));
+    m.peer_ud_refused(std::net::Ipv4Addr::new(198, 18, 0, 3));
     m.policy_applied.set(1_700_000_000.0);
     m.audit_unattributed.inc();
     m.audit_round.observe(0.002);

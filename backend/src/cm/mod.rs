@@ -27,6 +27,7 @@ mod peer;
 mod requests;
 mod restore;
 mod ud;
+mod ud_peers;
 
 use crate::cluster::endpoint::Endpoint;
 use crate::cluster::registry::Registry;
@@ -203,10 +204,9 @@ pub struct Cm {
     flushing: Mutex<()>,
     metrics: crate::metrics::Metrics,
     pub timeout: Duration,
-    /// Other hosts' UD QPs as their masqds announced them: (the address
-    /// they send from, QPN) -> (VNI, vIP). Claims: checked against the VPC
-    /// map.
-    ud_peers: Mutex<std::collections::HashMap<(Ipv4Addr, u32), (u32, Ipv4Addr)>>,
+    /// Other hosts' UD QPs as their masqds announced them. Claims: checked
+    /// against the VPC map when read; bounded per announcing host.
+    ud_peers: Mutex<ud_peers::UdPeers>,
     /// This host's UD QPs announced as up, until they are gone:
     /// (peer host, QPN) -> whether the peer has it in force; and the
     /// signal that an ack came in.
@@ -244,7 +244,7 @@ impl Cm {
             flushing: Mutex::new(()),
             metrics,
             timeout,
-            ud_peers: Mutex::new(std::collections::HashMap::new()),
+            ud_peers: Mutex::new(ud_peers::UdPeers::new()),
             ud_up: Mutex::new(std::collections::HashMap::new()),
             ud_acked: std::sync::Condvar::new(),
         }

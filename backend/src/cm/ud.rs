@@ -3,6 +3,7 @@
 //! between masqds, which tell each host's backstop whose datagrams to let
 //! in.
 
+use super::ud_peers::Announced;
 use super::{fail, Cm, CmHost, PeerRef, Phase, State};
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
@@ -94,8 +95,7 @@ impl Cm {
         self.ud_peers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(addr, qpn))
-            .copied()
+            .get(addr, qpn)
     }
 
     /// A UD id's accept: the SIDR REP telling the querying side this
@@ -174,10 +174,20 @@ impl Cm {
         let sender = placed.filter(|_| theirs).map_or(from, |(_, addr)| addr);
         {
             let mut m = self.ud_peers.lock().unwrap_or_else(|p| p.into_inner());
-            if up {
-                m.insert((sender, qpn), (vni, vip));
-            } else if m.get(&(sender, qpn)) == Some(&(vni, vip)) {
-                m.remove(&(sender, qpn));
+            if !up {
+                m.withdraw(sender, qpn, vni, vip);
+            } else if let Announced::OverLimit(n) = m.announce(from, sender, qpn, vni, vip) {
+                drop(m);
+                self.metrics.peer_ud_refused(from);
+                if n.is_power_of_two() {
+                    warn!(
+                        %from, qpn,
+                        "CM link: UD QP announcement dropped: that host has {} in force \
+                         already ({n} dropped so far)",
+                        super::ud_peers::MAX_PER_PEER
+                    );
+                }
+                return;
             }
         }
         if up && !theirs {
