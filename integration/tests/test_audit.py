@@ -90,20 +90,22 @@ def endpoints(tb, host):
 
 def wait_flagged(tb, rogues, t0, timeout=30):
     """Poll the masqd logs until every rogue's QPN has a bypass line; return
-    {qpn: seconds from t0 to the line seen}."""
+    {(host, qpn): seconds from t0 to the line seen} (the two hosts' rxe
+    devices number their QPs alike, so a QPN alone names no QP)."""
     seen = {}
     deadline = time.monotonic() + timeout
     while len(seen) < len(rogues):
-        assert time.monotonic() < deadline, f"not flagged: {[r.qpn for r in rogues]}, got {seen}"
+        assert time.monotonic() < deadline, f"not flagged: {[(r.host, r.qpn) for r in rogues]}, got {seen}"
         for r in rogues:
-            if r.qpn not in seen and r.qpn in bypasses(tb, r.host):
-                seen[r.qpn] = time.monotonic() - t0
+            if (r.host, r.qpn) not in seen and r.qpn in bypasses(tb, r.host):
+                seen[(r.host, r.qpn)] = time.monotonic() - t0
         time.sleep(0.1)
     return seen
 
 
 def record(name, seen):
-    line = f"{name}: " + ", ".join(f"QPN {q:#x} flagged after {t:.2f} s" for q, t in seen.items())
+    line = f"{name}: " + ", ".join(f"{h} QPN {q:#x} flagged after {t:.2f} s"
+                                   for (h, q), t in seen.items())
     print(line)
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "a") as f:
@@ -120,7 +122,7 @@ def catch(tb, a, b, name):
     record(name, seen)
     for r in (a, b):
         assert r.gone(timeout=30), f"rogue_qp in {r.tenant} still runs"
-        assert seen[r.qpn] < 3 * INTERVAL + 5, seen
+        assert seen[(r.host, r.qpn)] < 3 * INTERVAL + 5, seen
         pid, endpoint, state = bypasses(tb, r.host)[r.qpn]
         assert endpoint == r.tenant and state in ("RTR", "RTS"), (endpoint, state)
         assert re.search(rf"audit: killed pid {pid} \(SIGKILL\)", tb.masqd_log(r.host))
