@@ -127,6 +127,10 @@ node() {
   }]
 }
 EOF
+    # Mounts shared, as systemd leaves them on a real node: the DaemonSet
+    # mounts /run/masq with Bidirectional propagation, which containerd
+    # refuses on a private /run ("is not a shared mount").
+    mount --make-rshared /
     for peer in "$@"; do
         ip route replace "10.244.$peer.0/24" via "198.18.0.$peer"
     done
