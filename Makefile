@@ -5,6 +5,8 @@
 # three-host cluster tests; `make test-all` every test;
 # `make bench` measures native vs masq (BENCH_ARGS=--quick for a short check).
 # Each installs what it needs first.
+# `make test-k8s-cluster` a real Kubernetes cluster (control plane, kubelets,
+# Multus) on the testbed.
 # `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
 # `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
