@@ -5,6 +5,8 @@
 # three-host cluster tests; `make test-all` every test;
 # `make bench` measures native vs masq (BENCH_ARGS=--quick for a short check).
 # Each installs what it needs first.
+# `make test-k8s-cluster` a real Kubernetes cluster (control plane, kubelets,
+# Multus) on the testbed.
 # `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
 # `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
@@ -30,7 +32,7 @@ CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
-        check-modules test-monitoring docs-cli nri test-nri test-k8s test-manifests test-rails fuzz-long
+        check-modules test-monitoring docs-cli nri test-nri test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
 
 all: build
 
@@ -156,7 +158,7 @@ test-long: build deb
 	integration/run-tests --long
 
 # Every test there is: make test, then the suites kept out of its budget.
-test-all: test test-long test-cluster test-rails test-k8s fuzz-long
+test-all: test test-long test-cluster test-rails test-k8s test-k8s-cluster fuzz-long
 
 # Three hosts, a three-member etcd cluster: a host powered off and back, an
 # endpoint that moves between hosts (integration/tests/test_cluster3.py).
@@ -179,6 +181,18 @@ test-manifests: deps
 # module proxy and the image's Debian base once (cached).
 test-k8s: build deb
 	integration/run-tests --k8s
+
+# A real Kubernetes cluster on the testbed: kube-apiserver (on an etcd of its
+# own), kube-controller-manager and kube-scheduler on host1, a kubelet on
+# each host against containerd 2, Multus' thin plugin as the pods' CNI
+# (integration/tests/test_k8s_cluster.py, integration/guest/kube.sh). Builds
+# Kubernetes, kubectl and Multus from the Go module proxy once (about 15
+# minutes on 2 cores; integration/k8s/control-plane), before the guests
+# boot: they see this machine's root as it was at their boot.
+test-k8s-cluster: build deb
+	integration/k8s/tools >/dev/null
+	nice -n 10 integration/k8s/control-plane >/dev/null
+	integration/run-tests --k8s-cluster
 
 # Hosts with two rails (`testbed up --rails 2`: a NIC and an rxe device per
 # rail, each rail a segment of its own; integration/tests/test_rails.py).

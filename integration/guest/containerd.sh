@@ -56,7 +56,9 @@ state = '/run/containerd'
         BinaryName = '/usr/sbin/runc'
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ['/usr/lib/cni', '$MASQ_REPO/target/release']
+    # /opt/cni/bin: Multus (kube.sh) and what the DaemonSet's init container
+    # installs (masq-cni).
+    bin_dirs = ['/usr/lib/cni', '$MASQ_REPO/target/release', '/opt/cni/bin']
     conf_dir = '$NETDIR'
     max_conf_num = 1
 

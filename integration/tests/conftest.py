@@ -5,7 +5,9 @@ Tests marked `three_hosts` need three; run-tests selects them only with
 design; run-tests selects them only with --long (`make test-long`). Tests
 marked `stress` loop until they find trouble; only `run-tests --stress`
 runs them. Tests marked `k8s` need containerd 2 and crictl; only
-`run-tests --k8s` (`make test-k8s`) runs them. Tests marked `rails` need
+`run-tests --k8s` (`make test-k8s`) runs them; those also marked
+`k8s_cluster` run a real control plane and kubelets, and only `run-tests
+--k8s-cluster` (`make test-k8s-cluster`) runs them. Tests marked `rails` need
 hosts with two rails (MASQ_TESTBED_RAILS=2); only `run-tests --rails`
 (`make test-rails`) runs them. Tests marked `extended` are the further
 cases of a layer whose main case make test runs: make test's budget
@@ -94,6 +96,8 @@ def pytest_configure(config):
                             "make test runs; past make test's budget (make test-long)")
     config.addinivalue_line("markers", "k8s: Kubernetes' runtime path, containerd 2 and crictl "
                             "built from the Go module proxy (make test-k8s)")
+    config.addinivalue_line("markers", "k8s_cluster: a real Kubernetes control plane and "
+                            "kubelets built from the Go module proxy (make test-k8s-cluster)")
     config.addinivalue_line("markers", "rails: needs hosts with two rails, `testbed up "
                             "--rails 2` (make test-rails)")
     config.addinivalue_line("markers", "stress: a loop run by hand to reproduce a rare fault "
