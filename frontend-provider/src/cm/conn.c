@@ -23,9 +23,9 @@ static pthread_mutex_t recover_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* One request on the connection of generation *gen (opened if there is
  * none yet): the reply's length, or -errno. *gen is the generation used.
- * The devices are opened first, as the connection opens device 0 with
- * masqd before its first request (taken before conn_lock: opening a
- * device talks to masqd, and a fork takes the device lock first). */
+ * Device 0's file is found first, as the connection opens device 0 with
+ * masqd before its first request (taken before conn_lock: finding it
+ * talks to masqd, and a fork takes the device lock first). */
 static ssize_t cm_call_once(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd,
 			    unsigned int *gen)
 {

@@ -2,11 +2,15 @@
  * its devices: opened once for the process, with their depth limits. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "masq_loader.h"
+#include "masq_vdev.h"
 
 struct masq_cm_verbs masq_cm_vb;
 
@@ -180,18 +184,51 @@ struct ibv_context *masq_cm_device(in_addr_t addr)
 	return ctx;
 }
 
+/* Device 0's uverbs file, opened with open(2) for the CM connection's
+ * OPEN_DEVICE while the app has opened no device through the CM: opening
+ * them (ibv_open_device) at the first CM call would hand a child forked
+ * after it the parent's contexts, whose verbs sessions are the parent's,
+ * so masqd would refuse the child's accept (its ids are the child's). A
+ * child keeps this file: masqd asks only that it be the device's. */
+static int own_fd = -1;
+
+/* Call under masq_cm_dev_lock: open own_fd. 0, or -1 with errno set. */
+static int open_own_fd(void)
+{
+	struct ibv_device **list;
+	struct masq_device info;
+	char path[64 + sizeof(list[0]->dev_name)];
+	int n = 0, i, err = ENODEV;
+
+	if (masq_cm_have_verbs())
+		return -1;
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return -1;
+	for (i = 0; i < n && own_fd < 0; i++) {
+		if (masq_vdev_lookup(list[i], &info) != 0 || info.vdev != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/infiniband/%s", list[i]->dev_name);
+		own_fd = open(path, O_RDWR | O_CLOEXEC);
+		if (own_fd < 0)
+			err = errno;
+	}
+	masq_cm_vb.free_device_list(list);
+	return own_fd >= 0 ? 0 : fail(err);
+}
+
 int masq_cm_device_fd(void)
 {
 	int i, fd = -1, err = ENODEV;
 
 	pthread_mutex_lock(&masq_cm_dev_lock);
-	if (open_devices() == 0) {
-		for (i = 0; i < ndevs && fd < 0; i++)
-			if (devs[i].vdev == 0)
-				fd = devs[i].ctx->cmd_fd;
-	} else {
+	for (i = 0; i < ndevs && fd < 0; i++)
+		if (devs[i].vdev == 0)
+			fd = devs[i].ctx->cmd_fd;
+	if (fd < 0 && own_fd < 0 && open_own_fd() != 0)
 		err = errno;
-	}
+	if (fd < 0)
+		fd = own_fd;
 	pthread_mutex_unlock(&masq_cm_dev_lock);
 	return fd >= 0 ? fd : fail(err);
 }

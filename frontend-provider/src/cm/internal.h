@@ -81,10 +81,12 @@ extern pthread_mutex_t masq_cm_dev_lock;
  * device 0 for INADDR_ANY or an address none holds. NULL, with errno set,
  * when no device opens. */
 struct ibv_context *masq_cm_device(in_addr_t addr);
-/* The uverbs fd of device 0 (the one the CM connection's HELLO names),
- * the devices opened first unless they are: what masqd gets with the CM
- * connection's OPEN_DEVICE, as it serves the CM only to a process that
- * opened a device. -1 with errno set when device 0 did not open. */
+/* A uverbs fd of device 0 (the one the CM connection's HELLO names):
+ * its context's if the CM opened the devices, else a file of the device
+ * opened on its own (the devices stay unopened until an id needs one, so
+ * a child forked after the first CM call opens its own). What masqd gets
+ * with the CM connection's OPEN_DEVICE, as it serves the CM only to a
+ * process that opened a device. -1 with errno set when none opens. */
 int masq_cm_device_fd(void);
 /* Every device, in order, at most max: how many. */
 int masq_cm_devices(struct ibv_context **out, int max);
