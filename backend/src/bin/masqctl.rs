@@ -23,6 +23,16 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Action::InitAuth(a) => return init_auth(a),
+        Action::SendPolicy { path, apply } => {
+            match control::read_policy(&path, std::io::stdin().lock()) {
+                Ok((file, text)) if apply => Request::PolicyApply { file, text },
+                Ok((file, text)) => Request::PolicyCheck { file, text },
+                Err(e) => {
+                    eprintln!("masqctl: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
         Action::ApplyAsOperator { path, cert, key } => {
             return apply_as_operator(&cli.socket, cli.output, path, cert, key)
         }
@@ -87,7 +97,14 @@ fn apply_as_operator(
     cert: PathBuf,
     key: PathBuf,
 ) -> ExitCode {
-    let reply = match policy_as_operator::apply(socket, &path, cert, key) {
+    let (file, text) = match control::read_policy(&path, std::io::stdin().lock()) {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("masqctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let reply = match policy_as_operator::apply(socket, &file, &text, cert, key) {
         Ok(v) => v,
         Err(Failure::Unreachable(e)) => return unreachable(socket, e),
         Err(Failure::Usage(e)) => {
@@ -99,7 +116,12 @@ fn apply_as_operator(
             return ExitCode::from(1);
         }
     };
-    print_reply(format, &Request::PolicyApply { path }, &reply)
+    // Rendered as an apply of that file; the text is not printed.
+    let req = Request::PolicyApply {
+        file,
+        text: String::new(),
+    };
+    print_reply(format, &req, &reply)
 }
 
 fn unreachable(socket: &Path, e: std::io::Error) -> ExitCode {

@@ -338,6 +338,26 @@ mod tests {
         assert!(denied.unwrap_err().contains("default-deny"));
     }
 
+    /// `policy apply` sends the text: its errors still name the file masqctl
+    /// read and the line.
+    #[test]
+    fn a_policy_text_is_checked_with_its_file_named_in_errors() {
+        let (cfg, dir) = examples();
+        let a = admission(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.join(cfg.policy.as_ref().expect("the example has a policy"));
+        let text = std::fs::read_to_string(&path).expect("example policy");
+        let (p, _) = a
+            .check_text(&text, "policy.yaml", &refs(&cfg))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.file(), "policy.yaml");
+        let broken = format!("{text}\nbogusKey: 1\n");
+        let line = broken.lines().count();
+        let e = a
+            .check_text(&broken, "<stdin>", &refs(&cfg))
+            .expect_err("an unknown key");
+        assert!(e.contains(&format!("<stdin>:{line}:")), "{e}");
+    }
+
     #[test]
     fn without_a_policy_every_pair_is_admitted() {
         let (mut cfg, dir) = examples();

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -41,13 +41,17 @@ pub enum Request {
     Vpc,
     /// RDMA CM ids: listeners and connections, like ss(8).
     Cm,
-    /// Validate a policy file without applying it.
+    /// Validate a policy without applying it. masqctl sends the file's
+    /// text (masqd may run in a container that cannot open the operator's
+    /// path); `file` names it in errors.
     PolicyCheck {
-        path: PathBuf,
+        file: String,
+        text: String,
     },
-    /// Validate and apply a policy file, all or nothing.
+    /// Validate and apply a policy, all or nothing (`text` as `PolicyCheck`).
     PolicyApply {
-        path: PathBuf,
+        file: String,
+        text: String,
     },
     PolicyShow,
     ConntrackList {
@@ -106,8 +110,54 @@ impl CtFilter {
     }
 }
 
-/// Longest request line masqd reads; anything longer is refused.
-pub const MAX_REQUEST: usize = 64 * 1024;
+/// Longest policy text masqd takes over the control socket.
+pub const MAX_POLICY_TEXT: usize = 4 << 20;
+
+/// Longest request line masqd reads; anything longer is refused. Room for
+/// a policy text of `MAX_POLICY_TEXT` bytes however JSON escapes it (at
+/// most six bytes per byte).
+pub const MAX_REQUEST: usize = 6 * MAX_POLICY_TEXT + 64 * 1024;
+
+/// The name `policy check` and `policy apply` give standard input.
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// A policy file's name and text as masqctl sends them: `-` reads `stdin`.
+/// Refused past `MAX_POLICY_TEXT` bytes or when not UTF-8, naming the file.
+pub fn read_policy(path: &Path, stdin: impl io::Read) -> Result<(String, String), String> {
+    let from_stdin = path == Path::new("-");
+    let file = if from_stdin {
+        STDIN_NAME.to_string()
+    } else {
+        path.display().to_string()
+    };
+    let mut bytes = Vec::new();
+    let limit = MAX_POLICY_TEXT as u64 + 1;
+    let read = if from_stdin {
+        stdin.take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|f| io::Read::take(f, limit).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| format!("{file}: cannot read: {e}"))?;
+    check_policy_size(&file, bytes.len())?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{file}: not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    Ok((file, text))
+}
+
+/// A policy text past `MAX_POLICY_TEXT` is refused, naming its file.
+pub fn check_policy_size(file: &str, len: usize) -> Result<(), String> {
+    if len > MAX_POLICY_TEXT {
+        return Err(format!(
+            "{file}: longer than {MAX_POLICY_TEXT} bytes (4 MiB), the most masqd takes over \
+             its control socket"
+        ));
+    }
+    Ok(())
+}
 
 /// Send a request and read line-delimited replies until the stream ends.
 pub fn stream(socket: &Path, req: &Request, mut each: impl FnMut(Value)) -> io::Result<()> {
@@ -354,20 +404,14 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
                 gid_rows(&mut out, e);
             }
         }
-        Request::PolicyCheck { path } => {
-            let _ = writeln!(
-                out,
-                "{}: ok, version {}",
-                path.display(),
-                s(reply, "version")
-            );
+        Request::PolicyCheck { file, .. } => {
+            let _ = writeln!(out, "{file}: ok, version {}", s(reply, "version"));
             unknown_note(&mut out, reply);
         }
-        Request::PolicyApply { path } if reply.get("written_by").is_some() => {
+        Request::PolicyApply { file, .. } if reply.get("written_by").is_some() => {
             let _ = writeln!(
                 out,
-                "{}: written to the cluster as {} at revision {}, version {}; in force here",
-                path.display(),
+                "{file}: written to the cluster as {} at revision {}, version {}; in force here",
                 s(reply, "written_by"),
                 s(reply, "cluster_revision"),
                 s(reply, "version"),
@@ -377,11 +421,10 @@ pub fn render_table(req: &Request, reply: &Value) -> String {
             }
             unknown_note(&mut out, reply);
         }
-        Request::PolicyApply { path } => {
+        Request::PolicyApply { file, .. } => {
             let _ = writeln!(
                 out,
-                "{}: applied, version {}; {} RDMA connection(s) and {} tcp/udp flow(s) reset{} in {} ms",
-                path.display(),
+                "{file}: applied, version {}; {} RDMA connection(s) and {} tcp/udp flow(s) reset{} in {} ms",
                 s(reply, "version"),
                 s(reply, "reset"),
                 s(reply, "flows_reset"),
@@ -463,6 +506,68 @@ mod tests {
             r#"{"cmd":"sessions"}"#
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+
+    /// masqctl reads the policy and sends its text: masqd, in a container,
+    /// cannot open the operator's path. `-` is standard input.
+    #[test]
+    fn a_policy_is_sent_as_its_text_named_as_given() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, "version: 1\n").expect("write");
+        let (file, text) = read_policy(&path, io::empty()).expect("file");
+        assert_eq!(
+            (file, text.as_str()),
+            (path.display().to_string(), "version: 1\n")
+        );
+        let stdin: &[u8] = b"groups: {}\n";
+        let (file, text) = read_policy(Path::new("-"), stdin).expect("stdin");
+        assert_eq!((file.as_str(), text.as_str()), (STDIN_NAME, "groups: {}\n"));
+        let req = Request::PolicyApply { file, text };
+        let wire = serde_json::to_string(&req).expect("json");
+        assert_eq!(
+            wire,
+            r#"{"cmd":"policy_apply","file":"<stdin>","text":"groups: {}\n"}"#
+        );
+        // An older masqctl's path alone is refused, saying what is missing.
+        let old = serde_json::from_str::<Request>(r#"{"cmd":"policy_apply","path":"/p.yaml"}"#);
+        assert!(old.unwrap_err().to_string().contains("missing field"));
+    }
+
+    #[test]
+    fn a_policy_past_4_mib_or_not_text_is_refused_naming_its_file() {
+        let big = vec![b'#'; MAX_POLICY_TEXT + 1];
+        let e = read_policy(Path::new("-"), &big[..]).unwrap_err();
+        assert!(
+            e.starts_with("<stdin>: longer than 4194304 bytes (4 MiB)"),
+            "{e}"
+        );
+        let fits = vec![b'#'; MAX_POLICY_TEXT];
+        assert!(read_policy(Path::new("-"), &fits[..]).is_ok());
+        // masqd checks again what another client sends.
+        let e = check_policy_size("p.yaml", MAX_POLICY_TEXT + 1).unwrap_err();
+        assert!(e.starts_with("p.yaml: longer than"), "{e}");
+        let e = read_policy(Path::new("-"), &b"a\xffb"[..]).unwrap_err();
+        assert_eq!(e, "<stdin>: not UTF-8 text (invalid byte at offset 1)");
+        let e = read_policy(Path::new("/nonexistent/p.yaml"), io::empty()).unwrap_err();
+        assert!(e.starts_with("/nonexistent/p.yaml: cannot read: "), "{e}");
+    }
+
+    /// A policy of the largest size masqd takes fits in a request line
+    /// however JSON escapes it.
+    #[test]
+    fn the_largest_policy_fits_in_one_request() {
+        let text = "\u{1}".repeat(MAX_POLICY_TEXT);
+        let req = Request::PolicyCheck {
+            file: "p.yaml".into(),
+            text,
+        };
+        let (mut client, server) = UnixStream::pair().expect("pair");
+        let line = serde_json::to_string(&req).expect("json") + "\n";
+        assert!(line.len() <= MAX_REQUEST, "{} bytes", line.len());
+        let writer = std::thread::spawn(move || client.write_all(line.as_bytes()));
+        assert_eq!(read_request(&server).expect("request"), req);
+        writer.join().expect("writer").expect("write");
     }
 
     #[test]

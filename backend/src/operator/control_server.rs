@@ -193,8 +193,11 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
                 .collect();
             json!({ "endpoints": eps })
         }
-        Request::PolicyCheck { path } => {
-            match parts.admission.check(path, &parts.registry.policy_refs()) {
+        Request::PolicyCheck { file, text } => {
+            let refs = parts.registry.policy_refs();
+            let checked = control::check_policy_size(file, text.len())
+                .and_then(|()| parts.admission.check_text(text, file, &refs));
+            match checked {
                 Ok((p, unknown)) => {
                     let mut v =
                         json!({ "version": p.version_hash(), "unknown_endpoints": unknown });
@@ -209,8 +212,8 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
                 Err(e) => json!({ "error": e }),
             }
         }
-        Request::PolicyApply { path } => parts
-            .apply_policy_file(path)
+        Request::PolicyApply { file, text } => control::check_policy_size(file, text.len())
+            .and_then(|()| parts.apply_policy_text(text, file))
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::PolicyShow => {
             let mut v = match parts.admission.active() {

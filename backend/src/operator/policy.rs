@@ -13,14 +13,24 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 impl Parts {
-    /// `masqctl policy apply` (and SIGHUP): check the file, then in cluster
-    /// mode write it for every host (compare-and-swap: a concurrent apply
-    /// elsewhere makes this one fail), and apply it here.
+    /// SIGHUP: the configured policy file read again, as `apply_policy_text`.
     pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
+        let (text, file) =
+            masq_policy::Policy::read(path).map_err(|e| format!("{e}\npolicy not changed"))?;
+        self.apply_policy_text(&text, &file)
+    }
+
+    /// `masqctl policy apply` (the text masqctl read from `file`): check
+    /// it, then in cluster mode write it for every host (compare-and-swap:
+    /// a concurrent apply elsewhere makes this one fail), and apply it here.
+    pub fn apply_policy_text(&self, text: &str, file: &str) -> Result<Value, String> {
         let not_changed = |e: String| format!("{e}\npolicy not changed");
         let _one_at_a_time = lock(&self.policy_ops);
         let refs = self.registry.policy_refs();
-        let (p, unknown) = self.admission.check(path, &refs).map_err(not_changed)?;
+        let (p, unknown) = self
+            .admission
+            .check_text(text, file, &refs)
+            .map_err(not_changed)?;
         let Some(c) = &self.cluster else {
             let mut v = self.apply_policy(p).map_err(not_changed)?;
             v["unknown_endpoints"] = json!(unknown);

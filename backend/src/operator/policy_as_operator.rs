@@ -37,18 +37,25 @@ fn ask(socket: &Path, req: &Request) -> Result<Value, Failure> {
     }
 }
 
-fn text(v: &Value, key: &str) -> Result<String, Failure> {
+fn field(v: &Value, key: &str) -> Result<String, Failure> {
     v[key]
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| Failure::Refused(format!("masqd's answer has no {key}")))
 }
 
-/// Check `path` with masqd at `socket`, write it to the cluster as the
-/// operator (`cert`, `key`), and wait until masqd runs it. The answer is
+/// Check policy `text` (read from `file`) with masqd at `socket`, write it
+/// to the cluster as the operator (`cert`, `key`), and wait until masqd
+/// runs it. The answer is
 /// `policy apply`'s (kind PolicyApplied), with `written_by` and each
 /// host's version.
-pub fn apply(socket: &Path, path: &Path, cert: PathBuf, key: PathBuf) -> Result<Value, Failure> {
+pub fn apply(
+    socket: &Path,
+    file: &str,
+    text: &str,
+    cert: PathBuf,
+    key: PathBuf,
+) -> Result<Value, Failure> {
     let not_changed = |f: Failure| match f {
         Failure::Refused(e) => Failure::Refused(format!("{e}\npolicy not changed")),
         other => other,
@@ -56,7 +63,8 @@ pub fn apply(socket: &Path, path: &Path, cert: PathBuf, key: PathBuf) -> Result<
     let check = ask(
         socket,
         &Request::PolicyCheck {
-            path: path.to_path_buf(),
+            file: file.to_string(),
+            text: text.to_string(),
         },
     )
     .map_err(not_changed)?;
@@ -91,11 +99,11 @@ pub fn apply(socket: &Path, path: &Path, cert: PathBuf, key: PathBuf) -> Result<
     let urls: Vec<String> = serde_json::from_value(target["etcd"].clone())
         .map_err(|e| Failure::Refused(format!("masqd's answer: etcd: {e}")))?;
     let policy = StoredPolicy {
-        text: text(target, "text")?,
-        file: text(target, "file")?,
+        text: field(target, "text")?,
+        file: field(target, "file")?,
     };
     let seen = target["revision"].as_i64().unwrap_or(0);
-    let revision = write_as_operator(&urls, &operator, &text(target, "prefix")?, &policy, seen)
+    let revision = write_as_operator(&urls, &operator, &field(target, "prefix")?, &policy, seen)
         .map_err(|e| Failure::Refused(format!("{e}\npolicy not changed")))?;
     let version = check["version"].clone();
     let started = Instant::now();

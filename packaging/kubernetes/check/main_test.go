@@ -24,7 +24,10 @@ func TestTheDeployFilesPassAndEachMistakeIsNamed(t *testing.T) {
 			"volume pki: hostPath /etc/masq/pki of type Directory: a node without it keeps the pod in FailedMount"},
 		{"daemonset.yaml", "path: /var/run/nri, type: DirectoryOrCreate", "path: /var/run/nri, type: Directory",
 			"volume nri: hostPath /var/run/nri of type Directory"},
-		{"example/network.yaml", `"vni": 100 }`, `"vni": 100, }`, "spec.config"},
+		{"example/network.yaml", `"newVpc": true }`, `"newVpc": true, }`, "spec.config"},
+		// On a fresh cluster no masqd knows VNI 100 yet.
+		{"example/network.yaml", `, "newVpc": true`, "",
+			`Pod team/srv: network team/acme100 as Multus attaches it: plugin type="masq-cni" failed (add): masq-cni: vni 100 is not a VPC masqd knows`},
 		{"example/network.yaml", "name: acme100", "name: acme200", `network "acme100", not the object's name "acme200"`},
 		{"example/pods.yaml", "restartPolicy: Never", "restartPolicy: 7", "restartPolicy"},
 		// Multus' ips reach static IPAM only through the declared capability.

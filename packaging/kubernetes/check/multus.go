@@ -8,7 +8,8 @@ package main
 // gives a plugin the "ips" runtime config only when the plugin declares
 // "capabilities": {"ips": true}, so a chain whose static IPAM cannot see
 // the pod's address fails here as it fails on a cluster: masq-cni gets a
-// prevResult with no IPv4 address.
+// prevResult with no IPv4 address. The cluster is a fresh one: no masqd
+// knows the network's VNI yet, so masq-cni refuses it without "newVpc".
 
 import (
 	"context"
@@ -58,6 +59,10 @@ func (s *standIns) ExecPlugin(_ context.Context, plugin string, stdin []byte, en
 			return nil, fmt.Errorf("masq-cni: prevResult has no IPv4 address on %q (the main "+
 				"plugin's IPAM got none: static IPAM takes the pod's \"ips\" only from a plugin "+
 				"that declares \"capabilities\": {\"ips\": true})", ifname)
+		}
+		if plugin == "masq-cni" && conf["newVpc"] != true {
+			return nil, fmt.Errorf("masq-cni: vni %v is not a VPC masqd knows (on a fresh "+
+				"cluster none is); set \"newVpc\": true for the first endpoint of a new VPC", conf["vni"])
 		}
 		return json.Marshal(prev)
 	}

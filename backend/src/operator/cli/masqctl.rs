@@ -278,10 +278,15 @@ pub struct EndpointAddArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCmd {
-    /// Validate FILE against this host's VPC map without applying it.
-    Check { file: PathBuf },
-    /// Validate and apply FILE atomically.
+    /// Validate FILE (- for standard input) against this host's VPC map without applying it.
     ///
+    /// masqctl reads FILE and sends its text, at most 4 MiB, to masqd.
+    Check { file: PathBuf },
+    /// Validate and apply FILE (- for standard input) atomically.
+    ///
+    /// masqctl reads FILE and sends its text, at most 4 MiB, to masqd:
+    /// masqd need not see the file, e.g.
+    /// `kubectl exec -i ... -- masqctl policy apply - < policy.yaml`.
     /// In cluster mode, on every host. An invalid file changes nothing.
     /// With etcd's roles on (cluster init-auth), only the operator may
     /// write the cluster's policy: give the operator's certificate and key,
@@ -460,6 +465,9 @@ pub enum Action {
     Completion(clap_complete::Shell),
     /// Set up etcd's users and roles (not a request to masqd).
     InitAuth(InitAuthArgs),
+    /// Read a policy file (`-`: standard input) and send its text to masqd
+    /// to check (`apply` false) or to apply.
+    SendPolicy { path: PathBuf, apply: bool },
     /// Check a policy file with masqd, then write it to etcd as the
     /// operator (cert, key).
     ApplyAsOperator {
@@ -467,11 +475,6 @@ pub enum Action {
         cert: PathBuf,
         key: PathBuf,
     },
-}
-
-/// A path masqd can open: it may run with another working directory.
-fn absolute(p: PathBuf) -> PathBuf {
-    std::fs::canonicalize(&p).unwrap_or(p)
 }
 
 impl FilterArgs {
@@ -531,9 +534,10 @@ impl Command {
             Command::Session(SessionCmd::List) => call(Request::Sessions),
             Command::Vpc(VpcCmd::List) => call(Request::Vpc),
             Command::Cm(CmCmd::List) => call(Request::Cm),
-            Command::Policy(PolicyCmd::Check { file }) => call(Request::PolicyCheck {
-                path: absolute(file),
-            }),
+            Command::Policy(PolicyCmd::Check { file }) => Action::SendPolicy {
+                path: file,
+                apply: false,
+            },
             Command::Policy(PolicyCmd::Apply {
                 file,
                 operator:
@@ -542,13 +546,14 @@ impl Command {
                         operator_key: Some(key),
                     },
             }) => Action::ApplyAsOperator {
-                path: absolute(file),
+                path: file,
                 cert,
                 key,
             },
-            Command::Policy(PolicyCmd::Apply { file, .. }) => call(Request::PolicyApply {
-                path: absolute(file),
-            }),
+            Command::Policy(PolicyCmd::Apply { file, .. }) => Action::SendPolicy {
+                path: file,
+                apply: true,
+            },
             Command::Policy(PolicyCmd::Show) => call(Request::PolicyShow),
             Command::Conntrack(a) => {
                 let filter = a.filter.to_filter();

@@ -388,11 +388,20 @@ fn policy_apply_takes_the_operators_certificate_and_key_together() {
             key: "o-key.pem".into(),
         }
     );
+    // masqctl reads the file (or standard input) and sends its text.
     assert_eq!(
         action(&apply),
-        Action::Call(Request::PolicyApply {
-            path: "p.yaml".into()
-        })
+        Action::SendPolicy {
+            path: "p.yaml".into(),
+            apply: true
+        }
+    );
+    assert_eq!(
+        action(&["policy", "check", "-"]),
+        Action::SendPolicy {
+            path: "-".into(),
+            apply: false
+        }
     );
     let e = refused(&[&apply[..], &cert].concat());
     assert!(e.contains("--operator-key"), "{e}");

@@ -316,7 +316,7 @@ mod tests {
     #[test]
     fn every_request_has_a_listed_kind_of_its_own() {
         let f = crate::control::CtFilter::default;
-        let p = std::path::PathBuf::new;
+        let (p, t) = (String::new, String::new);
         let all = [
             Request::Status,
             Request::Endpoints,
@@ -333,8 +333,14 @@ mod tests {
             Request::Sessions,
             Request::Vpc,
             Request::Cm,
-            Request::PolicyCheck { path: p() },
-            Request::PolicyApply { path: p() },
+            Request::PolicyCheck {
+                file: p(),
+                text: t(),
+            },
+            Request::PolicyApply {
+                file: p(),
+                text: t(),
+            },
             Request::PolicyShow,
             Request::ConntrackList { filter: f() },
             Request::ConntrackDelete { filter: f() },
