@@ -433,26 +433,8 @@ fn a_host_busy_applying_keeps_its_lease_and_its_own_deletes_are_no_outage() {
 #[test]
 fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
     let Some(etcd) = Etcd::start() else { return };
-    let (h1, h2) = (
-        auth::Host {
-            name: "h1".into(),
-            ip: "198.18.0.1".parse().unwrap(),
-        },
-        auth::Host {
-            name: "h2".into(),
-            ip: "198.18.0.2".parse().unwrap(),
-        },
-    );
-    // etcd answers before authentication is on, to any certificate of the CA.
-    let (rt, mut t) = etcd.client("t");
-    let started = Instant::now();
-    while rt.block_on(t.get("/", None)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "etcd did not answer"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let [h1, h2] = two_hosts();
+    let (rt, mut t) = answering(&etcd);
     let root = Identity::load(&etcd.identity_files("root")).unwrap();
     let urls = [etcd.url()];
     let done = auth::run(&urls, &root, "/masq-test", "operator", &[h1.clone(), h2]).unwrap();
@@ -558,9 +540,17 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
     );
 }
 
-/// `init-auth` for hosts h1 (198.18.0.1) and h2 (198.18.0.2), once etcd
-/// answers.
-fn roles_on(etcd: &Etcd) {
+/// h1 (198.18.0.1) and h2 (198.18.0.2), as `init-auth` is told of them.
+fn two_hosts() -> [auth::Host; 2] {
+    [("h1", "198.18.0.1"), ("h2", "198.18.0.2")].map(|(n, ip)| auth::Host {
+        name: n.into(),
+        ip: ip.parse().unwrap(),
+    })
+}
+
+/// A client with etcd's own certificate (`t`), once etcd answers: before
+/// authentication is on it answers any certificate of the CA.
+fn answering(etcd: &Etcd) -> (tokio::runtime::Runtime, etcd_client::Client) {
     let (rt, mut t) = etcd.client("t");
     let started = Instant::now();
     while rt.block_on(t.get("/", None)).is_err() {
@@ -570,12 +560,14 @@ fn roles_on(etcd: &Etcd) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let hosts = [("h1", "198.18.0.1"), ("h2", "198.18.0.2")].map(|(n, ip)| auth::Host {
-        name: n.into(),
-        ip: ip.parse().unwrap(),
-    });
+    (rt, t)
+}
+
+/// `init-auth` for hosts h1 and h2, once etcd answers.
+fn roles_on(etcd: &Etcd) {
+    answering(etcd);
     let root = Identity::load(&etcd.identity_files("root")).unwrap();
-    auth::run(&[etcd.url()], &root, "/masq-test", "operator", &hosts).unwrap();
+    auth::run(&[etcd.url()], &root, "/masq-test", "operator", &two_hosts()).unwrap();
 }
 
 /// Issue 51: with etcd's roles on, a host published another host's
