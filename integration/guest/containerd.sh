@@ -28,7 +28,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 mkdir -p "$RUN"
 
 die() { echo "containerd.sh: $*" >&2; exit 2; }
-running() { [ -s "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+. "$HERE/pids.sh"   # running, stop_pid
 
 config() {
     local bin=$1
@@ -145,15 +145,6 @@ nri() {
     done
     tail -n 20 "$RUN/masq-nri.log" >&2
     die "masq-nri did not start"
-}
-
-stop_pid() {
-    running "$1" || { rm -f "$RUN/$1.pid"; return 0; }
-    local pid; pid=$(cat "$RUN/$1.pid")
-    kill -TERM "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$RUN/$1.pid"
 }
 
 stop() {

@@ -33,7 +33,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 mkdir -p "$RUN"
 
 die() { echo "kube.sh: $*" >&2; exit 2; }
-running() { [ -s "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+. "$HERE/pids.sh"   # running, stop_pid
 
 launch() {  # NAME ARGV...
     local name=$1
@@ -164,15 +164,6 @@ EOF
         --root-dir /var/lib/kubelet
     wait_for "the kubelet did not start" kubelet 600 sh -c "grep -q 'Started kubelet' $RUN/kubelet.log"
     echo "$MASQ_HOST: kubelet up ($("$BIN/kubelet" --version)), pods 10.244.$index.0/24"
-}
-
-stop_pid() {
-    running "$1" || { rm -f "$RUN/$1.pid"; return 0; }
-    local pid; pid=$(cat "$RUN/$1.pid")
-    kill -TERM "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$RUN/$1.pid"
 }
 
 stop() {
