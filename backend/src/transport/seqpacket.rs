@@ -98,15 +98,20 @@ impl Listener {
     }
 }
 
-/// A SOCK_SEQPACKET socket bound at `at` and listening.
-fn bind_seqpacket(at: &Path) -> io::Result<Listener> {
-    let fd = socket::socket(
+/// A new AF_UNIX SOCK_SEQPACKET socket, close-on-exec.
+fn seqpacket() -> io::Result<OwnedFd> {
+    socket::socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
         SockFlag::SOCK_CLOEXEC,
         None,
     )
-    .map_err(nix_io)?;
+    .map_err(nix_io)
+}
+
+/// A SOCK_SEQPACKET socket bound at `at` and listening.
+fn bind_seqpacket(at: &Path) -> io::Result<Listener> {
+    let fd = seqpacket()?;
     socket::bind(fd.as_raw_fd(), &UnixAddr::new(at).map_err(nix_io)?).map_err(nix_io)?;
     socket::listen(&fd, Backlog::new(128).map_err(nix_io)?).map_err(nix_io)?;
     Ok(Listener(fd))
@@ -114,13 +119,7 @@ fn bind_seqpacket(at: &Path) -> io::Result<Listener> {
 
 impl Conn {
     pub fn connect(path: &Path) -> io::Result<Conn> {
-        let fd = socket::socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .map_err(nix_io)?;
+        let fd = seqpacket()?;
         socket::connect(fd.as_raw_fd(), &UnixAddr::new(path).map_err(nix_io)?).map_err(nix_io)?;
         Ok(Conn(fd))
     }
