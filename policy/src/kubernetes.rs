@@ -33,22 +33,9 @@ impl Walker<'_> {
     /// `tenants.<t>.kubernetes`: the namespaces it admits (none for an
     /// empty key or list).
     pub(crate) fn kubernetes(&mut self, key: &Scalar, node: &Node, path: &str) -> Vec<String> {
-        let map = match node {
-            _ if node.is_null() => return Vec::new(),
-            Node::Map(m) => m,
-            other => {
-                self.err(
-                    value_loc(other, key),
-                    path,
-                    format!(
-                        "expected a mapping with key namespaces; found {}",
-                        other.kind()
-                    ),
-                );
-                return Vec::new();
-            }
+        let Some(map) = self.keyed_map(key, node, path, &["namespaces"]) else {
+            return Vec::new();
         };
-        self.check_keys(map, path, &["namespaces"], None);
         let Some((k, v)) = map.get("namespaces") else {
             return Vec::new();
         };

@@ -309,6 +309,37 @@ impl Walker<'_> {
         self.errs.push(loc, path, msg);
     }
 
+    /// The mapping at `node` (the value of `key`) with keys `allowed`,
+    /// checked: None for null (the defaults) and, reported, for anything
+    /// but a mapping.
+    pub(crate) fn keyed_map<'n>(
+        &mut self,
+        key: &Scalar,
+        node: &'n Node,
+        path: &str,
+        allowed: &[&str],
+    ) -> Option<&'n Map> {
+        let map = match node {
+            _ if node.is_null() => return None,
+            Node::Map(m) => m,
+            other => {
+                let keys = if allowed.len() == 1 { "key" } else { "keys" };
+                self.err(
+                    value_loc(other, key),
+                    path,
+                    format!(
+                        "expected a mapping with {keys} {}; found {}",
+                        list(allowed),
+                        other.kind()
+                    ),
+                );
+                return None;
+            }
+        };
+        self.check_keys(map, path, allowed, None);
+        Some(map)
+    }
+
     /// Reports unknown and duplicate keys.
     pub(crate) fn check_keys(
         &mut self,
@@ -478,22 +509,10 @@ impl Walker<'_> {
             groups: Vec::new(),
             kubernetes: None,
         };
-        let map = match node {
-            _ if node.is_null() => return tenant,
-            Node::Map(m) => m,
-            other => {
-                self.err(
-                    value_loc(other, key),
-                    path,
-                    format!(
-                        "expected a mapping with keys qos, securityGroups, kubernetes; found {}",
-                        other.kind()
-                    ),
-                );
-                return tenant;
-            }
+        let allowed = ["qos", "securityGroups", "kubernetes"];
+        let Some(map) = self.keyed_map(key, node, path, &allowed) else {
+            return tenant;
         };
-        self.check_keys(map, path, &["qos", "securityGroups", "kubernetes"], None);
         if let Some((k, v)) = map.get("qos") {
             tenant.qos = self.qos(k, v, &join(path, "qos"));
         }
@@ -531,22 +550,10 @@ impl Walker<'_> {
             ingress: None,
             egress: None,
         };
-        let map = match node {
-            _ if node.is_null() => return group,
-            Node::Map(m) => m,
-            other => {
-                self.err(
-                    value_loc(other, key),
-                    path,
-                    format!(
-                        "expected a mapping with keys members, ingress, egress, qos; found {}",
-                        other.kind()
-                    ),
-                );
-                return group;
-            }
+        let allowed = ["members", "ingress", "egress", "qos"];
+        let Some(map) = self.keyed_map(key, node, path, &allowed) else {
+            return group;
         };
-        self.check_keys(map, path, &["members", "ingress", "egress", "qos"], None);
         if let Some((k, v)) = map.get("qos") {
             group.qos = self.qos(k, v, &join(path, "qos"));
         }
