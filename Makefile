@@ -7,6 +7,8 @@
 # Each installs what it needs first.
 # `make test-k8s-cluster` a real Kubernetes cluster (control plane, kubelets,
 # Multus) on the testbed.
+# `make images` builds the node image and the example's tenant image with
+# podman (packaging/container/build; REGISTRY=..., TAG=..., BASE=...).
 # `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
 # `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
@@ -31,7 +33,7 @@ DEB := target/masq_$(VERSION)_$(ARCH).deb
 CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
-        test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
+        test-long test-cluster testbed-up testbed-down clean install deb images test-deb-clean \
         check-modules test-monitoring docs-cli nri test-nri test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
 
 all: build
@@ -255,6 +257,11 @@ deb: build
 	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(ARCH)|' packaging/control >target/deb/DEBIAN/control
 	echo /etc/masq/masqd.yaml.example >target/deb/DEBIAN/conffiles
 	dpkg-deb --root-owner-group --build target/deb $(DEB)
+
+# The node image and the Kubernetes example's tenant image
+# (packaging/container/build says what REGISTRY, TAG and BASE change).
+images: deb
+	packaging/container/build
 
 # apt install ./$(DEB) on a clean Debian 12 (a debootstrapped minbase root,
 # cached under /var/tmp/masq-deb-clean), apt fetching the dependencies from

@@ -395,7 +395,7 @@ def test_the_node_image_holds_what_the_daemonset_runs():
     is not what is under test."""
     r = subprocess.run([IMAGES], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
-    image = r.stdout.strip()
+    image = r.stdout.split()[0]
     mnt = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True,
                          check=True).stdout.strip()
     try:
