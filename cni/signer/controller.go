@@ -255,7 +255,7 @@ func (c *controller) initAuth(ctx context.Context, r *request) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, c.args.masqctl, initAuthArgs(c.args, r)...).CombinedOutput()
-	said := strings.Join(strings.Fields(strings.ReplaceAll(string(out), "\n", "; ")), " ")
+	said := strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "; ")), " ")
 	if err != nil {
 		return "", fmt.Errorf("masqctl cluster init-auth for %s=%s: %v: %s", r.node, r.ip, err, said)
 	}
