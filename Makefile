@@ -34,14 +34,14 @@ CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb images test-deb-clean \
-        check-modules test-monitoring docs-cli nri test-nri test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
+        check-modules test-monitoring docs-cli nri test-nri signer test-signer test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
 
 all: build
 
 deps:
 	@scripts/install-deps
 
-build: deps nri
+build: deps nri signer
 	$(CARGO) build --release --workspace
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null) target/release/masq-cli-gen $(CLI_GEN)
 	$(MAKE) -C frontend-provider
@@ -57,6 +57,19 @@ nri: deps
 # and never waits on masqd; one that did fails in time, saying why.
 test-nri: deps
 	cd cni/nri && GOFLAGS=-mod=mod go test ./...
+
+# masq-signer: a node's certificate and etcd role through a Kubernetes CSR
+# (join, the DaemonSet's init container) signed by a controller that alone
+# holds the CA (docs/kubernetes.md). Go, its modules from the proxy.
+SIGNER := target/release/masq-signer
+signer: deps
+	cd cni/signer && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(SIGNER) .
+	cd cni/signer && go vet ./...
+
+# masq-signer's unit tests: each check that denies a CSR, the certificate
+# signed, and join keeping only a certificate that still fits its node.
+test-signer: deps
+	cd cni/signer && GOFLAGS=-mod=mod go test ./...
 
 demo: build
 	integration/demo
@@ -107,7 +120,7 @@ test:
 	@started=$$(date +%s); $(MAKE) --no-print-directory test-parts; rc=$$?; \
 		scripts/test-budget check --warn --started $$started; exit $$rc
 
-test-parts: check-modules build lint test-rust test-nri test-c test-fuzz test-monitoring test-manifests \
+test-parts: check-modules build lint test-rust test-nri test-signer test-c test-fuzz test-monitoring test-manifests \
 	test-integration
 
 # The integration suite's last run (target/test-times/default.json) against
@@ -215,6 +228,7 @@ install:
 	install -D -m 0755 target/release/masqctl $(DESTDIR)$(PREFIX)/bin/masqctl
 	install -D -m 0755 target/release/masq-cni $(DESTDIR)$(CNI_BIN_DIR)/masq-cni
 	install -D -m 0755 $(NRI) $(DESTDIR)$(PREFIX)/bin/masq-nri
+	install -D -m 0755 $(SIGNER) $(DESTDIR)$(PREFIX)/bin/masq-signer
 	install -D -m 0644 $(CLI_GEN)/completions/bash/masqctl \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/masqctl
 	install -D -m 0644 $(CLI_GEN)/completions/zsh/_masqctl \
@@ -251,7 +265,8 @@ deb: build
 	rm -rf target/deb
 	$(MAKE) install DESTDIR=$(CURDIR)/target/deb PREFIX=/usr
 	strip --strip-debug target/deb/usr/sbin/masqd target/deb/usr/bin/masqctl \
-		target/deb/usr/lib/cni/masq-cni target/deb/usr/bin/masq-nri
+		target/deb/usr/lib/cni/masq-cni target/deb/usr/bin/masq-nri \
+		target/deb/usr/bin/masq-signer
 	gzip -9n target/deb/usr/share/man/man1/*.1 target/deb/usr/share/man/man8/*.8
 	mkdir -p target/deb/DEBIAN
 	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(ARCH)|' packaging/control >target/deb/DEBIAN/control

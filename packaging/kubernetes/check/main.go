@@ -88,9 +88,41 @@ func checkObject(doc []byte) (string, error) {
 		return what, fmt.Errorf("not a Kubernetes object")
 	}
 	if ds, ok := obj.(*appsv1.DaemonSet); ok {
-		return what, checkHostPaths(ds.Spec.Template.Spec.Volumes)
+		if err := checkHostPaths(ds.Spec.Template.Spec.Volumes); err != nil {
+			return what, err
+		}
+		return what, checkTokens(ds.Spec.Template.Spec)
 	}
 	return what, nil
+}
+
+// checkTokens: the node's pod runs masqd privileged and masq-nri beside
+// it; neither may hold a service-account token (a compromised one would
+// act as the cluster's masqd account). Only an init container, masq-signer
+// join, may mount a projected token, and none is mounted by default.
+func checkTokens(spec corev1.PodSpec) error {
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		return fmt.Errorf("automountServiceAccountToken is not false: every container gets a token")
+	}
+	tokens := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil {
+				tokens[v.Name] = true
+			}
+		}
+	}
+	for _, c := range spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if tokens[m.Name] {
+				return fmt.Errorf("container %s mounts %s, a service-account token: only an init container may", c.Name, m.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // checkHostPaths: a DaemonSet runs on nodes as they come; a hostPath that

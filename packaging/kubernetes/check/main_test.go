@@ -36,6 +36,13 @@ func TestTheDeployFilesPassAndEachMistakeIsNamed(t *testing.T) {
 		{"example/pods.yaml", `"ips": ["10.0.0.61/24"]`, `"ips": []`, "Pod team/cli: network team/acme100"},
 		{"example/pods.yaml", `[{"name": "acme100", "ips": ["10.0.0.61/24"]}]`, `[{"name": "acme100", "ips": "x"}]`, "k8s.v1.cni.cncf.io/networks"},
 		{"kustomization.yaml", "- daemonset.yaml", "- daemonsets.yaml", "kustomize"},
+		// Only masq-signer join holds a token; masqd and masq-nri none.
+		{"daemonset.yaml", "- { name: run-masq, mountPath: /run/masq, readOnly: true }",
+			"- { name: run-masq, mountPath: /run/masq, readOnly: true }\n            - { name: join-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount }",
+			"container masq-nri mounts join-token, a service-account token"},
+		{"daemonset.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true",
+			"automountServiceAccountToken is not false"},
+		{"signer.yaml", "defaultMode: 256", "defaultMode: 256x", "defaultMode"},
 	} {
 		root := t.TempDir()
 		copyTree(t, "..", root)
