@@ -91,7 +91,12 @@ import_image() {  # NAME DIR ENTRYPOINT
 # An image from an OCI archive (`podman save --format oci-archive`).
 import_archive() {  # NAME ARCHIVE
     local name=$1 archive=$2 out
-    "$BIN/ctr" -a "$SOCK" -n k8s.io images ls -q | grep -qx "$name" && return 0
+    # Kept while it is the archive's (same manifest): an image rebuilt
+    # under the same name is imported again.
+    local want
+    want=$(tar -xOf "$archive" index.json | grep -o 'sha256:[0-9a-f]\{64\}' | head -1)
+    "$BIN/ctr" -a "$SOCK" -n k8s.io images ls | awk -v n="$name" '$1 == n {print $3}' \
+        | grep -qx "$want" && return 0
     out=$("$BIN/ctr" -a "$SOCK" -n k8s.io images import --base-name "${name%:*}" "$archive" 2>&1) \
         || die "image $name: ctr images import: $out"
     # The CRI plugin lists an image once its event is handled.

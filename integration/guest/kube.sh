@@ -134,6 +134,20 @@ EOF
     for peer in "$@"; do
         ip route replace "10.244.$peer.0/24" via "198.18.0.$peer"
     done
+    # The `kubernetes` Service (10.96.0.1:443) to the API server, the one
+    # rule of kube-proxy's that in-cluster clients (masq-signer's join and
+    # controller, in the host's network) need; the testbed runs no
+    # kube-proxy.
+    local apiserver
+    apiserver=$(sed -n 's|^ *server: https://\(.*\):6443$|\1|p' "$PKI/node-$MASQ_HOST.kubeconfig")
+    nft -f - <<EOF
+table ip masq-kube-service {}
+delete table ip masq-kube-service
+table ip masq-kube-service {
+    chain output { type nat hook output priority dstnat; ip daddr 10.96.0.1 tcp dport 443 dnat to $apiserver:6443; }
+    chain prerouting { type nat hook prerouting priority dstnat; ip daddr 10.96.0.1 tcp dport 443 dnat to $apiserver:6443; }
+}
+EOF
     # The kubelet's state on tmpfs, as containerd's: the guest's root is an
     # overlay.
     mkdir -p /var/lib/kubelet
@@ -170,6 +184,7 @@ stop() {
     for p in kubelet kube-scheduler kube-controller-manager kube-apiserver kube-etcd; do
         stop_pid "$p"
     done
+    nft delete table ip masq-kube-service 2>/dev/null || true
     rm -rf "$RUN/kube-etcd" "$NETDIR/00-multus.conf"
     mountpoint -q /var/lib/kubelet && umount -l /var/lib/kubelet
     echo "$MASQ_HOST: Kubernetes stopped"
