@@ -13,7 +13,8 @@
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
 # `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
 # CLI definitions (a Rust test fails when it is stale).
-# `make test-monitoring` checks the Prometheus rules and the Grafana dashboard.
+# `make test-monitoring` checks the Prometheus rules and the Grafana dashboard;
+# `make rules JOB=NAME` writes the rules for a scrape job named NAME.
 # `make fuzz-long` fuzzes the CM link's stream and etcd's values under
 # libFuzzer (make test runs the same harnesses from cargo test).
 CARGO ?= cargo
@@ -33,7 +34,7 @@ DEB := target/masq_$(VERSION)_$(ARCH).deb
 CLI_GEN := target/cli
 
 .PHONY: all build deps demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
-        test-long test-cluster testbed-up testbed-down clean install deb images test-deb-clean \
+        test-long test-cluster testbed-up testbed-down clean install deb images rules test-deb-clean \
         check-modules test-monitoring docs-cli nri test-nri signer test-signer test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
 
 all: build
@@ -152,11 +153,23 @@ fuzz-long: deps
 # checks the dashboard's JSON and that every alert is tested firing and
 # not; a Rust test that every masq_ name in them is one masqd serves.
 PROMTOOL ?= promtool
+# The Prometheus rules for a scrape job with another name than masqd
+# (JOB=NAME): target/prometheus/masq-rules.yml, checked by promtool.
+JOB ?= masqd
+rules: deps
+	@echo '$(JOB)' | grep -Eqx '[A-Za-z0-9_.:-]+' || { echo "rules: JOB='$(JOB)':" \
+		"a job name of letters, digits, '_', '.', ':' and '-'" >&2; exit 2; }
+	mkdir -p target/prometheus
+	sed 's/job="masqd"/job="$(JOB)"/g' packaging/prometheus/masq-rules.yml >target/prometheus/masq-rules.yml
+	$(PROMTOOL) check rules target/prometheus/masq-rules.yml
+
 test-monitoring: deps
 	@command -v $(PROMTOOL) >/dev/null || { echo "test-monitoring: no $(PROMTOOL):" \
 		"install Debian's prometheus package (scripts/install-deps does, as root)" >&2; exit 1; }
 	$(PROMTOOL) check rules packaging/prometheus/masq-rules.yml
 	$(PROMTOOL) test rules packaging/prometheus/masq-rules.test.yml
+	$(MAKE) --no-print-directory rules JOB=kubernetes-pods
+	grep -q 'up{job="kubernetes-pods"}' target/prometheus/masq-rules.yml
 	python3 scripts/check-monitoring --self-test
 	python3 scripts/check-monitoring
 	$(CARGO) test --workspace --lib the_rules_and_dashboard_name_only_metrics_masqd_serves
