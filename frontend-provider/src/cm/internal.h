@@ -54,6 +54,7 @@ static inline int fail(int err)
 	return -1;
 }
 
+
 /* ------------------------------------------------------------ verbs (device.c) */
 
 /* The verbs the CM needs and libmasq does not define, looked up at run time. */
@@ -131,11 +132,27 @@ struct cm_channel {
 	struct cm_channel *next;
 };
 
+/*
+ * An id begins as librdmacm's own struct cma_id_private does (its cma.h,
+ * the same from rdma-core v17 to v64), for rsockets: rsocket.c lives inside
+ * librdmacm and hands the ids it made through libmasq's rdma_create_id to
+ * librdmacm's internal helpers, which libmasq cannot replace and which
+ * read the struct behind the id. ucma_complete reads sync (and, for a
+ * sync id, waits through the public rdma_get_cm_event, i.e. libmasq's);
+ * ucma_max_qpsize reads cma_dev and, when NULL, asks librdmacm's own
+ * device list, which it builds with the public verbs (libmasq's virtual
+ * device). Nothing else there reads an id's private state
+ * (docs/apps.md, "rsockets").
+ */
 struct cm_id {
 	struct rdma_cm_id id; /* what the app holds */
-	uint32_t handle;
-	int sync;	   /* private channel; calls wait for their event */
+	void *ucma_dev;	      /* cma_id_private.cma_dev: always NULL */
+	void *ucma_connect;   /* .connect, .connect_len, .events_completed: unused */
+	size_t ucma_connect_len;
+	int ucma_events_completed;
 	int connect_error; /* the later REJECTED/DISCONNECTED are ours, not the app's */
+	int sync;	   /* private channel; calls wait for their event */
+	uint32_t handle;
 	unsigned int unacked; /* events reported for this id and not acked yet */
 	uint8_t responder_resources, initiator_depth; /* from the connection request */
 	struct ibv_qp_init_attr *qp_init_attr;	       /* rdma_create_ep, passive */
@@ -165,6 +182,23 @@ struct cm_event {
 	struct cm_id *owner;	 /* whose unacked count it is in */
 	uint8_t private_data[MASQ_CM_MAX_PRIVATE_DATA];
 };
+
+/* librdmacm's struct cma_id_private up to the last field its helpers read
+ * of an id libmasq made. */
+struct ucma_id_head {
+	struct rdma_cm_id id;
+	void *cma_dev;
+	void *connect;
+	size_t connect_len;
+	int events_completed;
+	int connect_error;
+	int sync;
+};
+_Static_assert(offsetof(struct cm_id, id) == offsetof(struct ucma_id_head, id), "rsockets");
+_Static_assert(offsetof(struct cm_id, ucma_dev) == offsetof(struct ucma_id_head, cma_dev),
+	       "rsockets: ucma_max_qpsize reads cma_dev");
+_Static_assert(offsetof(struct cm_id, sync) == offsetof(struct ucma_id_head, sync),
+	       "rsockets: ucma_complete reads sync");
 
 static inline struct cm_id *cm_of(struct rdma_cm_id *id)
 {
