@@ -154,7 +154,9 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 		   enum rdma_port_space ps)
 {
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP)
-		return fail(ENOSYS); /* RDMA_PS_IPOIB and RDMA_PS_IB: IB fabrics only */
+		/* RDMA_PS_IPOIB and RDMA_PS_IB: IB fabrics only */
+		return UNSERVED(ENOSYS, "rdma_create_id: port space %#x is not served by masq (ENOSYS)",
+				(unsigned int)ps);
 	return masq_cm_create_id(channel, id, context, ps,
 				 ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
 }

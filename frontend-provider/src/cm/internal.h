@@ -54,6 +54,15 @@ static inline int fail(int err)
 	return -1;
 }
 
+/* What masq does not serve: fail with err, the app's call named in one
+ * log line per process and call site (an app may retry in a loop). */
+#define UNSERVED(err, ...)                                              \
+	({                                                              \
+		static int said_;                                       \
+		if (!__atomic_exchange_n(&said_, 1, __ATOMIC_RELAXED))  \
+			masq_log(__VA_ARGS__);                          \
+		fail(err);                                              \
+	})
 
 /* ------------------------------------------------------------ verbs (device.c) */
 
