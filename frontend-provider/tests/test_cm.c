@@ -626,6 +626,31 @@ static void test_passive_side(void)
 	CHECK_EQ(rdma_bind_addr(listen, (struct sockaddr *)&any), 0);
 	CHECK(is_sin(&listen->route.addr.src_sin, 0, 0, 0, 0, 7174));
 	CHECK(listen->verbs == NULL); /* wildcard: no device yet */
+	/* A loopback bind succeeds, as the kernel's (libfabric's verbs
+	 * provider probes it), held in libmasq: masqd hears nothing, and
+	 * listening or resolving from it is refused. */
+	{
+		struct rdma_cm_id *lo = NULL;
+		struct sockaddr_in lo_addr = sin4(127, 0, 0, 1, 0);
+		struct sockaddr_in peer = sin4(10, 0, 0, 2, 7174);
+		int binds = ops(MASQ_OP_CM_BIND_ADDR), listens = ops(MASQ_OP_CM_LISTEN);
+
+		CHECK_EQ(rdma_create_id(ch, &lo, NULL, RDMA_PS_TCP), 0);
+		if (lo) {
+			CHECK_EQ(rdma_bind_addr(lo, (struct sockaddr *)&lo_addr), 0);
+			CHECK(is_sin(&lo->route.addr.src_sin, 127, 0, 0, 1, 0));
+			CHECK(lo->verbs == NULL);
+			CHECK_EQ(ops(MASQ_OP_CM_BIND_ADDR), binds);
+			errno = 0;
+			CHECK_EQ(rdma_listen(lo, 8), -1);
+			CHECK_EQ(errno, EADDRNOTAVAIL);
+			errno = 0;
+			CHECK_EQ(rdma_resolve_addr(lo, NULL, (struct sockaddr *)&peer, 100), -1);
+			CHECK_EQ(errno, EADDRNOTAVAIL);
+			CHECK_EQ(ops(MASQ_OP_CM_LISTEN), listens);
+			CHECK_EQ(rdma_destroy_id(lo), 0);
+		}
+	}
 	CHECK_EQ(rdma_listen(listen, 8), 0);
 
 	CHECK_EQ(rdma_get_cm_event(ch, &ev), 0);

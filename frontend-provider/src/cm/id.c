@@ -242,6 +242,13 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 	return 0;
 }
 
+static int is_loopback(const struct sockaddr *sa)
+{
+	const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
+
+	return sa->sa_family == AF_INET && (ntohl(sin->sin_addr.s_addr) >> 24) == IN_LOOPBACKNET;
+}
+
 static int sin_of(const struct sockaddr *sa, struct masq_cm_addr *w)
 {
 	struct sockaddr_in sin;
@@ -267,6 +274,16 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	req.body.id = c->handle;
 	if (sin_of(addr, &req.body.addr))
 		return -1;
+	if (is_loopback(addr)) {
+		/* The kernel's CM binds a loopback address to a device (it
+		 * serves loopback connections), and libfabric's verbs
+		 * provider probes that bind at fi_getinfo: it succeeds, with
+		 * no device (the app's addresses are the vNIC's), and holds
+		 * no port; listen and resolve on it are refused. */
+		memcpy(&id->route.addr.src_sin, addr, sizeof(id->route.addr.src_sin));
+		c->loopback = 1;
+		return 0;
+	}
 	err = CM_CALL(cm_bind_addr, req, rep, NULL);
 	if (err)
 		return fail(-err);
@@ -291,6 +308,9 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 	if (!id || !dst_addr)
 		return fail(EINVAL);
 	c = cm_of(id);
+	if (c->loopback || is_loopback(dst_addr) || (src_addr && is_loopback(src_addr)))
+		return UNSERVED(EADDRNOTAVAIL,
+				"rdma_resolve_addr: loopback addresses are not served by masq (EADDRNOTAVAIL)");
 	masq_msg_cm_resolve_addr_req_init(&req);
 	req.body.id = c->handle;
 	req.body.timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 0;
@@ -334,6 +354,9 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 
 	if (!id)
 		return fail(EINVAL);
+	if (cm_of(id)->loopback)
+		return UNSERVED(EADDRNOTAVAIL,
+				"rdma_listen: loopback addresses are not served by masq (EADDRNOTAVAIL)");
 	masq_msg_cm_listen_req_init(&req);
 	req.body.id = cm_of(id)->handle;
 	req.body.backlog = backlog > 0 ? (uint32_t)backlog : 0;

@@ -162,6 +162,10 @@ struct cm_id {
 	int connect_error; /* the later REJECTED/DISCONNECTED are ours, not the app's */
 	int sync;	   /* private channel; calls wait for their event */
 	uint32_t handle;
+	/* Bound to a loopback address (rdma_bind_addr): held here only, as
+	 * masqd serves the endpoint's vIPs; listening or resolving from it
+	 * is refused. */
+	int loopback;
 	unsigned int unacked; /* events reported for this id and not acked yet */
 	uint8_t responder_resources, initiator_depth; /* from the connection request */
 	struct ibv_qp_init_attr *qp_init_attr;	       /* rdma_create_ep, passive */
