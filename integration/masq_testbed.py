@@ -4,6 +4,7 @@ tests exercise the same tool a developer uses."""
 import contextlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ import threading
 import time
 
 CLI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testbed")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load_cli():
@@ -317,6 +319,32 @@ def rdma_moved(tb, receiver, size, count):
     assert got >= least, f"{receiver} received {got} RoCE packets, want >= {least}: {delta}"
 
 
+def wait_cm_listener(tb, host, port, endpoint=None, procs=(), timeout=60):
+    """Block until an RDMA CM id listens on port: in masqd (masqctl cm) for
+    an endpoint's app, in the kernel (`rdma res show cm_id`) for a native
+    one. Apps whose listener is no TCP socket (rsockets) are waited on so.
+    Fails early when one of procs (spawned commands) exited."""
+    masqctl = os.path.join(REPO, "target", "release", "masqctl")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if endpoint:
+            ids = json.loads(tb.run(host, masqctl, "-o", "json", "cm").stdout)["ids"]
+            if any(i["endpoint"] == endpoint and i["side"] == "listen"
+                   and i["local"].endswith(f":{port}") for i in ids):
+                return
+        else:
+            ids = json.loads(tb.run(host, "rdma", "-j", "res", "show", "cm_id").stdout or "[]")
+            if any(i.get("state") == "LISTEN" and i.get("src-addr", "").endswith(f":{port}")
+                   for i in ids):
+                return
+        for p in procs:
+            if p.poll() is not None:
+                rc, out, err = finish(p)
+                raise AssertionError(f"exited ({rc}) before listening:\n{out}\n{err}")
+        time.sleep(0.3)
+    raise TimeoutError(f"no RDMA CM listener on port {port} on {host}")
+
+
 def wait_for(what, fn, timeout=60, interval=0.5):
     """fn()'s first true value, polled every `interval` s; fails after `timeout` s."""
     deadline = time.monotonic() + timeout
@@ -434,3 +462,37 @@ def scrape(tb, host):
 def value(samples, name, **labels):
     want = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+# rsockets' rstream/riostream and libfabric's fi_pingpong ------------------
+
+def rstream(*args, size=4096, count=50):
+    """rstream (or riostream: argv[0] given) ping-ponging count messages of
+    size bytes: a server without -s, a client with -s ADDR."""
+    return [*args, "-S", str(size), "-C", str(count)]
+
+
+def parse_rstream(text):
+    """(size, transfers) of rstream's/riostream's result row, which reads
+    `custom  4k  50  1  400k  0.22s ...`."""
+    m = re.search(r"^custom\s+(\d+)k\s+(\d+)\s+1\s", text, re.M)
+    if not m:
+        raise ValueError(f"no result row in rstream output:\n{text}")
+    return int(m.group(1)) * 1024, int(m.group(2))
+
+
+def fi_pingpong(port, *dest, size=4096, iters=20):
+    """fi_pingpong over libfabric's verbs provider with MSG endpoints (RC
+    QPs through the RDMA CM); its own TCP control connection is on port:
+    the server's (-B) without dest, the client's (-P) with it."""
+    return ["fi_pingpong", "-p", "verbs", "-e", "msg", "-B" if not dest else "-P", str(port),
+            "-S", str(size), "-I", str(iters), *dest]
+
+
+def parse_fi_pingpong(text):
+    """(size, sent, acked) of fi_pingpong's result row, which reads
+    `4k  20  =20  160k  1.20s ...`."""
+    m = re.search(r"^(\d+)k\s+(\d+)\s+=(\d+)\s", text, re.M)
+    if not m:
+        raise ValueError(f"no result row in fi_pingpong output:\n{text}")
+    return int(m.group(1)) * 1024, int(m.group(2)), int(m.group(3))

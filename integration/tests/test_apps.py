@@ -9,14 +9,22 @@ The peer is always stock `ibv_rc_pingpong`; the clients speak its exchange:
 - pyverbs_pingpong.py: rdma-core's Python bindings, whose extension
   modules bring libibverbs in long after libmasq started.
 UCX (libuct's IB transport is a plugin UCX dlopens) runs its own perftest
-over RC verbs between the hosts.
+over RC verbs between the hosts. Two stacks over the RDMA CM run as
+test_native runs them between the hosts: rsockets (rstream, riostream, and
+a standard-sockets app under librspreload.so) and libfabric's verbs
+provider (fi_info, fi_pingpong with MSG endpoints). A librdmacm feature
+masq does not serve (multicast) fails with an errno and a log line.
 """
+import glob
 import os
 import re
 
 import pytest
 
-from masq_testbed import finish, finish_pair, rdma_moved
+from masq_testbed import (
+    fi_pingpong, finish, finish_pair, parse_fi_pingpong, parse_rstream, rdma_moved, rstream,
+    wait_cm_listener,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -118,3 +126,82 @@ def test_ucx_perftest_over_rc_verbs_by_virtual_ip(masq):
     # The last report counts the iterations done (its rates use UCX's clock).
     assert re.search(rf"^Final:\s+{UCX_ITERS}\s", cli.stdout, re.M), cli.stdout + cli.stderr
     assert "UCX  ERROR" not in cli.stdout + cli.stderr
+
+
+# rsockets and libfabric ----------------------------------------------------
+STACK_SIZE, STACK_COUNT = 4096, 20
+RSPRELOAD = (glob.glob("/usr/lib/*/rsocket/librspreload.so") or ["librspreload.so"])[0]
+
+
+def rstream_pair(tb, tool, port):
+    """tool (rstream's or riostream's argv before its options) served in
+    acme-b and run from acme-a by vIP. Returns both outputs."""
+    def argv(*args):
+        return rstream(*tool, *args, count=STACK_COUNT)
+
+    srv = tb.tenant_spawn("host2", "acme-b", *argv("-p", str(port)))
+    try:
+        wait_cm_listener(tb, "host2", port, endpoint="acme-b", procs=(srv,))
+        with rdma_moved(tb, "host2", STACK_SIZE, STACK_COUNT):
+            cli = tb.tenant_run("host1", "acme-a", *argv("-s", "10.0.0.2", "-p", str(port)),
+                                check=False)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    outs = finish_pair(srv, cli)
+    for out in outs:
+        assert parse_rstream(out) == (STACK_SIZE, STACK_COUNT), out
+    return outs
+
+
+def test_rstream_by_virtual_ip(masq):
+    rstream_pair(masq, ["rstream"], 18806)
+
+
+@pytest.mark.extended
+def test_riostream_by_virtual_ip(masq):
+    rstream_pair(masq, ["riostream"], 18807)
+
+
+@pytest.mark.extended
+def test_socket_app_under_rspreload_by_virtual_ip(masq):
+    # rstream -T s uses the standard sockets API, which librspreload.so
+    # puts on rsockets; rdma_moved proves it did not fall back to TCP.
+    preload = ["sh", "-c", f'LD_PRELOAD="$LD_PRELOAD:{RSPRELOAD}" exec "$@"', "rspreload"]
+    rstream_pair(masq, [*preload, "rstream", "-T", "s"], 18808)
+
+
+@pytest.mark.extended
+def test_fi_info_lists_the_virtual_device_with_the_virtual_ip(masq):
+    out = masq.tenant_run("host1", "acme-a", "fi_info", "-p", "verbs", "-t", "FI_EP_MSG",
+                          "-v").stdout
+    assert re.search(r"^\s+name: vrdma0$", out, re.M), out
+    assert "src_addr: fi_sockaddr_in://10.0.0.1:0" in out, out
+    assert not PHYSICAL.search(out), out
+
+
+def test_fi_pingpong_msg_by_virtual_ip(masq):
+    port = 18809
+    srv = masq.tenant_spawn("host2", "acme-b", *fi_pingpong(port, iters=STACK_COUNT))
+    try:
+        masq.wait_listening("host2", port, tenant="acme-b")
+        with rdma_moved(masq, "host2", STACK_SIZE, STACK_COUNT):
+            cli = masq.tenant_run("host1", "acme-a",
+                                  *fi_pingpong(port, "10.0.0.2", iters=STACK_COUNT), check=False)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    for out in finish_pair(srv, cli):
+        assert parse_fi_pingpong(out) == (STACK_SIZE, STACK_COUNT, STACK_COUNT), out
+
+
+@pytest.mark.extended
+def test_multicast_fails_cleanly(masq):
+    # mckey (rdmacm-utils) joins a multicast group, which masq does not
+    # serve: an error status and libmasq's line naming it, never a signal.
+    r = masq.tenant_run("host1", "acme-a", "mckey", "-m", "239.1.1.1", "-b", "10.0.0.1",
+                        "-C", "1", check=False, timeout=60)
+    assert r.returncode != 0 and not 128 < r.returncode < 160, (r.returncode, r.stderr)
+    assert "multicast is not served by masq (ENOSYS)" in r.stderr, r.stderr

@@ -3,7 +3,8 @@ the underlay. Later tests compare masq against exactly these runs."""
 import pytest
 
 from masq_testbed import (
-    UNDERLAY, finish, finish_pair, parse_bw, parse_lat, parse_pingpong, rdma_moved,
+    UNDERLAY, fi_pingpong, finish, finish_pair, parse_bw, parse_fi_pingpong, parse_lat,
+    parse_pingpong, parse_rstream, rdma_moved, rstream, wait_cm_listener,
 )
 
 # -u 18: a 1 s ACK timeout. perftest's default (14, 67 ms) makes rxe
@@ -80,3 +81,40 @@ def test_ib_send_lat(testbed):
         )
     r = parse_lat(cli)
     assert r["bytes"] == size and r["iterations"] == iters
+
+
+# The two stacks test_apps runs through masq, natively first: rsockets
+# (librdmacm's sockets API) and libfabric's verbs provider.
+STACK_SIZE, STACK_COUNT = 4096, 20
+
+
+def test_rstream(testbed):
+    port = 18606
+    srv = testbed.spawn("host2", *rstream("rstream", "-p", str(port), count=STACK_COUNT))
+    try:
+        wait_cm_listener(testbed, "host2", port, procs=(srv,))
+        with rdma_moved(testbed, "host2", STACK_SIZE, STACK_COUNT):
+            cli = testbed.run("host1", *rstream("rstream", "-s", UNDERLAY["host2"], "-p",
+                                                str(port), count=STACK_COUNT), check=False)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    for out in finish_pair(srv, cli):
+        assert parse_rstream(out) == (STACK_SIZE, STACK_COUNT), out
+
+
+def test_fi_pingpong_msg(testbed):
+    port = 18607
+    srv = testbed.spawn("host2", *fi_pingpong(port, iters=STACK_COUNT))
+    try:
+        testbed.wait_listening("host2", port)
+        with rdma_moved(testbed, "host2", STACK_SIZE, STACK_COUNT):
+            cli = testbed.run("host1", *fi_pingpong(port, UNDERLAY["host2"], iters=STACK_COUNT),
+                              check=False)
+    except BaseException:
+        srv.kill()
+        finish(srv)
+        raise
+    for out in finish_pair(srv, cli):
+        assert parse_fi_pingpong(out) == (STACK_SIZE, STACK_COUNT, STACK_COUNT), out
