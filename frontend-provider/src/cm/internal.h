@@ -143,7 +143,7 @@ struct cm_channel {
 
 /*
  * An id begins as librdmacm's own struct cma_id_private does (its cma.h,
- * the same from rdma-core v17 to v64), for rsockets: rsocket.c lives inside
+ * the same from rdma-core v15 to v64), for rsockets: rsocket.c lives inside
  * librdmacm and hands the ids it made through libmasq's rdma_create_id to
  * librdmacm's internal helpers, which libmasq cannot replace and which
  * read the struct behind the id. ucma_complete reads sync (and, for a
