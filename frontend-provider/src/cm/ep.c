@@ -249,7 +249,8 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 	if (!id)
 		return fail(EINVAL);
 	if (level != RDMA_OPTION_ID)
-		return UNSERVED(ENOSYS, "rdma_set_option: level %d is not served by masq (ENOSYS)", level);
+		return UNSERVED(ENOSYS, "rdma_set_option: level %d is not served by masq",
+				level);
 	c = cm_of(id);
 	switch (optname) {
 	case RDMA_OPTION_ID_TOS:
@@ -272,7 +273,8 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 			return fail(EINVAL);
 		return 0;
 	default:
-		return UNSERVED(ENOSYS, "rdma_set_option: option %d is not served by masq (ENOSYS)", optname);
+		return UNSERVED(ENOSYS, "rdma_set_option: option %d is not served by masq",
+				optname);
 	}
 }
 
@@ -309,7 +311,7 @@ int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *cont
 	(void)id;
 	(void)addr;
 	(void)context;
-	return UNSERVED(ENOSYS, "rdma_join_multicast: multicast is not served by masq (ENOSYS)");
+	return UNSERVED(ENOSYS, "rdma_join_multicast: multicast is not served by masq");
 }
 
 int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
@@ -318,14 +320,14 @@ int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex
 	(void)id;
 	(void)mc_join_attr;
 	(void)context;
-	return UNSERVED(ENOSYS, "rdma_join_multicast_ex: multicast is not served by masq (ENOSYS)");
+	return UNSERVED(ENOSYS, "rdma_join_multicast_ex: multicast is not served by masq");
 }
 
 int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
 	(void)id;
 	(void)addr;
-	return UNSERVED(ENOSYS, "rdma_leave_multicast: multicast is not served by masq (ENOSYS)");
+	return UNSERVED(ENOSYS, "rdma_leave_multicast: multicast is not served by masq");
 }
 
 int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
@@ -333,14 +335,14 @@ int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_ini
 	(void)id;
 	(void)pd;
 	(void)attr;
-	return UNSERVED(ENOSYS, "rdma_create_srq: SRQs through the CM are not served by masq (ENOSYS)");
+	return UNSERVED(ENOSYS, "rdma_create_srq: CM SRQs are not served by masq");
 }
 
 int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 {
 	(void)id;
 	(void)attr;
-	return UNSERVED(ENOSYS, "rdma_create_srq_ex: SRQs through the CM are not served by masq (ENOSYS)");
+	return UNSERVED(ENOSYS, "rdma_create_srq_ex: CM SRQs are not served by masq");
 }
 
 void rdma_destroy_srq(struct rdma_cm_id *id)
@@ -353,7 +355,7 @@ int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t pri
 	(void)id;
 	(void)private_data;
 	(void)private_data_len;
-	return UNSERVED(ENOSYS, "rdma_reject_ece: ECE is not served by masq (ENOSYS)");
+	return UNSERVED(ENOSYS, "rdma_reject_ece: ECE is not served by masq");
 }
 
 /* ECE (enhanced connection establishment) is not carried between the

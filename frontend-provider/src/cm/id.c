@@ -155,7 +155,7 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 {
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP)
 		/* RDMA_PS_IPOIB and RDMA_PS_IB: IB fabrics only */
-		return UNSERVED(ENOSYS, "rdma_create_id: port space %#x is not served by masq (ENOSYS)",
+		return UNSERVED(ENOSYS, "rdma_create_id: port space %#x is not served by masq",
 				(unsigned int)ps);
 	return masq_cm_create_id(channel, id, context, ps,
 				 ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
@@ -310,7 +310,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 	c = cm_of(id);
 	if (c->loopback || is_loopback(dst_addr) || (src_addr && is_loopback(src_addr)))
 		return UNSERVED(EADDRNOTAVAIL,
-				"rdma_resolve_addr: loopback addresses are not served by masq (EADDRNOTAVAIL)");
+				"rdma_resolve_addr: loopback is not served by masq");
 	masq_msg_cm_resolve_addr_req_init(&req);
 	req.body.id = c->handle;
 	req.body.timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 0;
@@ -356,7 +356,7 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		return fail(EINVAL);
 	if (cm_of(id)->loopback)
 		return UNSERVED(EADDRNOTAVAIL,
-				"rdma_listen: loopback addresses are not served by masq (EADDRNOTAVAIL)");
+				"rdma_listen: loopback is not served by masq");
 	masq_msg_cm_listen_req_init(&req);
 	req.body.id = cm_of(id)->handle;
 	req.body.backlog = backlog > 0 ? (uint32_t)backlog : 0;

@@ -30,6 +30,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include <infiniband/verbs.h>
@@ -55,13 +57,17 @@ static inline int fail(int err)
 }
 
 /* What masq does not serve: fail with err, the app's call named in one
- * log line per process and call site (an app may retry in a loop). */
-#define UNSERVED(err, ...)                                              \
-	({                                                              \
-		static int said_;                                       \
-		if (!__atomic_exchange_n(&said_, 1, __ATOMIC_RELAXED))  \
-			masq_log(__VA_ARGS__);                          \
-		fail(err);                                              \
+ * log line per process and call site (an app may retry in a loop), with
+ * err's text. */
+#define UNSERVED(err, ...)                                                  \
+	({                                                                  \
+		static int said_;                                           \
+		if (!__atomic_exchange_n(&said_, 1, __ATOMIC_RELAXED)) {    \
+			char what_[160];                                    \
+			snprintf(what_, sizeof(what_), __VA_ARGS__);        \
+			masq_log("%s: %s", what_, strerror(err));           \
+		}                                                           \
+		fail(err);                                                  \
 	})
 
 /* ------------------------------------------------------------ verbs (device.c) */
