@@ -21,7 +21,6 @@ blocks are there, in order, and that each value to replace is in them."""
 import glob
 import os
 import re
-import subprocess
 
 import pytest
 
@@ -157,8 +156,8 @@ def test_the_getting_started_page_runs_as_written_on_two_hosts(testbed):
     with open(PAGE) as f:
         blocks = marked_blocks(f.read())
     # The suite's masqd would hold /run/masq: the page's starts instead.
-    subprocess.run([TESTBED, "masq", "down"], check=False, timeout=120)
-    subprocess.run([TESTBED, "podman", "setup"], check=True, timeout=900)
+    tb._run([TESTBED, "masq", "down"], False, 120)
+    tb._run([TESTBED, "podman", "setup"], True, 900)
     for host in ("host1", "host2"):
         prepare(tb, host, deb)
     out = {}
