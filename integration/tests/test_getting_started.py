@@ -11,7 +11,7 @@ testbed's, its tenant image by the local root file system the testbed
 builds (no registry is reachable from the guests), and `systemctl enable
 --now masqd` by the unit's own ExecStartPre and ExecStart lines, read from
 the installed unit (the guests run no systemd; the unit under systemd is
-tested in test_masq.py). No testbed helper runs a masq step: the harness
+tested in test_faults.py). No testbed helper runs a masq step: the harness
 only stops the suite's masqd, builds podman's configuration and root file
 system (`testbed podman setup`: the guests have podman and Debian's CNI
 plugins, and no archive to install them from) and copies the package in.
