@@ -144,8 +144,8 @@ EOF
 table ip masq-kube-service {}
 delete table ip masq-kube-service
 table ip masq-kube-service {
-    chain output { type nat hook output priority dstnat; ip daddr 10.96.0.1 tcp dport 443 dnat to $apiserver:6443; }
-    chain prerouting { type nat hook prerouting priority dstnat; ip daddr 10.96.0.1 tcp dport 443 dnat to $apiserver:6443; }
+    chain output { type nat hook output priority -100; ip daddr 10.96.0.1 tcp dport 443 dnat to $apiserver:6443; }
+    chain prerouting { type nat hook prerouting priority -100; ip daddr 10.96.0.1 tcp dport 443 dnat to $apiserver:6443; }
 }
 EOF
     # The kubelet's state on tmpfs, as containerd's: the guest's root is an
