@@ -6,6 +6,7 @@ built from the Go module proxy and cached (integration/k8s/control-plane,
 integration/k8s/tools); the certificates are integration/k8s/pki's, in the
 testbed's state dir (the guests' /run/masq-pki/k8s). No image is pulled:
 the pods run the images containerd.sh imports (masq.test/*)."""
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from masq_testbed import tbcli, wait_for
+from masq_testbed import perftest_gid, tbcli, wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.k8s_cluster]
 
@@ -37,10 +38,11 @@ def build(script):
 def kubectl(tb, *args, check=True, timeout=120):
     """kubectl on host1 as the cluster's admin. A guest busy under TCG can
     miss client-go's 10 s TLS handshake timeout: such a call is tried again."""
-    for _ in range(3):
+    for _ in range(8):
         r = tb.run("host1", KUBE, "kubectl", BIN, *args, check=False, timeout=timeout)
         if "Unable to connect to the server" not in r.stderr:
             break
+        time.sleep(3)
     assert r.returncode == 0 or not check, f"kubectl {' '.join(args)}: {r.stderr}"
     return r
 
@@ -143,3 +145,315 @@ def test_nodes_are_ready_and_a_pod_runs_on_each(kube):
     finally:
         for host in HOSTS:
             kubectl(tb, "delete", "pod", f"plain-{host}", "--wait=false", check=False)
+
+
+# The README's recipe (its "On Kubernetes", docs/kubernetes.md's Deploying)
+# as an operator runs it on this cluster, then what an operator does next.
+# The images are made by `make images`' script on a debootstrap base and
+# imported into each node's containerd (no registry here).
+RECIPE = os.path.join(REPO, "integration", "build", "k8s-recipe")
+EXAMPLE = os.path.join(REPO, "packaging", "kubernetes", "example")
+IMAGE_ARCHIVES = os.path.join(REPO, "integration", "build", "images")
+ETCD = os.path.join(REPO, "integration", "guest", "etcd.sh")
+MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+POLICY = os.path.join(HERE, "configs", "k8s-cluster", "policy.yaml")
+UNDERLAY_IP = {"host1": "198.18.0.1", "host2": "198.18.0.2"}
+METRICS_TOKEN = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+# Deploying's step 3 for the testbed: its rxe0 on eth0, masq's etcd on host1.
+STEP3 = {"device: mlx5_0": "device: rxe0", "netdev: ens1f0np0": "netdev: eth0",
+         "https://10.1.0.10:2379": "https://198.18.0.1:2379"}
+
+
+def deploy_dir():
+    """packaging/kubernetes with its ConfigMap edited as step 3 says."""
+    import shutil
+    deploy = os.path.join(RECIPE, "deploy")
+    shutil.rmtree(deploy, ignore_errors=True)
+    shutil.copytree(os.path.join(REPO, "packaging", "kubernetes"), deploy,
+                    ignore=shutil.ignore_patterns("check", "example"))
+    path = os.path.join(deploy, "masqd-config.yaml")
+    with open(path) as f:
+        text = f.read()
+    for old, new in STEP3.items():
+        assert old in text, f"packaging/kubernetes/masqd-config.yaml no longer says {old!r}"
+        text = text.replace(old, new)
+    with open(path, "w") as f:
+        f.write(text)
+    return deploy
+
+
+def ctl(tb, host, *args):
+    """masqctl on the node, through the socket the DaemonSet shares."""
+    return json.loads(tb.run(host, MASQCTL, "-o", "json", *args).stdout)
+
+
+def endpoints(tb, host):
+    return {e["name"]: e for e in ctl(tb, host, "endpoint", "list")["endpoints"]}
+
+
+def mapped(tb, host):
+    return {(e["vni"], e["vip"]) for e in ctl(tb, host, "vpc")["vpc"]}
+
+
+def team_pod(tb, name, host, vip, cmd, image="rdma-tools", restart="Never"):
+    """A pod of namespace team on `host`, on the example's network with
+    address `vip`, as the example's pods are."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "team", "annotations": {
+               "k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "acme100",
+                                                           "ips": [f"{vip}/24"]}])}},
+           "spec": {"restartPolicy": restart,
+                    "nodeSelector": {"kubernetes.io/hostname": host},
+                    "containers": [{"name": "app", "image": image,
+                                    "imagePullPolicy": "IfNotPresent", "command": cmd}]}}
+    path = os.path.join(RECIPE, f"pod-{name}.json")
+    with open(path, "w") as f:
+        json.dump(pod, f)
+    kubectl(tb, "apply", "-f", path)
+
+
+def pod_logs(tb, name, text):
+    out = kubectl(tb, "logs", "-n", "team", name, check=False).stdout
+    return out if text in out else None
+
+
+def pod_phase(tb, name):
+    r = kubectl(tb, "get", "pod", "-n", "team", name, "-o", "json", check=False)
+    return json.loads(r.stdout)["status"].get("phase") if r.returncode == 0 else None
+
+
+def operator_files():
+    """Step 2's one-time material, where the guests see it (the checkout):
+    the testbed's CA, with its key, and etcd root's and the operator's
+    certificates."""
+    import shutil
+    pki = os.path.join(RECIPE, "pki")
+    os.makedirs(pki, exist_ok=True)
+    for src, name in ((os.path.join(tbcli.STATE, "ca", "ca.pem"), "ca.pem"),
+                      (os.path.join(tbcli.STATE, "ca", "ca-key.pem"), "ca-key.pem"),
+                      *((os.path.join(tbcli.PKI, f), f) for f in (
+                          "root.pem", "root-key.pem", "operator.pem", "operator-key.pem"))):
+        shutil.copyfile(src, os.path.join(pki, name))
+    return pki
+
+
+def apply_policy(tb, operator):
+    """Step 7: the operator's certificate copied into a masqd container for
+    the apply and removed after; the policy on standard input."""
+    pod = kube_json(tb, "get", "pods", "-n", "masq-system", "-l",
+                    "app.kubernetes.io/name=masqd")["items"][0]["metadata"]["name"]
+    for f in ("operator.pem", "operator-key.pem"):
+        kubectl(tb, "cp", os.path.join(operator, f), f"masq-system/{pod}:/tmp/{f}", "-c", "masqd")
+    try:
+        r = tb.run("host1", "sh", "-c",
+                   f"{KUBE} kubectl {BIN} exec -n masq-system {pod} -c masqd -i -- "
+                   "masqctl policy apply - --operator-cert /tmp/operator.pem "
+                   f"--operator-key /tmp/operator-key.pem < {POLICY}",
+                   check=False, timeout=120)
+        assert r.returncode == 0, r.stderr + r.stdout
+    finally:
+        kubectl(tb, "exec", "-n", "masq-system", pod, "-c", "masqd", "--", "rm", "-f",
+                "/tmp/operator.pem", "/tmp/operator-key.pem", check=False)
+
+
+@pytest.fixture(scope="module")
+def recipe(kube):
+    tb = kube
+    os.makedirs(RECIPE, exist_ok=True)
+    images = build("images").split()
+
+    def import_images(host):  # each guest unpacks on its own vCPU
+        for image in images:
+            archive = os.path.join(IMAGE_ARCHIVES, os.path.basename(image).replace(":", "-")
+                                   + ".oci.tar")
+            tb.run(host, CONTAINERD, "image", image, archive, timeout=1200)
+
+    with concurrent.futures.ThreadPoolExecutor(len(HOSTS)) as pool:
+        list(pool.map(import_images, HOSTS))
+    # masq's etcd (docs/cluster.md), on host1 beside the control plane; its
+    # roles are masq-signer's to make.
+    tb.run("host1", ETCD, "wipe")
+    tb.run("host1", ETCD, "start")
+    for host in HOSTS:
+        tb.run(host, "rm", "-rf", "/etc/masq/pki")
+        # Step 6: the VPC's bridge joined to VXLAN 100.
+        tb.run(host, "sh", "-c",
+               f"ip link add mvx100 type vxlan id 100 local {UNDERLAY_IP[host]} "
+               "group 239.1.1.1 dev eth0 dstport 4789 && "
+               "{ ip link show mbr100 >/dev/null 2>&1 || ip link add mbr100 type bridge; } && "
+               "ip link set mvx100 master mbr100 && ip link set mvx100 up && "
+               "ip link set mbr100 up")
+    deploy = deploy_dir()
+    pki = operator_files()
+    try:
+        kubectl(tb, "label", "node", *HOSTS, "masq.io/rdma=true", "--overwrite")
+        # Step 2, once: what masq-signer signs nodes' certificates with.
+        kubectl(tb, "apply", "-f", os.path.join(deploy, "namespace.yaml"))
+        kubectl(tb, "-n", "masq-system", "create", "secret", "generic", "masq-signer",
+                *[f"--from-file={f}={pki}/{f}" for f in ("ca.pem", "ca-key.pem", "root.pem",
+                                                          "root-key.pem")])
+        kubectl(tb, "-n", "masq-system", "create", "configmap", "masq-ca",
+                f"--from-file=ca.pem={pki}/ca.pem")
+        kubectl(tb, "-n", "masq-system", "create", "secret", "generic", "masq-metrics",
+                f"--from-literal=token={METRICS_TOKEN}")
+        kubectl(tb, "apply", "-k", deploy)
+        for what in ("deploy/masq-signer", "ds/masqd"):
+            kubectl(tb, "rollout", "status", "-n", "masq-system", what, "--timeout=900s",
+                    timeout=960)
+        apply_policy(tb, pki)
+        kubectl(tb, "apply", "-k", EXAMPLE)
+        yield tb
+    finally:
+        kubectl(tb, "delete", "namespace", "team", "--wait=true", "--timeout=300s",
+                check=False, timeout=360)
+        kubectl(tb, "delete", "-k", deploy, "--wait=true", "--timeout=300s", check=False,
+                timeout=360)
+        kubectl(tb, "delete", "csr", "--all", check=False)
+        tb.run("host1", ETCD, "wipe", check=False)
+        for host in HOSTS:
+            tb.run(host, "sh", "-c", "ip link del mvx100; ip link del mbr100; rm -rf /etc/masq/pki",
+                   check=False)
+
+
+def test_each_node_joined_by_itself(recipe):
+    """No node was given its identity: masq-signer's join asked with a CSR,
+    its controller checked it against the node and signed it; the
+    certificate names the node and its underlay IP."""
+    tb = recipe
+    csrs = [c for c in kube_json(tb, "get", "csr")["items"]
+            if c["spec"]["signerName"] == "masq.io/node"]
+    assert len(csrs) == len(HOSTS), csrs
+    for c in csrs:
+        assert any(cond["type"] == "Approved" for cond in c["status"]["conditions"]), c
+        assert c["status"].get("certificate"), c
+    for host in HOSTS:
+        out = tb.run(host, "openssl", "x509", "-in", "/etc/masq/pki/host.pem", "-noout",
+                     "-subject", "-ext", "subjectAltName").stdout
+        assert f"CN = {host}" in out and f"IP Address:{UNDERLAY_IP[host]}" in out, out
+
+
+def test_the_readmes_recipe_runs_ib_write_bw_across_the_nodes(recipe):
+    tb = recipe
+    out = wait_for("the example's client reports its bandwidth",
+                   lambda: pod_logs(tb, "cli", "BW average"), timeout=600, interval=5)
+    print(out)
+    srv = wait_for("the example's server reports its bandwidth",
+                   lambda: pod_logs(tb, "srv", "BW average"), timeout=120, interval=5)
+    # Two nodes, each pod's vIP in perftest's GIDs, never an underlay's.
+    pods = {p["metadata"]["name"]: p for p in kube_json(tb, "get", "pods", "-n", "team")["items"]}
+    assert pods["srv"]["spec"]["nodeName"] != pods["cli"]["spec"]["nodeName"]
+    gids = ["GID: 00:00:00:00:00:00:00:00:00:00:255:255:" + perftest_gid(vip)
+            for vip in ("10.0.0.60", "10.0.0.61")]
+    for text in (out, srv):
+        assert all(gid in text for gid in gids), text
+
+
+def test_a_rollout_restart_keeps_a_running_app_and_its_cm_listener(recipe):
+    """`kubectl rollout restart` of the DaemonSet replaces masqd on each node
+    in turn: a running ib_write_bw goes on, and an RDMA CM server that
+    listened before is reached by a client started after."""
+    tb = recipe
+    team_pod(tb, "long-srv", "host2", "10.0.0.70",
+             ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-D", "90", "-p", "18912"])
+    team_pod(tb, "cm-srv", "host2", "10.0.0.72", ["rping", "-s", "-P", "-a", "10.0.0.72", "-v", "-p", "18920"])
+    wait_for("the servers run", lambda: pod_phase(tb, "long-srv") == pod_phase(tb, "cm-srv")
+             == "Running", timeout=300, interval=2)
+    wait_for("host1 maps them", lambda: {(100, "10.0.0.70"), (100, "10.0.0.72")}
+             <= mapped(tb, "host1"), timeout=120, interval=2)
+    team_pod(tb, "long-cli", "host1", "10.0.0.71",
+             ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-D", "90", "-p", "18912",
+              "10.0.0.70"], restart="OnFailure")
+    wait_for("the client's bandwidth run started",
+             lambda: pod_logs(tb, "long-cli", "#bytes"), timeout=300, interval=3)
+    kubectl(tb, "rollout", "restart", "-n", "masq-system", "ds/masqd")
+    kubectl(tb, "rollout", "status", "-n", "masq-system", "ds/masqd", "--timeout=600s",
+            timeout=660)
+    out = wait_for("the client's run ends with its bandwidth",
+                   lambda: pod_logs(tb, "long-cli", "BW average"), timeout=300, interval=5)
+    assert pod_phase(tb, "long-cli") == "Succeeded", out
+    restarts = kube_json(tb, "get", "pod", "-n", "team", "long-cli")["status"][
+        "containerStatuses"][0]["restartCount"]
+    assert restarts == 0, f"the client was restarted: {out}"
+    team_pod(tb, "cm-cli", "host1", "10.0.0.73",
+             ["rping", "-c", "-a", "10.0.0.72", "-p", "18920", "-C", "5", "-v"])
+    out = wait_for("the RDMA CM client pings the listener",
+                   lambda: pod_logs(tb, "cm-cli", "rdma-ping-4"), timeout=300, interval=3)
+    assert out.count("ping data: rdma-ping-") == 5, out
+
+
+def test_a_deleted_pod_leaves_every_host(recipe):
+    tb = recipe
+    team_pod(tb, "gone", "host2", "10.0.0.74", ["sleep", "3600"])
+    wait_for("every host maps pod gone", lambda: all(
+        (100, "10.0.0.74") in mapped(tb, h) for h in HOSTS), timeout=300, interval=2)
+    assert "team.gone" in endpoints(tb, "host2")
+    kubectl(tb, "delete", "pod", "-n", "team", "gone", "--wait=true", "--timeout=300s",
+            timeout=360)
+    wait_for("every host forgets pod gone", lambda: not any(
+        (100, "10.0.0.74") in mapped(tb, h) for h in HOSTS), timeout=120, interval=2)
+    assert "team.gone" not in endpoints(tb, "host2")
+
+
+def test_a_pod_in_no_security_group_gets_eacces_at_rtr(recipe):
+    tb = recipe
+    team_pod(tb, "target", "host2", "10.0.0.76", ["sleep", "3600"], image="masq.test/tenant:1")
+    wait_for("host1 maps pod target", lambda: (100, "10.0.0.76") in mapped(tb, "host1"),
+             timeout=300, interval=2)
+    team_pod(tb, "stranger", "host1", "10.0.0.77", ["qp_probe", "vrdma0", "1", "10.0.0.76"],
+             image="masq.test/tenant:1")
+    out = wait_for("the stranger's probe ends", lambda: pod_phase(tb, "stranger") in (
+        "Succeeded", "Failed") and kubectl(tb, "logs", "-n", "team", "stranger").stdout,
+        timeout=300, interval=2)
+    assert "modify_qp_rtr: errno=13" in out, out
+
+
+def test_prometheus_scrapes_every_masqd_through_the_service(recipe):
+    """docs/metrics.md's scrape configuration, run by Debian's Prometheus
+    on host1 against the cluster: the Service's endpoints are both nodes'
+    masqd, scraped over HTTPS against the masq CA with the token."""
+    tb = recipe
+    conf = os.path.join(RECIPE, "prometheus")
+    os.makedirs(conf, exist_ok=True)
+    with open(os.path.join(conf, "token"), "w") as f:
+        f.write(METRICS_TOKEN)
+    with open(os.path.join(conf, "prometheus.yml"), "w") as f:
+        f.write(f"""global: {{ scrape_interval: 5s }}
+scrape_configs:
+  - job_name: masqd
+    scheme: https
+    authorization: {{ credentials_file: {conf}/token }}
+    tls_config: {{ ca_file: {RECIPE}/pki/ca.pem }}
+    kubernetes_sd_configs:
+      - role: endpoints
+        kubeconfig_file: {GUEST_PKI}/admin.kubeconfig
+        namespaces: {{ names: [masq-system] }}
+    relabel_configs:
+      - {{ source_labels: [__meta_kubernetes_service_name], regex: masqd-metrics, action: keep }}
+      - {{ source_labels: [__meta_kubernetes_pod_node_name], target_label: node }}
+""")
+    data = "/run/masq-testbed/prometheus"
+    prom = tb.spawn("host1", "sh", "-c", f"exec timeout 600 prometheus "
+                    f"--config.file={conf}/prometheus.yml --storage.tsdb.path={data} "
+                    f"--web.listen-address=127.0.0.1:9090 >{data}.log 2>&1")
+    try:
+        def up():
+            r = tb.run("host1", "curl", "-sf", "http://127.0.0.1:9090/api/v1/query",
+                       "--data-urlencode", 'query=up{job="masqd"}', check=False)
+            if r.returncode != 0:
+                return None
+            result = json.loads(r.stdout)["data"]["result"]
+            nodes = {x["metric"].get("node"): x["value"][1] for x in result}
+            return nodes if nodes == {h: "1" for h in HOSTS} else None
+
+        wait_for("Prometheus finds both masqd up", up, timeout=300, interval=5)
+        r = tb.run("host1", "curl", "-s", "http://127.0.0.1:9090/api/v1/query",
+                   "--data-urlencode", "query=count by (node) (masq_build_info)")
+        assert len(json.loads(r.stdout)["data"]["result"]) == len(HOSTS), r.stdout
+    finally:
+        tb.run("host1", "pkill", "-f", f"storage.tsdb.path={data}", check=False)
+        prom.wait(timeout=60)
+        tb.run("host1", "rm", "-rf", data, check=False)
+    # Without the token, /metrics is refused; the probes stay open.
+    r = tb.run("host1", "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}",
+               f"https://{UNDERLAY_IP['host2']}:9464/metrics", check=False)
+    assert r.stdout == "401", r.stdout
