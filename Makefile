@@ -9,7 +9,8 @@
 # every set.
 # `make test-k8s-cluster` a real Kubernetes cluster (control plane, kubelets,
 # Multus) on the testbed.
-# `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
+# `make test-deb-clean` installs the package with apt on a clean Debian 12 root;
+# `make test-build-clean` then runs `make` in one with only the build set.
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
 # `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
 # CLI definitions (a Rust test fails when it is stale).
@@ -32,7 +33,7 @@ DEB := target/masq_$(VERSION)_$(ARCH).deb
 # CLI definitions (backend/src/operator/cli) with masq-cli-gen.
 CLI_GEN := target/cli
 
-.PHONY: all build deps deps-build deps-deb demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
+.PHONY: all build deps deps-build deps-deb lint-deb test-build-clean demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb test-deb-clean \
         check-modules test-monitoring docs-cli nri test-nri test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
 
@@ -255,25 +256,38 @@ install:
 	ln -sfn ../../../masq/prometheus $(DESTDIR)$(PREFIX)/share/doc/masq/packaging/prometheus
 	ln -sfn ../../../masq/grafana $(DESTDIR)$(PREFIX)/share/doc/masq/packaging/grafana
 
-# A Debian package of `make install` (PREFIX=/usr): apt install ./$(DEB)
-deb: build
-	rm -rf target/deb
-	$(MAKE) install DESTDIR=$(CURDIR)/target/deb PREFIX=/usr
-	strip --strip-debug target/deb/usr/sbin/masqd target/deb/usr/bin/masqctl \
-		target/deb/usr/lib/cni/masq-cni target/deb/usr/bin/masq-nri
-	gzip -9n target/deb/usr/share/man/man1/*.1 target/deb/usr/share/man/man8/*.8
-	mkdir -p target/deb/DEBIAN
-	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(ARCH)|' packaging/control >target/deb/DEBIAN/control
-	echo /etc/masq/masqd.yaml.example >target/deb/DEBIAN/conffiles
-	dpkg-deb --root-owner-group --build target/deb $(DEB)
+# A Debian package of `make install` (PREFIX=/usr), made by debhelper
+# (debian/: compat 13, Depends from dh_shlibdeps, the unit's maintainer
+# scripts from dh_installsystemd, /etc files as conffiles): apt install
+# ./$(DEB). The .buildinfo and .changes land beside it in target/.
+# `make lint-deb` checks it with lintian (make test-deb-clean does).
+deb: deps-deb build
+	@v=$$(dpkg-parsechangelog -S Version); [ "$$v" = "$(VERSION)" ] || { echo "deb: debian/changelog" \
+		"is at $$v, Cargo.toml at $(VERSION): add a changelog entry (dch -v $(VERSION))" >&2; exit 1; }
+	rm -f $(DEB)
+	dpkg-buildpackage -b --no-sign \
+		--buildinfo-file=target/masq_$(VERSION)_$(ARCH).buildinfo --buildinfo-option=-utarget \
+		--changes-file=target/masq_$(VERSION)_$(ARCH).changes --changes-option=-utarget
+	@test -f $(DEB) || { echo "deb: dpkg-buildpackage made no $(DEB)" >&2; exit 1; }
+
+# lintian on the package: no error or warning but those debian/masq.lintian-overrides
+# explains.
+lint-deb: deps-deb
+	lintian --fail-on error,warning --display-info $(DEB)
 
 # apt install ./$(DEB) on a clean Debian 12 (a debootstrapped minbase root,
 # cached under /var/tmp/masq-deb-clean), apt fetching the dependencies from
 # deb.debian.org; then its binaries run, ldd finds their libraries, the
 # completions and man pages are there, purge leaves nothing, and
 # systemd-analyze verifies the unit. About 30s once cached.
-test-deb-clean: deb
+test-deb-clean: deb lint-deb
 	scripts/test-deb-clean $(DEB)
+
+# test-deb-clean, then `scripts/install-deps build` and `make` in a second
+# clean Debian 12 root (this machine's Rust and Go mounted in): make builds
+# with only the build set. A cold release build: long.
+test-build-clean: deb lint-deb
+	scripts/test-deb-clean --build $(DEB)
 
 testbed-up: deps
 	integration/testbed up
