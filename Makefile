@@ -4,12 +4,15 @@
 # long and extended two-host tests; `make test-cluster` the slower
 # three-host cluster tests; `make test-all` every test;
 # `make bench` measures native vs masq (BENCH_ARGS=--quick for a short check).
-# Each installs what it needs first.
+# Each installs what it needs first: `make` only the build set of
+# scripts/install-deps (no testbed), the tests, the demo and the benches
+# every set.
 # `make test-k8s-cluster` a real Kubernetes cluster (control plane, kubelets,
 # Multus) on the testbed.
 # `make images` builds the node image and the example's tenant image with
 # podman (packaging/container/build; REGISTRY=..., TAG=..., BASE=...).
-# `make test-deb-clean` installs the package with apt on a clean Debian 12 root.
+# `make test-deb-clean` installs the package with apt on a clean Debian 12 root;
+# `make test-build-clean` then runs `make` in one with only the build set.
 # `make check-docs` checks the links of README.md and docs/ (part of `make lint`).
 # `make docs-cli` writes the CLI reference of docs/operator-guide.md from the
 # CLI definitions (a Rust test fails when it is stale).
@@ -33,16 +36,25 @@ DEB := target/masq_$(VERSION)_$(ARCH).deb
 # CLI definitions (backend/src/operator/cli) with masq-cli-gen.
 CLI_GEN := target/cli
 
-.PHONY: all build deps demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
+.PHONY: all build deps deps-build deps-deb lint-deb test-build-clean demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb images rules test-deb-clean \
         check-modules test-monitoring docs-cli nri test-nri signer test-signer test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
 
 all: build
 
+# The system packages by set (scripts/install-deps --help): deps-build what
+# `make` needs, deps-deb that and debhelper and lintian, deps everything the
+# tests and the testbed need.
 deps:
-	@scripts/install-deps
+	@scripts/install-deps test
 
-build: deps nri signer
+deps-build:
+	@scripts/install-deps build
+
+deps-deb:
+	@scripts/install-deps deb
+
+build: deps-build nri signer
 	$(CARGO) build --release --workspace
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null) target/release/masq-cli-gen $(CLI_GEN)
 	$(MAKE) -C frontend-provider
@@ -50,7 +62,7 @@ build: deps nri signer
 
 # masq-nri, the NRI plugin (Go; its modules from the Go module proxy).
 NRI := target/release/masq-nri
-nri: deps
+nri: deps-build
 	cd cni/nri && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(NRI) .
 	cd cni/nri && go vet ./...
 
@@ -63,30 +75,30 @@ test-nri: deps
 # (join, the DaemonSet's init container) signed by a controller that alone
 # holds the CA (docs/kubernetes.md). Go, its modules from the proxy.
 SIGNER := target/release/masq-signer
-signer: deps
+signer: deps-build
 	cd cni/signer && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(SIGNER) .
 	cd cni/signer && go vet ./...
 
 # masq-signer's unit tests: each check that denies a CSR, the certificate
 # signed, and join keeping only a certificate that still fits its node.
-test-signer: deps
+test-signer: deps-build
 	cd cni/signer && GOFLAGS=-mod=mod go test ./...
 
-demo: build
+demo: deps build
 	integration/demo
 
 .PHONY: bench bench-cluster bench-rate
-bench: build bench-cluster bench-rate
+bench: deps build bench-cluster bench-rate
 	integration/bench/run $(BENCH_ARGS)
 
 # Per-endpoint rate limits on software RoCE: limited vs unlimited
 # bandwidth and the shaped wire rate against the limit.
-bench-rate: build
+bench-rate: deps build
 	integration/bench/ratelimit $(RATE_BENCH_ARGS)
 
 # Cluster mode: 10,000 endpoints and 100 policy changes/s on a loopback
 # etcd, and convergence between the two hosts on the rxe pair.
-bench-cluster: build
+bench-cluster: deps build
 	$(CARGO) build --release --example cluster_scale
 	integration/bench/cluster $(CLUSTER_BENCH_ARGS)
 
@@ -100,7 +112,7 @@ check-modules:
 	@python3 scripts/check-modules --self-test
 	@python3 scripts/check-modules --max-lines 800
 
-lint: check-modules check-docs deps
+lint: deps-build check-modules check-docs
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
@@ -121,7 +133,7 @@ test:
 	@started=$$(date +%s); $(MAKE) --no-print-directory test-parts; rc=$$?; \
 		scripts/test-budget check --warn --started $$started; exit $$rc
 
-test-parts: check-modules build lint test-rust test-nri test-signer test-c test-fuzz test-monitoring test-manifests \
+test-parts: deps check-modules build lint test-rust test-nri test-signer test-c test-fuzz test-monitoring test-manifests \
 	test-integration
 
 # The integration suite's last run (target/test-times/default.json) against
@@ -174,7 +186,7 @@ test-monitoring: deps
 	python3 scripts/check-monitoring
 	$(CARGO) test --workspace --lib the_rules_and_dashboard_name_only_metrics_masqd_serves
 
-test-integration: build deb
+test-integration: deps build deb
 	integration/run-tests
 
 # The two-host tests kept out of make test's budget: the long ones (soaks: a
@@ -182,7 +194,7 @@ test-integration: build deb
 # live connection, a late container delete, an etcd outage; a guest wedged
 # on purpose) and the extended ones (the further cases of each layer whose
 # main case make test runs). On two testbeds side by side.
-test-long: build deb
+test-long: deps build deb
 	integration/run-tests --long
 
 # Every test there is: make test, then the suites kept out of its budget.
@@ -190,7 +202,7 @@ test-all: test test-long test-cluster test-rails test-k8s test-k8s-cluster fuzz-
 
 # Three hosts, a three-member etcd cluster: a host powered off and back, an
 # endpoint that moves between hosts (integration/tests/test_cluster3.py).
-test-cluster: build
+test-cluster: deps build
 	integration/run-tests --cluster
 
 # The Kubernetes deploy files (packaging/kubernetes): each kustomization
@@ -207,7 +219,7 @@ test-manifests: deps
 # device (integration/tests/test_k8s.py), and the node image built from the
 # package (integration/k8s/images). Builds containerd and crictl from the Go
 # module proxy and the image's Debian base once (cached).
-test-k8s: build deb
+test-k8s: deps build deb
 	integration/run-tests --k8s
 
 # A real Kubernetes cluster on the testbed: kube-apiserver (on an etcd of its
@@ -217,14 +229,14 @@ test-k8s: build deb
 # Kubernetes, kubectl and Multus from the Go module proxy once (about 15
 # minutes on 2 cores; integration/k8s/control-plane), before the guests
 # boot: they see this machine's root as it was at their boot.
-test-k8s-cluster: build deb
+test-k8s-cluster: deps build deb
 	integration/k8s/tools >/dev/null
 	nice -n 10 integration/k8s/control-plane >/dev/null
 	integration/run-tests --k8s-cluster
 
 # Hosts with two rails (`testbed up --rails 2`: a NIC and an rxe device per
 # rail, each rail a segment of its own; integration/tests/test_rails.py).
-test-rails: build
+test-rails: deps build
 	integration/run-tests --rails
 
 # masqd, masqctl, libmasq (and its facades), the CNI plugin, the NRI plugin, masqctl's
@@ -273,18 +285,24 @@ install:
 	ln -sfn ../../../masq/prometheus $(DESTDIR)$(PREFIX)/share/doc/masq/packaging/prometheus
 	ln -sfn ../../../masq/grafana $(DESTDIR)$(PREFIX)/share/doc/masq/packaging/grafana
 
-# A Debian package of `make install` (PREFIX=/usr): apt install ./$(DEB)
-deb: build
-	rm -rf target/deb
-	$(MAKE) install DESTDIR=$(CURDIR)/target/deb PREFIX=/usr
-	strip --strip-debug target/deb/usr/sbin/masqd target/deb/usr/bin/masqctl \
-		target/deb/usr/lib/cni/masq-cni target/deb/usr/bin/masq-nri \
-		target/deb/usr/bin/masq-signer
-	gzip -9n target/deb/usr/share/man/man1/*.1 target/deb/usr/share/man/man8/*.8
-	mkdir -p target/deb/DEBIAN
-	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(ARCH)|' packaging/control >target/deb/DEBIAN/control
-	echo /etc/masq/masqd.yaml.example >target/deb/DEBIAN/conffiles
-	dpkg-deb --root-owner-group --build target/deb $(DEB)
+# A Debian package of `make install` (PREFIX=/usr), made by debhelper
+# (debian/: compat 13, Depends from dh_shlibdeps, the unit's maintainer
+# scripts from dh_installsystemd, /etc files as conffiles): apt install
+# ./$(DEB). The .buildinfo and .changes land beside it in target/.
+# `make lint-deb` checks it with lintian (make test-deb-clean does).
+deb: deps-deb build
+	@v=$$(dpkg-parsechangelog -S Version); [ "$$v" = "$(VERSION)" ] || { echo "deb: debian/changelog" \
+		"is at $$v, Cargo.toml at $(VERSION): add a changelog entry (dch -v $(VERSION))" >&2; exit 1; }
+	rm -f $(DEB)
+	dpkg-buildpackage -b --no-sign \
+		--buildinfo-file=target/masq_$(VERSION)_$(ARCH).buildinfo --buildinfo-option=-utarget \
+		--changes-file=target/masq_$(VERSION)_$(ARCH).changes --changes-option=-utarget
+	@test -f $(DEB) || { echo "deb: dpkg-buildpackage made no $(DEB)" >&2; exit 1; }
+
+# lintian on the package: no error or warning but those debian/masq.lintian-overrides
+# explains.
+lint-deb: deps-deb
+	lintian --fail-on error,warning --display-info $(DEB)
 
 # The node image and the Kubernetes example's tenant image
 # (packaging/container/build says what REGISTRY, TAG and BASE change).
@@ -296,8 +314,14 @@ images: deb
 # deb.debian.org; then its binaries run, ldd finds their libraries, the
 # completions and man pages are there, purge leaves nothing, and
 # systemd-analyze verifies the unit. About 30s once cached.
-test-deb-clean: deb
+test-deb-clean: deb lint-deb
 	scripts/test-deb-clean $(DEB)
+
+# test-deb-clean, then `scripts/install-deps build` and `make` in a second
+# clean Debian 12 root (this machine's Rust and Go mounted in): make builds
+# with only the build set. A cold release build: long.
+test-build-clean: deb lint-deb
+	scripts/test-deb-clean --build $(DEB)
 
 testbed-up: deps
 	integration/testbed up

@@ -8,8 +8,12 @@
 //! the backstop's drop counters, the policy in force, the VPC map's size,
 //! etcd's health in cluster mode and the RNIC port's own counters from
 //! sysfs. And `masq_build_info`, which masqd this is. Every label set is
-//! bounded: endpoints, tenants and rules come from the operator's files,
-//! opcodes and events from the protocol.
+//! bounded: tenants and rules come from the operator's files, opcodes and
+//! events from the protocol, peers from the VPC map. Endpoint names, which
+//! follow pods (`NAMESPACE.POD`, a Deployment's random suffix in it) or
+//! container ids, label only the scrape-time state: a series per endpoint
+//! served now, gone with it. Counted events (`Metrics`) never carry one, so
+//! masqd's own families do not grow with every pod a host ever served.
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -54,7 +58,7 @@ pub struct PeerLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CmEventLabels {
-    pub endpoint: String,
+    pub tenant: String,
     pub event: &'static str,
 }
 
@@ -180,10 +184,11 @@ impl Metrics {
             .inc();
     }
 
-    pub fn cm_event(&self, endpoint: &str, event: u32) {
+    /// An event delivered to an app of one of `tenant`'s endpoints.
+    pub fn cm_event(&self, tenant: &str, event: u32) {
         self.cm_events
             .get_or_create(&CmEventLabels {
-                endpoint: endpoint.to_string(),
+                tenant: tenant.to_string(),
                 event: cm_event_name(event),
             })
             .inc();
@@ -268,7 +273,7 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
     );
     r.register(
         "masq_cm_events",
-        "RDMA CM events delivered to tenants' apps",
+        "RDMA CM events delivered to tenants' apps, by tenant and event",
         m.cm_events.clone(),
     );
     r.register(
@@ -336,6 +341,13 @@ struct CounterLabels {
 struct PortLabels {
     device: String,
     counter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    device: String,
+    /// `transmit` or `receive`.
+    direction: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -535,25 +547,68 @@ impl prometheus_client::collector::Collector for Scrape {
                 )?;
             }
         }
-        let port: Family<PortLabels, Counter> = Family::default();
-        for (device, counters) in &s.port_counters {
-            for (name, v) in counters {
-                port.get_or_create(&PortLabels {
-                    device: device.clone(),
-                    counter: name.clone(),
-                })
-                .inc_by(*v);
-            }
-        }
-        put(
-            &mut enc,
-            "masq_rnic_port",
-            "The served RNIC ports' counters (sysfs counters/ and hw_counters/), one \
-             device per rail",
-            &port,
-        )?;
-        Ok(())
+        encode_port_counters(&mut enc, &s.port_counters)
     }
+}
+
+/// The port counters in the units Prometheus expects: the data counters,
+/// which sysfs counts in 4-octet words, as bytes; the packet counters as
+/// packets; every other file of `counters/` and `hw_counters/` (errors,
+/// discards, a driver's own packet and event counts) by its name in one
+/// family.
+fn encode_port_counters(
+    enc: &mut DescriptorEncoder,
+    devices: &[(String, Vec<(String, u64)>)],
+) -> Result<(), std::fmt::Error> {
+    let bytes: Family<DirectionLabels, Counter> = Family::default();
+    let packets: Family<DirectionLabels, Counter> = Family::default();
+    let other: Family<PortLabels, Counter> = Family::default();
+    for (device, counters) in devices {
+        for (name, v) in counters {
+            let dir = |direction| DirectionLabels {
+                device: device.clone(),
+                direction,
+            };
+            match name.as_str() {
+                "port_xmit_data" => bytes
+                    .get_or_create(&dir("transmit"))
+                    .inc_by(v.saturating_mul(4)),
+                "port_rcv_data" => bytes
+                    .get_or_create(&dir("receive"))
+                    .inc_by(v.saturating_mul(4)),
+                "port_xmit_packets" => packets.get_or_create(&dir("transmit")).inc_by(*v),
+                "port_rcv_packets" => packets.get_or_create(&dir("receive")).inc_by(*v),
+                _ => other
+                    .get_or_create(&PortLabels {
+                        device: device.clone(),
+                        counter: name.clone(),
+                    })
+                    .inc_by(*v),
+            };
+        }
+    }
+    put(
+        enc,
+        "masq_rnic_port_bytes",
+        "Bytes the served RNIC ports sent and received (sysfs counters/port_xmit_data \
+         and port_rcv_data, which count 4-octet words, times 4), one device per rail",
+        &bytes,
+    )?;
+    put(
+        enc,
+        "masq_rnic_port_packets",
+        "Packets the served RNIC ports sent and received (sysfs counters/port_xmit_packets \
+         and port_rcv_packets), one device per rail",
+        &packets,
+    )?;
+    put(
+        enc,
+        "masq_rnic_port",
+        "The served RNIC ports' other counters, each a count of the packets or events \
+         its sysfs file names (counters/ and hw_counters/), one device per rail",
+        &other,
+    )?;
+    Ok(())
 }
 
 /// One endpoint's numbers at a scrape.

@@ -82,7 +82,7 @@ impl Cm {
             return;
         };
         let bytes = proto::encode_notice(&proto::NoticeBody::CmEvent(ev));
-        st.metrics.cm_event(&i.ep.cfg.name, event);
+        st.metrics.cm_event(&i.ep.cfg.tenant, event);
         if let Err(e) = ch.sock.send_nowait(&bytes) {
             // The app stopped reading its channel: losing this event is its
             // doing, and masqd must not block on it. What a channel queues
