@@ -38,9 +38,12 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#include "masq_client.h"
-#include "masq_cm.h"
+#include "cm.h"
+#include "cmd/ah.h"
+#include "cmd/qp.h"
+#include "libmasq.h"
 #include "masq_proto.h"
+#include "transport/transport.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
