@@ -19,8 +19,3 @@ pub mod run;
 pub mod safe_fs;
 pub mod tenants;
 pub mod transport;
-
-// Paths other crates use (masqd, masqctl, masq-cni, tests, examples).
-pub use cluster::{registry, source};
-pub use enforce::admission;
-pub use operator::control;

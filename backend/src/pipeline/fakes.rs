@@ -177,9 +177,9 @@ pub(super) fn setup_limited(
     let mut cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
     cfg.tenant_limits = limits;
     let registry = Registry::new(&cfg);
-    let file = crate::source::SourceId::File;
+    let file = crate::cluster::source::SourceId::File;
     assert!(registry
-        .feed(file, crate::source::file_placements(&cfg))
+        .feed(file, crate::cluster::source::file_placements(&cfg))
         .is_empty());
     let admission = Admission::new(&cfg, &dir);
     let refs = registry.policy_refs();
