@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod cm;
 pub mod config;
 pub mod daemon;
+pub mod endpoints;
 pub mod enforce;
 pub mod error;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -298,8 +298,8 @@ mod tests {
     }
 
     fn refs(cfg: &Config) -> Vec<EndpointRef> {
-        let r = crate::cluster::registry::Registry::new(cfg);
-        let file = crate::cluster::source::SourceId::File;
+        let r = crate::endpoints::registry::Registry::new(cfg);
+        let file = crate::endpoints::placement::SourceId::File;
         assert!(r
             .feed(file, crate::cluster::source::file_placements(cfg))
             .is_empty());

@@ -1,7 +1,7 @@
 //! The registry's placements, checks and listings.
 
 use super::*;
-use crate::cluster::endpoint::Origin;
+use crate::endpoints::endpoint::Origin;
 
 fn cfg() -> Config {
     Config::parse(
