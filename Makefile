@@ -102,12 +102,13 @@ bench-cluster: deps build
 	$(CARGO) build --release --example cluster_scale
 	integration/bench/cluster $(CLUSTER_BENCH_ARGS)
 
-# masqd's modules: no import cycle and no use against the layer order
-# (docs/design.md, "Layers inside masqd and libmasq"), and no hand-written
-# source over 800 lines unless scripts/long-files.txt says why. Python
-# standard library only, so no deps: it fails within a second. The self-test
-# plants a cycle, a layer breach and a long file first, so the check cannot
-# pass by finding nothing.
+# No import cycle in any crate of the workspace, no use against masqd's
+# layer order (docs/design.md, "Layers inside masqd and libmasq"), no
+# circle among libmasq's files or folders and no libmasq header declaring
+# another file's functions, and no hand-written source over 800 lines unless
+# scripts/long-files.txt says why. Python standard library only, so no
+# deps: it fails within a second. The self-test plants each kind first, so
+# the check cannot pass by finding nothing.
 check-modules:
 	@python3 scripts/check-modules --self-test
 	@python3 scripts/check-modules --max-lines 800

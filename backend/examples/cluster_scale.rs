@@ -7,11 +7,12 @@
 //!
 //! cluster_scale [--endpoints N] [--rate PER_S] [--seconds S]
 
-use masq_backend::admission::Admission;
+use masq_backend::cluster::source::{FileSource, Source, Store};
 use masq_backend::cluster::Cluster;
 use masq_backend::config::{Config, EndpointConfig};
-use masq_backend::registry::Registry;
-use masq_backend::source::{FileSource, Placement, Source, SourceId, Store};
+use masq_backend::endpoints::placement::{Placement, SourceId};
+use masq_backend::endpoints::registry::Registry;
+use masq_backend::enforce::admission::Admission;
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};

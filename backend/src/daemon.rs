@@ -3,10 +3,10 @@
 //! cluster, housekeeping in `tenants::watch`) and stop them. The
 //! endpoints are served by `operator::endpoints`, the control socket's
 //! answers come from `operator::control_server`.
-use crate::cluster::endpoint::{Endpoint, Origin};
-use crate::cluster::registry::{Registry, RuntimeFile};
 use crate::cluster::source::{FileSource, Source};
 use crate::config::Config;
+use crate::endpoints::endpoint::{Endpoint, Origin};
+use crate::endpoints::registry::{Registry, RuntimeFile};
 use crate::enforce::admission::Admission;
 use crate::http::Said;
 use crate::kernel::host::HostDevice;
@@ -170,12 +170,12 @@ impl Daemon {
         for r in &cfg.rails {
             info!(rail = %r.name, device = %r.device, port = r.port, underlay = %r.underlay.ip, "rail");
         }
-        let nofile = crate::cluster::usage::raise_nofile();
+        let nofile = crate::endpoints::usage::raise_nofile();
         let l = &cfg.tenant_limits;
         info!(
             "descriptors: limit {nofile}, tenants' below {}; per endpoint at most {} sessions, \
              {} event channels, {} CM ids, {} address handles, {} connections",
-            crate::cluster::usage::fd_ceiling(l.fd_reserve, nofile),
+            crate::endpoints::usage::fd_ceiling(l.fd_reserve, nofile),
             l.sessions,
             l.event_channels,
             l.cm_ids,

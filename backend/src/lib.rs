@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod cm;
 pub mod config;
 pub mod daemon;
+pub mod endpoints;
 pub mod enforce;
 pub mod error;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -19,8 +20,3 @@ pub mod run;
 pub mod safe_fs;
 pub mod tenants;
 pub mod transport;
-
-// Paths other crates use (masqd, masqctl, masq-cni, tests, examples).
-pub use cluster::{registry, source};
-pub use enforce::admission;
-pub use operator::control;

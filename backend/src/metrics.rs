@@ -622,7 +622,7 @@ pub struct EndpointSample {
     pub refused_connections: u64,
     pub audit_bypasses: u64,
     pub audit_kills: u64,
-    /// Refusals at its `tenantLimits`, by what (`cluster::usage`).
+    /// Refusals at its `tenantLimits`, by what (`endpoints::usage`).
     pub limit_refusals: Vec<(&'static str, u64)>,
 }
 

@@ -2,12 +2,13 @@
 //! hosts' `Cluster`s feed stores of their own, as masqd feeds its registry.
 //! Skipped, saying so, where no etcd binary is installed.
 
+use masq_backend::cluster::source::{Source, Store};
 use masq_backend::cluster::Cluster;
 use masq_backend::cluster::{auth, policy};
 use masq_backend::config::identity::Identity;
 use masq_backend::config::{ClusterConfig, Config, EndpointConfig, TlsFiles};
-use masq_backend::registry::Registry;
-use masq_backend::source::{Placement, Source, SourceId, Store};
+use masq_backend::endpoints::placement::{Placement, SourceId};
+use masq_backend::endpoints::registry::Registry;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};

@@ -20,7 +20,7 @@
 mod spec;
 
 use masq_backend::config::{CniOwner, EndpointConfig};
-use masq_backend::control::{self, Request};
+use masq_backend::operator::control::{self, Request};
 use masq_backend::operator::pod_markers::{Marker, MarkerError, Markers};
 use serde_json::{json, Value};
 use spec::{code, CniError, Env, NetConf, Result};

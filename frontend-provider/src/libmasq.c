@@ -20,12 +20,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "masq_client.h"
-#include "masq_cm.h"
+#include "cmd/ah.h"
+#include "cmd/qp.h"
+#include "libmasq.h"
 #include "masq_gid.h"
 #include "masq_loader.h"
-#include "masq_ud.h"
 #include "masq_vdev.h"
+#include "transport/transport.h"
 
 #define IBVERBS_VERSION "IBVERBS_1.1"
 

@@ -29,7 +29,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "masq_client.h"
+#include "transport/transport.h"
 
 struct masq_gid_view {
 	struct masq_gid gids[MASQ_MAX_GIDS]; /* the populated entries */

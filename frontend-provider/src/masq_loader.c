@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "masq_client.h"
+#include "transport/transport.h"
 #include "masq_loader.h"
 
 enum verbs_lib { LIB_OTHER, LIB_IBVERBS, LIB_RDMACM };

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/statfs.h>
 
-#include "masq_client.h"
+#include "transport/transport.h"
 #include "masq_sysfs.h"
 
 int masq_sysfs_setup(void)

@@ -9,7 +9,7 @@
 
 #include <infiniband/verbs.h>
 
-#include "masq_client.h"
+#include "transport/transport.h"
 
 /*
  * Ask masqd for the endpoint's devices and keep those of list[0..n) that

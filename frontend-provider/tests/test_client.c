@@ -26,8 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "masq_client.h"
+#include "cmd/ah.h"
+#include "cmd/qp.h"
 #include "masq_proto.h"
+#include "transport/transport.h"
 #include "check.h"
 
 #define MAX_HANDLES 16

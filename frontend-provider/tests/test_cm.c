@@ -24,9 +24,10 @@
 
 #include <rdma/rdma_cma.h>
 
-#include "masq_client.h"
-#include "masq_cm.h"
+#include "cm/cm.h"
+#include "cmd/qp.h"
 #include "masq_proto.h"
+#include "transport/transport.h"
 #include "check.h"
 #include "fake_masqd.h"
 

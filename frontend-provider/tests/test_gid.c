@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "masq_client.h"
+#include "transport/transport.h"
 #include "masq_gid.h"
 #include "masq_proto.h"
 #include "check.h"

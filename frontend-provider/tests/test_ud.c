@@ -14,9 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "masq_client.h"
+#include "cmd/ah.h"
 #include "masq_proto.h"
-#include "masq_ud.h"
+#include "transport/transport.h"
 #include "check.h"
 
 static void run(const char *name, void (*fn)(void))

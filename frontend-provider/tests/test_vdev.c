@@ -18,7 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "masq_client.h"
+#include "transport/transport.h"
 #include "masq_proto.h"
 #include "masq_vdev.h"
 #include "check.h"

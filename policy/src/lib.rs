@@ -15,7 +15,6 @@
 
 mod compile;
 mod error;
-mod kubernetes;
 mod nft;
 mod schema;
 mod yaml;

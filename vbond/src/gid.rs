@@ -1,6 +1,6 @@
 //! GIDs, EUI-64, and the virtual GID table built from a vNIC.
 
-use crate::vnic::Vnic;
+use crate::nic::Vnic;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A GID as the verbs API carries it: 16 bytes, network order.
@@ -107,7 +107,7 @@ pub fn virtual_gid_table(nic: &Vnic) -> Vec<VirtualGid> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vnic::IfAddr;
+    use crate::nic::IfAddr;
 
     const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
 

@@ -12,6 +12,7 @@
 //! - [`read_host_gids`]: the host RNIC's GID table from sysfs.
 
 mod gid;
+mod nic;
 mod sysfs;
 mod vnic;
 mod vpc;
@@ -20,8 +21,9 @@ pub use gid::{
     eui64_from_mac, gid_to_string, guid_from_mac, ipv4_mapped_gid, link_local_gid, parse_gid,
     vip_of_gid, virtual_gid_table, Gid, VirtualGid,
 };
+pub use nic::{IfAddr, Vnic};
 pub use sysfs::{read_host_gids, HostGid};
-pub use vnic::{read_vnic, Binding, IfAddr, Vnic};
+pub use vnic::{read_vnic, Binding};
 pub use vpc::{
     reverse_dgid, translate_sgid_index, Peer, Route, TranslateError, VpcMap, FIRST_RAIL,
 };

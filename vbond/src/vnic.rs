@@ -2,6 +2,7 @@
 //! and following it as it changes.
 
 use crate::gid::{guid_from_mac, virtual_gid_table, VirtualGid};
+use crate::nic::{IfAddr, Vnic};
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
@@ -14,29 +15,9 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use std::fs::File;
 use std::io;
-use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IfAddr {
-    pub ip: IpAddr,
-    pub prefix_len: u8,
-}
-
-/// What masq needs of an endpoint's network interface.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Vnic {
-    pub ifname: String,
-    pub ifindex: u32,
-    pub mac: [u8; 6],
-    pub mtu: u32,
-    /// Administratively up and with carrier (IFF_UP and IFF_RUNNING).
-    pub up: bool,
-    /// In the kernel's order, IPv4 and IPv6 together.
-    pub addrs: Vec<IfAddr>,
-}
 
 fn invalid(what: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
@@ -379,7 +360,7 @@ impl AsFd for Binding {
 mod tests {
     use super::*;
     use netlink_packet_route::AddressFamily;
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     fn link(index: u32, name: &str, mac: Option<Vec<u8>>, flags: LinkFlags) -> RouteNetlinkMessage {
         let mut l = LinkMessage::default();

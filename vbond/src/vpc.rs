@@ -313,8 +313,8 @@ pub fn reverse_dgid(
 mod tests {
     use super::*;
     use crate::gid::{link_local_gid, parse_gid, virtual_gid_table};
+    use crate::nic::{IfAddr, Vnic};
     use crate::sysfs::{read_host_gids, tests::fixture};
-    use crate::vnic::{IfAddr, Vnic};
 
     fn ip(s: &str) -> Ipv4Addr {
         s.parse().unwrap()

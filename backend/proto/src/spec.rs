@@ -8,9 +8,9 @@
 //! libibverbs' numbering.
 //!
 //! The `peers` messages travel between masqds only (the CM exchange, see
-//! `backend/src/cm_link.rs`). Their structs are named `Peer*` and their
-//! constants `PEER_*`, which keeps them out of the C header: libmasq never
-//! sees them.
+//! `backend/src/peer/`, whose `wire.rs` encodes them). Their structs are
+//! named `Peer*` and their constants `PEER_*`, which keeps them out of the
+//! C header: libmasq never sees them.
 
 use crate::wire::{constants, messages, wire_structs};
 

@@ -4,10 +4,10 @@
 use masq_backend::cluster::auth;
 use masq_backend::config::identity::Identity;
 use masq_backend::config::TlsFiles;
-use masq_backend::control::{self, CtFilter, Request};
 use masq_backend::operator::cli::generate;
 use masq_backend::operator::cli::masqctl::{Action, Cli, Format, InitAuthArgs};
 use masq_backend::operator::cli::output;
+use masq_backend::operator::control::{self, CtFilter, Request};
 use masq_backend::operator::policy_as_operator::{self, Failure};
 use std::io::Write;
 use std::path::{Path, PathBuf};

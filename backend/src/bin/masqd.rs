@@ -48,8 +48,8 @@ fn main() -> ExitCode {
             eprintln!("masqd: {}: {e}", cli.config.display());
             return ExitCode::from(1);
         }
-        let checked =
-            masq_backend::source::FileSource::new(&cfg, &config_dir).and_then(|f| f.check());
+        let checked = masq_backend::cluster::source::FileSource::new(&cfg, &config_dir)
+            .and_then(|f| f.check());
         let policy = match checked {
             Ok(p) => p,
             Err(e) => {

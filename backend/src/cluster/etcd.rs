@@ -32,9 +32,10 @@
 
 use crate::cluster::client::tls_options;
 use crate::cluster::policy::{compare_and_put, denied, StoredPolicy, WriteError, LOST};
-use crate::cluster::source::{Placement, Source, SourceId, Store};
+use crate::cluster::source::{Source, Store};
 use crate::config::identity::Identity;
 use crate::config::{ClusterConfig, EndpointConfig};
+use crate::endpoints::placement::{Placement, SourceId};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
     WatchOptions,

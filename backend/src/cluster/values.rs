@@ -6,7 +6,7 @@
 
 use super::publish::Published;
 use crate::cluster::policy::StoredPolicy;
-use crate::cluster::source::Placement;
+use crate::endpoints::placement::Placement;
 use std::net::Ipv4Addr;
 
 /// One key and value of the store, as the cluster task reads it.

@@ -87,7 +87,7 @@ impl Cm {
             // The app stopped reading its channel: losing this event is its
             // doing, and masqd must not block on it. What a channel queues
             // is bounded by its socket's send buffer (kernel memory).
-            i.ep.usage.count(crate::cluster::usage::What::CmEvents);
+            i.ep.usage.count(crate::endpoints::usage::What::CmEvents);
             warn!(
                 session = i.session,
                 id, event, "CM event not delivered: {e}"
@@ -113,7 +113,7 @@ impl Cm {
     /// The virtual address vector from this endpoint to vIP `dst`.
     pub(super) fn virtual_ah(
         shared: &dyn CmHost,
-        ep: &crate::cluster::endpoint::Endpoint,
+        ep: &crate::endpoints::endpoint::Endpoint,
         sgid_index: u8,
         dst: Ipv4Addr,
     ) -> proto::AhAttr {

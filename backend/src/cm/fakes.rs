@@ -12,10 +12,11 @@
 //! other.
 
 use super::{Cm, CmHost};
-use crate::cluster::endpoint::{Endpoint, Origin};
-use crate::cluster::registry::Registry;
-use crate::cluster::source::{file_placements, Placement, SourceId};
+use crate::cluster::source::file_placements;
 use crate::config::{Config, TenantLimits};
+use crate::endpoints::endpoint::{Endpoint, Origin};
+use crate::endpoints::placement::{Placement, SourceId};
+use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;

@@ -3,9 +3,9 @@
 
 use super::{fail, random_u32, Channel, Cm, CmHost, Id, Phase, State};
 use super::{EPHEMERAL, MAX_CHANNELS_PER_SESSION};
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::usage::{fd_room, Slot, What};
 use crate::config::TenantLimits;
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::usage::{fd_room, Slot, What};
 use crate::error::{refuse, Refusal};
 use crate::peer::msg::{Params, PeerMsg};
 use crate::transport::seqpacket::Conn;

@@ -5,8 +5,8 @@
 //! channel or id given back, or a session gone, makes room again.
 use super::fakes::FakeCmHost as Host;
 use super::*;
-use crate::cluster::usage::What;
 use crate::config::TenantLimits;
+use crate::endpoints::usage::What;
 
 /// The host, acme-a and globex-a: three event channels and four CM ids each.
 fn setup() -> (Host, Arc<Endpoint>, Arc<Endpoint>) {

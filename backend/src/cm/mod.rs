@@ -29,9 +29,9 @@ mod restore;
 mod ud;
 mod ud_peers;
 
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::registry::Registry;
-use crate::cluster::usage::Slot;
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::registry::Registry;
+use crate::endpoints::usage::Slot;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::{Link, Outgoing, Sent};

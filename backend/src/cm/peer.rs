@@ -2,7 +2,7 @@
 //! RTU, DREQ), and the admission of a request from another host.
 
 use super::{random_u32, Cm, CmHost, Id, PeerRef, Phase, State};
-use crate::cluster::endpoint::Endpoint;
+use crate::endpoints::endpoint::Endpoint;
 use crate::peer::msg::{Params, PeerMsg};
 use masq_proto as proto;
 use std::net::Ipv4Addr;

@@ -317,7 +317,10 @@ fn a_flood_of_reqs_stops_at_the_endpoints_cm_ids_with_rej_no_resources() {
     assert_eq!(rejected, (103..120).collect::<Vec<_>>());
     assert_eq!(table(&cm).len(), 4);
     let globex_ep = h.endpoint("globex-a");
-    assert_eq!(globex_ep.usage.held(crate::cluster::usage::What::CmIds), 4);
+    assert_eq!(
+        globex_ep.usage.held(crate::endpoints::usage::What::CmIds),
+        4
+    );
     // acme-a, on the same host, still gets its ids.
     let acme = App::open(&cm, &h, 2, "acme-a").expect("acme-a");
     acme.create_id(&cm, &h, false).expect("acme-a's id");

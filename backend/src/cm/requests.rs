@@ -3,7 +3,7 @@
 //! step and the role of a QP).
 
 use super::{fail, random_u32, Cm, CmHost, Phase, Role, State, MAX_IDS_PER_SESSION};
-use crate::cluster::endpoint::Endpoint;
+use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
 use crate::peer::msg::{Params, PeerMsg};

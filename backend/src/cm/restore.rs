@@ -2,7 +2,7 @@
 //! their old numbers, as far as masqd can check them.
 
 use super::{fail, Cm, CmHost, PeerRef, Phase, State, MAX_IDS_PER_SESSION};
-use crate::cluster::endpoint::Endpoint;
+use crate::endpoints::endpoint::Endpoint;
 use crate::error::Refusal;
 use masq_proto as proto;
 use std::net::Ipv4Addr;

@@ -298,9 +298,11 @@ mod tests {
     }
 
     fn refs(cfg: &Config) -> Vec<EndpointRef> {
-        let r = crate::registry::Registry::new(cfg);
-        let file = crate::source::SourceId::File;
-        assert!(r.feed(file, crate::source::file_placements(cfg)).is_empty());
+        let r = crate::endpoints::registry::Registry::new(cfg);
+        let file = crate::endpoints::placement::SourceId::File;
+        assert!(r
+            .feed(file, crate::cluster::source::file_placements(cfg))
+            .is_empty());
         r.policy_refs()
     }
 

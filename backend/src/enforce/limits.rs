@@ -1,8 +1,8 @@
 //! The endpoints' limits on this host: their rdma cgroup limits and, on
 //! software RoCE, their RoCE egress shaping.
 
-use crate::cluster::endpoint::Endpoint;
 use crate::config::{Config, EndpointConfig};
+use crate::endpoints::endpoint::Endpoint;
 use crate::enforce::ratelimit::RateLimits;
 use crate::enforce::rdma_cgroup::{self, Applied, Cgroups};
 use std::sync::atomic::Ordering;

@@ -10,9 +10,9 @@
 //! `P/claims/names/` + key, `P/status/` + key, or the key bytes alone).
 
 use crate::cluster::etcd::{claim_holder, parse_value, Parsed};
-use crate::cluster::registry::Registry;
-use crate::cluster::source::SourceId;
 use crate::config::Config;
+use crate::endpoints::placement::SourceId;
+use crate::endpoints::registry::Registry;
 use std::path::Path;
 
 pub const PREFIX: &str = "/masq";

@@ -16,10 +16,10 @@
 //! `tenantLimits.cmIds` and match its count; once the CM is gone, every
 //! id and channel is given back.
 
-use crate::cluster::usage::What;
 use crate::cm::fakes::{self, App, FakeCmHost, Outbox, HOST2, HOST3, VIP_B, VIP_C};
 use crate::cm::Cm;
 use crate::config::TenantLimits;
+use crate::endpoints::usage::What;
 use crate::peer::msg::PeerMsg;
 use crate::peer::wire;
 use masq_proto as proto;

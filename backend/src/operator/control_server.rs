@@ -150,7 +150,7 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
                     let mut v = json!({
                         "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
                         "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
-                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::cluster::endpoint::vdev_name(ep.vdev.load(Ordering::Relaxed)),
+                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::endpoints::endpoint::vdev_name(ep.vdev.load(Ordering::Relaxed)),
                         "rail": parts.rail(ep).name, "device_of": ep.cfg.device_of,
                         "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
                         "max_connections": ep.cfg.max_connections,

@@ -3,9 +3,9 @@
 //! endpoint add/del`): everything an endpoint has in the kernel and on
 //! disk comes and goes with it, and no other endpoint notices.
 
-use crate::cluster::endpoint::{Endpoint, Origin};
-use crate::cluster::registry::RuntimeFile;
 use crate::config::{CniOwner, EndpointConfig};
+use crate::endpoints::endpoint::{Endpoint, Origin};
+use crate::endpoints::registry::RuntimeFile;
 use crate::run::lock;
 use crate::tenants::parts::Parts;
 use crate::tenants::serve::{accept_loop, further_view_for, sysfs_view_for};

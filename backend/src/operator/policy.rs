@@ -3,7 +3,8 @@
 //! cluster), and again whenever the set of endpoints changes. Every path
 //! holds `policy_ops` from resolving the policy to putting it in force.
 
-use crate::cluster::source::{Placement, SourceId, Store};
+use crate::cluster::source::Store;
+use crate::endpoints::placement::{Placement, SourceId};
 use crate::run::lock;
 use crate::tenants::parts::Parts;
 use serde_json::{json, Value};

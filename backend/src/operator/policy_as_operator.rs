@@ -10,7 +10,7 @@
 use crate::cluster::policy::{write_as_operator, StoredPolicy};
 use crate::config::identity::Identity;
 use crate::config::TlsFiles;
-use crate::control::{self, Request};
+use crate::operator::control::{self, Request};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -10,8 +10,8 @@
 //! RESOLVE_GRH names a received packet's sender in virtual terms, for
 //! ibv_init_ah_from_wc.
 
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::usage::{Slot, What};
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::usage::{Slot, What};
 use crate::error::{from_io, refuse, Refusal};
 use crate::pipeline::ports::{connection_quota, Held, QpHost, BACKSTOP_WAIT};
 use crate::pipeline::qp::physical_av;

@@ -3,7 +3,7 @@
 //! security groups, bound to the kernel's AH, admitted again after a
 //! restart, forgotten; no RDMA needed.
 use super::*;
-use crate::cluster::usage::What;
+use crate::endpoints::usage::What;
 use crate::pipeline::fakes::*;
 
 /// The example's host1 and a session of acme-a (10.0.0.1, VNI 100) that

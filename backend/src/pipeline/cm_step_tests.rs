@@ -2,7 +2,7 @@
 //! fake CM: the QP goes through the QP pipeline, RTR then RTS, and only
 //! then is the accept or establish sent; a refusal stops at its step.
 use super::*;
-use crate::cluster::endpoint::Endpoint;
+use crate::endpoints::endpoint::Endpoint;
 use crate::error::refuse;
 use crate::kernel::ibv::{IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QP_SQ_PSN, IBV_QP_STATE};
 use crate::pipeline::fakes::*;

@@ -2,9 +2,9 @@
 //! (the example config's VPC map and policy, RConntrack's table, the
 //! audit's vouchers, an optional backstop guard) and the guard, whose calls
 //! go to a log.
-use crate::cluster::endpoint::{Endpoint, Origin};
-use crate::cluster::registry::Registry;
 use crate::config::Config;
+use crate::endpoints::endpoint::{Endpoint, Origin};
+use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::error::{refuse, Refusal};
@@ -177,9 +177,9 @@ pub(super) fn setup_limited(
     let mut cfg = Config::load(&dir.join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
     cfg.tenant_limits = limits;
     let registry = Registry::new(&cfg);
-    let file = crate::source::SourceId::File;
+    let file = crate::endpoints::placement::SourceId::File;
     assert!(registry
-        .feed(file, crate::source::file_placements(&cfg))
+        .feed(file, crate::cluster::source::file_placements(&cfg))
         .is_empty());
     let admission = Admission::new(&cfg, &dir);
     let refs = registry.policy_refs();

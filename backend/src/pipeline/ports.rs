@@ -3,8 +3,8 @@
 //! traits, so they use no daemon state and the pipelines are tested
 //! without RDMA.
 
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::registry::Registry;
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::registry::Registry;
 use crate::error::Refusal;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;

@@ -18,7 +18,7 @@
 //! records what the kernel says the QP's state is now. The kernel and the
 //! host are traits, so the pipeline is tested without RDMA (`tests` below).
 
-use crate::cluster::endpoint::Endpoint;
+use crate::endpoints::endpoint::Endpoint;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::ibv::state_name;
 use crate::kernel::ibv::{
@@ -252,7 +252,7 @@ fn admit(
     if held >= max as usize {
         sess.ep
             .usage
-            .count(crate::cluster::usage::What::Connections);
+            .count(crate::endpoints::usage::What::Connections);
         return Err(refuse(
             libc::EDQUOT,
             format!(

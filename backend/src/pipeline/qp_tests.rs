@@ -436,10 +436,10 @@ fn a_qp_on_another_rail_is_guarded_at_that_rails_address() {
     // Each device numbers its QPs alone: its QPN 0x11 is not the first
     // rail's QPN 0x11.
     let (h, mut sess, log) = guarded();
-    let ep = crate::cluster::endpoint::Endpoint::new(
+    let ep = crate::endpoints::endpoint::Endpoint::new(
         sess.ep.cfg.clone(),
         sess.ep.socket.clone(),
-        crate::cluster::endpoint::Origin::File,
+        crate::endpoints::endpoint::Origin::File,
         None,
     );
     sess.ep = Arc::new(ep.on_rail(1, Some("rail1")));

@@ -2,7 +2,7 @@
 //! address handles. Plain data, shared by the verbs pipelines, the session
 //! loop and the control socket's view; it uses none of them.
 
-use crate::cluster::endpoint::Endpoint;
+use crate::endpoints::endpoint::Endpoint;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -120,7 +120,7 @@ pub struct AhRecord {
     pub remote_vip: Ipv4Addr,
     pub peer_host: Ipv4Addr,
     /// Its place in its endpoint's `tenantLimits.addressHandles`.
-    pub(crate) _slot: crate::cluster::usage::Slot,
+    pub(crate) _slot: crate::endpoints::usage::Slot,
 }
 
 #[cfg(test)]

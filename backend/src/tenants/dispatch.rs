@@ -2,8 +2,8 @@
 //! QP changes to the pipeline (`pipeline::qp`) with the app's own uverbs file,
 //! the CM's requests to the CM.
 
-use crate::cluster::endpoint::vdev_name;
 use crate::cm::{Cm, CmHost};
+use crate::endpoints::endpoint::vdev_name;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::uverbs;
 use crate::pipeline::cm_step::cm_qp_step;
@@ -301,7 +301,7 @@ fn open_device(
     }
     // Held as long as the session: within masqd's descriptor reserve.
     let reserve = parts.registry.limits().fd_reserve;
-    crate::cluster::usage::fd_room(&sess.ep.usage, fd.as_raw_fd(), 0, reserve)?;
+    crate::endpoints::usage::fd_room(&sess.ep.usage, fd.as_raw_fd(), 0, reserve)?;
     let fd = Arc::new(fd);
     parts.sessions.register_fd(sess.id, fd.clone());
     sess.uverbs = Some(fd);

@@ -1,9 +1,9 @@
 //! The order of a session's requests: the CM's only once the session has
 //! opened its device.
 use super::*;
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::usage::What;
 use crate::cm::fakes;
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::usage::What;
 use proto::RequestBody as R;
 
 /// Every request the CM serves (`Cm::request`), with a body of zeroes.

@@ -8,11 +8,11 @@
 //! both the sessions and the CM. The operator's side (`operator/`) changes it through
 //! its methods; `daemon.rs` wires it and starts its threads.
 
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::registry::Registry;
 use crate::cluster::Cluster;
 use crate::cm::Cm;
 use crate::config::Config;
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::enforce::limits::Limits;
@@ -287,7 +287,7 @@ impl crate::cm::CmHost for Parts {
     fn tracked_qp(
         &self,
         session: u64,
-        ep: &crate::cluster::endpoint::Endpoint,
+        ep: &crate::endpoints::endpoint::Endpoint,
         qpn: u32,
     ) -> Option<(std::net::Ipv4Addr, u32)> {
         let pid_of = |s: u64| self.sessions.pid(s);

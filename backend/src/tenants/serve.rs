@@ -2,8 +2,8 @@
 //! network namespace, have the backstop filter its cgroup, run its session
 //! and forget what it held when it goes; and the endpoint's sysfs view.
 
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::usage::{fd_room, Slot, What};
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::usage::{fd_room, Slot, What};
 use crate::error::Refusal;
 use crate::pipeline::session::Session;
 use crate::run::now_secs;

@@ -295,7 +295,7 @@ impl From<OwnedFd> for Conn {
     }
 }
 
-/// Its number, for masqd's descriptor ceiling (`cluster::usage::fd_room`).
+/// Its number, for masqd's descriptor ceiling (`endpoints::usage::fd_room`).
 impl AsRawFd for Conn {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()

@@ -1,11 +1,16 @@
-/* CM events: a CM_EVENT notice turned into struct rdma_cm_event, acting on
- * it on the way as librdmacm does (route, new ids, the active side's RTS). */
+/* CM events: rdma_get_cm_event reads masqd's CM_EVENT notices off a
+ * channel and turns each into struct rdma_cm_event, acting on it on the way
+ * as librdmacm does (route, new ids, the active side's RTS); a sync id's
+ * call waits here for its event (masq_cm_complete). */
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -260,4 +265,79 @@ drop:
 	pthread_cond_broadcast(&masq_cm_ids_cond);
 	pthread_mutex_unlock(&masq_cm_ids_lock);
 	return 0;
+}
+
+int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct masq_msg_cm_event_notice m;
+	uint8_t buf[MASQ_MAX_MESSAGE];
+	struct cm_event *e;
+	uint64_t serial;
+	ssize_t n;
+	int err, fd;
+
+	if (!channel || !event)
+		return fail(EINVAL);
+	/* channel may be freed while recv blocks: only these are used after. */
+	serial = container_of(channel, struct cm_channel, ch)->serial;
+	fd = channel->fd;
+	for (;;) {
+		unsigned int gen = masq_cm_generation();
+
+		/* Blocks unless the app made the fd non-blocking: then EAGAIN. */
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n < 0)
+			return -1;
+		if (n == 0) {
+			if (!masq_cm_channel_live(serial)) {
+				for (;;)
+					pause(); /* destroyed under us: no event ever comes */
+			}
+			/* masqd went away: once a new one has the channel and
+			 * its ids again, fd is its new event socket. Blocks
+			 * until masqd is back, as the kernel's would. */
+			while ((err = masq_cm_recover(gen)) == EAGAIN)
+				masq_cm_nap_ms(100);
+			if (err || masq_cm_channel_generation(serial, 0) != masq_cm_generation())
+				return fail(ECONNRESET);
+			continue;
+		}
+		err = masq_msg_cm_event_notice_decode(buf, (size_t)n, &m);
+		if (err) {
+			masq_log("dropping a malformed CM event notice: %s", strerror(-err));
+			continue;
+		}
+		e = calloc(1, sizeof(*e));
+		if (!e)
+			return fail(ENOMEM);
+		if (masq_cm_process_event(&m.body, e)) {
+			*event = &e->ev;
+			return 0;
+		}
+		free(e);
+	}
+}
+
+/* A sync id's call waits for its outcome, kept in id->event until the
+ * next call or rdma_destroy_id (as librdmacm's ucma_complete). */
+int masq_cm_complete(struct cm_id *c, enum rdma_cm_event_type want, enum rdma_cm_event_type or)
+{
+	struct rdma_cm_event *ev;
+
+	if (!c->sync)
+		return 0;
+	if (c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	if (rdma_get_cm_event(c->id.channel, &c->id.event))
+		return -1;
+	ev = c->id.event;
+	if (ev->event == RDMA_CM_EVENT_REJECTED)
+		return fail(ECONNREFUSED);
+	if (ev->status)
+		return fail(ev->status < 0 ? -ev->status : ev->status);
+	if (ev->event == want || ev->event == or)
+		return 0;
+	return fail(ev->event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET : EPROTO);
 }

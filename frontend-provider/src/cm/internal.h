@@ -38,9 +38,12 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#include "masq_client.h"
-#include "masq_cm.h"
+#include "cm.h"
+#include "cmd/ah.h"
+#include "cmd/qp.h"
+#include "libmasq.h"
 #include "masq_proto.h"
+#include "transport/transport.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -235,22 +238,21 @@ static inline uint32_t channel_handle(struct rdma_event_channel *ch)
 	return container_of(ch, struct cm_channel, ch)->handle;
 }
 
-/* The channels (channel.c) and ids (id.c) not destroyed yet, each under
- * its lock; fork_prepare (conn.c) takes every lock in a fixed order. */
+/* The channels and ids not destroyed yet (table.c), each under its lock;
+ * fork_prepare (conn.c) takes every lock in a fixed order. */
 extern pthread_mutex_t masq_cm_channels_lock;
 extern struct cm_channel *masq_cm_channels;
 extern pthread_mutex_t masq_cm_ids_lock;
 extern pthread_cond_t masq_cm_ids_cond;
 extern struct cm_id *masq_cm_ids;
 
-/* channel.c */
+/* table.c */
 int masq_cm_channel_live(uint64_t serial);
 unsigned int masq_cm_channel_generation(uint64_t serial, unsigned int set);
-int masq_cm_complete(struct cm_id *c, enum rdma_cm_event_type want, enum rdma_cm_event_type or);
-
-/* id.c */
 struct cm_id *masq_cm_lookup_id(uint32_t handle);
 void masq_cm_insert_id(struct cm_id *c);
+
+/* id.c */
 void masq_cm_set_restore(struct cm_id *c, uint32_t state);
 void masq_cm_attach_device(struct cm_id *c);
 struct cm_id *masq_cm_alloc_id(struct rdma_event_channel *channel, void *context,
@@ -260,6 +262,7 @@ int masq_cm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id
 
 /* event.c */
 int masq_cm_process_event(const struct masq_cm_event *n, struct cm_event *e);
+int masq_cm_complete(struct cm_id *c, enum rdma_cm_event_type want, enum rdma_cm_event_type or);
 
 /* qp.c */
 void masq_cm_keep_qp_attrs(struct cm_id *c, const struct masq_cm_event *n);

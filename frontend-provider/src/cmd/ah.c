@@ -1,5 +1,5 @@
 /*
- * UD address handles through masqd (see masq_ud.h and backend/src/ud.rs),
+ * UD address handles through masqd (see ah.h and backend/src/ud.rs),
  * ibv_ah_attr on the wire, and the AHs a session remembers to name them
  * again after a restart.
  */
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ah.h"
 #include "masq_proto.h"
-#include "masq_ud.h"
 
 static void v4_mapped(uint8_t gid[16], const uint8_t addr[4])
 {

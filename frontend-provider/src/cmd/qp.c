@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "masq_client.h"
+#include "ah.h"
 #include "masq_proto.h"
+#include "qp.h"
 
 static struct masq_qp_info *find_qp(struct masq_session *s, uint32_t handle)
 {

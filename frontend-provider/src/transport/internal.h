@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "masq_client.h"
+#include "transport.h"
 
 /* Send one datagram, with pass_fd as SCM_RIGHTS unless it is -1. 0, an
  * errno, or EPROTO when it was cut short. */

@@ -1,5 +1,5 @@
 /*
- * A session on masqd (see masq_client.h): open, close, and its requests,
+ * A session on masqd (see transport.h): open, close, and its requests,
  * which wait for a masqd that went away. The socket is conn.c's, the
  * watcher that reconnects reconnect.c's.
  */

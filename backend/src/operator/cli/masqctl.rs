@@ -12,7 +12,7 @@
 //! `conntrack list/watch/delete`, before or after the filters.
 
 use crate::config::{EndpointConfig, RdmaLimits};
-use crate::control::{CtFilter, Request};
+use crate::operator::control::{CtFilter, Request};
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::net::Ipv4Addr;

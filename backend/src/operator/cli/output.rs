@@ -7,7 +7,7 @@
 //! makes `masqctl/v2`.
 
 use super::masqctl::Format;
-use crate::control::{gid_rows, render_table, s, Request};
+use crate::operator::control::{gid_rows, render_table, s, Request};
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn every_request_has_a_listed_kind_of_its_own() {
-        let f = crate::control::CtFilter::default;
+        let f = crate::operator::control::CtFilter::default;
         let (p, t) = (String::new, String::new);
         let all = [
             Request::Status,

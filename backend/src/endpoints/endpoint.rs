@@ -63,7 +63,7 @@ pub struct Endpoint {
     /// when it has a quota: two admissions cannot both take the last slot.
     pub quota: Mutex<()>,
     /// What its apps make masqd hold, and the refusals at its limits.
-    pub usage: Arc<crate::cluster::usage::Usage>,
+    pub usage: Arc<crate::endpoints::usage::Usage>,
     /// Its rdma cgroup limits could not be set (logged once until they are).
     pub rdma_limits_failing: AtomicBool,
     /// The pod's cgroup the backstop filters as this endpoint's (masq-nri
@@ -78,7 +78,7 @@ impl Endpoint {
         origin: Origin,
         view: Option<crate::kernel::sysfs_view::View>,
     ) -> Endpoint {
-        let usage = Arc::new(crate::cluster::usage::Usage::new(&cfg.name));
+        let usage = Arc::new(crate::endpoints::usage::Usage::new(&cfg.name));
         Endpoint {
             cfg,
             rail: 0,

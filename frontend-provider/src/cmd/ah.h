@@ -1,15 +1,16 @@
 /*
- * UD address handles through masqd: the client side of CREATE_AH,
+ * Address handles through masqd (cmd/ah.c): the client side of CREATE_AH,
  * BIND_AH, DESTROY_AH and RESOLVE_GRH, and the reading of a received
  * packet's GRH (which carries physical addresses).
  */
-#ifndef MASQ_UD_H
-#define MASQ_UD_H
+#ifndef MASQ_CMD_AH_H
+#define MASQ_CMD_AH_H
 
 #include <infiniband/verbs.h>
 #include <stdint.h>
 
-#include "masq_client.h"
+#include "masq_proto.h"
+#include "transport/transport.h"
 
 /* What a received GRH says, IPv4 or IPv6 alike; GIDs IPv4-mapped. */
 struct masq_grh_info {
@@ -42,5 +43,15 @@ void masq_destroy_ah(struct masq_session *s, uint32_t handle);
  * endpoint's virtual GID it was sent to. */
 int masq_resolve_grh(struct masq_session *s, uint32_t src_qp, const struct masq_grh_info *g,
 		     uint8_t vsgid[16], uint8_t *vindex);
+
+/* struct ibv_ah_attr <-> the wire (the global route flattened in). */
+void masq_ah_attr_to_wire(struct masq_ah_attr *w, const struct ibv_ah_attr *ah);
+void masq_ah_attr_from_wire(struct ibv_ah_attr *ah, const struct masq_ah_attr *w);
+
+/* Remember the AH of kernel handle `handle`, made from `virt` (for
+ * RESYNC_AH), or forget it. ENOMEM, or 0. */
+int masq_session_remember_ah(struct masq_session *s, uint32_t handle,
+			     const struct ibv_ah_attr *virt);
+void masq_session_forget_ah(struct masq_session *s, uint32_t handle);
 
 #endif

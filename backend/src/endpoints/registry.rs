@@ -8,9 +8,9 @@
 //! is seen by every path at once. Readers take a snapshot (an `Arc` or a
 //! copy) and never hold the lock across I/O.
 
-use crate::cluster::endpoint::Endpoint;
-use crate::cluster::source::{Placement, SourceId};
 use crate::config::{Config, EndpointConfig};
+use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::placement::{Placement, SourceId};
 use masq_policy::EndpointRef;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};

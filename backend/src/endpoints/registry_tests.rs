@@ -1,7 +1,7 @@
 //! The registry's placements, checks and listings.
 
 use super::*;
-use crate::cluster::endpoint::Origin;
+use crate::endpoints::endpoint::Origin;
 
 fn cfg() -> Config {
     Config::parse(
@@ -44,7 +44,10 @@ fn add(r: &Registry, e: EndpointConfig) {
 /// A registry the config file's source has fed.
 fn registry() -> Registry {
     let r = Registry::new(&cfg());
-    let refused = r.feed(SourceId::File, crate::source::file_placements(&cfg()));
+    let refused = r.feed(
+        SourceId::File,
+        crate::cluster::source::file_placements(&cfg()),
+    );
     assert!(refused.is_empty(), "{refused:?}");
     r
 }
@@ -293,7 +296,7 @@ fn a_local_endpoint_ranks_over_every_source_and_unnamed_entries_stay_unnamed() {
     let r = registry();
     let mut unnamed = placement("198.18.0.1", "x", 100, "10.0.0.3");
     unnamed.name = None;
-    let mut feed = crate::source::file_placements(&cfg());
+    let mut feed = crate::cluster::source::file_placements(&cfg());
     feed.push(unnamed);
     assert!(r.feed(SourceId::File, feed).is_empty());
     assert!(!r

@@ -1,5 +1,5 @@
 /*
- * libmasq's RDMA CM (src/cm/): librdmacm's API carried to masqd.
+ * libmasq's RDMA CM (src/cm): librdmacm's API carried to masqd.
  * The API itself is <rdma/rdma_cma.h>; this header holds what the
  * implementation shares with its tests.
  */
@@ -9,7 +9,6 @@
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 
-#include "masq_client.h"
 #include "masq_proto.h"
 
 /* The wire's IPv4 socket address <-> struct sockaddr_in. */
@@ -24,13 +23,5 @@ void masq_cm_addr_from_wire(struct sockaddr_in *sin, const struct masq_cm_addr *
  */
 void masq_cm_add_device(struct ibv_context *ctx, struct ibv_pd *pd, uint8_t max_rd_atom,
 			uint8_t max_init_rd_atom, in_addr_t vip);
-
-/* The verbs session of ctx (libmasq.c), where the CM moves a QP with
- * masqd (CM_ACCEPT_QP, CM_ESTABLISH_QP); NULL when ctx is not masq's. */
-struct masq_session *masq_session_of(struct ibv_context *ctx);
-
-/* The IPv4 addresses of ctx's virtual GID table (libmasq.c), at most max:
- * how many; 0 when ctx is not masq's. */
-unsigned int masq_ctx_ipv4s(struct ibv_context *ctx, in_addr_t *out, unsigned int max);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * The frontend's side of the masq protocol: one SOCK_SEQPACKET connection
+ * src/transport: the frontend's side of the masq protocol: one SOCK_SEQPACKET connection
  * to masqd per opened device context (a session), synchronous request /
  * reply, messages as defined in include/masq_proto.h.
  *
@@ -18,8 +18,8 @@
  * destroys (QP_DESTROYED): masqd sends no reply to posted requests and
  * learns the QP's state from the kernel.
  */
-#ifndef MASQ_CLIENT_H
-#define MASQ_CLIENT_H
+#ifndef MASQ_TRANSPORT_H
+#define MASQ_TRANSPORT_H
 
 #include <infiniband/verbs.h>
 #include <pthread.h>
@@ -136,59 +136,14 @@ void masq_conn_close(struct masq_conn *c);
 ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE],
 		       int *got_fd);
 
-/* struct ibv_qp_attr <-> the wire: to_wire copies only the fields of mask
- * and zeroes the rest; from_wire fills every field the wire carries except
- * the capabilities, en_sqd_async_notify, rate_limit and the alternate path. */
-void masq_qp_attr_to_wire(struct masq_qp_attr *w, const struct ibv_qp_attr *a, int mask);
-void masq_qp_attr_from_wire(struct ibv_qp_attr *a, const struct masq_qp_attr *w);
-
-/* struct ibv_ah_attr <-> the wire (the global route flattened in). */
-void masq_ah_attr_to_wire(struct masq_ah_attr *w, const struct ibv_ah_attr *ah);
-void masq_ah_attr_from_wire(struct ibv_ah_attr *ah, const struct masq_ah_attr *w);
-
 /* Connect, HELLO naming virtual device vdev, and hand masqd the context's
  * uverbs fd (that device's physical one); start the watcher unless `watch`
  * is 0. 0 or an errno. */
 int masq_session_open(struct masq_session *s, int cmd_fd, uint8_t vdev, int watch);
 void masq_session_close(struct masq_session *s);
 
-/* The rest return 0 or a positive errno value. */
+/* 0 or a positive errno value. */
 int masq_query_gid_table(struct masq_session *s, struct masq_gid *gids, unsigned int *n);
-int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
-		   int attr_mask);
-int masq_query_qp(struct masq_session *s, struct ibv_qp *qp, struct ibv_qp_attr *attr,
-		  int attr_mask);
-void masq_destroy_qp(struct masq_session *s, uint32_t qp_handle, uint32_t qp_num);
-
-/*
- * Whether this ibv_modify_qp carries no address, so the app runs it on its
- * own fd and masqd only hears of it (masq_qp_moved): no AV, alternate path,
- * path migration or destination QPN, no other port than the served one, no
- * privileged Q_Key, only attributes masqd knows, and not a move to RTR.
- */
-int masq_modify_is_local(const struct masq_session *s, const struct ibv_qp_attr *attr,
-			 int attr_mask);
-
-/* After such a change succeeded: remember the QP (for RESYNC_QP) and post
- * QP_MOVED, without waiting. */
-void masq_qp_moved(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
-		   int attr_mask);
-
-/*
- * CM_ACCEPT_QP (accept: the app's connection parameters) or, with accept
- * NULL, CM_ESTABLISH_QP for CM id `id`: masqd moves qp to RTR and RTS with
- * the id's attributes and accepts or establishes, in one round trip. rtr is
- * what the id's event said RTR would be (remembered for RESYNC_QP, as a
- * MODIFY_QP's address is). Not sent again once masqd may have seen it.
- */
-int masq_cm_move_qp(struct masq_session *s, struct ibv_qp *qp, uint32_t id,
-		    const struct masq_cm_conn_param *accept, const struct masq_cm_qp_attr *rtr);
-
-/* Remember the AH of kernel handle `handle`, made from `virt` (for
- * RESYNC_AH), or forget it. ENOMEM, or 0. */
-int masq_session_remember_ah(struct masq_session *s, uint32_t handle,
-			     const struct ibv_ah_attr *virt);
-void masq_session_forget_ah(struct masq_session *s, uint32_t handle);
 
 /* One request on the session (under its lock): the reply's length in buf,
  * or -errno, as masq_conn_call. A request that is not `idempotent` is not

@@ -16,7 +16,7 @@
 //! namespace: a Kubernetes pod reaches a tenant only where the operator
 //! said so.
 
-use crate::schema::{join, value_loc, Walker};
+use super::walker::{join, value_loc, Walker};
 use crate::yaml::{Node, Scalar};
 
 /// A Kubernetes namespace name: an RFC 1123 label (1-63 lowercase letters,
