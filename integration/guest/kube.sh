@@ -140,6 +140,9 @@ EOF
     # kube-proxy.
     local apiserver
     apiserver=$(sed -n 's|^ *server: https://\(.*\):6443$|\1|p' "$PKI/node-$MASQ_HOST.kubeconfig")
+    # A route to the Service range, or a local connect fails before the
+    # nat hook (the guests have no default route).
+    ip route replace 10.96.0.0/16 dev eth0
     nft -f - <<EOF
 table ip masq-kube-service {}
 delete table ip masq-kube-service
@@ -185,6 +188,7 @@ stop() {
         stop_pid "$p"
     done
     nft delete table ip masq-kube-service 2>/dev/null || true
+    ip route del 10.96.0.0/16 dev eth0 2>/dev/null || true
     rm -rf "$RUN/kube-etcd" "$NETDIR/00-multus.conf"
     mountpoint -q /var/lib/kubelet && umount -l /var/lib/kubelet
     echo "$MASQ_HOST: Kubernetes stopped"
