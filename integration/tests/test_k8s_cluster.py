@@ -238,16 +238,18 @@ def operator_files():
 
 
 def apply_policy(tb, operator):
-    """Step 7: the operator's certificate copied into a masqd container for
-    the apply and removed after; the policy on standard input."""
+    """Step 7: the operator's certificate and key written into a masqd
+    container (mode 0600) for the apply and removed after; the policy on
+    standard input."""
     pod = kube_json(tb, "get", "pods", "-n", "masq-system", "-l",
                     "app.kubernetes.io/name=masqd")["items"][0]["metadata"]["name"]
+    kubectl_exec = f"{KUBE} kubectl {BIN} exec -n masq-system {pod} -c masqd -i --"
     for f in ("operator.pem", "operator-key.pem"):
-        kubectl(tb, "cp", os.path.join(operator, f), f"masq-system/{pod}:/tmp/{f}", "-c", "masqd")
+        tb.run("host1", "sh", "-c", f"{kubectl_exec} sh -c 'umask 077 && cat >/tmp/{f}' "
+               f"< {os.path.join(operator, f)}", timeout=120)
     try:
         r = tb.run("host1", "sh", "-c",
-                   f"{KUBE} kubectl {BIN} exec -n masq-system {pod} -c masqd -i -- "
-                   "masqctl policy apply - --operator-cert /tmp/operator.pem "
+                   f"{kubectl_exec} masqctl policy apply - --operator-cert /tmp/operator.pem "
                    f"--operator-key /tmp/operator-key.pem < {POLICY}",
                    check=False, timeout=120)
         assert r.returncode == 0, r.stderr + r.stdout
