@@ -15,6 +15,7 @@
 
 mod compile;
 mod error;
+pub mod netpol;
 mod nft;
 mod schema;
 mod yaml;
