@@ -1,5 +1,6 @@
 use super::*;
-use crate::netpol::decide::{Connection, Endpoint, PortSpace};
+use crate::netpol::decide::{Connection, Endpoint, PortSpace, Side, Verdict};
+use crate::netpol::object::{Peer, Protocol};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 
@@ -56,7 +57,14 @@ fn rule(rng: &mut Rng, key: &str) -> Value {
         r.insert(key.into(), peers.into());
     }
     if rng.below(3) == 0 {
-        r.insert("ports".into(), json!([{"port": 7470 + rng.below(3)}]));
+        let port = 7470 + rng.below(3);
+        let ports = match rng.below(4) {
+            0 => json!([{"port": port}]),
+            1 => json!([{"protocol": "UDP", "port": port, "endPort": port + 1}]),
+            2 => json!([{"protocol": "UDP"}, {"port": "named"}]),
+            _ => json!([{"protocol": "SCTP", "port": 7471}, {"port": 7400, "endPort": port}]),
+        };
+        r.insert("ports".into(), ports);
     }
     r.into()
 }
@@ -81,36 +89,178 @@ fn vip(ns: usize, pod: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, ns as u8, pod as u8)
 }
 
-/// Every decision and every pod's policies, to compare two indexes.
-fn fingerprint(index: &Index) -> Vec<String> {
-    let mut out = Vec::new();
+fn ends() -> Vec<Endpoint<'static>> {
     let mut ends = vec![Endpoint::other(Ipv4Addr::new(10, 0, 0, 2))];
     for (n, ns) in NAMESPACES.iter().enumerate() {
         for p in 0..PODS {
-            let name = ["p0", "p1", "p2", "p3"][p];
-            out.push(format!("{ns}/{name}: {:?}", index.policies_of(ns, name)));
-            ends.push(Endpoint::pod(ns, name, vip(n, p)));
+            ends.push(Endpoint::pod(ns, ["p0", "p1", "p2", "p3"][p], vip(n, p)));
         }
     }
-    let conns = [
-        Connection::Qp,
-        Connection::Cm {
-            space: PortSpace::Tcp,
-            port: 7471,
-        },
-    ];
-    for a in &ends {
-        for b in &ends {
-            for c in conns {
-                out.push(format!("{a:?} {b:?} {c:?}: {}", index.decide(a, b, c)));
+    ends
+}
+
+const CONNS: [Connection; 3] = [
+    Connection::Qp,
+    Connection::Cm {
+        space: PortSpace::Tcp,
+        port: 7471,
+    },
+    Connection::Cm {
+        space: PortSpace::Udp,
+        port: 7471,
+    },
+];
+
+/// Every decision and every pod's policies, to compare two indexes.
+fn fingerprint(index: &Index) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in ends() {
+        if let Some((ns, name)) = e.pod {
+            out.push(format!("{ns}/{name}: {:?}", index.policies_of(ns, name)));
+        }
+    }
+    out.extend(decisions(|a, b, c| index.decide(a, b, c)));
+    out
+}
+
+fn decisions(decide: impl Fn(&Endpoint, &Endpoint, Connection) -> Verdict) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in &ends() {
+        for b in &ends() {
+            for c in CONNS {
+                let v = decide(a, b, c);
+                out.push(format!("{a:?} {b:?} {c:?}: {v} {v:?}"));
             }
         }
     }
     out
 }
 
+/// NetworkPolicy's meaning as a scan of the snapshot, without the index.
+mod oracle {
+    use super::*;
+
+    fn pod<'s>(snap: &'s Snapshot, e: &Endpoint) -> Option<(&'s Pod, &'s Labels)> {
+        let (ns, name) = e.pod?;
+        let pod = snap
+            .pods
+            .iter()
+            .find(|p| p.namespace == ns && p.name == name)?;
+        let ns = snap.namespaces.iter().find(|n| n.name == ns)?;
+        Some((pod, &ns.labels))
+    }
+
+    fn peer_matches(policy: &NetworkPolicy, peer: &Peer, snap: &Snapshot, e: &Endpoint) -> bool {
+        match peer {
+            Peer::IpBlock(b) => b.contains(e.vip),
+            Peer::Pods { pods, namespaces } => {
+                let Some((pod, ns_labels)) = pod(snap, e) else {
+                    return false;
+                };
+                let ns_ok = match namespaces {
+                    None => pod.namespace == policy.namespace,
+                    Some(s) => s.matches(ns_labels),
+                };
+                ns_ok && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
+            }
+        }
+    }
+
+    fn side(
+        snap: &Snapshot,
+        me: &Endpoint,
+        ingress: bool,
+        peer: &Endpoint,
+        service: Option<(Protocol, u16)>,
+    ) -> Side {
+        let Some((ns, name)) = me.pod else {
+            return Side::Open;
+        };
+        let Some((pod, _)) = pod(snap, me) else {
+            return Side::Unknown(format!("{ns}/{name}").into());
+        };
+        let mut policies: Vec<&NetworkPolicy> = snap
+            .policies
+            .iter()
+            .filter(|p| p.namespace == ns && p.pod_selector.matches(&pod.labels))
+            .filter(|p| {
+                if ingress {
+                    p.isolates_ingress
+                } else {
+                    p.isolates_egress
+                }
+            })
+            .collect();
+        if policies.is_empty() {
+            return Side::Open;
+        }
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        for p in policies {
+            for rule in if ingress { &p.ingress } else { &p.egress } {
+                let ports = rule.ports.is_empty()
+                    || service.is_some_and(|(proto, port)| {
+                        rule.ports.iter().any(|r| r.admits(proto, port))
+                    });
+                let peers = rule.peers.is_empty()
+                    || rule.peers.iter().any(|x| peer_matches(p, x, snap, peer));
+                if ports && peers {
+                    return Side::Rule(rule.name.clone());
+                }
+            }
+        }
+        Side::Isolated(format!("{ns}/{name}").into())
+    }
+
+    fn directed(
+        snap: &Snapshot,
+        from: &Endpoint,
+        to: &Endpoint,
+        service: Option<(Protocol, u16)>,
+        reversed: bool,
+    ) -> Verdict {
+        let egress = side(snap, from, false, to, service);
+        let ingress = side(snap, to, true, from, service);
+        Verdict {
+            allowed: egress.allows() && ingress.allows(),
+            reversed,
+            egress,
+            ingress,
+            loopback: false,
+        }
+    }
+
+    pub fn decide(snap: &Snapshot, a: &Endpoint, b: &Endpoint, c: Connection) -> Verdict {
+        if a == b {
+            return Verdict {
+                allowed: true,
+                reversed: false,
+                egress: Side::Open,
+                ingress: Side::Open,
+                loopback: true,
+            };
+        }
+        match c {
+            Connection::Cm { space, port } => {
+                let proto = match space {
+                    PortSpace::Tcp => Protocol::Tcp,
+                    PortSpace::Udp => Protocol::Udp,
+                };
+                directed(snap, a, b, Some((proto, port)), false)
+            }
+            Connection::Qp | Connection::Ud => {
+                let forward = directed(snap, a, b, None, false);
+                let back = directed(snap, b, a, None, true);
+                match (forward.allowed, back.allowed) {
+                    (false, true) => back,
+                    _ => forward,
+                }
+            }
+        }
+    }
+}
+
 #[test]
-fn incremental_updates_decide_as_a_rebuild_does() {
+fn incremental_updates_decide_as_a_rebuild_and_a_scan_of_the_snapshot_do() {
     let mut rng = Rng(0x1234_5678_9abc_def1);
     // Decisions by a rule and denials by isolation, so that the comparison
     // covers both.
@@ -169,6 +319,12 @@ fn incremental_updates_decide_as_a_rebuild_does() {
                 );
                 let got = fingerprint(&index);
                 assert_eq!(got, fingerprint(&rebuilt), "round {round} step {step}");
+                let want = decisions(|a, b, c| oracle::decide(&snap, a, b, c));
+                assert_eq!(
+                    got[ends().len() - 1..],
+                    want[..],
+                    "round {round} step {step}"
+                );
                 for line in &got {
                     by_rule += usize::from(line.contains("allow (netpol:") && line.contains("]"));
                     denied += usize::from(line.contains("deny (netpol:default-deny"));
