@@ -129,6 +129,31 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// What an update changed, to find the tracked connections whose verdict
+/// it may have changed (the others need no re-evaluation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Change<'a> {
+    /// A pod added, relabelled or removed: its own isolation and how
+    /// others' rules match it.
+    Pod { namespace: &'a str, name: &'a str },
+    /// A policy of this namespace (whose pods alone it isolates), or the
+    /// Namespace's labels (which others' `namespaceSelector`s read).
+    Namespace(&'a str),
+}
+
+impl Change<'_> {
+    /// Whether the verdict of a connection between `a` and `b` may differ
+    /// after the change: only when one end is the pod, or in the namespace.
+    pub fn may_change(&self, a: &Endpoint, b: &Endpoint) -> bool {
+        let touches = |e: &Endpoint| match (self, e.pod) {
+            (_, None) => false,
+            (Change::Pod { namespace, name }, Some(p)) => p == (*namespace, *name),
+            (Change::Namespace(ns), Some((namespace, _))) => namespace == *ns,
+        };
+        touches(a) || touches(b)
+    }
+}
+
 /// An end as the index knows it.
 struct Resolved<'a> {
     vip: Ipv4Addr,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::netpol::decide::{Connection, Endpoint, PortSpace, Side, Verdict};
+use crate::netpol::decide::{Change, Connection, Endpoint, PortSpace, Side, Verdict};
 use crate::netpol::object::{Peer, Protocol};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
@@ -259,6 +259,97 @@ mod oracle {
     }
 }
 
+/// One random change to both the snapshot and the index: a namespace's
+/// labels or a policy (`pod` None), or a pod, added, changed or removed.
+fn random_update(
+    rng: &mut Rng,
+    snap: &mut Snapshot,
+    index: &mut Index,
+) -> (&'static str, Option<String>) {
+    let ns = NAMESPACES[rng.below(3)];
+    let same = |n: &str, m: &str, name: &str| (n, m) == (ns, name);
+    match rng.below(7) {
+        0 => {
+            let n = Namespace::new(ns, labels(rng));
+            snap.namespaces.retain(|x| x.name != ns);
+            snap.namespaces.push(n.clone());
+            index.upsert_namespace(n);
+            (ns, None)
+        }
+        1 => {
+            snap.namespaces.retain(|x| x.name != ns);
+            index.remove_namespace(ns);
+            (ns, None)
+        }
+        2 | 3 => {
+            let name = format!("p{}", rng.below(PODS));
+            let pod = Pod::new(ns, name.as_str(), labels(rng));
+            snap.pods.retain(|x| !same(&x.namespace, &x.name, &name));
+            snap.pods.push(pod.clone());
+            index.upsert_pod(pod);
+            (ns, Some(name))
+        }
+        4 => {
+            let name = format!("p{}", rng.below(PODS));
+            snap.pods.retain(|x| !same(&x.namespace, &x.name, &name));
+            index.remove_pod(ns, &name);
+            (ns, Some(name))
+        }
+        5 => {
+            let name = format!("np{}", rng.below(4));
+            let p = policy(rng, ns, &name);
+            snap.policies
+                .retain(|x| !same(&x.namespace, &x.name, &name));
+            snap.policies.push(p.clone());
+            index.upsert_policy(p);
+            (ns, None)
+        }
+        _ => {
+            let name = format!("np{}", rng.below(4));
+            snap.policies
+                .retain(|x| !same(&x.namespace, &x.name, &name));
+            index.remove_policy(ns, &name);
+            (ns, None)
+        }
+    }
+}
+
+#[test]
+fn a_change_changes_only_the_verdicts_of_connections_it_touches() {
+    let mut rng = Rng(0xc4a2_9e00_0000_0057);
+    let mut changed = 0;
+    for _ in 0..4 {
+        let mut snap = Snapshot::default();
+        let mut index = Index::default();
+        let mut before = decisions(|a, b, c| index.decide(a, b, c));
+        for _ in 0..40 {
+            let (ns, pod) = random_update(&mut rng, &mut snap, &mut index);
+            let change = match &pod {
+                Some(name) => Change::Pod {
+                    namespace: ns,
+                    name,
+                },
+                None => Change::Namespace(ns),
+            };
+            let after = decisions(|a, b, c| index.decide(a, b, c));
+            let mut i = 0;
+            for a in &ends() {
+                for b in &ends() {
+                    for _ in CONNS {
+                        if before[i] != after[i] {
+                            changed += 1;
+                            assert!(change.may_change(a, b), "{change:?}: {}", after[i]);
+                        }
+                        i += 1;
+                    }
+                }
+            }
+            before = after;
+        }
+    }
+    assert!(changed > 1000, "{changed}");
+}
+
 #[test]
 fn incremental_updates_decide_as_a_rebuild_and_a_scan_of_the_snapshot_do() {
     let mut rng = Rng(0x1234_5678_9abc_def1);
@@ -269,47 +360,7 @@ fn incremental_updates_decide_as_a_rebuild_and_a_scan_of_the_snapshot_do() {
         let mut snap = Snapshot::default();
         let mut index = Index::default();
         for step in 0..60 {
-            let ns = NAMESPACES[rng.below(3)];
-            match rng.below(7) {
-                0 => {
-                    let n = Namespace::new(ns, labels(&mut rng));
-                    snap.namespaces.retain(|x| x.name != ns);
-                    snap.namespaces.push(n.clone());
-                    index.upsert_namespace(n);
-                }
-                1 => {
-                    snap.namespaces.retain(|x| x.name != ns);
-                    index.remove_namespace(ns);
-                }
-                2 | 3 => {
-                    let name = format!("p{}", rng.below(PODS));
-                    let pod = Pod::new(ns, name.as_str(), labels(&mut rng));
-                    snap.pods
-                        .retain(|x| (x.namespace.as_str(), x.name.as_str()) != (ns, &name));
-                    snap.pods.push(pod.clone());
-                    index.upsert_pod(pod);
-                }
-                4 => {
-                    let name = format!("p{}", rng.below(PODS));
-                    snap.pods
-                        .retain(|x| (x.namespace.as_str(), x.name.as_str()) != (ns, &name));
-                    index.remove_pod(ns, &name);
-                }
-                5 => {
-                    let name = format!("np{}", rng.below(4));
-                    let p = policy(&mut rng, ns, &name);
-                    snap.policies
-                        .retain(|x| (x.namespace.as_str(), x.name.as_str()) != (ns, &name));
-                    snap.policies.push(p.clone());
-                    index.upsert_policy(p);
-                }
-                _ => {
-                    let name = format!("np{}", rng.below(4));
-                    snap.policies
-                        .retain(|x| (x.namespace.as_str(), x.name.as_str()) != (ns, &name));
-                    index.remove_policy(ns, &name);
-                }
-            }
+            random_update(&mut rng, &mut snap, &mut index);
             if step % 10 == 9 {
                 let rebuilt = Index::build(snap.clone());
                 assert_eq!(

@@ -36,7 +36,7 @@ mod json;
 mod object;
 mod selector;
 
-pub use decide::{Connection, Endpoint, PortSpace, Side, Verdict};
+pub use decide::{Change, Connection, Endpoint, PortSpace, Side, Verdict};
 pub use index::{Index, Snapshot};
 pub use json::{Kind, NetpolError};
 pub use object::{
