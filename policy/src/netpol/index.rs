@@ -21,7 +21,7 @@ pub struct Snapshot {
 }
 
 /// A pod as indexed.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct PodEntry {
     /// `namespace/name`, for verdicts.
     pub key: Arc<str>,
@@ -32,7 +32,7 @@ pub(crate) struct PodEntry {
     pub egress: Vec<Arc<NetworkPolicy>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct NsEntry {
     /// `None` until the Namespace itself is mirrored (its pods or policies
     /// may arrive first).
@@ -47,8 +47,10 @@ impl NsEntry {
     }
 }
 
-/// NetworkPolicy's index for masq's decisions ([`Index::decide`]).
-#[derive(Debug, Default)]
+/// NetworkPolicy's index for masq's decisions ([`Index::decide`]). Updates
+/// take microseconds, so a lock around it suits better than a copy per
+/// update; a clone copies the pods' labels and shares the policies.
+#[derive(Clone, Debug, Default)]
 pub struct Index {
     pub(crate) namespaces: HashMap<String, NsEntry>,
 }

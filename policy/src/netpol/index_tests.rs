@@ -432,3 +432,9 @@ fn a_pod_lists_the_policies_that_isolate_it_by_name_and_direction() {
     assert_eq!(index.policies_of("a", "p9"), None);
     assert_eq!(index.counts(), (1, 4));
 }
+
+#[test]
+fn the_index_can_be_shared_between_threads() {
+    fn shared<T: Send + Sync + Clone>() {}
+    shared::<Index>();
+}
