@@ -160,13 +160,14 @@ impl<'a> At<'a> {
 
     /// An integer in `lo..=hi`.
     pub fn int_in(&self, lo: u64, hi: u64) -> Result<u64, Fail> {
+        let range = format!("an integer in {lo}..={hi}");
         match self.value.as_u64() {
             Some(n) if (lo..=hi).contains(&n) => Ok(n),
-            Some(_) | None if self.value.is_number() => Err(self.fail(format!(
-                "expected an integer in {lo}..={hi}, found {}",
-                self.value
-            ))),
-            _ => Err(self.expected(&format!("an integer in {lo}..={hi}"))),
+            // Out of range, negative or not whole: say which number.
+            _ if self.value.is_number() => {
+                Err(self.fail(format!("expected {range}, found {}", self.value)))
+            }
+            _ => Err(self.expected(&range)),
         }
     }
 
