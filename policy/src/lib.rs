@@ -12,9 +12,12 @@
 //! the union of their rules. An RDMA RC/UC connection between A and B is
 //! allowed when (egress of A allows B and ingress of B allows A) or (egress
 //! of B allows A and ingress of A allows B); see [`Policy::rdma_allowed`].
+//!
+//! [`netpol`] decides the same connections by Kubernetes NetworkPolicy.
 
 mod compile;
 mod error;
+pub mod netpol;
 mod nft;
 mod schema;
 mod yaml;
