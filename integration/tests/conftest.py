@@ -71,13 +71,20 @@ def pytest_collection_modifyitems(session, config, items):
     """Under xdist, the costliest files first, so that the last file to run
     is a short one and no testbed waits long for another at the end: the
     cost each took in the last run of this suite (MASQ_TEST_TIMES), else
-    its size. Within a file, the order stays as written."""
+    in the cold run recorded in file-costs.json (a fresh clone has no last
+    run; ordered by size, its two testbeds ended 105 s apart), else its
+    size. Within a file, the order stays as written."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     cost = {}
     try:
+        with open(os.path.join(os.path.dirname(__file__), "file-costs.json")) as f:
+            cost = dict(json.load(f)["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
         with open(os.environ.get("MASQ_TEST_TIMES", "")) as f:
-            cost = {e["file"]: e["seconds"] for e in json.load(f)["files"]}
+            cost.update({e["file"]: e["seconds"] for e in json.load(f)["files"]})
     except (OSError, ValueError, KeyError, TypeError):
         pass
     rank = {}
