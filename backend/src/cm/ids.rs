@@ -1,7 +1,7 @@
 //! CM ids and ports: binding, the port table, channels, new ids, the
 //! teardown of ids and sessions, listeners, timeouts and `masqctl cm`.
 
-use super::{fail, random_u32, Channel, Cm, CmHost, Id, Phase, State};
+use super::{fail, random_u32, Channel, Cm, CmHost, Event, Id, Phase, State};
 use super::{EPHEMERAL, MAX_CHANNELS_PER_SESSION};
 use crate::config::TenantLimits;
 use crate::endpoints::endpoint::Endpoint;
@@ -354,7 +354,7 @@ impl Cm {
         for id in late {
             if let Some(i) = st.ids.get_mut(&id) {
                 i.deadline = None;
-                i.phase = Phase::Closed;
+                i.step_checked(Event::Timeout);
                 info!(id, "CM connection timed out");
             }
             Self::emit(

@@ -17,13 +17,15 @@
 //! The CM's methods are in `impl Cm` blocks by role: `ids` (ids, ports,
 //! channels, timeouts), `requests` (the apps' CM requests), `attrs`
 //! (events and QP attributes), `peer` (messages from peer masqds), `ud`
-//! (UD ids and UD QP announcements) and `restore` (after a masqd restart).
+//! (UD ids and UD QP announcements) and `restore` (after a masqd restart);
+//! `phase` holds an id's phases and the one function that moves them.
 
 mod attrs;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fakes;
 mod ids;
 mod peer;
+mod phase;
 mod requests;
 mod restore;
 mod ud;
@@ -39,6 +41,7 @@ use crate::peer::msg::{Params, PeerMsg};
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
+use phase::{Event, Phase};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::ops::{Deref, DerefMut};
@@ -87,28 +90,6 @@ const CM_REJ_NO_RESOURCES: i32 = 3;
 /// fails a long run with status 9 while it sorts out the duplicates.
 const ACK_TIMEOUT: u8 = 17;
 const MIN_RNR_TIMER: u8 = 12;
-
-/// Where an id is in its life, as the kernel's CM would have it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Idle,
-    AddrResolved,
-    RouteResolved,
-    Listening,
-    /// Active: REQ sent (or dropped by policy), waiting for REP.
-    Connecting,
-    /// Passive: CONNECT_REQUEST delivered, waiting for accept or reject.
-    ReqReceived,
-    /// Passive: REP sent, waiting for RTU.
-    RepSent,
-    /// Active: REP received, waiting for the app's QP to reach RTS.
-    RepReceived,
-    Established,
-    /// The peer disconnected (DISCONNECTED delivered); the app's own
-    /// rdma_disconnect then succeeds, as the kernel's answers a DREQ.
-    PeerClosed,
-    Closed,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PeerRef {

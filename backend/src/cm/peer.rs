@@ -1,7 +1,7 @@
 //! CM messages from peer masqds: the connection exchange (REQ, REP, REJ,
 //! RTU, DREQ), and the admission of a request from another host.
 
-use super::{random_u32, Cm, CmHost, Id, PeerRef, Phase, State};
+use super::{random_u32, Cm, CmHost, Event, Id, PeerRef, Phase, State};
 use crate::endpoints::endpoint::Endpoint;
 use crate::peer::msg::{Params, PeerMsg};
 use masq_proto as proto;
@@ -53,7 +53,7 @@ impl Cm {
                 params,
             } => {
                 let ok = st.ids.get(&to_id).is_some_and(|i| {
-                    i.phase == Phase::Connecting && i.peer_host == from && i.peer.is_none()
+                    i.may(Event::RepIn) && i.peer_host == from && i.peer.is_none()
                 });
                 if !ok {
                     // Too late (timed out) or unknown: tell the peer, so its
@@ -78,7 +78,7 @@ impl Cm {
                         id: from_id,
                     });
                     i.remote = params;
-                    i.phase = Phase::RepReceived;
+                    i.step_checked(Event::RepIn);
                     i.deadline = None;
                     let param = i.remote.to_event();
                     Self::emit_with_qp_attrs(
@@ -105,18 +105,9 @@ impl Cm {
                         id: from_id,
                     })
                     || (i.phase == Phase::Connecting && i.peer_host == from);
-                if !from_peer
-                    || !matches!(
-                        i.phase,
-                        Phase::Connecting
-                            | Phase::RepSent
-                            | Phase::ReqReceived
-                            | Phase::RepReceived
-                    )
-                {
+                if !from_peer || i.step(Event::RejIn).is_err() {
                     return;
                 }
-                i.phase = Phase::Closed;
                 i.deadline = None;
                 let mut data = private_data;
                 data.truncate(proto::CM_REJ_PRIVATE_DATA);
@@ -162,11 +153,10 @@ impl Cm {
                         host: from,
                         id: from_id,
                     })
-                    || i.phase != Phase::RepSent
+                    || i.step(Event::RtuIn).is_err()
                 {
                     return;
                 }
-                i.phase = Phase::Established;
                 i.deadline = None;
                 info!(
                     qpn = i.local.qpn,
@@ -216,16 +206,10 @@ impl Cm {
                 let Some(i) = st.ids.get_mut(&to_id) else {
                     return;
                 };
-                if !(i.peer == Some(sender) || restored(i))
-                    || !matches!(
-                        i.phase,
-                        Phase::Established | Phase::RepSent | Phase::RepReceived
-                    )
-                {
+                if !(i.peer == Some(sender) || restored(i)) || i.step(Event::DreqIn).is_err() {
                     return;
                 }
                 i.peer = Some(sender);
-                i.phase = Phase::PeerClosed;
                 i.deadline = None;
                 Self::emit(
                     st,
@@ -306,7 +290,7 @@ impl Cm {
             i.src_ip = ep.cfg.vip;
             i.port = dst.1;
             i.dst = Some(src);
-            i.phase = Phase::ReqReceived;
+            i.step_checked(Event::ReqIn);
             i.listen_id = listener;
             i.peer = Some(PeerRef {
                 host: from,

@@ -2,7 +2,7 @@
 //! connect and accept, and what the verbs pipeline asks of the CM (the QP
 //! step and the role of a QP).
 
-use super::{fail, random_u32, Cm, CmHost, Phase, Role, State, MAX_IDS_PER_SESSION};
+use super::{fail, random_u32, Cm, CmHost, Event, Phase, Role, State, MAX_IDS_PER_SESSION};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
@@ -106,10 +106,8 @@ impl Cm {
             }
             R::CmResolveRoute(c) => {
                 let i = Self::own(st, session, c.id)?;
-                if i.phase != Phase::AddrResolved && i.phase != Phase::RouteResolved {
-                    return fail(libc::EINVAL, "route before address resolution");
-                }
-                i.phase = Phase::RouteResolved;
+                i.step(Event::ResolveRoute)
+                    .map_err(|_| refuse(libc::EINVAL, "route before address resolution"))?;
                 Self::emit_with_qp_attrs(
                     shared,
                     st,
@@ -120,18 +118,19 @@ impl Cm {
                 proto::ReplyBody::CmResolveRoute
             }
             R::CmListen(l) => {
-                let (port, phase) = {
+                let busy = || refuse(libc::EINVAL, "listen on a connected id");
+                let (port, may) = {
                     let i = Self::own(st, session, l.id)?;
-                    (i.port, i.phase)
+                    (i.port, i.may(Event::Listen))
                 };
-                if phase != Phase::Idle && phase != Phase::Listening {
-                    return fail(libc::EINVAL, "listen on a connected id");
+                if !may {
+                    return Err(busy());
                 }
                 if port == 0 {
                     self.bind(shared, st, l.id, Ipv4Addr::UNSPECIFIED, 0)?;
                 }
                 let i = Self::own(st, session, l.id)?;
-                i.phase = Phase::Listening;
+                i.step(Event::Listen).map_err(|_| busy())?;
                 info!(port = i.port, "CM listening on {}:{}", i.src_ip, i.port);
                 proto::ReplyBody::CmListen
             }
@@ -149,11 +148,12 @@ impl Cm {
             }
             R::CmReject(r) => {
                 let i = Self::own(st, session, r.id)?;
-                if !matches!(i.phase, Phase::ReqReceived | Phase::RepReceived) {
-                    return fail(libc::EINVAL, "reject without a pending connection");
+                let pending = || refuse(libc::EINVAL, "reject without a pending connection");
+                if !i.may(Event::Reject) {
+                    return Err(pending());
                 }
                 let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-                i.phase = Phase::Closed;
+                i.step(Event::Reject).map_err(|_| pending())?;
                 if i.udp {
                     let mut data = r.private_data.clone();
                     data.truncate(proto::CM_SIDR_REP_PRIVATE_DATA);
@@ -176,30 +176,28 @@ impl Cm {
                 if i.udp {
                     return fail(libc::EINVAL, "a UD id has no connection to end");
                 }
-                match i.phase {
-                    // The peer's DREQ came first: answering it is all.
-                    Phase::PeerClosed => i.phase = Phase::Closed,
-                    Phase::Established | Phase::RepSent | Phase::RepReceived => {
-                        i.phase = Phase::Closed;
-                        if let Some(p) = i.peer {
-                            self.send(
-                                p.host,
-                                PeerMsg::Dreq {
-                                    to_id: p.id,
-                                    from_id: c.id,
-                                    from_qpn: i.local.qpn,
-                                },
-                            );
-                        }
-                        Self::emit(
-                            st,
-                            c.id,
-                            proto::CM_EVENT_DISCONNECTED,
-                            0,
-                            Default::default(),
+                let was = i.phase;
+                i.step(Event::Disconnect)
+                    .map_err(|_| refuse(libc::EINVAL, "disconnect without a connection"))?;
+                // The peer's DREQ came first: answering it is all.
+                if was != Phase::PeerClosed {
+                    if let Some(p) = i.peer {
+                        self.send(
+                            p.host,
+                            PeerMsg::Dreq {
+                                to_id: p.id,
+                                from_id: c.id,
+                                from_qpn: i.local.qpn,
+                            },
                         );
                     }
-                    _ => return fail(libc::EINVAL, "disconnect without a connection"),
+                    Self::emit(
+                        st,
+                        c.id,
+                        proto::CM_EVENT_DISCONNECTED,
+                        0,
+                        Default::default(),
+                    );
                 }
                 proto::ReplyBody::CmDisconnect
             }
@@ -209,11 +207,12 @@ impl Cm {
             }
             R::CmEstablish(c) => {
                 let i = Self::own(st, session, c.id)?;
-                if i.phase != Phase::RepReceived || i.udp {
-                    return fail(libc::EINVAL, "establish without a connect response");
+                let early = || refuse(libc::EINVAL, "establish without a connect response");
+                if !i.may(Event::Establish) {
+                    return Err(early());
                 }
                 let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-                i.phase = Phase::Established;
+                i.step(Event::Establish).map_err(|_| early())?;
                 info!(
                     qpn = i.local.qpn,
                     "CM connection established: {}:{} -> {}:{} (active)",
@@ -265,12 +264,13 @@ impl Cm {
         session: u64,
         r: &proto::CmResolveAddrReq,
     ) -> Result<(), Refusal> {
-        let (port, phase) = {
+        let busy = || refuse(libc::EINVAL, "address resolution on a busy id");
+        let (port, may) = {
             let i = Self::own(st, session, r.id)?;
-            (i.port, i.phase)
+            (i.port, i.may(Event::ResolveAddr))
         };
-        if phase != Phase::Idle && phase != Phase::AddrResolved {
-            return fail(libc::EINVAL, "address resolution on a busy id");
+        if !may {
+            return Err(busy());
         }
         let dst = Ipv4Addr::from(r.dst.addr);
         if port == 0 {
@@ -291,7 +291,7 @@ impl Cm {
         let peer_host = shared.registry().vpc().lookup(vni, dst).map(|p| p.host);
         match peer_host {
             Some(host) => {
-                i.phase = Phase::AddrResolved;
+                i.step(Event::ResolveAddr).map_err(|_| busy())?;
                 i.peer_host = host;
                 Self::emit(
                     st,
@@ -329,8 +329,9 @@ impl Cm {
     ) -> Result<(), Refusal> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
-        if i.phase != Phase::RouteResolved {
-            return fail(libc::EINVAL, "connect before route resolution");
+        let early = || refuse(libc::EINVAL, "connect before route resolution");
+        if !i.may(Event::Connect) {
+            return Err(early());
         }
         let (max_pdata, what) = if i.udp {
             (proto::CM_SIDR_REQ_PRIVATE_DATA, "CM UD query")
@@ -350,8 +351,8 @@ impl Cm {
             return fail(libc::EINVAL, "no destination");
         };
         i.local = Params::from_proto(&c.param, random_u32() & 0xFF_FFFF);
+        i.step(Event::Connect).map_err(|_| early())?;
         i.active = true;
-        i.phase = Phase::Connecting;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
         let rule = match shared.decide().decide(&cfg.tenant, cfg.vni, cfg.vip, dst) {
@@ -399,16 +400,17 @@ impl Cm {
     ) -> Result<(), Refusal> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
-        if i.phase != Phase::ReqReceived {
-            return fail(libc::EINVAL, "accept without a connect request");
+        let early = || refuse(libc::EINVAL, "accept without a connect request");
+        if !i.may(Event::Accept) {
+            return Err(early());
         }
         if c.param.qp_num == 0 {
             return fail(libc::EINVAL, "accept without a QP number");
         }
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+        i.step(Event::Accept).map_err(|_| early())?;
         let psn = i.local.psn;
         i.local = Params::from_proto(&c.param, psn);
-        i.phase = Phase::RepSent;
         i.deadline = Some(Instant::now() + timeout);
         // The QP reached RTR (and was admitted) before the app called
         // accept, when its number was not known here yet: mark it now.

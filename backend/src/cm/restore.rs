@@ -1,7 +1,7 @@
 //! Restoring an app's CM channels and ids after a masqd restart, under
 //! their old numbers, as far as masqd can check them.
 
-use super::{fail, Cm, CmHost, PeerRef, Phase, State, MAX_IDS_PER_SESSION};
+use super::{fail, Cm, CmHost, Event, PeerRef, Phase, State, MAX_IDS_PER_SESSION};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::Refusal;
 use masq_proto as proto;
@@ -73,14 +73,18 @@ impl Cm {
                     return Err(e);
                 }
             }
-            let phase = match r.state {
-                proto::CM_RESTORE_LISTENING => Phase::Listening,
-                proto::CM_RESTORE_PENDING => Phase::Closed,
-                _ => Phase::Idle,
+            let ev = match r.state {
+                proto::CM_RESTORE_LISTENING => Event::RestoreListening,
+                proto::CM_RESTORE_PENDING => Event::RestorePending,
+                _ => Event::RestoreBound,
             };
-            if let Some(i) = st.ids.get_mut(&r.id) {
-                i.phase = phase;
-            }
+            let phase = match st.ids.get_mut(&r.id) {
+                Some(i) => {
+                    i.step_checked(ev);
+                    i.phase
+                }
+                None => Phase::Idle,
+            };
             info!(id = r.id, "CM id restored: {}:{} ({phase:?})", src.0, src.1);
             if pending {
                 // Its handshake died with the masqd that carried it.
@@ -152,7 +156,7 @@ impl Cm {
             i.port = src.1;
             i.owns_port = active;
             i.dst = Some(dst);
-            i.phase = Phase::Established;
+            i.step_checked(Event::RestoreConnected);
             i.active = active;
             i.local.qpn = r.qp_num;
             i.remote.qpn = r.remote_qpn;
