@@ -290,11 +290,28 @@ impl Cm {
         }
     }
 
+    /// Id `id`, if `session` holds it.
     fn own(st: &mut State, session: u64, id: u32) -> Result<&mut Id, Refusal> {
         match st.ids.get_mut(&id) {
             Some(i) if i.session == session => Ok(i),
             _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
         }
+    }
+
+    /// Channel `channel`, if `session` holds it.
+    fn own_channel(st: &State, session: u64, channel: u32) -> Result<&Channel, Refusal> {
+        match st.channels.get(&channel) {
+            Some(ch) if ch.session == session => Ok(ch),
+            _ => fail(libc::ENOENT, format!("no channel {channel}")),
+        }
+    }
+
+    /// Room for one more id of `session` (ENOMEM past MAX_IDS_PER_SESSION).
+    fn id_room(st: &State, session: u64) -> Result<(), Refusal> {
+        if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
+            return fail(libc::ENOMEM, "too many CM ids");
+        }
+        Ok(())
     }
 }
 

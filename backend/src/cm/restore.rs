@@ -1,7 +1,7 @@
 //! Restoring an app's CM channels and ids after a masqd restart, under
 //! their old numbers, as far as masqd can check them.
 
-use super::{fail, Cm, CmHost, Event, PeerRef, Phase, State, MAX_IDS_PER_SESSION};
+use super::{fail, Cm, CmHost, Event, PeerRef, Phase, State};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::Refusal;
 use masq_proto as proto;
@@ -45,13 +45,8 @@ impl Cm {
         if r.id == 0 || st.ids.contains_key(&r.id) {
             return fail(libc::EEXIST, format!("CM id {} is in use", r.id));
         }
-        match st.channels.get(&r.channel) {
-            Some(ch) if ch.session == session => {}
-            _ => return fail(libc::ENOENT, format!("no channel {}", r.channel)),
-        }
-        if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
-            return fail(libc::ENOMEM, "too many CM ids");
-        }
+        Self::own_channel(st, session, r.channel)?;
+        Self::id_room(st, session)?;
         let slot = Self::id_slot(shared, ep)?;
         let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
         let dst = (Ipv4Addr::from(r.addrs.dst.addr), r.addrs.dst.port);
