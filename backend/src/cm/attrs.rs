@@ -3,6 +3,7 @@
 //! terms.
 
 use super::{fail, Cm, CmHost, Id, Phase, State, ACK_TIMEOUT, MIN_RNR_TIMER};
+use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
 use masq_proto as proto;
@@ -20,6 +21,22 @@ fn ib_mtu(netdev_mtu: u32) -> u8 {
         512.. => 2,
         _ => 1,
     }
+}
+
+/// Endpoint `ep`'s virtual GID index (its vIP's) and its vNIC's MTU, as
+/// its vNIC is now (`CmHost::vnic_route`'s default).
+pub(super) fn vnic_route(ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+    // The kept view, not a fresh netlink dump: that cost milliseconds
+    // on every connection.
+    let (vgids, mtu) = ep
+        .with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
+        .map_err(|e| refuse(libc::EIO, format!("cannot read the vNIC: {e}")))?;
+    let own = vbond::ipv4_mapped_gid(ep.cfg.vip);
+    let sgid = vgids
+        .iter()
+        .find(|g| g.gid == own)
+        .ok_or_else(|| refuse(libc::EADDRNOTAVAIL, format!("{} has no GID", ep.cfg.vip)))?;
+    Ok((sgid.index as u8, mtu))
 }
 
 impl Cm {
@@ -95,25 +112,10 @@ impl Cm {
         }
     }
 
-    /// This endpoint's virtual GID index and its vNIC's MTU.
-    pub(super) fn vnic_route(i: &Id) -> Result<(u8, u32), Refusal> {
-        // The kept view, not a fresh netlink dump: that cost milliseconds
-        // on every connection.
-        let (vgids, mtu) =
-            i.ep.with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
-                .map_err(|e| refuse(libc::EIO, format!("cannot read the vNIC: {e}")))?;
-        let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
-        let sgid = vgids
-            .iter()
-            .find(|g| g.gid == own)
-            .ok_or_else(|| refuse(libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
-        Ok((sgid.index as u8, mtu))
-    }
-
     /// The virtual address vector from this endpoint to vIP `dst`.
     pub(super) fn virtual_ah(
         shared: &dyn CmHost,
-        ep: &crate::endpoints::endpoint::Endpoint,
+        ep: &Endpoint,
         sgid_index: u8,
         dst: Ipv4Addr,
     ) -> proto::AhAttr {
@@ -185,7 +187,7 @@ impl Cm {
                 let (dst, _) = i
                     .dst
                     .ok_or_else(|| refuse(libc::EINVAL, "no destination"))?;
-                let (sgid_index, mtu) = Self::vnic_route(i)?;
+                let (sgid_index, mtu) = shared.vnic_route(&i.ep)?;
                 mask = IBV_QP_STATE
                     | IBV_QP_AV
                     | IBV_QP_PATH_MTU

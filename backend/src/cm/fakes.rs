@@ -42,6 +42,9 @@ pub const VIP_C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
 pub const ACME: u32 = 100;
 pub const GLOBEX: u32 = 200;
 
+/// A connection RConntrack tracks: (session, QPN) and (remote vIP, QPN).
+pub type Tracked = ((u64, u32), (Ipv4Addr, u32));
+
 /// host1 as the CM's host.
 pub struct FakeCmHost {
     pub registry: Registry,
@@ -49,6 +52,17 @@ pub struct FakeCmHost {
     device: HostDevice,
     /// The hosts `reannounce_ud` was asked for.
     pub reannounced: Mutex<Vec<Ipv4Addr>>,
+    /// Sessions whose app has exited (`app_gone`).
+    pub gone: Mutex<Vec<u64>>,
+    /// What RConntrack tracks: (session, QPN) -> the remote vIP and QPN.
+    pub tracked: Mutex<Vec<Tracked>>,
+    /// Every endpoint's vNIC: its GID index and MTU; None, a vNIC that
+    /// cannot be read (EIO, as an endpoint without its netns).
+    pub vnic: Mutex<Option<(u8, u32)>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl CmHost for FakeCmHost {
@@ -67,17 +81,20 @@ impl CmHost for FakeCmHost {
     fn host(&self, _ep: &Endpoint) -> &HostDevice {
         &self.device
     }
-    fn app_gone(&self, _session: u64) -> bool {
-        false
+    fn app_gone(&self, session: u64) -> bool {
+        locked(&self.gone).contains(&session)
     }
-    fn tracked_qp(&self, _session: u64, _ep: &Endpoint, _qpn: u32) -> Option<(Ipv4Addr, u32)> {
-        None
+    fn tracked_qp(&self, session: u64, _ep: &Endpoint, qpn: u32) -> Option<(Ipv4Addr, u32)> {
+        locked(&self.tracked)
+            .iter()
+            .find(|(k, _)| *k == (session, qpn))
+            .map(|(_, t)| *t)
     }
     fn reannounce_ud(&self, host: Ipv4Addr) {
-        self.reannounced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(host);
+        locked(&self.reannounced).push(host);
+    }
+    fn vnic_route(&self, _ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+        (*locked(&self.vnic)).ok_or_else(|| refuse(libc::EIO, "cannot read the vNIC"))
     }
 }
 
@@ -126,6 +143,9 @@ impl FakeCmHost {
             admission,
             device: HostDevice::rxe0_for_tests(),
             reannounced: Mutex::default(),
+            gone: Mutex::default(),
+            tracked: Mutex::default(),
+            vnic: Mutex::default(),
         }
     }
 

@@ -67,6 +67,11 @@ pub trait CmHost {
     fn tracked_qp(&self, session: u64, ep: &Endpoint, qpn: u32) -> Option<(Ipv4Addr, u32)>;
     /// Announce this host's UD QPs to `host` again (its masqd asked).
     fn reannounce_ud(&self, host: Ipv4Addr);
+    /// Endpoint `ep`'s virtual GID index (its vIP's) and its vNIC's MTU,
+    /// for the QP attributes and address vectors the CM hands out.
+    fn vnic_route(&self, ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+        attrs::vnic_route(ep)
+    }
 }
 
 /// A refused CM request: the errno the app sees and why, for the log.

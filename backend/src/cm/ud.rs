@@ -306,7 +306,7 @@ impl Cm {
             private_data,
             ..Default::default()
         };
-        let route = Self::vnic_route(i);
+        let route = shared.vnic_route(&i.ep);
         let (dst, _) = i.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
         let (sgid_index, _) = match (status, route) {
             (0, Ok(r)) => r,
