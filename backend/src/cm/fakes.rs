@@ -21,7 +21,7 @@ use crate::enforce::admission::Admission;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::Link;
-use crate::peer::msg::PeerMsg;
+use crate::peer::msg::{Params, PeerMsg};
 use crate::peer::send::Local;
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use masq_proto as proto;
@@ -314,6 +314,37 @@ impl App {
         Ok(id)
     }
 
+    /// A request as libmasq sends it: the reply, or the errno it refused
+    /// with.
+    pub fn ask(
+        &self,
+        cm: &Cm,
+        h: &FakeCmHost,
+        body: proto::RequestBody,
+    ) -> Result<proto::ReplyBody, i32> {
+        self.request(cm, h, body).map_err(|r| r.errno())
+    }
+
+    /// rdma_accept of id `id` with QP `qpn` (and `private_data`).
+    pub fn accept(
+        &self,
+        cm: &Cm,
+        h: &FakeCmHost,
+        id: u32,
+        qpn: u32,
+        private_data: &[u8],
+    ) -> Result<(), i32> {
+        let param = proto::CmConnParam {
+            qp_num: qpn,
+            responder_resources: 1,
+            initiator_depth: 1,
+            private_data: private_data.to_vec(),
+            ..Default::default()
+        };
+        let req = proto::RequestBody::CmAccept(proto::CmConnectReq { id, param });
+        self.ask(cm, h, req).map(drop)
+    }
+
     /// The events on the app's channel since the last look.
     pub fn events(&self) -> Vec<proto::CmEvent> {
         let mut out = Vec::new();
@@ -338,5 +369,46 @@ impl App {
             }
         }
         out
+    }
+}
+
+/// Each id's endpoint and state, as `masqctl cm` lists them.
+pub fn table(cm: &Cm) -> Vec<(u64, String, String)> {
+    cm.list()
+        .iter()
+        .map(|v| {
+            (
+                v["id"].as_u64().unwrap_or(0),
+                v["endpoint"].as_str().unwrap_or("").to_string(),
+                v["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Id `id`'s state as `masqctl cm` lists it ("gone" if it is not listed).
+pub fn state(cm: &Cm, id: u32) -> String {
+    table(cm)
+        .into_iter()
+        .find(|(i, _, _)| *i == u64::from(id))
+        .map_or_else(|| "gone".to_string(), |(_, _, s)| s)
+}
+
+/// The kinds of `events`, in order.
+pub fn kinds(events: &[proto::CmEvent]) -> Vec<u32> {
+    events.iter().map(|e| e.event).collect()
+}
+
+/// The parameters a peer's REQ or REP carries: QP `qpn`, PSN 7, one
+/// read in flight each way, retries 7.
+pub fn params(qpn: u32) -> Params {
+    Params {
+        qpn,
+        psn: 7,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
     }
 }

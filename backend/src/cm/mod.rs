@@ -347,6 +347,10 @@ impl Drop for Locked<'_> {
 }
 
 #[cfg(test)]
+#[path = "connect_tests.rs"]
+mod connect_tests;
+
+#[cfg(test)]
 #[path = "limits_tests.rs"]
 mod limits_tests;
 
