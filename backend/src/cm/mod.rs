@@ -347,6 +347,10 @@ impl Drop for Locked<'_> {
 }
 
 #[cfg(test)]
+#[path = "close_tests.rs"]
+mod close_tests;
+
+#[cfg(test)]
 #[path = "connect_tests.rs"]
 mod connect_tests;
 
