@@ -226,6 +226,28 @@ impl App {
         }
     }
 
+    /// After a masqd restart: session `session`'s channel `channel` of
+    /// endpoint `name` back under its number (CM_RESTORE_CHANNEL).
+    pub fn restore(
+        cm: &Cm,
+        h: &FakeCmHost,
+        session: u64,
+        name: &str,
+        channel: u32,
+    ) -> Result<App, Refusal> {
+        let ep = h.endpoint(name);
+        let req = proto::RequestBody::CmRestoreChannel(proto::CmChannel { channel });
+        match cm.request(h, session, &ep, &req)? {
+            (proto::ReplyBody::CmRestoreChannel, Some(events)) => Ok(App {
+                session,
+                ep,
+                channel,
+                events,
+            }),
+            _ => Err(refuse(libc::EPROTO, "not a channel")),
+        }
+    }
+
     pub fn request(
         &self,
         cm: &Cm,

@@ -361,3 +361,7 @@ mod limits_tests;
 #[cfg(test)]
 #[path = "peer_tests.rs"]
 mod peer_tests;
+
+#[cfg(test)]
+#[path = "restore_tests.rs"]
+mod restore_tests;
