@@ -365,3 +365,7 @@ mod peer_tests;
 #[cfg(test)]
 #[path = "restore_tests.rs"]
 mod restore_tests;
+
+#[cfg(test)]
+#[path = "ud_tests.rs"]
+mod ud_tests;
