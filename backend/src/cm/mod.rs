@@ -355,12 +355,20 @@ mod close_tests;
 mod connect_tests;
 
 #[cfg(test)]
+#[path = "hostile_tests.rs"]
+mod hostile_tests;
+
+#[cfg(test)]
 #[path = "limits_tests.rs"]
 mod limits_tests;
 
 #[cfg(test)]
 #[path = "peer_tests.rs"]
 mod peer_tests;
+
+#[cfg(test)]
+#[path = "phase_tests.rs"]
+mod phase_tests;
 
 #[cfg(test)]
 #[path = "restore_tests.rs"]
