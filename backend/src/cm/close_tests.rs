@@ -508,3 +508,25 @@ fn a_dreq_naming_no_id_finds_the_connection_by_its_senders_qp() {
     assert_eq!(kinds(&acme.events()), [proto::CM_EVENT_DISCONNECTED]);
     assert_eq!(state(&cm, id), "peerclosed");
 }
+
+/// The app's disconnect after its accept and before the RTU ends the
+/// connection: the accept's clock stops with it, or the app would get
+/// UNREACHABLE after DISCONNECTED.
+#[test]
+fn the_apps_disconnect_after_its_accept_stops_the_accepts_clock() {
+    let (h, cm, out) = setup_with(Duration::ZERO);
+    let (globex, _, id) = requested(&h, &cm, 1);
+    globex.accept(&cm, &h, id, QPN, b"").expect("accept");
+    out.take();
+    globex
+        .ask(&cm, &h, ask_id(proto::RequestBody::CmDisconnect, id))
+        .expect("disconnect");
+    assert_eq!(out.take(), [(HOST2, dreq(PEER_OF_PASSIVE, id, QPN))]);
+    assert_eq!(kinds(&globex.events()), [proto::CM_EVENT_DISCONNECTED]);
+    cm.expire();
+    assert!(
+        globex.events().is_empty(),
+        "no UNREACHABLE after DISCONNECTED"
+    );
+    assert_eq!(state(&cm, id), "closed");
+}

@@ -94,10 +94,7 @@ impl Phase {
             (P::Established | P::RepSent | P::RepReceived, E::DreqIn) => P::PeerClosed,
             (P::Connecting, E::SidrRepIn { ok: true }) if udp => P::Established,
             (P::Connecting, E::SidrRepIn { ok: false }) if udp => P::Closed,
-            // Closed: an app's disconnect after its accept and before the
-            // RTU leaves the accept's deadline running (as before the
-            // phases moved here).
-            (P::Connecting | P::RepSent | P::Closed, E::Timeout) => P::Closed,
+            (P::Connecting | P::RepSent, E::Timeout) => P::Closed,
             (P::Idle, E::RestoreBound) => P::Idle,
             (P::Idle, E::RestoreListening) => P::Listening,
             (P::Idle, E::RestorePending) => P::Closed,

@@ -171,6 +171,8 @@ impl Cm {
         let was = i.phase;
         i.step(Event::Disconnect)
             .map_err(|_| refuse(libc::EINVAL, "disconnect without a connection"))?;
+        // An accept's clock (RepSent) ends with its connection.
+        i.deadline = None;
         // The peer's DREQ came first: answering it is all.
         if was != Phase::PeerClosed {
             if let Some(p) = i.peer {
