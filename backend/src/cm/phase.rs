@@ -85,10 +85,8 @@ impl Phase {
             }
             (P::RepReceived, E::Establish) if !udp => P::Established,
             (P::Idle, E::ReqIn) => P::ReqReceived,
-            // A UD id waits for a SIDR REP, but a REP from the host it
-            // queried is taken too (as before the phases moved here);
-            // the app cannot establish it (Establish refuses UD ids).
-            (P::Connecting, E::RepIn) => P::RepReceived,
+            // A UD id waits for a SIDR REP, never a REP.
+            (P::Connecting, E::RepIn) if !udp => P::RepReceived,
             (P::Connecting | P::RepSent | P::ReqReceived | P::RepReceived, E::RejIn) => P::Closed,
             (P::RepSent, E::RtuIn) => P::Established,
             (P::Established | P::RepSent | P::RepReceived, E::DreqIn) => P::PeerClosed,

@@ -458,3 +458,27 @@ fn a_ud_qp_ack_from_a_peer_ends_the_wait_for_it() {
     );
     assert!(cm.announce_ud_up(&[HOST2], GLOBEX, VIP_A, 9, Duration::ZERO));
 }
+
+/// A SIDR exchange has no REP: one to a querying UD id is answered with a
+/// REJ, as for any id that waits for none, and the query goes on (its
+/// clock too), where the REP moved it past its SIDR REP and stopped the
+/// clock, so the app waited for ever.
+#[test]
+fn a_rep_to_a_querying_ud_id_is_refused_and_its_sidr_rep_still_answers() {
+    let (h, cm, out) = setup();
+    let (globex, id) = querying(&h, &cm, &out);
+    let rep = PeerMsg::Rep {
+        to_id: id,
+        from_id: 70,
+        params: params(PEER_QPN),
+    };
+    cm.on_peer(&h, HOST2, rep);
+    assert!(globex.events().is_empty(), "no CONNECT_RESPONSE on a UD id");
+    assert!(matches!(
+        out.take().as_slice(),
+        [(HOST2, PeerMsg::Rej { to_id: 70, .. })]
+    ));
+    assert_eq!(state(&cm, id), "connecting");
+    cm.on_peer(&h, HOST2, sidr_rep(id, 0));
+    assert_eq!(kinds(&globex.events()), [proto::CM_EVENT_ESTABLISHED]);
+}
