@@ -89,7 +89,8 @@ impl Phase {
             (P::Connecting, E::RepIn) if !udp => P::RepReceived,
             (P::Connecting | P::RepSent | P::ReqReceived | P::RepReceived, E::RejIn) => P::Closed,
             (P::RepSent, E::RtuIn) => P::Established,
-            (P::Established | P::RepSent | P::RepReceived, E::DreqIn) => P::PeerClosed,
+            // A UD id has no connection for a DREQ to end.
+            (P::Established | P::RepSent | P::RepReceived, E::DreqIn) if !udp => P::PeerClosed,
             (P::Connecting, E::SidrRepIn { ok: true }) if udp => P::Established,
             (P::Connecting, E::SidrRepIn { ok: false }) if udp => P::Closed,
             (P::Connecting | P::RepSent, E::Timeout) => P::Closed,

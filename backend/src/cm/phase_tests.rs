@@ -79,12 +79,9 @@ fn common() -> Vec<(Phase, Event, Phase)> {
         (P::ReqReceived, E::RejIn, P::Closed),
         (P::RepSent, E::RejIn, P::Closed),
         (P::RepSent, E::RtuIn, P::Established),
-        (P::RepSent, E::DreqIn, P::PeerClosed),
         (P::RepSent, E::Timeout, P::Closed),
         (P::RepReceived, E::Reject, P::Closed),
         (P::RepReceived, E::RejIn, P::Closed),
-        (P::RepReceived, E::DreqIn, P::PeerClosed),
-        (P::Established, E::DreqIn, P::PeerClosed),
     ]
 }
 
@@ -101,6 +98,9 @@ fn a_connected_mode_id_makes_exactly_these_moves() {
     let mut want = common();
     want.extend([
         (P::Connecting, E::RepIn, P::RepReceived),
+        (P::RepSent, E::DreqIn, P::PeerClosed),
+        (P::RepReceived, E::DreqIn, P::PeerClosed),
+        (P::Established, E::DreqIn, P::PeerClosed),
         (P::ReqReceived, E::Accept, P::RepSent),
         (P::RepSent, E::Disconnect, P::Closed),
         (P::RepReceived, E::Disconnect, P::Closed),

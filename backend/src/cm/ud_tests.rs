@@ -482,3 +482,23 @@ fn a_rep_to_a_querying_ud_id_is_refused_and_its_sidr_rep_still_answers() {
     cm.on_peer(&h, HOST2, sidr_rep(id, 0));
     assert_eq!(kinds(&globex.events()), [proto::CM_EVENT_ESTABLISHED]);
 }
+
+/// A UD id has no connection to end: a DREQ from the host that queried it
+/// changes nothing, where it delivered DISCONNECTED, which the kernel
+/// never gives a UD id.
+#[test]
+fn a_dreq_to_an_answered_ud_id_changes_nothing() {
+    let (h, cm, out) = setup();
+    let (globex, _, id) = queried(&h, &cm);
+    globex.accept(&cm, &h, id, QPN, b"").expect("accept");
+    out.take();
+    let dreq = PeerMsg::Dreq {
+        to_id: id,
+        from_id: PEER_ID,
+        from_qpn: PEER_QPN,
+    };
+    cm.on_peer(&h, HOST2, dreq);
+    assert!(globex.events().is_empty(), "no DISCONNECTED on a UD id");
+    assert_eq!(state(&cm, id), "established");
+    assert!(out.take().is_empty());
+}
