@@ -278,15 +278,7 @@ impl Cm {
         }
         let Some(listener) = self.listener_for(shared, st, &ep, false, dst.1) else {
             debug!(port = dst.1, "CM request for a port nobody listens on");
-            self.send(
-                from,
-                PeerMsg::Rej {
-                    to_id: from_id,
-                    from_id: 0,
-                    reason: proto::CM_REJ_INVALID_SERVICE_ID,
-                    private_data: Vec::new(),
-                },
-            );
+            self.reject_req(from, from_id, proto::CM_REJ_INVALID_SERVICE_ID);
             return;
         };
         let (session, channel) = match st.ids.get(&listener) {
@@ -298,15 +290,7 @@ impl Cm {
             Ok(s) => s,
             Err(r) => {
                 warn!(%from, endpoint = %ep.cfg.name, "CM request rejected: {}", r.why());
-                self.send(
-                    from,
-                    PeerMsg::Rej {
-                        to_id: from_id,
-                        from_id: 0,
-                        reason: super::CM_REJ_NO_RESOURCES,
-                        private_data: Vec::new(),
-                    },
-                );
+                self.reject_req(from, from_id, super::CM_REJ_NO_RESOURCES);
                 return;
             }
         };
@@ -331,6 +315,17 @@ impl Cm {
             let param = i.remote.to_event();
             Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
         }
+    }
+
+    /// A REJ for `from`'s REQ (its id `from_id`) that no id here takes.
+    fn reject_req(&self, from: Ipv4Addr, from_id: u32, reason: i32) {
+        let rej = PeerMsg::Rej {
+            to_id: from_id,
+            from_id: 0,
+            reason,
+            private_data: Vec::new(),
+        };
+        self.send(from, rej);
     }
 
     /// The local endpoint a request from host `from` (REQ or SIDR REQ) is
