@@ -3,6 +3,7 @@
 //! terms.
 
 use super::{fail, Cm, CmHost, Id, Phase, State, ACK_TIMEOUT, MIN_RNR_TIMER};
+use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
 use masq_proto as proto;
@@ -20,6 +21,22 @@ fn ib_mtu(netdev_mtu: u32) -> u8 {
         512.. => 2,
         _ => 1,
     }
+}
+
+/// Endpoint `ep`'s virtual GID index (its vIP's) and its vNIC's MTU, as
+/// its vNIC is now (`CmHost::vnic_route`'s default).
+pub(super) fn vnic_route(ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+    // The kept view, not a fresh netlink dump: that cost milliseconds
+    // on every connection.
+    let (vgids, mtu) = ep
+        .with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
+        .map_err(|e| refuse(libc::EIO, format!("cannot read the vNIC: {e}")))?;
+    let own = vbond::ipv4_mapped_gid(ep.cfg.vip);
+    let sgid = vgids
+        .iter()
+        .find(|g| g.gid == own)
+        .ok_or_else(|| refuse(libc::EADDRNOTAVAIL, format!("{} has no GID", ep.cfg.vip)))?;
+    Ok((sgid.index as u8, mtu))
 }
 
 impl Cm {
@@ -95,25 +112,10 @@ impl Cm {
         }
     }
 
-    /// This endpoint's virtual GID index and its vNIC's MTU.
-    pub(super) fn vnic_route(i: &Id) -> Result<(u8, u32), Refusal> {
-        // The kept view, not a fresh netlink dump: that cost milliseconds
-        // on every connection.
-        let (vgids, mtu) =
-            i.ep.with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
-                .map_err(|e| refuse(libc::EIO, format!("cannot read the vNIC: {e}")))?;
-        let own = vbond::ipv4_mapped_gid(i.ep.cfg.vip);
-        let sgid = vgids
-            .iter()
-            .find(|g| g.gid == own)
-            .ok_or_else(|| refuse(libc::EADDRNOTAVAIL, format!("{} has no GID", i.ep.cfg.vip)))?;
-        Ok((sgid.index as u8, mtu))
-    }
-
     /// The virtual address vector from this endpoint to vIP `dst`.
     pub(super) fn virtual_ah(
         shared: &dyn CmHost,
-        ep: &crate::endpoints::endpoint::Endpoint,
+        ep: &Endpoint,
         sgid_index: u8,
         dst: Ipv4Addr,
     ) -> proto::AhAttr {
@@ -175,68 +177,81 @@ impl Cm {
                 a.port_num = shared.host(&i.ep).port;
                 a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
             }
-            2 => {
-                if !matches!(
-                    i.phase,
-                    Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established
-                ) {
-                    return fail(libc::EINVAL, "RTR attributes before the peer is known");
-                }
-                let (dst, _) = i
-                    .dst
-                    .ok_or_else(|| refuse(libc::EINVAL, "no destination"))?;
-                let (sgid_index, mtu) = Self::vnic_route(i)?;
-                mask = IBV_QP_STATE
-                    | IBV_QP_AV
-                    | IBV_QP_PATH_MTU
-                    | IBV_QP_DEST_QPN
-                    | IBV_QP_RQ_PSN
-                    | IBV_QP_MAX_DEST_RD_ATOMIC
-                    | IBV_QP_MIN_RNR_TIMER
-                    | IBV_QP_ACCESS_FLAGS;
-                a.path_mtu = ib_mtu(mtu);
-                a.dest_qp_num = i.remote.qpn;
-                a.rq_psn = i.remote.psn;
-                a.max_dest_rd_atomic = resp_res;
-                a.min_rnr_timer = MIN_RNR_TIMER;
-                a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
-                    | if resp_res > 0 {
-                        IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
-                    } else {
-                        0
-                    };
-                a.ah_attr = Self::virtual_ah(shared, &i.ep, sgid_index, dst);
-            }
-            3 => {
-                if !matches!(
-                    i.phase,
-                    Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established
-                ) {
-                    return fail(libc::EINVAL, "RTS attributes before the peer is known");
-                }
-                let (retry, rnr) = if i.active {
-                    (i.local.retry_count, i.local.rnr_retry_count)
-                } else {
-                    (i.remote.retry_count, i.remote.rnr_retry_count)
-                };
-                mask = IBV_QP_STATE
-                    | IBV_QP_TIMEOUT
-                    | IBV_QP_RETRY_CNT
-                    | IBV_QP_RNR_RETRY
-                    | IBV_QP_SQ_PSN
-                    | IBV_QP_MAX_QP_RD_ATOMIC;
-                a.timeout = ACK_TIMEOUT;
-                a.retry_cnt = retry.min(7);
-                a.rnr_retry = rnr.min(7);
-                a.sq_psn = i.local.psn;
-                a.max_rd_atomic = init_depth;
-            }
+            2 => mask = Self::rc_rtr(shared, i, &mut a, resp_res)?,
+            3 => mask = Self::rc_rts(i, &mut a, init_depth)?,
             _ => return fail(libc::EINVAL, format!("QP state {state}")),
         }
         Ok(proto::CmQpAttr {
             attr_mask: mask,
             attr: a,
         })
+    }
+
+    /// A connected-mode QP's RTR attributes (`qp_attr`'s state 2): the
+    /// peer's QP, PSN and virtual address; its mask.
+    fn rc_rtr(
+        shared: &dyn CmHost,
+        i: &Id,
+        a: &mut proto::QpAttr,
+        resp_res: u8,
+    ) -> Result<u32, Refusal> {
+        if !matches!(
+            i.phase,
+            Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established
+        ) {
+            return fail(libc::EINVAL, "RTR attributes before the peer is known");
+        }
+        let (dst, _) = i
+            .dst
+            .ok_or_else(|| refuse(libc::EINVAL, "no destination"))?;
+        let (sgid_index, mtu) = shared.vnic_route(&i.ep)?;
+        a.path_mtu = ib_mtu(mtu);
+        a.dest_qp_num = i.remote.qpn;
+        a.rq_psn = i.remote.psn;
+        a.max_dest_rd_atomic = resp_res;
+        a.min_rnr_timer = MIN_RNR_TIMER;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
+            | if resp_res > 0 {
+                IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+            } else {
+                0
+            };
+        a.ah_attr = Self::virtual_ah(shared, &i.ep, sgid_index, dst);
+        Ok(IBV_QP_STATE
+            | IBV_QP_AV
+            | IBV_QP_PATH_MTU
+            | IBV_QP_DEST_QPN
+            | IBV_QP_RQ_PSN
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | IBV_QP_MIN_RNR_TIMER
+            | IBV_QP_ACCESS_FLAGS)
+    }
+
+    /// A connected-mode QP's RTS attributes (`qp_attr`'s state 3): the
+    /// timeouts and retries, this side's PSN; its mask.
+    fn rc_rts(i: &Id, a: &mut proto::QpAttr, init_depth: u8) -> Result<u32, Refusal> {
+        if !matches!(
+            i.phase,
+            Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established
+        ) {
+            return fail(libc::EINVAL, "RTS attributes before the peer is known");
+        }
+        let (retry, rnr) = if i.active {
+            (i.local.retry_count, i.local.rnr_retry_count)
+        } else {
+            (i.remote.retry_count, i.remote.rnr_retry_count)
+        };
+        a.timeout = ACK_TIMEOUT;
+        a.retry_cnt = retry.min(7);
+        a.rnr_retry = rnr.min(7);
+        a.sq_psn = i.local.psn;
+        a.max_rd_atomic = init_depth;
+        Ok(IBV_QP_STATE
+            | IBV_QP_TIMEOUT
+            | IBV_QP_RETRY_CNT
+            | IBV_QP_RNR_RETRY
+            | IBV_QP_SQ_PSN
+            | IBV_QP_MAX_QP_RD_ATOMIC)
     }
 }
 

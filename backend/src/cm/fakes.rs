@@ -21,7 +21,7 @@ use crate::enforce::admission::Admission;
 use crate::error::{refuse, Refusal};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::Link;
-use crate::peer::msg::PeerMsg;
+use crate::peer::msg::{Params, PeerMsg};
 use crate::peer::send::Local;
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use masq_proto as proto;
@@ -42,6 +42,9 @@ pub const VIP_C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
 pub const ACME: u32 = 100;
 pub const GLOBEX: u32 = 200;
 
+/// A connection RConntrack tracks: (session, QPN) and (remote vIP, QPN).
+pub type Tracked = ((u64, u32), (Ipv4Addr, u32));
+
 /// host1 as the CM's host.
 pub struct FakeCmHost {
     pub registry: Registry,
@@ -49,6 +52,17 @@ pub struct FakeCmHost {
     device: HostDevice,
     /// The hosts `reannounce_ud` was asked for.
     pub reannounced: Mutex<Vec<Ipv4Addr>>,
+    /// Sessions whose app has exited (`app_gone`).
+    pub gone: Mutex<Vec<u64>>,
+    /// What RConntrack tracks: (session, QPN) -> the remote vIP and QPN.
+    pub tracked: Mutex<Vec<Tracked>>,
+    /// Every endpoint's vNIC: its GID index and MTU; None, a vNIC that
+    /// cannot be read (EIO, as an endpoint without its netns).
+    pub vnic: Mutex<Option<(u8, u32)>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl CmHost for FakeCmHost {
@@ -67,17 +81,20 @@ impl CmHost for FakeCmHost {
     fn host(&self, _ep: &Endpoint) -> &HostDevice {
         &self.device
     }
-    fn app_gone(&self, _session: u64) -> bool {
-        false
+    fn app_gone(&self, session: u64) -> bool {
+        locked(&self.gone).contains(&session)
     }
-    fn tracked_qp(&self, _session: u64, _ep: &Endpoint, _qpn: u32) -> Option<(Ipv4Addr, u32)> {
-        None
+    fn tracked_qp(&self, session: u64, _ep: &Endpoint, qpn: u32) -> Option<(Ipv4Addr, u32)> {
+        locked(&self.tracked)
+            .iter()
+            .find(|(k, _)| *k == (session, qpn))
+            .map(|(_, t)| *t)
     }
     fn reannounce_ud(&self, host: Ipv4Addr) {
-        self.reannounced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(host);
+        locked(&self.reannounced).push(host);
+    }
+    fn vnic_route(&self, _ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+        (*locked(&self.vnic)).ok_or_else(|| refuse(libc::EIO, "cannot read the vNIC"))
     }
 }
 
@@ -126,6 +143,9 @@ impl FakeCmHost {
             admission,
             device: HostDevice::rxe0_for_tests(),
             reannounced: Mutex::default(),
+            gone: Mutex::default(),
+            tracked: Mutex::default(),
+            vnic: Mutex::default(),
         }
     }
 
@@ -200,6 +220,28 @@ impl App {
                 session,
                 ep,
                 channel: c.channel,
+                events,
+            }),
+            _ => Err(refuse(libc::EPROTO, "not a channel")),
+        }
+    }
+
+    /// After a masqd restart: session `session`'s channel `channel` of
+    /// endpoint `name` back under its number (CM_RESTORE_CHANNEL).
+    pub fn restore(
+        cm: &Cm,
+        h: &FakeCmHost,
+        session: u64,
+        name: &str,
+        channel: u32,
+    ) -> Result<App, Refusal> {
+        let ep = h.endpoint(name);
+        let req = proto::RequestBody::CmRestoreChannel(proto::CmChannel { channel });
+        match cm.request(h, session, &ep, &req)? {
+            (proto::ReplyBody::CmRestoreChannel, Some(events)) => Ok(App {
+                session,
+                ep,
+                channel,
                 events,
             }),
             _ => Err(refuse(libc::EPROTO, "not a channel")),
@@ -294,6 +336,37 @@ impl App {
         Ok(id)
     }
 
+    /// A request as libmasq sends it: the reply, or the errno it refused
+    /// with.
+    pub fn ask(
+        &self,
+        cm: &Cm,
+        h: &FakeCmHost,
+        body: proto::RequestBody,
+    ) -> Result<proto::ReplyBody, i32> {
+        self.request(cm, h, body).map_err(|r| r.errno())
+    }
+
+    /// rdma_accept of id `id` with QP `qpn` (and `private_data`).
+    pub fn accept(
+        &self,
+        cm: &Cm,
+        h: &FakeCmHost,
+        id: u32,
+        qpn: u32,
+        private_data: &[u8],
+    ) -> Result<(), i32> {
+        let param = proto::CmConnParam {
+            qp_num: qpn,
+            responder_resources: 1,
+            initiator_depth: 1,
+            private_data: private_data.to_vec(),
+            ..Default::default()
+        };
+        let req = proto::RequestBody::CmAccept(proto::CmConnectReq { id, param });
+        self.ask(cm, h, req).map(drop)
+    }
+
     /// The events on the app's channel since the last look.
     pub fn events(&self) -> Vec<proto::CmEvent> {
         let mut out = Vec::new();
@@ -318,5 +391,46 @@ impl App {
             }
         }
         out
+    }
+}
+
+/// Each id's endpoint and state, as `masqctl cm` lists them.
+pub fn table(cm: &Cm) -> Vec<(u64, String, String)> {
+    cm.list()
+        .iter()
+        .map(|v| {
+            (
+                v["id"].as_u64().unwrap_or(0),
+                v["endpoint"].as_str().unwrap_or("").to_string(),
+                v["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Id `id`'s state as `masqctl cm` lists it ("gone" if it is not listed).
+pub fn state(cm: &Cm, id: u32) -> String {
+    table(cm)
+        .into_iter()
+        .find(|(i, _, _)| *i == u64::from(id))
+        .map_or_else(|| "gone".to_string(), |(_, _, s)| s)
+}
+
+/// The kinds of `events`, in order.
+pub fn kinds(events: &[proto::CmEvent]) -> Vec<u32> {
+    events.iter().map(|e| e.event).collect()
+}
+
+/// The parameters a peer's REQ or REP carries: QP `qpn`, PSN 7, one
+/// read in flight each way, retries 7.
+pub fn params(qpn: u32) -> Params {
+    Params {
+        qpn,
+        psn: 7,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
     }
 }

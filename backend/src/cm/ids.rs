@@ -1,7 +1,8 @@
 //! CM ids and ports: binding, the port table, channels, new ids, the
-//! teardown of ids and sessions, listeners, timeouts and `masqctl cm`.
+//! requests that make, move and end channels and ids, the teardown of ids
+//! and sessions, listeners, timeouts and `masqctl cm`.
 
-use super::{fail, random_u32, Channel, Cm, CmHost, Id, Phase, State};
+use super::{fail, random_u32, Channel, Cm, CmHost, Event, Id, Phase, State};
 use super::{EPHEMERAL, MAX_CHANNELS_PER_SESSION};
 use crate::config::TenantLimits;
 use crate::endpoints::endpoint::Endpoint;
@@ -89,6 +90,102 @@ impl Cm {
             i.ep = ep;
         }
         Ok(())
+    }
+
+    /// rdma_create_event_channel: a channel and the app's end of its
+    /// event socket, which rides along with the reply.
+    pub(super) fn create_channel(
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        ep: &Arc<Endpoint>,
+    ) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
+        let limits = shared.registry().limits();
+        let (channel, theirs) = Self::add_channel(st, limits, ep, session, None)?;
+        Ok((
+            proto::ReplyBody::CmCreateChannel(proto::CmChannel { channel }),
+            Some(theirs),
+        ))
+    }
+
+    /// rdma_destroy_event_channel: like closing an rdma_cm file, its ids
+    /// go with it.
+    pub(super) fn destroy_channel(
+        &self,
+        st: &mut State,
+        session: u64,
+        channel: u32,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        Self::own_channel(st, session, channel)?;
+        let ids: Vec<u32> = st
+            .ids
+            .iter()
+            .filter(|(_, i)| i.channel == channel)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in ids {
+            self.teardown(st, id);
+        }
+        st.channels.remove(&channel);
+        Ok(proto::ReplyBody::CmDestroyChannel)
+    }
+
+    /// rdma_create_id on one of the session's channels.
+    pub(super) fn create_id(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        ep: &Arc<Endpoint>,
+        c: &proto::CmCreateIdReq,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        Self::own_channel(st, session, c.channel)?;
+        Self::id_room(st, session)?;
+        let slot = Self::id_slot(shared, ep)?;
+        let id = self.new_id(st, session, c.channel, ep.clone(), slot);
+        if let Some(i) = st.ids.get_mut(&id) {
+            i.udp = c.port_space == proto::CM_PS_UDP;
+        }
+        Ok(proto::ReplyBody::CmCreateId(proto::CmId { id }))
+    }
+
+    /// rdma_destroy_id: see `teardown`.
+    pub(super) fn destroy_id(
+        &self,
+        st: &mut State,
+        session: u64,
+        id: u32,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        Self::own(st, session, id)?;
+        self.teardown(st, id);
+        Ok(proto::ReplyBody::CmDestroyId)
+    }
+
+    /// rdma_migrate_id: the id's events go to another of the session's
+    /// channels.
+    pub(super) fn migrate_id(
+        st: &mut State,
+        session: u64,
+        m: &proto::CmMigrateReq,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        Self::own_channel(st, session, m.channel)?;
+        Self::own(st, session, m.id)?.channel = m.channel;
+        Ok(proto::ReplyBody::CmMigrateId)
+    }
+
+    /// rdma_bind_addr: the id's addresses as bound.
+    pub(super) fn bind_addr(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        b: &proto::CmBindReq,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        Self::own(st, session, b.id)?;
+        self.bind(shared, st, b.id, Ipv4Addr::from(b.addr.addr), b.addr.port)?;
+        Ok(proto::ReplyBody::CmBindAddr(
+            Self::own(st, session, b.id)?.addrs(),
+        ))
     }
 
     /// Tear an id down as the kernel does when it is destroyed: tell the
@@ -354,7 +451,7 @@ impl Cm {
         for id in late {
             if let Some(i) = st.ids.get_mut(&id) {
                 i.deadline = None;
-                i.phase = Phase::Closed;
+                i.step_checked(Event::Timeout);
                 info!(id, "CM connection timed out");
             }
             Self::emit(

@@ -17,13 +17,15 @@
 //! The CM's methods are in `impl Cm` blocks by role: `ids` (ids, ports,
 //! channels, timeouts), `requests` (the apps' CM requests), `attrs`
 //! (events and QP attributes), `peer` (messages from peer masqds), `ud`
-//! (UD ids and UD QP announcements) and `restore` (after a masqd restart).
+//! (UD ids and UD QP announcements) and `restore` (after a masqd restart);
+//! `phase` holds an id's phases and the one function that moves them.
 
 mod attrs;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fakes;
 mod ids;
 mod peer;
+mod phase;
 mod requests;
 mod restore;
 mod ud;
@@ -39,6 +41,7 @@ use crate::peer::msg::{Params, PeerMsg};
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
+use phase::{Event, Phase};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::ops::{Deref, DerefMut};
@@ -64,6 +67,11 @@ pub trait CmHost {
     fn tracked_qp(&self, session: u64, ep: &Endpoint, qpn: u32) -> Option<(Ipv4Addr, u32)>;
     /// Announce this host's UD QPs to `host` again (its masqd asked).
     fn reannounce_ud(&self, host: Ipv4Addr);
+    /// Endpoint `ep`'s virtual GID index (its vIP's) and its vNIC's MTU,
+    /// for the QP attributes and address vectors the CM hands out.
+    fn vnic_route(&self, ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+        attrs::vnic_route(ep)
+    }
 }
 
 /// A refused CM request: the errno the app sees and why, for the log.
@@ -87,28 +95,6 @@ const CM_REJ_NO_RESOURCES: i32 = 3;
 /// fails a long run with status 9 while it sorts out the duplicates.
 const ACK_TIMEOUT: u8 = 17;
 const MIN_RNR_TIMER: u8 = 12;
-
-/// Where an id is in its life, as the kernel's CM would have it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Idle,
-    AddrResolved,
-    RouteResolved,
-    Listening,
-    /// Active: REQ sent (or dropped by policy), waiting for REP.
-    Connecting,
-    /// Passive: CONNECT_REQUEST delivered, waiting for accept or reject.
-    ReqReceived,
-    /// Passive: REP sent, waiting for RTU.
-    RepSent,
-    /// Active: REP received, waiting for the app's QP to reach RTS.
-    RepReceived,
-    Established,
-    /// The peer disconnected (DISCONNECTED delivered); the app's own
-    /// rdma_disconnect then succeeds, as the kernel's answers a DREQ.
-    PeerClosed,
-    Closed,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PeerRef {
@@ -309,11 +295,28 @@ impl Cm {
         }
     }
 
+    /// Id `id`, if `session` holds it.
     fn own(st: &mut State, session: u64, id: u32) -> Result<&mut Id, Refusal> {
         match st.ids.get_mut(&id) {
             Some(i) if i.session == session => Ok(i),
             _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
         }
+    }
+
+    /// Channel `channel`, if `session` holds it.
+    fn own_channel(st: &State, session: u64, channel: u32) -> Result<&Channel, Refusal> {
+        match st.channels.get(&channel) {
+            Some(ch) if ch.session == session => Ok(ch),
+            _ => fail(libc::ENOENT, format!("no channel {channel}")),
+        }
+    }
+
+    /// Room for one more id of `session` (ENOMEM past MAX_IDS_PER_SESSION).
+    fn id_room(st: &State, session: u64) -> Result<(), Refusal> {
+        if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
+            return fail(libc::ENOMEM, "too many CM ids");
+        }
+        Ok(())
     }
 }
 
@@ -344,9 +347,33 @@ impl Drop for Locked<'_> {
 }
 
 #[cfg(test)]
+#[path = "close_tests.rs"]
+mod close_tests;
+
+#[cfg(test)]
+#[path = "connect_tests.rs"]
+mod connect_tests;
+
+#[cfg(test)]
+#[path = "hostile_tests.rs"]
+mod hostile_tests;
+
+#[cfg(test)]
 #[path = "limits_tests.rs"]
 mod limits_tests;
 
 #[cfg(test)]
 #[path = "peer_tests.rs"]
 mod peer_tests;
+
+#[cfg(test)]
+#[path = "phase_tests.rs"]
+mod phase_tests;
+
+#[cfg(test)]
+#[path = "restore_tests.rs"]
+mod restore_tests;
+
+#[cfg(test)]
+#[path = "ud_tests.rs"]
+mod ud_tests;

@@ -1,7 +1,8 @@
-//! CM messages from peer masqds: the connection exchange (REQ, REP, REJ,
-//! RTU, DREQ), and the admission of a request from another host.
+//! CM messages from peer masqds: `on_peer`'s dispatch, a function per
+//! message of the connection exchange (REQ, REP, REJ, RTU, DREQ), and the
+//! admission of a request from another host.
 
-use super::{random_u32, Cm, CmHost, Id, PeerRef, Phase, State};
+use super::{random_u32, Cm, CmHost, Event, Id, PeerRef, Phase, State};
 use crate::endpoints::endpoint::Endpoint;
 use crate::peer::msg::{Params, PeerMsg};
 use masq_proto as proto;
@@ -51,81 +52,13 @@ impl Cm {
                 to_id,
                 from_id,
                 params,
-            } => {
-                let ok = st.ids.get(&to_id).is_some_and(|i| {
-                    i.phase == Phase::Connecting && i.peer_host == from && i.peer.is_none()
-                });
-                if !ok {
-                    // Too late (timed out) or unknown: tell the peer, so its
-                    // side does not wait for an RTU that will not come.
-                    self.send(
-                        from,
-                        PeerMsg::Rej {
-                            to_id: from_id,
-                            from_id: to_id,
-                            reason: proto::CM_REJ_CONSUMER_DEFINED,
-                            private_data: Vec::new(),
-                        },
-                    );
-                    return;
-                }
-                if params.private_data.len() > proto::CM_MAX_PRIVATE_DATA {
-                    return;
-                }
-                if let Some(i) = st.ids.get_mut(&to_id) {
-                    i.peer = Some(PeerRef {
-                        host: from,
-                        id: from_id,
-                    });
-                    i.remote = params;
-                    i.phase = Phase::RepReceived;
-                    i.deadline = None;
-                    let param = i.remote.to_event();
-                    Self::emit_with_qp_attrs(
-                        shared,
-                        st,
-                        to_id,
-                        proto::CM_EVENT_CONNECT_RESPONSE,
-                        param,
-                    );
-                }
-            }
+            } => self.on_rep(shared, st, from, to_id, from_id, params),
             PeerMsg::Rej {
                 to_id,
                 from_id,
                 reason,
                 private_data,
-            } => {
-                let Some(i) = st.ids.get_mut(&to_id) else {
-                    return;
-                };
-                let from_peer = i.peer
-                    == Some(PeerRef {
-                        host: from,
-                        id: from_id,
-                    })
-                    || (i.phase == Phase::Connecting && i.peer_host == from);
-                if !from_peer
-                    || !matches!(
-                        i.phase,
-                        Phase::Connecting
-                            | Phase::RepSent
-                            | Phase::ReqReceived
-                            | Phase::RepReceived
-                    )
-                {
-                    return;
-                }
-                i.phase = Phase::Closed;
-                i.deadline = None;
-                let mut data = private_data;
-                data.truncate(proto::CM_REJ_PRIVATE_DATA);
-                let param = proto::CmConnParam {
-                    private_data: data,
-                    ..Default::default()
-                };
-                Self::emit(st, to_id, proto::CM_EVENT_REJECTED, reason, param);
-            }
+            } => Self::on_rej(st, from, to_id, from_id, reason, private_data),
             PeerMsg::SidrReq {
                 from_id,
                 vni,
@@ -153,89 +86,165 @@ impl Cm {
             } => Self::on_sidr_rep(shared, st, from, to_id, status, qpn, qkey, private_data),
             // Taken above, without the CM's lock.
             PeerMsg::UdQp { .. } | PeerMsg::UdQuery | PeerMsg::UdQpAck { .. } => {}
-            PeerMsg::Rtu { to_id, from_id } => {
-                let Some(i) = st.ids.get_mut(&to_id) else {
-                    return;
-                };
-                if i.peer
-                    != Some(PeerRef {
-                        host: from,
-                        id: from_id,
-                    })
-                    || i.phase != Phase::RepSent
-                {
-                    return;
-                }
-                i.phase = Phase::Established;
-                i.deadline = None;
-                info!(
-                    qpn = i.local.qpn,
-                    "CM connection established: {}:{} <- {}:{} (passive)",
-                    i.src_ip,
-                    i.port,
-                    i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-                    i.dst.map_or(0, |d| d.1)
-                );
-                Self::emit(
-                    st,
-                    to_id,
-                    proto::CM_EVENT_ESTABLISHED,
-                    0,
-                    Default::default(),
-                );
-            }
+            PeerMsg::Rtu { to_id, from_id } => Self::on_rtu(st, from, to_id, from_id),
             PeerMsg::Dreq {
                 to_id,
                 from_id,
                 from_qpn,
-            } => {
-                let sender = PeerRef {
-                    host: from,
-                    id: from_id,
-                };
-                // A restored id knows its peer's host and QP, not its id.
-                let restored = |i: &Id| {
-                    i.peer == Some(PeerRef { host: from, id: 0 })
-                        && from_qpn != 0
-                        && i.remote.qpn == from_qpn
-                };
-                let to_id = if to_id != 0 {
-                    to_id
-                } else {
-                    // Both ends may have restarted: then neither knows the
-                    // other's id, and the QPs name the connection.
-                    let found = st.ids.iter().find(|(_, i)| {
-                        (i.peer == Some(sender) && from_qpn != 0 && i.remote.qpn == from_qpn)
-                            || restored(i)
-                    });
-                    match found {
-                        Some((k, _)) => *k,
-                        None => return,
-                    }
-                };
-                let Some(i) = st.ids.get_mut(&to_id) else {
-                    return;
-                };
-                if !(i.peer == Some(sender) || restored(i))
-                    || !matches!(
-                        i.phase,
-                        Phase::Established | Phase::RepSent | Phase::RepReceived
-                    )
-                {
-                    return;
-                }
-                i.peer = Some(sender);
-                i.phase = Phase::PeerClosed;
-                i.deadline = None;
-                Self::emit(
-                    st,
-                    to_id,
-                    proto::CM_EVENT_DISCONNECTED,
-                    0,
-                    Default::default(),
-                );
-            }
+            } => Self::on_dreq(st, from, to_id, from_id, from_qpn),
         }
+    }
+
+    /// A REP for an id that connected to `from`'s host and waits for one:
+    /// CONNECT_RESPONSE. Any other is answered with a REJ, so that the
+    /// peer's side does not wait for an RTU that will not come.
+    fn on_rep(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        from: Ipv4Addr,
+        to_id: u32,
+        from_id: u32,
+        params: Params,
+    ) {
+        let ok = st
+            .ids
+            .get(&to_id)
+            .is_some_and(|i| i.may(Event::RepIn) && i.peer_host == from && i.peer.is_none());
+        if !ok {
+            // Too late (timed out) or unknown.
+            self.send(
+                from,
+                PeerMsg::Rej {
+                    to_id: from_id,
+                    from_id: to_id,
+                    reason: proto::CM_REJ_CONSUMER_DEFINED,
+                    private_data: Vec::new(),
+                },
+            );
+            return;
+        }
+        if params.private_data.len() > proto::CM_MAX_PRIVATE_DATA {
+            return;
+        }
+        if let Some(i) = st.ids.get_mut(&to_id) {
+            i.peer = Some(PeerRef {
+                host: from,
+                id: from_id,
+            });
+            i.remote = params;
+            i.step_checked(Event::RepIn);
+            i.deadline = None;
+            let param = i.remote.to_event();
+            Self::emit_with_qp_attrs(shared, st, to_id, proto::CM_EVENT_CONNECT_RESPONSE, param);
+        }
+    }
+
+    /// A REJ from the id's peer (or, while connecting, from the host it
+    /// connected to): REJECTED with the reason and private data.
+    fn on_rej(
+        st: &mut State,
+        from: Ipv4Addr,
+        to_id: u32,
+        from_id: u32,
+        reason: i32,
+        private_data: Vec<u8>,
+    ) {
+        let Some(i) = st.ids.get_mut(&to_id) else {
+            return;
+        };
+        let from_peer = i.peer
+            == Some(PeerRef {
+                host: from,
+                id: from_id,
+            })
+            || (i.phase == Phase::Connecting && i.peer_host == from);
+        if !from_peer || i.step(Event::RejIn).is_err() {
+            return;
+        }
+        i.deadline = None;
+        let mut data = private_data;
+        data.truncate(proto::CM_REJ_PRIVATE_DATA);
+        let param = proto::CmConnParam {
+            private_data: data,
+            ..Default::default()
+        };
+        Self::emit(st, to_id, proto::CM_EVENT_REJECTED, reason, param);
+    }
+
+    /// An RTU from the id's peer after its REP: ESTABLISHED.
+    fn on_rtu(st: &mut State, from: Ipv4Addr, to_id: u32, from_id: u32) {
+        let Some(i) = st.ids.get_mut(&to_id) else {
+            return;
+        };
+        if i.peer
+            != Some(PeerRef {
+                host: from,
+                id: from_id,
+            })
+            || i.step(Event::RtuIn).is_err()
+        {
+            return;
+        }
+        i.deadline = None;
+        info!(
+            qpn = i.local.qpn,
+            "CM connection established: {}:{} <- {}:{} (passive)",
+            i.src_ip,
+            i.port,
+            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+            i.dst.map_or(0, |d| d.1)
+        );
+        Self::emit(
+            st,
+            to_id,
+            proto::CM_EVENT_ESTABLISHED,
+            0,
+            Default::default(),
+        );
+    }
+
+    /// A DREQ from the id's peer: DISCONNECTED. One to id 0 names the
+    /// connection by the sender's QP (both ends restarted).
+    fn on_dreq(st: &mut State, from: Ipv4Addr, to_id: u32, from_id: u32, from_qpn: u32) {
+        let sender = PeerRef {
+            host: from,
+            id: from_id,
+        };
+        // A restored id knows its peer's host and QP, not its id.
+        let restored = |i: &Id| {
+            i.peer == Some(PeerRef { host: from, id: 0 })
+                && from_qpn != 0
+                && i.remote.qpn == from_qpn
+        };
+        let to_id = if to_id != 0 {
+            to_id
+        } else {
+            // Both ends may have restarted: then neither knows the
+            // other's id, and the QPs name the connection.
+            let found = st.ids.iter().find(|(_, i)| {
+                (i.peer == Some(sender) && from_qpn != 0 && i.remote.qpn == from_qpn) || restored(i)
+            });
+            match found {
+                Some((k, _)) => *k,
+                None => return,
+            }
+        };
+        let Some(i) = st.ids.get_mut(&to_id) else {
+            return;
+        };
+        if !(i.peer == Some(sender) || restored(i)) || i.step(Event::DreqIn).is_err() {
+            return;
+        }
+        i.peer = Some(sender);
+        i.deadline = None;
+        Self::emit(
+            st,
+            to_id,
+            proto::CM_EVENT_DISCONNECTED,
+            0,
+            Default::default(),
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -269,15 +278,7 @@ impl Cm {
         }
         let Some(listener) = self.listener_for(shared, st, &ep, false, dst.1) else {
             debug!(port = dst.1, "CM request for a port nobody listens on");
-            self.send(
-                from,
-                PeerMsg::Rej {
-                    to_id: from_id,
-                    from_id: 0,
-                    reason: proto::CM_REJ_INVALID_SERVICE_ID,
-                    private_data: Vec::new(),
-                },
-            );
+            self.reject_req(from, from_id, proto::CM_REJ_INVALID_SERVICE_ID);
             return;
         };
         let (session, channel) = match st.ids.get(&listener) {
@@ -289,15 +290,7 @@ impl Cm {
             Ok(s) => s,
             Err(r) => {
                 warn!(%from, endpoint = %ep.cfg.name, "CM request rejected: {}", r.why());
-                self.send(
-                    from,
-                    PeerMsg::Rej {
-                        to_id: from_id,
-                        from_id: 0,
-                        reason: super::CM_REJ_NO_RESOURCES,
-                        private_data: Vec::new(),
-                    },
-                );
+                self.reject_req(from, from_id, super::CM_REJ_NO_RESOURCES);
                 return;
             }
         };
@@ -306,7 +299,7 @@ impl Cm {
             i.src_ip = ep.cfg.vip;
             i.port = dst.1;
             i.dst = Some(src);
-            i.phase = Phase::ReqReceived;
+            i.step_checked(Event::ReqIn);
             i.listen_id = listener;
             i.peer = Some(PeerRef {
                 host: from,
@@ -322,6 +315,17 @@ impl Cm {
             let param = i.remote.to_event();
             Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
         }
+    }
+
+    /// A REJ for `from`'s REQ (its id `from_id`) that no id here takes.
+    fn reject_req(&self, from: Ipv4Addr, from_id: u32, reason: i32) {
+        let rej = PeerMsg::Rej {
+            to_id: from_id,
+            from_id: 0,
+            reason,
+            private_data: Vec::new(),
+        };
+        self.send(from, rej);
     }
 
     /// The local endpoint a request from host `from` (REQ or SIDR REQ) is

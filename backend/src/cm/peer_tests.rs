@@ -60,24 +60,6 @@ fn dreq(to_id: u32, from_id: u32, from_qpn: u32) -> PeerMsg {
     }
 }
 
-/// Each id's endpoint and state, as `masqctl cm` lists them.
-fn table(cm: &Cm) -> Vec<(u64, String, String)> {
-    cm.list()
-        .iter()
-        .map(|v| {
-            (
-                v["id"].as_u64().unwrap_or(0),
-                v["endpoint"].as_str().unwrap_or("").to_string(),
-                v["state"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
-}
-
-fn kinds(events: &[proto::CmEvent]) -> Vec<u32> {
-    events.iter().map(|e| e.event).collect()
-}
-
 #[test]
 fn a_req_the_security_groups_admit_reaches_the_listener_and_nothing_else() {
     let (h, cm, out) = setup(TenantLimits::default());

@@ -1,8 +1,10 @@
-//! The apps' CM requests: the `request` dispatch, address resolution,
-//! connect and accept, and what the verbs pipeline asks of the CM (the QP
-//! step and the role of a QP).
+//! The apps' CM requests: the `request` dispatch (a function per request;
+//! those that make and end channels and ids are in `ids`, UD's accept in
+//! `ud`, restore's in `restore`), address and route resolution, listen,
+//! connect, accept, reject, disconnect and establish, and what the verbs
+//! pipeline asks of the CM (the QP step and the role of a QP).
 
-use super::{fail, random_u32, Cm, CmHost, Phase, Role, State, MAX_IDS_PER_SESSION};
+use super::{fail, random_u32, Cm, CmHost, Event, Phase, Role, State};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
@@ -37,104 +39,22 @@ impl Cm {
             R::CmRestoreChannel(c) => {
                 return Self::restore_channel(st, shared.registry().limits(), ep, session, c)
             }
+            R::CmCreateChannel => return Self::create_channel(shared, st, session, ep),
             R::CmRestoreId(r) => {
                 self.restore_id(shared, st, session, ep, r, tracked)?;
                 proto::ReplyBody::CmRestoreId
             }
-            R::CmCreateChannel => {
-                let limits = shared.registry().limits();
-                let (channel, theirs) = Self::add_channel(st, limits, ep, session, None)?;
-                return Ok((
-                    proto::ReplyBody::CmCreateChannel(proto::CmChannel { channel }),
-                    Some(theirs),
-                ));
-            }
-            R::CmDestroyChannel(c) => {
-                match st.channels.get(&c.channel) {
-                    Some(ch) if ch.session == session => {}
-                    _ => return fail(libc::ENOENT, format!("no channel {}", c.channel)),
-                }
-                // Like closing an rdma_cm file: its ids go with it.
-                let ids: Vec<u32> = st
-                    .ids
-                    .iter()
-                    .filter(|(_, i)| i.channel == c.channel)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for id in ids {
-                    self.teardown(st, id);
-                }
-                st.channels.remove(&c.channel);
-                proto::ReplyBody::CmDestroyChannel
-            }
-            R::CmCreateId(c) => {
-                match st.channels.get(&c.channel) {
-                    Some(ch) if ch.session == session => {}
-                    _ => return fail(libc::ENOENT, format!("no channel {}", c.channel)),
-                }
-                if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
-                    return fail(libc::ENOMEM, "too many CM ids");
-                }
-                let slot = Self::id_slot(shared, ep)?;
-                let id = self.new_id(st, session, c.channel, ep.clone(), slot);
-                if let Some(i) = st.ids.get_mut(&id) {
-                    i.udp = c.port_space == proto::CM_PS_UDP;
-                }
-                proto::ReplyBody::CmCreateId(proto::CmId { id })
-            }
-            R::CmDestroyId(c) => {
-                Self::own(st, session, c.id)?;
-                self.teardown(st, c.id);
-                proto::ReplyBody::CmDestroyId
-            }
-            R::CmMigrateId(m) => {
-                match st.channels.get(&m.channel) {
-                    Some(ch) if ch.session == session => {}
-                    _ => return fail(libc::ENOENT, format!("no channel {}", m.channel)),
-                }
-                Self::own(st, session, m.id)?.channel = m.channel;
-                proto::ReplyBody::CmMigrateId
-            }
-            R::CmBindAddr(b) => {
-                Self::own(st, session, b.id)?;
-                self.bind(shared, st, b.id, Ipv4Addr::from(b.addr.addr), b.addr.port)?;
-                proto::ReplyBody::CmBindAddr(Self::own(st, session, b.id)?.addrs())
-            }
+            R::CmDestroyChannel(c) => self.destroy_channel(st, session, c.channel)?,
+            R::CmCreateId(c) => self.create_id(shared, st, session, ep, c)?,
+            R::CmDestroyId(c) => self.destroy_id(st, session, c.id)?,
+            R::CmMigrateId(m) => Self::migrate_id(st, session, m)?,
+            R::CmBindAddr(b) => self.bind_addr(shared, st, session, b)?,
             R::CmResolveAddr(r) => {
                 self.resolve_addr(shared, st, session, r)?;
                 proto::ReplyBody::CmResolveAddr(Self::own(st, session, r.id)?.addrs())
             }
-            R::CmResolveRoute(c) => {
-                let i = Self::own(st, session, c.id)?;
-                if i.phase != Phase::AddrResolved && i.phase != Phase::RouteResolved {
-                    return fail(libc::EINVAL, "route before address resolution");
-                }
-                i.phase = Phase::RouteResolved;
-                Self::emit_with_qp_attrs(
-                    shared,
-                    st,
-                    c.id,
-                    proto::CM_EVENT_ROUTE_RESOLVED,
-                    Default::default(),
-                );
-                proto::ReplyBody::CmResolveRoute
-            }
-            R::CmListen(l) => {
-                let (port, phase) = {
-                    let i = Self::own(st, session, l.id)?;
-                    (i.port, i.phase)
-                };
-                if phase != Phase::Idle && phase != Phase::Listening {
-                    return fail(libc::EINVAL, "listen on a connected id");
-                }
-                if port == 0 {
-                    self.bind(shared, st, l.id, Ipv4Addr::UNSPECIFIED, 0)?;
-                }
-                let i = Self::own(st, session, l.id)?;
-                i.phase = Phase::Listening;
-                info!(port = i.port, "CM listening on {}:{}", i.src_ip, i.port);
-                proto::ReplyBody::CmListen
-            }
+            R::CmResolveRoute(c) => Self::resolve_route(shared, st, session, c.id)?,
+            R::CmListen(l) => self.listen(shared, st, session, l.id)?,
             R::CmConnect(c) => {
                 self.connect(shared, st, session, c)?;
                 proto::ReplyBody::CmConnect
@@ -147,93 +67,159 @@ impl Cm {
                 }
                 proto::ReplyBody::CmAccept
             }
-            R::CmReject(r) => {
-                let i = Self::own(st, session, r.id)?;
-                if !matches!(i.phase, Phase::ReqReceived | Phase::RepReceived) {
-                    return fail(libc::EINVAL, "reject without a pending connection");
-                }
-                let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-                i.phase = Phase::Closed;
-                if i.udp {
-                    let mut data = r.private_data.clone();
-                    data.truncate(proto::CM_SIDR_REP_PRIVATE_DATA);
-                    self.send(p.host, Self::sidr_rep(p.id, proto::CM_SIDR_REJECT, data));
-                    return Ok((proto::ReplyBody::CmReject, None));
-                }
-                self.send(
-                    p.host,
-                    PeerMsg::Rej {
-                        to_id: p.id,
-                        from_id: r.id,
-                        reason: proto::CM_REJ_CONSUMER_DEFINED,
-                        private_data: r.private_data.clone(),
-                    },
-                );
-                proto::ReplyBody::CmReject
-            }
-            R::CmDisconnect(c) => {
-                let i = Self::own(st, session, c.id)?;
-                if i.udp {
-                    return fail(libc::EINVAL, "a UD id has no connection to end");
-                }
-                match i.phase {
-                    // The peer's DREQ came first: answering it is all.
-                    Phase::PeerClosed => i.phase = Phase::Closed,
-                    Phase::Established | Phase::RepSent | Phase::RepReceived => {
-                        i.phase = Phase::Closed;
-                        if let Some(p) = i.peer {
-                            self.send(
-                                p.host,
-                                PeerMsg::Dreq {
-                                    to_id: p.id,
-                                    from_id: c.id,
-                                    from_qpn: i.local.qpn,
-                                },
-                            );
-                        }
-                        Self::emit(
-                            st,
-                            c.id,
-                            proto::CM_EVENT_DISCONNECTED,
-                            0,
-                            Default::default(),
-                        );
-                    }
-                    _ => return fail(libc::EINVAL, "disconnect without a connection"),
-                }
-                proto::ReplyBody::CmDisconnect
-            }
+            R::CmReject(r) => self.reject(st, session, r)?,
+            R::CmDisconnect(c) => self.disconnect(st, session, c.id)?,
             R::CmInitQpAttr(q) => {
                 let i = Self::own(st, session, q.id)?;
                 proto::ReplyBody::CmInitQpAttr(Self::qp_attr(shared, i, q.qp_state)?)
             }
-            R::CmEstablish(c) => {
-                let i = Self::own(st, session, c.id)?;
-                if i.phase != Phase::RepReceived || i.udp {
-                    return fail(libc::EINVAL, "establish without a connect response");
-                }
-                let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-                i.phase = Phase::Established;
-                info!(
-                    qpn = i.local.qpn,
-                    "CM connection established: {}:{} -> {}:{} (active)",
-                    i.src_ip,
-                    i.port,
-                    i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-                    i.dst.map_or(0, |d| d.1)
-                );
-                self.send(
-                    p.host,
-                    PeerMsg::Rtu {
-                        to_id: p.id,
-                        from_id: c.id,
-                    },
-                );
-                proto::ReplyBody::CmEstablish
-            }
+            R::CmEstablish(c) => self.establish(st, session, c.id)?,
             _ => return fail(libc::EPROTO, "not a CM request"),
         };
         Ok((reply, None))
+    }
+
+    fn resolve_route(
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        id: u32,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        let i = Self::own(st, session, id)?;
+        i.step(Event::ResolveRoute)
+            .map_err(|_| refuse(libc::EINVAL, "route before address resolution"))?;
+        Self::emit_with_qp_attrs(
+            shared,
+            st,
+            id,
+            proto::CM_EVENT_ROUTE_RESOLVED,
+            Default::default(),
+        );
+        Ok(proto::ReplyBody::CmResolveRoute)
+    }
+
+    /// rdma_listen: an unbound id takes an ephemeral port first.
+    fn listen(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        id: u32,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        let busy = || refuse(libc::EINVAL, "listen on a connected id");
+        let (port, may) = {
+            let i = Self::own(st, session, id)?;
+            (i.port, i.may(Event::Listen))
+        };
+        if !may {
+            return Err(busy());
+        }
+        if port == 0 {
+            self.bind(shared, st, id, Ipv4Addr::UNSPECIFIED, 0)?;
+        }
+        let i = Self::own(st, session, id)?;
+        i.step(Event::Listen).map_err(|_| busy())?;
+        info!(port = i.port, "CM listening on {}:{}", i.src_ip, i.port);
+        Ok(proto::ReplyBody::CmListen)
+    }
+
+    /// rdma_reject of a connection request, or of a connect response: a
+    /// REJ (for a UD id, a SIDR REP saying REJECT) to the peer.
+    fn reject(
+        &self,
+        st: &mut State,
+        session: u64,
+        r: &proto::CmRejectReq,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        let i = Self::own(st, session, r.id)?;
+        let pending = || refuse(libc::EINVAL, "reject without a pending connection");
+        if !i.may(Event::Reject) {
+            return Err(pending());
+        }
+        let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+        i.step(Event::Reject).map_err(|_| pending())?;
+        if i.udp {
+            let mut data = r.private_data.clone();
+            data.truncate(proto::CM_SIDR_REP_PRIVATE_DATA);
+            self.send(p.host, Self::sidr_rep(p.id, proto::CM_SIDR_REJECT, data));
+            return Ok(proto::ReplyBody::CmReject);
+        }
+        self.send(
+            p.host,
+            PeerMsg::Rej {
+                to_id: p.id,
+                from_id: r.id,
+                reason: proto::CM_REJ_CONSUMER_DEFINED,
+                private_data: r.private_data.clone(),
+            },
+        );
+        Ok(proto::ReplyBody::CmReject)
+    }
+
+    /// rdma_disconnect: a DREQ to the peer and DISCONNECTED to the app,
+    /// or, after the peer's DREQ, nothing more.
+    fn disconnect(
+        &self,
+        st: &mut State,
+        session: u64,
+        id: u32,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        let i = Self::own(st, session, id)?;
+        if i.udp {
+            return fail(libc::EINVAL, "a UD id has no connection to end");
+        }
+        let was = i.phase;
+        i.step(Event::Disconnect)
+            .map_err(|_| refuse(libc::EINVAL, "disconnect without a connection"))?;
+        // An accept's clock (RepSent) ends with its connection.
+        i.deadline = None;
+        // The peer's DREQ came first: answering it is all.
+        if was != Phase::PeerClosed {
+            if let Some(p) = i.peer {
+                self.send(
+                    p.host,
+                    PeerMsg::Dreq {
+                        to_id: p.id,
+                        from_id: id,
+                        from_qpn: i.local.qpn,
+                    },
+                );
+            }
+            Self::emit(st, id, proto::CM_EVENT_DISCONNECTED, 0, Default::default());
+        }
+        Ok(proto::ReplyBody::CmDisconnect)
+    }
+
+    /// rdma_establish (the active side's QP is at RTS): an RTU to the peer.
+    fn establish(
+        &self,
+        st: &mut State,
+        session: u64,
+        id: u32,
+    ) -> Result<proto::ReplyBody, Refusal> {
+        let i = Self::own(st, session, id)?;
+        let early = || refuse(libc::EINVAL, "establish without a connect response");
+        if !i.may(Event::Establish) {
+            return Err(early());
+        }
+        let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+        i.step(Event::Establish).map_err(|_| early())?;
+        info!(
+            qpn = i.local.qpn,
+            "CM connection established: {}:{} -> {}:{} (active)",
+            i.src_ip,
+            i.port,
+            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
+            i.dst.map_or(0, |d| d.1)
+        );
+        self.send(
+            p.host,
+            PeerMsg::Rtu {
+                to_id: p.id,
+                from_id: id,
+            },
+        );
+        Ok(proto::ReplyBody::CmEstablish)
     }
 
     /// The vIP of the app's device (of `ep`'s apps) whose rail reaches
@@ -265,12 +251,13 @@ impl Cm {
         session: u64,
         r: &proto::CmResolveAddrReq,
     ) -> Result<(), Refusal> {
-        let (port, phase) = {
+        let busy = || refuse(libc::EINVAL, "address resolution on a busy id");
+        let (port, may) = {
             let i = Self::own(st, session, r.id)?;
-            (i.port, i.phase)
+            (i.port, i.may(Event::ResolveAddr))
         };
-        if phase != Phase::Idle && phase != Phase::AddrResolved {
-            return fail(libc::EINVAL, "address resolution on a busy id");
+        if !may {
+            return Err(busy());
         }
         let dst = Ipv4Addr::from(r.dst.addr);
         if port == 0 {
@@ -291,7 +278,7 @@ impl Cm {
         let peer_host = shared.registry().vpc().lookup(vni, dst).map(|p| p.host);
         match peer_host {
             Some(host) => {
-                i.phase = Phase::AddrResolved;
+                i.step(Event::ResolveAddr).map_err(|_| busy())?;
                 i.peer_host = host;
                 Self::emit(
                     st,
@@ -329,8 +316,9 @@ impl Cm {
     ) -> Result<(), Refusal> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
-        if i.phase != Phase::RouteResolved {
-            return fail(libc::EINVAL, "connect before route resolution");
+        let early = || refuse(libc::EINVAL, "connect before route resolution");
+        if !i.may(Event::Connect) {
+            return Err(early());
         }
         let (max_pdata, what) = if i.udp {
             (proto::CM_SIDR_REQ_PRIVATE_DATA, "CM UD query")
@@ -350,8 +338,8 @@ impl Cm {
             return fail(libc::EINVAL, "no destination");
         };
         i.local = Params::from_proto(&c.param, random_u32() & 0xFF_FFFF);
+        i.step(Event::Connect).map_err(|_| early())?;
         i.active = true;
-        i.phase = Phase::Connecting;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
         let rule = match shared.decide().decide(&cfg.tenant, cfg.vni, cfg.vip, dst) {
@@ -399,16 +387,17 @@ impl Cm {
     ) -> Result<(), Refusal> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
-        if i.phase != Phase::ReqReceived {
-            return fail(libc::EINVAL, "accept without a connect request");
+        let early = || refuse(libc::EINVAL, "accept without a connect request");
+        if !i.may(Event::Accept) {
+            return Err(early());
         }
         if c.param.qp_num == 0 {
             return fail(libc::EINVAL, "accept without a QP number");
         }
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
+        i.step(Event::Accept).map_err(|_| early())?;
         let psn = i.local.psn;
         i.local = Params::from_proto(&c.param, psn);
-        i.phase = Phase::RepSent;
         i.deadline = Some(Instant::now() + timeout);
         // The QP reached RTR (and was admitted) before the app called
         // accept, when its number was not known here yet: mark it now.

@@ -1,8 +1,9 @@
 //! Restoring an app's CM channels and ids after a masqd restart, under
 //! their old numbers, as far as masqd can check them.
 
-use super::{fail, Cm, CmHost, PeerRef, Phase, State, MAX_IDS_PER_SESSION};
+use super::{fail, Cm, CmHost, Event, PeerRef, Phase, State};
 use crate::endpoints::endpoint::Endpoint;
+use crate::endpoints::usage::Slot;
 use crate::error::Refusal;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
@@ -45,98 +46,84 @@ impl Cm {
         if r.id == 0 || st.ids.contains_key(&r.id) {
             return fail(libc::EEXIST, format!("CM id {} is in use", r.id));
         }
-        match st.channels.get(&r.channel) {
-            Some(ch) if ch.session == session => {}
-            _ => return fail(libc::ENOENT, format!("no channel {}", r.channel)),
-        }
-        if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
-            return fail(libc::ENOMEM, "too many CM ids");
-        }
+        Self::own_channel(st, session, r.channel)?;
+        Self::id_room(st, session)?;
         let slot = Self::id_slot(shared, ep)?;
-        let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
-        let dst = (Ipv4Addr::from(r.addrs.dst.addr), r.addrs.dst.port);
-        if r.state == proto::CM_RESTORE_LISTENING && src.1 == 0 {
+        if r.state == proto::CM_RESTORE_LISTENING && r.addrs.src.port == 0 {
             return fail(libc::EINVAL, "a listening id has a port");
         }
-        let udp = r.port_space == proto::CM_PS_UDP;
         if r.state != proto::CM_RESTORE_CONNECTED {
-            let pending = r.state == proto::CM_RESTORE_PENDING;
-            Self::insert_id(st, r.id, session, r.channel, ep.clone(), slot);
-            if let Some(i) = st.ids.get_mut(&r.id) {
-                i.udp = udp;
-            }
-            // A passive id's port is its listener's.
-            let own_port = src.1 != 0 && !(pending && r.active == 0);
-            if own_port {
-                if let Err(e) = self.bind(shared, st, r.id, src.0, src.1) {
-                    st.ids.remove(&r.id);
-                    return Err(e);
-                }
-            }
-            let phase = match r.state {
-                proto::CM_RESTORE_LISTENING => Phase::Listening,
-                proto::CM_RESTORE_PENDING => Phase::Closed,
-                _ => Phase::Idle,
-            };
-            if let Some(i) = st.ids.get_mut(&r.id) {
-                i.phase = phase;
-            }
-            info!(id = r.id, "CM id restored: {}:{} ({phase:?})", src.0, src.1);
-            if pending {
-                // Its handshake died with the masqd that carried it.
-                Self::emit(
-                    st,
-                    r.id,
-                    proto::CM_EVENT_CONNECT_ERROR,
-                    -libc::ECONNRESET,
-                    Default::default(),
-                );
-            }
-            return Ok(());
+            return self.restore_unconnected(shared, st, session, ep, r, slot);
         }
-        if src.1 == 0 {
-            return fail(libc::EINVAL, "a connected id has a port");
+        Self::restore_connected(shared, st, session, ep, r, slot, tracked)
+    }
+
+    /// A bound, listening or pending id (CM_RESTORE_ID): its port again,
+    /// and for a pending one CONNECT_ERROR.
+    fn restore_unconnected(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        ep: &Arc<Endpoint>,
+        r: &proto::CmRestoreIdReq,
+        slot: Slot,
+    ) -> Result<(), Refusal> {
+        let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
+        let pending = r.state == proto::CM_RESTORE_PENDING;
+        Self::insert_id(st, r.id, session, r.channel, ep.clone(), slot);
+        if let Some(i) = st.ids.get_mut(&r.id) {
+            i.udp = r.port_space == proto::CM_PS_UDP;
         }
-        if udp {
-            // A UD id keeps no connection: the frontend restores it as bound.
-            return fail(libc::EINVAL, "a UD id is never restored as connected");
+        // A passive id's port is its listener's.
+        let own_port = src.1 != 0 && !(pending && r.active == 0);
+        if own_port {
+            if let Err(e) = self.bind(shared, st, r.id, src.0, src.1) {
+                st.ids.remove(&r.id);
+                return Err(e);
+            }
         }
-        if src.0 != ep.cfg.vip && src.0 != Ipv4Addr::UNSPECIFIED {
-            return fail(
-                libc::EADDRNOTAVAIL,
-                format!("{} is not this endpoint's address ({})", src.0, ep.cfg.vip),
-            );
-        }
-        let Some(peer_host) = shared
-            .registry()
-            .vpc()
-            .lookup(ep.cfg.vni, dst.0)
-            .map(|p| p.host)
-        else {
-            return fail(
-                libc::EHOSTUNREACH,
-                format!("{} is not in VNI {}'s map", dst.0, ep.cfg.vni),
-            );
+        let ev = match r.state {
+            proto::CM_RESTORE_LISTENING => Event::RestoreListening,
+            proto::CM_RESTORE_PENDING => Event::RestorePending,
+            _ => Event::RestoreBound,
         };
-        match tracked {
-            // Not (yet) re-registered by the app's verbs session.
-            None => {
-                return fail(
-                    libc::EAGAIN,
-                    format!("QP {:#x} is not tracked for this app", r.qp_num),
-                )
+        let phase = match st.ids.get_mut(&r.id) {
+            Some(i) => {
+                i.step_checked(ev);
+                i.phase
             }
-            Some(t) if t != (dst.0, r.remote_qpn) => {
-                return fail(
-                    libc::EPERM,
-                    format!(
-                        "QP {:#x} is connected to {} QP {:#x}, not {} QP {:#x}",
-                        r.qp_num, t.0, t.1, dst.0, r.remote_qpn
-                    ),
-                )
-            }
-            Some(_) => {}
+            None => Phase::Idle,
+        };
+        info!(id = r.id, "CM id restored: {}:{} ({phase:?})", src.0, src.1);
+        if pending {
+            // Its handshake died with the masqd that carried it.
+            Self::emit(
+                st,
+                r.id,
+                proto::CM_EVENT_CONNECT_ERROR,
+                -libc::ECONNRESET,
+                Default::default(),
+            );
         }
+        Ok(())
+    }
+
+    /// A connected id (CM_RESTORE_ID): only the connection RConntrack
+    /// tracks for the app's QP (`tracked`), from this endpoint's vIP to an
+    /// address of its VNI.
+    fn restore_connected(
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        ep: &Arc<Endpoint>,
+        r: &proto::CmRestoreIdReq,
+        slot: Slot,
+        tracked: Option<(Ipv4Addr, u32)>,
+    ) -> Result<(), Refusal> {
+        let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
+        let dst = (Ipv4Addr::from(r.addrs.dst.addr), r.addrs.dst.port);
+        let peer_host = Self::check_connected(shared, ep, r, tracked)?;
         let active = r.active == 1;
         if active {
             // The active side holds its own port; a passive one shares its listener's.
@@ -152,7 +139,7 @@ impl Cm {
             i.port = src.1;
             i.owns_port = active;
             i.dst = Some(dst);
-            i.phase = Phase::Established;
+            i.step_checked(Event::RestoreConnected);
             i.active = active;
             i.local.qpn = r.qp_num;
             i.remote.qpn = r.remote_qpn;
@@ -174,5 +161,63 @@ impl Cm {
             if active { "active" } else { "passive" }
         );
         Ok(())
+    }
+
+    /// What a connected id claims, checked: a port, connected mode, this
+    /// endpoint's vIP, a peer in its VNI's map, and the connection
+    /// RConntrack tracks for its QP (`tracked`). The peer's host.
+    fn check_connected(
+        shared: &dyn CmHost,
+        ep: &Endpoint,
+        r: &proto::CmRestoreIdReq,
+        tracked: Option<(Ipv4Addr, u32)>,
+    ) -> Result<Ipv4Addr, Refusal> {
+        let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
+        let dst = Ipv4Addr::from(r.addrs.dst.addr);
+        let udp = r.port_space == proto::CM_PS_UDP;
+        if src.1 == 0 {
+            return fail(libc::EINVAL, "a connected id has a port");
+        }
+        if udp {
+            // A UD id keeps no connection: the frontend restores it as bound.
+            return fail(libc::EINVAL, "a UD id is never restored as connected");
+        }
+        if src.0 != ep.cfg.vip && src.0 != Ipv4Addr::UNSPECIFIED {
+            return fail(
+                libc::EADDRNOTAVAIL,
+                format!("{} is not this endpoint's address ({})", src.0, ep.cfg.vip),
+            );
+        }
+        let Some(peer_host) = shared
+            .registry()
+            .vpc()
+            .lookup(ep.cfg.vni, dst)
+            .map(|p| p.host)
+        else {
+            return fail(
+                libc::EHOSTUNREACH,
+                format!("{} is not in VNI {}'s map", dst, ep.cfg.vni),
+            );
+        };
+        match tracked {
+            // Not (yet) re-registered by the app's verbs session.
+            None => {
+                return fail(
+                    libc::EAGAIN,
+                    format!("QP {:#x} is not tracked for this app", r.qp_num),
+                )
+            }
+            Some(t) if t != (dst, r.remote_qpn) => {
+                return fail(
+                    libc::EPERM,
+                    format!(
+                        "QP {:#x} is connected to {} QP {:#x}, not {} QP {:#x}",
+                        r.qp_num, t.0, t.1, dst, r.remote_qpn
+                    ),
+                )
+            }
+            Some(_) => {}
+        }
+        Ok(peer_host)
     }
 }

@@ -4,7 +4,7 @@
 //! in.
 
 use super::ud_peers::Announced;
-use super::{fail, Cm, CmHost, PeerRef, Phase, State};
+use super::{fail, Cm, CmHost, Event, PeerRef, State};
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
 use crate::peer::msg::PeerMsg;
@@ -108,8 +108,9 @@ impl Cm {
         c: &proto::CmConnectReq,
     ) -> Result<(), Refusal> {
         let i = Self::own(st, session, c.id)?;
-        if i.phase != Phase::ReqReceived {
-            return fail(libc::EINVAL, "accept without a connect request");
+        let early = || refuse(libc::EINVAL, "accept without a connect request");
+        if !i.may(Event::Accept) {
+            return Err(early());
         }
         if c.param.qp_num == 0 {
             return fail(libc::EINVAL, "accept without a QP number");
@@ -119,7 +120,7 @@ impl Cm {
         }
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
         i.local.qpn = c.param.qp_num;
-        i.phase = Phase::Established;
+        i.step(Event::Accept).map_err(|_| early())?;
         info!(
             qpn = c.param.qp_num,
             "CM UD query answered: {}:{} <- {}:{}",
@@ -265,7 +266,7 @@ impl Cm {
             i.src_ip = ep.cfg.vip;
             i.port = dst.1;
             i.dst = Some(src);
-            i.phase = Phase::ReqReceived;
+            i.step_checked(Event::ReqIn);
             i.listen_id = listener;
             i.peer = sender;
             i.peer_host = from;
@@ -297,7 +298,7 @@ impl Cm {
         let Some(i) = st.ids.get_mut(&to_id) else {
             return;
         };
-        if !(i.udp && i.phase == Phase::Connecting && i.peer_host == from) {
+        if !(i.udp && i.may(Event::SidrRepIn { ok: true }) && i.peer_host == from) {
             return;
         }
         i.deadline = None;
@@ -305,24 +306,24 @@ impl Cm {
             private_data,
             ..Default::default()
         };
-        let route = Self::vnic_route(i);
+        let route = shared.vnic_route(&i.ep);
         let (dst, _) = i.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
         let (sgid_index, _) = match (status, route) {
             (0, Ok(r)) => r,
             (0, Err(r)) => {
                 warn!(id = to_id, "CM UD answer unusable: {}", r.why());
-                i.phase = Phase::Closed;
+                i.step_checked(Event::SidrRepIn { ok: false });
                 Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, -r.errno(), param);
                 return;
             }
             _ => {
-                i.phase = Phase::Closed;
+                i.step_checked(Event::SidrRepIn { ok: false });
                 debug!(id = to_id, status, "CM UD query refused");
                 Self::emit(st, to_id, proto::CM_EVENT_UNREACHABLE, status as i32, param);
                 return;
             }
         };
-        i.phase = Phase::Established;
+        i.step_checked(Event::SidrRepIn { ok: true });
         i.remote.qpn = qpn;
         param.qp_num = qpn;
         let peer = proto::CmQpAttr {
