@@ -59,6 +59,7 @@ Flags:
 
 type args struct {
 	etcd          []string
+	config        string
 	prefix        string
 	ca, cert, key string
 	kubeconfig    string
@@ -95,10 +96,20 @@ func parseArgs(argv []string, out *os.File) (*args, error) {
 	if *etcd != "" {
 		a.etcd = strings.Split(*etcd, ",")
 	}
+	a.config = *config
+	if a.prefix != "" && (!strings.HasPrefix(a.prefix, "/") || strings.HasSuffix(a.prefix, "/")) {
+		return nil, fmt.Errorf("--prefix %q: must start with '/' and not end with one", a.prefix)
+	}
+	return &a, nil
+}
+
+// resolve: etcd's URLs and the prefix from masqd's config where the
+// command line gave none.
+func (a *args) resolve() error {
 	if len(a.etcd) == 0 || a.prefix == "" {
-		urls, prefix, err := readEtcd(*config)
+		urls, prefix, err := readEtcd(a.config)
 		if err != nil {
-			return nil, fmt.Errorf("masqd's config (for etcd and prefix): %w", err)
+			return fmt.Errorf("masqd's config (for etcd and prefix): %w", err)
 		}
 		if len(a.etcd) == 0 {
 			a.etcd = urls
@@ -108,12 +119,12 @@ func parseArgs(argv []string, out *os.File) (*args, error) {
 		}
 	}
 	if len(a.etcd) == 0 {
-		return nil, fmt.Errorf("no etcd URL: give --etcd or cluster.etcd in masqd's config")
+		return fmt.Errorf("no etcd URL: give --etcd or cluster.etcd in masqd's config")
 	}
 	if !strings.HasPrefix(a.prefix, "/") || strings.HasSuffix(a.prefix, "/") {
-		return nil, fmt.Errorf("--prefix %q: must start with '/' and not end with one", a.prefix)
+		return fmt.Errorf("cluster.prefix %q: must start with '/' and not end with one", a.prefix)
 	}
-	return &a, nil
+	return nil
 }
 
 // etcdTLS: the mirror's client certificate and the cluster's CA.
@@ -149,6 +160,9 @@ func apiConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func start(ctx context.Context, a *args) error {
+	if err := a.resolve(); err != nil {
+		return err
+	}
 	cfg, err := apiConfig(a.kubeconfig)
 	if err != nil {
 		return err

@@ -22,11 +22,13 @@ func TestTheCommandLine(t *testing.T) {
 	must(t, os.WriteFile(config, []byte("cluster:\n  etcd: [https://10.1.0.1:2379]\n  prefix: /p\n"), 0o644))
 	a, err := parseArgs([]string{"--config", config}, null)
 	must(t, err)
+	must(t, a.resolve())
 	if strings.Join(a.etcd, ",") != "https://10.1.0.1:2379" || a.prefix != "/p" || a.maxOps != 100 {
 		t.Fatalf("%+v", a)
 	}
-	a, err = parseArgs([]string{"--config", config, "--etcd", "https://e:1,https://e:2", "--prefix", "/q"}, null)
+	a, err = parseArgs([]string{"--config", "/nonexistent", "--etcd", "https://e:1,https://e:2", "--prefix", "/q"}, null)
 	must(t, err)
+	must(t, a.resolve())
 	if len(a.etcd) != 2 || a.prefix != "/q" {
 		t.Fatalf("%+v", a)
 	}
@@ -43,7 +45,11 @@ func TestTheCommandLine(t *testing.T) {
 		{[]string{"--config", "/nonexistent"}, "masqd's config"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 	} {
-		if _, err := parseArgs(c.argv, null); err == nil || !strings.Contains(err.Error(), c.says) {
+		a, err := parseArgs(c.argv, null)
+		if err == nil {
+			err = a.resolve()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%v: %v, want %q", c.argv, err, c.says)
 		}
 	}
