@@ -144,6 +144,21 @@ func etcdTLS(a *args) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }
 
+// etcdClient: a client of a.etcd with the mirror's certificate (it
+// connects lazily: an unreachable etcd is an error of each call, retried).
+func etcdClient(a *args) (*clientv3.Client, error) {
+	tlsCfg, err := etcdTLS(a)
+	if err != nil {
+		return nil, err
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: a.etcd, TLS: tlsCfg, DialTimeout: 10 * time.Second,
+		DialKeepAliveTime: 30 * time.Second, DialKeepAliveTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", strings.Join(a.etcd, ","), err)
+	}
+	return c, nil
+}
+
 func apiConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -175,14 +190,9 @@ func start(ctx context.Context, a *args) error {
 	if err != nil {
 		return err
 	}
-	tlsCfg, err := etcdTLS(a)
+	etcd, err := etcdClient(a)
 	if err != nil {
 		return err
-	}
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: a.etcd, TLS: tlsCfg, DialTimeout: 10 * time.Second,
-		DialKeepAliveTime: 30 * time.Second, DialKeepAliveTimeout: 10 * time.Second})
-	if err != nil {
-		return fmt.Errorf("etcd %s: %w", strings.Join(a.etcd, ","), err)
 	}
 	defer etcd.Close()
 	st := newStore(etcd, a.prefix)
