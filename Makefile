@@ -38,7 +38,7 @@ CLI_GEN := target/cli
 
 .PHONY: all build deps deps-build deps-deb lint-deb test-build-clean demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb images rules test-deb-clean \
-        check-modules test-monitoring docs-cli nri test-nri signer test-signer test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
+        check-modules test-monitoring docs-cli nri test-nri signer test-signer netpol test-netpol test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
 
 all: build
 
@@ -54,7 +54,7 @@ deps-build:
 deps-deb:
 	@scripts/install-deps deb
 
-build: deps-build nri signer
+build: deps-build nri signer netpol
 	$(CARGO) build --release --workspace
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null) target/release/masq-cli-gen $(CLI_GEN)
 	$(MAKE) -C frontend-provider
@@ -83,6 +83,21 @@ signer: deps-build
 # signed, and join keeping only a certificate that still fits its node.
 test-signer: deps-build
 	cd cni/signer && GOFLAGS=-mod=mod go test ./...
+
+# masq-netpol: Kubernetes NetworkPolicy's mirror, the API's namespaces,
+# masq pods and policies copied below {prefix}/k8s/ in etcd for masqd
+# (docs/kubernetes.md, "NetworkPolicy's mirror"). Go, its modules from the
+# proxy.
+NETPOL := target/release/masq-netpol
+netpol: deps-build
+	cd cni/netpol && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(NETPOL) .
+	cd cni/netpol && go vet ./...
+
+# masq-netpol's unit tests: client-go's fake API server and a real etcd
+# (skipped, saying so, without one): the first sync, changes, deletions,
+# non-masq pods left out, stale keys gone, nothing written outside k8s/.
+test-netpol: deps
+	cd cni/netpol && GOFLAGS=-mod=mod go test ./...
 
 demo: deps build
 	integration/demo
@@ -134,7 +149,7 @@ test:
 	@started=$$(date +%s); $(MAKE) --no-print-directory test-parts; rc=$$?; \
 		scripts/test-budget check --warn --started $$started; exit $$rc
 
-test-parts: deps check-modules build lint test-rust test-nri test-signer test-c test-fuzz test-monitoring test-manifests \
+test-parts: deps check-modules build lint test-rust test-nri test-signer test-netpol test-c test-fuzz test-monitoring test-manifests \
 	test-integration
 
 # The integration suite's last run (target/test-times/default.json) against
@@ -255,6 +270,7 @@ install:
 	install -D -m 0755 target/release/masq-cni $(DESTDIR)$(CNI_BIN_DIR)/masq-cni
 	install -D -m 0755 $(NRI) $(DESTDIR)$(PREFIX)/bin/masq-nri
 	install -D -m 0755 $(SIGNER) $(DESTDIR)$(PREFIX)/bin/masq-signer
+	install -D -m 0755 $(NETPOL) $(DESTDIR)$(PREFIX)/bin/masq-netpol
 	install -D -m 0644 $(CLI_GEN)/completions/bash/masqctl \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/masqctl
 	install -D -m 0644 $(CLI_GEN)/completions/zsh/_masqctl \

@@ -172,7 +172,7 @@ impl Etcd {
         .arg(self.dir.path().join("ca"))
         .arg(self.dir.path().join("pki"))
         // etcd's own, and clients': etcd's root, an operator, two hosts.
-        .args(["t=127.0.0.1", "root", "operator", "h1", "h2"])
+        .args(["t=127.0.0.1", "root", "operator", "h1", "h2", "masq-netpol"])
         .status();
         assert!(
             matches!(made, Ok(s) if s.success()),
@@ -438,11 +438,19 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
     let (rt, mut t) = answering(&etcd);
     let root = Identity::load(&etcd.identity_files("root")).unwrap();
     let urls = [etcd.url()];
-    let done = auth::run(&urls, &root, "/masq-test", "operator", &[h1.clone(), h2]).unwrap();
+    let done = auth::run(
+        &urls,
+        &root,
+        "/masq-test",
+        "operator",
+        &[h1.clone(), h2],
+        None,
+    )
+    .unwrap();
     assert!(done.iter().any(|l| l == "user h2 added"), "{done:?}");
     assert_eq!(done.last().map(String::as_str), Some("authentication on"));
     // Again, as root now that authentication is on: nothing new to make.
-    let again = auth::run(&urls, &root, "/masq-test", "operator", &[h1]).unwrap();
+    let again = auth::run(&urls, &root, "/masq-test", "operator", &[h1], None).unwrap();
     assert_eq!(again, ["authentication on"]);
     // t, etcd's own certificate, has no user: it gets nothing now.
     assert!(rt.block_on(t.get("/masq-test/", None)).is_err());
@@ -541,6 +549,70 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
     );
 }
 
+/// Issue 57: Kubernetes NetworkPolicy's copies below `P/k8s/` are the
+/// mirror's to write: no host may write them (a compromised host cannot
+/// widen a policy), and the mirror may write nothing else.
+#[test]
+fn with_roles_only_the_netpol_mirror_writes_k8s_and_only_there() {
+    let Some(etcd) = Etcd::start() else { return };
+    roles_on(&etcd);
+    let pod = "/masq-test/k8s/pods/team/srv";
+    for host in ["h1", "h2"] {
+        let (rt, mut c) = etcd.client(host);
+        for key in [pod, "/masq-test/k8s/networkpolicies/team/allow-all"] {
+            let e = rt.block_on(c.put(key, "{}", None)).expect_err(key);
+            assert!(
+                e.to_string().contains("permission denied"),
+                "{host} {key}: {e}"
+            );
+        }
+    }
+    let (rt, mut m) = etcd.client("masq-netpol");
+    rt.block_on(m.put(pod, r#"{"metadata":{"labels":{}}}"#, None))
+        .expect("the mirror writes a pod's labels");
+    let txn = etcd_client::Txn::new().and_then([
+        etcd_client::TxnOp::put("/masq-test/k8s/namespaces/team", "{}", None),
+        etcd_client::TxnOp::delete(pod, None),
+    ]);
+    rt.block_on(m.txn(txn)).expect("and a resync's transaction");
+    for key in [
+        "/masq-test/policy",
+        "/masq-test/hosts/198.18.0.1",
+        "/masq-test/endpoints/198.18.0.1/a",
+        "/masq-test/claims/vips/100/10.0.0.1",
+        "/masq-test/k8sx",
+        "/elsewhere",
+    ] {
+        let e = rt.block_on(m.put(key, "x", None)).expect_err(key);
+        assert!(e.to_string().contains("permission denied"), "{key}: {e}");
+    }
+    let seen = rt
+        .block_on(m.get(
+            "/masq-test/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        ))
+        .expect("it reads the prefix");
+    assert_eq!(seen.kvs().len(), 1);
+    // Hosts read the mirror's keys (masqd decides from them).
+    let (rt, mut h1) = etcd.client("h1");
+    let got = rt
+        .block_on(h1.get("/masq-test/k8s/namespaces/team", None))
+        .expect("a host reads k8s/");
+    assert_eq!(got.kvs().len(), 1);
+    // The mirror's user is no host's nor the operator's.
+    let root = Identity::load(&etcd.identity_files("root")).unwrap();
+    let e = auth::run(
+        &[etcd.url()],
+        &root,
+        "/masq-test",
+        "operator",
+        &two_hosts(),
+        Some("h1"),
+    )
+    .expect_err("a host as the mirror");
+    assert!(e.contains("--netpol-mirror"), "{e}");
+}
+
 /// h1 (198.18.0.1) and h2 (198.18.0.2), as `init-auth` is told of them.
 fn two_hosts() -> [auth::Host; 2] {
     [("h1", "198.18.0.1"), ("h2", "198.18.0.2")].map(|(n, ip)| auth::Host {
@@ -568,7 +640,15 @@ fn answering(etcd: &Etcd) -> (tokio::runtime::Runtime, etcd_client::Client) {
 fn roles_on(etcd: &Etcd) {
     answering(etcd);
     let root = Identity::load(&etcd.identity_files("root")).unwrap();
-    auth::run(&[etcd.url()], &root, "/masq-test", "operator", &two_hosts()).unwrap();
+    auth::run(
+        &[etcd.url()],
+        &root,
+        "/masq-test",
+        "operator",
+        &two_hosts(),
+        Some("masq-netpol"),
+    )
+    .unwrap();
 }
 
 /// Issue 51: with etcd's roles on, a host published another host's

@@ -42,13 +42,6 @@ func runController(ctx context.Context, client kubernetes.Interface, a controlle
 	if len(a.etcd) == 0 {
 		return fmt.Errorf("no etcd URL: give --etcd or cluster.etcd in masqd's config")
 	}
-	// Only masq.io/node's CSRs: the API server filters them by signer.
-	informer := cache.NewSharedIndexInformer(
-		cache.NewFilteredListWatchFromClient(client.CertificatesV1().RESTClient(), "certificatesigningrequests",
-			metav1.NamespaceAll, func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", signerName).String()
-			}),
-		&certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
 	c := &controller{
 		args:   a,
 		client: client,
@@ -61,19 +54,31 @@ func runController(ctx context.Context, client kubernetes.Interface, a controlle
 			c.queue.Add(csr.Name)
 		}
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-	}); err != nil {
-		return err
+	// Only masq's signers' CSRs, an informer each: the API server filters
+	// them by signer (a field selector has no OR).
+	var synced []cache.InformerSynced
+	for _, signer := range []string{signerName, netpolSignerName} {
+		informer := cache.NewSharedIndexInformer(
+			cache.NewFilteredListWatchFromClient(client.CertificatesV1().RESTClient(), "certificatesigningrequests",
+				metav1.NamespaceAll, func(o *metav1.ListOptions) {
+					o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", signer).String()
+				}),
+			&certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+		if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, obj any) { enqueue(obj) },
+		}); err != nil {
+			return err
+		}
+		go informer.Run(ctx.Done())
+		synced = append(synced, informer.HasSynced)
 	}
-	go informer.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("the CSRs' cache never synced")
 	}
-	log.Printf("signing %s CSRs with %s (CA %q, until %s); etcd %s, prefix %s",
-		signerName, a.caCert, authority.cert.Subject.CommonName, authority.cert.NotAfter.Format(time.RFC3339),
-		strings.Join(a.etcd, ","), a.prefix)
+	log.Printf("signing %s and %s CSRs with %s (CA %q, until %s); etcd %s, prefix %s",
+		signerName, netpolSignerName, a.caCert, authority.cert.Subject.CommonName,
+		authority.cert.NotAfter.Format(time.RFC3339), strings.Join(a.etcd, ","), a.prefix)
 	go func() {
 		<-ctx.Done()
 		c.queue.ShutDown()
@@ -131,7 +136,18 @@ func (c *controller) handle(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if csr.Spec.SignerName != signerName || finished(csr) {
+	if finished(csr) {
+		return nil
+	}
+	switch csr.Spec.SignerName {
+	case signerName:
+	case netpolSignerName:
+		r, refused := checkNetpolRequest(c.args.policy, csr)
+		if refused != nil {
+			return c.deny(ctx, csr, refused)
+		}
+		return c.acceptNetpol(ctx, csr, r)
+	default:
 		return nil
 	}
 	r, refused := checkRequest(c.args.policy, csr)
@@ -202,7 +218,7 @@ func (c *controller) accept(ctx context.Context, csr *certv1.CertificateSigningR
 		log.Printf("csr %s: IP %s recorded as node %s's (ConfigMap %s/%s)", csr.Name, ip, r.node,
 			c.args.namespace, c.args.holders)
 	}
-	made, err := c.initAuth(ctx, r)
+	made, err := c.initAuth(ctx, r.node+"="+ip, initAuthArgs(c.args, r))
 	if err != nil {
 		return err
 	}
@@ -248,16 +264,16 @@ func (c *controller) holders(ctx context.Context) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
-// initAuth makes the node's etcd user and role as etcd's root
-// (`masqctl cluster init-auth`, idempotent).
+// initAuth makes an etcd user and role (a node's, the mirror's: `what`)
+// as etcd's root (`masqctl cluster init-auth`, idempotent).
 // Returns what masqctl says it made, on one line.
-func (c *controller) initAuth(ctx context.Context, r *request) (string, error) {
+func (c *controller) initAuth(ctx context.Context, what string, args []string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, c.args.masqctl, initAuthArgs(c.args, r)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.args.masqctl, args...).CombinedOutput()
 	said := strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "; ")), " ")
 	if err != nil {
-		return "", fmt.Errorf("masqctl cluster init-auth for %s=%s: %v: %s", r.node, r.ip, err, said)
+		return "", fmt.Errorf("masqctl cluster init-auth for %s: %v: %s", what, err, said)
 	}
 	if said == "" {
 		said = "already there"

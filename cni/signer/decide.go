@@ -39,7 +39,11 @@ var allowedUsages = map[certv1.KeyUsage]bool{
 type policy struct {
 	// requestor: the one user that may ask (the masqd service account).
 	requestor string
-	// reserved: etcd users no node may be (root, the operator's).
+	// netpolRequestor: the one user that may ask for the mirror's
+	// certificate (masq.io/netpol; the masq-netpol service account).
+	netpolRequestor string
+	// reserved: etcd users no node may be (root, the operator's, the
+	// mirror's).
 	reserved []string
 }
 

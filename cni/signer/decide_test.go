@@ -19,8 +19,9 @@ import (
 )
 
 var testPolicy = policy{
-	requestor: "system:serviceaccount:masq-system:masqd",
-	reserved:  []string{"root", "operator"},
+	requestor:       "system:serviceaccount:masq-system:masqd",
+	netpolRequestor: "system:serviceaccount:masq-system:masq-netpol",
+	reserved:        []string{"root", "operator", netpolUser},
 }
 
 // csrSpec: what a test's CSR holds; the zero value's fields are filled
@@ -129,6 +130,9 @@ func TestDecisionRefusesEachFailedCheckByNameAndAcceptsTheRest(t *testing.T) {
 		{"etcd's root", csrSpec{cn: "root", nodes: []string{"root"}}, testNode("root", nil, "10.1.0.1"), nil, "ReservedName"},
 		{"the operator's name", csrSpec{cn: "operator", nodes: []string{"operator"}},
 			testNode("operator", nil, "10.1.0.1"), nil, "ReservedName"},
+		// The mirror's etcd user, which writes {prefix}/k8s/.
+		{"NetworkPolicy's mirror's name", csrSpec{cn: netpolUser, nodes: []string{netpolUser}},
+			testNode(netpolUser, nil, "10.1.0.1"), nil, "ReservedName"},
 		{"a DNS name too", csrSpec{dns: []string{"node1"}}, node1, nil, "SubjectAltNames"},
 		{"an email too", csrSpec{emails: []string{"a@b"}}, node1, nil, "SubjectAltNames"},
 		{"a URI too", csrSpec{uris: []*url.URL{uri}}, node1, nil, "SubjectAltNames"},

@@ -35,10 +35,17 @@ const (
 	keyName  = "host-key.pem"
 )
 
-// keepReason: why the node's certificate in hand will do, or why not
-// (nil error: keep it). It must chain to the CA, name this node and this
-// IP, match its key and be valid for more than a third of its life.
-func checkExisting(certPEM, keyPEM, caPEM []byte, node string, ip net.IP, now time.Time) error {
+// pkiFiles: the names of a certificate's and its key's files, for
+// messages.
+type pkiFiles struct{ cert, key string }
+
+var hostFiles = pkiFiles{cert: certName, key: keyName}
+
+// checkExisting: why the certificate in hand will do, or why not (nil
+// error: keep it). It must chain to the CA, name cn and ip (none when ip
+// is nil), match its key and be valid for more than a third of its life.
+func checkExisting(certPEM, keyPEM, caPEM []byte, f pkiFiles, cn string, ip net.IP, now time.Time) error {
+	certName, keyName := f.cert, f.key
 	block, _ := pem.Decode(certPEM)
 	if block == nil || block.Type != "CERTIFICATE" {
 		return fmt.Errorf("%s holds no PEM CERTIFICATE", certName)
@@ -55,10 +62,13 @@ func checkExisting(certPEM, keyPEM, caPEM []byte, node string, ip net.IP, now ti
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return fmt.Errorf("%s does not chain to the current CA: %w", certName, err)
 	}
-	if cert.Subject.CommonName != node {
-		return fmt.Errorf("%s names %q, not this node %q", certName, cert.Subject.CommonName, node)
+	if cert.Subject.CommonName != cn {
+		return fmt.Errorf("%s names %q, not this node %q", certName, cert.Subject.CommonName, cn)
 	}
-	if len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(ip) {
+	if ip == nil && len(cert.IPAddresses) != 0 {
+		return fmt.Errorf("%s names IPs %v, want none", certName, cert.IPAddresses)
+	}
+	if ip != nil && (len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(ip)) {
 		return fmt.Errorf("%s names IPs %v, not this node's underlay IP %s only", certName, cert.IPAddresses, ip)
 	}
 	life := cert.NotAfter.Sub(cert.NotBefore)
@@ -95,7 +105,7 @@ func join(ctx context.Context, client kubernetes.Interface, a joinArgs) error {
 	keyPEM, errK := os.ReadFile(filepath.Join(a.pki, keyName))
 	why := "no certificate yet"
 	if errC == nil && errK == nil {
-		err := checkExisting(certPEM, keyPEM, caPEM, a.node, ip, time.Now())
+		err := checkExisting(certPEM, keyPEM, caPEM, hostFiles, a.node, ip, time.Now())
 		if err == nil {
 			log.Printf("node %s, IP %s: keeping %s", a.node, ip, filepath.Join(a.pki, certName))
 			return writeIfChanged(filepath.Join(a.pki, caName), caPEM, 0o644)
@@ -114,7 +124,9 @@ func join(ctx context.Context, client kubernetes.Interface, a joinArgs) error {
 	if err != nil {
 		return err
 	}
-	certPEM, err = requestCertificate(ctx, client, a, der)
+	certPEM, err = requestCertificate(ctx, client, csrAsk{generateName: "masq-" + a.node + "-", signer: signerName,
+		usages:  []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth, certv1.UsageServerAuth},
+		timeout: a.timeout}, der)
 	if err != nil {
 		return err
 	}
@@ -123,7 +135,7 @@ func join(ctx context.Context, client kubernetes.Interface, a joinArgs) error {
 		return err
 	}
 	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	if err := checkExisting(certPEM, keyPEM, caPEM, a.node, ip, time.Now()); err != nil {
+	if err := checkExisting(certPEM, keyPEM, caPEM, hostFiles, a.node, ip, time.Now()); err != nil {
 		return fmt.Errorf("the certificate signed is not what was asked: %w", err)
 	}
 	// The key before the certificate: a node stopped between the two has
@@ -141,16 +153,22 @@ func join(ctx context.Context, client kubernetes.Interface, a joinArgs) error {
 	return nil
 }
 
+// csrAsk: what a CSR asks of which signer.
+type csrAsk struct {
+	generateName, signer string
+	usages               []certv1.KeyUsage
+	timeout              time.Duration
+}
+
 // requestCertificate creates the CSR and waits for its certificate, or
 // for it to be denied or to fail.
-func requestCertificate(ctx context.Context, client kubernetes.Interface, a joinArgs, der []byte) ([]byte, error) {
+func requestCertificate(ctx context.Context, client kubernetes.Interface, a csrAsk, der []byte) ([]byte, error) {
 	csr := &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "masq-" + a.node + "-"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: a.generateName},
 		Spec: certv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: signerName,
-			Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth,
-				certv1.UsageServerAuth},
+			SignerName: a.signer,
+			Usages:     a.usages,
 		},
 	}
 	made, err := client.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})

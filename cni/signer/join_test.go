@@ -66,7 +66,7 @@ func TestJoinKeepsOnlyACertificateThatStillFitsThisNode(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkExisting(tc.cert, tc.key, tc.ca, tc.node, ip, tc.at)
+			err := checkExisting(tc.cert, tc.key, tc.ca, hostFiles, tc.node, ip, tc.at)
 			switch {
 			case tc.wantReason == "" && err != nil:
 				t.Fatalf("asked again: %v", err)

@@ -5,9 +5,12 @@
 //	                        API server for this node's certificate (a CSR
 //	                        for masq.io/node) unless the one in
 //	                        /etc/masq/pki will do, and writes it there
-//	masq-signer controller  the Deployment: checks each masq.io/node CSR,
-//	                        denies it naming the failed check or makes the
-//	                        node's etcd role and signs it with the CA
+//	masq-signer join-netpol NetworkPolicy's mirror's init container: asks
+//	                        for masq-netpol's etcd certificate (a CSR for
+//	                        masq.io/netpol) and writes it for the mirror
+//	masq-signer controller  the Deployment: checks each masq.io/node and
+//	                        masq.io/netpol CSR, denies it naming the failed
+//	                        check or makes the etcd role and signs it
 //
 // The CA's key stays in the controller's Secret: a node holds only its
 // own key, so a compromised node cannot mint another's identity.
@@ -30,6 +33,7 @@ import (
 )
 
 const usage = `usage: masq-signer join [flags]        (masq-signer join -h)
+       masq-signer join-netpol [flags] (masq-signer join-netpol -h)
        masq-signer controller [flags]  (masq-signer controller -h)`
 
 func client(kubeconfig string) (kubernetes.Interface, error) {
@@ -60,6 +64,8 @@ func main() {
 	switch os.Args[1] {
 	case "join":
 		err = joinMain(ctx, os.Args[2:])
+	case "join-netpol":
+		err = joinNetpolMain(ctx, os.Args[2:])
 	case "controller":
 		err = controllerMain(ctx, os.Args[2:])
 	default:
@@ -89,6 +95,21 @@ func joinMain(ctx context.Context, argv []string) error {
 	return join(ctx, c, a)
 }
 
+func joinNetpolMain(ctx context.Context, argv []string) error {
+	fs := flag.NewFlagSet("join-netpol", flag.ExitOnError)
+	var a netpolJoinArgs
+	fs.StringVar(&a.caFile, "ca", "/var/run/masq-ca/ca.pem", "the cluster's CA certificate (the ConfigMap masq-ca)")
+	fs.StringVar(&a.dir, "dir", "/etc/masq-netpol", "where ca.pem, netpol.pem and netpol-key.pem go (masq-netpol's --ca, --cert, --key)")
+	fs.DurationVar(&a.timeout, "timeout", 5*time.Minute, "how long to wait for the certificate")
+	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig (default: the pod's service account)")
+	_ = fs.Parse(argv)
+	c, err := client(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	return joinNetpol(ctx, c, a)
+}
+
 func controllerMain(ctx context.Context, argv []string) error {
 	fs := flag.NewFlagSet("controller", flag.ExitOnError)
 	var a controllerArgs
@@ -101,13 +122,15 @@ func controllerMain(ctx context.Context, argv []string) error {
 	fs.StringVar(&a.namespace, "namespace", "masq-system", "masq's namespace")
 	fs.StringVar(&a.holders, "holders", "masq-node-ips", "the ConfigMap recording which node holds which IP")
 	requestor := fs.String("requestor", "masqd", "the service account (in --namespace) nodes ask with")
+	netpolRequestor := fs.String("netpol-requestor", "masq-netpol", "the service account (in --namespace) NetworkPolicy's mirror asks with")
 	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig (default: the pod's service account)")
 	_ = fs.Parse(argv)
 	a.caCert, a.caKey = *secret+"/ca.pem", *secret+"/ca-key.pem"
 	a.rootCert, a.rootKey = *secret+"/root.pem", *secret+"/root-key.pem"
 	a.policy = policy{
-		requestor: "system:serviceaccount:" + a.namespace + ":" + *requestor,
-		reserved:  []string{"root", a.operator},
+		requestor:       "system:serviceaccount:" + a.namespace + ":" + *requestor,
+		netpolRequestor: "system:serviceaccount:" + a.namespace + ":" + *netpolRequestor,
+		reserved:        []string{"root", a.operator, netpolUser},
 	}
 	if *etcd != "" {
 		a.etcd = strings.Split(*etcd, ",")

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"time"
 )
@@ -90,7 +91,8 @@ func validity(expirationSeconds *int32) time.Duration {
 // sign makes the host's certificate: subject CN = the node, its one IP as
 // the only subject alternative name, for client and server use, valid
 // from now (backdated a little) for `valid`, never past the CA's own end.
-// Returns it as PEM.
+// A request without an IP (the mirror's) gets no subject alternative
+// name and client use only. Returns it as PEM.
 func (c *ca) sign(r *request, valid time.Duration, now time.Time) ([]byte, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {
@@ -104,14 +106,19 @@ func (c *ca) sign(r *request, valid time.Duration, now time.Time) ([]byte, error
 	if notAfter.After(c.cert.NotAfter) {
 		notAfter = c.cert.NotAfter
 	}
+	ips := []net.IP{r.ip}
+	ext := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
+	if r.ip == nil {
+		ips, ext = nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: r.node},
-		IPAddresses:           r.csr.IPAddresses[:1],
+		IPAddresses:           ips,
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              notAfter,
 		KeyUsage:              usage,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:           ext,
 		BasicConstraintsValid: true,
 		IsCA:                  false,
 	}

@@ -75,7 +75,14 @@ fn init_auth(a: InitAuthArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match auth::run(&a.etcd, &identity, &a.prefix, &a.operator, &a.hosts) {
+    match auth::run(
+        &a.etcd,
+        &identity,
+        &a.prefix,
+        &a.operator,
+        &a.hosts,
+        a.netpol_mirror.as_deref(),
+    ) {
         Ok(done) => {
             for line in done {
                 println!("{line}");

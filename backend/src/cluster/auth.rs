@@ -10,6 +10,12 @@
 //! with a `root` user, so that one is made too: it is the identity this
 //! command runs with once authentication is on, to add hosts later.
 //!
+//! Kubernetes NetworkPolicy's mirror (`masq-netpol`, docs/kubernetes.md)
+//! gets a role of its own: it writes `P/k8s/` (the namespaces', masq
+//! pods' and NetworkPolicies' copies every masqd decides from) and only
+//! that; no host's role may write there, so a host with a valid
+//! certificate cannot widen another pod's policy.
+//!
 //! Every step is idempotent: what exists is left as it is, and running the
 //! command again with more hosts adds them.
 
@@ -19,6 +25,9 @@ use std::net::Ipv4Addr;
 
 /// The role every operator user gets.
 pub const OPERATOR_ROLE: &str = "masq-operator";
+
+/// The role of NetworkPolicy's mirror.
+pub const NETPOL_ROLE: &str = "masq-netpol";
 
 /// A host: the CN of its certificate and its underlay address (the name
 /// its keys carry).
@@ -65,6 +74,14 @@ fn host_permissions(prefix: &str, ip: Ipv4Addr) -> Vec<Permission> {
         Permission::read_write(format!("{prefix}/endpoints/{ip}/")).with_prefix(),
         Permission::read_write(format!("{prefix}/status/{ip}")),
         Permission::read_write(format!("{prefix}/claims/")).with_prefix(),
+    ]
+}
+
+/// What NetworkPolicy's mirror may do: read the prefix, write `P/k8s/`.
+fn netpol_permissions(prefix: &str) -> Vec<Permission> {
+    vec![
+        Permission::read(format!("{prefix}/")).with_prefix(),
+        Permission::read_write(format!("{prefix}/k8s/")).with_prefix(),
     ]
 }
 
@@ -115,13 +132,15 @@ async fn ensure_user(
     }
 }
 
-/// Make the users and roles for masq's keys under `prefix` and turn
-/// authentication on. Returns what it made, a line each.
+/// Make the users and roles for masq's keys under `prefix` (NetworkPolicy's
+/// mirror's too when `netpol` names its user) and turn authentication on.
+/// Returns what it made, a line each.
 pub async fn init_auth(
     client: &mut Client,
     prefix: &str,
     operator: &str,
     hosts: &[Host],
+    netpol: Option<&str>,
 ) -> Result<Vec<String>, String> {
     let mut done = Vec::new();
     // etcd's root role exists from the start; its user does not.
@@ -133,6 +152,10 @@ pub async fn init_auth(
         let role = host_role(&h.name);
         ensure_role(client, &role, host_permissions(prefix, h.ip), &mut done).await?;
         ensure_user(client, &h.name, &role, &mut done).await?;
+    }
+    if let Some(user) = netpol {
+        ensure_role(client, NETPOL_ROLE, netpol_permissions(prefix), &mut done).await?;
+        ensure_user(client, user, NETPOL_ROLE, &mut done).await?;
     }
     client
         .auth_enable()
@@ -150,6 +173,7 @@ pub fn run(
     prefix: &str,
     operator: &str,
     hosts: &[Host],
+    netpol: Option<&str>,
 ) -> Result<Vec<String>, String> {
     if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.len() < 2 {
         return Err(format!(
@@ -161,8 +185,21 @@ pub fn run(
             "--operator {operator:?}: must be a certificate's CN of its own, not root or a host's"
         ));
     }
+    if let Some(user) = netpol {
+        // One user, one role: etcd grants a user the union of its roles.
+        if user.is_empty()
+            || user == "root"
+            || user == operator
+            || hosts.iter().any(|h| h.name == user)
+        {
+            return Err(format!(
+                "--netpol-mirror {user:?}: must be a certificate's CN of its own, not root, the \
+                 operator's or a host's"
+            ));
+        }
+    }
     let (rt, mut client) = crate::cluster::client::connect_once(urls, identity)?;
-    rt.block_on(init_auth(&mut client, prefix, operator, hosts))
+    rt.block_on(init_auth(&mut client, prefix, operator, hosts, netpol))
 }
 
 #[cfg(test)]

@@ -195,6 +195,43 @@ fn namespaces_and_pods_read_metadata_only() {
     assert!(pod.labels.is_empty());
 }
 
+/// What masq-netpol (cni/netpol) writes into etcd, from its own golden
+/// files: each reads whole, no rule dropped.
+#[test]
+fn the_mirrors_values_read_whole() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../cni/netpol/testdata/");
+    let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).expect(f);
+    let ns = Namespace::from_json(&read("namespace.json")).unwrap();
+    assert_eq!(ns.name, "team");
+    assert_eq!(ns.labels.get("team").map(String::as_str), Some("a"));
+    let pod = Pod::from_json(&read("pod.json")).unwrap();
+    assert_eq!(
+        (pod.namespace.as_str(), pod.name.as_str(), pod.labels.len()),
+        ("team", "srv", 1)
+    );
+    let p = NetworkPolicy::from_json(&read("networkpolicy.json")).unwrap();
+    assert_eq!(p.key(), "team/allow-app");
+    assert!(p.problems.is_empty(), "{:?}", p.problems);
+    assert!(p.isolates_ingress && p.isolates_egress);
+    assert_eq!(p.pod_selector.match_expressions.len(), 1);
+    let rule = &p.ingress[0];
+    assert_eq!(rule.peers.len(), 2);
+    assert_eq!(
+        rule.ports[0],
+        PortRule {
+            protocol: Protocol::Tcp,
+            port: Some(Port::Number(7471)),
+            end_port: Some(7480)
+        }
+    );
+    assert_eq!(rule.ports[1].port, Some(Port::Named("rdma-cm".into())));
+    assert_eq!(rule.ports[2].protocol, Protocol::Sctp);
+    assert!(matches!(
+        &p.egress[0].peers[0],
+        Peer::Pods { pods: None, namespaces: Some(s) } if s.is_empty()
+    ));
+}
+
 #[test]
 fn malformed_objects_name_the_object_and_the_field() {
     let cases = [

@@ -322,7 +322,9 @@ pub enum ClusterCmd {
     /// only its own keys under the prefix, the operator's may write the
     /// policy and anything else there, and all of them read the prefix.
     /// Run it with the certificate of etcd's root user (CN=root), which it
-    /// makes; run it again, as root, to add hosts. Idempotent.
+    /// makes; run it again, as root, to add hosts. With --netpol-mirror,
+    /// Kubernetes NetworkPolicy's mirror may write the prefix's k8s/ keys
+    /// and nothing else (no host may write them). Idempotent.
     InitAuth(InitAuthArgs),
 }
 
@@ -347,8 +349,17 @@ pub struct InitAuthArgs {
     /// policy.
     #[arg(long, default_value = "operator", value_name = "NAME")]
     pub operator: String,
+    /// NetworkPolicy's mirror's etcd user (the CN of masq-netpol's
+    /// certificate, masq-netpol in Kubernetes): role masq-netpol, which
+    /// writes the prefix's k8s/ keys only.
+    #[arg(long, value_name = "NAME")]
+    pub netpol_mirror: Option<String>,
     /// Each host: its certificate's CN and its underlay IP.
-    #[arg(required = true, value_name = "NAME=IP", value_parser = crate::cluster::auth::parse_host)]
+    #[arg(
+        required_unless_present = "netpol_mirror",
+        value_name = "NAME=IP",
+        value_parser = crate::cluster::auth::parse_host
+    )]
     pub hosts: Vec<crate::cluster::auth::Host>,
 }
 

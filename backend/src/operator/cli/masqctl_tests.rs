@@ -500,7 +500,16 @@ fn cluster_init_auth_takes_etcd_credentials_and_hosts() {
     let no_host = [&etcd[..], &creds].concat();
     let no_ip = [&no_host[..], &["host1"]].concat();
     let no_etcd = [&["cluster", "init-auth"][..], &creds, &["host1=10.1.0.1"]].concat();
-    for bad in [no_host, no_ip, no_etcd] {
+    for bad in [no_host.clone(), no_ip, no_etcd] {
         assert!(parse(&bad).is_err(), "{bad:?}");
+    }
+    // NetworkPolicy's mirror's user alone (masq-signer adds it so).
+    let mirror = [&no_host[..], &["--netpol-mirror", "masq-netpol"]].concat();
+    match action(&mirror) {
+        Action::InitAuth(a) => {
+            assert_eq!(a.netpol_mirror.as_deref(), Some("masq-netpol"));
+            assert!(a.hosts.is_empty());
+        }
+        other => panic!("{other:?}"),
     }
 }
