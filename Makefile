@@ -228,7 +228,7 @@ test-cluster: deps build
 test-manifests: deps
 	cd packaging/kubernetes/check && GOFLAGS=-mod=mod go test -count=1 ./... && go vet ./... && \
 		GOFLAGS=-mod=mod go build -o ../../../target/check-manifests .
-	target/check-manifests packaging/kubernetes packaging/kubernetes/example
+	target/check-manifests packaging/kubernetes packaging/kubernetes/example packaging/kubernetes/netpol
 
 # Kubernetes' runtime path: containerd 2 driven by crictl as a kubelet
 # drives it, masq-cni in the pods' network, masq-nri giving pods their
