@@ -7,6 +7,7 @@ integration/k8s/tools); the certificates are integration/k8s/pki's, in the
 testbed's state dir (the guests' /run/masq-pki/k8s). No image is pulled:
 the pods run the images containerd.sh imports (masq.test/*)."""
 import concurrent.futures
+import contextlib
 import json
 import os
 import subprocess
@@ -222,6 +223,22 @@ def pod_phase(tb, name):
     return json.loads(r.stdout)["status"].get("phase") if r.returncode == 0 else None
 
 
+@contextlib.contextmanager
+def explained(tb, *pods):
+    """A failed wait says what the cluster said of the pods: their phase,
+    node and events (a CNI or NRI refusal is an event), and their logs."""
+    try:
+        yield
+    except AssertionError as e:
+        said = [kubectl(tb, "get", "pods", "-n", "team", "-o", "wide", check=False).stdout]
+        for pod in pods:
+            said.append(kubectl(tb, "describe", "pod", "-n", "team", pod,
+                                check=False).stdout[-2500:])
+            said.append(f"logs of {pod}:\n" + kubectl(tb, "logs", "-n", "team", pod,
+                                                      check=False).stdout[-1500:])
+        raise AssertionError(f"{e}\n" + "\n".join(said)) from None
+
+
 def operator_files():
     """Step 2's one-time material, where the guests see it (the checkout):
     the testbed's CA, with its key, and etcd root's and the operator's
@@ -358,8 +375,9 @@ def test_a_rollout_restart_keeps_a_running_app_and_its_cm_listener(recipe):
     team_pod(tb, "long-srv", "host2", "10.0.0.70",
              ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-D", "90", "-p", "18912"])
     team_pod(tb, "cm-srv", "host2", "10.0.0.72", ["rping", "-s", "-P", "-a", "10.0.0.72", "-v", "-p", "18920"])
-    wait_for("the servers run", lambda: pod_phase(tb, "long-srv") == pod_phase(tb, "cm-srv")
-             == "Running", timeout=300, interval=2)
+    with explained(tb, "long-srv", "cm-srv"):
+        wait_for("the servers run", lambda: pod_phase(tb, "long-srv") == pod_phase(tb, "cm-srv")
+                 == "Running", timeout=300, interval=2)
     wait_for("host1 maps them", lambda: {(100, "10.0.0.70"), (100, "10.0.0.72")}
              <= mapped(tb, "host1"), timeout=120, interval=2)
     team_pod(tb, "long-cli", "host1", "10.0.0.71",
@@ -447,7 +465,14 @@ scrape_configs:
             nodes = {x["metric"].get("node"): x["value"][1] for x in result}
             return nodes if nodes == {h: "1" for h in HOSTS} else None
 
-        wait_for("Prometheus finds both masqd up", up, timeout=300, interval=5)
+        try:
+            wait_for("Prometheus finds both masqd up", up, timeout=300, interval=5)
+        except AssertionError as e:
+            # What Prometheus found and why a target is down, and its log.
+            targets = tb.run("host1", "curl", "-s", "http://127.0.0.1:9090/api/v1/targets",
+                             check=False).stdout[-3000:]
+            log = tb.run("host1", "tail", "-n", "30", f"{data}.log", check=False).stdout
+            raise AssertionError(f"{e}\ntargets: {targets}\nlog:\n{log}") from None
         r = tb.run("host1", "curl", "-s", "http://127.0.0.1:9090/api/v1/query",
                    "--data-urlencode", "query=count by (node) (masq_build_info)")
         assert len(json.loads(r.stdout)["data"]["result"]) == len(HOSTS), r.stdout
