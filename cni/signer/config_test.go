@@ -53,7 +53,7 @@ func TestMasqdConfigGivesTheUnderlayIPAsMasqdFindsIt(t *testing.T) {
 func TestInitAuthIsRunAsEtcdsRootForTheNodesNameAndIP(t *testing.T) {
 	a := controllerArgs{caCert: "/s/ca.pem", rootCert: "/s/root.pem", rootKey: "/s/root-key.pem",
 		etcd: []string{"https://a:2379", "https://b:2379"}, prefix: "/masq", operator: "operator"}
-	got := strings.Join(initAuthArgs(a, testRequest(t)), " ")
+	got := strings.Join(initAuthArgs(a, "node1=10.1.0.1"), " ")
 	want := "cluster init-auth --etcd https://a:2379,https://b:2379 --ca /s/ca.pem --cert /s/root.pem " +
 		"--key /s/root-key.pem --prefix /masq --operator operator node1=10.1.0.1"
 	if got != want {

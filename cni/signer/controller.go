@@ -218,34 +218,14 @@ func (c *controller) accept(ctx context.Context, csr *certv1.CertificateSigningR
 		log.Printf("csr %s: IP %s recorded as node %s's (ConfigMap %s/%s)", csr.Name, ip, r.node,
 			c.args.namespace, c.args.holders)
 	}
-	made, err := c.initAuth(ctx, r.node+"="+ip, initAuthArgs(c.args, r))
+	made, err := c.initAuth(ctx, r.node+"="+ip, initAuthArgs(c.args, r.node+"="+ip))
 	if err != nil {
 		return err
 	}
-	if !approved(csr) {
-		csr.Status.Conditions = append(csr.Status.Conditions, certv1.CertificateSigningRequestCondition{
-			Type:           certv1.CertificateApproved,
-			Status:         corev1.ConditionTrue,
-			Reason:         "MasqNodeChecked",
-			Message:        fmt.Sprintf("node %s's pod asked for its own name and underlay IP %s", r.node, ip),
-			LastUpdateTime: metav1.Now(),
-		})
-		got, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr,
-			metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("approving: %w", err)
-		}
-		csr = got
-	}
-	valid := validity(csr.Spec.ExpirationSeconds)
-	cert, err := c.ca.sign(r, valid, time.Now())
+	valid, err := c.approveAndSign(ctx, csr, r, "MasqNodeChecked",
+		fmt.Sprintf("node %s's pod asked for its own name and underlay IP %s", r.node, ip))
 	if err != nil {
-		return fmt.Errorf("signing: %w", err)
-	}
-	csr.Status.Certificate = cert
-	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr,
-		metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("publishing the certificate: %w", err)
+		return err
 	}
 	log.Printf("csr %s: signed for node %s, IP %s, valid %s; etcd role masq-host-%s (%s)",
 		csr.Name, r.node, ip, valid, r.node, made)
@@ -281,8 +261,43 @@ func (c *controller) initAuth(ctx context.Context, what string, args []string) (
 	return said, nil
 }
 
-func initAuthArgs(a controllerArgs, r *request) []string {
-	return []string{"cluster", "init-auth", "--etcd", strings.Join(a.etcd, ","),
+// initAuthArgs: `masqctl cluster init-auth` as etcd's root, for what
+// follows (a node's NAME=IP, or --netpol-mirror NAME).
+func initAuthArgs(a controllerArgs, what ...string) []string {
+	return append([]string{"cluster", "init-auth", "--etcd", strings.Join(a.etcd, ","),
 		"--ca", a.caCert, "--cert", a.rootCert, "--key", a.rootKey,
-		"--prefix", a.prefix, "--operator", a.operator, r.node + "=" + r.ip.String()}
+		"--prefix", a.prefix, "--operator", a.operator}, what...)
+}
+
+// approveAndSign approves the CSR (unless it is already), with reason and
+// message, signs it and publishes the certificate; it returns the
+// certificate's validity.
+func (c *controller) approveAndSign(ctx context.Context, csr *certv1.CertificateSigningRequest, r *request,
+	reason, message string) (time.Duration, error) {
+	if !approved(csr) {
+		csr.Status.Conditions = append(csr.Status.Conditions, certv1.CertificateSigningRequestCondition{
+			Type:           certv1.CertificateApproved,
+			Status:         corev1.ConditionTrue,
+			Reason:         reason,
+			Message:        message,
+			LastUpdateTime: metav1.Now(),
+		})
+		got, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr,
+			metav1.UpdateOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("approving: %w", err)
+		}
+		csr = got
+	}
+	valid := validity(csr.Spec.ExpirationSeconds)
+	cert, err := c.ca.sign(r, valid, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("signing: %w", err)
+	}
+	csr.Status.Certificate = cert
+	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr,
+		metav1.UpdateOptions{}); err != nil {
+		return 0, fmt.Errorf("publishing the certificate: %w", err)
+	}
+	return valid, nil
 }

@@ -13,12 +13,9 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -85,43 +82,17 @@ func checkNetpolRequest(p policy, csr *certv1.CertificateSigningRequest) (*reque
 // acceptNetpol: the mirror's etcd user and role made, then the CSR
 // approved and its certificate published; each step idempotent.
 func (c *controller) acceptNetpol(ctx context.Context, csr *certv1.CertificateSigningRequest, r *request) error {
-	made, err := c.initAuth(ctx, netpolUser, netpolInitAuthArgs(c.args))
+	made, err := c.initAuth(ctx, netpolUser, initAuthArgs(c.args, "--netpol-mirror", netpolUser))
 	if err != nil {
 		return err
 	}
-	if !approved(csr) {
-		csr.Status.Conditions = append(csr.Status.Conditions, certv1.CertificateSigningRequestCondition{
-			Type:           certv1.CertificateApproved,
-			Status:         corev1.ConditionTrue,
-			Reason:         "MasqNetpolChecked",
-			Message:        fmt.Sprintf("%s asked for CN %s and nothing else", csr.Spec.Username, netpolUser),
-			LastUpdateTime: metav1.Now(),
-		})
-		got, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr,
-			metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("approving: %w", err)
-		}
-		csr = got
-	}
-	valid := validity(csr.Spec.ExpirationSeconds)
-	cert, err := c.ca.sign(r, valid, time.Now())
+	valid, err := c.approveAndSign(ctx, csr, r, "MasqNetpolChecked",
+		fmt.Sprintf("%s asked for CN %s and nothing else", csr.Spec.Username, netpolUser))
 	if err != nil {
-		return fmt.Errorf("signing: %w", err)
-	}
-	csr.Status.Certificate = cert
-	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr,
-		metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("publishing the certificate: %w", err)
+		return err
 	}
 	log.Printf("csr %s: signed for %s, valid %s; etcd role masq-netpol (%s)", csr.Name, netpolUser, valid, made)
 	return nil
-}
-
-func netpolInitAuthArgs(a controllerArgs) []string {
-	return []string{"cluster", "init-auth", "--etcd", strings.Join(a.etcd, ","),
-		"--ca", a.caCert, "--cert", a.rootCert, "--key", a.rootKey,
-		"--prefix", a.prefix, "--operator", a.operator, "--netpol-mirror", netpolUser}
 }
 
 // netpolJoinArgs: what `masq-signer join-netpol` is told.
