@@ -20,13 +20,7 @@ import (
 // IP recorded; once init-auth works it is approved, signed, and the
 // script was run for N=IP; a second node asking for that IP is denied.
 func TestControllerDeniesOrMakesTheRoleBeforeSigning(t *testing.T) {
-	dir := t.TempDir()
-	masqctl := filepath.Join(dir, "masqctl")
-	ran := filepath.Join(dir, "ran")
-	script := "#!/bin/sh\necho \"$@\" >>" + ran + "\n[ -e " + dir + "/fail ] && { echo etcd unreachable >&2; exit 1; }\n" +
-		"echo role masq-host-node1 added\n"
-	must(t, os.WriteFile(masqctl, []byte(script), 0o755))
-	must(t, os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644))
+	dir, masqctl, ran := fakeMasqctl(t, "masq-host-node1")
 
 	good := makeCSR(t, csrSpec{})
 	good.Name = "good"
@@ -44,11 +38,7 @@ func TestControllerDeniesOrMakesTheRoleBeforeSigning(t *testing.T) {
 		ca:     testCA(t, 10*365*24*time.Hour),
 	}
 	ctx := context.Background()
-	get := func(name string) *certv1.CertificateSigningRequest {
-		csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
-		must(t, err)
-		return csr
-	}
+	get := csrGetter(ctx, t, client)
 
 	must(t, c.handle(ctx, "stranger"))
 	if conds := get("stranger").Status.Conditions; len(conds) != 1 || conds[0].Type != certv1.CertificateDenied ||
@@ -86,5 +76,28 @@ func TestControllerDeniesOrMakesTheRoleBeforeSigning(t *testing.T) {
 	must(t, c.handle(ctx, "thief"))
 	if conds := get("thief").Status.Conditions; len(conds) != 1 || conds[0].Reason != "IPHeldByOtherNode" {
 		t.Fatalf("thief: %+v", conds)
+	}
+}
+
+// fakeMasqctl: a masqctl script in a temporary directory that records its
+// arguments in ran and fails, saying "etcd unreachable", while dir/fail
+// exists (it does at first), else says it added role.
+func fakeMasqctl(t *testing.T, role string) (dir, masqctl, ran string) {
+	dir = t.TempDir()
+	masqctl = filepath.Join(dir, "masqctl")
+	ran = filepath.Join(dir, "ran")
+	script := "#!/bin/sh\necho \"$@\" >>" + ran + "\n[ -e " + dir + "/fail ] && { echo etcd unreachable >&2; exit 1; }\n" +
+		"echo role " + role + " added\n"
+	must(t, os.WriteFile(masqctl, []byte(script), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644))
+	return dir, masqctl, ran
+}
+
+// csrGetter: the CSR of that name as the fake API server has it now.
+func csrGetter(ctx context.Context, t *testing.T, client *fake.Clientset) func(string) *certv1.CertificateSigningRequest {
+	return func(name string) *certv1.CertificateSigningRequest {
+		csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		return csr
 	}
 }

@@ -109,13 +109,7 @@ func TestNetpolDecisionRefusesEachFailedCheckByNameAndAcceptsTheRest(t *testing.
 // after masqctl made the role with --netpol-mirror; join-netpol keeps
 // that certificate and refuses a node's in its place.
 func TestControllerMakesTheMirrorsRoleBeforeSigningItsCertificate(t *testing.T) {
-	dir := t.TempDir()
-	masqctl := filepath.Join(dir, "masqctl")
-	ran := filepath.Join(dir, "ran")
-	script := "#!/bin/sh\necho \"$@\" >>" + ran + "\n[ -e " + dir + "/fail ] && { echo etcd unreachable >&2; exit 1; }\n" +
-		"echo role masq-netpol added\n"
-	must(t, os.WriteFile(masqctl, []byte(script), 0o755))
-	must(t, os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644))
+	dir, masqctl, ran := fakeMasqctl(t, "masq-netpol")
 	key := mustKey(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
 	good := netpolCSR(t, nil, key)
 	good.Name = "good"
@@ -132,11 +126,7 @@ func TestControllerMakesTheMirrorsRoleBeforeSigningItsCertificate(t *testing.T) 
 		ca:     authority,
 	}
 	ctx := context.Background()
-	get := func(name string) *certv1.CertificateSigningRequest {
-		csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
-		must(t, err)
-		return csr
-	}
+	get := csrGetter(ctx, t, client)
 	must(t, c.handle(ctx, "masqd"))
 	if conds := get("masqd").Status.Conditions; len(conds) != 1 || conds[0].Type != certv1.CertificateDenied ||
 		conds[0].Reason != "RequestorNotMirror" {
