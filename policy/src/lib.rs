@@ -219,6 +219,8 @@ pub struct Policy {
     /// Each tenant's `kubernetes.namespaces` (absent: the tenant has no
     /// `kubernetes` key).
     namespaces: HashMap<String, Vec<String>>,
+    /// Tenants whose `kubernetes.networkPolicy` is true.
+    network_policy: std::collections::HashSet<String>,
 }
 
 impl Default for Policy {
@@ -253,6 +255,7 @@ impl Policy {
             text: Arc::from(""),
             named: Default::default(),
             namespaces: HashMap::new(),
+            network_policy: Default::default(),
         }
     }
 
@@ -307,7 +310,13 @@ impl Policy {
         let namespaces = doc
             .tenants
             .iter()
-            .filter_map(|t| Some((t.name.clone(), t.kubernetes.clone()?)))
+            .filter_map(|t| Some((t.name.clone(), t.kubernetes.as_ref()?.namespaces.clone())))
+            .collect();
+        let network_policy = doc
+            .tenants
+            .iter()
+            .filter(|t| t.kubernetes.as_ref().is_some_and(|k| k.network_policy))
+            .map(|t| t.name.clone())
             .collect();
         let mut by_name = HashMap::new();
         for ep in endpoints {
@@ -322,7 +331,19 @@ impl Policy {
             text: Arc::from(text),
             named,
             namespaces,
+            network_policy,
         })
+    }
+
+    /// Whether the cluster's NetworkPolicy decides `tenant`'s connections
+    /// too (its `kubernetes.networkPolicy`).
+    pub fn enforces_network_policy(&self, tenant: &str) -> bool {
+        self.network_policy.contains(tenant)
+    }
+
+    /// Any tenant's `kubernetes.networkPolicy` is true.
+    pub fn any_network_policy(&self) -> bool {
+        !self.network_policy.is_empty()
     }
 
     /// Whether a pod of Kubernetes namespace `namespace` may attach to

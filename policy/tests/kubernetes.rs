@@ -1,6 +1,7 @@
 //! A tenant's `kubernetes.namespaces`: the namespaces whose pods may attach
 //! to it, each refusal naming the tenant and the namespace, and errors in
-//! the key naming its field.
+//! the key naming its field; its `kubernetes.networkPolicy`: whether the
+//! cluster's NetworkPolicy decides its connections too.
 
 use masq_policy::Policy;
 
@@ -61,7 +62,7 @@ fn errors_in_the_key_name_its_field() {
         (
             "version: 1\ntenants:\n  acme:\n    kubernetes:\n      namespace: [team]\n",
             "tenants.acme.kubernetes.namespace: unknown key \"namespace\": expected one of \
-             namespaces (did you mean \"namespaces\"?)",
+             namespaces, networkPolicy (did you mean \"namespaces\"?)",
         ),
         (
             "version: 1\ntenants:\n  acme:\n    kubernetes:\n      namespaces: [team, Team_1]\n",
@@ -73,7 +74,7 @@ fn errors_in_the_key_name_its_field() {
         ),
         (
             "version: 1\ntenants:\n  acme:\n    kubernetes: [team]\n",
-            "tenants.acme.kubernetes: expected a mapping with key namespaces",
+            "tenants.acme.kubernetes: expected a mapping with keys namespaces, networkPolicy",
         ),
         (
             "version: 1\ntenants:\n  acme:\n    kubernetes:\n      namespaces: [team-]\n",
@@ -101,5 +102,31 @@ fn the_namespaces_are_part_of_the_version() {
         parse(&format!("{plain}    kubernetes: {{}}\n"))
             .expect("empty")
             .version_hash()
+    );
+}
+
+/// Off unless the operator says so, per tenant; part of the version.
+#[test]
+fn network_policy_is_enforced_only_for_tenants_that_say_so() {
+    let p = parse(POLICY).expect("policy");
+    assert!(!p.any_network_policy());
+    let on = POLICY.replace(
+        "namespaces: [team, team-ci]",
+        "namespaces: [team, team-ci]\n      networkPolicy: true",
+    );
+    let q = parse(&on).expect("on");
+    assert!(q.enforces_network_policy("acme") && q.any_network_policy());
+    assert!(!q.enforces_network_policy("globex"));
+    assert_ne!(p.version_hash(), q.version_hash());
+    let off = POLICY.replace(
+        "namespaces: [team, team-ci]",
+        "namespaces: [team, team-ci]\n      networkPolicy: false",
+    );
+    assert_eq!(parse(&off).expect("off").version_hash(), p.version_hash());
+    let e =
+        parse(&POLICY.replace("namespaces: [team, team-ci]", "networkPolicy: yes")).unwrap_err();
+    assert!(
+        e.contains("tenants.acme.kubernetes.networkPolicy: expected true or false, found \"yes\""),
+        "{e}"
     );
 }

@@ -24,11 +24,14 @@ pub(crate) fn canonical(doc: &Document) -> String {
         if let Some(q) = t.qos {
             let _ = writeln!(out, " qos {} {}", q.dscp, q.mode.as_str());
         }
-        if let Some(ns) = &t.kubernetes {
-            let mut ns: Vec<&String> = ns.iter().collect();
+        if let Some(k) = &t.kubernetes {
+            let mut ns: Vec<&String> = k.namespaces.iter().collect();
             ns.sort();
             let ns: Vec<&str> = ns.into_iter().map(String::as_str).collect();
             let _ = writeln!(out, " kubernetes namespaces {}", ns.join(" "));
+            if k.network_policy {
+                let _ = writeln!(out, " kubernetes networkPolicy");
+            }
         }
         let mut groups: Vec<&Group> = t.groups.iter().collect();
         groups.sort_by(|a, b| a.name.cmp(&b.name));

@@ -1,11 +1,13 @@
 //! A tenant's `kubernetes` key: which Kubernetes namespaces' pods may
-//! attach to the tenant's networks.
+//! attach to the tenant's networks, and whether the cluster's
+//! NetworkPolicy holds for their RDMA too.
 //!
 //! ```yaml
 //! tenants:
 //!   acme:
 //!     kubernetes:
 //!       namespaces: [team, team-ci]
+//!       networkPolicy: true
 //! ```
 //!
 //! A NetworkAttachmentDefinition names its tenant in a string, and Multus
@@ -15,8 +17,15 @@
 //! namespace the tenant does not list. A tenant without the key admits no
 //! namespace: a Kubernetes pod reaches a tenant only where the operator
 //! said so.
+//!
+//! `networkPolicy: true` makes masqd decide the tenant's connections by the
+//! NetworkPolicy objects masq-netpol mirrors, besides its security groups
+//! (both must allow). It is off unless said: with it on and no mirror
+//! running, every pod of the tenant is unknown and refused, so an operator
+//! turns it on once the mirror runs.
 
 use super::walker::{join, value_loc, Walker};
+use super::Kubernetes;
 use crate::yaml::{Node, Scalar};
 
 /// A Kubernetes namespace name: an RFC 1123 label (1-63 lowercase letters,
@@ -31,22 +40,40 @@ pub(crate) fn valid_namespace(s: &str) -> bool {
 
 impl Walker<'_> {
     /// `tenants.<t>.kubernetes`: the namespaces it admits (none for an
-    /// empty key or list).
-    pub(crate) fn kubernetes(&mut self, key: &Scalar, node: &Node, path: &str) -> Vec<String> {
-        let Some(map) = self.keyed_map(key, node, path, &["namespaces"]) else {
-            return Vec::new();
+    /// empty key or list) and whether NetworkPolicy holds.
+    pub(crate) fn kubernetes(&mut self, key: &Scalar, node: &Node, path: &str) -> Kubernetes {
+        let mut out = Kubernetes::default();
+        let Some(map) = self.keyed_map(key, node, path, &["namespaces", "networkPolicy"]) else {
+            return out;
         };
-        let Some((k, v)) = map.get("namespaces") else {
-            return Vec::new();
-        };
-        let npath = join(path, "namespaces");
+        if let Some((k, v)) = map.get("networkPolicy") {
+            let p = join(path, "networkPolicy");
+            if let Some(s) = self.scalar(v, k, &p, "true or false") {
+                match s.value.as_str() {
+                    "true" => out.network_policy = true,
+                    "false" => {}
+                    other => self.err(
+                        s.loc,
+                        &p,
+                        format!("expected true or false, found {other:?}"),
+                    ),
+                }
+            }
+        }
+        if let Some((k, v)) = map.get("namespaces") {
+            out.namespaces = self.namespaces(k, v, &join(path, "namespaces"));
+        }
+        out
+    }
+
+    fn namespaces(&mut self, k: &Scalar, v: &Node, npath: &str) -> Vec<String> {
         let items = match v {
             _ if v.is_null() => return Vec::new(),
             Node::Seq(s) => &s.items,
             other => {
                 self.err(
                     value_loc(other, k),
-                    &npath,
+                    npath,
                     format!(
                         "expected a list of Kubernetes namespace names, found {}",
                         other.kind()

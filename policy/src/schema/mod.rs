@@ -233,9 +233,19 @@ pub(crate) struct Tenant {
     pub name: String,
     pub qos: Option<Qos>,
     pub groups: Vec<Group>,
-    /// `kubernetes.namespaces`: the namespaces whose pods may attach to
-    /// it (`None`: no key, so none may; see `kubernetes`).
-    pub kubernetes: Option<Vec<String>>,
+    /// `kubernetes`: the namespaces whose pods may attach to it and
+    /// whether NetworkPolicy holds (`None`: no key, so none may; see
+    /// `kubernetes`).
+    pub kubernetes: Option<Kubernetes>,
+}
+
+/// A tenant's `kubernetes` key.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Kubernetes {
+    pub namespaces: Vec<String>,
+    /// `networkPolicy`: the cluster's NetworkPolicy decides its
+    /// connections too.
+    pub network_policy: bool,
 }
 
 #[derive(Clone, Debug)]
