@@ -32,7 +32,7 @@ impl Follower {
             .admission
             .rebind(|| self.registry.policy_refs(), changed)
         {
-            self.admission.apply(p);
+            self.admission.apply(p, &self.registry);
         }
     }
 }
@@ -58,7 +58,7 @@ impl Store for Follower {
         let (p, _) = self
             .admission
             .check_text(text, file, &self.registry.policy_refs())?;
-        self.admission.apply(p);
+        self.admission.apply(p, &self.registry);
         let tag = text.lines().next().unwrap_or_default().to_string();
         self.applied.lock().unwrap().push((tag, Instant::now()));
         Ok(())
@@ -73,6 +73,12 @@ impl Store for Follower {
     }
     fn file_policy(&self) -> Option<(String, String)> {
         None
+    }
+    fn mirrored_all(&self, all: masq_policy::netpol::Snapshot) {
+        self.admission.mirrored_all(all, &self.registry);
+    }
+    fn mirrored(&self, m: masq_backend::admit::Mirrored) {
+        self.admission.mirrored(m, &self.registry);
     }
 }
 

@@ -1,5 +1,6 @@
 //! masqd internals: configuration, the uverbs commands masqd runs on
 //! tenants' behalf, the per-endpoint session server and the control socket.
+pub mod admit;
 pub mod cluster;
 pub mod cm;
 pub mod config;

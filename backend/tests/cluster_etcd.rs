@@ -29,6 +29,9 @@ struct Fake {
     file: Mutex<Option<(String, String)>>,
     /// When set, what masqd's registry makes of the placements.
     map: std::sync::OnceLock<Registry>,
+    /// What masq-netpol's keys fed, in order: the view read whole, then
+    /// each object.
+    mirrored: Mutex<Vec<String>>,
 }
 
 impl Store for Fake {
@@ -76,6 +79,17 @@ impl Store for Fake {
     }
     fn file_policy(&self) -> Option<(String, String)> {
         self.file.lock().unwrap().clone()
+    }
+    fn mirrored_all(&self, all: masq_policy::netpol::Snapshot) {
+        self.mirrored.lock().unwrap().push(format!(
+            "all: {} namespace(s), {} pod(s), {} policies",
+            all.namespaces.len(),
+            all.pods.len(),
+            all.policies.len()
+        ));
+    }
+    fn mirrored(&self, m: masq_backend::admit::Mirrored) {
+        self.mirrored.lock().unwrap().push(m.describe());
     }
 }
 
@@ -357,6 +371,40 @@ fn two_hosts_follow_each_other_through_etcd_and_its_outage() {
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(*store_a.gone.lock().unwrap(), Vec::<String>::new());
     assert!(store_a.remote.lock().unwrap().contains_key("acme-b"));
+}
+
+/// masq-netpol's keys reach masqd: read whole with the view, then each put
+/// and delete in order; an object under another's key is left out.
+#[test]
+fn a_host_follows_the_netpol_mirrors_keys() {
+    let Some(etcd) = Etcd::start() else {
+        return;
+    };
+    let (rt, mut t) = answering(&etcd);
+    let k8s = |rest: &str| format!("/masq-test/k8s/{rest}");
+    let srv = r#"{"metadata":{"namespace":"team","name":"srv","labels":{"app":"srv"}}}"#;
+    rt.block_on(t.put(
+        k8s("namespaces/team"),
+        r#"{"metadata":{"name":"team"}}"#,
+        None,
+    ))
+    .unwrap();
+    let (_a, store) = host(&etcd, "198.18.0.1", &[]);
+    let fed = || store.mirrored.lock().unwrap().clone();
+    until("the view is read", Duration::from_secs(30), || {
+        !fed().is_empty()
+    });
+    assert_eq!(fed(), ["all: 1 namespace(s), 0 pod(s), 0 policies"]);
+    rt.block_on(t.put(k8s("pods/team/db"), srv, None)).unwrap();
+    rt.block_on(t.put(k8s("pods/team/srv"), srv, None)).unwrap();
+    rt.block_on(t.delete(k8s("pods/team/srv"), None)).unwrap();
+    until("the pod comes and goes", Duration::from_secs(30), || {
+        fed().len() == 3
+    });
+    assert_eq!(
+        fed()[1..],
+        ["pod team/srv".to_string(), "pod team/srv gone".to_string()]
+    );
 }
 
 #[test]

@@ -231,6 +231,7 @@ fn add(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<Value> {
         network: conf.name.clone(),
         ifname: ifname.clone(),
         namespace: env.pod_namespace(),
+        pod: env.pod_name(),
     };
     let (name, device_of) = names(env, masqd, &owner)?;
     if let Some(ep) = masqd.endpoint(&name)? {
@@ -323,6 +324,7 @@ fn del(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
         network: conf.name.clone(),
         ifname,
         namespace: env.pod_namespace(),
+        pod: env.pod_name(),
     };
     let (name, _) = names(env, masqd, &owner)?;
     let Some(ep) = masqd.endpoint(&name)? else {
@@ -353,6 +355,7 @@ fn check(conf: &NetConf, env: &Env, masqd: &Masqd) -> Result<()> {
         network: conf.name.clone(),
         ifname: ifname.clone(),
         namespace: env.pod_namespace(),
+        pod: env.pod_name(),
     };
     let (name, _) = names(env, masqd, &owner)?;
     let fail =

@@ -242,6 +242,14 @@ impl Env {
         self.arg("K8S_POD_NAMESPACE").map(str::to_string)
     }
 
+    /// The pod's Kubernetes name, when the runtime says both its namespace
+    /// and name (podman passes a container's name alone): with the
+    /// namespace, what NetworkPolicy selects the endpoint by.
+    pub fn pod_name(&self) -> Option<String> {
+        self.arg("K8S_POD_NAMESPACE")?;
+        self.arg("K8S_POD_NAME").map(str::to_string)
+    }
+
     /// The endpoint's name: the pod's (`NAMESPACE.NAME`) when the runtime
     /// says (Kubernetes; podman passes the container's name as
     /// K8S_POD_NAME), else the container id. Made to fit masqd's names.
@@ -456,6 +464,11 @@ mod tests {
             Some("prod".to_string())
         );
         assert_eq!(env("K8S_POD_NAME=web-1").pod_namespace(), None);
+        assert_eq!(env("K8S_POD_NAME=web-1").pod_name(), None);
+        assert_eq!(
+            env("K8S_POD_NAMESPACE=prod;K8S_POD_NAME=web-1").pod_name(),
+            Some("web-1".into())
+        );
         let long = "x".repeat(100);
         let a = fit_name(&long);
         assert_eq!(a.len(), 64);

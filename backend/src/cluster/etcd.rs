@@ -11,7 +11,9 @@
 //!   an endpoint's name and vIP (under its lease; see `publish.rs`);
 //! - `P/policy`: the policy text, written once by `masqctl policy apply`
 //!   on any host (compare-and-swap on its revision);
-//! - `P/status/<underlay IP>`: the policy version in force on that host.
+//! - `P/status/<underlay IP>`: the policy version in force on that host;
+//! - `P/k8s/...`: Kubernetes' namespaces, masq pods and NetworkPolicies,
+//!   written by masq-netpol alone (`values.rs`).
 //!
 //! Each host publishes its own endpoints and follows everything else: read
 //! the prefix at a revision, watch from the next one, and read it whole
@@ -30,6 +32,7 @@
 //! renewals waited behind that work would lose its lease, and every peer
 //! would reset the connections its endpoints' names admitted.
 
+use crate::admit::Mirrored;
 use crate::cluster::client::tls_options;
 use crate::cluster::policy::{compare_and_put, denied, StoredPolicy, WriteError, LOST};
 use crate::cluster::source::{Source, Store};
@@ -40,6 +43,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
     WatchOptions,
 };
+use masq_policy::netpol::Snapshot;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
@@ -57,7 +61,7 @@ use publish::release;
 mod values;
 pub use values::Parsed;
 #[cfg(any(test, feature = "fuzzing"))]
-pub use {publish::holder as claim_holder, values::parse as parse_value};
+pub use {publish::holder as claim_holder, values::mirror_gone, values::parse as parse_value};
 
 /// A change of this host's endpoints, for the cluster task.
 enum Publish {
@@ -77,11 +81,13 @@ enum Apply {
     View {
         remotes: Vec<Placement>,
         policy: Option<StoredPolicy>,
+        mirrored: Box<Snapshot>,
         done: Option<oneshot::Sender<()>>,
     },
     Placed(Placement),
     Unplaced(Ipv4Addr, String),
     Policy(StoredPolicy),
+    Mirrored(Mirrored),
 }
 
 #[derive(Clone, Serialize)]
@@ -502,20 +508,30 @@ impl Cluster {
     ) {
         let mut remotes = Vec::new();
         let mut policy = None;
+        let mut mirrored = Snapshot::default();
         for kv in kvs {
             match self.parse(kv) {
                 Parsed::Endpoint(r) if r.host != self.me => remotes.push(r),
                 Parsed::Policy(p) => policy = Some((p, kv.mod_revision())),
+                Parsed::Mirrored(Mirrored::Namespace(ns)) => mirrored.namespaces.push(ns),
+                Parsed::Mirrored(Mirrored::Pod(p)) => mirrored.pods.push(p),
+                Parsed::Mirrored(Mirrored::Policy(p)) => mirrored.policies.push(p),
                 Parsed::Bad(why) => warn!("cluster: {why}"),
                 _ => {}
             }
         }
-        debug!(endpoints = remotes.len(), "cluster: view read");
+        debug!(
+            endpoints = remotes.len(),
+            pods = mirrored.pods.len(),
+            networkpolicies = mirrored.policies.len(),
+            "cluster: view read"
+        );
         let rev = policy.as_ref().map_or(0, |(_, rev)| *rev);
         self.policy_rev.store(rev, Ordering::SeqCst);
         let _ = apply.send(Apply::View {
             remotes,
             policy: policy.map(|(p, _)| p),
+            mirrored: Box::new(mirrored),
             done: Some(done),
         });
     }
@@ -542,6 +558,8 @@ impl Cluster {
             } else if key == self.key("policy") {
                 warn!("cluster: the policy was deleted from etcd; keeping the one in force");
                 self.policy_rev.store(0, Ordering::SeqCst);
+            } else if let Some(gone) = values::mirror_gone(&self.cfg.prefix, key) {
+                let _ = apply.send(Apply::Mirrored(gone));
             }
             return Ok(());
         }
@@ -552,6 +570,9 @@ impl Cluster {
             Parsed::Policy(p) => {
                 self.policy_rev.store(kv.mod_revision(), Ordering::SeqCst);
                 let _ = apply.send(Apply::Policy(p));
+            }
+            Parsed::Mirrored(m) => {
+                let _ = apply.send(Apply::Mirrored(m));
             }
             Parsed::Bad(why) => warn!("cluster: {why}"),
             _ => {}
@@ -567,12 +588,14 @@ impl Cluster {
                 Apply::View {
                     remotes,
                     policy,
+                    mirrored,
                     done,
                 } => {
                     store.placements(SourceId::Cluster, remotes);
                     if let Some(p) = policy {
                         self.feed_policy(&*store, &p);
                     }
+                    store.mirrored_all(*mirrored);
                     if let Some(done) = done {
                         let _ = done.send(());
                     }
@@ -583,6 +606,7 @@ impl Cluster {
                     self.feed_policy(&*store, &p);
                     let _ = self.publish.send(Publish::Status);
                 }
+                Apply::Mirrored(m) => store.mirrored(m),
             }
         }
     }

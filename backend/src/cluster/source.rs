@@ -33,6 +33,11 @@ pub trait Store: Send + Sync + 'static {
     /// The config file's policy (text, file), offered to a cluster that
     /// has none yet: migrating from files, the first host in brings it.
     fn file_policy(&self) -> Option<(String, String)>;
+    /// What masq-netpol mirrored of Kubernetes, read whole: it replaces
+    /// what was.
+    fn mirrored_all(&self, all: masq_policy::netpol::Snapshot);
+    /// One mirrored object put or deleted.
+    fn mirrored(&self, m: crate::admit::Mirrored);
 }
 
 pub trait Source: Send + Sync {
@@ -105,6 +110,7 @@ pub fn file_placements(cfg: &Config) -> Vec<Placement> {
             rail: v.rail.clone(),
             underlay: v.underlay,
             created: 0,
+            pod: None,
         })
         .collect()
 }
@@ -161,6 +167,8 @@ mod tests {
         fn file_policy(&self) -> Option<(String, String)> {
             None
         }
+        fn mirrored_all(&self, _: masq_policy::netpol::Snapshot) {}
+        fn mirrored(&self, _: crate::admit::Mirrored) {}
     }
 
     fn config(policy: &str) -> (Config, std::path::PathBuf) {

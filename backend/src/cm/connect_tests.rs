@@ -231,7 +231,7 @@ fn a_connect_the_security_groups_deny_sends_nothing_and_times_out_unreachable() 
         .admission
         .check_text(deny, "deny.yaml", &h.registry.policy_refs())
         .unwrap_or_else(|e| panic!("{e}"));
-    h.admission.apply(p);
+    h.admission.apply(p, &h.registry);
     let globex = App::open(&cm, &h, 1, "globex-a").expect("globex-a");
     let id = globex
         .connect(&cm, &h, false, SRC_PORT, (VIP_B, PORT), QPN)

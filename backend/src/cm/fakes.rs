@@ -120,6 +120,7 @@ impl FakeCmHost {
                 rail: None,
                 underlay: None,
                 created: 0,
+                pod: None,
             });
         }
         let refused = registry.feed(SourceId::File, map);
@@ -137,7 +138,7 @@ impl FakeCmHost {
         let (policy, _) = admission
             .check(&dir.join("policy.yaml"), &registry.policy_refs())
             .unwrap_or_else(|e| panic!("{e}"));
-        admission.apply(policy);
+        admission.apply(policy, &registry);
         FakeCmHost {
             registry,
             admission,

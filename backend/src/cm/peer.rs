@@ -3,8 +3,10 @@
 //! admission of a request from another host.
 
 use super::{random_u32, Cm, CmHost, Event, Id, PeerRef, Phase, State};
+use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
 use crate::peer::msg::{Params, PeerMsg};
+use masq_policy::netpol::PortSpace;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -263,7 +265,7 @@ impl Cm {
             warn!(%from, "malformed CM request; dropped");
             return;
         }
-        let Some(ep) = Self::admit_request(shared, from, vni, src, dst) else {
+        let Some(ep) = Self::admit_request(shared, from, vni, src, dst, PortSpace::Tcp) else {
             return;
         };
         // A repeated REQ for a connection already under way changes nothing.
@@ -338,6 +340,7 @@ impl Cm {
         vni: u32,
         src: (Ipv4Addr, u16),
         dst: (Ipv4Addr, u16),
+        space: PortSpace,
     ) -> Option<Arc<Endpoint>> {
         let src_host = shared.registry().vpc().lookup(vni, src.0).map(|p| p.host);
         if src_host != Some(from) {
@@ -348,10 +351,21 @@ impl Cm {
             warn!(%from, vni, dst = %dst.0, "CM request for an endpoint not on this host; dropped");
             return None;
         };
-        if let Err(why) = shared.decide().decide(&ep.cfg.tenant, vni, dst.0, src.0) {
+        let ask = Ask {
+            tenant: &ep.cfg.tenant,
+            vni,
+            local: dst.0,
+            remote: src.0,
+            conn: Conn::Cm {
+                outbound: false,
+                space,
+                port: dst.1,
+            },
+        };
+        if let Err(why) = shared.decide().decide(&ask, shared.registry()) {
             warn!(
-                "CM connect {}:{} -> {}:{} denied by security groups: {why}",
-                src.0, src.1, dst.0, dst.1
+                "CM connect {}:{} -> {}:{} denied by {}: {why}",
+                src.0, src.1, dst.0, dst.1, why.by
             );
             return None;
         }

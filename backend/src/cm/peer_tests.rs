@@ -95,7 +95,7 @@ fn a_req_the_security_groups_deny_is_dropped_without_an_answer() {
         .admission
         .check_text(deny, "deny.yaml", &refs)
         .unwrap_or_else(|e| panic!("{e}"));
-    h.admission.apply(p);
+    h.admission.apply(p, &h.registry);
     let globex = App::open(&cm, &h, 1, "globex-a").expect("globex-a");
     globex.listen(&cm, &h, false, PORT).expect("listen");
     let before = table(&cm);

@@ -5,10 +5,12 @@
 //! pipeline asks of the CM (the QP step and the role of a QP).
 
 use super::{fail, random_u32, Cm, CmHost, Event, Phase, Role, State};
+use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
 use crate::peer::msg::{Params, PeerMsg};
+use masq_policy::netpol::PortSpace;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
@@ -342,12 +344,27 @@ impl Cm {
         i.active = true;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
-        let rule = match shared.decide().decide(&cfg.tenant, cfg.vni, cfg.vip, dst) {
+        let ask = Ask {
+            tenant: &cfg.tenant,
+            vni: cfg.vni,
+            local: cfg.vip,
+            remote: dst,
+            conn: Conn::Cm {
+                outbound: true,
+                space: if i.udp {
+                    PortSpace::Udp
+                } else {
+                    PortSpace::Tcp
+                },
+                port: dst_port,
+            },
+        };
+        let rule = match shared.decide().decide(&ask, shared.registry()) {
             Ok(rule) => rule,
             Err(why) => {
                 warn!(
-                    "{what} {}:{} -> {dst}:{dst_port} denied by security groups: {why}",
-                    cfg.vip, i.port
+                    "{what} {}:{} -> {dst}:{dst_port} denied by {}: {why}",
+                    cfg.vip, i.port, why.by
                 );
                 return Ok(());
             }

@@ -9,6 +9,7 @@ use crate::error::{refuse, Refusal};
 use crate::kernel::ibv::*;
 use crate::peer::msg::PeerMsg;
 use crate::pipeline::ports::Held;
+use masq_policy::netpol::PortSpace;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -228,7 +229,7 @@ impl Cm {
         dst: (Ipv4Addr, u16),
         private_data: Vec<u8>,
     ) {
-        let Some(ep) = Self::admit_request(shared, from, vni, src, dst) else {
+        let Some(ep) = Self::admit_request(shared, from, vni, src, dst, PortSpace::Udp) else {
             return;
         };
         let sender = Some(PeerRef {

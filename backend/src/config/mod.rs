@@ -302,6 +302,10 @@ pub struct CniOwner {
     /// (the policy's `tenants.<t>.kubernetes.namespaces`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// The pod's name (K8S_POD_NAME, given with a namespace): the pod
+    /// NetworkPolicy selects this endpoint as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 /// `rdma.max` of an endpoint's cgroup; an omitted limit is unlimited.

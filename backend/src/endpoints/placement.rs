@@ -40,4 +40,7 @@ pub struct Placement {
     /// endpoint's key (which of two hosts claimed a name or vIP first); 0
     /// from the file.
     pub created: i64,
+    /// The Kubernetes pod (namespace, name) it is the endpoint of, as its
+    /// host's masq-cni said: what NetworkPolicy selects it by.
+    pub pod: Option<(String, String)>,
 }

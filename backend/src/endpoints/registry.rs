@@ -591,6 +591,21 @@ impl Registry {
         read(&self.state).local_at((vni, vip)).cloned()
     }
 
+    /// The Kubernetes pod (namespace, name) the endpoint at `vip` of `vni`
+    /// is, as its host said: a local endpoint's masq-cni, a placed one's
+    /// published endpoint. None: no pod's, or no endpoint there.
+    pub fn pod_at(&self, vni: u32, vip: Ipv4Addr) -> Option<(String, String)> {
+        let st = read(&self.state);
+        let key = (vni, vip);
+        match st.local_at(key) {
+            Some(e) => {
+                let c = e.cfg.cni.as_deref()?;
+                Some((c.namespace.clone()?, c.pod.clone()?))
+            }
+            None => st.fed_at(*st.shown.get(&key)?, key)?.1.pod.clone(),
+        }
+    }
+
     /// Local endpoints' configurations (firewall, audit, kernel conntrack).
     pub fn configs(&self) -> Vec<EndpointConfig> {
         read(&self.state)
@@ -667,6 +682,12 @@ impl Registry {
             .iter()
             .map(|(_, _, p)| p.host)
             .collect()
+    }
+}
+
+impl crate::admit::Pods for Registry {
+    fn pod_at(&self, vni: u32, vip: Ipv4Addr) -> Option<(String, String)> {
+        Registry::pod_at(self, vni, vip)
     }
 }
 

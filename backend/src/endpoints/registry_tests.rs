@@ -126,6 +126,7 @@ fn claim(host: &str, name: &str, vni: u32, vip: &str, created: i64) -> Placement
         rail: None,
         underlay: None,
         created,
+        pod: None,
     }
 }
 

@@ -1,8 +1,13 @@
 //! Security groups applied to RDMA connections: the decision at RTR, the
 //! RConntrack table of admitted connections, and policy changes (check,
-//! atomic apply, re-evaluation of what is tracked).
+//! atomic apply, re-evaluation of what is tracked). For tenants whose
+//! policy says `kubernetes.networkPolicy`, the cluster's NetworkPolicy
+//! (`netpol`) must allow a connection too, and its changes re-evaluate
+//! what they may change.
 
+use crate::admit::{Ask, Denied, Mirrored, Pods};
 use crate::config::Config;
+use crate::enforce::netpol::{Ends, NetworkPolicies};
 use crate::pipeline::ports::{Conntrack, Decide};
 use masq_policy::{EndpointRef, OnRuleChange, Policy};
 use rconntrack::{Decision, Entry, LocalKey, QpKey, State, Table, TableFull, Upsert};
@@ -28,6 +33,8 @@ pub struct Admission {
     backstop: OnceLock<Backstop>,
     /// Decisions counted by tenant, verdict and rule.
     pub metrics: crate::metrics::Metrics,
+    /// The cluster's NetworkPolicy, as mirrored.
+    pub netpol: NetworkPolicies,
 }
 
 /// The locked table. Dropping it mirrors what changed into the backstop,
@@ -80,6 +87,7 @@ impl Admission {
             gate: RwLock::new(()),
             backstop: OnceLock::new(),
             metrics: crate::metrics::Metrics::default(),
+            netpol: NetworkPolicies::default(),
         }
     }
 
@@ -170,33 +178,49 @@ impl Admission {
         }
     }
 
-    /// The admitting rule for an RDMA connection local -> remote, or why not.
-    pub fn decide(
-        &self,
-        tenant: &str,
-        vni: u32,
-        local: Ipv4Addr,
-        remote: Ipv4Addr,
-    ) -> Result<Arc<str>, String> {
-        let verdict = match self.active() {
-            None => Ok(Arc::from("no-policy")),
-            Some(policy) => {
-                let v = policy.rdma_allowed(tenant, vni, local, remote);
-                if v.allowed {
-                    Ok(Arc::from(v.rule()))
-                } else {
-                    Err(v.to_string())
-                }
-            }
-        };
+    /// The admitting rule for an RDMA connection local -> remote, or why
+    /// not: the security groups' rule and, for a tenant that enforces it,
+    /// NetworkPolicy's (`netpol:...`, see `Verdict::label`).
+    pub fn decide(&self, ask: &Ask, pods: &dyn Pods) -> Result<Arc<str>, Denied> {
+        let verdict = self.verdict(self.active().as_deref(), ask, pods);
         let counted = verdict.as_deref().map_err(|_| ());
-        self.metrics.admission(tenant, counted);
+        self.metrics.admission(ask.tenant, counted);
         verdict
+    }
+
+    fn verdict(
+        &self,
+        policy: Option<&Policy>,
+        ask: &Ask,
+        pods: &dyn Pods,
+    ) -> Result<Arc<str>, Denied> {
+        let Some(policy) = policy else {
+            return Ok(Arc::from("no-policy"));
+        };
+        let v = policy.rdma_allowed(ask.tenant, ask.vni, ask.local, ask.remote);
+        if !v.allowed {
+            return Err(Denied {
+                by: "security groups",
+                why: v.to_string(),
+            });
+        }
+        if !policy.enforces_network_policy(ask.tenant) {
+            return Ok(Arc::from(v.rule()));
+        }
+        let np = self.netpol.decide(ask, &NetworkPolicies::ends(ask, pods));
+        if np.allowed {
+            Ok(Arc::from(format!("{},{}", v.rule(), np.label())))
+        } else {
+            Err(Denied {
+                by: "Kubernetes NetworkPolicy",
+                why: format!("{} (security groups allow: {})", np.label(), v.rule()),
+            })
+        }
     }
 
     /// Swap in a new policy (all or nothing: it is already valid) and
     /// re-evaluate every tracked connection under it.
-    pub fn apply(&self, policy: Policy) -> Applied {
+    pub fn apply(&self, policy: Policy, pods: &dyn Pods) -> Applied {
         let policy = Arc::new(policy);
         let keep = policy.on_rule_change() == OnRuleChange::Keep;
         let version = policy.version_hash().to_string();
@@ -206,18 +230,75 @@ impl Admission {
         // the re-evaluation under the old rules.
         let mut table = self.table();
         *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Some(policy.clone());
-        let to_reset = table.reevaluate(|e| {
-            let v = policy.rdma_allowed(&e.tenant, e.vni, e.local_vip, e.remote_vip);
-            if v.allowed {
-                Some(Decision::Allow(Arc::from(v.rule())))
-            } else if keep {
-                None
-            } else {
-                Some(Decision::Deny)
-            }
-        });
+        let to_reset = table.reevaluate(|e| self.again(&policy, keep, &Ask::of(e), pods));
         Applied {
             version,
+            keep,
+            to_reset,
+        }
+    }
+
+    /// A tracked connection decided again under `policy`: its new rule,
+    /// `Deny`, or nothing to change (allowed as it was, or denied under
+    /// `keep`).
+    fn again(&self, policy: &Policy, keep: bool, ask: &Ask, pods: &dyn Pods) -> Option<Decision> {
+        match self.verdict(Some(policy), ask, pods) {
+            Ok(rule) => Some(Decision::Allow(rule)),
+            Err(_) if keep => None,
+            Err(_) => Some(Decision::Deny),
+        }
+    }
+
+    /// The mirror changed one object: index it, and decide again the
+    /// tracked connections of tenants that enforce NetworkPolicy whose
+    /// verdict it may change (`onRuleChange` as for the policy).
+    pub fn mirrored(&self, m: Mirrored, pods: &dyn Pods) -> Applied {
+        let _gate = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table();
+        let before = m.clone();
+        let change = before.change();
+        self.netpol.update(m);
+        self.reevaluate_netpol(&mut table, pods, |ask, ends| {
+            NetworkPolicies::touches(&change, ask, ends)
+        })
+    }
+
+    /// The mirror's objects read whole (etcd's view): the index replaced,
+    /// every connection of a tenant that enforces NetworkPolicy decided
+    /// again.
+    pub fn mirrored_all(
+        &self,
+        snapshot: masq_policy::netpol::Snapshot,
+        pods: &dyn Pods,
+    ) -> Applied {
+        let _gate = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table();
+        self.netpol.replace(snapshot);
+        self.reevaluate_netpol(&mut table, pods, |_, _| true)
+    }
+
+    fn reevaluate_netpol(
+        &self,
+        table: &mut TableGuard,
+        pods: &dyn Pods,
+        affected: impl Fn(&Ask, &Ends) -> bool,
+    ) -> Applied {
+        let Some(policy) = self.active().filter(|p| p.any_network_policy()) else {
+            return Applied::default();
+        };
+        let keep = policy.on_rule_change() == OnRuleChange::Keep;
+        let to_reset = table.reevaluate(|e| {
+            if !policy.enforces_network_policy(&e.tenant) {
+                return None;
+            }
+            let ask = Ask::of(e);
+            if !affected(&ask, &NetworkPolicies::ends(&ask, pods)) {
+                return None;
+            }
+            self.again(&policy, keep, &ask, pods)
+        });
+        Applied {
+            version: policy.version_hash().to_string(),
             keep,
             to_reset,
         }
@@ -226,14 +307,8 @@ impl Admission {
 
 /// The verbs pipelines' questions to the policy: its own methods.
 impl Decide for Admission {
-    fn decide(
-        &self,
-        tenant: &str,
-        vni: u32,
-        local: Ipv4Addr,
-        remote: Ipv4Addr,
-    ) -> Result<Arc<str>, String> {
-        Admission::decide(self, tenant, vni, local, remote)
+    fn decide(&self, ask: &Ask, pods: &dyn Pods) -> Result<Arc<str>, Denied> {
+        Admission::decide(self, ask, pods)
     }
     fn traffic_class(&self, tenant: &str, vni: u32, vip: Ipv4Addr, requested: u8) -> u8 {
         Admission::traffic_class(self, tenant, vni, vip, requested)
@@ -290,6 +365,9 @@ impl Conntrack for Admission {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admit::Conn;
+    use masq_policy::netpol::{Namespace, NetworkPolicy, Pod, PortSpace};
+    use std::collections::HashMap;
 
     fn examples() -> (Config, PathBuf) {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
@@ -306,12 +384,32 @@ mod tests {
         r.policy_refs()
     }
 
+    /// Which pods are at which vIPs (of any VNI), as a registry says.
+    #[derive(Default)]
+    struct PodMap(HashMap<Ipv4Addr, (String, String)>);
+
+    impl Pods for PodMap {
+        fn pod_at(&self, _: u32, vip: Ipv4Addr) -> Option<(String, String)> {
+            self.0.get(&vip).cloned()
+        }
+    }
+
+    impl PodMap {
+        fn with(pods: &[(&str, &str, &str)]) -> PodMap {
+            PodMap(
+                pods.iter()
+                    .map(|(vip, ns, name)| (ip(vip), (ns.to_string(), name.to_string())))
+                    .collect(),
+            )
+        }
+    }
+
     /// The admission as the file source leaves it at start.
     fn admission(cfg: &Config, dir: &Path) -> Result<Admission, String> {
         let a = Admission::new(cfg, dir);
         if let Some(path) = &a.path {
             let (p, _) = a.check(path, &refs(cfg))?;
-            a.apply(p);
+            a.apply(p, &PodMap::default());
         }
         Ok(a)
     }
@@ -320,23 +418,44 @@ mod tests {
         s.parse().expect("ip")
     }
 
+    fn ask<'a>(tenant: &'a str, vni: u32, local: &str, remote: &str, conn: Conn) -> Ask<'a> {
+        Ask {
+            tenant,
+            vni,
+            local: ip(local),
+            remote: ip(remote),
+            conn,
+        }
+    }
+
+    /// A verbs QP local -> remote, decided with no pods known.
+    fn qp(
+        a: &Admission,
+        tenant: &str,
+        vni: u32,
+        local: &str,
+        remote: &str,
+    ) -> Result<Arc<str>, String> {
+        a.decide(
+            &ask(tenant, vni, local, remote, Conn::Qp),
+            &PodMap::default(),
+        )
+        .map_err(|d| d.to_string())
+    }
+
     #[test]
     fn the_example_policy_admits_its_pairs_and_nothing_else() {
         let (cfg, dir) = examples();
         let a = admission(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
-        let rule = a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.2"));
+        let rule = qp(&a, "acme", 100, "10.0.0.1", "10.0.0.2");
         assert_eq!(
             rule.as_deref(),
             Ok("acme/clients/egress(all)+acme/servers/ingress[0]")
         );
         // The reverse direction holds too: the predicate is symmetric.
-        assert!(a
-            .decide("acme", 100, ip("10.0.0.2"), ip("10.0.0.1"))
-            .is_ok());
-        assert!(a
-            .decide("globex", 200, ip("10.0.0.1"), ip("10.0.0.2"))
-            .is_ok());
-        let denied = a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.9"));
+        assert!(qp(&a, "acme", 100, "10.0.0.2", "10.0.0.1").is_ok());
+        assert!(qp(&a, "globex", 200, "10.0.0.1", "10.0.0.2").is_ok());
+        let denied = qp(&a, "acme", 100, "10.0.0.1", "10.0.0.9");
         assert!(denied.unwrap_err().contains("default-deny"));
     }
 
@@ -366,8 +485,7 @@ mod tests {
         cfg.policy = None;
         let a = admission(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            a.decide("acme", 100, ip("10.0.0.1"), ip("10.0.0.9"))
-                .as_deref(),
+            qp(&a, "acme", 100, "10.0.0.1", "10.0.0.9").as_deref(),
             Ok("no-policy")
         );
     }
@@ -391,10 +509,225 @@ mod tests {
             .expect("room");
         let revoked = dir.join("../integration/tests/configs/policy/policy-revoked.yaml");
         let keep = dir.join("../integration/tests/configs/policy/policy-revoked-keep.yaml");
-        let out = a.apply(a.check(&keep, &refs(&cfg)).expect("valid").0);
+        let none = PodMap::default();
+        let out = a.apply(a.check(&keep, &refs(&cfg)).expect("valid").0, &none);
         assert!(out.keep && out.to_reset.is_empty());
-        let out = a.apply(a.check(&revoked, &refs(&cfg)).expect("valid").0);
+        let out = a.apply(a.check(&revoked, &refs(&cfg)).expect("valid").0, &none);
         assert_eq!(out.to_reset.len(), 1);
         assert_eq!(out.to_reset[0].local_qpn, 17);
+    }
+
+    /// Tenant acme enforces NetworkPolicy; its one group admits all, so
+    /// what is decided is NetworkPolicy's. Pods: team/cli (10.0.0.1),
+    /// team/db (10.0.0.2), other/cli (10.0.0.3).
+    fn enforcing(on_rule_change: &str) -> (Admission, PodMap) {
+        let (cfg, dir) = examples();
+        let a = Admission::new(&cfg, &dir);
+        let text = format!(
+            "version: 1\nonRuleChange: {on_rule_change}\ntenants:\n  acme:\n    kubernetes:\n      \
+             namespaces: [team, other]\n      networkPolicy: true\n    securityGroups:\n      \
+             all:\n        members: [10.0.0.0/24]\n        ingress:\n          \
+             - {{ from: {{ cidr: 10.0.0.0/24 }}, protocol: all }}\n"
+        );
+        let pods = PodMap::with(&[
+            ("10.0.0.1", "team", "cli"),
+            ("10.0.0.2", "team", "db"),
+            ("10.0.0.3", "other", "cli"),
+        ]);
+        let (p, _) = a
+            .check_text(&text, "np.yaml", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        a.apply(p, &pods);
+        let labels = |k: &str, v: &str| [(k.to_string(), v.to_string())].into_iter().collect();
+        a.mirrored(
+            Mirrored::Namespace(Namespace::new("team", labels("team", "yes"))),
+            &pods,
+        );
+        a.mirrored(
+            Mirrored::Namespace(Namespace::new("other", labels("team", "no"))),
+            &pods,
+        );
+        for (ns, name) in [("team", "cli"), ("team", "db"), ("other", "cli")] {
+            a.mirrored(
+                Mirrored::Pod(Pod::new(ns, name, labels("app", name))),
+                &pods,
+            );
+        }
+        (a, pods)
+    }
+
+    /// team/db talks to its own namespace only, both ways: with `ports`,
+    /// it admits ingress on those alone. (A verbs QP is admitted when
+    /// either end may begin it, so an end isolated for ingress alone
+    /// still takes one from a pod it may reach.)
+    fn db_policy(ports: &str) -> Mirrored {
+        let text = format!(
+            r#"{{"metadata":{{"namespace":"team","name":"db-in"}},
+               "spec":{{"podSelector":{{"matchLabels":{{"app":"db"}}}},
+                        "policyTypes":["Ingress","Egress"],
+                        "ingress":[{{"from":[{{"podSelector":{{}}}}]{ports}}}],
+                        "egress":[{{"to":[{{"podSelector":{{}}}}]}}]}}}}"#
+        );
+        Mirrored::Policy(NetworkPolicy::from_json(&text).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn track(a: &Admission, handle: u32, local: &str, remote: &str, rule: &str) {
+        a.table()
+            .upsert(Entry {
+                session: 1,
+                qp_handle: handle,
+                tenant: Arc::from("acme"),
+                vni: 100,
+                local_vip: ip(local),
+                local_qpn: 16 + handle,
+                remote_vip: ip(remote),
+                remote_qpn: 32 + handle,
+                rule: Arc::from(rule),
+                ..Default::default()
+            })
+            .expect("room");
+    }
+
+    #[test]
+    fn network_policy_decides_an_enforcing_tenants_qps_beside_its_groups() {
+        let (a, pods) = enforcing("reset");
+        let decide = |local, remote, conn| {
+            a.decide(&ask("acme", 100, local, remote, conn), &pods)
+                .map(|r| r.to_string())
+        };
+        // No policy selects a pod: every pair is open, and says so.
+        assert_eq!(
+            decide("10.0.0.3", "10.0.0.2", Conn::Qp).as_deref(),
+            Ok("acme/all/egress(all)+acme/all/ingress[0],netpol:none")
+        );
+        a.mirrored(db_policy(""), &pods);
+        assert_eq!(
+            decide("10.0.0.1", "10.0.0.2", Conn::Qp).as_deref(),
+            Ok("acme/all/egress(all)+acme/all/ingress[0],netpol:team/db-in/ingress[0]")
+        );
+        // Either end may ask: the pair is decided, not who began.
+        assert!(decide("10.0.0.2", "10.0.0.1", Conn::Qp).is_ok());
+        let denied = decide("10.0.0.3", "10.0.0.2", Conn::Qp).unwrap_err();
+        assert_eq!(denied.by, "Kubernetes NetworkPolicy");
+        assert_eq!(
+            denied.why,
+            "netpol:default-deny team/db ingress (security groups allow: acme/all/egress(all)+acme/all/ingress[0])"
+        );
+        // A vIP masq knows as no pod is not selected by podSelector.
+        assert!(decide("10.0.0.9", "10.0.0.2", Conn::Qp).is_err());
+        // A tenant that does not enforce it is not asked.
+        let (cfg, dir) = examples();
+        let plain = admission(&cfg, &dir).unwrap_or_else(|e| panic!("{e}"));
+        plain.netpol.update(db_policy(""));
+        assert!(plain
+            .decide(&ask("acme", 100, "10.0.0.1", "10.0.0.2", Conn::Qp), &pods)
+            .is_ok());
+    }
+
+    #[test]
+    fn a_rule_with_ports_admits_the_cm_to_its_port_and_no_verbs_qp() {
+        let (a, pods) = enforcing("reset");
+        a.mirrored(
+            db_policy(r#","ports":[{"protocol":"TCP","port":7471}]"#),
+            &pods,
+        );
+        let cm = |outbound, port| Conn::Cm {
+            outbound,
+            space: PortSpace::Tcp,
+            port,
+        };
+        let decide = |local, remote, conn| a.decide(&ask("acme", 100, local, remote, conn), &pods);
+        // team/cli connects to team/db's listener on 7471, seen from each host.
+        assert!(decide("10.0.0.1", "10.0.0.2", cm(true, 7471)).is_ok());
+        assert!(decide("10.0.0.2", "10.0.0.1", cm(false, 7471)).is_ok());
+        assert!(decide("10.0.0.1", "10.0.0.2", cm(true, 7472)).is_err());
+        // A port-less QP is admitted as traffic either way: team/db may
+        // begin one, as team/cli's ingress is open.
+        assert!(decide("10.0.0.1", "10.0.0.2", Conn::Qp).is_ok());
+        // Once team/cli's ingress is closed, only the port rule is left,
+        // and a QP has no port.
+        let closed = NetworkPolicy::from_json(
+            r#"{"metadata":{"namespace":"team","name":"cli-closed"},
+                "spec":{"podSelector":{"matchLabels":{"app":"cli"}},"policyTypes":["Ingress"]}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        a.mirrored(Mirrored::Policy(closed), &pods);
+        assert!(decide("10.0.0.1", "10.0.0.2", Conn::Qp).is_err());
+        assert!(decide("10.0.0.1", "10.0.0.2", cm(true, 7471)).is_ok());
+        assert!(decide("10.0.0.2", "10.0.0.1", cm(true, 7471)).is_err());
+        let udp = Conn::Cm {
+            outbound: true,
+            space: PortSpace::Udp,
+            port: 7471,
+        };
+        assert!(decide("10.0.0.1", "10.0.0.2", udp).is_err());
+    }
+
+    #[test]
+    fn a_mirrored_change_resets_only_what_it_denies_now_unless_keep() {
+        for mode in ["reset", "keep"] {
+            let (a, pods) = enforcing(mode);
+            track(
+                &a,
+                1,
+                "10.0.0.1",
+                "10.0.0.2",
+                "acme/all/egress(all)+acme/all/ingress[0],netpol:none",
+            );
+            track(
+                &a,
+                2,
+                "10.0.0.3",
+                "10.0.0.2",
+                "acme/all/egress(all)+acme/all/ingress[0],netpol:none",
+            );
+            track(
+                &a,
+                3,
+                "10.0.0.3",
+                "10.0.0.1",
+                "acme/all/egress(all)+acme/all/ingress[0],netpol:none",
+            );
+            let out = a.mirrored(db_policy(""), &pods);
+            let reset: Vec<u32> = out.to_reset.iter().map(|e| e.qp_handle).collect();
+            let rule = |h| {
+                let key = QpKey {
+                    session: 1,
+                    qp_handle: h,
+                };
+                a.table().get(key).map(|e| e.rule.to_string())
+            };
+            assert_eq!(
+                rule(1).as_deref(),
+                Some("acme/all/egress(all)+acme/all/ingress[0],netpol:team/db-in/ingress[0]"),
+                "{mode}: the allowed one names its rule now"
+            );
+            if mode == "keep" {
+                assert!(reset.is_empty(), "{reset:?}");
+            } else {
+                assert_eq!(reset, [2], "other/cli -> team/db alone");
+            }
+            // Deleting the policy admits it again; other/cli -> team/cli
+            // was never in question.
+            let gone = Mirrored::PolicyGone {
+                namespace: "team".into(),
+                name: "db-in".into(),
+            };
+            assert!(a.mirrored(gone, &pods).to_reset.is_empty());
+            assert_eq!(
+                rule(3).as_deref(),
+                Some("acme/all/egress(all)+acme/all/ingress[0],netpol:none")
+            );
+        }
+    }
+
+    #[test]
+    fn an_unmirrored_pod_of_an_enforcing_tenant_is_refused_by_name() {
+        let (a, _) = enforcing("reset");
+        let pods = PodMap::with(&[("10.0.0.1", "team", "cli"), ("10.0.0.2", "team", "new")]);
+        let d = a
+            .decide(&ask("acme", 100, "10.0.0.1", "10.0.0.2", Conn::Qp), &pods)
+            .unwrap_err();
+        assert!(d.why.starts_with("netpol:unknown team/new"), "{}", d.why);
     }
 }

@@ -1,5 +1,5 @@
 //! What masqd enforces: the security groups' admission of RDMA
-//! connections, the nftables backstop, the tcp/udp firewall, the audit of
+//! connections (and Kubernetes NetworkPolicy's, `netpol`), the nftables backstop, the tcp/udp firewall, the audit of
 //! the kernel's QPs, the endpoints' rate limits and rdma cgroup limits,
 //! and the kernel conntrack entries a policy change ends.
 
@@ -10,5 +10,6 @@ pub mod backstop;
 pub mod firewall;
 pub mod kconntrack;
 pub mod limits;
+pub mod netpol;
 pub mod ratelimit;
 pub mod rdma_cgroup;

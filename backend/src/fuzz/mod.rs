@@ -200,6 +200,17 @@ fn etcd_seeds() -> Vec<(String, Vec<u8>)> {
             &serde_json::to_vec(&claim).unwrap_or_default(),
         ),
     ));
+    // masq-netpol's own output (its golden files), under the keys it uses.
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cni/netpol/testdata");
+    for (file, key) in [
+        ("namespace.json", "namespaces/team"),
+        ("pod.json", "pods/team/srv"),
+        ("networkpolicy.json", "networkpolicies/team/allow-app"),
+    ] {
+        let value = std::fs::read(golden.join(file)).unwrap_or_default();
+        let name = format!("k8s-{}", file.trim_end_matches(".json"));
+        out.push((name, input(5, key.as_bytes(), &value)));
+    }
     out
 }
 

@@ -588,6 +588,7 @@ mod tests {
             network: "n".into(),
             ifname: "eth0".into(),
             namespace: None,
+            pod: None,
         };
         assert_eq!(
             serde_json::from_str::<Request>(cni).expect("cni"),

@@ -431,9 +431,24 @@ fn namespace_admitted(
     policy: Option<&masq_policy::Policy>,
     e: &EndpointConfig,
 ) -> Result<(), String> {
-    let Some(ns) = e.cni.as_ref().and_then(|c| c.namespace.as_deref()) else {
-        return Ok(());
+    let cni = e.cni.as_deref();
+    let pod = cni.and_then(|c| c.pod.as_deref());
+    let Some(ns) = cni.and_then(|c| c.namespace.as_deref()) else {
+        return match pod {
+            Some(_) => Err(format!(
+                "endpoint {}: cni.pod needs the pod's cni.namespace",
+                e.name
+            )),
+            None => Ok(()),
+        };
     };
+    if let Some(pod) = pod.filter(|p| !valid_pod_name(p)) {
+        return Err(format!(
+            "endpoint {}: cni.pod {pod:?} is no Kubernetes pod name (1..=253 lowercase \
+             letters, digits, '-' or '.', starting and ending with a letter or digit)",
+            e.name
+        ));
+    }
     let empty;
     let policy = match policy {
         Some(p) => p,
@@ -445,6 +460,15 @@ fn namespace_admitted(
     policy
         .admits_namespace(&e.tenant, ns)
         .map_err(|why| format!("endpoint {}: {why}", e.name))
+}
+
+/// A DNS-1123 subdomain, as Kubernetes names pods.
+fn valid_pod_name(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=253).contains(&s.len())
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+        && s.chars().all(|c| alnum(c) || c == '-' || c == '.')
 }
 
 #[cfg(test)]
@@ -498,5 +522,37 @@ mod tests {
         let mut plain = pod(None, "acme");
         plain.cni = None;
         assert_eq!(namespace_admitted(None, &plain), Ok(()));
+    }
+
+    /// The pod a NetworkPolicy selects the endpoint as: a Kubernetes name,
+    /// and only with its namespace.
+    #[test]
+    fn a_pods_name_is_checked_and_needs_its_namespace() {
+        let policy = masq_policy::Policy::parse(
+            "version: 1\ntenants:\n  acme:\n    kubernetes:\n      namespaces: [team]\n",
+            "policy.yaml",
+            &[],
+        )
+        .expect("policy");
+        let named = |ns: Option<&str>, name: &str| {
+            let mut e = pod(ns, "acme");
+            if let Some(c) = e.cni.as_mut() {
+                c.pod = Some(name.to_string());
+            }
+            e
+        };
+        assert_eq!(
+            namespace_admitted(Some(&policy), &named(Some("team"), "srv-0.a")),
+            Ok(())
+        );
+        let e = namespace_admitted(Some(&policy), &named(None, "srv")).unwrap_err();
+        assert_eq!(
+            e,
+            "endpoint team.srv: cni.pod needs the pod's cni.namespace"
+        );
+        for bad in ["", "Srv", "srv/x", "-srv", &"a".repeat(254)] {
+            let e = namespace_admitted(Some(&policy), &named(Some("team"), bad)).unwrap_err();
+            assert!(e.contains("is no Kubernetes pod name"), "{bad}: {e}");
+        }
     }
 }

@@ -53,7 +53,7 @@ impl Parts {
         crate::enforce::firewall::render(&policy, &self.registry.configs())
             .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
         let file = policy.file().to_string();
-        let applied = self.admission.apply(policy);
+        let applied = self.admission.apply(policy, &self.registry);
         self.metrics.policy_applied_now();
         let reset = self.sessions.reset(
             &self.admission,
@@ -76,6 +76,15 @@ impl Parts {
             json!({ "version": applied.version, "reset": reset, "flows_reset": flows,
                 "keep": applied.keep, "elapsed_ms": ms }),
         )
+    }
+
+    /// Move the QPs of connections NetworkPolicy now denies to ERROR.
+    fn reset_netpol_denied(&self, denied: &[rconntrack::Entry], why: &str) -> usize {
+        if denied.is_empty() {
+            return 0;
+        }
+        self.sessions
+            .reset(&self.admission, self.first_device().driver_id, denied, why)
     }
 
     /// The set of known endpoints changed (here or on another host):
@@ -154,6 +163,34 @@ impl Store for Parts {
             c.status_changed();
         }
         Ok(())
+    }
+
+    fn mirrored_all(&self, all: masq_policy::netpol::Snapshot) {
+        let (pods, policies) = (all.pods.len(), all.policies.len());
+        let applied = self.admission.mirrored_all(all, &self.registry);
+        let reset = self.reset_netpol_denied(&applied.to_reset, "NetworkPolicy read again");
+        info!(
+            pods,
+            networkpolicies = policies,
+            reset,
+            "cluster: Kubernetes' NetworkPolicy mirror read"
+        );
+    }
+
+    fn mirrored(&self, m: crate::admit::Mirrored) {
+        let what = m.describe();
+        let applied = self.admission.mirrored(m, &self.registry);
+        let reset = self.reset_netpol_denied(&applied.to_reset, "NetworkPolicy change");
+        if applied.to_reset.is_empty() {
+            debug!(reset, keep = applied.keep, "cluster: Kubernetes {what}");
+        } else {
+            info!(
+                reset,
+                keep = applied.keep,
+                denied = applied.to_reset.len(),
+                "cluster: Kubernetes {what}"
+            );
+        }
     }
 
     fn local_endpoints(&self) -> Vec<crate::config::EndpointConfig> {

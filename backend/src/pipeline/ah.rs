@@ -10,6 +10,7 @@
 //! RESOLVE_GRH names a received packet's sender in virtual terms, for
 //! ibv_init_ah_from_wc.
 
+use crate::admit::{Ask, Conn, Denied};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{Slot, What};
 use crate::error::{from_io, refuse, Refusal};
@@ -26,12 +27,12 @@ use tracing::{debug, info, warn};
 /// whose provider failed never binds, and must not grow masqd's memory.
 const MAX_PENDING: usize = 64;
 
-fn deny(ep: &Endpoint, remote: Ipv4Addr, why: &str) -> Refusal {
+fn deny(ep: &Endpoint, remote: Ipv4Addr, why: &Denied) -> Refusal {
     ep.refused_connections
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     refuse(
         libc::EACCES,
-        format!("security groups deny UD {} -> {remote}: {why}", ep.cfg.vip),
+        format!("{} deny UD {} -> {remote}: {why}", why.by, ep.cfg.vip),
     )
 }
 
@@ -65,7 +66,7 @@ pub(crate) fn create_ah(
     let (remote_vip, peer_host, traffic_class) = (av.vip, av.host, av.traffic_class);
     // UD is RDMA: the same predicate as a connection, per destination.
     h.decide()
-        .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, remote_vip)
+        .decide(&ud_ask(&ep, remote_vip), h.registry())
         .map_err(|why| deny(&ep, remote_vip, &why))?;
     if sess.ah_pending.len() >= MAX_PENDING {
         // The oldest admission was never bound: its provider call failed.
@@ -134,7 +135,7 @@ fn track(
     let gate = h.decide().admitting();
     let rule = h
         .decide()
-        .decide(&ep.cfg.tenant, ep.cfg.vni, ep.cfg.vip, p.remote_vip)
+        .decide(&ud_ask(&ep, p.remote_vip), h.registry())
         .map_err(|why| deny(&ep, p.remote_vip, &why))?;
     let entry = rconntrack::Entry {
         session: sess.id,
@@ -334,6 +335,17 @@ fn remote_sender(h: &dyn QpHost, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<I
     match h.registry().vpc().vips_on_host(vni, host)[..] {
         [one] => Some(one),
         _ => None,
+    }
+}
+
+/// What an address handle to `remote` asks.
+fn ud_ask(ep: &Endpoint, remote: Ipv4Addr) -> Ask<'_> {
+    Ask {
+        tenant: &ep.cfg.tenant,
+        vni: ep.cfg.vni,
+        local: ep.cfg.vip,
+        remote,
+        conn: Conn::Ud,
     }
 }
 

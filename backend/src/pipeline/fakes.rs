@@ -188,7 +188,7 @@ pub(super) fn setup_limited(
         None => admission.check(&dir.join("policy.yaml"), &refs),
     }
     .unwrap_or_else(|e| panic!("{e}"));
-    admission.apply(p);
+    admission.apply(p, &registry);
     let acme_a = cfg
         .endpoints
         .iter()

@@ -3,6 +3,7 @@
 //! traits, so they use no daemon state and the pipelines are tested
 //! without RDMA.
 
+use crate::admit::{Ask, Denied, Pods};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::registry::Registry;
 use crate::error::Refusal;
@@ -67,14 +68,9 @@ impl Drop for Held<'_> {
 
 /// The security groups' decision (`enforce::admission`).
 pub trait Decide {
-    /// The rule that allows `local` -> `remote` in `tenant`'s VNI, or why not.
-    fn decide(
-        &self,
-        tenant: &str,
-        vni: u32,
-        local: Ipv4Addr,
-        remote: Ipv4Addr,
-    ) -> Result<Arc<str>, String>;
+    /// The rule that allows `ask` (`local` -> `remote` in `tenant`'s VNI),
+    /// or why not; `pods` says which Kubernetes pods the ends are.
+    fn decide(&self, ask: &Ask, pods: &dyn Pods) -> Result<Arc<str>, Denied>;
     /// The traffic class to program for `vip`'s app, which asked for `requested`.
     fn traffic_class(&self, tenant: &str, vni: u32, vip: Ipv4Addr, requested: u8) -> u8;
     /// Held from decide to tracking: a rule change waits for it.

@@ -18,6 +18,7 @@
 //! records what the kernel says the QP's state is now. The kernel and the
 //! host are traits, so the pipeline is tested without RDMA (`tests` below).
 
+use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::{from_io, refuse, Refusal};
 use crate::kernel::ibv::state_name;
@@ -232,16 +233,17 @@ fn admit(
     h: &dyn QpHost,
     sess: &Session,
     qp_handle: u32,
+    qpn: u32,
     remote: Ipv4Addr,
 ) -> Result<Arc<str>, Refusal> {
     let ep = &sess.ep.cfg;
     let rule = h
         .decide()
-        .decide(&ep.tenant, ep.vni, ep.vip, remote)
+        .decide(&ask(h, sess, qpn, remote), h.registry())
         .map_err(|why| {
             refuse(
                 libc::EACCES,
-                format!("security groups deny {} -> {remote}: {why}", ep.vip),
+                format!("{} deny {} -> {remote}: {why}", why.by, ep.vip),
             )
         })?;
     // Under the endpoint's quota lock when it has a `maxConnections`; the
@@ -263,6 +265,19 @@ fn admit(
         ));
     }
     Ok(rule)
+}
+
+/// What a connected QP's move to RTR asks: a verbs QP, or the RDMA CM's
+/// connection if the CM set it up (NetworkPolicy reads its port).
+fn ask<'a>(h: &dyn QpHost, sess: &'a Session, qpn: u32, remote: Ipv4Addr) -> Ask<'a> {
+    let ep = &sess.ep.cfg;
+    Ask {
+        tenant: &ep.tenant,
+        vni: ep.vni,
+        local: ep.vip,
+        remote,
+        conn: h.cm_side(&sess.ep, qpn).map_or(Conn::Qp, Conn::cm_side),
+    }
 }
 
 /// Times steps for the metrics: each `step` hands `record` the time since
@@ -351,7 +366,7 @@ pub fn modify(
     let admitted_by = if connects {
         let remote = remote_vip
             .ok_or_else(|| refuse(libc::EINVAL, "RTR without a destination (IBV_QP_AV)"))?;
-        Some(admit(h, sess, m.qp_handle, remote)?)
+        Some(admit(h, sess, m.qp_handle, m.qp_num, remote)?)
     } else {
         None
     };
@@ -769,8 +784,8 @@ fn verify_resync(
     }
     let rule = h
         .decide()
-        .decide(&ep.tenant, ep.vni, ep.vip, route_vip)
-        .map_err(|why| format!("security groups deny {} -> {}: {why}", ep.vip, route_vip))?;
+        .decide(&ask(h, sess, r.qp_num, route_vip), h.registry())
+        .map_err(|why| format!("{} deny {} -> {}: {why}", why.by, ep.vip, route_vip))?;
     Ok((route_vip, route_host, rule))
 }
 

@@ -1,0 +1,94 @@
+//! Kubernetes NetworkPolicy on RDMA: the index of what masq-netpol mirrors
+//! into etcd (`cluster/mirror.rs` reads its keys) and the question the
+//! admission asks of it, for the tenants whose `kubernetes.networkPolicy`
+//! is true, beside their security groups (both must allow).
+//!
+//! A pod is known by its vIP through masqd's own registry (`Pods`): the
+//! pod a local endpoint is, masq-cni said; a remote one, its host
+//! published. Labels and policies are the mirror's alone.
+
+use crate::admit::{Ask, Conn, Mirrored, Pods};
+use masq_policy::netpol::{Change, Connection, Endpoint, Index, Snapshot, Verdict};
+use std::sync::{RwLock, RwLockReadGuard};
+
+/// The mirrored NetworkPolicy, indexed.
+#[derive(Default)]
+pub struct NetworkPolicies {
+    index: RwLock<Index>,
+}
+
+impl NetworkPolicies {
+    fn read(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Everything mirrored now (the cluster's view, read whole).
+    pub fn replace(&self, snapshot: Snapshot) {
+        let index = Index::build(snapshot);
+        *self.index.write().unwrap_or_else(|e| e.into_inner()) = index;
+    }
+
+    pub fn update(&self, m: Mirrored) {
+        let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+        match m {
+            Mirrored::Namespace(ns) => index.upsert_namespace(ns),
+            Mirrored::NamespaceGone(ns) => index.remove_namespace(&ns),
+            Mirrored::Pod(p) => index.upsert_pod(p),
+            Mirrored::PodGone { namespace, name } => index.remove_pod(&namespace, &name),
+            Mirrored::Policy(p) => index.upsert_policy(p),
+            Mirrored::PolicyGone { namespace, name } => index.remove_policy(&namespace, &name),
+        }
+    }
+
+    /// (pods, policies) mirrored.
+    pub fn counts(&self) -> (usize, usize) {
+        self.read().counts()
+    }
+
+    /// The ends of `ask` as NetworkPolicy sees them, owned.
+    pub fn ends(ask: &Ask, pods: &dyn Pods) -> Ends {
+        [
+            pods.pod_at(ask.vni, ask.local),
+            pods.pod_at(ask.vni, ask.remote),
+        ]
+    }
+
+    /// NetworkPolicy's verdict on `ask` between ends `ends` (from `ends`).
+    pub fn decide(&self, ask: &Ask, ends: &Ends) -> Verdict {
+        let [local, remote] = endpoints(ask, ends);
+        let index = self.read();
+        match ask.conn {
+            Conn::Qp => index.decide(&local, &remote, Connection::Qp),
+            Conn::Ud => index.decide(&local, &remote, Connection::Ud),
+            Conn::Cm {
+                outbound,
+                space,
+                port,
+            } => {
+                let conn = Connection::Cm { space, port };
+                if outbound {
+                    index.decide(&local, &remote, conn)
+                } else {
+                    index.decide(&remote, &local, conn)
+                }
+            }
+        }
+    }
+
+    /// Whether `change` may alter the verdict between `ends`.
+    pub fn touches(change: &Change, ask: &Ask, ends: &Ends) -> bool {
+        let [local, remote] = endpoints(ask, ends);
+        change.may_change(&local, &remote)
+    }
+}
+
+/// The pods (namespace, name) at an `Ask`'s local and remote vIPs.
+pub type Ends = [Option<(String, String)>; 2];
+
+fn endpoints<'a>(ask: &Ask, ends: &'a Ends) -> [Endpoint<'a>; 2] {
+    let end = |i: usize, vip| Endpoint {
+        pod: ends[i].as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
+        vip,
+    };
+    [end(0, ask.local), end(1, ask.remote)]
+}
