@@ -397,3 +397,102 @@ def test_a_host_away_longer_than_its_lease_leaves_the_map(cluster):
     # Back: it registers again and is reachable.
     eventually("host1 maps acme-b again", lambda: (100, "10.0.0.2") in vpc(tb, "host1"))
     pingpong(tb, 19609, ("host2", "acme-b"), ("host1", "acme-a"), "10.0.0.2")
+
+
+# Kubernetes NetworkPolicy, as masq-netpol mirrors it into etcd (here written
+# with the operator's certificate, whose role may write the mirror's keys).
+AS_OPERATOR = ("--cacert", f"{PKI}/ca.pem", "--cert", f"{PKI}/operator.pem",
+               "--key", f"{PKI}/operator-key.pem")
+# masq-cni's request: an endpoint for pod NAMESPACE/NAME (K8S_POD_*).
+ADD_POD = """import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/masq/control.sock")
+s.sendall(sys.argv[1].encode() + b"\\n")
+print(s.makefile().readline())
+"""
+# (host, endpoint, vIP, namespace, pod)
+PODS = [("host1", "np-cli", "10.0.0.11", "team", "cli"),
+        ("host2", "np-db", "10.0.0.12", "team", "db"),
+        ("host1", "np-other", "10.0.0.13", "other", "cli")]
+# team/db talks to its own namespace only, both ways.
+DB_ISOLATED = json.dumps({
+    "metadata": {"namespace": "team", "name": "db-iso"},
+    "spec": {"podSelector": {"matchLabels": {"app": "db"}},
+             "policyTypes": ["Ingress", "Egress"],
+             "ingress": [{"from": [{"podSelector": {}}]}],
+             "egress": [{"to": [{"podSelector": {}}]}]}})
+
+
+def mirror(tb, *args):
+    tb.run("host1", "etcdctl", "--endpoints", "https://198.18.0.1:2379", *AS_OPERATOR, *args)
+
+
+def add_pod(tb, host, name, vip, namespace, pod):
+    tb.tenant_add(host, name, 100, f"{vip}/24")
+    endpoint = {"name": name, "tenant": "acme", "vni": 100, "vip": vip,
+                "netns": f"/run/netns/{name}",
+                "cni": {"containerId": name, "network": "np", "ifname": "eth0",
+                        "namespace": namespace, "pod": pod}}
+    req = json.dumps({"cmd": "endpoint_add", "endpoint": endpoint})
+    reply = json.loads(tb.run(host, "python3", "-c", ADD_POD, req).stdout)
+    assert "error" not in reply, reply
+
+
+def test_networkpolicy_in_etcd_decides_rdma_between_pods(cluster):
+    """Tenant acme enforces NetworkPolicy: with team/db isolated to its
+    namespace, team/cli reaches it and other/cli gets EACCES at RTR (the
+    rules of both in RConntrack); deleting the policy admits other/cli, and
+    putting it back resets its live connection."""
+    tb = cluster
+    apply_policy(tb, "host1", os.path.join(CONFIG, "policy-netpol.yaml"))
+    k8s = "/masq-test/k8s"
+    srv = None
+    try:
+        for ns in ("team", "other"):
+            mirror(tb, "put", f"{k8s}/namespaces/{ns}", json.dumps({"metadata": {"name": ns}}))
+        for host, name, vip, ns, pod in PODS:
+            mirror(tb, "put", f"{k8s}/pods/{ns}/{pod}", json.dumps(
+                {"metadata": {"namespace": ns, "name": pod, "labels": {"app": pod}}}))
+            add_pod(tb, host, name, vip, ns, pod)
+        mirror(tb, "put", f"{k8s}/networkpolicies/team/db-iso", DB_ISOLATED)
+        eventually("host1 maps team/db", lambda: (100, "10.0.0.12") in vpc(tb, "host1"))
+        eventually("host2 maps both clients", lambda: {(100, "10.0.0.11"), (100, "10.0.0.13")}
+                   <= set(vpc(tb, "host2")))
+        db, cli, other = ("host2", "np-db"), ("host1", "np-cli"), ("host1", "np-other")
+        rc, out, err = pingpong(tb, 19611, db, cli, "10.0.0.12", iters=5)
+        assert rc == 0, err
+        rules = {e["rule"] for e in ctl(tb, "host2", "conntrack", "-L", "-s", "10.0.0.12")["entries"]}
+        assert any(r.endswith(",netpol:team/db-iso/ingress[0]") for r in rules), rules
+        rc, out, err = pingpong(tb, 19612, db, other, "10.0.0.12", iters=5)
+        assert rc != 0
+        log = tb.masqd_log("host1")
+        assert "Kubernetes NetworkPolicy deny 10.0.0.13 -> 10.0.0.12: " \
+               "netpol:default-deny team/db ingress" in log, log[-2000:]
+        # Deleted, the policy admits other/cli; back, it resets the live
+        # connection on both hosts (onRuleChange: reset).
+        mirror(tb, "del", f"{k8s}/networkpolicies/team/db-iso")
+        argv = [*PINGPONG, "-n", "1000000", "-p", "19613"]
+        srv = tb.tenant_spawn(*db, *argv)
+        tb.wait_listening("host2", 19613, tenant="np-db")
+        cli_proc = tb.tenant_spawn(*other, *argv, "10.0.0.12")
+        try:
+            eventually("host2 tracks other/cli's connection", lambda: ctl(
+                tb, "host2", "conntrack", "-L", "-s", "10.0.0.12", "-d", "10.0.0.13")["entries"],
+                timeout=120)
+            mirror(tb, "put", f"{k8s}/networkpolicies/team/db-iso", DB_ISOLATED)
+            eventually("host2 resets it", lambda: not ctl(
+                tb, "host2", "conntrack", "-L", "-s", "10.0.0.12", "-d", "10.0.0.13")["entries"])
+            rc, out, err = finish(srv, timeout=120)
+            assert rc != 0, "the server kept running under a policy that denies it"
+        finally:
+            cli_proc.kill()
+            finish(cli_proc)
+    finally:
+        if srv is not None and srv.poll() is None:
+            srv.kill()
+            finish(srv)
+        for host, name, *_ in PODS:
+            tb.run(host, MASQCTL, "endpoint", "del", name, check=False)
+            tb.tenant_del(host, name, check=False)
+        mirror(tb, "del", "--prefix", f"{k8s}/")
+        apply_policy(tb, "host1", os.path.join(CONFIG, "policy.yaml"))
