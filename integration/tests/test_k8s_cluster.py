@@ -160,6 +160,9 @@ MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
 POLICY = os.path.join(HERE, "configs", "k8s-cluster", "policy.yaml")
 UNDERLAY_IP = {"host1": "198.18.0.1", "host2": "198.18.0.2"}
 METRICS_TOKEN = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+# The example's image as its kustomization names it (rdma-tools, made
+# locally and imported: nothing is pulled).
+RDMA_TOOLS = "localhost/rdma-tools:bookworm"
 # Deploying's step 3 for the testbed: its rxe0 on eth0, masq's etcd on host1.
 STEP3 = {"device: mlx5_0": "device: rxe0", "netdev: ens1f0np0": "netdev: eth0",
          "https://10.1.0.10:2379": "https://198.18.0.1:2379"}
@@ -196,7 +199,7 @@ def mapped(tb, host):
     return {(e["vni"], e["vip"]) for e in ctl(tb, host, "vpc")["vpc"]}
 
 
-def team_pod(tb, name, host, vip, cmd, image="rdma-tools", restart="Never"):
+def team_pod(tb, name, host, vip, cmd, image=RDMA_TOOLS, restart="Never"):
     """A pod of namespace team on `host`, on the example's network with
     address `vip`, as the example's pods are."""
     pod = {"apiVersion": "v1", "kind": "Pod",
@@ -427,15 +430,40 @@ def test_a_pod_in_no_security_group_gets_eacces_at_rtr(recipe):
     assert "modify_qp_rtr: errno=13" in out, out
 
 
+def service_targets(tb, service):
+    """The Service's ready endpoints as Prometheus' file_sd targets, labelled
+    as docs/metrics.md's kubernetes_sd relabelling labels them (`node`)."""
+    slices = kube_json(tb, "get", "endpointslices", "-n", "masq-system",
+                       "-l", f"kubernetes.io/service-name={service}")["items"]
+    targets = []
+    for s in slices:
+        port = next(p["port"] for p in s.get("ports") or [])
+        for e in s.get("endpoints") or []:
+            if e.get("conditions", {}).get("ready"):
+                targets += [{"targets": [f"{a}:{port}"], "labels": {"node": e.get("nodeName")}}
+                            for a in e["addresses"]]
+    return targets
+
+
 def test_prometheus_scrapes_every_masqd_through_the_service(recipe):
-    """docs/metrics.md's scrape configuration, run by Debian's Prometheus
-    on host1 against the cluster: the Service's endpoints are both nodes'
-    masqd, scraped over HTTPS against the masq CA with the token."""
+    """docs/metrics.md's scrape of masqd in Kubernetes, run by Debian's
+    Prometheus on host1: the Service's endpoints are both nodes' masqd,
+    scraped over HTTPS against the masq CA with the token. Debian builds
+    Prometheus without Kubernetes discovery (`kubernetes_sd_configs` is an
+    unknown field there), so the Service's EndpointSlices, which that
+    discovery would read, are given to it as file_sd targets."""
     tb = recipe
     conf = os.path.join(RECIPE, "prometheus")
     os.makedirs(conf, exist_ok=True)
     with open(os.path.join(conf, "token"), "w") as f:
         f.write(METRICS_TOKEN)
+    def both():
+        t = service_targets(tb, "masqd-metrics")
+        return t if {x["labels"]["node"] for x in t} == set(HOSTS) else None
+
+    targets = wait_for("the Service has both masqd ready", both, timeout=120, interval=3)
+    with open(os.path.join(conf, "masqd.json"), "w") as f:
+        json.dump(targets, f)
     with open(os.path.join(conf, "prometheus.yml"), "w") as f:
         f.write(f"""global: {{ scrape_interval: 5s }}
 scrape_configs:
@@ -443,13 +471,8 @@ scrape_configs:
     scheme: https
     authorization: {{ credentials_file: {conf}/token }}
     tls_config: {{ ca_file: {RECIPE}/pki/ca.pem }}
-    kubernetes_sd_configs:
-      - role: endpoints
-        kubeconfig_file: {GUEST_PKI}/admin.kubeconfig
-        namespaces: {{ names: [masq-system] }}
-    relabel_configs:
-      - {{ source_labels: [__meta_kubernetes_service_name], regex: masqd-metrics, action: keep }}
-      - {{ source_labels: [__meta_kubernetes_pod_node_name], target_label: node }}
+    file_sd_configs:
+      - files: [{conf}/masqd.json]
 """)
     data = "/run/masq-testbed/prometheus"
     prom = tb.spawn("host1", "sh", "-c", f"exec timeout 600 prometheus "
