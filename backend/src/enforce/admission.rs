@@ -605,13 +605,17 @@ mod tests {
             decide("10.0.0.1", "10.0.0.2", Conn::Qp).as_deref(),
             Ok("acme/all/egress(all)+acme/all/ingress[0],netpol:team/db-in/ingress[0]")
         );
-        // Either end may ask: the pair is decided, not who began.
-        assert!(decide("10.0.0.2", "10.0.0.1", Conn::Qp).is_ok());
+        // Either end may ask: the pair is decided, not who began, and both
+        // hosts' verdicts name the same rules.
+        assert_eq!(
+            decide("10.0.0.2", "10.0.0.1", Conn::Qp),
+            decide("10.0.0.1", "10.0.0.2", Conn::Qp)
+        );
         let denied = decide("10.0.0.3", "10.0.0.2", Conn::Qp).unwrap_err();
         assert_eq!(denied.by, "Kubernetes NetworkPolicy");
         assert_eq!(
             denied.why,
-            "netpol:default-deny team/db ingress (security groups allow: acme/all/egress(all)+acme/all/ingress[0])"
+            "netpol:default-deny team/db egress (security groups allow: acme/all/egress(all)+acme/all/ingress[0])"
         );
         // A vIP masq knows as no pod is not selected by podSelector.
         assert!(decide("10.0.0.9", "10.0.0.2", Conn::Qp).is_err());

@@ -57,9 +57,16 @@ impl NetworkPolicies {
     pub fn decide(&self, ask: &Ask, ends: &Ends) -> Verdict {
         let [local, remote] = endpoints(ask, ends);
         let index = self.read();
+        // Port-less traffic has no initiator: asked from the lower vIP's
+        // end, so that both hosts' verdicts name the same rules.
+        let (a, b) = if local.vip <= remote.vip {
+            (&local, &remote)
+        } else {
+            (&remote, &local)
+        };
         match ask.conn {
-            Conn::Qp => index.decide(&local, &remote, Connection::Qp),
-            Conn::Ud => index.decide(&local, &remote, Connection::Ud),
+            Conn::Qp => index.decide(a, b, Connection::Qp),
+            Conn::Ud => index.decide(a, b, Connection::Ud),
             Conn::Cm {
                 outbound,
                 space,
