@@ -537,12 +537,12 @@ impl Daemon {
         // Set once the start is done: /readyz answers 503 until then.
         let started = Arc::new(AtomicBool::new(false));
         start_metrics(&parts, &started)?;
-        undo.disarm();
         start_audit(&parts, audit_nl)?;
         start_cluster(&parts)?;
         start_cgroup_limits(&parts)?;
         start_sysfs_view(&parts)?;
         start_watchdog(&parts)?;
+        undo.disarm();
         started.store(true, Ordering::SeqCst);
         Ok(Daemon {
             parts,
