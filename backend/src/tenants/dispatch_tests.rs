@@ -1,9 +1,10 @@
-//! The order of a session's requests: the CM's only once the session has
-//! opened its device.
+//! The order of a session's requests: HELLO first and once, the device
+//! opened once with its own descriptor, the CM's requests only then.
 use super::*;
 use crate::cm::fakes;
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::What;
+use crate::tenants::fakes::FakeParts;
 use proto::RequestBody as R;
 
 /// Every request the CM serves (`Cm::request`), with a body of zeroes.
@@ -79,4 +80,102 @@ fn cm_requests_after_open_device_are_served() {
     }
     assert_eq!(acme.usage.held(What::EventChannels), 1);
     assert_eq!(acme.usage.held(What::CmIds), 1);
+}
+
+/// A session of host1's acme-a, as `tenants::fakes` builds it.
+fn fake_session(f: &FakeParts, hello: bool) -> Session {
+    let mut s = Session::new(1, 1, f.endpoint("acme-a"));
+    s.hello = hello;
+    s
+}
+
+/// `handle`'s reply to `body`: the encoded reply, and whether the session
+/// must end.
+fn reply(f: &FakeParts, sess: &mut Session, body: R, fds: Vec<OwnedFd>) -> (Vec<u8>, bool) {
+    let msg = proto::Request {
+        request_id: 7,
+        body,
+    };
+    handle(&f.parts, sess, msg, fds, &mut None)
+}
+
+fn dev_null() -> OwnedFd {
+    OwnedFd::from(std::fs::File::open("/dev/null").expect("/dev/null"))
+}
+
+/// A frontend that skips HELLO, or says it twice, is answered EPROTO, the
+/// refusal counted against its endpoint, and the session goes on.
+#[test]
+fn requests_before_hello_and_a_second_hello_are_refused_eproto() {
+    let f = FakeParts::host1();
+    let mut sess = fake_session(&f, false);
+    let open = R::OpenDevice.opcode();
+    assert_eq!(
+        reply(&f, &mut sess, R::OpenDevice, vec![dev_null()]),
+        (proto::encode_error(open, 7, -libc::EPROTO), false)
+    );
+    let mut sess = fake_session(&f, true);
+    let hello = R::Hello(Default::default());
+    let op = hello.opcode();
+    assert_eq!(
+        reply(&f, &mut sess, hello, vec![]),
+        (proto::encode_error(op, 7, -libc::EPROTO), false)
+    );
+    let ep = f.endpoint("acme-a");
+    assert_eq!(ep.refused_requests.load(Ordering::Relaxed), 2);
+    assert!(sess.uverbs.is_none());
+}
+
+/// HELLO names one of the endpoint's devices; acme-a has one.
+#[test]
+fn a_hello_for_a_device_the_endpoint_lacks_is_refused_enodev() {
+    let f = FakeParts::host1();
+    let mut sess = fake_session(&f, false);
+    let h = proto::HelloReq {
+        vdev: 1,
+        ..Default::default()
+    };
+    let r = hello(&f.parts, &mut sess, &h).expect_err("refused");
+    assert_eq!(r.errno(), libc::ENODEV);
+    assert_eq!(r.why(), "no virtual device 1 (it has 1)");
+    assert!(!sess.hello);
+}
+
+/// OPEN_DEVICE takes exactly one descriptor, the device's uverbs node,
+/// once per session.
+#[test]
+fn open_device_takes_one_descriptor_of_the_device_once() {
+    let f = FakeParts::host1();
+    let mut sess = fake_session(&f, true);
+    let r = open_device(&f.parts, &mut sess, None, 0).expect_err("no descriptor");
+    assert_eq!(
+        (r.errno(), r.why()),
+        (libc::EBADF, "OPEN_DEVICE without a descriptor")
+    );
+    let r = open_device(&f.parts, &mut sess, Some(dev_null()), 1).expect_err("two");
+    assert_eq!(
+        (r.errno(), r.why()),
+        (libc::EINVAL, "more than one descriptor")
+    );
+    let r = open_device(&f.parts, &mut sess, Some(dev_null()), 0).expect_err("not uverbs");
+    assert_eq!(
+        (r.errno(), r.why()),
+        (libc::ENODEV, "descriptor is not rxe0's uverbs device")
+    );
+    assert!(sess.uverbs.is_none());
+    sess.uverbs = Some(Arc::new(dev_null()));
+    let r = open_device(&f.parts, &mut sess, Some(dev_null()), 0).expect_err("again");
+    assert_eq!(
+        (r.errno(), r.why()),
+        (libc::EBUSY, "the session already has a device")
+    );
+}
+
+#[test]
+fn a_gid_table_of_another_port_is_refused_einval() {
+    let f = FakeParts::host1();
+    let sess = fake_session(&f, true);
+    let q = proto::QueryGidTableReq { port: 2 };
+    let r = query_gids(&f.parts, &sess, &q).expect_err("refused");
+    assert_eq!((r.errno(), r.why()), (libc::EINVAL, "no port 2"));
 }
