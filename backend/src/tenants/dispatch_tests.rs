@@ -179,3 +179,70 @@ fn a_gid_table_of_another_port_is_refused_einval() {
     let r = query_gids(&f.parts, &sess, &q).expect_err("refused");
     assert_eq!((r.errno(), r.why()), (libc::EINVAL, "no port 2"));
 }
+
+/// Every step that needs the app's uverbs file, asked before OPEN_DEVICE:
+/// EPROTO naming the request, and counted.
+#[test]
+fn kernel_steps_before_open_device_are_refused_eproto() {
+    let f = FakeParts::host1();
+    let mut sess = fake_session(&f, true);
+    let steps = [
+        R::ModifyQp(Default::default()),
+        R::QpMoved(Default::default()),
+        R::ResyncQp(Default::default()),
+        R::QueryQp(Default::default()),
+        R::CmAcceptQp(Default::default()),
+        R::CmEstablishQp(Default::default()),
+    ];
+    let n = steps.len();
+    for body in steps {
+        let op = body.opcode();
+        assert_eq!(
+            reply(&f, &mut sess, body, vec![]),
+            (proto::encode_error(op, 7, -libc::EPROTO), false),
+            "{}",
+            proto::request_name(op)
+        );
+    }
+    let refused = f
+        .endpoint("acme-a")
+        .refused_requests
+        .load(Ordering::Relaxed);
+    assert_eq!(refused, n as u64);
+}
+
+/// A whole session over a socket pair: a request before HELLO is
+/// answered EPROTO and the session goes on; a message whose length is not
+/// its header's is answered with its errno and ends the session (the
+/// stream cannot be trusted after it); both are counted against the
+/// endpoint.
+#[test]
+fn a_session_answers_malformed_messages_and_ends_on_a_fatal_one() {
+    let f = FakeParts::host1();
+    let (ours, theirs) = Conn::pair().expect("socketpair");
+    let app = Conn::from(theirs);
+    let parts = f.parts.clone();
+    let mut sess = fake_session(&f, false);
+    let server = std::thread::spawn(move || serve(&parts, &mut sess, &ours));
+    let gids = R::QueryGidTable(proto::QueryGidTableReq { port: 1 });
+    let op = gids.opcode();
+    let mut buf = vec![0u8; proto::MAX_MESSAGE];
+    let mut answer = |msg: &[u8]| {
+        app.send(msg, None).expect("send");
+        let d = app.recv(&mut buf).expect("recv").expect("a reply");
+        buf[..d.len].to_vec()
+    };
+    let early = proto::encode_request(5, &gids);
+    assert_eq!(answer(&early), proto::encode_error(op, 5, -libc::EPROTO));
+    let mut bad = proto::encode_request(6, &gids);
+    bad.push(0); // longer than its header says
+    let e = proto::decode_request(&bad).expect_err("malformed");
+    assert!(e.is_fatal(), "{e}");
+    assert_eq!(answer(&bad), proto::encode_error(op, 6, -e.errno()));
+    server.join().expect("the session ends");
+    let refused = f
+        .endpoint("acme-a")
+        .refused_requests
+        .load(Ordering::Relaxed);
+    assert_eq!(refused, 2);
+}

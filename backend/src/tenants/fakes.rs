@@ -31,9 +31,16 @@ pub struct FakeParts {
 
 impl FakeParts {
     pub fn host1() -> FakeParts {
+        FakeParts::with_config(|_| {})
+    }
+
+    /// host1's parts, its config changed by `change` (its `tenantLimits`,
+    /// say) before they are made.
+    pub fn with_config(change: impl FnOnce(&mut Config)) -> FakeParts {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cfg =
             Config::load(&examples().join("host1.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        change(&mut cfg);
         cfg.socket_dir = dir.path().to_path_buf();
         for e in &mut cfg.endpoints {
             e.host_if = None;
