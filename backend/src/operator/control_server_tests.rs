@@ -164,3 +164,57 @@ fn a_policy_past_its_size_or_that_does_not_check_is_refused() {
     let show = ask(&f, &Request::PolicyShow);
     assert_eq!(show["version"], Value::Null);
 }
+
+fn entry(vni: u32, qpn: u32) -> rconntrack::Entry {
+    rconntrack::Entry {
+        session: 1,
+        qp_handle: qpn,
+        tenant: Arc::from(if vni == 100 { "acme" } else { "globex" }),
+        vni,
+        local_vip: std::net::Ipv4Addr::new(10, 0, 0, 1),
+        local_qpn: qpn,
+        remote_vip: std::net::Ipv4Addr::new(10, 0, 0, 2),
+        remote_qpn: qpn + 1,
+        ..Default::default()
+    }
+}
+
+/// `conntrack -E`: the stream carries the filter's matches only, and ends
+/// once masqctl has gone.
+#[test]
+fn conntrack_events_stream_the_filters_matches_only() {
+    let f = FakeParts::host1();
+    let (mut client, server) = UnixStream::pair().expect("socketpair");
+    let parts = f.parts.clone();
+    let streamer = thread::spawn(move || control_conn(&parts, server));
+    let acme = CtFilter {
+        vni: Some(100),
+        ..Default::default()
+    };
+    let mut line = serde_json::to_vec(&Request::ConntrackEvents { filter: acme }).expect("json");
+    line.push(b'\n');
+    client.write_all(&line).expect("request");
+    let table = || f.parts.admission.table();
+    for _ in 0..500 {
+        if table().subscriber_count() == 1 {
+            break;
+        }
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(table().subscriber_count(), 1, "the stream subscribed");
+    table().upsert(entry(200, 0x20)).expect("room");
+    table().upsert(entry(100, 0x10)).expect("room");
+    let mut reader = BufReader::new(&client);
+    let mut event = String::new();
+    reader.read_line(&mut event).expect("an event");
+    let v: Value = serde_json::from_str(&event).expect("json");
+    assert_eq!(
+        (v["data"]["vni"].clone(), v["data"]["local_qpn"].clone()),
+        (json!(100), json!(0x10))
+    );
+    drop(reader);
+    drop(client);
+    // The next match finds masqctl gone: the stream ends.
+    table().upsert(entry(100, 0x11)).expect("room");
+    streamer.join().expect("the stream ends");
+}

@@ -264,3 +264,33 @@ fn a_pod_is_adopted_only_with_a_backstop() {
         Ok(json!({ "endpoints": [], "backstop": false }))
     );
 }
+
+/// An endpoint whose sysfs view could not be made is not served, nor a
+/// further device of its apps: their socket would show the host's sysfs.
+#[test]
+fn an_endpoint_whose_view_was_refused_is_not_served_nor_its_further_devices() {
+    let f = FakeParts::host1();
+    let why = "its sysfs view cannot be made: planted link";
+    let cfg = endpoint(json!({}));
+    let socket = f.parts.registry.socket_of(&cfg);
+    let ep = Endpoint::new(cfg, socket.clone(), Origin::Command, None).refused(why.into());
+    let ep = Arc::new(ep);
+    f.parts.registry.insert(ep.clone());
+    let further = endpoint(json!({ "name": "acme-d1", "deviceOf": "acme-d" }));
+    let further = Arc::new(Endpoint::new(
+        further,
+        socket.clone(),
+        Origin::Command,
+        None,
+    ));
+    assert_eq!(refusal(&f.parts, &ep).as_deref(), Some(why));
+    assert_eq!(
+        refusal(&f.parts, &further),
+        Some(format!("endpoint acme-d: {why}"))
+    );
+    assert_eq!(refusal(&f.parts, &f.endpoint("acme-a")), None);
+    let e = serve(&f.parts, &ep).expect_err("not served");
+    assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+    assert_eq!(e.to_string(), format!("endpoint acme-d: not served: {why}"));
+    assert!(!socket.exists());
+}
