@@ -86,3 +86,48 @@ fn a_sources_bad_policy_leaves_the_one_in_force() {
         .expect("same policy");
     assert_eq!(active_version(&f), before);
 }
+
+/// A name the policy gives that no VPC has yet matches its endpoint once
+/// a source places it (here the cluster, on host2), and no longer once it
+/// is gone: the policy in force is resolved again each time.
+#[test]
+fn a_named_endpoint_is_matched_once_placed_and_not_once_gone() {
+    use crate::admit::{Ask, Conn};
+    use crate::endpoints::placement::Placement;
+    use std::net::Ipv4Addr;
+    let f = FakeParts::host1();
+    let text = example().replace("members: [acme-b]", "members: [acme-b, acme-x]");
+    f.parts
+        .apply_policy_text(&text, "policy.yaml")
+        .expect("applied");
+    let (host2, x) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(10, 0, 0, 9));
+    let admitted = || {
+        let ask = Ask {
+            tenant: "acme",
+            vni: 100,
+            local: Ipv4Addr::new(10, 0, 0, 1),
+            remote: x,
+            conn: Conn::Qp,
+        };
+        f.parts.admission.decide(&ask, &f.parts.registry).is_ok()
+    };
+    assert!(!admitted(), "acme-x is not placed yet");
+    let store: &dyn Store = &*f.parts;
+    store.placed(
+        SourceId::Cluster,
+        Placement {
+            host: host2,
+            name: Some("acme-x".into()),
+            tenant: "acme".into(),
+            vni: 100,
+            vip: x,
+            rail: None,
+            underlay: None,
+            created: 1,
+            pod: None,
+        },
+    );
+    assert!(admitted(), "acme-x placed: a server of acme's clients");
+    store.unplaced(SourceId::Cluster, host2, "acme-x");
+    assert!(!admitted(), "acme-x gone");
+}
