@@ -4,12 +4,14 @@
 //! endpoints are served by `operator::endpoints`, the control socket's
 //! answers come from `operator::control_server`.
 use crate::cluster::source::{FileSource, Source};
-use crate::config::Config;
+use crate::config::{Config, EndpointConfig};
 use crate::endpoints::endpoint::{Endpoint, Origin};
 use crate::endpoints::registry::{Registry, RuntimeFile};
 use crate::enforce::admission::Admission;
+use crate::enforce::ratelimit::RateLimits;
 use crate::http::Said;
 use crate::kernel::host::HostDevice;
+use crate::kernel::rdma_nl::RdmaNl;
 use crate::run::STALL;
 use crate::tenants::parts::Parts;
 use crate::tenants::watch::{audit_loop, backstop_loop, sysfs_view_loop};
@@ -31,11 +33,6 @@ fn invalid(e: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// The registry at start: the file's endpoints, then the ones added at run
-/// time before a restart (those that still fit; a bad one is logged and
-/// left out, the file's stop the start). The file's VPC map comes after,
-/// from its source; the config check made sure it agrees with the file's
-/// endpoints.
 /// A rail's device, checked to have the RoCE v2 GID of its underlay
 /// address (`many`: errors name the rail).
 fn discover_rail(r: &crate::config::RailConfig, many: bool) -> io::Result<HostDevice> {
@@ -59,6 +56,29 @@ fn discover_rail(r: &crate::config::RailConfig, many: bool) -> io::Result<HostDe
     Ok(host)
 }
 
+/// Every rail's device, all of one driver.
+fn discover_rails(cfg: &Config) -> io::Result<Vec<HostDevice>> {
+    let hosts = cfg
+        .rails
+        .iter()
+        .map(|r| discover_rail(r, cfg.rails.len() > 1))
+        .collect::<io::Result<Vec<HostDevice>>>()?;
+    let host = &hosts[0];
+    if let Some(other) = hosts.iter().find(|h| h.driver_id != host.driver_id) {
+        return Err(invalid(format!(
+            "rails: {} and {} have different drivers; one masqd serves the devices of \
+             one driver",
+            host.name, other.name
+        )));
+    }
+    Ok(hosts)
+}
+
+/// The registry at start: the file's endpoints, then the ones added at run
+/// time before a restart (those that still fit; a bad one is logged and
+/// left out, the file's stop the start). The file's VPC map comes after,
+/// from its source; the config check made sure it agrees with the file's
+/// endpoints.
 fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> {
     let registry = Registry::new(cfg);
     let mut initial: Vec<_> = cfg
@@ -115,113 +135,381 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
     Ok(registry)
 }
 
+/// Each rail's device with its rdma netlink socket, as `Parts::new` takes
+/// them.
+type Devices = Vec<(HostDevice, RdmaNl)>;
+
+/// Each rail's device with its rdma netlink socket for the sessions'
+/// ownership checks, and one more per rail for the audit when it is on.
+fn open_netlink(cfg: &Config, hosts: Vec<HostDevice>) -> io::Result<(Devices, Vec<RdmaNl>)> {
+    let rdma_nl = |r: &crate::config::RailConfig, what: &str| {
+        RdmaNl::open(&r.device, r.port).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("rdma netlink ({what}, {}): {e}", r.device),
+            )
+        })
+    };
+    let mut devices = Vec::new();
+    let mut audit_nl = Vec::new();
+    for (r, h) in cfg.rails.iter().zip(hosts) {
+        devices.push((h, rdma_nl(r, "QP ownership")?));
+        if cfg.audit.enabled {
+            audit_nl.push(rdma_nl(r, "audit")?);
+        }
+    }
+    if !cfg.audit.enabled {
+        warn!("QP audit disabled: QPs moved without libmasq go unnoticed on hardware RNICs");
+    }
+    Ok((devices, audit_nl))
+}
+
+/// What this start serves and how: the backstop, the rails, the
+/// descriptor limits, the endpoints.
+fn log_start(cfg: &Config, registry: &Registry, endpoints: usize, is_rxe: bool, backstop: bool) {
+    if !backstop && is_rxe {
+        warn!("backstop disabled: a tenant that skips libmasq can reach any QP");
+    } else if !backstop {
+        info!("hardware RNIC: no kernel backstop (its packets bypass netfilter)");
+    }
+    for r in &cfg.rails {
+        info!(rail = %r.name, device = %r.device, port = r.port, underlay = %r.underlay.ip, "rail");
+    }
+    let nofile = crate::endpoints::usage::raise_nofile();
+    let l = &cfg.tenant_limits;
+    info!(
+        "descriptors: limit {nofile}, tenants' below {}; per endpoint at most {} sessions, \
+         {} event channels, {} CM ids, {} address handles, {} connections",
+        crate::endpoints::usage::fd_ceiling(l.fd_reserve, nofile),
+        l.sessions,
+        l.event_channels,
+        l.cm_ids,
+        l.address_handles,
+        l.connections
+    );
+    info!(
+        "serving {} endpoint(s), VPC map of {}",
+        endpoints,
+        registry.vpc().len()
+    );
+}
+
+/// Cluster mode's store, if the config has one (not started yet).
+fn cluster_of(cfg: &Config) -> io::Result<Option<Arc<crate::cluster::Cluster>>> {
+    let Some(c) = &cfg.cluster else {
+        return Ok(None);
+    };
+    let rails = cfg
+        .rails
+        .iter()
+        .map(|r| (r.name.clone(), r.underlay.ip))
+        .collect();
+    Ok(Some(crate::cluster::Cluster::new(
+        c.clone(),
+        cfg.underlay.ip,
+        rails,
+    )?))
+}
+
+/// Software RoCE's rate limits; on a hardware RNIC none, and an endpoint
+/// that asks for one stops the start.
+fn rate_limits(
+    cfg: &Config,
+    endpoints: &[EndpointConfig],
+    is_rxe: bool,
+) -> io::Result<Option<RateLimits>> {
+    if is_rxe {
+        return RateLimits::new(
+            cfg.rails
+                .iter()
+                .map(|r| (r.name.clone(), r.underlay.netdev.clone()))
+                .collect(),
+            &cfg.backstop.cgroup_parent,
+        )
+        .map(Some)
+        .map_err(|e| io::Error::other(format!("rate limits: {e}")));
+    }
+    match endpoints.iter().find(|e| e.max_rate_mbps.is_some()) {
+        Some(e) => Err(invalid(crate::enforce::ratelimit::needs_software_roce(
+            &e.name,
+            &cfg.device,
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// The kernel backstop, with the pods' and apps' cgroups it filtered
+/// before a restart.
+fn start_backstop(parts: &Parts, endpoints: &[EndpointConfig]) -> io::Result<()> {
+    let b = crate::enforce::backstop::Backstop::start(&parts.cfg, endpoints)
+        .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
+    // Pods' and apps' cgroups come back from the runtime file,
+    // before any endpoint is served: no session of a pod's app
+    // brings them, and an app that skips libmasq must stay
+    // filtered across the restart.
+    let kept = RuntimeFile::load(&parts.cfg.runtime_endpoints_file()).unwrap_or_default();
+    let local = |n: &str| parts.registry.local_named(n).map(|e| e.cfg.clone());
+    for (name, cgroup) in crate::tenants::cgroups::readopt_cgroups(&b, &kept.pod_cgroups, local) {
+        if let Some(ep) = parts.registry.local_named(&name) {
+            *crate::run::lock(&ep.pod_cgroup) = Some(cgroup);
+        }
+    }
+    let apps = kept.app_cgroups.iter().map(|(cgroup, name)| (name, cgroup));
+    let n = crate::tenants::cgroups::readopt_cgroups(&b, apps, local).len();
+    if n > 0 {
+        info!(
+            cgroups = n,
+            "backstop: apps' cgroups filtered again after the restart"
+        );
+    }
+    parts.admission.set_backstop(b);
+    Ok(())
+}
+
+/// The socket directory, without the CDI specs of endpoints no longer
+/// served.
+fn prepare_socket_dir(parts: &Parts) -> io::Result<()> {
+    std::fs::create_dir_all(&parts.cfg.socket_dir)?;
+    if let Some(cdi) = &parts.cfg.cdi {
+        let served: Vec<String> = parts
+            .registry
+            .local()
+            .iter()
+            .filter(|e| crate::operator::endpoints::refusal(parts, e).is_none())
+            .map(|e| e.cfg.name.clone())
+            .collect();
+        crate::operator::cdi::remove_stale(cdi, &served);
+    }
+    Ok(())
+}
+
+/// The CM link's mutual TLS, with this host's cluster identity if it has
+/// one.
+fn start_link_tls(parts: &Parts) -> io::Result<()> {
+    match parts.cluster.as_ref().and_then(|c| c.identity()) {
+        Some(id) => {
+            let tls = crate::peer::tls::LinkTls::new(&id).map_err(invalid)?;
+            parts.set_link_tls(tls);
+            info!("CM link: mutual TLS with this host's cluster identity");
+        }
+        None => info!("CM link: plaintext (no cluster.tls): it trusts the underlay"),
+    }
+    Ok(())
+}
+
+/// What a failed start undoes: the endpoints' sockets and CDI specs go
+/// again when it drops, unless `disarm`ed once the start is done.
+struct Unserve<'a> {
+    parts: Option<&'a Parts>,
+}
+
+impl<'a> Unserve<'a> {
+    fn armed(parts: &'a Parts) -> Unserve<'a> {
+        Unserve { parts: Some(parts) }
+    }
+
+    fn disarm(mut self) {
+        self.parts = None;
+    }
+}
+
+impl Drop for Unserve<'_> {
+    fn drop(&mut self) {
+        let Some(parts) = self.parts else {
+            return;
+        };
+        for ep in parts.registry.local() {
+            let _ = std::fs::remove_file(&ep.socket);
+            if let Some(cdi) = &parts.cfg.cdi {
+                crate::operator::cdi::remove(cdi, &ep.cfg.name);
+            }
+        }
+    }
+}
+
+/// Every endpoint's socket, but those refused.
+fn serve_endpoints(parts: &Arc<Parts>) -> io::Result<()> {
+    for ep in parts.registry.local() {
+        if let Some(why) = crate::operator::endpoints::refusal(parts, &ep) {
+            // No socket: its apps get no session, rather than one
+            // beside the host's sysfs. Its CDI spec went above.
+            error!(endpoint = %ep.cfg.name, "endpoint not served: {why}");
+            if ep.cfg.device_of.is_none() {
+                let _ = std::fs::remove_file(&ep.socket);
+            }
+            continue;
+        }
+        crate::operator::endpoints::serve(parts, &ep)?;
+    }
+    Ok(())
+}
+
+/// The control socket, listened on, its connections answered in a thread.
+fn start_control(parts: &Arc<Parts>, control_path: &Path) -> io::Result<()> {
+    let control = bind_control(control_path).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot listen on {}: {e}", control_path.display()),
+        )
+    })?;
+    let parts = parts.clone();
+    thread::Builder::new()
+        .name("control".into())
+        .spawn(move || crate::operator::control_server::control_loop(parts, control))?;
+    Ok(())
+}
+
+/// With a backstop: its loop, and the thread that flushes its sets.
+fn start_backstop_threads(parts: &Arc<Parts>) -> io::Result<()> {
+    if parts.admission.backstop().is_none() {
+        return Ok(());
+    }
+    let s = parts.clone();
+    thread::Builder::new()
+        .name("backstop".into())
+        .spawn(move || backstop_loop(s))?;
+    let s = parts.clone();
+    thread::Builder::new()
+        .name("backstop-sets".into())
+        .spawn(move || {
+            if let Some(b) = s.admission.backstop() {
+                let beat = s.run.heartbeat("backstop-sets", STALL);
+                while !s.run.is_stopping() {
+                    beat.beat();
+                    b.flush_updates(Duration::from_millis(500));
+                }
+                b.flush_updates(Duration::ZERO);
+            }
+        })?;
+    Ok(())
+}
+
+/// The Prometheus endpoint and the probes, if the config has an address
+/// for them; `/readyz` says 503 until `started`.
+fn start_metrics(parts: &Arc<Parts>, started: &Arc<AtomicBool>) -> io::Result<()> {
+    let Some(addr) = parts.cfg.metrics.listen else {
+        return Ok(());
+    };
+    let weak = Arc::downgrade(parts);
+    let sampler: crate::metrics::Sampler = Box::new(move || weak.upgrade().map(|s| s.sample()));
+    let registry = crate::metrics::registry(&parts.metrics, sampler);
+    let (w1, w2, up) = (
+        Arc::downgrade(parts),
+        Arc::downgrade(parts),
+        started.clone(),
+    );
+    let probes = crate::http::Probes {
+        health: Box::new(move || {
+            w1.upgrade()
+                .map_or(Err(Said::state("stopping")), |p| health(&p))
+        }),
+        ready: Box::new(move || {
+            let started = up.load(Ordering::SeqCst);
+            w2.upgrade()
+                .map_or(Err(Said::state("not ready: stopping")), |p| {
+                    readiness(&p, started)
+                })
+        }),
+    };
+    let beat = parts.run.heartbeat("metrics", STALL);
+    let weak = Arc::downgrade(parts);
+    let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
+    let access = crate::http::Access::load(&parts.cfg.metrics).map_err(invalid)?;
+    crate::http::serve(addr, registry, probes, access, beat, stopping)?;
+    Ok(())
+}
+
+/// The QP audit's loop, if it has netlink sockets (it is on).
+fn start_audit(parts: &Arc<Parts>, audit_nl: Vec<RdmaNl>) -> io::Result<()> {
+    if audit_nl.is_empty() {
+        return Ok(());
+    }
+    let s = parts.clone();
+    thread::Builder::new()
+        .name("audit".into())
+        .spawn(move || audit_loop(s, audit_nl))?;
+    Ok(())
+}
+
+/// Cluster mode: follow etcd, waiting a little for its first view.
+fn start_cluster(parts: &Arc<Parts>) -> io::Result<()> {
+    let Some(c) = &parts.cluster else {
+        return Ok(());
+    };
+    c.clone()
+        .start(parts.clone())
+        .map_err(|e| io::Error::other(format!("cluster: {e}")))?;
+    // With etcd up, serve the cluster's view from the first request.
+    if !c.wait_connected(Duration::from_secs(5)) {
+        warn!(error = ?c.health().error, "cluster: etcd not reachable yet; serving the file's view and retrying");
+    }
+    Ok(())
+}
+
+/// Endpoints' cgroups appear when their containers start: their rdma
+/// limits and rate-limit marks follow, every 2 s.
+fn start_cgroup_limits(parts: &Arc<Parts>) -> io::Result<()> {
+    let s = parts.clone();
+    thread::Builder::new()
+        .name("cgroup-limits".into())
+        .spawn(move || {
+            let beat = s.run.heartbeat("cgroup-limits", STALL);
+            while !s.run.is_stopping() {
+                beat.beat();
+                for ep in s.registry.local() {
+                    s.limits
+                        .apply_rdma_limits(&ep, &s.rail(&ep).device.host.name);
+                }
+                if let Err(e) = s.limits.sync_rates(&s.registry.configs()) {
+                    warn!("rate limits: {e}");
+                }
+                thread::sleep(Duration::from_secs(2));
+            }
+        })?;
+    Ok(())
+}
+
+/// The endpoints' sysfs views kept up; always running: an endpoint added
+/// later may have a view.
+fn start_sysfs_view(parts: &Arc<Parts>) -> io::Result<()> {
+    let s = parts.clone();
+    thread::Builder::new()
+        .name("sysfs-view".into())
+        .spawn(move || sysfs_view_loop(s))?;
+    Ok(())
+}
+
+/// The systemd watchdog, pinged while no watched loop stalls.
+fn start_watchdog(parts: &Arc<Parts>) -> io::Result<()> {
+    let (w1, w2) = (Arc::downgrade(parts), Arc::downgrade(parts));
+    crate::notify::watchdog(
+        move || w1.upgrade().map_or_else(Vec::new, |p| p.run.stalled()),
+        move || w2.upgrade().is_none_or(|p| p.run.is_stopping()),
+    )
+}
+
 impl Daemon {
+    /// Assemble masqd from `cfg`: check the devices and the endpoints,
+    /// put the policy in force, then serve the endpoints and start each
+    /// thread. A failure after the first socket takes the sockets away.
     pub fn start(mut cfg: Config, config_dir: &Path) -> io::Result<Daemon> {
         if let Some(c) = &mut cfg.cdi {
             // Relative to the config file, as `policy:` is.
             c.libmasq_dir = config_dir.join(&c.libmasq_dir);
         }
-        let hosts = cfg
-            .rails
-            .iter()
-            .map(|r| discover_rail(r, cfg.rails.len() > 1))
-            .collect::<io::Result<Vec<HostDevice>>>()?;
-        let host = &hosts[0];
-        if let Some(other) = hosts.iter().find(|h| h.driver_id != host.driver_id) {
-            return Err(invalid(format!(
-                "rails: {} and {} have different drivers; one masqd serves the devices of \
-                 one driver",
-                host.name, other.name
-            )));
-        }
+        let hosts = discover_rails(&cfg)?;
         let registry = initial_registry(&cfg, &hosts)?;
         let endpoint_cfgs = registry.configs();
         let admission = Admission::new(&cfg, config_dir);
         let file = Arc::new(
             FileSource::new(&cfg, config_dir).map_err(|e| invalid(format!("policy: {e}")))?,
         );
-        let rdma_nl = |r: &crate::config::RailConfig, what: &str| {
-            crate::kernel::rdma_nl::RdmaNl::open(&r.device, r.port).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("rdma netlink ({what}, {}): {e}", r.device),
-                )
-            })
-        };
-        let mut devices = Vec::new();
-        let mut audit_nl = Vec::new();
-        for (r, h) in cfg.rails.iter().zip(hosts) {
-            devices.push((h, rdma_nl(r, "QP ownership")?));
-            if cfg.audit.enabled {
-                audit_nl.push(rdma_nl(r, "audit")?);
-            }
-        }
-        if !cfg.audit.enabled {
-            warn!("QP audit disabled: QPs moved without libmasq go unnoticed on hardware RNICs");
-        }
-        let host = &devices[0].0;
-        let is_rxe = host.driver_id == crate::kernel::uverbs::RDMA_DRIVER_RXE;
+        let (devices, audit_nl) = open_netlink(&cfg, hosts)?;
+        let is_rxe = devices[0].0.driver_id == crate::kernel::uverbs::RDMA_DRIVER_RXE;
         let backstop = crate::enforce::backstop::wanted(&cfg.backstop, is_rxe);
-        if !backstop && is_rxe {
-            warn!("backstop disabled: a tenant that skips libmasq can reach any QP");
-        } else if !backstop {
-            info!("hardware RNIC: no kernel backstop (its packets bypass netfilter)");
-        }
-        for r in &cfg.rails {
-            info!(rail = %r.name, device = %r.device, port = r.port, underlay = %r.underlay.ip, "rail");
-        }
-        let nofile = crate::endpoints::usage::raise_nofile();
-        let l = &cfg.tenant_limits;
-        info!(
-            "descriptors: limit {nofile}, tenants' below {}; per endpoint at most {} sessions, \
-             {} event channels, {} CM ids, {} address handles, {} connections",
-            crate::endpoints::usage::fd_ceiling(l.fd_reserve, nofile),
-            l.sessions,
-            l.event_channels,
-            l.cm_ids,
-            l.address_handles,
-            l.connections
-        );
-        info!(
-            "serving {} endpoint(s), VPC map of {}",
-            endpoint_cfgs.len(),
-            registry.vpc().len()
-        );
-        let cluster = match &cfg.cluster {
-            Some(c) => {
-                let rails = cfg
-                    .rails
-                    .iter()
-                    .map(|r| (r.name.clone(), r.underlay.ip))
-                    .collect();
-                Some(crate::cluster::Cluster::new(
-                    c.clone(),
-                    cfg.underlay.ip,
-                    rails,
-                )?)
-            }
-            None => None,
-        };
-        let limited = endpoint_cfgs.iter().find(|e| e.max_rate_mbps.is_some());
-        let rates = if is_rxe {
-            Some(
-                crate::enforce::ratelimit::RateLimits::new(
-                    cfg.rails
-                        .iter()
-                        .map(|r| (r.name.clone(), r.underlay.netdev.clone()))
-                        .collect(),
-                    &cfg.backstop.cgroup_parent,
-                )
-                .map_err(|e| io::Error::other(format!("rate limits: {e}")))?,
-            )
-        } else if let Some(e) = limited {
-            return Err(invalid(crate::enforce::ratelimit::needs_software_roce(
-                &e.name,
-                &cfg.device,
-            )));
-        } else {
-            None
-        };
+        log_start(&cfg, &registry, endpoint_cfgs.len(), is_rxe, backstop);
+        let cluster = cluster_of(&cfg)?;
+        let rates = rate_limits(&cfg, &endpoint_cfgs, is_rxe)?;
         let parts = Arc::new(Parts::new(
             cfg, admission, registry, devices, cluster, rates,
         ));
@@ -230,208 +518,31 @@ impl Daemon {
         file.start(parts.clone())
             .map_err(|e| invalid(format!("policy: {e}")))?;
         if backstop {
-            let b = crate::enforce::backstop::Backstop::start(&parts.cfg, &endpoint_cfgs)
-                .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
-            // Pods' and apps' cgroups come back from the runtime file,
-            // before any endpoint is served: no session of a pod's app
-            // brings them, and an app that skips libmasq must stay
-            // filtered across the restart.
-            let kept = RuntimeFile::load(&parts.cfg.runtime_endpoints_file()).unwrap_or_default();
-            let local = |n: &str| parts.registry.local_named(n).map(|e| e.cfg.clone());
-            for (name, cgroup) in
-                crate::tenants::cgroups::readopt_cgroups(&b, &kept.pod_cgroups, local)
-            {
-                if let Some(ep) = parts.registry.local_named(&name) {
-                    *crate::run::lock(&ep.pod_cgroup) = Some(cgroup);
-                }
-            }
-            let apps = kept.app_cgroups.iter().map(|(cgroup, name)| (name, cgroup));
-            let n = crate::tenants::cgroups::readopt_cgroups(&b, apps, local).len();
-            if n > 0 {
-                info!(
-                    cgroups = n,
-                    "backstop: apps' cgroups filtered again after the restart"
-                );
-            }
-            parts.admission.set_backstop(b);
+            start_backstop(&parts, &endpoint_cfgs)?;
         }
         parts
             .limits
             .sync_rates(&parts.registry.configs())
             .map_err(|e| io::Error::other(format!("rate limits: {e}")))?;
         parts.metrics.policy_applied_now();
-
-        std::fs::create_dir_all(&parts.cfg.socket_dir)?;
-        if let Some(cdi) = &parts.cfg.cdi {
-            let served: Vec<String> = parts
-                .registry
-                .local()
-                .iter()
-                .filter(|e| crate::operator::endpoints::refusal(&parts, e).is_none())
-                .map(|e| e.cfg.name.clone())
-                .collect();
-            crate::operator::cdi::remove_stale(cdi, &served);
-        }
+        prepare_socket_dir(&parts)?;
+        start_link_tls(&parts)?;
         // On a failed start, the sockets already made go again.
-        let unserve_all = |parts: &Parts| {
-            for ep in parts.registry.local() {
-                let _ = std::fs::remove_file(&ep.socket);
-                if let Some(cdi) = &parts.cfg.cdi {
-                    crate::operator::cdi::remove(cdi, &ep.cfg.name);
-                }
-            }
-        };
-        match parts.cluster.as_ref().and_then(|c| c.identity()) {
-            Some(id) => {
-                let tls = crate::peer::tls::LinkTls::new(&id).map_err(invalid)?;
-                parts.set_link_tls(tls);
-                info!("CM link: mutual TLS with this host's cluster identity");
-            }
-            None => info!("CM link: plaintext (no cluster.tls): it trusts the underlay"),
-        }
-        for ep in parts.registry.local() {
-            if let Some(why) = crate::operator::endpoints::refusal(&parts, &ep) {
-                // No socket: its apps get no session, rather than one
-                // beside the host's sysfs. Its CDI spec went above.
-                error!(endpoint = %ep.cfg.name, "endpoint not served: {why}");
-                if ep.cfg.device_of.is_none() {
-                    let _ = std::fs::remove_file(&ep.socket);
-                }
-                continue;
-            }
-            if let Err(e) = crate::operator::endpoints::serve(&parts, &ep) {
-                unserve_all(&parts);
-                return Err(e);
-            }
-        }
-        if let Err(e) = crate::peer::link::start(&parts, parts.cfg.underlay.ip, parts.cfg.cm.port) {
-            unserve_all(&parts);
-            return Err(e);
-        }
+        let undo = Unserve::armed(&parts);
+        serve_endpoints(&parts)?;
+        crate::peer::link::start(&parts, parts.cfg.underlay.ip, parts.cfg.cm.port)?;
         let control_path = parts.cfg.control_socket();
-        let control = match bind_control(&control_path) {
-            Ok(c) => c,
-            Err(e) => {
-                unserve_all(&parts);
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot listen on {}: {e}", control_path.display()),
-                ));
-            }
-        };
-        {
-            let parts = parts.clone();
-            thread::Builder::new()
-                .name("control".into())
-                .spawn(move || crate::operator::control_server::control_loop(parts, control))?;
-        }
-        if parts.admission.backstop().is_some() {
-            let s = parts.clone();
-            thread::Builder::new()
-                .name("backstop".into())
-                .spawn(move || backstop_loop(s))?;
-            let s = parts.clone();
-            thread::Builder::new()
-                .name("backstop-sets".into())
-                .spawn(move || {
-                    if let Some(b) = s.admission.backstop() {
-                        let beat = s.run.heartbeat("backstop-sets", STALL);
-                        while !s.run.is_stopping() {
-                            beat.beat();
-                            b.flush_updates(Duration::from_millis(500));
-                        }
-                        b.flush_updates(Duration::ZERO);
-                    }
-                })?;
-        }
+        start_control(&parts, &control_path)?;
+        start_backstop_threads(&parts)?;
         // Set once the start is done: /readyz answers 503 until then.
         let started = Arc::new(AtomicBool::new(false));
-        if let Some(addr) = parts.cfg.metrics.listen {
-            let weak = Arc::downgrade(&parts);
-            let sampler: crate::metrics::Sampler =
-                Box::new(move || weak.upgrade().map(|s| s.sample()));
-            let registry = crate::metrics::registry(&parts.metrics, sampler);
-            let (w1, w2, up) = (
-                Arc::downgrade(&parts),
-                Arc::downgrade(&parts),
-                started.clone(),
-            );
-            let probes = crate::http::Probes {
-                health: Box::new(move || {
-                    w1.upgrade()
-                        .map_or(Err(Said::state("stopping")), |p| health(&p))
-                }),
-                ready: Box::new(move || {
-                    let started = up.load(Ordering::SeqCst);
-                    w2.upgrade()
-                        .map_or(Err(Said::state("not ready: stopping")), |p| {
-                            readiness(&p, started)
-                        })
-                }),
-            };
-            let beat = parts.run.heartbeat("metrics", STALL);
-            let weak = Arc::downgrade(&parts);
-            let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
-            let access = crate::http::Access::load(&parts.cfg.metrics).map_err(|e| {
-                unserve_all(&parts);
-                invalid(e)
-            })?;
-            if let Err(e) = crate::http::serve(addr, registry, probes, access, beat, stopping) {
-                unserve_all(&parts);
-                return Err(e);
-            }
-        }
-        if !audit_nl.is_empty() {
-            let nl = audit_nl;
-            let s = parts.clone();
-            thread::Builder::new()
-                .name("audit".into())
-                .spawn(move || audit_loop(s, nl))?;
-        }
-        if let Some(c) = &parts.cluster {
-            c.clone()
-                .start(parts.clone())
-                .map_err(|e| io::Error::other(format!("cluster: {e}")))?;
-            // With etcd up, serve the cluster's view from the first request.
-            if !c.wait_connected(Duration::from_secs(5)) {
-                warn!(error = ?c.health().error, "cluster: etcd not reachable yet; serving the file's view and retrying");
-            }
-        }
-        {
-            // Endpoints' cgroups appear when their containers start: their
-            // rdma limits and rate-limit marks follow.
-            let s = parts.clone();
-            thread::Builder::new()
-                .name("cgroup-limits".into())
-                .spawn(move || {
-                    let beat = s.run.heartbeat("cgroup-limits", STALL);
-                    while !s.run.is_stopping() {
-                        beat.beat();
-                        for ep in s.registry.local() {
-                            s.limits
-                                .apply_rdma_limits(&ep, &s.rail(&ep).device.host.name);
-                        }
-                        if let Err(e) = s.limits.sync_rates(&s.registry.configs()) {
-                            warn!("rate limits: {e}");
-                        }
-                        thread::sleep(Duration::from_secs(2));
-                    }
-                })?;
-        }
-        {
-            // Always running: an endpoint added later may have a view.
-            let s = parts.clone();
-            thread::Builder::new()
-                .name("sysfs-view".into())
-                .spawn(move || sysfs_view_loop(s))?;
-        }
-        {
-            let (w1, w2) = (Arc::downgrade(&parts), Arc::downgrade(&parts));
-            crate::notify::watchdog(
-                move || w1.upgrade().map_or_else(Vec::new, |p| p.run.stalled()),
-                move || w2.upgrade().is_none_or(|p| p.run.is_stopping()),
-            )?;
-        }
+        start_metrics(&parts, &started)?;
+        start_audit(&parts, audit_nl)?;
+        start_cluster(&parts)?;
+        start_cgroup_limits(&parts)?;
+        start_sysfs_view(&parts)?;
+        start_watchdog(&parts)?;
+        undo.disarm();
         started.store(true, Ordering::SeqCst);
         Ok(Daemon {
             parts,
@@ -507,10 +618,6 @@ impl Daemon {
     }
 }
 
-/// `/healthz`: masqd's watched loops make progress (`Run::stalled`), the
-/// same check that keeps the systemd watchdog pinged. The probes' states
-/// are fixed phrases; what lies behind one (which loop, socket or error)
-/// is its detail, for `?verbose` clients the metrics let in (`http.rs`).
 /// The control socket, 0600 from its first moment (root's only: it
 /// changes everything), replacing a stale one.
 fn bind_control(path: &std::path::Path) -> io::Result<UnixListener> {
@@ -523,6 +630,10 @@ fn bind_control(path: &std::path::Path) -> io::Result<UnixListener> {
     crate::safe_fs::Dir::open(dir)?.bind_socket(name, 0o600, |at| UnixListener::bind(at))
 }
 
+/// `/healthz`: masqd's watched loops make progress (`Run::stalled`), the
+/// same check that keeps the systemd watchdog pinged. The probes' states
+/// are fixed phrases; what lies behind one (which loop, socket or error)
+/// is its detail, for `?verbose` clients the metrics let in (`http.rs`).
 fn health(parts: &Parts) -> Result<Said, Said> {
     let stalled = parts.run.stalled();
     if stalled.is_empty() {

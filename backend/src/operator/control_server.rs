@@ -260,3 +260,7 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "control_server_tests.rs"]
+mod tests;

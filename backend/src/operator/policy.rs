@@ -209,3 +209,7 @@ impl Store for Parts {
         Some((p.text().to_string(), p.file().to_string()))
     }
 }
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

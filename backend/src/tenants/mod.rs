@@ -4,10 +4,13 @@
 //! requests dispatched (`dispatch`), and the live sessions (`sessions`)
 //! with their kernel; the containers' and pods' cgroups the backstop
 //! filters as an endpoint's (`cgroups`); and the housekeeping threads
-//! (`watch`).
+//! (`watch`). Its unit tests, and the operator's, build the parts
+//! without the kernel (`fakes`).
 
 pub mod cgroups;
 pub mod dispatch;
+#[cfg(test)]
+pub mod fakes;
 pub mod kernel;
 pub mod parts;
 pub mod serve;

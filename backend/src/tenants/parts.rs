@@ -79,6 +79,23 @@ impl Parts {
         cluster: Option<Arc<Cluster>>,
         rates: Option<crate::enforce::ratelimit::RateLimits>,
     ) -> Parts {
+        let devices = devices
+            .into_iter()
+            .map(|(host, rdma)| Device::new(host, rdma))
+            .collect();
+        Parts::with_devices(cfg, admission, registry, devices, cluster, rates)
+    }
+
+    /// `new`, with each rail's device already made (one per rail, in the
+    /// config's order).
+    pub fn with_devices(
+        cfg: Config,
+        admission: Admission,
+        registry: Registry,
+        devices: Vec<Device>,
+        cluster: Option<Arc<Cluster>>,
+        rates: Option<crate::enforce::ratelimit::RateLimits>,
+    ) -> Parts {
         let metrics = admission.metrics.clone();
         Parts {
             limits: Limits::new(&cfg, rates),
@@ -90,9 +107,9 @@ impl Parts {
                 .rails
                 .iter()
                 .zip(devices)
-                .map(|(r, (host, rdma))| Rail {
+                .map(|(r, device)| Rail {
                     name: r.name.clone(),
-                    device: Device::new(host, rdma),
+                    device,
                     underlay: r.underlay.clone(),
                 })
                 .collect(),

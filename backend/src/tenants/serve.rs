@@ -184,33 +184,5 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn host() -> crate::kernel::host::HostDevice {
-        crate::kernel::host::HostDevice::rxe0_for_tests()
-    }
-
-    /// Issue 51: with a dangling link planted at sysfs/class/infiniband,
-    /// masqd served the endpoint without its view (the apps read the
-    /// host's sysfs). Now the endpoint is refused, the link named.
-    #[test]
-    fn an_endpoint_whose_view_cannot_be_made_is_refused() {
-        let t = tempfile::tempdir().expect("tempdir");
-        let dir = t.path().join("acme-a");
-        let sock = dir.join("masq.sock");
-        std::fs::create_dir_all(dir.join("sysfs/class")).expect("mkdir");
-        let link = dir.join("sysfs/class/infiniband");
-        std::os::unix::fs::symlink(t.path().join("nowhere"), &link).expect("link");
-        let why = sysfs_view_for(&sock, std::slice::from_ref(&sock), &host())
-            .err()
-            .expect("refused");
-        assert!(why.contains(&link.display().to_string()), "{why}");
-        // A directory shared with another endpoint has no view, and is
-        // no refusal.
-        let other = dir.join("other.sock");
-        assert!(matches!(sysfs_view_for(&sock, &[other], &host()), Ok(None)));
-        std::fs::remove_file(&link).expect("unlink");
-        assert!(matches!(sysfs_view_for(&sock, &[], &host()), Ok(Some(_))));
-    }
-}
+#[path = "serve_tests.rs"]
+mod tests;

@@ -215,38 +215,5 @@ impl Sessions {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn view(pid: i32) -> SessionView {
-        SessionView {
-            endpoint: "acme-a".into(),
-            tenant: "acme".into(),
-            pid,
-            app: String::new(),
-            started: 0,
-            requests: 0,
-            qps: BTreeMap::new(),
-        }
-    }
-
-    #[test]
-    fn a_session_is_seen_until_closed_and_gone_once_its_app_hangs_up() {
-        let s = Sessions::default();
-        let id = s.next_id();
-        assert_eq!((id, s.next_id()), (1, 2), "ids count from 1");
-        let (ours, theirs) = Conn::pair().expect("socketpair");
-        s.opened(id, &ours, view(42));
-        assert_eq!(s.pid(id), Some(42));
-        assert!(!s.app_gone(id));
-        drop(theirs);
-        assert!(s.app_gone(id), "hung up, before its thread reads it");
-        let f = std::fs::File::open("/dev/null").expect("open");
-        s.register_fd(id, Arc::new(OwnedFd::from(f)));
-        assert!(s.fd(id).is_some());
-        s.closed(id);
-        assert_eq!((s.pid(id), s.fd(id).is_none()), (None, true));
-        assert!(s.app_gone(id));
-        assert_eq!(s.with_views(|v| v.len()), 0);
-    }
-}
+#[path = "sessions_tests.rs"]
+mod tests;

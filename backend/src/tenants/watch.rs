@@ -260,3 +260,7 @@ pub fn backstop_loop(parts: Arc<Parts>) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "watch_tests.rs"]
+mod tests;

@@ -1,0 +1,48 @@
+//! An endpoint's sysfs view, and the sessions it admits.
+use super::*;
+use crate::tenants::fakes::FakeParts;
+
+fn host() -> crate::kernel::host::HostDevice {
+    crate::kernel::host::HostDevice::rxe0_for_tests()
+}
+
+/// Issue 51: with a dangling link planted at sysfs/class/infiniband,
+/// masqd served the endpoint without its view (the apps read the
+/// host's sysfs). Now the endpoint is refused, the link named.
+#[test]
+fn an_endpoint_whose_view_cannot_be_made_is_refused() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("acme-a");
+    let sock = dir.join("masq.sock");
+    std::fs::create_dir_all(dir.join("sysfs/class")).expect("mkdir");
+    let link = dir.join("sysfs/class/infiniband");
+    std::os::unix::fs::symlink(t.path().join("nowhere"), &link).expect("link");
+    let why = sysfs_view_for(&sock, std::slice::from_ref(&sock), &host())
+        .err()
+        .expect("refused");
+    assert!(why.contains(&link.display().to_string()), "{why}");
+    // A directory shared with another endpoint has no view, and is
+    // no refusal.
+    let other = dir.join("other.sock");
+    assert!(matches!(sysfs_view_for(&sock, &[other], &host()), Ok(None)));
+    std::fs::remove_file(&link).expect("unlink");
+    assert!(matches!(sysfs_view_for(&sock, &[], &host()), Ok(Some(_))));
+}
+
+/// `tenantLimits.sessions` per endpoint: one more is refused EMFILE
+/// naming the limit, and a session that ends makes room again.
+#[test]
+fn an_endpoints_sessions_past_its_limit_are_refused_emfile() {
+    let f = FakeParts::with_config(|c| c.tenant_limits.sessions = 2);
+    let ep = f.endpoint("acme-a");
+    let (conn, _app) = Conn::pair().expect("socketpair");
+    let one = admit_session(&f.parts, &ep, &conn).expect("first");
+    let _two = admit_session(&f.parts, &ep, &conn).expect("second");
+    let r = admit_session(&f.parts, &ep, &conn).expect_err("third");
+    assert_eq!(r.errno(), libc::EMFILE, "{}", r.why());
+    assert!(r.why().contains("limit reached (2 of 2)"), "{}", r.why());
+    // Another endpoint's sessions are its own.
+    let _globex = admit_session(&f.parts, &f.endpoint("globex-a"), &conn).expect("globex-a");
+    drop(one);
+    admit_session(&f.parts, &ep, &conn).expect("room again");
+}
