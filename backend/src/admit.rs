@@ -136,3 +136,47 @@ impl Mirrored {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rconntrack::{CmSide, QpType};
+
+    /// A connection the CM made is decided as the CM's connect to the
+    /// listener's port, seen from either side; others have no port.
+    #[test]
+    fn a_tracked_connection_asks_what_made_it() {
+        let side = |active| CmSide {
+            active,
+            local_port: 40001,
+            remote_port: 7471,
+        };
+        let cm = |active| Entry {
+            cm: Some(side(active)),
+            ..Default::default()
+        };
+        assert_eq!(
+            Conn::of(&cm(true)),
+            Conn::Cm {
+                outbound: true,
+                space: PortSpace::Tcp,
+                port: 7471
+            }
+        );
+        // The accepting side listens on its own port.
+        assert_eq!(
+            Conn::of(&cm(false)),
+            Conn::Cm {
+                outbound: false,
+                space: PortSpace::Tcp,
+                port: 40001
+            }
+        );
+        let ud = Entry {
+            qp_type: QpType::Ud,
+            ..Default::default()
+        };
+        assert_eq!(Conn::of(&ud), Conn::Ud);
+        assert_eq!(Conn::of(&Entry::default()), Conn::Qp);
+    }
+}
