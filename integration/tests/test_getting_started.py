@@ -166,7 +166,12 @@ def test_the_getting_started_page_runs_as_written_on_two_hosts(testbed):
             for host in hosts:
                 r = tb.run(host, "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
                            f"cd {WORKDIR}\n{for_testbed(block)}", check=False, timeout=600)
-                assert r.returncode == 0, f"{host}:\n{block}\n{r.stdout}\n{r.stderr}"
+                if r.returncode != 0:
+                    # What the host holds, before the cleanup takes it away.
+                    state = tb.run(host, "sh", "-c", "ls -l /var/lib/cni/networks/acme; "
+                                   "head -n 3 /var/lib/cni/networks/acme/*; podman ps -a; "
+                                   "tail -n 20 " + f"{WORKDIR}/masqd.log", check=False).stdout
+                    pytest.fail(f"{host}:\n{block}\n{r.stdout}\n{r.stderr}\nstate:\n{state}")
                 out[(host, block)] = r.stdout
         client = next(o for (h, b), o in out.items()
                       if h == "host1" and "ib_write_bw -d vrdma0 -x 1 10.0.0.2" in b)
