@@ -69,6 +69,21 @@ pub struct Ask<'a> {
 }
 
 impl Ask<'_> {
+    /// `ep` (this host's endpoint) with `remote` in its VNI.
+    pub fn from_endpoint(
+        ep: &crate::config::EndpointConfig,
+        remote: Ipv4Addr,
+        conn: Conn,
+    ) -> Ask<'_> {
+        Ask {
+            tenant: &ep.tenant,
+            vni: ep.vni,
+            local: ep.vip,
+            remote,
+            conn,
+        }
+    }
+
     /// A tracked connection's question.
     pub fn of(e: &Entry) -> Ask<'_> {
         Ask {

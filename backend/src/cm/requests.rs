@@ -344,21 +344,16 @@ impl Cm {
         i.active = true;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
-        let ask = Ask {
-            tenant: &cfg.tenant,
-            vni: cfg.vni,
-            local: cfg.vip,
-            remote: dst,
-            conn: Conn::Cm {
-                outbound: true,
-                space: if i.udp {
-                    PortSpace::Udp
-                } else {
-                    PortSpace::Tcp
-                },
-                port: dst_port,
+        let conn = Conn::Cm {
+            outbound: true,
+            space: if i.udp {
+                PortSpace::Udp
+            } else {
+                PortSpace::Tcp
             },
+            port: dst_port,
         };
+        let ask = Ask::from_endpoint(cfg, dst, conn);
         let rule = match shared.decide().decide(&ask, shared.registry()) {
             Ok(rule) => rule,
             Err(why) => {

@@ -182,17 +182,20 @@ impl Admission {
     /// not: the security groups' rule and, for a tenant that enforces it,
     /// NetworkPolicy's (`netpol:...`, see `Verdict::label`).
     pub fn decide(&self, ask: &Ask, pods: &dyn Pods) -> Result<Arc<str>, Denied> {
-        let verdict = self.verdict(self.active().as_deref(), ask, pods);
+        let ends = || NetworkPolicies::ends(ask, pods);
+        let verdict = self.verdict(self.active().as_deref(), ask, ends);
         let counted = verdict.as_deref().map_err(|_| ());
         self.metrics.admission(ask.tenant, counted);
         verdict
     }
 
+    /// `ends` says which pods the ends are, asked only for a tenant that
+    /// enforces NetworkPolicy.
     fn verdict(
         &self,
         policy: Option<&Policy>,
         ask: &Ask,
-        pods: &dyn Pods,
+        ends: impl FnOnce() -> Ends,
     ) -> Result<Arc<str>, Denied> {
         let Some(policy) = policy else {
             return Ok(Arc::from("no-policy"));
@@ -207,7 +210,7 @@ impl Admission {
         if !policy.enforces_network_policy(ask.tenant) {
             return Ok(Arc::from(v.rule()));
         }
-        let np = self.netpol.decide(ask, &NetworkPolicies::ends(ask, pods));
+        let np = self.netpol.decide(ask, &ends());
         if np.allowed {
             Ok(Arc::from(format!("{},{}", v.rule(), np.label())))
         } else {
@@ -230,7 +233,10 @@ impl Admission {
         // the re-evaluation under the old rules.
         let mut table = self.table();
         *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Some(policy.clone());
-        let to_reset = table.reevaluate(|e| self.again(&policy, keep, &Ask::of(e), pods));
+        let to_reset = table.reevaluate(|e| {
+            let ask = Ask::of(e);
+            self.again(&policy, keep, &ask, || NetworkPolicies::ends(&ask, pods))
+        });
         Applied {
             version,
             keep,
@@ -241,8 +247,14 @@ impl Admission {
     /// A tracked connection decided again under `policy`: its new rule,
     /// `Deny`, or nothing to change (allowed as it was, or denied under
     /// `keep`).
-    fn again(&self, policy: &Policy, keep: bool, ask: &Ask, pods: &dyn Pods) -> Option<Decision> {
-        match self.verdict(Some(policy), ask, pods) {
+    fn again(
+        &self,
+        policy: &Policy,
+        keep: bool,
+        ask: &Ask,
+        ends: impl FnOnce() -> Ends,
+    ) -> Option<Decision> {
+        match self.verdict(Some(policy), ask, ends) {
             Ok(rule) => Some(Decision::Allow(rule)),
             Err(_) if keep => None,
             Err(_) => Some(Decision::Deny),
@@ -292,10 +304,11 @@ impl Admission {
                 return None;
             }
             let ask = Ask::of(e);
-            if !affected(&ask, &NetworkPolicies::ends(&ask, pods)) {
+            let ends = NetworkPolicies::ends(&ask, pods);
+            if !affected(&ask, &ends) {
                 return None;
             }
-            self.again(&policy, keep, &ask, pods)
+            self.again(&policy, keep, &ask, || ends)
         });
         Applied {
             version: policy.version_hash().to_string(),

@@ -55,12 +55,7 @@ impl Parts {
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy, &self.registry);
         self.metrics.policy_applied_now();
-        let reset = self.sessions.reset(
-            &self.admission,
-            self.first_device().driver_id,
-            &applied.to_reset,
-            "policy change",
-        );
+        let reset = self.reset_denied(&applied.to_reset, "policy change");
         // Under `keep`, established tcp/udp flows stay too (stateful
         // security groups); otherwise their kernel entries go.
         let flows = match (applied.keep, self.admission.active()) {
@@ -78,11 +73,8 @@ impl Parts {
         )
     }
 
-    /// Move the QPs of connections NetworkPolicy now denies to ERROR.
-    fn reset_netpol_denied(&self, denied: &[rconntrack::Entry], why: &str) -> usize {
-        if denied.is_empty() {
-            return 0;
-        }
+    /// Move the QPs of connections a change now denies to ERROR.
+    fn reset_denied(&self, denied: &[rconntrack::Entry], why: &str) -> usize {
         self.sessions
             .reset(&self.admission, self.first_device().driver_id, denied, why)
     }
@@ -168,7 +160,7 @@ impl Store for Parts {
     fn mirrored_all(&self, all: masq_policy::netpol::Snapshot) {
         let (pods, policies) = (all.pods.len(), all.policies.len());
         let applied = self.admission.mirrored_all(all, &self.registry);
-        let reset = self.reset_netpol_denied(&applied.to_reset, "NetworkPolicy read again");
+        let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy read again");
         info!(
             pods,
             networkpolicies = policies,
@@ -180,7 +172,7 @@ impl Store for Parts {
     fn mirrored(&self, m: crate::admit::Mirrored) {
         let what = m.describe();
         let applied = self.admission.mirrored(m, &self.registry);
-        let reset = self.reset_netpol_denied(&applied.to_reset, "NetworkPolicy change");
+        let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy change");
         if applied.to_reset.is_empty() {
             debug!(reset, keep = applied.keep, "cluster: Kubernetes {what}");
         } else {

@@ -66,7 +66,10 @@ pub(crate) fn create_ah(
     let (remote_vip, peer_host, traffic_class) = (av.vip, av.host, av.traffic_class);
     // UD is RDMA: the same predicate as a connection, per destination.
     h.decide()
-        .decide(&ud_ask(&ep, remote_vip), h.registry())
+        .decide(
+            &Ask::from_endpoint(&ep.cfg, remote_vip, Conn::Ud),
+            h.registry(),
+        )
         .map_err(|why| deny(&ep, remote_vip, &why))?;
     if sess.ah_pending.len() >= MAX_PENDING {
         // The oldest admission was never bound: its provider call failed.
@@ -135,7 +138,10 @@ fn track(
     let gate = h.decide().admitting();
     let rule = h
         .decide()
-        .decide(&ud_ask(&ep, p.remote_vip), h.registry())
+        .decide(
+            &Ask::from_endpoint(&ep.cfg, p.remote_vip, Conn::Ud),
+            h.registry(),
+        )
         .map_err(|why| deny(&ep, p.remote_vip, &why))?;
     let entry = rconntrack::Entry {
         session: sess.id,
@@ -335,17 +341,6 @@ fn remote_sender(h: &dyn QpHost, vni: u32, host: Ipv4Addr, qpn: u32) -> Option<I
     match h.registry().vpc().vips_on_host(vni, host)[..] {
         [one] => Some(one),
         _ => None,
-    }
-}
-
-/// What an address handle to `remote` asks.
-fn ud_ask(ep: &Endpoint, remote: Ipv4Addr) -> Ask<'_> {
-    Ask {
-        tenant: &ep.cfg.tenant,
-        vni: ep.cfg.vni,
-        local: ep.cfg.vip,
-        remote,
-        conn: Conn::Ud,
     }
 }
 

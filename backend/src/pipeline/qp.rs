@@ -270,14 +270,8 @@ fn admit(
 /// What a connected QP's move to RTR asks: a verbs QP, or the RDMA CM's
 /// connection if the CM set it up (NetworkPolicy reads its port).
 fn ask<'a>(h: &dyn QpHost, sess: &'a Session, qpn: u32, remote: Ipv4Addr) -> Ask<'a> {
-    let ep = &sess.ep.cfg;
-    Ask {
-        tenant: &ep.tenant,
-        vni: ep.vni,
-        local: ep.vip,
-        remote,
-        conn: h.cm_side(&sess.ep, qpn).map_or(Conn::Qp, Conn::cm_side),
-    }
+    let conn = h.cm_side(&sess.ep, qpn).map_or(Conn::Qp, Conn::cm_side);
+    Ask::from_endpoint(&sess.ep.cfg, remote, conn)
 }
 
 /// Times steps for the metrics: each `step` hands `record` the time since
