@@ -468,6 +468,10 @@ def tracked(tb, at, peer_vip):
                                    peer_vip)["entries"]]
 
 
+# Extended: two live pingpongs keep both guests busy for about a minute
+# (134 s beside the other testbed), past make test's budget; the admission's
+# unit tests (enforce/admission.rs) run in make test.
+@pytest.mark.extended
 def test_networkpolicy_in_etcd_decides_rdma_between_pods(cluster):
     """Tenant acme enforces NetworkPolicy: with team/db isolated to its
     namespace, team/cli reaches it (the rules of both in RConntrack) and
