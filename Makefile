@@ -35,6 +35,11 @@ DEB := target/masq_$(VERSION)_$(ARCH).deb
 # masqctl's shell completions and the man pages, made by `make` from the
 # CLI definitions (backend/src/operator/cli) with masq-cli-gen.
 CLI_GEN := target/cli
+# Every Go build, vet and test of the project with one set of flags, in one
+# workspace (go.work: one build list for all four modules), so Go's build
+# cache compiles client-go and its kin once for all of them: with flags that
+# differed per command, a cold make test compiled them six times (~7 min).
+GO := CGO_ENABLED=0 GOFLAGS=-trimpath go
 
 .PHONY: all build deps deps-build deps-deb lint-deb test-build-clean demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb images rules test-deb-clean \
@@ -63,26 +68,26 @@ build: deps-build nri signer netpol
 # masq-nri, the NRI plugin (Go; its modules from the Go module proxy).
 NRI := target/release/masq-nri
 nri: deps-build
-	cd cni/nri && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(NRI) .
-	cd cni/nri && go vet ./...
+	cd cni/nri && $(GO) build -o ../../$(NRI) .
+	cd cni/nri && $(GO) vet ./...
 
 # masq-nri's unit tests: a pod that did not ask for masq is never failed
 # and never waits on masqd; one that did fails in time, saying why.
 test-nri: deps
-	cd cni/nri && GOFLAGS=-mod=mod go test ./...
+	cd cni/nri && $(GO) test ./...
 
 # masq-signer: a node's certificate and etcd role through a Kubernetes CSR
 # (join, the DaemonSet's init container) signed by a controller that alone
 # holds the CA (docs/kubernetes.md). Go, its modules from the proxy.
 SIGNER := target/release/masq-signer
 signer: deps-build
-	cd cni/signer && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(SIGNER) .
-	cd cni/signer && go vet ./...
+	cd cni/signer && $(GO) build -o ../../$(SIGNER) .
+	cd cni/signer && $(GO) vet ./...
 
 # masq-signer's unit tests: each check that denies a CSR, the certificate
 # signed, and join keeping only a certificate that still fits its node.
 test-signer: deps-build
-	cd cni/signer && GOFLAGS=-mod=mod go test ./...
+	cd cni/signer && $(GO) test ./...
 
 # masq-netpol: Kubernetes NetworkPolicy's mirror, the API's namespaces,
 # masq pods and policies copied below {prefix}/k8s/ in etcd for masqd
@@ -90,14 +95,14 @@ test-signer: deps-build
 # proxy.
 NETPOL := target/release/masq-netpol
 netpol: deps-build
-	cd cni/netpol && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o ../../$(NETPOL) .
-	cd cni/netpol && go vet ./...
+	cd cni/netpol && $(GO) build -o ../../$(NETPOL) .
+	cd cni/netpol && $(GO) vet ./...
 
 # masq-netpol's unit tests: client-go's fake API server and a real etcd
 # (skipped, saying so, without one): the first sync, changes, deletions,
 # non-masq pods left out, stale keys gone, nothing written outside k8s/.
 test-netpol: deps
-	cd cni/netpol && GOFLAGS=-mod=mod go test ./...
+	cd cni/netpol && $(GO) test ./...
 
 demo: deps build
 	integration/demo
@@ -226,8 +231,8 @@ test-cluster: deps build
 # serializer (packaging/kubernetes/check; Go modules from the proxy), and
 # that check's test that each kind of mistake is caught.
 test-manifests: deps
-	cd packaging/kubernetes/check && GOFLAGS=-mod=mod go test -count=1 ./... && go vet ./... && \
-		GOFLAGS=-mod=mod go build -o ../../../target/check-manifests .
+	cd packaging/kubernetes/check && $(GO) test -count=1 ./... && $(GO) vet ./... && \
+		$(GO) build -o ../../../target/check-manifests .
 	target/check-manifests packaging/kubernetes packaging/kubernetes/example packaging/kubernetes/netpol
 
 # Kubernetes' runtime path: containerd 2 driven by crictl as a kubelet
