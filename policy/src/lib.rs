@@ -531,17 +531,20 @@ impl Policy {
             .endpoints
             .get(endpoint)
             .ok_or_else(|| NftError::UnknownEndpoint(endpoint.to_string()))?;
-        nft::render(self, ep, host_ifname, bridge_ifname)
+        nft::render(self, ep, host_ifname, bridge_ifname, None)
     }
 
     /// `render_nft` for an endpoint given whole: one that came after the
-    /// policy was compiled (endpoints come and go) has its rules too.
+    /// policy was compiled (endpoints come and go) has its rules too. With
+    /// `netpol`, the pod's Kubernetes NetworkPolicy ([`netpol::Index::flows`])
+    /// is a second base chain: tcp and udp need both.
     pub fn render_nft_for(
         &self,
         ep: &EndpointRef,
         host_ifname: &str,
         bridge_ifname: &str,
+        netpol: Option<&netpol::PodFlows>,
     ) -> Result<String, NftError> {
-        nft::render(self, ep, host_ifname, bridge_ifname)
+        nft::render(self, ep, host_ifname, bridge_ifname, netpol)
     }
 }

@@ -21,6 +21,7 @@
 //! ICMP and other protocols pass), matching what the policy can express.
 
 use crate::compile::{PeerM, RuleM, TenantM};
+use crate::netpol::{FlowRule, Flows, PodFlows};
 use crate::schema::{Cidr, PortRange, Protocol};
 use crate::{EndpointRef, Policy};
 use std::fmt::{self, Write};
@@ -203,11 +204,156 @@ fn chain_rules(out: &mut String, t: &TenantM, rules: &[&RuleM], field: &str, vni
     }
 }
 
+/// A comment nft takes as written: names from the API (NetworkPolicy's)
+/// are not checked for quotes, and nft keeps 128 bytes of a comment.
+fn comment(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "/._-[]:+() ".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(127)
+        .collect()
+}
+
+/// The accept lines of one NetworkPolicy rule: each address match (the
+/// selected pods' vIPs, each `ipBlock` less its exceptions) with each
+/// protocol's ports.
+fn netpol_lines(out: &mut String, rule: &FlowRule, field: &str) {
+    let name = comment(&rule.name);
+    if let Some(why) = rule.admits_nothing() {
+        let _ = writeln!(out, "\t\t# {name}: {why}");
+        return;
+    }
+    let addrs: Vec<String> = match &rule.peers {
+        None => vec![String::new()],
+        Some(p) => {
+            let mut addrs = Vec::new();
+            if !p.vips.is_empty() {
+                addrs.push(format!("ip {field} {} ", set(&p.vips)));
+            }
+            for b in &p.blocks {
+                let net = NftNet(Cidr {
+                    addr: u32::from(b.net.0),
+                    len: b.net.1,
+                });
+                // Any IPv4 peer, as the security groups write 0.0.0.0/0.
+                let mut a = if b.net.1 == 0 {
+                    "ether type ip ".to_string()
+                } else {
+                    format!("ip {field} {net} ")
+                };
+                if !b.except.is_empty() {
+                    let except: Vec<NftNet> = b
+                        .except
+                        .iter()
+                        .map(|&(ip, len)| {
+                            NftNet(Cidr {
+                                addr: u32::from(ip),
+                                len,
+                            })
+                        })
+                        .collect();
+                    let _ = write!(a, "ip {field} != {} ", set(&except));
+                }
+                addrs.push(a);
+            }
+            addrs
+        }
+    };
+    let ports: Vec<String> = match &rule.ports {
+        None => vec!["meta l4proto { tcp, udp }".into()],
+        Some(ports) => {
+            let mut lines = Vec::new();
+            for (proto, name) in [
+                (crate::netpol::Protocol::Tcp, "tcp"),
+                (crate::netpol::Protocol::Udp, "udp"),
+            ] {
+                let of: Vec<_> = ports.iter().filter(|p| p.protocol == proto).collect();
+                if of.iter().any(|p| p.range.is_none()) {
+                    lines.push(format!("meta l4proto {name}"));
+                } else if !of.is_empty() {
+                    let ranges: Vec<PortRange> = of
+                        .iter()
+                        .filter_map(|p| p.range)
+                        .map(|(lo, hi)| PortRange { lo, hi })
+                        .collect();
+                    lines.push(format!("{name} dport {}", set(&normalize_ports(ranges))));
+                }
+            }
+            lines
+        }
+    };
+    for a in &addrs {
+        for p in &ports {
+            let _ = writeln!(out, "\t\t{a}{p} accept comment \"{name}\"");
+        }
+    }
+}
+
+/// One direction's NetworkPolicy chain; `None` when it is open.
+fn netpol_chain(flows: &Flows, chain: &str, dir: &str, field: &str) -> Option<String> {
+    let mut s = String::new();
+    let _ = writeln!(s, "\tchain {chain} {{");
+    let _ = writeln!(s, "\t\tether type arp accept");
+    let _ = writeln!(s, "\t\tct state established,related accept");
+    let deny = match flows {
+        Flows::Open => return None,
+        Flows::Unknown(pod) => format!("netpol:unknown {pod}"),
+        Flows::Isolated { pod, rules } => {
+            for r in rules {
+                netpol_lines(&mut s, r, field);
+            }
+            format!("netpol:default-deny {pod} {dir}")
+        }
+    };
+    let _ = writeln!(
+        s,
+        "\t\tmeta l4proto {{ tcp, udp }} counter drop comment \"{}\"",
+        comment(&deny)
+    );
+    let _ = writeln!(s, "\t}}");
+    Some(s)
+}
+
+/// Kubernetes NetworkPolicy's chains, a base chain after the security
+/// groups' (priority 10): a frame passes when both accept it.
+fn netpol_chains(s: &mut String, flows: &PodFlows, host_ifname: &str) {
+    let to = netpol_chain(&flows.ingress, "netpol_to_endpoint", "ingress", "saddr");
+    let from = netpol_chain(&flows.egress, "netpol_from_endpoint", "egress", "daddr");
+    if to.is_none() && from.is_none() {
+        let _ = writeln!(
+            s,
+            "\t# Kubernetes NetworkPolicy: no policy isolates this pod"
+        );
+        return;
+    }
+    let _ = writeln!(s, "\tchain netpol {{");
+    let _ = writeln!(
+        s,
+        "\t\ttype filter hook forward priority 10; policy accept;"
+    );
+    if to.is_some() {
+        let _ = writeln!(s, "\t\toifname \"{host_ifname}\" jump netpol_to_endpoint");
+    }
+    if from.is_some() {
+        let _ = writeln!(s, "\t\tiifname \"{host_ifname}\" jump netpol_from_endpoint");
+    }
+    let _ = writeln!(s, "\t}}");
+    for chain in [to, from].into_iter().flatten() {
+        s.push_str(&chain);
+    }
+}
+
 pub(crate) fn render(
     policy: &Policy,
     ep: &EndpointRef,
     host_ifname: &str,
     bridge_ifname: &str,
+    netpol: Option<&PodFlows>,
 ) -> Result<String, NftError> {
     check_ifname(host_ifname)?;
     check_ifname(bridge_ifname)?;
@@ -310,6 +456,9 @@ pub(crate) fn render(
         (None, None) => {}
     }
     let _ = writeln!(s, "\t}}");
+    if let Some(flows) = netpol {
+        netpol_chains(&mut s, flows, host_ifname);
+    }
     let _ = writeln!(s, "}}");
     Ok(s)
 }

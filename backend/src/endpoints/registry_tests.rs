@@ -1,6 +1,7 @@
 //! The registry's placements, checks and listings.
 
 use super::*;
+use crate::config::CniOwner;
 use crate::endpoints::endpoint::Origin;
 
 fn cfg() -> Config {
@@ -352,4 +353,44 @@ fn the_runtime_file_round_trips() {
         .unwrap_err()
         .contains("runtime-endpoints.yaml"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// NetworkPolicy's selectors choose among every endpoint of a VNI: the
+/// local ones with the pod masq-cni named, the placed ones with the pod
+/// their host published, and none of another VNI.
+#[test]
+fn a_vnis_endpoints_are_listed_with_their_pods() {
+    let r = registry();
+    let mut pod = ep("team-db", "acme", 100, "10.0.0.3");
+    pod.cni = Some(Box::new(CniOwner {
+        container_id: "c1".into(),
+        network: "acme".into(),
+        ifname: "eth0".into(),
+        namespace: Some("team".into()),
+        pod: Some("db-0".into()),
+    }));
+    add(&r, pod);
+    add(&r, ep("acme-a", "acme", 100, "10.0.0.1"));
+    add(&r, ep("other-vni", "acme", 101, "10.0.0.3"));
+    let mut web = claim("198.18.0.3", "team-web", 100, "10.0.0.8", 5);
+    web.pod = Some(("team".into(), "web-0".into()));
+    r.place(SourceId::Cluster, web);
+    let mut all = r.pods_in(100);
+    all.sort();
+    let pod = |ns: &str, n: &str| Some((ns.to_string(), n.to_string()));
+    assert_eq!(
+        all,
+        [
+            ("10.0.0.1".parse().unwrap(), None),
+            // acme-b of the config file, placed on host .2.
+            ("10.0.0.2".parse().unwrap(), None),
+            ("10.0.0.3".parse().unwrap(), pod("team", "db-0")),
+            ("10.0.0.8".parse().unwrap(), pod("team", "web-0")),
+        ]
+    );
+    assert_eq!(
+        r.pod_at(100, "10.0.0.8".parse().unwrap()),
+        pod("team", "web-0")
+    );
+    assert_eq!(r.pods_in(102), []);
 }

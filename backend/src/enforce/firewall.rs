@@ -4,11 +4,18 @@
 
 use crate::config::EndpointConfig;
 use crate::kernel::nft::Nft;
+use masq_policy::netpol::PodFlows;
 use masq_policy::Policy;
 use std::io;
 
-/// The ruleset for every endpoint that names its host interface and bridge.
-pub fn render(policy: &Policy, endpoints: &[EndpointConfig]) -> Result<String, String> {
+/// The ruleset for every endpoint that names its host interface and bridge;
+/// `netpol` gives an endpoint's Kubernetes NetworkPolicy rules when its
+/// tenant enforces NetworkPolicy (a second chain: both must accept).
+pub fn render(
+    policy: &Policy,
+    endpoints: &[EndpointConfig],
+    netpol: &dyn Fn(&EndpointConfig) -> Option<PodFlows>,
+) -> Result<String, String> {
     let mut text = String::new();
     for e in endpoints {
         if let (Some(host_if), Some(bridge)) = (&e.host_if, &e.bridge) {
@@ -17,6 +24,7 @@ pub fn render(policy: &Policy, endpoints: &[EndpointConfig]) -> Result<String, S
                     &masq_policy::EndpointRef::new(&e.name, &e.tenant, e.vni, e.vip),
                     host_if,
                     bridge,
+                    netpol(e).as_ref(),
                 )
                 .map_err(|err| format!("endpoint {}: {err}", e.name))?;
             text.push_str(&r);

@@ -8,7 +8,8 @@
 //! published. Labels and policies are the mirror's alone.
 
 use crate::admit::{Ask, Conn, Mirrored, Pods};
-use masq_policy::netpol::{Change, Connection, Endpoint, Index, Snapshot, Verdict};
+use masq_policy::netpol::{Change, Connection, Endpoint, Index, PodFlows, Snapshot, Verdict};
+use std::net::Ipv4Addr;
 use std::sync::{RwLock, RwLockReadGuard};
 
 /// The mirrored NetworkPolicy, indexed.
@@ -82,6 +83,20 @@ impl NetworkPolicies {
         }
     }
 
+    /// NetworkPolicy's tcp/udp rules for the endpoint at `vip` of `vni`:
+    /// its pod's policies, with the VNI's endpoints as the peers their
+    /// selectors choose from (`enforce::firewall` renders them).
+    pub fn flows(&self, vni: u32, vip: Ipv4Addr, pods: &dyn Pods) -> PodFlows {
+        let all = pods.pods_in(vni);
+        let others: Vec<Endpoint> = all.iter().map(|(v, pod)| end(*v, pod)).collect();
+        let me = others
+            .iter()
+            .find(|e| e.vip == vip)
+            .copied()
+            .unwrap_or(Endpoint::other(vip));
+        self.read().flows(&me, &others)
+    }
+
     /// Whether `change` may alter the verdict between `ends`.
     pub fn touches(change: &Change, ask: &Ask, ends: &Ends) -> bool {
         let [local, remote] = endpoints(ask, ends);
@@ -92,10 +107,14 @@ impl NetworkPolicies {
 /// The pods (namespace, name) at an `Ask`'s local and remote vIPs.
 pub type Ends = [Option<(String, String)>; 2];
 
-fn endpoints<'a>(ask: &Ask, ends: &'a Ends) -> [Endpoint<'a>; 2] {
-    let end = |i: usize, vip| Endpoint {
-        pod: ends[i].as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
+/// A registry's (vIP, pod) as NetworkPolicy's endpoint.
+fn end(vip: Ipv4Addr, pod: &Option<(String, String)>) -> Endpoint<'_> {
+    Endpoint {
+        pod: pod.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
         vip,
-    };
-    [end(0, ask.local), end(1, ask.remote)]
+    }
+}
+
+fn endpoints<'a>(ask: &Ask, ends: &'a Ends) -> [Endpoint<'a>; 2] {
+    [end(ask.local, &ends[0]), end(ask.remote, &ends[1])]
 }

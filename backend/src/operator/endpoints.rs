@@ -177,7 +177,8 @@ impl Parts {
         }
         let one = std::slice::from_ref(&e);
         if let Some(p) = self.admission.active() {
-            crate::enforce::firewall::render(&p, one)
+            let flows = |e: &EndpointConfig| self.netpol_flows(&p, e);
+            crate::enforce::firewall::render(&p, one, &flows)
                 .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
         }
         let undo_firewall = || {

@@ -4,6 +4,7 @@
 //! holds `policy_ops` from resolving the policy to putting it in force.
 
 use crate::cluster::source::Store;
+use crate::config::EndpointConfig;
 use crate::endpoints::placement::{Placement, SourceId};
 use crate::run::lock;
 use crate::tenants::parts::Parts;
@@ -50,7 +51,8 @@ impl Parts {
     /// reset what it no longer allows.
     pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
         let started = Instant::now();
-        crate::enforce::firewall::render(&policy, &self.registry.configs())
+        let flows = |e: &EndpointConfig| self.netpol_flows(&policy, e);
+        crate::enforce::firewall::render(&policy, &self.registry.configs(), &flows)
             .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy, &self.registry);
@@ -73,6 +75,46 @@ impl Parts {
         )
     }
 
+    /// The Kubernetes NetworkPolicy rules of a local endpoint's vNIC, when
+    /// its tenant enforces NetworkPolicy under `policy`.
+    pub(crate) fn netpol_flows(
+        &self,
+        policy: &masq_policy::Policy,
+        e: &EndpointConfig,
+    ) -> Option<masq_policy::netpol::PodFlows> {
+        policy
+            .enforces_network_policy(&e.tenant)
+            .then(|| self.admission.netpol.flows(e.vni, e.vip, &self.registry))
+    }
+
+    /// NetworkPolicy's tcp/udp rules follow pods, labels, policies and
+    /// endpoints: the vNIC rulesets of the local endpoints whose tenant
+    /// enforces it, rendered and loaded again. The caller holds
+    /// `policy_ops`, so an older view never loads after a newer one.
+    fn netpol_firewall(&self, why: &str) {
+        let Some(policy) = self.admission.active() else {
+            return;
+        };
+        if !policy.any_network_policy() {
+            return;
+        }
+        let mut enforcing = self.registry.configs();
+        enforcing.retain(|e| policy.enforces_network_policy(&e.tenant));
+        if enforcing.is_empty() {
+            return;
+        }
+        let flows = |e: &EndpointConfig| self.netpol_flows(&policy, e);
+        match crate::enforce::firewall::render(&policy, &enforcing, &flows)
+            .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))
+        {
+            Ok(()) => debug!(
+                endpoints = enforcing.len(),
+                "{why}: NetworkPolicy's tcp/udp rules loaded again"
+            ),
+            Err(e) => warn!("{why}: NetworkPolicy's tcp/udp rules not changed: {e}"),
+        }
+    }
+
     /// Move the QPs of connections a change now denies to ERROR.
     fn reset_denied(&self, denied: &[rconntrack::Entry], why: &str) -> usize {
         self.sessions
@@ -92,6 +134,9 @@ impl Parts {
             if let Err(e) = self.apply_policy(policy) {
                 warn!("{why}: policy not resolved again: {e}");
             }
+        } else {
+            // The endpoints NetworkPolicy's selectors choose from changed.
+            self.netpol_firewall(why);
         }
     }
 }
@@ -159,7 +204,9 @@ impl Store for Parts {
 
     fn mirrored_all(&self, all: masq_policy::netpol::Snapshot) {
         let (pods, policies) = (all.pods.len(), all.policies.len());
+        let _one_at_a_time = lock(&self.policy_ops);
         let applied = self.admission.mirrored_all(all, &self.registry);
+        self.netpol_firewall("NetworkPolicy read again");
         let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy read again");
         info!(
             pods,
@@ -171,7 +218,9 @@ impl Store for Parts {
 
     fn mirrored(&self, m: crate::admit::Mirrored) {
         let what = m.describe();
+        let _one_at_a_time = lock(&self.policy_ops);
         let applied = self.admission.mirrored(m, &self.registry);
+        self.netpol_firewall(&format!("Kubernetes {what}"));
         let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy change");
         if applied.to_reset.is_empty() {
             debug!(reset, keep = applied.keep, "cluster: Kubernetes {what}");

@@ -155,12 +155,12 @@ impl Change<'_> {
 }
 
 /// An end as the index knows it.
-struct Resolved<'a> {
-    vip: Ipv4Addr,
-    who: Who<'a>,
+pub(super) struct Resolved<'a> {
+    pub vip: Ipv4Addr,
+    pub who: Who<'a>,
 }
 
-enum Who<'a> {
+pub(super) enum Who<'a> {
     Other,
     Unknown(Arc<str>),
     Pod {
@@ -190,10 +190,14 @@ impl Rule {
     }
 
     fn admits_peer(&self, policy: &NetworkPolicy, peer: &Resolved) -> bool {
-        if self.peers.is_empty() {
-            return true;
-        }
-        self.peers.iter().any(|p| match p {
+        self.peers.is_empty() || self.peers.iter().any(|p| p.admits(policy, peer))
+    }
+}
+
+impl Peer {
+    /// Whether this `from`/`to` item of `policy` selects `peer`.
+    pub(super) fn admits(&self, policy: &NetworkPolicy, peer: &Resolved) -> bool {
+        match self {
             Peer::IpBlock(block) => block.contains(peer.vip),
             Peer::Pods { pods, namespaces } => match &peer.who {
                 Who::Pod {
@@ -209,12 +213,12 @@ impl Rule {
                 }
                 Who::Other | Who::Unknown(_) => false,
             },
-        })
+        }
     }
 }
 
 impl Index {
-    fn resolve<'a>(&'a self, ep: &Endpoint) -> Resolved<'a> {
+    pub(super) fn resolve<'a>(&'a self, ep: &Endpoint) -> Resolved<'a> {
         let who = match ep.pod {
             None => Who::Other,
             Some((namespace, name)) => {

@@ -206,4 +206,4 @@ impl Index {
 
 #[cfg(test)]
 #[path = "index_tests.rs"]
-mod tests;
+pub(super) mod tests;

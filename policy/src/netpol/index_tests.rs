@@ -4,22 +4,22 @@ use crate::netpol::object::{Peer, Protocol};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }
 
-const NAMESPACES: [&str; 3] = ["a", "b", "c"];
-const PODS: usize = 4;
+pub(crate) const NAMESPACES: [&str; 3] = ["a", "b", "c"];
+pub(crate) const PODS: usize = 4;
 
 fn labels(rng: &mut Rng) -> Labels {
     let mut l = Labels::new();
@@ -85,11 +85,11 @@ fn policy(rng: &mut Rng, ns: &str, name: &str) -> NetworkPolicy {
     .expect("generated policy")
 }
 
-fn vip(ns: usize, pod: usize) -> Ipv4Addr {
+pub(crate) fn vip(ns: usize, pod: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, ns as u8, pod as u8)
 }
 
-fn ends() -> Vec<Endpoint<'static>> {
+pub(crate) fn ends() -> Vec<Endpoint<'static>> {
     let mut ends = vec![Endpoint::other(Ipv4Addr::new(10, 0, 0, 2))];
     for (n, ns) in NAMESPACES.iter().enumerate() {
         for p in 0..PODS {
@@ -261,7 +261,7 @@ mod oracle {
 
 /// One random change to both the snapshot and the index: a namespace's
 /// labels or a policy (`pod` None), or a pod, added, changed or removed.
-fn random_update(
+pub(crate) fn random_update(
     rng: &mut Rng,
     snap: &mut Snapshot,
     index: &mut Index,

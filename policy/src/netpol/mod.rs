@@ -28,15 +28,18 @@
 //!
 //! Files: `json.rs` reads the API's JSON with field paths, `selector.rs` label
 //! selectors, `object.rs` the objects, `index.rs` the index and its updates,
-//! `decide.rs` the decisions.
+//! `decide.rs` the decisions, `flows.rs` the same policies as a pod's
+//! tcp/udp rules.
 
 mod decide;
+mod flows;
 mod index;
 mod json;
 mod object;
 mod selector;
 
 pub use decide::{Change, Connection, Endpoint, PortSpace, Side, Verdict};
+pub use flows::{Block, FlowPort, FlowRule, Flows, Peers, PodFlows};
 pub use index::{Index, Snapshot};
 pub use json::{Kind, NetpolError};
 pub use object::{
