@@ -469,6 +469,28 @@ fn start_cgroup_limits(parts: &Arc<Parts>) -> io::Result<()> {
     Ok(())
 }
 
+/// NetworkPolicy's tcp/udp rules rendered again when asked
+/// (`Parts::netpol_firewall`): once per burst of changes, 100 ms after its
+/// first.
+fn start_netpol_firewall(parts: &Arc<Parts>) -> io::Result<()> {
+    let s = parts.clone();
+    thread::Builder::new()
+        .name("netpol-firewall".into())
+        .spawn(move || {
+            let beat = s.run.heartbeat("netpol-firewall", STALL);
+            while !s.run.is_stopping() {
+                beat.beat();
+                let asked = s
+                    .netpol_firewall
+                    .take(Duration::from_secs(2), Duration::from_millis(100));
+                if let Some((why, asks)) = asked {
+                    s.load_netpol_firewall(&why, asks);
+                }
+            }
+        })?;
+    Ok(())
+}
+
 /// The endpoints' sysfs views kept up; always running: an endpoint added
 /// later may have a view.
 fn start_sysfs_view(parts: &Arc<Parts>) -> io::Result<()> {
@@ -541,6 +563,7 @@ impl Daemon {
         start_cluster(&parts)?;
         start_cgroup_limits(&parts)?;
         start_sysfs_view(&parts)?;
+        start_netpol_firewall(&parts)?;
         start_watchdog(&parts)?;
         undo.disarm();
         started.store(true, Ordering::SeqCst);
@@ -610,9 +633,13 @@ impl Daemon {
                 v.remove();
             }
         }
+        // Under policy_ops: a NetworkPolicy refresh in flight loads before
+        // this, or sees masqd stopping and loads nothing.
+        let policy_ops = crate::run::lock(&self.parts.policy_ops);
         if let Err(e) = crate::enforce::firewall::remove(&self.parts.registry.configs()) {
             warn!("cannot remove the nftables rules: {e}");
         }
+        drop(policy_ops);
         self.parts.sessions.shutdown_all();
         info!("stopped; tenants' established QPs keep running on the NIC");
     }

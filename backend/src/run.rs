@@ -1,10 +1,10 @@
 //! masqd's run: since when it runs, whether it is stopping, which every
 //! thread looks at, and whether its loops still make progress (the
-//! heartbeats the systemd watchdog and `/healthz` read); and two helpers
-//! every part uses.
+//! heartbeats the systemd watchdog and `/healthz` read); work asked for
+//! often and done once (`Coalesced`); and two helpers every part uses.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub struct Run {
@@ -42,6 +42,42 @@ impl Heartbeat {
 impl Drop for Heartbeat {
     fn drop(&mut self) {
         self.0.ended.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Work asked for many times and done once by a worker: `ask` records why
+/// and wakes it; `take` hands it the asks made so far, after waiting a
+/// little for more to join them. A burst of asks (every pod of a cluster
+/// mirrored at once) is then one round of work, not one per ask.
+#[derive(Default)]
+pub struct Coalesced {
+    /// The last ask's reason and how many asks since the last take.
+    asked: Mutex<Option<(String, usize)>>,
+    wake: Condvar,
+}
+
+impl Coalesced {
+    pub fn ask(&self, why: &str) {
+        let mut asked = lock(&self.asked);
+        let n = asked.as_ref().map_or(0, |(_, n)| *n);
+        *asked = Some((why.to_string(), n + 1));
+        self.wake.notify_one();
+    }
+
+    /// The last reason and the number of asks, once there is one (within
+    /// `timeout`) and `settle` has passed for others to join it.
+    pub fn take(&self, timeout: Duration, settle: Duration) -> Option<(String, usize)> {
+        let asked = lock(&self.asked);
+        let (asked, _) = self
+            .wake
+            .wait_timeout_while(asked, timeout, |a| a.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        if asked.is_none() {
+            return None;
+        }
+        drop(asked);
+        std::thread::sleep(settle);
+        lock(&self.asked).take()
     }
 }
 
@@ -156,5 +192,23 @@ mod tests {
         });
         assert!(t.join().is_err());
         assert_eq!(run.stalled(), vec!["doomed: loop ended"]);
+    }
+
+    #[test]
+    fn asks_made_together_are_taken_once() {
+        let work = Arc::new(Coalesced::default());
+        assert_eq!(work.take(Duration::from_millis(10), Duration::ZERO), None);
+        let w = work.clone();
+        let asker = std::thread::spawn(move || {
+            for i in 0..100 {
+                w.ask(&format!("pod {i}"));
+            }
+        });
+        // The first ask wakes the taker; the others join it while it
+        // settles.
+        let taken = work.take(Duration::from_secs(10), Duration::from_millis(200));
+        asker.join().expect("asker");
+        assert_eq!(taken, Some(("pod 99".to_string(), 100)));
+        assert_eq!(work.take(Duration::from_millis(10), Duration::ZERO), None);
     }
 }

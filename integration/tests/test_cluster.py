@@ -431,12 +431,20 @@ def mirror(tb, *args):
 def add_pod(tb, host, name, vip, namespace, pod):
     tb.tenant_add(host, name, 100, f"{vip}/24")
     endpoint = {"name": name, "tenant": "acme", "vni": 100, "vip": vip,
-                "netns": f"/run/netns/{name}",
+                "netns": f"/run/netns/{name}", "hostIf": f"ve-{name}", "bridge": "mbr100",
                 "cni": {"containerId": name, "network": "np", "ifname": "eth0",
                         "namespace": namespace, "pod": pod}}
     req = json.dumps({"cmd": "endpoint_add", "endpoint": endpoint})
     reply = json.loads(tb.run(host, "python3", "-c", ADD_POD, req).stdout)
     assert "error" not in reply, reply
+
+
+def tcp_reaches(tb, client, server, port):
+    """Whether `client` (host, endpoint) gets an answer over TCP from
+    `server`'s echo on `port`, through both vNICs' rulesets."""
+    r = tb.tenant_run(*client, "socat", "-t5", "-T5", "-",
+                      f"TCP:{vip_of(server[1])}:{port},connect-timeout=5", check=False, timeout=60)
+    return r.returncode == 0 and r.stdout.strip() == "db"
 
 
 def vip_of(name):
@@ -476,7 +484,9 @@ def test_networkpolicy_in_etcd_decides_rdma_between_pods(cluster):
     """Tenant acme enforces NetworkPolicy: with team/db isolated to its
     namespace, team/cli reaches it (the rules of both in RConntrack) and
     other/cli gets EACCES at RTR; deleting the policy admits other/cli, and
-    putting it back resets that live connection and keeps team/cli's."""
+    putting it back resets that live connection and keeps team/cli's. TCP
+    between the same pods on the masq network agrees at each step (the
+    policy in their vNICs' rulesets)."""
     tb = cluster
     apply_policy(tb, "host1", os.path.join(CONFIG, "policy-netpol.yaml"))
     k8s = "/masq-test/k8s"
@@ -493,6 +503,13 @@ def test_networkpolicy_in_etcd_decides_rdma_between_pods(cluster):
         eventually("host2 maps both clients", lambda: {(100, "10.0.0.11"), (100, "10.0.0.13")}
                    <= set(vpc(tb, "host2")))
         db, cli, other = ("host2", "np-db"), ("host1", "np-cli"), ("host1", "np-other")
+        echo = tb.tenant_spawn(*db, "socat", "TCP-LISTEN:19620,reuseaddr,fork", "SYSTEM:echo db")
+        procs.append(echo)
+        tb.wait_listening("host2", 19620, tenant="np-db")
+        eventually("team/cli reaches team/db over TCP", lambda: tcp_reaches(tb, cli, db, 19620))
+        assert not tcp_reaches(tb, other, db, 19620), "other/cli reached team/db over TCP"
+        table = tb.run("host2", "nft", "list", "table", "bridge", "masq_np-db").stdout
+        assert 'comment "netpol:default-deny team/db ingress"' in table, table
         procs += live_pingpong(tb, db, cli, 19611)
         rules = tracked(tb, db, "10.0.0.11")
         assert all(r.endswith(",netpol:team/db-iso/ingress[0]") for r in rules), rules
@@ -510,12 +527,15 @@ def test_networkpolicy_in_etcd_decides_rdma_between_pods(cluster):
         # Deleted, the policy admits other/cli; back, it resets that live
         # connection on both hosts (onRuleChange: reset), and team/cli's stays.
         mirror(tb, "del", f"{k8s}/networkpolicies/team/db-iso")
+        eventually("other/cli reaches team/db over TCP", lambda: tcp_reaches(tb, other, db, 19620))
         procs += live_pingpong(tb, db, other, 19613)
         assert all(r.endswith(",netpol:none") for r in tracked(tb, db, "10.0.0.13"))
         mirror(tb, "put", f"{k8s}/networkpolicies/team/db-iso", DB_ISOLATED)
         eventually("host2 resets other/cli's", lambda: not tracked(tb, db, "10.0.0.13"))
         eventually("host1 resets other/cli's", lambda: not tracked(tb, other, "10.0.0.12"))
         assert tracked(tb, db, "10.0.0.11"), "team/cli's connection was reset"
+        eventually("other/cli is refused TCP again", lambda: not tcp_reaches(tb, other, db, 19620))
+        assert tcp_reaches(tb, cli, db, 19620)
     finally:
         for p in procs:
             if p.poll() is None:

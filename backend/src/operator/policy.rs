@@ -88,30 +88,52 @@ impl Parts {
     }
 
     /// NetworkPolicy's tcp/udp rules follow pods, labels, policies and
-    /// endpoints: the vNIC rulesets of the local endpoints whose tenant
-    /// enforces it, rendered and loaded again. The caller holds
-    /// `policy_ops`, so an older view never loads after a newer one.
+    /// endpoints: asks the `netpol-firewall` thread to render them again
+    /// (`load_netpol_firewall`), when some tenant enforces NetworkPolicy.
     fn netpol_firewall(&self, why: &str) {
+        if self
+            .admission
+            .active()
+            .is_some_and(|p| p.any_network_policy())
+        {
+            self.netpol_firewall.ask(why);
+        }
+    }
+
+    /// The vNIC rulesets of the local endpoints whose tenant enforces
+    /// NetworkPolicy, rendered from the state of now and loaded, one
+    /// nftables transaction; `asks` changes asked for it.
+    pub(crate) fn load_netpol_firewall(&self, why: &str, asks: usize) {
+        // Under policy_ops: a policy applied meanwhile renders the same
+        // tables, and the one rendered last must be the newest.
+        let _one_at_a_time = lock(&self.policy_ops);
+        // Stopping, masqd removes its tables under policy_ops too.
+        if self.run.is_stopping() {
+            return;
+        }
         let Some(policy) = self.admission.active() else {
             return;
         };
-        if !policy.any_network_policy() {
-            return;
-        }
         let mut enforcing = self.registry.configs();
         enforcing.retain(|e| policy.enforces_network_policy(&e.tenant));
         if enforcing.is_empty() {
             return;
         }
+        let started = Instant::now();
         let flows = |e: &EndpointConfig| self.netpol_flows(&policy, e);
         match crate::enforce::firewall::render(&policy, &enforcing, &flows)
             .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))
         {
             Ok(()) => debug!(
                 endpoints = enforcing.len(),
+                asks,
+                ms = started.elapsed().as_secs_f64() * 1000.0,
                 "{why}: NetworkPolicy's tcp/udp rules loaded again"
             ),
-            Err(e) => warn!("{why}: NetworkPolicy's tcp/udp rules not changed: {e}"),
+            Err(e) => warn!(
+                asks,
+                "{why}: NetworkPolicy's tcp/udp rules not changed: {e}"
+            ),
         }
     }
 
@@ -204,7 +226,6 @@ impl Store for Parts {
 
     fn mirrored_all(&self, all: masq_policy::netpol::Snapshot) {
         let (pods, policies) = (all.pods.len(), all.policies.len());
-        let _one_at_a_time = lock(&self.policy_ops);
         let applied = self.admission.mirrored_all(all, &self.registry);
         self.netpol_firewall("NetworkPolicy read again");
         let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy read again");
@@ -218,7 +239,6 @@ impl Store for Parts {
 
     fn mirrored(&self, m: crate::admit::Mirrored) {
         let what = m.describe();
-        let _one_at_a_time = lock(&self.policy_ops);
         let applied = self.admission.mirrored(m, &self.registry);
         self.netpol_firewall(&format!("Kubernetes {what}"));
         let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy change");

@@ -68,6 +68,10 @@ pub struct Parts {
     pub limits: Limits,
     /// Mutual TLS on the CM link (cluster mode with `cluster.tls`).
     link_tls: Mutex<Option<Arc<LinkTls>>>,
+    /// NetworkPolicy's tcp/udp rules to render again (pods, labels,
+    /// policies or a VNI's endpoints changed): the `netpol-firewall`
+    /// thread does it once for a burst of changes.
+    pub(crate) netpol_firewall: crate::run::Coalesced,
 }
 
 impl Parts {
@@ -122,6 +126,7 @@ impl Parts {
             admission,
             cfg,
             link_tls: Mutex::new(None),
+            netpol_firewall: Default::default(),
         }
     }
 
