@@ -9,7 +9,9 @@
 //! - `build`: the index of the whole snapshot (what masqd does at start);
 //! - `update pod labels` / `update policy` / `update namespace`: one
 //!   incremental change, alternating between two versions;
-//! - `decide QP` / `decide CM`: one decision between random pods.
+//! - `decide QP` / `decide CM`: one decision between random pods;
+//! - `flows`: one pod's NetworkPolicy as tcp/udp rules for its vNIC, its
+//!   selectors resolved among all 10,000 pods.
 //!
 //! It prints the index's heap (counting allocator) and how many of the
 //! sampled decisions allowed. `cargo bench -p masq-policy --bench netpol`
@@ -290,6 +292,33 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    // The tcp/udp rules of a pod's vNIC: its policies' selectors as the
+    // vIPs of the pods they pick among all 10,000 (one VNI), what masqd
+    // renders per local pod when something changes.
+    let all: Vec<Endpoint> = (0..NAMESPACES)
+        .flat_map(|n| (0..PODS_PER_NS).map(move |p| (n, p)))
+        .map(endpoint)
+        .collect();
+    let rules: usize = (0..100)
+        .map(|i| match index.flows(&all[i * 97], &all).ingress {
+            masq_policy::netpol::Flows::Isolated { rules, .. } => rules
+                .iter()
+                .map(|r| r.peers.as_ref().map_or(1, |p| p.vips.len().max(1)))
+                .sum(),
+            _ => 0,
+        })
+        .sum();
+    eprintln!(
+        "netpol: flows: 100 sampled pods' ingress rules name {} peer vIPs on average",
+        rules / 100
+    );
+    g.sample_size(20);
+    g.bench_function("flows (one pod among 10k endpoints)", |b| {
+        b.iter(|| {
+            k = (k + 97) % all.len();
+            black_box(index.flows(&all[k], &all))
+        })
+    });
     g.finish();
 }
 
