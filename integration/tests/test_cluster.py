@@ -415,12 +415,16 @@ print(s.makefile().readline())
 PODS = [("host1", "np-cli", "10.0.0.11", "team", "cli"),
         ("host2", "np-db", "10.0.0.12", "team", "db"),
         ("host1", "np-other", "10.0.0.13", "other", "cli")]
-# team/db talks to its own namespace only, both ways.
+# team/db talks to its own namespace only, both ways, and takes TCP on
+# 19612 from any namespace: the port the pingpong exchanges its QP's
+# address on, so other/cli gets that far, and a rule with ports admits no
+# QP.
 DB_ISOLATED = json.dumps({
     "metadata": {"namespace": "team", "name": "db-iso"},
     "spec": {"podSelector": {"matchLabels": {"app": "db"}},
              "policyTypes": ["Ingress", "Egress"],
-             "ingress": [{"from": [{"podSelector": {}}]}],
+             "ingress": [{"from": [{"podSelector": {}}]},
+                         {"from": [{"namespaceSelector": {}}], "ports": [{"port": 19612}]}],
              "egress": [{"to": [{"podSelector": {}}]}]}})
 
 
@@ -486,7 +490,8 @@ def test_networkpolicy_in_etcd_decides_rdma_between_pods(cluster):
     other/cli gets EACCES at RTR; deleting the policy admits other/cli, and
     putting it back resets that live connection and keeps team/cli's. TCP
     between the same pods on the masq network agrees at each step (the
-    policy in their vNICs' rulesets)."""
+    policy in their vNICs' rulesets): other/cli reaches only the port a
+    rule opens to it, which admits its TCP but not its QP."""
     tb = cluster
     apply_policy(tb, "host1", os.path.join(CONFIG, "policy-netpol.yaml"))
     k8s = "/masq-test/k8s"
