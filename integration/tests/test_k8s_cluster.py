@@ -199,18 +199,20 @@ def mapped(tb, host):
     return {(e["vni"], e["vip"]) for e in ctl(tb, host, "vpc")["vpc"]}
 
 
-def team_pod(tb, name, host, vip, cmd, image=RDMA_TOOLS, restart="Never"):
-    """A pod of namespace team on `host`, on the example's network with
-    address `vip`, as the example's pods are."""
+def team_pod(tb, name, host, vip, cmd, image=RDMA_TOOLS, restart="Never", namespace="team",
+             labels=None):
+    """A pod of namespace team (or `namespace`) on `host`, on the example's
+    network with address `vip`, as the example's pods are."""
     pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": "team", "annotations": {
+           "metadata": {"name": name, "namespace": namespace, "labels": labels or {},
+                        "annotations": {
                "k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "acme100",
                                                            "ips": [f"{vip}/24"]}])}},
            "spec": {"restartPolicy": restart,
                     "nodeSelector": {"kubernetes.io/hostname": host},
                     "containers": [{"name": "app", "image": image,
                                     "imagePullPolicy": "IfNotPresent", "command": cmd}]}}
-    path = os.path.join(RECIPE, f"pod-{name}.json")
+    path = os.path.join(RECIPE, f"pod-{namespace}-{name}.json")
     with open(path, "w") as f:
         json.dump(pod, f)
     kubectl(tb, "apply", "-f", path)
@@ -257,7 +259,7 @@ def operator_files():
     return pki
 
 
-def apply_policy(tb, operator):
+def apply_policy(tb, operator, policy=POLICY):
     """Step 7: the operator's certificate and key written into a masqd
     container (mode 0600) for the apply and removed after; the policy on
     standard input."""
@@ -270,7 +272,7 @@ def apply_policy(tb, operator):
     try:
         r = tb.run("host1", "sh", "-c",
                    f"{kubectl_exec} masqctl policy apply - --operator-cert /tmp/operator.pem "
-                   f"--operator-key /tmp/operator-key.pem < {POLICY}",
+                   f"--operator-key /tmp/operator-key.pem < {policy}",
                    check=False, timeout=120)
         assert r.returncode == 0, r.stderr + r.stdout
     finally:
@@ -507,3 +509,82 @@ scrape_configs:
     r = tb.run("host1", "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}",
                f"https://{UNDERLAY_IP['host2']}:9464/metrics", check=False)
     assert r.stdout == "401", r.stdout
+
+
+# Issue 57 on the real control plane: masq-netpol mirrors the API into
+# masq's etcd and masqd decides by it. team/np-db admits its own namespace
+# only, both ways (a QP is allowed when either direction is, so egress is
+# isolated too).
+NETPOL_POLICY = os.path.join(HERE, "configs", "k8s-cluster", "policy-netpol.yaml")
+DB_ONLY_TEAM = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"namespace": "team", "name": "db-only-team"},
+                "spec": {"podSelector": {"matchLabels": {"app": "np-db"}},
+                         "policyTypes": ["Ingress", "Egress"],
+                         "ingress": [{"from": [{"podSelector": {}}]}],
+                         "egress": [{"to": [{"podSelector": {}}]}]}}
+NP_DB = "10.0.0.82"
+
+
+def probe(tb, namespace, pod):
+    """qp_probe's QP from the pod to team/np-db, moved to RTR."""
+    return kubectl(tb, "exec", "-n", namespace, pod, "--", "qp_probe", "vrdma0", "1", NP_DB,
+                   check=False, timeout=180).stdout
+
+
+def tcp_to_db(tb, namespace, pod):
+    r = kubectl(tb, "exec", "-n", namespace, pod, "--", "socat", "-t5", "-T5", "-",
+                f"TCP:{NP_DB}:18990,connect-timeout=5", check=False, timeout=180)
+    return r.returncode == 0 and r.stdout.strip() == "db"
+
+
+def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
+    """With masq-netpol deployed and tenant acme's networkPolicy on, a pod
+    of team reaches team/np-db by RDMA and TCP, a pod of namespace other
+    gets EACCES at RTR and no TCP; deleting the NetworkPolicy admits it."""
+    tb = recipe
+    deploy = os.path.join(RECIPE, "deploy", "netpol")
+    network = os.path.join(RECIPE, "network-other.yaml")
+    with open(os.path.join(EXAMPLE, "network.yaml")) as f:
+        text = f.read()
+    assert "namespace: team" in text, text
+    with open(network, "w") as f:
+        f.write(text.replace("namespace: team", "namespace: other"))
+    policy = os.path.join(RECIPE, "db-only-team.json")
+    with open(policy, "w") as f:
+        json.dump(DB_ONLY_TEAM, f)
+    try:
+        kubectl(tb, "apply", "-k", deploy)
+        kubectl(tb, "rollout", "status", "-n", "masq-system", "deploy/masq-netpol",
+                "--timeout=600s", timeout=660)
+        apply_policy(tb, os.path.join(RECIPE, "pki"), NETPOL_POLICY)
+        kubectl(tb, "create", "namespace", "other")
+        kubectl(tb, "apply", "-f", network)
+        kubectl(tb, "apply", "-f", policy)
+        team_pod(tb, "np-db", "host2", NP_DB, ["socat", "TCP-LISTEN:18990,reuseaddr,fork",
+                                               "SYSTEM:echo db"],
+                 image="masq.test/tenant:1", labels={"app": "np-db"})
+        team_pod(tb, "np-cli", "host1", "10.0.0.83", ["sleep", "3600"],
+                 image="masq.test/tenant:1", labels={"app": "np-cli"})
+        team_pod(tb, "np-cli", "host1", "10.0.0.84", ["sleep", "3600"],
+                 image="masq.test/tenant:1", namespace="other", labels={"app": "np-cli"})
+        with explained(tb, "np-db", "np-cli"):
+            wait_for("team/np-cli's QP reaches RTR", lambda: "state=2" in probe(
+                tb, "team", "np-cli"), timeout=300, interval=5)
+        out = probe(tb, "other", "np-cli")
+        assert "modify_qp_rtr: errno=13" in out, out
+        assert tcp_to_db(tb, "team", "np-cli")
+        assert not tcp_to_db(tb, "other", "np-cli")
+        kubectl(tb, "delete", "-f", policy)
+        wait_for("other/np-cli's QP reaches RTR", lambda: "state=2" in probe(
+            tb, "other", "np-cli"), timeout=120, interval=3)
+        wait_for("other/np-cli reaches np-db over TCP", lambda: tcp_to_db(
+            tb, "other", "np-cli"), timeout=120, interval=3)
+    finally:
+        kubectl(tb, "delete", "namespace", "other", "--wait=true", "--timeout=300s",
+                check=False, timeout=360)
+        for pod in ("np-db", "np-cli"):
+            kubectl(tb, "delete", "pod", "-n", "team", pod, "--wait=false", check=False)
+        kubectl(tb, "delete", "-f", policy, check=False)
+        kubectl(tb, "delete", "-k", deploy, "--wait=true", "--timeout=300s", check=False,
+                timeout=360)
+        apply_policy(tb, os.path.join(RECIPE, "pki"))
