@@ -537,10 +537,24 @@ def tcp_to_db(tb, namespace, pod):
     return r.returncode == 0 and r.stdout.strip() == "db"
 
 
+def pingpong_in(tb, namespace, pod, *args):
+    """A long ibv_rc_pingpong in a running pod (kubectl exec, in the
+    background)."""
+    return tb.spawn("host1", KUBE, "kubectl", BIN, "exec", "-n", namespace, pod, "--",
+                    "ibv_rc_pingpong", "-d", "vrdma0", "-g", "1", "-n", "1000000",
+                    "-p", "18991", *args)
+
+
+def tracked_with(tb, host, vip):
+    return [e for e in ctl(tb, host, "conntrack", "-L")["entries"]
+            if vip in (e.get("local_vip"), e.get("remote_vip"))]
+
+
 def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
     """With masq-netpol deployed and tenant acme's networkPolicy on, a pod
     of team reaches team/np-db by RDMA and TCP, a pod of namespace other
-    gets EACCES at RTR and no TCP; deleting the NetworkPolicy admits it."""
+    gets EACCES at RTR and no TCP; deleting the NetworkPolicy admits it,
+    and putting it back resets its live connection (onRuleChange: reset)."""
     tb = recipe
     deploy = os.path.join(RECIPE, "deploy", "netpol")
     network = os.path.join(RECIPE, "network-other.yaml")
@@ -552,6 +566,7 @@ def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
     policy = os.path.join(RECIPE, "db-only-team.json")
     with open(policy, "w") as f:
         json.dump(DB_ONLY_TEAM, f)
+    live = []
     try:
         kubectl(tb, "apply", "-k", deploy)
         kubectl(tb, "rollout", "status", "-n", "masq-system", "deploy/masq-netpol",
@@ -579,7 +594,21 @@ def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
             tb, "other", "np-cli"), timeout=120, interval=3)
         wait_for("other/np-cli reaches np-db over TCP", lambda: tcp_to_db(
             tb, "other", "np-cli"), timeout=120, interval=3)
+        live.append(pingpong_in(tb, "team", "np-db"))
+        time.sleep(5)
+        live.append(pingpong_in(tb, "other", "np-cli", NP_DB))
+        wait_for("host2 tracks other/np-cli's live connection",
+                 lambda: tracked_with(tb, "host2", "10.0.0.84"), timeout=180, interval=3)
+        kubectl(tb, "apply", "-f", policy)
+        wait_for("host2 resets other/np-cli's connection",
+                 lambda: not tracked_with(tb, "host2", "10.0.0.84"), timeout=120, interval=3)
+        live[1].wait(timeout=120)
+        assert live[1].returncode != 0, live[1].communicate()
     finally:
+        for p in live:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
         kubectl(tb, "delete", "namespace", "other", "--wait=true", "--timeout=300s",
                 check=False, timeout=360)
         for pod in ("np-db", "np-cli"):
