@@ -370,6 +370,13 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl EndpointConfig {
+    /// The Kubernetes pod (namespace, name) this endpoint is, as masq-cni
+    /// said; None for an endpoint that is no pod's.
+    pub fn pod(&self) -> Option<(String, String)> {
+        let c = self.cni.as_deref()?;
+        Some((c.namespace.clone()?, c.pod.clone()?))
+    }
+
     /// The endpoint its apps connect to, whose cgroup they run in: its
     /// own, or the one it is a further device of (`deviceOf`).
     pub fn apps_endpoint(&self) -> &str {

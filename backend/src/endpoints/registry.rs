@@ -598,7 +598,7 @@ impl Registry {
         let st = read(&self.state);
         let key = (vni, vip);
         match st.local_at(key) {
-            Some(e) => local_pod(e),
+            Some(e) => e.cfg.pod(),
             None => st.fed_at(*st.shown.get(&key)?, key)?.1.pod.clone(),
         }
     }
@@ -608,7 +608,7 @@ impl Registry {
     pub fn pods_in(&self, vni: u32) -> Vec<(Ipv4Addr, Option<(String, String)>)> {
         let st = read(&self.state);
         let local = st.local.values().filter(|e| e.cfg.vni == vni);
-        let mut all: Vec<_> = local.map(|e| (e.cfg.vip, local_pod(e))).collect();
+        let mut all: Vec<_> = local.map(|e| (e.cfg.vip, e.cfg.pod())).collect();
         for (&key, &from) in st.shown.iter().filter(|((v, _), _)| *v == vni) {
             if let Some((_, p)) = st.fed_at(from, key) {
                 all.push((key.1, p.pod.clone()));
@@ -704,12 +704,6 @@ impl crate::admit::Pods for Registry {
     fn pods_in(&self, vni: u32) -> Vec<(Ipv4Addr, Option<(String, String)>)> {
         Registry::pods_in(self, vni)
     }
-}
-
-/// The pod a local endpoint is, as masq-cni said.
-fn local_pod(e: &Endpoint) -> Option<(String, String)> {
-    let c = e.cfg.cni.as_deref()?;
-    Some((c.namespace.clone()?, c.pod.clone()?))
 }
 
 /// A read-locked view of the VPC map.

@@ -83,18 +83,22 @@ impl NetworkPolicies {
         }
     }
 
-    /// NetworkPolicy's tcp/udp rules for the endpoint at `vip` of `vni`:
-    /// its pod's policies, with the VNI's endpoints as the peers their
-    /// selectors choose from (`enforce::firewall` renders them).
-    pub fn flows(&self, vni: u32, vip: Ipv4Addr, pods: &dyn Pods) -> PodFlows {
+    /// NetworkPolicy's tcp/udp rules for the local endpoint at `vip` of
+    /// `vni`, which is `pod` (its own config's word, so that an endpoint
+    /// being added, not yet in the registry, is filtered as its pod from
+    /// its first ruleset): its pod's policies, with the VNI's endpoints as
+    /// the peers their selectors choose from (`enforce::firewall` renders
+    /// them).
+    pub fn flows(
+        &self,
+        vni: u32,
+        vip: Ipv4Addr,
+        pod: &Option<(String, String)>,
+        pods: &dyn Pods,
+    ) -> PodFlows {
         let all = pods.pods_in(vni);
         let others: Vec<Endpoint> = all.iter().map(|(v, pod)| end(*v, pod)).collect();
-        let me = others
-            .iter()
-            .find(|e| e.vip == vip)
-            .copied()
-            .unwrap_or(Endpoint::other(vip));
-        self.read().flows(&me, &others)
+        self.read().flows(&end(vip, pod), &others)
     }
 
     /// Whether `change` may alter the verdict between `ends`.
@@ -117,4 +121,48 @@ fn end(vip: Ipv4Addr, pod: &Option<(String, String)>) -> Endpoint<'_> {
 
 fn endpoints<'a>(ask: &Ask, ends: &'a Ends) -> [Endpoint<'a>; 2] {
     [end(ask.local, &ends[0]), end(ask.remote, &ends[1])]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use masq_policy::netpol::{Flows, Namespace, NetworkPolicy, Pod};
+
+    /// A registry that knows no endpoint yet, as when an endpoint is being
+    /// added.
+    struct Empty;
+
+    impl Pods for Empty {
+        fn pod_at(&self, _: u32, _: Ipv4Addr) -> Option<(String, String)> {
+            None
+        }
+        fn pods_in(&self, _: u32) -> Vec<(Ipv4Addr, Option<(String, String)>)> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn an_endpoint_not_yet_registered_is_filtered_as_its_pod() {
+        let np = NetworkPolicies::default();
+        let deny = NetworkPolicy::from_json(
+            r#"{"metadata": {"namespace": "team", "name": "deny"},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}"#,
+        )
+        .expect("policy");
+        np.replace(Snapshot {
+            namespaces: vec![Namespace::new("team", Default::default())],
+            pods: vec![Pod::new("team", "db", Default::default())],
+            policies: vec![deny],
+        });
+        let vip = Ipv4Addr::new(10, 0, 0, 2);
+        let db = Some(("team".to_string(), "db".to_string()));
+        let flows = np.flows(100, vip, &db, &Empty);
+        assert!(
+            matches!(&flows.ingress, Flows::Isolated { pod, rules } if &**pod == "team/db" && rules.is_empty()),
+            "{flows:?}"
+        );
+        assert_eq!(flows.egress, Flows::Open);
+        let other = np.flows(100, vip, &None, &Empty);
+        assert_eq!((other.ingress, other.egress), (Flows::Open, Flows::Open));
+    }
 }

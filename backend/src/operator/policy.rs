@@ -82,9 +82,12 @@ impl Parts {
         policy: &masq_policy::Policy,
         e: &EndpointConfig,
     ) -> Option<masq_policy::netpol::PodFlows> {
-        policy
-            .enforces_network_policy(&e.tenant)
-            .then(|| self.admission.netpol.flows(e.vni, e.vip, &self.registry))
+        policy.enforces_network_policy(&e.tenant).then(|| {
+            let pod = e.pod();
+            self.admission
+                .netpol
+                .flows(e.vni, e.vip, &pod, &self.registry)
+        })
     }
 
     /// NetworkPolicy's tcp/udp rules follow pods, labels, policies and
