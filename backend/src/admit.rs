@@ -12,9 +12,6 @@ use std::net::Ipv4Addr;
 /// Which Kubernetes pod (namespace, name) is at a vIP of a VNI.
 pub trait Pods {
     fn pod_at(&self, vni: u32, vip: Ipv4Addr) -> Option<(String, String)>;
-    /// Every endpoint of a VNI, here and on other hosts, with its pod if
-    /// it is one: the peers NetworkPolicy's selectors choose from.
-    fn pods_in(&self, vni: u32) -> Vec<(Ipv4Addr, Option<(String, String)>)>;
 }
 
 /// What is being admitted, seen from the local endpoint.

@@ -700,10 +700,6 @@ impl crate::admit::Pods for Registry {
     fn pod_at(&self, vni: u32, vip: Ipv4Addr) -> Option<(String, String)> {
         Registry::pod_at(self, vni, vip)
     }
-
-    fn pods_in(&self, vni: u32) -> Vec<(Ipv4Addr, Option<(String, String)>)> {
-        Registry::pods_in(self, vni)
-    }
 }
 
 /// A read-locked view of the VPC map.

@@ -405,10 +405,6 @@ mod tests {
         fn pod_at(&self, _: u32, vip: Ipv4Addr) -> Option<(String, String)> {
             self.0.get(&vip).cloned()
         }
-
-        fn pods_in(&self, _: u32) -> Vec<(Ipv4Addr, Option<(String, String)>)> {
-            self.0.iter().map(|(v, p)| (*v, Some(p.clone()))).collect()
-        }
     }
 
     impl PodMap {

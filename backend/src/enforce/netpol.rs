@@ -83,21 +83,19 @@ impl NetworkPolicies {
         }
     }
 
-    /// NetworkPolicy's tcp/udp rules for the local endpoint at `vip` of
-    /// `vni`, which is `pod` (its own config's word, so that an endpoint
-    /// being added, not yet in the registry, is filtered as its pod from
-    /// its first ruleset): its pod's policies, with the VNI's endpoints as
-    /// the peers their selectors choose from (`enforce::firewall` renders
-    /// them).
+    /// NetworkPolicy's tcp/udp rules for the local endpoint at `vip`, which
+    /// is `pod` (its own config's word, so that an endpoint being added,
+    /// not yet in the registry, is filtered as its pod from its first
+    /// ruleset): its pod's policies, with `vni_endpoints` (its VNI's, from
+    /// `Registry::pods_in`) as the peers their selectors choose from
+    /// (`enforce::firewall` renders them).
     pub fn flows(
         &self,
-        vni: u32,
         vip: Ipv4Addr,
         pod: &Option<(String, String)>,
-        pods: &dyn Pods,
+        vni_endpoints: &[(Ipv4Addr, Option<(String, String)>)],
     ) -> PodFlows {
-        let all = pods.pods_in(vni);
-        let others: Vec<Endpoint> = all.iter().map(|(v, pod)| end(*v, pod)).collect();
+        let others: Vec<Endpoint> = vni_endpoints.iter().map(|(v, p)| end(*v, p)).collect();
         self.read().flows(&end(vip, pod), &others)
     }
 
@@ -128,19 +126,8 @@ mod tests {
     use super::*;
     use masq_policy::netpol::{Flows, Namespace, NetworkPolicy, Pod};
 
-    /// A registry that knows no endpoint yet, as when an endpoint is being
-    /// added.
-    struct Empty;
-
-    impl Pods for Empty {
-        fn pod_at(&self, _: u32, _: Ipv4Addr) -> Option<(String, String)> {
-            None
-        }
-        fn pods_in(&self, _: u32) -> Vec<(Ipv4Addr, Option<(String, String)>)> {
-            Vec::new()
-        }
-    }
-
+    /// The registry holds no endpoint of the VNI yet, as when an endpoint
+    /// is being added.
     #[test]
     fn an_endpoint_not_yet_registered_is_filtered_as_its_pod() {
         let np = NetworkPolicies::default();
@@ -156,13 +143,13 @@ mod tests {
         });
         let vip = Ipv4Addr::new(10, 0, 0, 2);
         let db = Some(("team".to_string(), "db".to_string()));
-        let flows = np.flows(100, vip, &db, &Empty);
+        let flows = np.flows(vip, &db, &[]);
         assert!(
             matches!(&flows.ingress, Flows::Isolated { pod, rules } if &**pod == "team/db" && rules.is_empty()),
             "{flows:?}"
         );
         assert_eq!(flows.egress, Flows::Open);
-        let other = np.flows(100, vip, &None, &Empty);
+        let other = np.flows(vip, &None, &[]);
         assert_eq!((other.ingress, other.egress), (Flows::Open, Flows::Open));
     }
 }

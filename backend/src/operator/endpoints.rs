@@ -177,7 +177,7 @@ impl Parts {
         }
         let one = std::slice::from_ref(&e);
         if let Some(p) = self.admission.active() {
-            let flows = |e: &EndpointConfig| self.netpol_flows(&p, e);
+            let flows = self.netpol_flows(&p);
             crate::enforce::firewall::render(&p, one, &flows)
                 .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
         }

@@ -9,6 +9,8 @@ use crate::endpoints::placement::{Placement, SourceId};
 use crate::run::lock;
 use crate::tenants::parts::Parts;
 use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Instant;
@@ -51,9 +53,11 @@ impl Parts {
     /// reset what it no longer allows.
     pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
         let started = Instant::now();
-        let flows = |e: &EndpointConfig| self.netpol_flows(&policy, e);
-        crate::enforce::firewall::render(&policy, &self.registry.configs(), &flows)
-            .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
+        let ruleset = {
+            let flows = self.netpol_flows(&policy);
+            crate::enforce::firewall::render(&policy, &self.registry.configs(), &flows)
+        };
+        ruleset.and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy, &self.registry);
         self.metrics.policy_applied_now();
@@ -75,19 +79,26 @@ impl Parts {
         )
     }
 
-    /// The Kubernetes NetworkPolicy rules of a local endpoint's vNIC, when
-    /// its tenant enforces NetworkPolicy under `policy`.
-    pub(crate) fn netpol_flows(
-        &self,
-        policy: &masq_policy::Policy,
-        e: &EndpointConfig,
-    ) -> Option<masq_policy::netpol::PodFlows> {
-        policy.enforces_network_policy(&e.tenant).then(|| {
-            let pod = e.pod();
-            self.admission
-                .netpol
-                .flows(e.vni, e.vip, &pod, &self.registry)
-        })
+    /// For one render of vNIC rulesets under `policy`: the Kubernetes
+    /// NetworkPolicy rules of a local endpoint whose tenant enforces it.
+    /// A VNI's endpoints are listed once per render, not once per endpoint
+    /// of it (each listing copies every pod of the VNI, cluster-wide).
+    pub(crate) fn netpol_flows<'a>(
+        &'a self,
+        policy: &'a masq_policy::Policy,
+    ) -> impl Fn(&EndpointConfig) -> Option<masq_policy::netpol::PodFlows> + 'a {
+        type Listed = Vec<(Ipv4Addr, Option<(String, String)>)>;
+        let vnis: RefCell<HashMap<u32, Listed>> = RefCell::default();
+        move |e| {
+            if !policy.enforces_network_policy(&e.tenant) {
+                return None;
+            }
+            let mut vnis = vnis.borrow_mut();
+            let listed = vnis
+                .entry(e.vni)
+                .or_insert_with(|| self.registry.pods_in(e.vni));
+            Some(self.admission.netpol.flows(e.vip, &e.pod(), listed))
+        }
     }
 
     /// NetworkPolicy's tcp/udp rules follow pods, labels, policies and
@@ -123,7 +134,7 @@ impl Parts {
             return;
         }
         let started = Instant::now();
-        let flows = |e: &EndpointConfig| self.netpol_flows(&policy, e);
+        let flows = self.netpol_flows(&policy);
         match crate::enforce::firewall::render(&policy, &enforcing, &flows)
             .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))
         {
