@@ -88,7 +88,7 @@ pub fn delete(zone: u16, flow: &Flow) -> Result<(), String> {
 }
 
 /// The entry expired meanwhile: what was wanted.
-fn gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
+fn gone_is_fine(r: crate::error::Result<()>) -> crate::error::Result<()> {
     match r {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         r => r,

@@ -37,6 +37,7 @@
 //! refused (`View::new` fails, and the endpoint is not served); a link
 //! among the entries is removed itself.
 
+use crate::error::Result;
 use crate::safe_fs::Dir;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -270,7 +271,7 @@ impl View {
     /// of an earlier masqd are cleared. Nothing shows until `vnic_seen`.
     /// A link or file where one of its directories must be (a tenant's)
     /// is refused, naming it: the endpoint is not served without its view.
-    pub fn new(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> io::Result<View> {
+    pub fn new(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> Result<View> {
         std::fs::create_dir_all(socket_dir).map_err(|e| io_at(e, socket_dir))?;
         let base = Dir::open(socket_dir)?;
         for c in CLASS_DIRS {

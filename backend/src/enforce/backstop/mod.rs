@@ -462,7 +462,8 @@ flush chain {t} ud_in
             map_elements(&el.endpoints, &el.cgroups),
             adopted_maps(&el.adopted, &el.adopted_rules)
         );
-        self.nft.run(&cmd).map(|_| ())
+        self.nft.run(&cmd)?;
+        Ok(())
     }
 
     /// Put every configured endpoint whose cgroup exists into the verdict

@@ -56,7 +56,7 @@ fn set(name: &str) -> Vec<String> {
     listed(TABLE, name)
 }
 
-fn nft(cmd: &str) -> Result<String, String> {
+fn nft(cmd: &str) -> crate::error::Result<String> {
     crate::kernel::nft::Nft::new()?.run(cmd)
 }
 
@@ -325,7 +325,7 @@ fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
         let (b, _p) = start("upgrade");
         for old in ["conn_in", "tenant_qpns", "ud_qpns", "udq_100", "udq_200"] {
             let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
-            assert!(e.contains("No such file"), "{old}: {e}");
+            assert!(e.to_string().contains("No such file"), "{old}: {e}");
         }
         // The new ones hold the old elements at this host's address (what
         // a QPN alone meant) until the reconcile rewrites them.
