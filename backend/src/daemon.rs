@@ -288,7 +288,7 @@ fn prepare_socket_dir(parts: &Parts) -> io::Result<()> {
 fn start_link_tls(parts: &Parts) -> io::Result<()> {
     match parts.cluster.as_ref().and_then(|c| c.identity()) {
         Some(id) => {
-            let tls = crate::peer::tls::LinkTls::new(&id).map_err(invalid)?;
+            let tls = crate::peer::tls::LinkTls::new(&id).map_err(|e| invalid(e.to_string()))?;
             parts.set_link_tls(tls);
             info!("CM link: mutual TLS with this host's cluster identity");
         }
@@ -598,8 +598,11 @@ impl Daemon {
         let Some(files) = cluster.tls_files() else {
             return;
         };
-        let loaded = crate::config::identity::Identity::load(files)
-            .and_then(|id| crate::peer::tls::LinkTls::new(&id).map(|tls| (id, tls)));
+        let loaded = crate::config::identity::Identity::load(files).and_then(|id| {
+            crate::peer::tls::LinkTls::new(&id)
+                .map(|tls| (id, tls))
+                .map_err(String::from)
+        });
         match loaded {
             Ok((id, tls)) => {
                 info!(subject = %id.subject, not_after = id.not_after, "SIGHUP: this host's certificate reloaded");

@@ -62,6 +62,7 @@ fn listen(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
         .parent()
         .map(std::fs::create_dir_all)
         .unwrap_or(Ok(()))
+        .map_err(crate::error::Error::from)
         // Any local process may connect: the endpoint's identity is
         // checked against the peer's network namespace.
         .and_then(|_| Listener::bind(&ep.socket, 0o666));
