@@ -414,7 +414,8 @@ fn start_metrics(parts: &Arc<Parts>, started: &Arc<AtomicBool>) -> io::Result<()
     let beat = parts.run.heartbeat("metrics", STALL);
     let weak = Arc::downgrade(parts);
     let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
-    let access = crate::http::Access::load(&parts.cfg.metrics).map_err(invalid)?;
+    let access =
+        crate::http::Access::load(&parts.cfg.metrics).map_err(|e| invalid(e.to_string()))?;
     crate::http::serve(addr, registry, probes, access, beat, stopping)?;
     Ok(())
 }
@@ -598,11 +599,8 @@ impl Daemon {
         let Some(files) = cluster.tls_files() else {
             return;
         };
-        let loaded = crate::config::identity::Identity::load(files).and_then(|id| {
-            crate::peer::tls::LinkTls::new(&id)
-                .map(|tls| (id, tls))
-                .map_err(String::from)
-        });
+        let loaded = crate::config::identity::Identity::load(files)
+            .and_then(|id| crate::peer::tls::LinkTls::new(&id).map(|tls| (id, tls)));
         match loaded {
             Ok((id, tls)) => {
                 info!(subject = %id.subject, not_after = id.not_after, "SIGHUP: this host's certificate reloaded");

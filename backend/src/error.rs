@@ -19,6 +19,13 @@ pub enum Error {
     /// control request, a file it names): the text names the field and
     /// where.
     Invalid(String),
+    /// A file the operator wrote is wrong: which, where in it when the
+    /// parser knows (1-based line and column), and what.
+    InFile {
+        file: String,
+        position: Option<(usize, usize)>,
+        why: String,
+    },
     /// Another host's masqd sent what this one cannot take, or the link to
     /// it failed.
     Peer(String),
@@ -57,7 +64,7 @@ impl Error {
         match self {
             Error::Refused { errno, .. } => *errno,
             Error::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            Error::Invalid(_) => libc::EINVAL,
+            Error::Invalid(_) | Error::InFile { .. } => libc::EINVAL,
             Error::Peer(_) => libc::EPROTO,
             Error::Failed(_) => libc::EIO,
         }
@@ -70,6 +77,7 @@ impl Error {
         match self {
             Error::Refused { why, .. } => why,
             Error::Invalid(s) | Error::Peer(s) | Error::Failed(s) => s,
+            Error::InFile { why, .. } => why,
             Error::Os { what, .. } => what,
         }
     }
@@ -78,6 +86,15 @@ impl Error {
     pub fn io(&self) -> Option<&io::Error> {
         match self {
             Error::Os { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Where in its file bad input is (line, column), when the parser
+    /// said.
+    pub fn position(&self) -> Option<(usize, usize)> {
+        match self {
+            Error::InFile { position, .. } => *position,
             _ => None,
         }
     }
@@ -104,6 +121,15 @@ impl Error {
             Error::Invalid(s) => Error::Invalid(format!("{what}: {s}")),
             Error::Peer(s) => Error::Peer(format!("{what}: {s}")),
             Error::Failed(s) => Error::Failed(format!("{what}: {s}")),
+            Error::InFile {
+                file,
+                position,
+                why,
+            } => Error::InFile {
+                file,
+                position,
+                why: format!("{what}: {why}"),
+            },
             Error::Os { what: w, source } if w.is_empty() => Error::os(what.to_string(), source),
             Error::Os { what: w, source } => Error::os(format!("{what}: {w}"), source),
         }
@@ -115,6 +141,12 @@ impl fmt::Display for Error {
         match self {
             Error::Refused { errno, why } => write!(f, "{why} (errno {errno})"),
             Error::Invalid(s) | Error::Peer(s) | Error::Failed(s) => f.write_str(s),
+            Error::InFile {
+                file,
+                position: Some((line, col)),
+                why,
+            } => write!(f, "{file}:{line}:{col}: {why}"),
+            Error::InFile { file, why, .. } => write!(f, "{file}: {why}"),
             Error::Os { what, source } if what.is_empty() => write!(f, "{source}"),
             Error::Os { what, source } => write!(f, "{what}: {source}"),
         }
@@ -211,6 +243,13 @@ mod tests {
         );
         assert_eq!(Error::invalid("endpoints[0].vni: 0").errno(), libc::EINVAL);
         assert_eq!(Error::peer("bad").errno(), libc::EPROTO);
+        let at = |position| Error::InFile {
+            file: "t.yaml".into(),
+            position,
+            why: "vni: 0".into(),
+        };
+        assert_eq!(at(Some((4, 7))).to_string(), "t.yaml:4:7: vni: 0");
+        assert_eq!(at(None).to_string(), "t.yaml: vni: 0");
         assert_eq!(Error::failed("etcd: down").to_string(), "etcd: down");
         assert_eq!(
             Error::failed("down").context("etcd").to_string(),

@@ -70,7 +70,7 @@ fn init_auth(a: InitAuthArgs) -> ExitCode {
     let identity = match Identity::load(&files) {
         Ok(id) => id,
         Err(e) => {
-            let e = e.replace("cluster.tls.", "--");
+            let e = e.to_string().replace("cluster.tls.", "--");
             eprintln!("masqctl: {e}");
             return ExitCode::from(2);
         }

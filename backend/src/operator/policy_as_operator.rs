@@ -91,7 +91,8 @@ pub fn apply(
     // Errors name the command's options (the CA is masqd's).
     let operator = Identity::load(&files).map_err(|e| {
         Failure::Usage(
-            e.replace("cluster.tls.cert", "--operator-cert")
+            e.to_string()
+                .replace("cluster.tls.cert", "--operator-cert")
                 .replace("cluster.tls.key", "--operator-key")
                 .replace("cluster.tls.ca", "masqd's cluster.tls.ca"),
         )
