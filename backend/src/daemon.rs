@@ -105,7 +105,7 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
     for (e, origin) in initial {
         if let Err(why) = registry.check_new(&e) {
             if origin == Origin::File {
-                return Err(invalid(why));
+                return Err(invalid(why.to_string()));
             }
             warn!("endpoint added at run time not restored: {why}");
             continue;
