@@ -227,7 +227,9 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
             };
             if let Some(c) = &parts.cluster {
                 // The version in force on each host, as each reports it.
-                v["hosts"] = c.policy_status().unwrap_or_else(|e| json!({ "error": e }));
+                v["hosts"] = c
+                    .policy_status()
+                    .unwrap_or_else(|e| json!({ "error": e.to_string() }));
             }
             v
         }

@@ -40,7 +40,9 @@ impl Parts {
             v["unknown_endpoints"] = json!(unknown);
             return Ok(v);
         };
-        let rev = c.put_policy(p.text(), p.file()).map_err(not_changed)?;
+        let rev = c
+            .put_policy(p.text(), p.file())
+            .map_err(|e| not_changed(e.to_string()))?;
         let mut v = self.apply_policy(p)?;
         c.status_changed();
         v["cluster_revision"] = json!(rev);
@@ -214,11 +216,12 @@ impl Store for Parts {
         }
     }
 
-    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String> {
+    fn policy(&self, from: SourceId, text: &str, file: &str) -> crate::error::Result<()> {
         let _one_at_a_time = lock(&self.policy_ops);
         let (p, dangling) = self
             .admission
-            .check_text(text, file, &self.registry.policy_refs())?;
+            .check_text(text, file, &self.registry.policy_refs())
+            .map_err(crate::error::Error::Invalid)?;
         if !dangling.is_empty() {
             // Normal in a cluster (hosts come and go); a typo in a file.
             let names = dangling.join(", ");
@@ -231,7 +234,7 @@ impl Store for Parts {
         if active.is_some_and(|a| a.version_hash() == p.version_hash()) {
             return Ok(());
         }
-        self.apply_policy(p)?;
+        self.apply_policy(p).map_err(crate::error::Error::Failed)?;
         if let Some(c) = &self.cluster {
             c.status_changed();
         }
