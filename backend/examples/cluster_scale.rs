@@ -57,8 +57,7 @@ impl Store for Follower {
     fn policy(&self, _from: SourceId, text: &str, file: &str) -> masq_backend::error::Result<()> {
         let (p, _) = self
             .admission
-            .check_text(text, file, &self.registry.policy_refs())
-            .map_err(masq_backend::error::Error::Invalid)?;
+            .check_text(text, file, &self.registry.policy_refs())?;
         self.admission.apply(p, &self.registry);
         let tag = text.lines().next().unwrap_or_default().to_string();
         self.applied.lock().unwrap().push((tag, Instant::now()));

@@ -162,6 +162,13 @@ impl std::error::Error for Error {
     }
 }
 
+/// In an answer (the control socket's JSON), an error is its text.
+impl serde::Serialize for Error {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// A system call's error as it is: its text, its errno.
 impl From<io::Error> for Error {
     fn from(source: io::Error) -> Error {

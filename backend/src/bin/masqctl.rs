@@ -131,7 +131,7 @@ fn apply_as_operator(
     print_reply(format, &req, &reply)
 }
 
-fn unreachable(socket: &Path, e: std::io::Error) -> ExitCode {
+fn unreachable(socket: &Path, e: masq_backend::error::Error) -> ExitCode {
     eprintln!("masqctl: cannot reach masqd at {}: {e}", socket.display());
     ExitCode::from(3)
 }

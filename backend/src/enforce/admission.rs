@@ -8,6 +8,7 @@
 use crate::admit::{Ask, Denied, Mirrored, Pods};
 use crate::config::Config;
 use crate::enforce::netpol::{Ends, NetworkPolicies};
+use crate::error::{Error, Result};
 use crate::pipeline::ports::{Conntrack, Decide};
 use masq_policy::{EndpointRef, OnRuleChange, Policy};
 use rconntrack::{Decision, Entry, LocalKey, QpKey, State, Table, TableFull, Upsert};
@@ -137,12 +138,9 @@ impl Admission {
     /// go (containers, other hosts), so a member naming one not known now
     /// is no error: it matches nothing until it is, and is returned so the
     /// operator sees it (a typo shows there).
-    pub fn check(
-        &self,
-        path: &Path,
-        endpoints: &[EndpointRef],
-    ) -> Result<(Policy, Vec<String>), String> {
-        Policy::load_allowing_unknown(path, endpoints).map_err(|errs| errs.to_string())
+    pub fn check(&self, path: &Path, endpoints: &[EndpointRef]) -> Result<(Policy, Vec<String>)> {
+        Policy::load_allowing_unknown(path, endpoints)
+            .map_err(|errs| Error::Invalid(errs.to_string()))
     }
 
     /// Parse and compile the cluster's policy text. It was checked where it
@@ -153,8 +151,9 @@ impl Admission {
         text: &str,
         file: &str,
         endpoints: &[EndpointRef],
-    ) -> Result<(Policy, Vec<String>), String> {
-        Policy::parse_allowing_unknown(text, file, endpoints).map_err(|errs| errs.to_string())
+    ) -> Result<(Policy, Vec<String>)> {
+        Policy::parse_allowing_unknown(text, file, endpoints)
+            .map_err(|errs| Error::Invalid(errs.to_string()))
     }
 
     /// The endpoints changed (`changed` names them; empty: any may have):
@@ -488,7 +487,8 @@ mod tests {
         let line = broken.lines().count();
         let e = a
             .check_text(&broken, "<stdin>", &refs(&cfg))
-            .expect_err("an unknown key");
+            .expect_err("an unknown key")
+            .to_string();
         assert!(e.contains(&format!("<stdin>:{line}:")), "{e}");
     }
 

@@ -84,7 +84,7 @@ fn backstop_status(parts: &Parts) -> Value {
                 json!({"counter": name, "packets": packets, "bytes": bytes})
             }).collect::<Vec<_>>(),
         }),
-        Err(e) => json!({"error": e}),
+        Err(e) => json!({"error": e.to_string()}),
     }
 }
 

@@ -22,7 +22,7 @@ const IN_FORCE_WITHIN: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub enum Failure {
     /// masqd could not be reached (exit 3).
-    Unreachable(std::io::Error),
+    Unreachable(crate::error::Error),
     /// The command line cannot work here (exit 2).
     Usage(String),
     /// masqd or etcd refused, or masqd did not take the policy (exit 1).

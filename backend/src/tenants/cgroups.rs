@@ -78,7 +78,7 @@ fn outsider(path: &Path, netns: &Path) -> Result<Option<i32>, String> {
 /// Returns whether it is new.
 fn adopt(b: &Backstop, ep: &EndpointConfig, path: &str) -> Result<bool, String> {
     match outsider(&Path::new(CGROUP_ROOT).join(path), &ep.netns)? {
-        None => b.adopt_cgroup(&ep.name, path),
+        None => b.adopt_cgroup(&ep.name, path).map_err(String::from),
         Some(p) => Err(format!(
             "cgroup /{path}: pid {p} in it lives outside the endpoint's namespace"
         )),

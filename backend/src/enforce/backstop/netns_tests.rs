@@ -361,7 +361,7 @@ fn the_drop_counters_are_read_without_libnftables_and_a_lost_table_is_an_error()
         assert!(names.contains(&"drop_acme_a".to_string()), "{names:?}");
         assert!(names.contains(&"ingress_drop".to_string()), "{names:?}");
         nft(&format!("delete table inet {TABLE}")).expect("deleted by hand");
-        let e = b.counters().expect_err("no table");
+        let e = b.counters().expect_err("no table").to_string();
         assert!(e.contains("the table is gone"), "{e}");
     })
 }
