@@ -128,7 +128,7 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
         if let Some(why) = refused {
             // Kept (listed, and in the runtime file) but not served; start
             // serves the other endpoints.
-            ep = ep.refused(why);
+            ep = ep.refused(why.to_string());
         }
         registry.insert(Arc::new(ep));
     }

@@ -28,7 +28,7 @@ pub fn sysfs_view_for(
     socket: &Path,
     others: &[std::path::PathBuf],
     host: &crate::kernel::host::HostDevice,
-) -> Result<Option<crate::kernel::sysfs_view::View>, String> {
+) -> crate::error::Result<Option<crate::kernel::sysfs_view::View>> {
     let Some(dir) = socket.parent() else {
         return Ok(None);
     };
@@ -41,7 +41,7 @@ pub fn sysfs_view_for(
     }
     crate::kernel::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port)
         .map(Some)
-        .map_err(|e| format!("its sysfs view cannot be made: {e}"))
+        .map_err(|e| e.context("its sysfs view cannot be made"))
 }
 
 /// The sysfs view of a further device (`deviceOf`) of the apps whose
