@@ -410,7 +410,7 @@ mod tests {
             }),
         };
         let m = crate::metrics::Metrics::default();
-        m.admission("acme", Ok("acme/db/ingress[0]"));
+        m.admission("acme", Some("acme/db/ingress[0]"));
         let registry = crate::metrics::registry(&m, Box::new(|| None));
         let addr = serve(
             "127.0.0.1:0".parse().expect("addr"),

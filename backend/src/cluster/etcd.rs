@@ -170,9 +170,9 @@ impl Cluster {
         cfg: ClusterConfig,
         me: Ipv4Addr,
         rails: Vec<(String, Ipv4Addr)>,
-    ) -> std::io::Result<Arc<Cluster>> {
+    ) -> Result<Arc<Cluster>> {
         let identity = match &cfg.tls {
-            Some(files) => Some(Identity::load(files).map_err(std::io::Error::other)?),
+            Some(files) => Some(Identity::load(files)?),
             None => {
                 warn!(
                     "cluster.insecure: etcd in plaintext, with no identities: anyone who \

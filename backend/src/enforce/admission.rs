@@ -183,8 +183,7 @@ impl Admission {
     pub fn decide(&self, ask: &Ask, pods: &dyn Pods) -> Result<Arc<str>, Denied> {
         let ends = || NetworkPolicies::ends(ask, pods);
         let verdict = self.verdict(self.active().as_deref(), ask, ends);
-        let counted = verdict.as_deref().map_err(|_| ());
-        self.metrics.admission(ask.tenant, counted);
+        self.metrics.admission(ask.tenant, verdict.as_deref().ok());
         verdict
     }
 
