@@ -336,7 +336,7 @@ fn serve_endpoints(parts: &Arc<Parts>) -> Result<()> {
 /// The control socket, listened on, its connections answered in a thread.
 fn start_control(parts: &Arc<Parts>, control_path: &Path) -> Result<()> {
     let control = bind_control(control_path)
-        .map_err(|e| Error::os(format!("cannot listen on {}", control_path.display()), e))?;
+        .map_err(|e| e.context(format_args!("cannot listen on {}", control_path.display())))?;
     let parts = parts.clone();
     thread::Builder::new()
         .name("control".into())
@@ -629,12 +629,9 @@ impl Daemon {
 
 /// The control socket, 0600 from its first moment (root's only: it
 /// changes everything), replacing a stale one.
-fn bind_control(path: &std::path::Path) -> io::Result<UnixListener> {
+fn bind_control(path: &std::path::Path) -> Result<UnixListener> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a socket path",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a socket path").into());
     };
     crate::safe_fs::Dir::open(dir)?.bind_socket(name, 0o600, |at| UnixListener::bind(at))
 }

@@ -176,23 +176,6 @@ impl From<io::Error> for Error {
     }
 }
 
-// Bridges for the layers that do not speak `Error` yet; they go when the
-// last one does.
-impl From<Error> for String {
-    fn from(e: Error) -> String {
-        e.to_string()
-    }
-}
-
-impl From<Error> for io::Error {
-    fn from(e: Error) -> io::Error {
-        match e {
-            Error::Os { what, source } if what.is_empty() => source,
-            e => io::Error::new(e.kind(), e.to_string()),
-        }
-    }
-}
-
 /// Refusals compare by errno and reason (the fakes' and tests' question);
 /// system calls by what and the OS's errno.
 impl PartialEq for Error {

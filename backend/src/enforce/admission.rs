@@ -416,7 +416,7 @@ mod tests {
     }
 
     /// The admission as the file source leaves it at start.
-    fn admission(cfg: &Config, dir: &Path) -> Result<Admission, String> {
+    fn admission(cfg: &Config, dir: &Path) -> crate::error::Result<Admission> {
         let a = Admission::new(cfg, dir);
         if let Some(path) = &a.path {
             let (p, _) = a.check(path, &refs(cfg))?;

@@ -79,7 +79,7 @@ impl Listener {
             .into());
         };
         let dir = crate::safe_fs::Dir::open(dir)?;
-        Ok(dir.bind_socket_then(name, mode, bind_seqpacket, between)?)
+        dir.bind_socket_then(name, mode, bind_seqpacket, between)
     }
 
     pub fn accept(&self) -> Result<Conn> {
