@@ -26,7 +26,7 @@ impl StoredPolicy {
 
 /// Why a write failed.
 #[derive(Debug)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     /// Someone wrote the policy since the writer's masqd last saw it.
     Lost,
     /// etcd's roles do not let this identity write it.

@@ -7,7 +7,7 @@ use crate::endpoints::endpoint::{Endpoint, Origin};
 use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
-use crate::error::{refuse, Error, Result};
+use crate::error::{refuse, Result};
 use crate::kernel::ibv::{
     IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_STATE,
 };
@@ -67,7 +67,7 @@ impl QpKernel for FakeKernel {
         }
         Ok(*self.qp.borrow())
     }
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Error> {
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict> {
         self.owner_lookups.set(self.owner_lookups.get() + 1);
         if qpn != QPN || !self.mine {
             return Err(refuse(libc::EPERM, "claimed QPN refused: not the app's"));
@@ -126,7 +126,7 @@ impl QpHost for FakeHost {
         1
     }
     /// Virtual index 1 (the vNIC's IPv4 GID) is the host's index 3.
-    fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32, Error> {
+    fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32> {
         match vindex {
             1 => Ok(3),
             _ => Err(refuse(libc::EINVAL, format!("no virtual GID {vindex}"))),

@@ -6,7 +6,7 @@
 use crate::admit::{Ask, Denied, Pods};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::registry::Registry;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
 use masq_proto as proto;
@@ -112,7 +112,7 @@ pub trait QpKernel {
     fn modify(&self, cmd: &uverbs::ModifyQp) -> Result<()>;
     fn query(&self, qp_handle: u32, attr_mask: u32) -> Result<uverbs::QueryQpResp>;
     /// Whether `qpn` is the app's QP of type `qp_type` (`ownership.rs`).
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Error>;
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict>;
 }
 
 /// What the pipeline needs of masqd: the policy and its table, the VPC
@@ -129,7 +129,7 @@ pub trait QpHost {
     /// The rail `ep`'s device is on.
     fn rail_name(&self, ep: &Endpoint) -> &str;
     /// The physical sgid index for the endpoint's virtual index `vindex`.
-    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Error>;
+    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32>;
     /// The RDMA CM's side of a connection it set up, if it did.
     fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
     /// A UD QP can receive (`up`) or is gone: the other hosts of its VNI
@@ -168,12 +168,7 @@ pub trait CmSteps {
         pid: i32,
         qpn: u32,
         accept: Option<(u8, u8)>,
-    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Error>;
+    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr)>;
     /// Run the accept or establish `body` on the id's CM session.
-    fn finish(
-        &self,
-        cm_session: u64,
-        ep: &Arc<Endpoint>,
-        body: &proto::RequestBody,
-    ) -> Result<(), Error>;
+    fn finish(&self, cm_session: u64, ep: &Arc<Endpoint>, body: &proto::RequestBody) -> Result<()>;
 }

@@ -265,7 +265,7 @@ impl QpKernel for Logged<'_> {
     fn query(&self, qp_handle: u32, attr_mask: u32) -> crate::error::Result<uverbs::QueryQpResp> {
         self.k.query(qp_handle, attr_mask)
     }
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Error> {
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, crate::error::Error> {
         self.k.owner(qpn, qp_type)
     }
 }

@@ -1,7 +1,7 @@
 //! The served device as the sessions use it, and one session's kernel:
 //! its uverbs file and the kernel's word on who owns a QPN.
 
-use crate::error::{from_io, Error, Result};
+use crate::error::{from_io, Result};
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::{Lookup, RdmaNl};
 use crate::kernel::{ownership, uverbs};
@@ -71,7 +71,7 @@ impl QpKernel for SessionKernel<'_> {
     }
 
     /// One single-QP netlink query, no dump.
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<ownership::Verdict, Error> {
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<ownership::Verdict> {
         let lookup = self
             .device
             .qp_lookup(qpn)

@@ -16,7 +16,7 @@ use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::enforce::limits::Limits;
-use crate::error::{from_io, refuse, Error, Result};
+use crate::error::{from_io, refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::kernel::uverbs;
@@ -239,7 +239,7 @@ impl QpHost for Parts {
     fn rail_name(&self, ep: &Endpoint) -> &str {
         &self.rail(ep).name
     }
-    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Error> {
+    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32> {
         let rail = self.rail(ep);
         let underlay = rail.underlay.ip;
         ep.with_vnic(|b| {
@@ -337,7 +337,7 @@ impl CmSteps for Parts {
         pid: i32,
         qpn: u32,
         accept: Option<(u8, u8)>,
-    ) -> Result<(u64, masq_proto::CmQpAttr, masq_proto::CmQpAttr), Error> {
+    ) -> Result<(u64, masq_proto::CmQpAttr, masq_proto::CmQpAttr)> {
         let same_app = |s: u64| self.sessions.pid(s) == Some(pid);
         self.cm.qp_step(self, id, ep, &same_app, qpn, accept)
     }
@@ -346,7 +346,7 @@ impl CmSteps for Parts {
         cm_session: u64,
         ep: &Arc<Endpoint>,
         body: &masq_proto::RequestBody,
-    ) -> Result<(), Error> {
+    ) -> Result<()> {
         self.cm.request(self, cm_session, ep, body).map(|_| ())
     }
 }

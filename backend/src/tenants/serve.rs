@@ -4,7 +4,7 @@
 
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{fd_room, Slot, What};
-use crate::error::Error;
+use crate::error::Result;
 use crate::pipeline::session::Session;
 use crate::run::now_secs;
 use crate::tenants::cgroups::same_netns;
@@ -125,7 +125,7 @@ const REFUSE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 /// A session slot for one more app of `ep` (a thread, its connection, a
 /// copy of it and its device: three descriptors), within `tenantLimits`:
 /// EMFILE past its sessions or past masqd's descriptor reserve.
-fn admit_session(parts: &Parts, ep: &Arc<Endpoint>, conn: &Conn) -> Result<Slot, Error> {
+fn admit_session(parts: &Parts, ep: &Arc<Endpoint>, conn: &Conn) -> Result<Slot> {
     let limits = parts.registry.limits();
     let slot = Slot::take(&ep.usage, What::Sessions, limits.sessions)?;
     fd_room(&ep.usage, conn.as_raw_fd(), 2, limits.fd_reserve)?;
