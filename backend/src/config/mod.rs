@@ -493,7 +493,7 @@ impl Config {
             r.underlay.resolve().map_err(|e| Error::InFile {
                 file: file.clone(),
                 position: None,
-                why: format!("{at}{}", e.why()),
+                why: format!("{at}{e}"),
             })?;
         }
         cfg.underlay = cfg.rails[0].underlay.clone();
@@ -529,7 +529,7 @@ impl Config {
             .map_err(|e| Error::InFile {
                 file: file.to_string(),
                 position: None,
-                why: e.why().to_string(),
+                why: e.to_string(),
             })?;
         Ok(cfg)
     }

@@ -2,7 +2,7 @@
 //! vNIC as last read, its sysfs view and its socket.
 
 use crate::config::EndpointConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::transport::seqpacket::Listener;
 use serde::Serialize;
 use std::os::unix::fs::MetadataExt;
@@ -131,7 +131,10 @@ impl Endpoint {
     /// names another namespace (the container was recreated).
     pub fn with_vnic<T>(&self, f: impl FnOnce(&vbond::Binding) -> T) -> Result<T> {
         let ns = std::fs::metadata(&self.cfg.netns)
-            .map_err(|e| Error::os(self.cfg.netns.display().to_string(), e))?
+            // Without the OS's errno: an app sees EIO, not the namespace file's.
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("{}: {e}", self.cfg.netns.display()))
+            })?
             .ino();
         let mut slot = self.binding.lock().unwrap_or_else(|e| e.into_inner());
         let current = match slot.take() {

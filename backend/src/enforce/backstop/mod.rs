@@ -207,8 +207,8 @@ impl Backstop {
     pub fn start(cfg: &Config, endpoints: &[EndpointConfig]) -> Result<Backstop> {
         let parent = cfg.backstop.cgroup_parent.trim_matches('/').to_string();
         if parent.is_empty() {
-            return Err(Error::Failed(
-                "backstop.cgroupParent: must name a cgroup below the root".into(),
+            return Err(Error::invalid(
+                "backstop.cgroupParent: must name a cgroup below the root",
             ));
         }
         let parent_dir = Path::new(CGROUP_ROOT).join(&parent);
