@@ -54,7 +54,7 @@ impl Store for Follower {
             self.rebind(&changed.iter().map(String::as_str).collect::<Vec<_>>());
         }
     }
-    fn policy(&self, _from: SourceId, text: &str, file: &str) -> Result<(), String> {
+    fn policy(&self, _from: SourceId, text: &str, file: &str) -> masq_backend::error::Result<()> {
         let (p, _) = self
             .admission
             .check_text(text, file, &self.registry.policy_refs())?;

@@ -9,6 +9,7 @@ use crate::endpoints::endpoint::{Endpoint, Origin};
 use crate::endpoints::registry::{Registry, RuntimeFile};
 use crate::enforce::admission::Admission;
 use crate::enforce::ratelimit::RateLimits;
+use crate::error::{Error, Result};
 use crate::http::Said;
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
@@ -29,13 +30,9 @@ pub struct Daemon {
     control_path: PathBuf,
 }
 
-fn invalid(e: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e)
-}
-
 /// A rail's device, checked to have the RoCE v2 GID of its underlay
 /// address (`many`: errors name the rail).
-fn discover_rail(r: &crate::config::RailConfig, many: bool) -> io::Result<HostDevice> {
+fn discover_rail(r: &crate::config::RailConfig, many: bool) -> Result<HostDevice> {
     let host = HostDevice::discover(Path::new("/sys"), &r.device, r.port)?;
     let gid = vbond::ipv4_mapped_gid(r.underlay.ip);
     if !host.gids.iter().any(|g| g.gid == gid && g.roce_v2) {
@@ -44,28 +41,25 @@ fn discover_rail(r: &crate::config::RailConfig, many: bool) -> io::Result<HostDe
         } else {
             String::new()
         };
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "{at}{} port {} has no RoCE v2 GID for underlay.ip {} (check the config \
-                 and `rdma link`)",
-                r.device, r.port, r.underlay.ip
-            ),
-        ));
+        return Err(Error::Invalid(format!(
+            "{at}{} port {} has no RoCE v2 GID for underlay.ip {} (check the config \
+             and `rdma link`)",
+            r.device, r.port, r.underlay.ip
+        )));
     }
     Ok(host)
 }
 
 /// Every rail's device, all of one driver.
-fn discover_rails(cfg: &Config) -> io::Result<Vec<HostDevice>> {
+fn discover_rails(cfg: &Config) -> Result<Vec<HostDevice>> {
     let hosts = cfg
         .rails
         .iter()
         .map(|r| discover_rail(r, cfg.rails.len() > 1))
-        .collect::<io::Result<Vec<HostDevice>>>()?;
+        .collect::<Result<Vec<HostDevice>>>()?;
     let host = &hosts[0];
     if let Some(other) = hosts.iter().find(|h| h.driver_id != host.driver_id) {
-        return Err(invalid(format!(
+        return Err(Error::Invalid(format!(
             "rails: {} and {} have different drivers; one masqd serves the devices of \
              one driver",
             host.name, other.name
@@ -79,7 +73,7 @@ fn discover_rails(cfg: &Config) -> io::Result<Vec<HostDevice>> {
 /// left out, the file's stop the start). The file's VPC map comes after,
 /// from its source; the config check made sure it agrees with the file's
 /// endpoints.
-fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> {
+fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> Result<Registry> {
     let registry = Registry::new(cfg);
     let mut initial: Vec<_> = cfg
         .endpoints
@@ -105,7 +99,7 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
     for (e, origin) in initial {
         if let Err(why) = registry.check_new(&e) {
             if origin == Origin::File {
-                return Err(invalid(why));
+                return Err(Error::Invalid(why.to_string()));
             }
             warn!("endpoint added at run time not restored: {why}");
             continue;
@@ -128,7 +122,7 @@ fn initial_registry(cfg: &Config, hosts: &[HostDevice]) -> io::Result<Registry> 
         if let Some(why) = refused {
             // Kept (listed, and in the runtime file) but not served; start
             // serves the other endpoints.
-            ep = ep.refused(why);
+            ep = ep.refused(why.to_string());
         }
         registry.insert(Arc::new(ep));
     }
@@ -141,14 +135,10 @@ type Devices = Vec<(HostDevice, RdmaNl)>;
 
 /// Each rail's device with its rdma netlink socket for the sessions'
 /// ownership checks, and one more per rail for the audit when it is on.
-fn open_netlink(cfg: &Config, hosts: Vec<HostDevice>) -> io::Result<(Devices, Vec<RdmaNl>)> {
+fn open_netlink(cfg: &Config, hosts: Vec<HostDevice>) -> Result<(Devices, Vec<RdmaNl>)> {
     let rdma_nl = |r: &crate::config::RailConfig, what: &str| {
-        RdmaNl::open(&r.device, r.port).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("rdma netlink ({what}, {}): {e}", r.device),
-            )
-        })
+        RdmaNl::open(&r.device, r.port)
+            .map_err(|e| e.context(format_args!("rdma netlink ({what}, {})", r.device)))
     };
     let mut devices = Vec::new();
     let mut audit_nl = Vec::new();
@@ -195,7 +185,7 @@ fn log_start(cfg: &Config, registry: &Registry, endpoints: usize, is_rxe: bool, 
 }
 
 /// Cluster mode's store, if the config has one (not started yet).
-fn cluster_of(cfg: &Config) -> io::Result<Option<Arc<crate::cluster::Cluster>>> {
+fn cluster_of(cfg: &Config) -> Result<Option<Arc<crate::cluster::Cluster>>> {
     let Some(c) = &cfg.cluster else {
         return Ok(None);
     };
@@ -217,7 +207,7 @@ fn rate_limits(
     cfg: &Config,
     endpoints: &[EndpointConfig],
     is_rxe: bool,
-) -> io::Result<Option<RateLimits>> {
+) -> Result<Option<RateLimits>> {
     if is_rxe {
         return RateLimits::new(
             cfg.rails
@@ -227,22 +217,21 @@ fn rate_limits(
             &cfg.backstop.cgroup_parent,
         )
         .map(Some)
-        .map_err(|e| io::Error::other(format!("rate limits: {e}")));
+        .map_err(|e| e.context("rate limits"));
     }
     match endpoints.iter().find(|e| e.max_rate_mbps.is_some()) {
-        Some(e) => Err(invalid(crate::enforce::ratelimit::needs_software_roce(
-            &e.name,
-            &cfg.device,
-        ))),
+        Some(e) => Err(Error::Invalid(
+            crate::enforce::ratelimit::needs_software_roce(&e.name, &cfg.device),
+        )),
         None => Ok(None),
     }
 }
 
 /// The kernel backstop, with the pods' and apps' cgroups it filtered
 /// before a restart.
-fn start_backstop(parts: &Parts, endpoints: &[EndpointConfig]) -> io::Result<()> {
+fn start_backstop(parts: &Parts, endpoints: &[EndpointConfig]) -> Result<()> {
     let b = crate::enforce::backstop::Backstop::start(&parts.cfg, endpoints)
-        .map_err(|e| io::Error::other(format!("backstop: {e}")))?;
+        .map_err(|e| e.context("backstop"))?;
     // Pods' and apps' cgroups come back from the runtime file,
     // before any endpoint is served: no session of a pod's app
     // brings them, and an app that skips libmasq must stay
@@ -268,7 +257,7 @@ fn start_backstop(parts: &Parts, endpoints: &[EndpointConfig]) -> io::Result<()>
 
 /// The socket directory, without the CDI specs of endpoints no longer
 /// served.
-fn prepare_socket_dir(parts: &Parts) -> io::Result<()> {
+fn prepare_socket_dir(parts: &Parts) -> Result<()> {
     std::fs::create_dir_all(&parts.cfg.socket_dir)?;
     if let Some(cdi) = &parts.cfg.cdi {
         let served: Vec<String> = parts
@@ -285,10 +274,10 @@ fn prepare_socket_dir(parts: &Parts) -> io::Result<()> {
 
 /// The CM link's mutual TLS, with this host's cluster identity if it has
 /// one.
-fn start_link_tls(parts: &Parts) -> io::Result<()> {
+fn start_link_tls(parts: &Parts) -> Result<()> {
     match parts.cluster.as_ref().and_then(|c| c.identity()) {
         Some(id) => {
-            let tls = crate::peer::tls::LinkTls::new(&id).map_err(invalid)?;
+            let tls = crate::peer::tls::LinkTls::new(&id)?;
             parts.set_link_tls(tls);
             info!("CM link: mutual TLS with this host's cluster identity");
         }
@@ -328,7 +317,7 @@ impl Drop for Unserve<'_> {
 }
 
 /// Every endpoint's socket, but those refused.
-fn serve_endpoints(parts: &Arc<Parts>) -> io::Result<()> {
+fn serve_endpoints(parts: &Arc<Parts>) -> Result<()> {
     for ep in parts.registry.local() {
         if let Some(why) = crate::operator::endpoints::refusal(parts, &ep) {
             // No socket: its apps get no session, rather than one
@@ -345,13 +334,9 @@ fn serve_endpoints(parts: &Arc<Parts>) -> io::Result<()> {
 }
 
 /// The control socket, listened on, its connections answered in a thread.
-fn start_control(parts: &Arc<Parts>, control_path: &Path) -> io::Result<()> {
-    let control = bind_control(control_path).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("cannot listen on {}: {e}", control_path.display()),
-        )
-    })?;
+fn start_control(parts: &Arc<Parts>, control_path: &Path) -> Result<()> {
+    let control = bind_control(control_path)
+        .map_err(|e| e.context(format_args!("cannot listen on {}", control_path.display())))?;
     let parts = parts.clone();
     thread::Builder::new()
         .name("control".into())
@@ -360,7 +345,7 @@ fn start_control(parts: &Arc<Parts>, control_path: &Path) -> io::Result<()> {
 }
 
 /// With a backstop: its loop, and the thread that flushes its sets.
-fn start_backstop_threads(parts: &Arc<Parts>) -> io::Result<()> {
+fn start_backstop_threads(parts: &Arc<Parts>) -> Result<()> {
     if parts.admission.backstop().is_none() {
         return Ok(());
     }
@@ -386,7 +371,7 @@ fn start_backstop_threads(parts: &Arc<Parts>) -> io::Result<()> {
 
 /// The Prometheus endpoint and the probes, if the config has an address
 /// for them; `/readyz` says 503 until `started`.
-fn start_metrics(parts: &Arc<Parts>, started: &Arc<AtomicBool>) -> io::Result<()> {
+fn start_metrics(parts: &Arc<Parts>, started: &Arc<AtomicBool>) -> Result<()> {
     let Some(addr) = parts.cfg.metrics.listen else {
         return Ok(());
     };
@@ -414,13 +399,13 @@ fn start_metrics(parts: &Arc<Parts>, started: &Arc<AtomicBool>) -> io::Result<()
     let beat = parts.run.heartbeat("metrics", STALL);
     let weak = Arc::downgrade(parts);
     let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
-    let access = crate::http::Access::load(&parts.cfg.metrics).map_err(invalid)?;
+    let access = crate::http::Access::load(&parts.cfg.metrics)?;
     crate::http::serve(addr, registry, probes, access, beat, stopping)?;
     Ok(())
 }
 
 /// The QP audit's loop, if it has netlink sockets (it is on).
-fn start_audit(parts: &Arc<Parts>, audit_nl: Vec<RdmaNl>) -> io::Result<()> {
+fn start_audit(parts: &Arc<Parts>, audit_nl: Vec<RdmaNl>) -> Result<()> {
     if audit_nl.is_empty() {
         return Ok(());
     }
@@ -432,13 +417,13 @@ fn start_audit(parts: &Arc<Parts>, audit_nl: Vec<RdmaNl>) -> io::Result<()> {
 }
 
 /// Cluster mode: follow etcd, waiting a little for its first view.
-fn start_cluster(parts: &Arc<Parts>) -> io::Result<()> {
+fn start_cluster(parts: &Arc<Parts>) -> Result<()> {
     let Some(c) = &parts.cluster else {
         return Ok(());
     };
     c.clone()
         .start(parts.clone())
-        .map_err(|e| io::Error::other(format!("cluster: {e}")))?;
+        .map_err(|e| e.context("cluster"))?;
     // With etcd up, serve the cluster's view from the first request.
     if !c.wait_connected(Duration::from_secs(5)) {
         warn!(error = ?c.health().error, "cluster: etcd not reachable yet; serving the file's view and retrying");
@@ -448,7 +433,7 @@ fn start_cluster(parts: &Arc<Parts>) -> io::Result<()> {
 
 /// Endpoints' cgroups appear when their containers start: their rdma
 /// limits and rate-limit marks follow, every 2 s.
-fn start_cgroup_limits(parts: &Arc<Parts>) -> io::Result<()> {
+fn start_cgroup_limits(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("cgroup-limits".into())
@@ -472,7 +457,7 @@ fn start_cgroup_limits(parts: &Arc<Parts>) -> io::Result<()> {
 /// NetworkPolicy's tcp/udp rules rendered again when asked
 /// (`Parts::netpol_firewall`): once per burst of changes, 100 ms after its
 /// first.
-fn start_netpol_firewall(parts: &Arc<Parts>) -> io::Result<()> {
+fn start_netpol_firewall(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("netpol-firewall".into())
@@ -493,7 +478,7 @@ fn start_netpol_firewall(parts: &Arc<Parts>) -> io::Result<()> {
 
 /// The endpoints' sysfs views kept up; always running: an endpoint added
 /// later may have a view.
-fn start_sysfs_view(parts: &Arc<Parts>) -> io::Result<()> {
+fn start_sysfs_view(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("sysfs-view".into())
@@ -502,7 +487,7 @@ fn start_sysfs_view(parts: &Arc<Parts>) -> io::Result<()> {
 }
 
 /// The systemd watchdog, pinged while no watched loop stalls.
-fn start_watchdog(parts: &Arc<Parts>) -> io::Result<()> {
+fn start_watchdog(parts: &Arc<Parts>) -> Result<()> {
     let (w1, w2) = (Arc::downgrade(parts), Arc::downgrade(parts));
     crate::notify::watchdog(
         move || w1.upgrade().map_or_else(Vec::new, |p| p.run.stalled()),
@@ -514,7 +499,7 @@ impl Daemon {
     /// Assemble masqd from `cfg`: check the devices and the endpoints,
     /// put the policy in force, then serve the endpoints and start each
     /// thread. A failure after the first socket takes the sockets away.
-    pub fn start(mut cfg: Config, config_dir: &Path) -> io::Result<Daemon> {
+    pub fn start(mut cfg: Config, config_dir: &Path) -> Result<Daemon> {
         if let Some(c) = &mut cfg.cdi {
             // Relative to the config file, as `policy:` is.
             c.libmasq_dir = config_dir.join(&c.libmasq_dir);
@@ -523,9 +508,7 @@ impl Daemon {
         let registry = initial_registry(&cfg, &hosts)?;
         let endpoint_cfgs = registry.configs();
         let admission = Admission::new(&cfg, config_dir);
-        let file = Arc::new(
-            FileSource::new(&cfg, config_dir).map_err(|e| invalid(format!("policy: {e}")))?,
-        );
+        let file = Arc::new(FileSource::new(&cfg, config_dir).map_err(|e| e.context("policy"))?);
         let (devices, audit_nl) = open_netlink(&cfg, hosts)?;
         let is_rxe = devices[0].0.driver_id == crate::kernel::uverbs::RDMA_DRIVER_RXE;
         let backstop = crate::enforce::backstop::wanted(&cfg.backstop, is_rxe);
@@ -537,15 +520,14 @@ impl Daemon {
         ));
         // The file's map and policy first: a policy that does not check
         // stops the start before anything is in the kernel.
-        file.start(parts.clone())
-            .map_err(|e| invalid(format!("policy: {e}")))?;
+        file.start(parts.clone()).map_err(|e| e.context("policy"))?;
         if backstop {
             start_backstop(&parts, &endpoint_cfgs)?;
         }
         parts
             .limits
             .sync_rates(&parts.registry.configs())
-            .map_err(|e| io::Error::other(format!("rate limits: {e}")))?;
+            .map_err(|e| e.context("rate limits"))?;
         parts.metrics.policy_applied_now();
         prepare_socket_dir(&parts)?;
         start_link_tls(&parts)?;
@@ -647,12 +629,9 @@ impl Daemon {
 
 /// The control socket, 0600 from its first moment (root's only: it
 /// changes everything), replacing a stale one.
-fn bind_control(path: &std::path::Path) -> io::Result<UnixListener> {
+fn bind_control(path: &std::path::Path) -> Result<UnixListener> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a socket path",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a socket path").into());
     };
     crate::safe_fs::Dir::open(dir)?.bind_socket(name, 0o600, |at| UnixListener::bind(at))
 }

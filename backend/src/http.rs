@@ -11,6 +11,7 @@
 
 use crate::config::identity;
 use crate::config::MetricsConfig;
+use crate::error::{Error, Result};
 use crate::run::Heartbeat;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -83,7 +84,7 @@ pub struct Access {
 
 impl Access {
     /// Read the files `cfg` names; an error names the field and the file.
-    pub fn load(cfg: &MetricsConfig) -> Result<Access, String> {
+    pub fn load(cfg: &MetricsConfig) -> Result<Access> {
         let tls = match &cfg.tls {
             None => None,
             Some(t) => {
@@ -92,14 +93,17 @@ impl Access {
                 let key = identity::key("metrics.tls.key", &t.key)?;
                 let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
                     .with_safe_default_protocol_versions()
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| Error::Failed(e.to_string()))?;
                 let builder = match &t.client_ca {
                     None => builder.with_no_client_auth(),
                     Some(ca) => {
                         let mut roots = rustls::RootCertStore::empty();
                         for c in identity::certs("metrics.tls.clientCa", ca)? {
                             roots.add(c).map_err(|e| {
-                                format!("metrics.tls.clientCa: {}: {e}", ca.display())
+                                Error::Invalid(format!(
+                                    "metrics.tls.clientCa: {}: {e}",
+                                    ca.display()
+                                ))
                             })?;
                         }
                         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -107,13 +111,15 @@ impl Access {
                             provider,
                         )
                         .build()
-                        .map_err(|e| format!("metrics.tls.clientCa: {}: {e}", ca.display()))?;
+                        .map_err(|e| {
+                            Error::Invalid(format!("metrics.tls.clientCa: {}: {e}", ca.display()))
+                        })?;
                         builder.with_client_cert_verifier(verifier)
                     }
                 };
                 let mut config = builder
                     .with_single_cert(chain, key)
-                    .map_err(|e| format!("metrics.tls.cert and key: {e}"))?;
+                    .map_err(|e| Error::Invalid(format!("metrics.tls.cert and key: {e}")))?;
                 config.alpn_protocols = vec![b"http/1.1".to_vec()];
                 Some(Arc::new(config))
             }
@@ -122,14 +128,15 @@ impl Access {
             None => None,
             Some(path) => {
                 let field = "metrics.bearerTokenFile";
-                let text = String::from_utf8(identity::secret(field, path)?)
-                    .map_err(|_| format!("{field}: {}: not text", path.display()))?;
+                let text = String::from_utf8(identity::secret(field, path)?).map_err(|_| {
+                    Error::Invalid(format!("{field}: {}: not text", path.display()))
+                })?;
                 let token = text.trim();
                 if token.is_empty() || token.chars().any(|c| c.is_whitespace()) {
-                    return Err(format!(
+                    return Err(Error::Invalid(format!(
                         "metrics.bearerTokenFile: {}: must hold one token (no spaces)",
                         path.display()
-                    ));
+                    )));
                 }
                 Some(token.as_bytes().to_vec())
             }
@@ -168,10 +175,8 @@ pub fn serve(
     access: Access,
     beat: Heartbeat,
     stopping: impl Fn() -> bool + Send + 'static,
-) -> std::io::Result<SocketAddr> {
-    let cannot = |e: std::io::Error| {
-        std::io::Error::new(e.kind(), format!("metrics: cannot listen on {addr}: {e}"))
-    };
+) -> Result<SocketAddr> {
+    let cannot = |e: std::io::Error| Error::os(format!("metrics: cannot listen on {addr}"), e);
     let std_listener = std::net::TcpListener::bind(addr).map_err(cannot)?;
     std_listener.set_nonblocking(true).map_err(cannot)?;
     let addr = std_listener.local_addr()?;
@@ -405,7 +410,7 @@ mod tests {
             }),
         };
         let m = crate::metrics::Metrics::default();
-        m.admission("acme", Ok("acme/db/ingress[0]"));
+        m.admission("acme", Some("acme/db/ingress[0]"));
         let registry = crate::metrics::registry(&m, Box::new(|| None));
         let addr = serve(
             "127.0.0.1:0".parse().expect("addr"),
@@ -547,7 +552,8 @@ mod tests {
         secret_file(&empty, "\n");
         let e = Access::load(&metrics_config(None, Some(empty)))
             .err()
-            .expect("empty");
+            .expect("empty")
+            .to_string();
         assert!(
             e.starts_with("metrics.bearerTokenFile: ") && e.contains("empty"),
             "{e}"
@@ -559,7 +565,8 @@ mod tests {
             .expect("chmod");
         let e = Access::load(&metrics_config(None, Some(open)))
             .err()
-            .expect("open to others");
+            .expect("open to others")
+            .to_string();
         assert!(
             e.starts_with("metrics.bearerTokenFile: ") && e.contains("open: mode 0644"),
             "{e}"
@@ -571,7 +578,8 @@ mod tests {
         };
         let e = Access::load(&metrics_config(Some(tls), None))
             .err()
-            .expect("missing");
+            .expect("missing")
+            .to_string();
         assert!(
             e.starts_with("metrics.tls.cert: ") && e.contains("nowhere.pem"),
             "{e}"

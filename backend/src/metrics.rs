@@ -126,10 +126,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn admission(&self, tenant: &str, verdict: Result<&str, ()>) {
-        let (verdict, rule) = match verdict {
-            Ok(rule) => ("allowed", rule.to_string()),
-            Err(()) => ("denied", "none".to_string()),
+    /// One admission decision: the rule that allowed it, or None (denied).
+    pub fn admission(&self, tenant: &str, allowed_by: Option<&str>) {
+        let (verdict, rule) = match allowed_by {
+            Some(rule) => ("allowed", rule.to_string()),
+            None => ("denied", "none".to_string()),
         };
         self.admissions
             .get_or_create(&AdmissionLabels {

@@ -20,8 +20,8 @@ fn port_counters_read_both_directories_and_skip_what_is_not_a_number() {
 #[test]
 fn events_encode_with_bounded_labels() {
     let m = Metrics::default();
-    m.admission("acme", Ok("acme/db/ingress[0]"));
-    m.admission("acme", Err(()));
+    m.admission("acme", Some("acme/db/ingress[0]"));
+    m.admission("acme", None);
     m.request(4, Duration::from_micros(300));
     m.request(0x7777, Duration::from_micros(1));
     m.cm_event("acme", 9);
@@ -82,7 +82,7 @@ fn sample(cluster: Option<ClusterSample>) -> Sample {
 /// What masqd serves: every family of `registry`, events included.
 fn render(s: impl Fn() -> Option<Sample> + Send + Sync + 'static) -> String {
     let m = Metrics::default();
-    m.admission("acme", Ok("acme/db/ingress[0]"));
+    m.admission("acme", Some("acme/db/ingress[0]"));
     m.request(4, Duration::from_micros(300));
     m.cm_event("acme", 9);
     m.peer_dropped(std::net::Ipv4Addr::new(198, 18, 0, 3));

@@ -36,7 +36,7 @@ pub fn stopping() {
 pub fn watchdog(
     stalled: impl Fn() -> Vec<String> + Send + 'static,
     stopping: impl Fn() -> bool + Send + 'static,
-) -> std::io::Result<()> {
+) -> crate::error::Result<()> {
     let Some(timeout) = sd_notify::watchdog_enabled() else {
         return Ok(());
     };

@@ -19,6 +19,7 @@
 //! path goes through no directory a tenant can write (an endpoint's socket
 //! directory, whose parent is masqd's).
 
+use crate::error::{Error, Result};
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, mkdirat, Mode, SFlag};
@@ -76,7 +77,7 @@ fn names_of(rel: &Path) -> io::Result<Vec<&OsStr>> {
 
 impl Dir {
     /// Open `path`, a directory of masqd's own, followed as given.
-    pub fn open(path: &Path) -> io::Result<Dir> {
+    pub fn open(path: &Path) -> Result<Dir> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let fd = nix::fcntl::open(path, flags, Mode::empty()).map_err(|e| at(path, e))?;
         Ok(Dir {
@@ -91,16 +92,16 @@ impl Dir {
 
     /// The directory `rel` below this one, each of its components opened
     /// without following a link.
-    pub fn open_dir(&self, rel: impl AsRef<Path>) -> io::Result<Dir> {
+    pub fn open_dir(&self, rel: impl AsRef<Path>) -> Result<Dir> {
         self.walk(rel.as_ref(), false)
     }
 
     /// As `open_dir`, making the directories that are missing (0755).
-    pub fn create_dir_all(&self, rel: impl AsRef<Path>) -> io::Result<Dir> {
+    pub fn create_dir_all(&self, rel: impl AsRef<Path>) -> Result<Dir> {
         self.walk(rel.as_ref(), true)
     }
 
-    fn walk(&self, rel: &Path, create: bool) -> io::Result<Dir> {
+    fn walk(&self, rel: &Path, create: bool) -> Result<Dir> {
         let names = names_of(rel)?;
         let Some((first, rest)) = names.split_first() else {
             return Dir::open(&self.path);
@@ -112,12 +113,12 @@ impl Dir {
         Ok(dir)
     }
 
-    fn child(&self, name: &OsStr, create: bool) -> io::Result<Dir> {
+    fn child(&self, name: &OsStr, create: bool) -> Result<Dir> {
         let path = self.path.join(name);
         if create {
             match mkdirat(&self.fd, name, Mode::from_bits_truncate(0o755)) {
                 Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(at(&path, e)),
+                Err(e) => return Err(at(&path, e).into()),
             }
         }
         match openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
@@ -132,19 +133,20 @@ impl Dir {
                 Err(io::Error::new(
                     io::Error::from(e).kind(),
                     format!("{}: {what}", path.display()),
-                ))
+                )
+                .into())
             }
-            Err(e) => Err(at(&path, e)),
+            Err(e) => Err(at(&path, e).into()),
         }
     }
 
     /// What entry `name` is, if there is one (a link is not followed).
-    pub fn kind(&self, name: impl AsRef<OsStr>) -> io::Result<Option<Kind>> {
+    pub fn kind(&self, name: impl AsRef<OsStr>) -> Result<Option<Kind>> {
         let name = name.as_ref();
         let st = match fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(at(&self.path.join(name), e)),
+            Err(e) => return Err(at(&self.path.join(name), e).into()),
         };
         let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
         Ok(Some(match kind {
@@ -157,7 +159,7 @@ impl Dir {
     }
 
     /// The names of the entries in this directory.
-    pub fn names(&self) -> io::Result<Vec<OsString>> {
+    pub fn names(&self) -> Result<Vec<OsString>> {
         use std::os::unix::ffi::OsStrExt;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let mut d = nix::dir::Dir::openat(&self.fd, ".", flags, Mode::empty())
@@ -175,38 +177,39 @@ impl Dir {
 
     /// Remove entry `name`: a file or link itself, a directory with all it
     /// holds (to `MAX_DEPTH`); none is fine.
-    pub fn remove(&self, name: impl AsRef<OsStr>) -> io::Result<()> {
+    pub fn remove(&self, name: impl AsRef<OsStr>) -> Result<()> {
         self.remove_at(name.as_ref(), 0)
     }
 
     /// Remove everything in this directory, keeping it.
-    pub fn clear(&self) -> io::Result<()> {
+    pub fn clear(&self) -> Result<()> {
         self.clear_at(0)
     }
 
-    fn clear_at(&self, depth: usize) -> io::Result<()> {
+    fn clear_at(&self, depth: usize) -> Result<()> {
         self.names()?
             .iter()
             .try_for_each(|n| self.remove_at(n, depth))
     }
 
-    fn remove_at(&self, name: &OsStr, depth: usize) -> io::Result<()> {
+    fn remove_at(&self, name: &OsStr, depth: usize) -> Result<()> {
         let path = self.path.join(name);
         match unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => return Ok(()),
             Err(Errno::EISDIR) => {}
-            Err(e) => return Err(at(&path, e)),
+            Err(e) => return Err(at(&path, e).into()),
         }
         if depth >= MAX_DEPTH {
             return Err(io::Error::other(format!(
                 "{}: more than {MAX_DEPTH} levels deep: not removed",
                 path.display()
-            )));
+            ))
+            .into());
         }
         self.child(name, false)?.clear_at(depth + 1)?;
         match unlinkat(&self.fd, name, UnlinkatFlags::RemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
-            Err(e) => Err(at(&path, e)),
+            Err(e) => Err(at(&path, e).into()),
         }
     }
 
@@ -219,12 +222,12 @@ impl Dir {
     /// Write file `name` anew, replacing whatever file or link has that
     /// name (the link itself): the file is created with `O_EXCL`, so
     /// nothing planted there is opened.
-    pub fn write(&self, name: impl AsRef<OsStr>, contents: &str) -> io::Result<()> {
+    pub fn write(&self, name: impl AsRef<OsStr>, contents: &str) -> Result<()> {
         let name = name.as_ref();
         let path = self.path.join(name);
         match unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => {}
-            Err(e) => return Err(at(&path, e)),
+            Err(e) => return Err(at(&path, e).into()),
         }
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -232,12 +235,13 @@ impl Dir {
             .map_err(|e| at(&path, e))?;
         std::fs::File::from(fd)
             .write_all(contents.as_bytes())
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Ok(())
     }
 
     /// Write file `name` through a temporary file and a rename: a reader
     /// sees the old contents or the new.
-    pub fn write_atomic(&self, name: impl AsRef<OsStr>, contents: &str) -> io::Result<()> {
+    pub fn write_atomic(&self, name: impl AsRef<OsStr>, contents: &str) -> Result<()> {
         let name = name.as_ref();
         let mut tmp = name.to_os_string();
         tmp.push(".tmp");
@@ -246,16 +250,18 @@ impl Dir {
     }
 
     /// A symbolic link `name` to `target` (which masqd never follows).
-    pub fn symlink(&self, target: impl AsRef<OsStr>, name: impl AsRef<OsStr>) -> io::Result<()> {
+    pub fn symlink(&self, target: impl AsRef<OsStr>, name: impl AsRef<OsStr>) -> Result<()> {
         let name = name.as_ref();
-        symlinkat(target.as_ref(), &self.fd, name).map_err(|e| at(&self.path.join(name), e))
+        symlinkat(target.as_ref(), &self.fd, name).map_err(|e| at(&self.path.join(name), e))?;
+        Ok(())
     }
 
     /// Rename entry `from` to `to` in this directory; an entry `to` that is
     /// a file or link is replaced itself.
-    pub fn rename(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> io::Result<()> {
+    pub fn rename(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
         let to = to.as_ref();
-        renameat(&self.fd, from.as_ref(), &self.fd, to).map_err(|e| at(&self.path.join(to), e))
+        renameat(&self.fd, from.as_ref(), &self.fd, to).map_err(|e| at(&self.path.join(to), e))?;
+        Ok(())
     }
 
     /// Bind listening socket `name` here with `mode` from its first
@@ -265,25 +271,25 @@ impl Dir {
     /// its descriptor, not by path), where only root can reach it; there
     /// its mode is set, and it is renamed to `name`, replacing a stale
     /// socket. Anything else at `name` is refused.
-    pub fn bind_socket<T>(
+    pub fn bind_socket<T, E: Into<Error>>(
         &self,
         name: impl AsRef<OsStr>,
         mode: u32,
-        bind: impl FnOnce(&Path) -> io::Result<T>,
-    ) -> io::Result<T> {
+        bind: impl FnOnce(&Path) -> Result<T, E>,
+    ) -> Result<T> {
         self.bind_socket_then(name.as_ref(), mode, bind, |_| {})
     }
 
     /// `bind_socket`, running `between` with the private directory's path
     /// once the socket is bound there and before its mode is set (the
     /// tests look there).
-    pub(crate) fn bind_socket_then<T>(
+    pub(crate) fn bind_socket_then<T, E: Into<Error>>(
         &self,
         name: &OsStr,
         mode: u32,
-        bind: impl FnOnce(&Path) -> io::Result<T>,
+        bind: impl FnOnce(&Path) -> Result<T, E>,
         between: impl FnOnce(&Path),
-    ) -> io::Result<T> {
+    ) -> Result<T> {
         let path = self.path.join(name);
         match self.kind(name)? {
             None | Some(Kind::Socket) => {}
@@ -291,7 +297,8 @@ impl Dir {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
                     format!("{} exists and is not a socket", path.display()),
-                ))
+                )
+                .into())
             }
         }
         let (tmp, private) = self.private_dir(name)?;
@@ -299,8 +306,10 @@ impl Dir {
             let at_fd = Path::new("/proc/self/fd")
                 .join(private.fd.as_raw_fd().to_string())
                 .join(name);
-            let made = bind(&at_fd)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            let made = bind(&at_fd).map_err(|e| {
+                let e = e.into();
+                io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+            })?;
             between(&private.path);
             private.chmod_socket(name, mode)?;
             renameat(&private.fd, name, &self.fd, name).map_err(|e| at(&path, e))?;
@@ -316,7 +325,7 @@ impl Dir {
 
     /// A new directory here, mode 0700, under a name no one can foresee,
     /// opened without following a link: its name and the directory.
-    fn private_dir(&self, name: &OsStr) -> io::Result<(OsString, Dir)> {
+    fn private_dir(&self, name: &OsStr) -> Result<(OsString, Dir)> {
         use std::hash::{BuildHasher, Hasher};
         let random = std::collections::hash_map::RandomState::new()
             .build_hasher()
@@ -334,7 +343,7 @@ impl Dir {
     /// Set the mode of socket `name` (a listener's, bound by path): the
     /// entry is opened without following a link and must be a socket, and
     /// its mode is set through that descriptor.
-    pub fn chmod_socket(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<()> {
+    pub fn chmod_socket(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let name = name.as_ref();
         let path = self.path.join(name);
@@ -345,13 +354,15 @@ impl Dir {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: not a socket (replaced?): mode not set", path.display()),
-            ));
+            )
+            .into());
         }
         // fchmod does not take an O_PATH descriptor; its /proc link names
         // the very inode opened.
         let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
         std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Ok(())
     }
 }
 

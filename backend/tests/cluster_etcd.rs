@@ -63,7 +63,7 @@ impl Store for Fake {
         self.remote.lock().unwrap().remove(name);
         self.gone.lock().unwrap().push(name.to_string());
     }
-    fn policy(&self, _from: SourceId, text: &str, _file: &str) -> Result<(), String> {
+    fn policy(&self, _from: SourceId, text: &str, _file: &str) -> masq_backend::error::Result<()> {
         *self.policy.lock().unwrap() = Some(text.to_string());
         Ok(())
     }
@@ -346,6 +346,7 @@ fn two_hosts_follow_each_other_through_etcd_and_its_outage() {
     assert!(a
         .put_policy("version: 1\ntenants: {}\n", "q.yaml")
         .unwrap_err()
+        .to_string()
         .contains("unreachable"));
     assert!(
         store_a.remote.lock().unwrap().contains_key("acme-b"),
@@ -559,7 +560,8 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
     // `masqctl policy apply` through masqd is refused, saying what to do.
     let e = c1
         .put_policy("version: 1\ntenants: {}\n", "mine.yaml")
-        .expect_err("a host writes the policy");
+        .expect_err("a host writes the policy")
+        .to_string();
     assert!(
         e.contains("permission denied") && e.contains("--operator-cert"),
         "{e}"
@@ -576,7 +578,8 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
         file: "next.yaml".into(),
     };
     let e = policy::write_as_operator(&urls, &operator, "/masq-test", &next, seen - 1)
-        .expect_err("a stale revision");
+        .expect_err("a stale revision")
+        .to_string();
     assert_eq!(e, policy::LOST);
     assert_eq!(s1.policy.lock().unwrap().as_deref(), Some("version: 1\n"));
     let rev = policy::write_as_operator(&urls, &operator, "/masq-test", &next, seen)
@@ -590,7 +593,8 @@ fn with_roles_a_host_writes_only_its_own_keys_and_the_operator_the_policy() {
     // A host's identity is no operator.
     let h2 = Identity::load(&etcd.identity_files("h2")).unwrap();
     let e = policy::write_as_operator(&urls, &h2, "/masq-test", &next, rev)
-        .expect_err("h2 as the operator");
+        .expect_err("h2 as the operator")
+        .to_string();
     assert!(
         e.contains("permission denied") && e.contains("CN=h2"),
         "{e}"
@@ -657,7 +661,8 @@ fn with_roles_only_the_netpol_mirror_writes_k8s_and_only_there() {
         &two_hosts(),
         Some("h1"),
     )
-    .expect_err("a host as the mirror");
+    .expect_err("a host as the mirror")
+    .to_string();
     assert!(e.contains("--netpol-mirror"), "{e}");
 }
 

@@ -4,11 +4,12 @@
 use masq_backend::cluster::auth;
 use masq_backend::config::identity::Identity;
 use masq_backend::config::TlsFiles;
+use masq_backend::error::Error;
 use masq_backend::operator::cli::generate;
 use masq_backend::operator::cli::masqctl::{Action, Cli, Format, InitAuthArgs};
 use masq_backend::operator::cli::output;
 use masq_backend::operator::control::{self, CtFilter, Request};
-use masq_backend::operator::policy_as_operator::{self, Failure};
+use masq_backend::operator::policy_as_operator;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -70,7 +71,7 @@ fn init_auth(a: InitAuthArgs) -> ExitCode {
     let identity = match Identity::load(&files) {
         Ok(id) => id,
         Err(e) => {
-            let e = e.replace("cluster.tls.", "--");
+            let e = e.to_string().replace("cluster.tls.", "--");
             eprintln!("masqctl: {e}");
             return ExitCode::from(2);
         }
@@ -113,12 +114,14 @@ fn apply_as_operator(
     };
     let reply = match policy_as_operator::apply(socket, &file, &text, cert, key) {
         Ok(v) => v,
-        Err(Failure::Unreachable(e)) => return unreachable(socket, e),
-        Err(Failure::Usage(e)) => {
+        // Who must act is the exit status: masqd cannot be reached (3), the
+        // command line cannot work here (2), masqd or etcd refused (1).
+        Err(e @ Error::Os { .. }) => return unreachable(socket, e),
+        Err(e @ Error::Invalid(_)) => {
             eprintln!("masqctl: {e}");
             return ExitCode::from(2);
         }
-        Err(Failure::Refused(e)) => {
+        Err(e) => {
             eprintln!("masqctl: {e}");
             return ExitCode::from(1);
         }
@@ -131,7 +134,7 @@ fn apply_as_operator(
     print_reply(format, &req, &reply)
 }
 
-fn unreachable(socket: &Path, e: std::io::Error) -> ExitCode {
+fn unreachable(socket: &Path, e: Error) -> ExitCode {
     eprintln!("masqctl: cannot reach masqd at {}: {e}", socket.display());
     ExitCode::from(3)
 }

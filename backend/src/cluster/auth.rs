@@ -20,6 +20,7 @@
 //! command again with more hosts adds them.
 
 use crate::config::identity::Identity;
+use crate::error::{Error, Result};
 use etcd_client::{Client, Permission, UserAddOptions};
 use std::net::Ipv4Addr;
 
@@ -38,18 +39,20 @@ pub struct Host {
 }
 
 /// `NAME=IP`, as `masqctl cluster init-auth` takes a host.
-pub fn parse_host(s: &str) -> Result<Host, String> {
-    let (name, ip) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?}: want NAME=IP (its certificate's CN and underlay IP)"))?;
+pub fn parse_host(s: &str) -> Result<Host> {
+    let (name, ip) = s.split_once('=').ok_or_else(|| {
+        Error::Invalid(format!(
+            "{s:?}: want NAME=IP (its certificate's CN and underlay IP)"
+        ))
+    })?;
     if name.is_empty() || name == "root" {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "{s:?}: a host's name is its certificate's CN, not empty or root"
-        ));
+        )));
     }
     let ip = ip
         .parse()
-        .map_err(|e| format!("{s:?}: {ip:?} is not an IPv4 address: {e}"))?;
+        .map_err(|e| Error::Invalid(format!("{s:?}: {ip:?} is not an IPv4 address: {e}")))?;
     Ok(Host {
         name: name.into(),
         ip,
@@ -95,17 +98,17 @@ async fn ensure_role(
     role: &str,
     perms: Vec<Permission>,
     done: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<()> {
     match client.role_add(role).await {
         Ok(_) => done.push(format!("role {role} added")),
         Err(e) if exists(&e) => {}
-        Err(e) => return Err(format!("role {role}: {e}")),
+        Err(e) => return Err(Error::Failed(format!("role {role}: {e}"))),
     }
     for p in perms {
         client
             .role_grant_permission(role, p)
             .await
-            .map_err(|e| format!("role {role}: {e}"))?;
+            .map_err(|e| Error::Failed(format!("role {role}: {e}")))?;
     }
     Ok(())
 }
@@ -115,7 +118,7 @@ async fn ensure_user(
     user: &str,
     role: &str,
     done: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<()> {
     // No password: the user signs in with its certificate only.
     match client
         .user_add(user, "", Some(UserAddOptions::new().with_no_pwd()))
@@ -123,12 +126,12 @@ async fn ensure_user(
     {
         Ok(_) => done.push(format!("user {user} added")),
         Err(e) if exists(&e) => {}
-        Err(e) => return Err(format!("user {user}: {e}")),
+        Err(e) => return Err(Error::Failed(format!("user {user}: {e}"))),
     }
     match client.user_grant_role(user, role).await {
         Ok(_) => Ok(()),
         Err(e) if exists(&e) => Ok(()),
-        Err(e) => Err(format!("user {user}: role {role}: {e}")),
+        Err(e) => Err(Error::Failed(format!("user {user}: role {role}: {e}"))),
     }
 }
 
@@ -141,7 +144,7 @@ pub async fn init_auth(
     operator: &str,
     hosts: &[Host],
     netpol: Option<&str>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>> {
     let mut done = Vec::new();
     // etcd's root role exists from the start; its user does not.
     ensure_user(client, "root", "root", &mut done).await?;
@@ -160,7 +163,7 @@ pub async fn init_auth(
     client
         .auth_enable()
         .await
-        .map_err(|e| format!("turning authentication on: {e}"))?;
+        .map_err(|e| Error::Failed(format!("turning authentication on: {e}")))?;
     done.push("authentication on".into());
     Ok(done)
 }
@@ -174,16 +177,16 @@ pub fn run(
     operator: &str,
     hosts: &[Host],
     netpol: Option<&str>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>> {
     if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.len() < 2 {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "--prefix {prefix:?}: must start with '/' and not end with one"
-        ));
+        )));
     }
     if operator.is_empty() || operator == "root" || hosts.iter().any(|h| h.name == operator) {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "--operator {operator:?}: must be a certificate's CN of its own, not root or a host's"
-        ));
+        )));
     }
     if let Some(user) = netpol {
         // One user, one role: etcd grants a user the union of its roles.
@@ -192,10 +195,10 @@ pub fn run(
             || user == operator
             || hosts.iter().any(|h| h.name == user)
         {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "--netpol-mirror {user:?}: must be a certificate's CN of its own, not root, the \
                  operator's or a host's"
-            ));
+            )));
         }
     }
     let (rt, mut client) = crate::cluster::client::connect_once(urls, identity)?;
@@ -221,7 +224,7 @@ mod tests {
             ("root=198.18.0.1", "not empty or root"),
             ("host1=198.18.0", "not an IPv4 address"),
         ] {
-            let e = parse_host(bad).expect_err(bad);
+            let e = parse_host(bad).expect_err(bad).to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
     }

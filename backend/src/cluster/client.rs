@@ -3,6 +3,7 @@
 //! command (`auth`, `policy`).
 
 use crate::config::identity::Identity;
+use crate::error::{Error, Result};
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
 use std::time::Duration;
 
@@ -18,17 +19,17 @@ pub(crate) fn tls_options(id: &Identity) -> TlsOptions {
 pub(crate) fn connect_once(
     urls: &[String],
     identity: &Identity,
-) -> Result<(tokio::runtime::Runtime, Client), String> {
+) -> Result<(tokio::runtime::Runtime, Client)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Error::Failed(e.to_string()))?;
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(5))
         .with_timeout(Duration::from_secs(10))
         .with_tls(tls_options(identity));
     let client = rt
         .block_on(Client::connect(urls, Some(opts)))
-        .map_err(|e| format!("etcd at {}: {e}", urls.join(",")))?;
+        .map_err(|e| Error::Failed(format!("etcd at {}: {e}", urls.join(","))))?;
     Ok((rt, client))
 }

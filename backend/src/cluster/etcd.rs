@@ -39,6 +39,7 @@ use crate::cluster::source::{Source, Store};
 use crate::config::identity::Identity;
 use crate::config::{ClusterConfig, EndpointConfig};
 use crate::endpoints::placement::{Placement, SourceId};
+use crate::error::{Error, Result};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
     WatchOptions,
@@ -144,8 +145,8 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-fn etcd_err(e: etcd_client::Error) -> String {
-    format!("etcd: {e}")
+fn etcd_err(e: etcd_client::Error) -> Error {
+    Error::Failed(format!("etcd: {e}"))
 }
 
 /// How long one etcd call may take before the host counts as cut off.
@@ -169,9 +170,9 @@ impl Cluster {
         cfg: ClusterConfig,
         me: Ipv4Addr,
         rails: Vec<(String, Ipv4Addr)>,
-    ) -> std::io::Result<Arc<Cluster>> {
+    ) -> Result<Arc<Cluster>> {
         let identity = match &cfg.tls {
-            Some(files) => Some(Identity::load(files).map_err(std::io::Error::other)?),
+            Some(files) => Some(Identity::load(files)?),
             None => {
                 warn!(
                     "cluster.insecure: etcd in plaintext, with no identities: anyone who \
@@ -268,7 +269,7 @@ impl Cluster {
         store: &dyn Store,
         apply: &std::sync::mpsc::Sender<Apply>,
         rx: &mut mpsc::UnboundedReceiver<Publish>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(CALL_TIMEOUT)
             .with_timeout(CALL_TIMEOUT)
@@ -292,7 +293,7 @@ impl Cluster {
                 keeper.keep_alive().await.map_err(etcd_err)?;
                 match alive.message().await.map_err(etcd_err)? {
                     Some(r) if r.ttl() > 0 => {}
-                    _ => return Err::<(), String>("this host's lease expired".into()),
+                    _ => return Err::<(), Error>(Error::failed("this host's lease expired")),
                 }
             }
         }));
@@ -360,17 +361,17 @@ impl Cluster {
             tokio::select! {
                 r = &mut renewal.0 => return match r {
                     Ok(Err(e)) => Err(e),
-                    _ => Err("lease renewal stopped".into()),
+                    _ => Err(Error::Failed("lease renewal stopped".into())),
                 },
                 msg = watch.message() => {
                     let Some(resp) = msg.map_err(etcd_err)? else {
-                        return Err("watch closed".into());
+                        return Err(Error::Failed("watch closed".into()));
                     };
                     if resp.compact_revision() > 0 {
-                        return Err(format!("revision {} compacted; reading the whole view again", revision + 1));
+                        return Err(Error::Failed(format!("revision {} compacted; reading the whole view again", revision + 1)));
                     }
                     if resp.canceled() {
-                        return Err(format!("watch canceled: {}", resp.cancel_reason()));
+                        return Err(Error::Failed(format!("watch canceled: {}", resp.cancel_reason())));
                     }
                     let mut freed = false;
                     for ev in resp.events() {
@@ -396,7 +397,7 @@ impl Cluster {
     /// The lease this host held before etcd went away, if etcd still has
     /// it: its keys then never leave the store, so no peer sees this host
     /// go and come back. Otherwise a new one.
-    async fn lease(&self, client: &mut Client, ttl: i64) -> Result<i64, String> {
+    async fn lease(&self, client: &mut Client, ttl: i64) -> Result<i64> {
         let held = self.lease.load(Ordering::SeqCst);
         if held != 0 {
             let left = client
@@ -423,12 +424,7 @@ impl Cluster {
 
     /// This host, its endpoints as they are now (and none it no longer
     /// has), and the policy version in force here.
-    async fn register(
-        &self,
-        client: &mut Client,
-        lease: i64,
-        store: &dyn Store,
-    ) -> Result<(), String> {
+    async fn register(&self, client: &mut Client, lease: i64, store: &dyn Store) -> Result<()> {
         let with_lease = || Some(PutOptions::new().with_lease(lease));
         let host = json!({ "underlay": self.me, "registered": now_secs() }).to_string();
         client
@@ -457,12 +453,7 @@ impl Cluster {
         self.put_status(client, lease, store).await
     }
 
-    async fn put_status(
-        &self,
-        client: &mut Client,
-        lease: i64,
-        store: &dyn Store,
-    ) -> Result<(), String> {
+    async fn put_status(&self, client: &mut Client, lease: i64, store: &dyn Store) -> Result<()> {
         let status = json!({ "policyVersion": store.policy_version(), "at": now_secs() });
         client
             .put(
@@ -482,7 +473,7 @@ impl Cluster {
         store: &dyn Store,
         p: Publish,
         deleting: &mut HashSet<String>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         match p {
             Publish::Up(e) => {
                 deleting.remove(&e.name);
@@ -496,7 +487,7 @@ impl Cluster {
                 release(client, &self.cfg.prefix, self.me, &key, &name).await
             }
             Publish::Status => self.put_status(client, lease, store).await,
-            Publish::Reconnect => Err(RELOADED.into()),
+            Publish::Reconnect => Err(Error::failed(RELOADED)),
         }
     }
 
@@ -542,7 +533,7 @@ impl Cluster {
         kv: &etcd_client::KeyValue,
         put: bool,
         deleting: &mut HashSet<String>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let key = kv.key_str().unwrap_or_default();
         if !put {
             if let Some((host, name)) = self.endpoint_key(key) {
@@ -552,7 +543,9 @@ impl Cluster {
                     }
                     // Our lease expired while we were cut off, or someone
                     // deleted it: register again.
-                    return Err(format!("this host's endpoint {name} left the store"));
+                    return Err(Error::Failed(format!(
+                        "this host's endpoint {name} left the store"
+                    )));
                 }
                 let _ = apply.send(Apply::Unplaced(host, name.to_string()));
             } else if key == self.key("policy") {
@@ -646,27 +639,27 @@ impl Cluster {
         &self,
         f: impl std::future::Future<Output = Result<T, E>>,
         err: impl FnOnce(E) -> String,
-    ) -> Result<T, String> {
+    ) -> Result<T> {
         self.rt
             // The timer must be made inside the runtime: async block.
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f).await })
-            .map_err(|_| "etcd did not answer in time".to_string())?
-            .map_err(err)
+            .map_err(|_| Error::failed("etcd did not answer in time"))?
+            .map_err(|e| Error::Failed(err(e)))
     }
 
-    fn connected(&self) -> Result<Client, String> {
+    fn connected(&self) -> Result<Client> {
         lock(&self.client).clone().ok_or_else(|| {
             let h = self.health();
-            format!(
+            Error::Failed(format!(
                 "etcd is unreachable ({}): the cluster's policy cannot change now",
                 h.error.unwrap_or_default()
-            )
+            ))
         })
     }
 
     /// Write the policy for every host, unless someone wrote it since this
     /// host last saw it (then the caller's apply lost the race).
-    pub fn put_policy(&self, text: &str, file: &str) -> Result<i64, String> {
+    pub fn put_policy(&self, text: &str, file: &str) -> Result<i64> {
         let mut client = self.connected()?;
         let seen = self.policy_rev.load(Ordering::SeqCst);
         let key = self.key("policy");
@@ -704,12 +697,12 @@ impl Cluster {
     }
 
     /// The policy version each host reports in force.
-    pub fn policy_status(&self) -> Result<Value, String> {
+    pub fn policy_status(&self) -> Result<Value> {
         let mut client = self.connected()?;
         let prefix = format!("{}/", self.key("status"));
         let resp = self.call(
             client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
-            etcd_err,
+            |e| format!("etcd: {e}"),
         )?;
         let hosts: Vec<Value> = resp
             .kvs()
@@ -728,16 +721,16 @@ impl Cluster {
 impl Source for Cluster {
     /// Follow the cluster until masqd stops, feeding `store`. etcd need
     /// not be up: the view comes when it is (see `wait_connected`).
-    fn start(self: Arc<Self>, store: Arc<dyn Store>) -> Result<(), String> {
+    fn start(self: Arc<Self>, store: Arc<dyn Store>) -> Result<()> {
         let Some(mut rx) = lock(&self.publish_rx).take() else {
-            return Err("cluster: started twice".into());
+            return Err(Error::Failed("cluster: started twice".into()));
         };
         let (apply, ops) = std::sync::mpsc::channel();
         let (me, to) = (self.clone(), store.clone());
         std::thread::Builder::new()
             .name("cluster-apply".into())
             .spawn(move || me.applier(to, ops))
-            .map_err(|e| format!("cluster: cannot start its apply thread: {e}"))?;
+            .map_err(|e| Error::Failed(format!("cluster: cannot start its apply thread: {e}")))?;
         let me = self.clone();
         let retry_max = retry_max(self.cfg.lease_seconds);
         self.rt.spawn(async move {
@@ -745,7 +738,7 @@ impl Source for Cluster {
             loop {
                 let err = match me.follow(&*store, &apply, &mut rx).await {
                     Ok(()) => return,
-                    Err(e) => e,
+                    Err(e) => e.to_string(),
                 };
                 *lock(&me.client) = None;
                 if err == RELOADED {

@@ -7,6 +7,7 @@
 
 use crate::cluster::client::connect_once;
 use crate::config::identity::Identity;
+use crate::error::{Error, Result};
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
@@ -18,14 +19,14 @@ pub struct StoredPolicy {
 }
 
 impl StoredPolicy {
-    pub fn encode(&self) -> Result<String, String> {
-        serde_json::to_string(self).map_err(|e| e.to_string())
+    pub fn encode(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|e| Error::Failed(e.to_string()))
     }
 }
 
 /// Why a write failed.
 #[derive(Debug)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     /// Someone wrote the policy since the writer's masqd last saw it.
     Lost,
     /// etcd's roles do not let this identity write it.
@@ -39,8 +40,8 @@ pub const LOST: &str = "the cluster's policy changed since this host last saw it
 
 /// etcd refused the call: with authentication on, this identity's roles
 /// do not allow it (`cluster::auth`).
-pub(crate) fn denied(e: &str) -> bool {
-    e.contains("permission denied")
+pub(crate) fn denied(e: &impl std::fmt::Display) -> bool {
+    e.to_string().contains("permission denied")
 }
 
 /// Put `value` at `key` if its mod revision is still `seen` (0: it does not
@@ -76,18 +77,20 @@ pub fn write_as_operator(
     prefix: &str,
     policy: &StoredPolicy,
     seen: i64,
-) -> Result<i64, String> {
+) -> Result<i64> {
     let (rt, mut client) = connect_once(urls, operator)?;
     let key = format!("{prefix}/policy");
     let value = policy.encode()?;
     rt.block_on(compare_and_put(&mut client, &key, value, seen))
-        .map_err(|e| match e {
-            WriteError::Lost => LOST.to_string(),
-            WriteError::Denied(e) => format!(
-                "{e}: {} may not write {key}; `masqctl cluster init-auth --operator NAME` makes \
-                 the user NAME (a certificate's CN) that may",
-                operator.subject
-            ),
-            WriteError::Etcd(e) => e,
+        .map_err(|e| {
+            Error::Failed(match e {
+                WriteError::Lost => LOST.to_string(),
+                WriteError::Denied(e) => format!(
+                    "{e}: {} may not write {key}; `masqctl cluster init-auth --operator NAME` \
+                     makes the user NAME (a certificate's CN) that may",
+                    operator.subject
+                ),
+                WriteError::Etcd(e) => e,
+            })
         })
 }

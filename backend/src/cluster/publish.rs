@@ -21,6 +21,7 @@
 use super::{lock, Cluster};
 use crate::cluster::policy::denied;
 use crate::config::EndpointConfig;
+use crate::error::{Error, Result};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -64,16 +65,16 @@ fn claim_keys(prefix: &str, name: &str, vni: u32, vip: Ipv4Addr) -> [String; 2] 
     ]
 }
 
-fn claim_value(me: Ipv4Addr, name: &str) -> Result<String, String> {
+fn claim_value(me: Ipv4Addr, name: &str) -> Result<String> {
     serde_json::to_string(&Claim {
         host: me,
         endpoint: name.into(),
     })
-    .map_err(|e| e.to_string())
+    .map_err(|e| Error::Failed(e.to_string()))
 }
 
-fn etcd_err(e: etcd_client::Error) -> String {
-    format!("etcd: {e}")
+fn etcd_err(e: etcd_client::Error) -> Error {
+    Error::Failed(format!("etcd: {e}"))
 }
 
 /// Who holds claim `key` (its value, as the operator reads it).
@@ -92,9 +93,9 @@ async fn publish(
     lease: i64,
     key: &str,
     p: &Published,
-) -> Result<Outcome, String> {
+) -> Result<Outcome> {
     let e = &p.endpoint;
-    let value = serde_json::to_string(p).map_err(|e| e.to_string())?;
+    let value = serde_json::to_string(p).map_err(|e| Error::Failed(e.to_string()))?;
     let claim = claim_value(p.host, &e.name)?;
     let claims = claim_keys(prefix, &e.name, e.vni, e.vip);
     let with_lease = || Some(PutOptions::new().with_lease(lease));
@@ -142,6 +143,7 @@ async fn publish(
                 if !denied(&err) {
                     return Err(err);
                 }
+                let err = err.to_string();
                 client
                     .put(key, value, with_lease())
                     .await
@@ -150,10 +152,10 @@ async fn publish(
             }
         }
     }
-    Err(format!(
+    Err(Error::Failed(format!(
         "endpoint {}: its claims changed on every try",
         e.name
-    ))
+    )))
 }
 
 /// Delete this host's endpoint at `key` and the claims it holds for it
@@ -164,7 +166,7 @@ pub(super) async fn release(
     me: Ipv4Addr,
     key: &str,
     name: &str,
-) -> Result<(), String> {
+) -> Result<()> {
     let got = client.get(key, None).await.map_err(etcd_err)?;
     let was = got
         .kvs()
@@ -180,7 +182,7 @@ pub(super) async fn release(
 }
 
 /// Delete claim `key` if it is still `claim`.
-async fn drop_claim(client: &mut Client, key: &str, claim: &str) -> Result<(), String> {
+async fn drop_claim(client: &mut Client, key: &str, claim: &str) -> Result<()> {
     let txn = Txn::new()
         .when([Compare::value(key, CompareOp::Equal, claim)])
         .and_then([TxnOp::delete(key, None)]);
@@ -197,7 +199,7 @@ impl Cluster {
         client: &mut Client,
         lease: i64,
         mut e: EndpointConfig,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let key = self.key(&format!("endpoints/{}/{}", self.me, e.name));
         // The rail by name, as every host names it; its address if not
         // the first's.
@@ -247,7 +249,7 @@ impl Cluster {
 
     /// Publish again the endpoints another host held (one of its claims
     /// was deleted).
-    pub(super) async fn retry_held(&self, client: &mut Client, lease: i64) -> Result<(), String> {
+    pub(super) async fn retry_held(&self, client: &mut Client, lease: i64) -> Result<()> {
         let held: Vec<EndpointConfig> = lock(&self.held).values().cloned().collect();
         for e in held {
             self.put_endpoint(client, lease, e).await?;

@@ -10,6 +10,7 @@
 
 use crate::config::{Config, EndpointConfig};
 use crate::endpoints::placement::{Placement, SourceId};
+use crate::error::{Error, Result};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,7 +26,7 @@ pub trait Store: Send + Sync + 'static {
     fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str);
     /// `from`'s policy is this text (`file` labels its errors). An error
     /// says why it is not in force; the one before stays.
-    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String>;
+    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<()>;
     /// This host's endpoints, to publish.
     fn local_endpoints(&self) -> Vec<EndpointConfig>;
     /// The version of the policy in force here.
@@ -44,7 +45,7 @@ pub trait Source: Send + Sync {
     /// Feed `store` what the source holds now, then (on threads of its own)
     /// every change until masqd stops. An error: what it holds cannot be
     /// used, and masqd does not start.
-    fn start(self: Arc<Self>, store: Arc<dyn Store>) -> Result<(), String>;
+    fn start(self: Arc<Self>, store: Arc<dyn Store>) -> Result<()>;
 }
 
 /// masqd.yaml's `vpc:` and the policy file it names, as read at start.
@@ -57,11 +58,12 @@ pub struct FileSource {
 impl FileSource {
     /// Read the policy file now (its path is relative to `config_dir`),
     /// so an unreadable one stops the start with its path.
-    pub fn new(cfg: &Config, config_dir: &Path) -> Result<FileSource, String> {
+    pub fn new(cfg: &Config, config_dir: &Path) -> Result<FileSource> {
         let policy = match &cfg.policy {
-            Some(p) => {
-                Some(masq_policy::Policy::read(config_dir.join(p)).map_err(|e| e.to_string())?)
-            }
+            Some(p) => Some(
+                masq_policy::Policy::read(config_dir.join(p))
+                    .map_err(|e| Error::Invalid(e.to_string()))?,
+            ),
             None => None,
         };
         Ok(FileSource {
@@ -74,7 +76,7 @@ impl FileSource {
 impl FileSource {
     /// The policy checked against the file's map, not applied (`masqd
     /// --check`): what it is, or where it is wrong.
-    pub fn check(&self) -> Result<String, String> {
+    pub fn check(&self) -> Result<String> {
         let Some((text, file)) = &self.policy else {
             return Ok("no policy".into());
         };
@@ -92,7 +94,7 @@ impl FileSource {
             })
             .collect();
         let (p, _) = masq_policy::Policy::parse_allowing_unknown(text, file, &refs)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Error::Invalid(e.to_string()))?;
         Ok(format!("policy {} version {}", p.file(), p.version_hash()))
     }
 }
@@ -116,7 +118,7 @@ pub fn file_placements(cfg: &Config) -> Vec<Placement> {
 }
 
 impl Source for FileSource {
-    fn start(self: Arc<Self>, store: Arc<dyn Store>) -> Result<(), String> {
+    fn start(self: Arc<Self>, store: Arc<dyn Store>) -> Result<()> {
         store.placements(SourceId::File, self.placements.clone());
         match &self.policy {
             Some((text, file)) => store.policy(SourceId::File, text, file),
@@ -149,9 +151,9 @@ mod tests {
         }
         fn placed(&self, _: SourceId, _: Placement) {}
         fn unplaced(&self, _: SourceId, _: Ipv4Addr, _: &str) {}
-        fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String> {
+        fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<()> {
             masq_policy::Policy::parse_allowing_unknown(text, file, &[])
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Error::Invalid(e.to_string()))?;
             self.fed
                 .lock()
                 .unwrap()
@@ -204,10 +206,14 @@ mod tests {
         let (cfg, dir) = config("policy-invalid.yaml");
         let err = Arc::new(FileSource::new(&cfg, &dir).unwrap())
             .start(Arc::new(Recorder::default()))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("policy-invalid.yaml:8:27:"), "{err}");
         let (cfg, dir) = config("no-such-policy.yaml");
-        let err = FileSource::new(&cfg, &dir).err().expect("must fail");
+        let err = FileSource::new(&cfg, &dir)
+            .err()
+            .expect("must fail")
+            .to_string();
         assert!(err.contains("no-such-policy.yaml: cannot read"), "{err}");
     }
 }

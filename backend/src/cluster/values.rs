@@ -11,6 +11,7 @@ use super::publish::Published;
 use crate::admit::Mirrored;
 use crate::cluster::policy::StoredPolicy;
 use crate::endpoints::placement::Placement;
+use crate::error::{Error, Result};
 use masq_policy::netpol::{Namespace, NetworkPolicy, Pod};
 use std::net::Ipv4Addr;
 
@@ -98,25 +99,30 @@ fn mirror_key<'a>(prefix: &str, key: &'a str) -> Option<MirrorKey<'a>> {
 
 impl MirrorKey<'_> {
     /// The object in `value`, which must be the one the key names.
-    fn read(&self, value: &str) -> Result<Mirrored, String> {
-        let differs = |what: &str| Err(format!("the object's {what} differs from the key's"));
+    fn read(&self, value: &str) -> Result<Mirrored> {
+        let differs = |what: &str| {
+            Err(Error::Failed(format!(
+                "the object's {what} differs from the key's"
+            )))
+        };
         match *self {
             MirrorKey::Namespace(name) => {
-                let ns = Namespace::from_json(value).map_err(|e| e.to_string())?;
+                let ns = Namespace::from_json(value).map_err(|e| Error::Failed(e.to_string()))?;
                 if ns.name != name {
                     return differs("name");
                 }
                 Ok(Mirrored::Namespace(ns))
             }
             MirrorKey::Pod(namespace, name) => {
-                let p = Pod::from_json(value).map_err(|e| e.to_string())?;
+                let p = Pod::from_json(value).map_err(|e| Error::Failed(e.to_string()))?;
                 if (p.namespace.as_str(), p.name.as_str()) != (namespace, name) {
                     return differs("namespace or name");
                 }
                 Ok(Mirrored::Pod(p))
             }
             MirrorKey::Policy(namespace, name) => {
-                let p = NetworkPolicy::from_json(value).map_err(|e| e.to_string())?;
+                let p =
+                    NetworkPolicy::from_json(value).map_err(|e| Error::Failed(e.to_string()))?;
                 if (p.namespace.as_str(), p.name.as_str()) != (namespace, name) {
                     return differs("namespace or name");
                 }

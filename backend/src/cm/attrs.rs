@@ -4,7 +4,7 @@
 
 use super::{fail, Cm, CmHost, Id, Phase, State, ACK_TIMEOUT, MIN_RNR_TIMER};
 use crate::endpoints::endpoint::Endpoint;
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Result};
 use crate::kernel::ibv::*;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
@@ -25,7 +25,7 @@ fn ib_mtu(netdev_mtu: u32) -> u8 {
 
 /// Endpoint `ep`'s virtual GID index (its vIP's) and its vNIC's MTU, as
 /// its vNIC is now (`CmHost::vnic_route`'s default).
-pub(super) fn vnic_route(ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+pub(super) fn vnic_route(ep: &Endpoint) -> Result<(u8, u32)> {
     // The kept view, not a fresh netlink dump: that cost milliseconds
     // on every connection.
     let (vgids, mtu) = ep
@@ -131,7 +131,7 @@ impl Cm {
 
     /// A UD id's QP attributes, as librdmacm's ucma_init_ud_qp uses them:
     /// INIT with the port space's Q_Key, then RTR, then RTS at PSN 0.
-    fn ud_qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> Result<proto::CmQpAttr, Refusal> {
+    fn ud_qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> Result<proto::CmQpAttr> {
         let mut a = proto::QpAttr {
             qp_state: state as u8,
             ..Default::default()
@@ -151,11 +151,7 @@ impl Cm {
 
     /// What librdmacm gets from the kernel's INIT_QP_ATTR, in virtual
     /// terms: libmasq passes it to MODIFY_QP, which translates and admits.
-    pub(super) fn qp_attr(
-        shared: &dyn CmHost,
-        i: &Id,
-        state: u32,
-    ) -> Result<proto::CmQpAttr, Refusal> {
+    pub(super) fn qp_attr(shared: &dyn CmHost, i: &Id, state: u32) -> Result<proto::CmQpAttr> {
         if i.udp {
             return Self::ud_qp_attr(shared, i, state);
         }
@@ -189,12 +185,7 @@ impl Cm {
 
     /// A connected-mode QP's RTR attributes (`qp_attr`'s state 2): the
     /// peer's QP, PSN and virtual address; its mask.
-    fn rc_rtr(
-        shared: &dyn CmHost,
-        i: &Id,
-        a: &mut proto::QpAttr,
-        resp_res: u8,
-    ) -> Result<u32, Refusal> {
+    fn rc_rtr(shared: &dyn CmHost, i: &Id, a: &mut proto::QpAttr, resp_res: u8) -> Result<u32> {
         if !matches!(
             i.phase,
             Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established
@@ -229,7 +220,7 @@ impl Cm {
 
     /// A connected-mode QP's RTS attributes (`qp_attr`'s state 3): the
     /// timeouts and retries, this side's PSN; its mask.
-    fn rc_rts(i: &Id, a: &mut proto::QpAttr, init_depth: u8) -> Result<u32, Refusal> {
+    fn rc_rts(i: &Id, a: &mut proto::QpAttr, init_depth: u8) -> Result<u32> {
         if !matches!(
             i.phase,
             Phase::RepReceived | Phase::ReqReceived | Phase::RepSent | Phase::Established

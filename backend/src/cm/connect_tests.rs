@@ -484,7 +484,7 @@ fn qp_step_gives_a_requests_rtr_and_rts_with_the_depths_the_app_accepted() {
     assert_eq!(rts.attr.qp_state, IBV_QPS_RTS);
     assert_eq!(rts.attr.max_rd_atomic, 2);
     assert_eq!(rts.attr.retry_cnt, 7, "the requester's retries");
-    let no = |r: Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Refusal>| {
+    let no = |r: Result<(u64, proto::CmQpAttr, proto::CmQpAttr), crate::error::Error>| {
         r.map(|_| ()).map_err(|e| e.errno())
     };
     assert_eq!(

@@ -18,7 +18,7 @@ use crate::endpoints::endpoint::{Endpoint, Origin};
 use crate::endpoints::placement::{Placement, SourceId};
 use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::Link;
 use crate::peer::msg::{Params, PeerMsg};
@@ -93,7 +93,7 @@ impl CmHost for FakeCmHost {
     fn reannounce_ud(&self, host: Ipv4Addr) {
         locked(&self.reannounced).push(host);
     }
-    fn vnic_route(&self, _ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+    fn vnic_route(&self, _ep: &Endpoint) -> Result<(u8, u32)> {
         (*locked(&self.vnic)).ok_or_else(|| refuse(libc::EIO, "cannot read the vNIC"))
     }
 }
@@ -214,7 +214,7 @@ pub struct App {
 
 impl App {
     /// Session `session` of endpoint `name`, with its channel.
-    pub fn open(cm: &Cm, h: &FakeCmHost, session: u64, name: &str) -> Result<App, Refusal> {
+    pub fn open(cm: &Cm, h: &FakeCmHost, session: u64, name: &str) -> Result<App> {
         let ep = h.endpoint(name);
         match cm.request(h, session, &ep, &proto::RequestBody::CmCreateChannel)? {
             (proto::ReplyBody::CmCreateChannel(c), Some(events)) => Ok(App {
@@ -229,13 +229,7 @@ impl App {
 
     /// After a masqd restart: session `session`'s channel `channel` of
     /// endpoint `name` back under its number (CM_RESTORE_CHANNEL).
-    pub fn restore(
-        cm: &Cm,
-        h: &FakeCmHost,
-        session: u64,
-        name: &str,
-        channel: u32,
-    ) -> Result<App, Refusal> {
+    pub fn restore(cm: &Cm, h: &FakeCmHost, session: u64, name: &str, channel: u32) -> Result<App> {
         let ep = h.endpoint(name);
         let req = proto::RequestBody::CmRestoreChannel(proto::CmChannel { channel });
         match cm.request(h, session, &ep, &req)? {
@@ -254,12 +248,12 @@ impl App {
         cm: &Cm,
         h: &FakeCmHost,
         body: proto::RequestBody,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         cm.request(h, self.session, &self.ep, &body).map(|r| r.0)
     }
 
     /// rdma_create_id on the app's channel (RDMA_PS_UDP if `udp`).
-    pub fn create_id(&self, cm: &Cm, h: &FakeCmHost, udp: bool) -> Result<u32, Refusal> {
+    pub fn create_id(&self, cm: &Cm, h: &FakeCmHost, udp: bool) -> Result<u32> {
         let port_space = if udp {
             proto::CM_PS_UDP
         } else {
@@ -276,7 +270,7 @@ impl App {
     }
 
     /// A new id bound to the endpoint's vIP and `port`, listening.
-    pub fn listen(&self, cm: &Cm, h: &FakeCmHost, udp: bool, port: u16) -> Result<u32, Refusal> {
+    pub fn listen(&self, cm: &Cm, h: &FakeCmHost, udp: bool, port: u16) -> Result<u32> {
         let id = self.create_id(cm, h, udp)?;
         let addr = proto::CmAddr {
             addr: self.ep.cfg.vip.octets(),
@@ -302,7 +296,7 @@ impl App {
         src_port: u16,
         dst: (Ipv4Addr, u16),
         qpn: u32,
-    ) -> Result<u32, Refusal> {
+    ) -> Result<u32> {
         let id = self.create_id(cm, h, udp)?;
         let resolve = proto::CmResolveAddrReq {
             id,

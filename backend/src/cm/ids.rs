@@ -7,7 +7,7 @@ use super::{EPHEMERAL, MAX_CHANNELS_PER_SESSION};
 use crate::config::TenantLimits;
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{fd_room, Slot, What};
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Result};
 use crate::peer::msg::{Params, PeerMsg};
 use crate::transport::seqpacket::Conn;
 use masq_proto as proto;
@@ -25,7 +25,7 @@ impl Cm {
         }
     }
 
-    fn bind_port(st: &mut State, id: u32, ep: &str, udp: bool, want: u16) -> Result<u16, Refusal> {
+    fn bind_port(st: &mut State, id: u32, ep: &str, udp: bool, want: u16) -> Result<u16> {
         if want != 0 {
             let key = (ep.to_string(), udp, want);
             if st.ports.contains_key(&key) {
@@ -54,7 +54,7 @@ impl Cm {
         id: u32,
         addr: Ipv4Addr,
         port: u16,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         let (ep, udp) = {
             let i = st.ids.get(&id).ok_or_else(|| refuse(libc::ENOENT, "id"))?;
             if i.port != 0 {
@@ -99,7 +99,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         ep: &Arc<Endpoint>,
-    ) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
+    ) -> Result<(proto::ReplyBody, Option<OwnedFd>)> {
         let limits = shared.registry().limits();
         let (channel, theirs) = Self::add_channel(st, limits, ep, session, None)?;
         Ok((
@@ -115,7 +115,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         channel: u32,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         Self::own_channel(st, session, channel)?;
         let ids: Vec<u32> = st
             .ids
@@ -138,7 +138,7 @@ impl Cm {
         session: u64,
         ep: &Arc<Endpoint>,
         c: &proto::CmCreateIdReq,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         Self::own_channel(st, session, c.channel)?;
         Self::id_room(st, session)?;
         let slot = Self::id_slot(shared, ep)?;
@@ -155,7 +155,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         id: u32,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         Self::own(st, session, id)?;
         self.teardown(st, id);
         Ok(proto::ReplyBody::CmDestroyId)
@@ -167,7 +167,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         m: &proto::CmMigrateReq,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         Self::own_channel(st, session, m.channel)?;
         Self::own(st, session, m.id)?.channel = m.channel;
         Ok(proto::ReplyBody::CmMigrateId)
@@ -180,7 +180,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         b: &proto::CmBindReq,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         Self::own(st, session, b.id)?;
         self.bind(shared, st, b.id, Ipv4Addr::from(b.addr.addr), b.addr.port)?;
         Ok(proto::ReplyBody::CmBindAddr(
@@ -308,7 +308,7 @@ impl Cm {
         ep: &Arc<Endpoint>,
         session: u64,
         number: Option<u32>,
-    ) -> Result<(u32, OwnedFd), Refusal> {
+    ) -> Result<(u32, OwnedFd)> {
         if st
             .channels
             .values()
@@ -360,7 +360,7 @@ impl Cm {
 
     /// A slot for one more CM id of `ep`, within `tenantLimits.cmIds`
     /// (ENOSPC past it).
-    pub(super) fn id_slot(shared: &dyn CmHost, ep: &Arc<Endpoint>) -> Result<Slot, Refusal> {
+    pub(super) fn id_slot(shared: &dyn CmHost, ep: &Arc<Endpoint>) -> Result<Slot> {
         Slot::take(&ep.usage, What::CmIds, shared.registry().limits().cm_ids)
     }
 

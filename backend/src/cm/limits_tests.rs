@@ -17,14 +17,25 @@ fn setup() -> (Host, Arc<Endpoint>, Arc<Endpoint>) {
     })
 }
 
-fn channel(cm: &Cm, h: &Host, session: u64, ep: &Arc<Endpoint>) -> Result<u32, Refusal> {
+fn channel(
+    cm: &Cm,
+    h: &Host,
+    session: u64,
+    ep: &Arc<Endpoint>,
+) -> Result<u32, crate::error::Error> {
     match cm.request(h, session, ep, &proto::RequestBody::CmCreateChannel)? {
         (proto::ReplyBody::CmCreateChannel(c), Some(_fd)) => Ok(c.channel),
         other => panic!("not a channel: {:?}", other.0),
     }
 }
 
-fn id(cm: &Cm, h: &Host, session: u64, ep: &Arc<Endpoint>, channel: u32) -> Result<u32, Refusal> {
+fn id(
+    cm: &Cm,
+    h: &Host,
+    session: u64,
+    ep: &Arc<Endpoint>,
+    channel: u32,
+) -> Result<u32, crate::error::Error> {
     let req = proto::RequestBody::CmCreateId(proto::CmCreateIdReq {
         channel,
         port_space: proto::CM_PS_TCP,

@@ -34,7 +34,7 @@ mod ud_peers;
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::registry::Registry;
 use crate::endpoints::usage::Slot;
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::{Link, Outgoing, Sent};
 use crate::peer::msg::{Params, PeerMsg};
@@ -69,13 +69,13 @@ pub trait CmHost {
     fn reannounce_ud(&self, host: Ipv4Addr);
     /// Endpoint `ep`'s virtual GID index (its vIP's) and its vNIC's MTU,
     /// for the QP attributes and address vectors the CM hands out.
-    fn vnic_route(&self, ep: &Endpoint) -> Result<(u8, u32), Refusal> {
+    fn vnic_route(&self, ep: &Endpoint) -> Result<(u8, u32)> {
         attrs::vnic_route(ep)
     }
 }
 
 /// A refused CM request: the errno the app sees and why, for the log.
-fn fail<T>(errno: i32, why: impl Into<String>) -> Result<T, Refusal> {
+fn fail<T>(errno: i32, why: impl Into<String>) -> Result<T> {
     Err(refuse(errno, why))
 }
 
@@ -296,7 +296,7 @@ impl Cm {
     }
 
     /// Id `id`, if `session` holds it.
-    fn own(st: &mut State, session: u64, id: u32) -> Result<&mut Id, Refusal> {
+    fn own(st: &mut State, session: u64, id: u32) -> Result<&mut Id> {
         match st.ids.get_mut(&id) {
             Some(i) if i.session == session => Ok(i),
             _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
@@ -304,7 +304,7 @@ impl Cm {
     }
 
     /// Channel `channel`, if `session` holds it.
-    fn own_channel(st: &State, session: u64, channel: u32) -> Result<&Channel, Refusal> {
+    fn own_channel(st: &State, session: u64, channel: u32) -> Result<&Channel> {
         match st.channels.get(&channel) {
             Some(ch) if ch.session == session => Ok(ch),
             _ => fail(libc::ENOENT, format!("no channel {channel}")),
@@ -312,7 +312,7 @@ impl Cm {
     }
 
     /// Room for one more id of `session` (ENOMEM past MAX_IDS_PER_SESSION).
-    fn id_room(st: &State, session: u64) -> Result<(), Refusal> {
+    fn id_room(st: &State, session: u64) -> Result<()> {
         if st.ids.values().filter(|i| i.session == session).count() >= MAX_IDS_PER_SESSION {
             return fail(libc::ENOMEM, "too many CM ids");
         }

@@ -7,7 +7,7 @@
 use super::{fail, random_u32, Cm, CmHost, Event, Phase, Role, State};
 use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Result};
 use crate::kernel::ibv::*;
 use crate::peer::msg::{Params, PeerMsg};
 use masq_policy::netpol::PortSpace;
@@ -26,7 +26,7 @@ impl Cm {
         session: u64,
         ep: &Arc<Endpoint>,
         body: &proto::RequestBody,
-    ) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
+    ) -> Result<(proto::ReplyBody, Option<OwnedFd>)> {
         use proto::RequestBody as R;
         // Looked up before the CM's lock: the table is not taken under it.
         let tracked = match body {
@@ -86,7 +86,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         id: u32,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         let i = Self::own(st, session, id)?;
         i.step(Event::ResolveRoute)
             .map_err(|_| refuse(libc::EINVAL, "route before address resolution"))?;
@@ -107,7 +107,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         id: u32,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         let busy = || refuse(libc::EINVAL, "listen on a connected id");
         let (port, may) = {
             let i = Self::own(st, session, id)?;
@@ -132,7 +132,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         r: &proto::CmRejectReq,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    ) -> Result<proto::ReplyBody> {
         let i = Self::own(st, session, r.id)?;
         let pending = || refuse(libc::EINVAL, "reject without a pending connection");
         if !i.may(Event::Reject) {
@@ -160,12 +160,7 @@ impl Cm {
 
     /// rdma_disconnect: a DREQ to the peer and DISCONNECTED to the app,
     /// or, after the peer's DREQ, nothing more.
-    fn disconnect(
-        &self,
-        st: &mut State,
-        session: u64,
-        id: u32,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    fn disconnect(&self, st: &mut State, session: u64, id: u32) -> Result<proto::ReplyBody> {
         let i = Self::own(st, session, id)?;
         if i.udp {
             return fail(libc::EINVAL, "a UD id has no connection to end");
@@ -193,12 +188,7 @@ impl Cm {
     }
 
     /// rdma_establish (the active side's QP is at RTS): an RTU to the peer.
-    fn establish(
-        &self,
-        st: &mut State,
-        session: u64,
-        id: u32,
-    ) -> Result<proto::ReplyBody, Refusal> {
+    fn establish(&self, st: &mut State, session: u64, id: u32) -> Result<proto::ReplyBody> {
         let i = Self::own(st, session, id)?;
         let early = || refuse(libc::EINVAL, "establish without a connect response");
         if !i.may(Event::Establish) {
@@ -252,7 +242,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         r: &proto::CmResolveAddrReq,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         let busy = || refuse(libc::EINVAL, "address resolution on a busy id");
         let (port, may) = {
             let i = Self::own(st, session, r.id)?;
@@ -315,7 +305,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         c: &proto::CmConnectReq,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
         let early = || refuse(libc::EINVAL, "connect before route resolution");
@@ -396,7 +386,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         c: &proto::CmConnectReq,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         let timeout = self.timeout;
         let i = Self::own(st, session, c.id)?;
         let early = || refuse(libc::EINVAL, "accept without a connect request");
@@ -450,7 +440,7 @@ impl Cm {
         same_app: &dyn Fn(u64) -> bool,
         qpn: u32,
         accept: Option<(u8, u8)>,
-    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Refusal> {
+    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr)> {
         let st = self.lock();
         let i = match st.ids.get(&id) {
             Some(i) if i.ep.cfg.name == ep && same_app(i.session) => i,

@@ -4,7 +4,7 @@
 use super::{fail, Cm, CmHost, Event, PeerRef, Phase, State};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::Slot;
-use crate::error::Refusal;
+use crate::error::Result;
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
@@ -20,7 +20,7 @@ impl Cm {
         ep: &Arc<Endpoint>,
         session: u64,
         c: &proto::CmChannel,
-    ) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
+    ) -> Result<(proto::ReplyBody, Option<OwnedFd>)> {
         if c.channel == 0 || st.channels.contains_key(&c.channel) {
             return fail(libc::EEXIST, format!("channel {} is in use", c.channel));
         }
@@ -42,7 +42,7 @@ impl Cm {
         ep: &Arc<Endpoint>,
         r: &proto::CmRestoreIdReq,
         tracked: Option<(Ipv4Addr, u32)>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         if r.id == 0 || st.ids.contains_key(&r.id) {
             return fail(libc::EEXIST, format!("CM id {} is in use", r.id));
         }
@@ -68,7 +68,7 @@ impl Cm {
         ep: &Arc<Endpoint>,
         r: &proto::CmRestoreIdReq,
         slot: Slot,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
         let pending = r.state == proto::CM_RESTORE_PENDING;
         Self::insert_id(st, r.id, session, r.channel, ep.clone(), slot);
@@ -120,7 +120,7 @@ impl Cm {
         r: &proto::CmRestoreIdReq,
         slot: Slot,
         tracked: Option<(Ipv4Addr, u32)>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
         let dst = (Ipv4Addr::from(r.addrs.dst.addr), r.addrs.dst.port);
         let peer_host = Self::check_connected(shared, ep, r, tracked)?;
@@ -171,7 +171,7 @@ impl Cm {
         ep: &Endpoint,
         r: &proto::CmRestoreIdReq,
         tracked: Option<(Ipv4Addr, u32)>,
-    ) -> Result<Ipv4Addr, Refusal> {
+    ) -> Result<Ipv4Addr> {
         let src = (Ipv4Addr::from(r.addrs.src.addr), r.addrs.src.port);
         let dst = Ipv4Addr::from(r.addrs.dst.addr);
         let udp = r.port_space == proto::CM_PS_UDP;

@@ -5,7 +5,7 @@
 
 use super::ud_peers::Announced;
 use super::{fail, Cm, CmHost, Event, PeerRef, State};
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Result};
 use crate::kernel::ibv::*;
 use crate::peer::msg::PeerMsg;
 use crate::pipeline::ports::Held;
@@ -107,7 +107,7 @@ impl Cm {
         st: &mut State,
         session: u64,
         c: &proto::CmConnectReq,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         let i = Self::own(st, session, c.id)?;
         let early = || refuse(libc::EINVAL, "accept without a connect request");
         if !i.may(Event::Accept) {

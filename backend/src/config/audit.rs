@@ -1,6 +1,7 @@
 //! `audit:`: the periodic audit of every QP on the device, and what it
 //! does with a tenant QP masqd did not admit.
 
+use crate::error::{Error, Result};
 use serde::Deserialize;
 
 /// What the audit does with a tenant QP masqd did not admit.
@@ -39,7 +40,7 @@ impl Default for AuditConfig {
 
 impl AuditConfig {
     /// The interval, validated (100 ms ..= 1 h).
-    pub fn interval(&self) -> Result<std::time::Duration, String> {
+    pub fn interval(&self) -> Result<std::time::Duration> {
         let s = self.interval.trim();
         let (num, unit_ms) = if let Some(n) = s.strip_suffix("ms") {
             (n, 1)
@@ -56,16 +57,16 @@ impl AuditConfig {
             .ok()
             .and_then(|n| n.checked_mul(unit_ms))
             .ok_or_else(|| {
-                format!(
+                Error::Invalid(format!(
                     "audit.interval: {:?} is not a duration (e.g. 500ms, 2s, 1m)",
                     self.interval
-                )
+                ))
             })?;
         if !(100..=3_600_000).contains(&ms) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "audit.interval: {:?} is outside 100ms..=1h",
                 self.interval
-            ));
+            )));
         }
         Ok(std::time::Duration::from_millis(ms))
     }

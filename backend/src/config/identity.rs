@@ -9,6 +9,7 @@
 //! read or write it: a key others can read is no longer this host's.
 
 use super::TlsFiles;
+use crate::error::{Error, Result};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::Path;
@@ -37,16 +38,19 @@ impl std::fmt::Debug for Identity {
 /// Why `path` cannot be read; a missing file is said to be the host's
 /// identity not provisioned yet (a new node; on Kubernetes, masqd's pod
 /// starts with an empty `/etc/masq/pki` and restarts until it is there).
-fn cannot_read(field: &str, path: &Path, e: &std::io::Error) -> String {
+fn cannot_read(field: &str, path: &Path, e: &std::io::Error) -> Error {
     let hint = if e.kind() == std::io::ErrorKind::NotFound {
         " (this host's cluster identity is not provisioned yet: docs/cluster.md#etcd-over-tls)"
     } else {
         ""
     };
-    format!("{field}: {}: cannot read: {e}{hint}", path.display())
+    Error::Invalid(format!(
+        "{field}: {}: cannot read: {e}{hint}",
+        path.display()
+    ))
 }
 
-fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
+fn read(field: &str, path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| cannot_read(field, path, &e))
 }
 
@@ -54,18 +58,18 @@ fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
 /// `field`: refused, naming the file and its mode, unless only its owner
 /// may read or write it. The mode is the open file's (fstat), so a file
 /// swapped in after the check is not the one read.
-pub fn secret(field: &str, path: &Path) -> Result<Vec<u8>, String> {
+pub fn secret(field: &str, path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
     let cannot = |e: std::io::Error| cannot_read(field, path, &e);
     let mut f = std::fs::File::open(path).map_err(cannot)?;
     let mode = f.metadata().map_err(cannot)?.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "{field}: {}: mode {mode:04o} lets group or others read it; \
              a secret must be its owner's only (chmod 600)",
             path.display()
-        ));
+        )));
     }
     let mut text = Vec::new();
     f.read_to_end(&mut text).map_err(cannot)?;
@@ -81,19 +85,28 @@ struct Certificates {
     not_after: i64,
 }
 
-fn certificates(field: &str, path: &Path) -> Result<Certificates, String> {
+fn certificates(field: &str, path: &Path) -> Result<Certificates> {
     let pem = read(field, path)?;
     let ders = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{field}: {}: not PEM certificates: {e}", path.display()))?;
+        .map_err(|e| {
+            Error::Invalid(format!(
+                "{field}: {}: not PEM certificates: {e}",
+                path.display()
+            ))
+        })?;
     let Some(first) = ders.first() else {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "{field}: {}: holds no certificate (BEGIN CERTIFICATE)",
             path.display()
-        ));
+        )));
     };
-    let (_, cert) = x509_parser::parse_x509_certificate(first)
-        .map_err(|e| format!("{field}: {}: not an X.509 certificate: {e}", path.display()))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(first).map_err(|e| {
+        Error::Invalid(format!(
+            "{field}: {}: not an X.509 certificate: {e}",
+            path.display()
+        ))
+    })?;
     let subject = cert.subject().to_string();
     let not_after = cert.validity().not_after.timestamp();
     Ok(Certificates {
@@ -105,28 +118,28 @@ fn certificates(field: &str, path: &Path) -> Result<Certificates, String> {
 }
 
 /// The certificates in the PEM file `path` (at least one), for `field`.
-pub fn certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certificates(field, path)?.ders)
 }
 
 /// The private key in `pem`, the text of `path`, for `field`.
-fn parse_key(field: &str, path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+fn parse_key(field: &str, path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
-        format!(
+        Error::Invalid(format!(
             "{field}: {}: holds no private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
             path.display()
-        )
+        ))
     })
 }
 
 /// The private key in the PEM file `path`, for `field`.
-pub fn key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+pub fn key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>> {
     parse_key(field, path, &secret(field, path)?)
 }
 
 impl Identity {
     /// Read and check the three files.
-    pub fn load(files: &TlsFiles) -> Result<Identity, String> {
+    pub fn load(files: &TlsFiles) -> Result<Identity> {
         let ca = certificates("cluster.tls.ca", &files.ca)?;
         let cert = certificates("cluster.tls.cert", &files.cert)?;
         let key = secret("cluster.tls.key", &files.key)?;
@@ -184,7 +197,7 @@ ZV6X6g==
         let key = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
         // The key in the certificate's place, the certificate in the key's.
         let swapped = files(dir.path(), CERT, key, CERT);
-        let e = Identity::load(&swapped).expect_err("swapped");
+        let e = Identity::load(&swapped).expect_err("swapped").to_string();
         assert!(
             e.starts_with("cluster.tls.cert: ")
                 && e.contains("cert.pem")
@@ -192,14 +205,14 @@ ZV6X6g==
             "{e}"
         );
         let no_key = files(dir.path(), CERT, CERT, CERT);
-        let e = Identity::load(&no_key).expect_err("no key");
+        let e = Identity::load(&no_key).expect_err("no key").to_string();
         assert!(
             e.starts_with("cluster.tls.key: ") && e.contains("key.pem"),
             "{e}"
         );
         let mut missing = files(dir.path(), CERT, CERT, key);
         missing.ca = dir.path().join("nowhere.pem");
-        let e = Identity::load(&missing).expect_err("missing");
+        let e = Identity::load(&missing).expect_err("missing").to_string();
         assert!(
             e.starts_with("cluster.tls.ca: ")
                 && e.contains("nowhere.pem")
@@ -236,14 +249,14 @@ ZV6X6g==
             std::fs::set_permissions(&f.key, std::fs::Permissions::from_mode(mode)).expect("chmod");
             let r = Identity::load(&f).map(drop);
             if refused {
-                let e = r.expect_err("refused");
+                let e = r.expect_err("refused").to_string();
                 assert!(
                     e.starts_with("cluster.tls.key: ")
                         && e.contains("key.pem")
                         && e.contains(&format!("mode {mode:04o}")),
                     "{mode:o}: {e}"
                 );
-                let e = key_of(&f.key).expect_err("refused");
+                let e = key_of(&f.key).expect_err("refused").to_string();
                 assert!(e.contains(&format!("mode {mode:04o}")), "{e}");
             } else {
                 r.expect("taken");
@@ -252,7 +265,7 @@ ZV6X6g==
         }
     }
 
-    fn key_of(path: &Path) -> Result<(), String> {
+    fn key_of(path: &Path) -> Result<()> {
         key("metrics.tls.key", path).map(drop)
     }
 }

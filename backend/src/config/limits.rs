@@ -4,6 +4,7 @@
 //! a few hundred processes) with room to spare, and `packaging/masqd.service`
 //! sizes `LimitNOFILE` and `TasksMax` from them.
 
+use crate::error::{Error, Result};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -70,7 +71,7 @@ fn default_fd_reserve() -> u32 {
 impl TenantLimits {
     /// Each limit at least 1 and within what masqd can count; the error
     /// names the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<()> {
         for (key, v, max) in [
             ("sessions", self.sessions, 65_536),
             ("eventChannels", self.event_channels, 1 << 20),
@@ -79,19 +80,21 @@ impl TenantLimits {
             ("connections", self.connections, 1 << 24),
         ] {
             if v == 0 {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "tenantLimits.{key}: 0 would refuse every app (give a positive number)"
-                ));
+                )));
             }
             if v > max {
-                return Err(format!("tenantLimits.{key}: {v} is above {max}"));
+                return Err(Error::Invalid(format!(
+                    "tenantLimits.{key}: {v} is above {max}"
+                )));
             }
         }
         if !(64..=1 << 20).contains(&self.fd_reserve) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "tenantLimits.fdReserve: {} is outside 64..=1048576",
                 self.fd_reserve
-            ));
+            )));
         }
         Ok(())
     }
@@ -108,17 +111,25 @@ mod tests {
             event_channels: 0,
             ..Default::default()
         };
-        let e = zero.check().expect_err("refused");
+        let e = zero.check().expect_err("refused").to_string();
         assert!(e.contains("tenantLimits.eventChannels: 0"), "{e}");
         let huge = TenantLimits {
             sessions: 1 << 20,
             ..Default::default()
         };
-        assert!(huge.check().expect_err("refused").contains("sessions"));
+        assert!(huge
+            .check()
+            .expect_err("refused")
+            .to_string()
+            .contains("sessions"));
         let small = TenantLimits {
             fd_reserve: 10,
             ..Default::default()
         };
-        assert!(small.check().expect_err("refused").contains("fdReserve"));
+        assert!(small
+            .check()
+            .expect_err("refused")
+            .to_string()
+            .contains("fdReserve"));
     }
 }

@@ -5,9 +5,9 @@
 //! (which host each (VNI, vIP) lives on). Parse errors carry file:line:column;
 //! consistency errors name the field path and the offending value.
 
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
@@ -350,25 +350,6 @@ fn default_vnic() -> String {
     "eth0".into()
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: String,
-    /// 1-based line and column, when the YAML parser knows them.
-    pub position: Option<(usize, usize)>,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.position {
-            Some((line, col)) => write!(f, "{}:{}:{}: {}", self.file, line, col, self.message),
-            None => write!(f, "{}: {}", self.file, self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 impl EndpointConfig {
     /// The Kubernetes pod (namespace, name) this endpoint is, as masq-cni
     /// said; None for an endpoint that is no pod's.
@@ -385,7 +366,7 @@ impl EndpointConfig {
 
     /// The endpoint's own fields, as the config file and `masqctl endpoint
     /// add` take them; `at` names it in errors (`endpoints[2]`).
-    pub fn check(&self, at: &str, socket_dir: &Path) -> Result<(), String> {
+    pub fn check(&self, at: &str, socket_dir: &Path) -> Result<()> {
         check_name(&format!("{at}.name"), &self.name, 64)?;
         check_name(&format!("{at}.tenant"), &self.tenant, 64)?;
         check_name(&format!("{at}.vnic"), &self.vnic, 15)?;
@@ -403,40 +384,42 @@ impl EndpointConfig {
             check_name(&format!("{at}.bridge"), b, 15)?;
         }
         if self.host_if.is_some() != self.bridge.is_some() {
-            return Err(format!("{at}: hostIf and bridge go together"));
+            return Err(Error::Invalid(format!(
+                "{at}: hostIf and bridge go together"
+            )));
         }
         if self.max_connections == Some(0) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.maxConnections: 0 would refuse every connection (omit it for no quota)"
-            ));
+            )));
         }
         if self.max_rate_mbps == Some(0) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.maxRateMbps: 0 would stop its RDMA traffic (omit it for no limit)"
-            ));
+            )));
         }
         if let Some(l) = &self.rdma_limits {
             for (key, v) in [("handles", l.handles), ("objects", l.objects)] {
                 match v {
                     Some(0) => {
-                        return Err(format!(
+                        return Err(Error::Invalid(format!(
                             "{at}.rdmaLimits.{key}: 0 would refuse every app the device \
                              (omit it for no limit)"
-                        ))
+                        )))
                     }
                     Some(n) if n > i32::MAX as u32 => {
-                        return Err(format!(
+                        return Err(Error::Invalid(format!(
                             "{at}.rdmaLimits.{key}: {n} is more than the kernel takes ({})",
                             i32::MAX
-                        ))
+                        )))
                     }
                     _ => {}
                 }
             }
             if l.handles.is_none() && l.objects.is_none() {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "{at}.rdmaLimits: give handles, objects or both (or omit rdmaLimits)"
-                ));
+                )));
             }
         }
         if let Some(o) = &self.cni {
@@ -446,33 +429,37 @@ impl EndpointConfig {
                 ("ifname", &o.ifname),
             ] {
                 if v.is_empty() || v.len() > 256 || v.chars().any(|c| c.is_control()) {
-                    return Err(format!(
+                    return Err(Error::Invalid(format!(
                         "{at}.cni.{key}: {v:?} must be 1-256 printable characters"
-                    ));
+                    )));
                 }
             }
         }
         if !self.netns.is_absolute() {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.netns: {:?} must be an absolute path",
                 self.netns
-            ));
+            )));
         }
         let sock = self.socket_path(socket_dir);
         if !sock.is_absolute() {
-            return Err(format!("{at}.socket: {sock:?} must be an absolute path"));
+            return Err(Error::Invalid(format!(
+                "{at}.socket: {sock:?} must be an absolute path"
+            )));
         }
         if sock == socket_dir.join("control.sock") {
-            return Err(format!("{at}.socket: {sock:?} is masqd's control socket"));
+            return Err(Error::Invalid(format!(
+                "{at}.socket: {sock:?} is masqd's control socket"
+            )));
         }
         // Its directory is mounted in the tenant's containers: not one that
         // holds masqd's own files or the other endpoints' directories.
         let dir = sock.parent().unwrap_or(&sock);
         if socket_dir.join("endpoints").starts_with(dir) {
             let dir = dir.display();
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.socket: its directory {dir} would show the tenant masqd's socketDir"
-            ));
+            )));
         }
         Ok(())
     }
@@ -488,12 +475,12 @@ impl EndpointConfig {
 }
 
 impl Config {
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    pub fn load(path: &Path) -> Result<Config> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::InFile {
             file: file.clone(),
             position: None,
-            message: format!("cannot read: {e}"),
+            why: format!("cannot read: {e}"),
         })?;
         let mut cfg = Config::parse(&text, &file)?;
         let many = cfg.rails.len() > 1;
@@ -503,10 +490,10 @@ impl Config {
             } else {
                 String::new()
             };
-            r.underlay.resolve().map_err(|message| ConfigError {
+            r.underlay.resolve().map_err(|e| Error::InFile {
                 file: file.clone(),
                 position: None,
-                message: format!("{at}{message}"),
+                why: format!("{at}{e}"),
             })?;
         }
         cfg.underlay = cfg.rails[0].underlay.clone();
@@ -531,18 +518,18 @@ impl Config {
         Ok(cfg)
     }
 
-    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let mut cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| ConfigError {
+    pub fn parse(text: &str, file: &str) -> Result<Config> {
+        let mut cfg: Config = serde_yaml_ng::from_str(text).map_err(|e| Error::InFile {
             file: file.to_string(),
             position: e.location().map(|l| (l.line(), l.column())),
-            message: e.to_string(),
+            why: e.to_string(),
         })?;
         cfg.settle_rails()
             .and_then(|()| cfg.validate())
-            .map_err(|message| ConfigError {
+            .map_err(|e| Error::InFile {
                 file: file.to_string(),
                 position: None,
-                message,
+                why: e.to_string(),
             })?;
         Ok(cfg)
     }
@@ -558,40 +545,44 @@ impl Config {
         self.socket_dir.join("runtime-endpoints.yaml")
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<()> {
         self.validate_rails()?;
         if self.underlay.ip.is_unspecified() && !self.vpc.is_empty() {
-            return Err(
+            return Err(Error::Invalid(
                 "underlay.ip: required with a vpc: map, which names hosts by it (only a file \
                  for many hosts, in cluster mode, may leave it to the netdev)"
                     .into(),
-            );
+            ));
         }
         if self.cm.port == 0 {
-            return Err("cm.port: must be 1 or more".into());
+            return Err(Error::Invalid("cm.port: must be 1 or more".into()));
         }
         if !(100..=600_000).contains(&self.cm.timeout_ms) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "cm.timeoutMs: {} is outside 100..=600000",
                 self.cm.timeout_ms
-            ));
+            )));
         }
         self.audit.interval()?;
         self.tenant_limits.check()?;
         if let Some(c) = &self.cluster {
             if c.etcd.is_empty() {
-                return Err("cluster.etcd: list at least one etcd URL".into());
+                return Err(Error::Invalid(
+                    "cluster.etcd: list at least one etcd URL".into(),
+                ));
             }
             if c.tls.is_some() && c.insecure {
-                return Err("cluster.insecure: true, but cluster.tls is set: remove one".into());
+                return Err(Error::Invalid(
+                    "cluster.insecure: true, but cluster.tls is set: remove one".into(),
+                ));
             }
             if c.tls.is_none() && !c.insecure {
-                return Err(
+                return Err(Error::Invalid(
                     "cluster.tls: missing: cluster mode reaches etcd over TLS as this host \
                      (tls: {ca, cert, key}); `insecure: true` runs it in plaintext with no \
                      identities, and then anyone who reaches etcd can rewrite the cluster"
                         .into(),
-                );
+                ));
             }
             for (i, u) in c.etcd.iter().enumerate() {
                 let want = if c.insecure { "http://" } else { "https://" };
@@ -601,43 +592,49 @@ impl Config {
                         (_, true) => "needs cluster.tls (cluster.insecure is set)",
                         _ => "is not an http:// or https:// URL",
                     };
-                    return Err(format!("cluster.etcd[{i}]: {u:?} {why}; use {want}"));
+                    return Err(Error::Invalid(format!(
+                        "cluster.etcd[{i}]: {u:?} {why}; use {want}"
+                    )));
                 }
             }
             if !c.prefix.starts_with('/') || c.prefix.ends_with('/') || c.prefix.len() < 2 {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "cluster.prefix: {:?} must start with '/' and not end with one",
                     c.prefix
-                ));
+                )));
             }
             if !(2..=300).contains(&c.lease_seconds) {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "cluster.leaseSeconds: {} is outside 2..=300",
                     c.lease_seconds
-                ));
+                )));
             }
         }
         if self.metrics.listen.is_none() {
             if self.metrics.tls.is_some() {
-                return Err("metrics.tls: set, but metrics.listen is not".into());
+                return Err(Error::Invalid(
+                    "metrics.tls: set, but metrics.listen is not".into(),
+                ));
             }
             if self.metrics.bearer_token_file.is_some() {
-                return Err("metrics.bearerTokenFile: set, but metrics.listen is not".into());
+                return Err(Error::Invalid(
+                    "metrics.bearerTokenFile: set, but metrics.listen is not".into(),
+                ));
             }
         }
         if let Some(c) = &self.cdi {
             if !c.spec_dir.is_absolute() {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "cdi.specDir: {:?} must be an absolute path",
                     c.spec_dir
-                ));
+                )));
             }
         }
         if !self.socket_dir.is_absolute() {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "socketDir: {:?} must be an absolute path",
                 self.socket_dir
-            ));
+            )));
         }
         // Each VNI belongs to exactly one tenant; each (VNI, vIP) is one endpoint.
         let mut vni_owner: HashMap<u32, &str> = HashMap::new();
@@ -654,10 +651,10 @@ impl Config {
             }
             claim_vni(&mut vni_owner, v.vni, &v.tenant, &at)?;
             if placed.insert((v.vni, v.vip), v.host).is_some() {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "{at}: VNI {} vIP {} is listed twice in the VPC map",
                     v.vni, v.vip
-                ));
+                )));
             }
         }
         let mut names = HashSet::new();
@@ -666,11 +663,16 @@ impl Config {
             let at = format!("endpoints[{i}]");
             e.check(&at, &self.socket_dir)?;
             if !names.insert(e.name.as_str()) {
-                return Err(format!("{at}.name: endpoint {:?} is defined twice", e.name));
+                return Err(Error::Invalid(format!(
+                    "{at}.name: endpoint {:?} is defined twice",
+                    e.name
+                )));
             }
             let sock = e.socket_path(&self.socket_dir);
             if !sockets.insert(sock.clone()) || sock == self.control_socket() {
-                return Err(format!("{at}.socket: {sock:?} is used twice"));
+                return Err(Error::Invalid(format!(
+                    "{at}.socket: {sock:?} is used twice"
+                )));
             }
             claim_vni(&mut vni_owner, e.vni, &e.tenant, &at)?;
             let rail = |n: Option<&str>| self.rail_index(n);
@@ -679,17 +681,17 @@ impl Config {
                 // In cluster mode a host publishes its own endpoints.
                 None if self.cluster.is_some() => {}
                 None => {
-                    return Err(format!(
+                    return Err(Error::Invalid(format!(
                         "{at}: {} (VNI {}, vIP {}) is missing from the VPC map",
                         e.name, e.vni, e.vip
-                    ))
+                    )))
                 }
                 Some(host) if *host != self.underlay.ip => {
-                    return Err(format!(
+                    return Err(Error::Invalid(format!(
                         "{at}: {} is local, but the VPC map places VNI {} vIP {} on host {}, \
                          not on this host ({})",
                         e.name, e.vni, e.vip, host, self.underlay.ip
-                    ))
+                    )))
                 }
                 Some(_) => {}
             }
@@ -698,7 +700,7 @@ impl Config {
     }
 }
 
-pub(crate) fn check_name(field: &str, value: &str, max: usize) -> Result<(), String> {
+pub(crate) fn check_name(field: &str, value: &str, max: usize) -> Result<()> {
     let ok = !value.is_empty()
         && value.len() <= max
         && value
@@ -707,17 +709,19 @@ pub(crate) fn check_name(field: &str, value: &str, max: usize) -> Result<(), Str
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::Invalid(format!(
             "{field}: {value:?} must be 1-{max} characters of A-Z, a-z, 0-9, '-', '_', '.'"
-        ))
+        )))
     }
 }
 
-fn check_vni(field: &str, vni: u32) -> Result<(), String> {
+fn check_vni(field: &str, vni: u32) -> Result<()> {
     if (1..=MAX_VNI).contains(&vni) {
         Ok(())
     } else {
-        Err(format!("{field}: {vni} is not a VNI (1..={MAX_VNI})"))
+        Err(Error::Invalid(format!(
+            "{field}: {vni} is not a VNI (1..={MAX_VNI})"
+        )))
     }
 }
 
@@ -726,11 +730,11 @@ fn claim_vni<'a>(
     vni: u32,
     tenant: &'a str,
     at: &str,
-) -> Result<(), String> {
+) -> Result<()> {
     match owners.insert(vni, tenant) {
-        Some(prev) if prev != tenant => Err(format!(
+        Some(prev) if prev != tenant => Err(Error::Invalid(format!(
             "{at}: VNI {vni} belongs to tenant {prev:?}, not {tenant:?}"
-        )),
+        ))),
         _ => Ok(()),
     }
 }

@@ -4,6 +4,7 @@
 //! an endpoint's apps have on other rails.
 
 use super::{check_name, default_port, Config, EndpointConfig};
+use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -51,22 +52,24 @@ impl Default for Underlay {
 
 impl Underlay {
     /// `ip` from the netdev's first IPv4 address, if the file gave none.
-    pub(super) fn resolve(&mut self) -> Result<(), String> {
+    pub(super) fn resolve(&mut self) -> Result<()> {
         if !self.ip.is_unspecified() {
             return Ok(());
         }
         let addrs = nix::ifaddrs::getifaddrs().map_err(|e| {
-            format!("underlay.ip: not given, and the addresses cannot be read: {e}")
+            Error::Invalid(format!(
+                "underlay.ip: not given, and the addresses cannot be read: {e}"
+            ))
         })?;
         self.ip = addrs
             .filter(|a| a.interface_name == self.netdev)
             .find_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip()))
             .ok_or_else(|| {
-                format!(
+                Error::Invalid(format!(
                     "underlay.ip: not given, and underlay.netdev {} has no IPv4 address \
                      (give underlay.ip, or address the netdev first)",
                     self.netdev
-                )
+                ))
             })?;
         Ok(())
     }
@@ -75,12 +78,12 @@ impl Underlay {
 impl Config {
     /// `rails:` as given (each named), or the one rail `device`/`underlay`
     /// give; `device`, `port` and `underlay` then always mean the first.
-    pub(super) fn settle_rails(&mut self) -> Result<(), String> {
+    pub(super) fn settle_rails(&mut self) -> Result<()> {
         if self.rails.is_empty() {
             if self.device.is_empty() {
-                return Err(
+                return Err(Error::Invalid(
                     "device: missing: name the RDMA device to serve (or list rails:)".into(),
-                );
+                ));
             }
             self.rails.push(RailConfig {
                 name: FIRST_RAIL.into(),
@@ -91,11 +94,11 @@ impl Config {
             return Ok(());
         }
         if !self.device.is_empty() || !self.underlay.netdev.is_empty() {
-            return Err(
+            return Err(Error::Invalid(
                 "rails: given with device/underlay, which mean a first rail of their own: \
                  give one or the other"
                     .into(),
-            );
+            ));
         }
         for (i, r) in self.rails.iter_mut().enumerate() {
             if r.name.is_empty() {
@@ -114,7 +117,7 @@ impl Config {
         rail_position(self.rails.iter().map(|r| r.name.as_str()), name)
     }
 
-    pub(super) fn validate_rails(&self) -> Result<(), String> {
+    pub(super) fn validate_rails(&self) -> Result<()> {
         let many = self.rails.len() > 1;
         let mut names = HashSet::new();
         let mut devices = HashSet::new();
@@ -131,27 +134,37 @@ impl Config {
             check_name(&format!("{at}device"), &r.device, 64)?;
             check_name(&format!("{at}underlay.netdev"), &r.underlay.netdev, 15)?;
             if r.port == 0 {
-                return Err(format!("{at}port: must be 1 or more"));
+                return Err(Error::Invalid(format!("{at}port: must be 1 or more")));
             }
             if !names.insert(r.name.as_str()) {
-                return Err(format!("{at}name: rail {:?} is listed twice", r.name));
+                return Err(Error::Invalid(format!(
+                    "{at}name: rail {:?} is listed twice",
+                    r.name
+                )));
             }
             if !devices.insert(r.device.as_str()) {
-                return Err(format!("{at}device: {} serves another rail", r.device));
+                return Err(Error::Invalid(format!(
+                    "{at}device: {} serves another rail",
+                    r.device
+                )));
             }
             if !netdevs.insert(r.underlay.netdev.as_str()) {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "{at}underlay.netdev: {} is another rail's",
                     r.underlay.netdev
-                ));
+                )));
             }
         }
         for (i, group) in self.rail_joins.iter().enumerate() {
             if group.len() < 2 {
-                return Err(format!("railJoins[{i}]: join two rails or more"));
+                return Err(Error::Invalid(format!(
+                    "railJoins[{i}]: join two rails or more"
+                )));
             }
             if let Some(r) = group.iter().find(|r| !names.contains(r.as_str())) {
-                return Err(format!("railJoins[{i}]: no rail named {r:?} in rails:"));
+                return Err(Error::Invalid(format!(
+                    "railJoins[{i}]: no rail named {r:?} in rails:"
+                )));
             }
         }
         Ok(())
@@ -187,46 +200,46 @@ pub fn check_device_of<'a>(
     e: &EndpointConfig,
     local: impl IntoIterator<Item = &'a EndpointConfig>,
     rail: impl Fn(Option<&str>) -> Option<usize>,
-) -> Result<(), String> {
+) -> Result<()> {
     let mine = rail(e.rail.as_deref()).ok_or_else(|| {
-        format!(
+        Error::Invalid(format!(
             "{at}.rail: no rail named {:?} on this host (rails: names them)",
             e.rail.as_deref().unwrap_or_default()
-        )
+        ))
     })?;
     let Some(of) = &e.device_of else {
         return Ok(());
     };
     if e.socket.is_some() {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "{at}.socket: a further device of {of} is served on {of}'s socket"
-        ));
+        )));
     }
     let local: Vec<&EndpointConfig> = local.into_iter().collect();
     let primary = local
         .iter()
         .find(|o| o.name == *of && o.name != e.name)
-        .ok_or_else(|| format!("{at}.deviceOf: no endpoint {of:?} on this host"))?;
+        .ok_or_else(|| Error::Invalid(format!("{at}.deviceOf: no endpoint {of:?} on this host")))?;
     if let Some(up) = &primary.device_of {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "{at}.deviceOf: {of} is itself a further device of {up}: name {up}"
-        ));
+        )));
     }
     if primary.tenant != e.tenant || primary.netns != e.netns {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "{at}.deviceOf: {of} is another tenant's or in another namespace: its \
              devices are the same apps'"
-        ));
+        )));
     }
     let group = local
         .iter()
         .filter(|o| o.name != e.name && (o.name == *of || o.device_of.as_ref() == Some(of)));
     for o in group {
         if rail(o.rail.as_deref()) == Some(mine) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.rail: {of}'s device {} is on that rail already",
                 o.name
-            ));
+            )));
         }
     }
     Ok(())

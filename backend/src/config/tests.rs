@@ -36,7 +36,7 @@ fn the_shipped_examples_are_valid() {
 fn syntax_and_type_errors_carry_line_and_column() {
     let bad = GOOD.replace("vip: 10.0.0.1, netns", "vip: 10.0.0.300, netns");
     let e = Config::parse(&bad, "t.yaml").unwrap_err();
-    assert_eq!(e.position.map(|p| p.0), Some(4), "{e}");
+    assert_eq!(e.position().map(|p| p.0), Some(4), "{e}");
     assert!(e.to_string().starts_with("t.yaml:4:"), "{e}");
     assert!(e.to_string().contains("vip"), "{e}");
 }
@@ -46,7 +46,7 @@ fn unknown_fields_are_refused() {
     let bad = GOOD.replace("device: rxe0", "device: rxe0\ndevcie: rxe1");
     let e = Config::parse(&bad, "t.yaml").unwrap_err();
     assert!(e.to_string().contains("devcie"), "{e}");
-    assert_eq!(e.position.map(|p| p.0), Some(2));
+    assert_eq!(e.position().map(|p| p.0), Some(2));
 }
 
 fn err_of(text: &str) -> String {

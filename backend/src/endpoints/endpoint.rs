@@ -2,6 +2,7 @@
 //! vNIC as last read, its sysfs view and its socket.
 
 use crate::config::EndpointConfig;
+use crate::error::Result;
 use crate::transport::seqpacket::Listener;
 use serde::Serialize;
 use std::os::unix::fs::MetadataExt;
@@ -128,8 +129,9 @@ impl Endpoint {
     /// the view is kept with a netlink subscription in that namespace and
     /// re-read only when a notification arrived, or when the namespace file
     /// names another namespace (the container was recreated).
-    pub fn with_vnic<T>(&self, f: impl FnOnce(&vbond::Binding) -> T) -> std::io::Result<T> {
+    pub fn with_vnic<T>(&self, f: impl FnOnce(&vbond::Binding) -> T) -> Result<T> {
         let ns = std::fs::metadata(&self.cfg.netns)
+            // Without the OS's errno: an app sees EIO, not the namespace file's.
             .map_err(|e| {
                 std::io::Error::new(e.kind(), format!("{}: {e}", self.cfg.netns.display()))
             })?
@@ -150,7 +152,7 @@ impl Endpoint {
     }
 
     /// The endpoint's virtual GID table, as its vNIC is now (see `with_vnic`).
-    pub fn virtual_gids(&self) -> std::io::Result<Vec<vbond::VirtualGid>> {
+    pub fn virtual_gids(&self) -> Result<Vec<vbond::VirtualGid>> {
         self.with_vnic(|b| b.gids().to_vec())
     }
 

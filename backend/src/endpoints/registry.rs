@@ -11,6 +11,7 @@
 use crate::config::{Config, EndpointConfig};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::placement::{Placement, SourceId};
+use crate::error::{Error, Result};
 use masq_policy::EndpointRef;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -346,14 +347,14 @@ impl Registry {
 
     /// Why `e` cannot be added next to what is here, if it cannot: its own
     /// fields, then its name, socket, VNI and place in the VPC map.
-    pub fn check_new(&self, e: &EndpointConfig) -> Result<(), String> {
+    pub fn check_new(&self, e: &EndpointConfig) -> Result<()> {
         let at = format!("endpoint {}", e.name);
         e.check(&at, &self.socket_dir)?;
         let st = read(&self.state);
         if st.local.contains_key(&e.name) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}: an endpoint of that name exists on this host"
-            ));
+            )));
         }
         let configs: Vec<&EndpointConfig> = st.local.values().map(|o| &o.cfg).collect();
         let rail = |n: Option<&str>| self.rail_index(n);
@@ -361,11 +362,11 @@ impl Registry {
         let sock = e.socket_path(&self.socket_dir);
         let shared = |o: &Endpoint| e.device_of.is_some() || o.cfg.device_of.is_some();
         if let Some(other) = st.local.values().find(|o| o.socket == sock && !shared(o)) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.socket: {} is endpoint {}'s",
                 sock.display(),
                 other.cfg.name
-            ));
+            )));
         }
         let id = crate::kernel::nft::nft_id(&e.name);
         if let Some(other) = st
@@ -373,29 +374,29 @@ impl Registry {
             .values()
             .find(|o| crate::kernel::nft::nft_id(&o.cfg.name) == id)
         {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.name: maps to the same nftables name ({id}) as endpoint {}",
                 other.cfg.name
-            ));
+            )));
         }
         if let Some(t) = st.tenants.get(&e.vni).filter(|t| **t != e.tenant) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.vni: VNI {} belongs to tenant {t:?}, not {:?}",
                 e.vni, e.tenant
-            ));
+            )));
         }
         if let Some(other) = st.local_at((e.vni, e.vip)) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.vip: {} in VNI {} is endpoint {}'s",
                 e.vip, e.vni, other.cfg.name
-            ));
+            )));
         }
         if let Some(p) = st.vpc.lookup(e.vni, e.vip) {
             if p.host != self.host {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "{at}.vip: the VPC map places {} in VNI {} on host {} ({}), not here ({})",
                     e.vip, e.vni, p.host, p.name, self.host
-                ));
+                )));
             }
         }
         if let Some((vni, vip, p)) = st
@@ -403,10 +404,10 @@ impl Registry {
             .iter()
             .find(|(vni, vip, p)| p.name == e.name && (*vni, *vip) != (e.vni, e.vip))
         {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{at}.name: the VPC map names VNI {vni} vIP {vip} on host {} {:?}",
                 p.host, e.name
-            ));
+            )));
         }
         Ok(())
     }
@@ -731,29 +732,31 @@ pub struct RuntimeFile {
 
 impl RuntimeFile {
     /// Read it; a missing file is an empty one.
-    pub fn load(path: &Path) -> Result<RuntimeFile, String> {
+    pub fn load(path: &Path) -> Result<RuntimeFile> {
         match std::fs::read_to_string(path) {
-            Ok(text) => {
-                serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
-            }
+            Ok(text) => serde_yaml_ng::from_str(&text).map_err(|e| Error::InFile {
+                file: path.display().to_string(),
+                position: None,
+                why: e.to_string(),
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(RuntimeFile::default()),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(Error::os(path.display().to_string(), e)),
         }
     }
 
     /// Replace it whole (write and rename), so a crash leaves the old or
     /// the new list, never half of one.
-    pub fn store(&self, path: &Path) -> std::io::Result<()> {
+    pub fn store(&self, path: &Path) -> Result<()> {
         // One writer at a time: they share the temporary file.
         static STORING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = STORING.lock().unwrap_or_else(|e| e.into_inner());
-        let text = serde_yaml_ng::to_string(self).map_err(std::io::Error::other)?;
+        let text = serde_yaml_ng::to_string(self).map_err(|e| Error::failed(e.to_string()))?;
         let tmp = path.with_extension("yaml.tmp");
         std::fs::write(
             &tmp,
             format!("# Endpoints added with `masqctl endpoint add`; written by masqd.\n{text}"),
         )?;
-        std::fs::rename(&tmp, path)
+        Ok(std::fs::rename(&tmp, path)?)
     }
 }
 

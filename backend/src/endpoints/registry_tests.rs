@@ -91,7 +91,7 @@ fn a_file_placed_endpoint_keeps_its_map_entry_when_removed() {
 fn conflicts_are_refused_naming_the_field() {
     let r = registry();
     add(&r, ep("acme-c", "acme", 100, "10.0.0.3"));
-    let err = |e: EndpointConfig| r.check_new(&e).unwrap_err();
+    let err = |e: EndpointConfig| r.check_new(&e).unwrap_err().to_string();
     assert!(err(ep("acme-c", "acme", 100, "10.0.0.4"))
         .contains("endpoint acme-c: an endpoint of that name exists"));
     assert!(err(ep("acme_c", "acme", 100, "10.0.0.4")).contains("same nftables name"));
@@ -351,6 +351,7 @@ fn the_runtime_file_round_trips() {
     std::fs::write(&path, "endpoints: [{ name: x, bogus: 1 }]").unwrap();
     assert!(RuntimeFile::load(&path)
         .unwrap_err()
+        .to_string()
         .contains("runtime-endpoints.yaml"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -8,7 +8,7 @@
 //! table itself (`Conntrack::held`); a refusal there is counted here too.
 //! Descriptors are bounded for all endpoints at once by `fd_room`.
 
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Error, Result};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -94,7 +94,7 @@ impl Usage {
     }
 
     /// Count a refusal of `what` and make it: the kind's errno, and why.
-    pub fn refuse(&self, what: What, why: impl std::fmt::Display) -> Refusal {
+    pub fn refuse(&self, what: What, why: impl std::fmt::Display) -> Error {
         self.count(what);
         refuse(what.errno(), format!("endpoint {}: {why}", self.name))
     }
@@ -127,7 +127,7 @@ impl std::fmt::Debug for Slot {
 impl Slot {
     /// One more of `what` for the endpoint whose `usage` it is, if it
     /// holds fewer than `max`; else the refusal (counted).
-    pub fn take(usage: &Arc<Usage>, what: What, max: u32) -> Result<Slot, Refusal> {
+    pub fn take(usage: &Arc<Usage>, what: What, max: u32) -> Result<Slot> {
         let n = &usage.held[what.index()];
         let max = max as usize;
         let mut cur = n.load(Ordering::Relaxed);
@@ -203,16 +203,11 @@ pub fn fd_ceiling(reserve: u32, limit: usize) -> usize {
 /// ceiling keeps the tenants' together below it, and the reserve above it
 /// is masqd's own whatever they do. `extra` more will follow (a session's
 /// copy of its connection and its device).
-pub fn fd_room(usage: &Usage, fd: RawFd, extra: usize, reserve: u32) -> Result<(), Refusal> {
+pub fn fd_room(usage: &Usage, fd: RawFd, extra: usize, reserve: u32) -> Result<()> {
     fd_room_within(usage, fd, extra, fd_ceiling(reserve, nofile()))
 }
 
-pub(crate) fn fd_room_within(
-    usage: &Usage,
-    fd: RawFd,
-    extra: usize,
-    ceiling: usize,
-) -> Result<(), Refusal> {
+pub(crate) fn fd_room_within(usage: &Usage, fd: RawFd, extra: usize, ceiling: usize) -> Result<()> {
     let n = usize::try_from(fd).unwrap_or(usize::MAX);
     if n.saturating_add(extra) < ceiling {
         return Ok(());

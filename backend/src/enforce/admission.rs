@@ -8,6 +8,7 @@
 use crate::admit::{Ask, Denied, Mirrored, Pods};
 use crate::config::Config;
 use crate::enforce::netpol::{Ends, NetworkPolicies};
+use crate::error::{Error, Result};
 use crate::pipeline::ports::{Conntrack, Decide};
 use masq_policy::{EndpointRef, OnRuleChange, Policy};
 use rconntrack::{Decision, Entry, LocalKey, QpKey, State, Table, TableFull, Upsert};
@@ -137,12 +138,9 @@ impl Admission {
     /// go (containers, other hosts), so a member naming one not known now
     /// is no error: it matches nothing until it is, and is returned so the
     /// operator sees it (a typo shows there).
-    pub fn check(
-        &self,
-        path: &Path,
-        endpoints: &[EndpointRef],
-    ) -> Result<(Policy, Vec<String>), String> {
-        Policy::load_allowing_unknown(path, endpoints).map_err(|errs| errs.to_string())
+    pub fn check(&self, path: &Path, endpoints: &[EndpointRef]) -> Result<(Policy, Vec<String>)> {
+        Policy::load_allowing_unknown(path, endpoints)
+            .map_err(|errs| Error::Invalid(errs.to_string()))
     }
 
     /// Parse and compile the cluster's policy text. It was checked where it
@@ -153,8 +151,9 @@ impl Admission {
         text: &str,
         file: &str,
         endpoints: &[EndpointRef],
-    ) -> Result<(Policy, Vec<String>), String> {
-        Policy::parse_allowing_unknown(text, file, endpoints).map_err(|errs| errs.to_string())
+    ) -> Result<(Policy, Vec<String>)> {
+        Policy::parse_allowing_unknown(text, file, endpoints)
+            .map_err(|errs| Error::Invalid(errs.to_string()))
     }
 
     /// The endpoints changed (`changed` names them; empty: any may have):
@@ -184,8 +183,7 @@ impl Admission {
     pub fn decide(&self, ask: &Ask, pods: &dyn Pods) -> Result<Arc<str>, Denied> {
         let ends = || NetworkPolicies::ends(ask, pods);
         let verdict = self.verdict(self.active().as_deref(), ask, ends);
-        let counted = verdict.as_deref().map_err(|_| ());
-        self.metrics.admission(ask.tenant, counted);
+        self.metrics.admission(ask.tenant, verdict.as_deref().ok());
         verdict
     }
 
@@ -418,7 +416,7 @@ mod tests {
     }
 
     /// The admission as the file source leaves it at start.
-    fn admission(cfg: &Config, dir: &Path) -> Result<Admission, String> {
+    fn admission(cfg: &Config, dir: &Path) -> crate::error::Result<Admission> {
         let a = Admission::new(cfg, dir);
         if let Some(path) = &a.path {
             let (p, _) = a.check(path, &refs(cfg))?;
@@ -488,7 +486,8 @@ mod tests {
         let line = broken.lines().count();
         let e = a
             .check_text(&broken, "<stdin>", &refs(&cfg))
-            .expect_err("an unknown key");
+            .expect_err("an unknown key")
+            .to_string();
         assert!(e.contains(&format!("<stdin>:{line}:")), "{e}");
     }
 

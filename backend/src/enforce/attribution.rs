@@ -19,6 +19,7 @@
 //! process since (fork, SCM_RIGHTS); the audit acts on whom the kernel
 //! names, as it always did.
 
+use crate::error::Result;
 use crate::kernel::rdma_nl::{RdmaNl, ResInfo};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -120,7 +121,7 @@ impl<'a> KernelOwners<'a> {
     }
 }
 
-fn by_id(r: std::io::Result<Vec<ResInfo>>, what: &str, device: &str) -> HashMap<u32, ResInfo> {
+fn by_id(r: Result<Vec<ResInfo>>, what: &str, device: &str) -> HashMap<u32, ResInfo> {
     match r {
         Ok(v) => v.into_iter().map(|r| (r.id, r)).collect(),
         Err(e) => {

@@ -21,6 +21,7 @@
 
 use crate::config::AuditAction;
 use crate::enforce::attribution::{EndpointIds, Owners};
+use crate::error::{Error, Result};
 use crate::kernel::rdma_nl::QpInfo;
 use crate::pipeline::ports::Vouchers;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -376,12 +377,12 @@ pub fn next_wait(interval: Duration) -> Duration {
 
 /// SIGKILL `pid` if it still runs in `endpoint`: a pidfd pins the process,
 /// so a pid reused since the listing is never hit.
-pub fn kill_process(pid: i32, endpoint: &str, ids: &EndpointIds) -> std::io::Result<()> {
+pub fn kill_process(pid: i32, endpoint: &str, ids: &EndpointIds) -> Result<()> {
     use std::io;
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(io::Error::last_os_error().into());
     }
     // SAFETY: fd is a fresh descriptor this function owns.
     let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
@@ -389,7 +390,8 @@ pub fn kill_process(pid: i32, endpoint: &str, ids: &EndpointIds) -> std::io::Res
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("pid {pid} is no longer in {endpoint}"),
-        ));
+        )
+        .into());
     }
     use std::os::fd::AsRawFd;
     // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
@@ -403,19 +405,18 @@ pub fn kill_process(pid: i32, endpoint: &str, ids: &EndpointIds) -> std::io::Res
         )
     };
     if r < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(io::Error::last_os_error().into());
     }
     Ok(())
 }
 
 /// Kill every process of the endpoint's cgroup (cgroup v2 `cgroup.kill`).
-pub fn kill_endpoint(cgroup_parent: &str, endpoint: &str) -> std::io::Result<()> {
+pub fn kill_endpoint(cgroup_parent: &str, endpoint: &str) -> Result<()> {
     let path = std::path::Path::new("/sys/fs/cgroup")
         .join(cgroup_parent.trim_matches('/'))
         .join(endpoint)
         .join("cgroup.kill");
-    std::fs::write(&path, "1")
-        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    std::fs::write(&path, "1").map_err(|e| Error::os(path.display().to_string(), e))
 }
 
 /// What the verbs pipelines ask of the audit: its own methods.

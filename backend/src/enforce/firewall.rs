@@ -3,10 +3,10 @@
 //! or not at all, and removed when masqd stops.
 
 use crate::config::EndpointConfig;
+use crate::error::{Error, Result};
 use crate::kernel::nft::Nft;
 use masq_policy::netpol::PodFlows;
 use masq_policy::Policy;
-use std::io;
 
 /// The ruleset for every endpoint that names its host interface and bridge;
 /// `netpol` gives an endpoint's Kubernetes NetworkPolicy rules when its
@@ -15,7 +15,7 @@ pub fn render(
     policy: &Policy,
     endpoints: &[EndpointConfig],
     netpol: &dyn Fn(&EndpointConfig) -> Option<PodFlows>,
-) -> Result<String, String> {
+) -> Result<String> {
     let mut text = String::new();
     for e in endpoints {
         if let (Some(host_if), Some(bridge)) = (&e.host_if, &e.bridge) {
@@ -26,7 +26,7 @@ pub fn render(
                     bridge,
                     netpol(e).as_ref(),
                 )
-                .map_err(|err| format!("endpoint {}: {err}", e.name))?;
+                .map_err(|err| Error::Failed(format!("endpoint {}: {err}", e.name)))?;
             text.push_str(&r);
         }
     }
@@ -35,18 +35,18 @@ pub fn render(
 
 /// Load a ruleset atomically: one libnftables buffer is one transaction,
 /// as `nft -f` makes it.
-pub fn load(ruleset: &str) -> io::Result<()> {
+pub fn load(ruleset: &str) -> Result<()> {
     if ruleset.is_empty() {
         return Ok(());
     }
     Nft::new()
         .and_then(|nft| nft.run(ruleset))
         .map(|_| ())
-        .map_err(|e| io::Error::other(format!("nftables refused the ruleset: {e}")))
+        .map_err(|e| Error::Failed(format!("nftables refused the ruleset: {e}")))
 }
 
 /// Remove the tables masqd made for these endpoints.
-pub fn remove(endpoints: &[EndpointConfig]) -> io::Result<()> {
+pub fn remove(endpoints: &[EndpointConfig]) -> Result<()> {
     let mut text = String::new();
     for e in endpoints.iter().filter(|e| e.host_if.is_some()) {
         let t = masq_policy::table_name(&e.name);

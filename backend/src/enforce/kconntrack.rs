@@ -9,6 +9,7 @@
 //! `notrack`, so a torn-down RDMA connection leaves no entry behind.)
 
 use crate::config::EndpointConfig;
+use crate::error::{Error, Result};
 use crate::kernel::ctnetlink::{Ctnetlink, Entry};
 use masq_policy::{ct_zone, L4Proto, Policy};
 use std::collections::BTreeMap;
@@ -39,15 +40,15 @@ fn proto_number(p: L4Proto) -> u8 {
     }
 }
 
-fn open() -> Result<Ctnetlink, String> {
-    Ctnetlink::open().map_err(|e| format!("cannot open ctnetlink: {e}"))
+fn open() -> Result<Ctnetlink> {
+    Ctnetlink::open().map_err(|e| Error::Failed(format!("cannot open ctnetlink: {e}")))
 }
 
 /// The IPv4 flows of `proto` in conntrack zone `zone`.
-pub fn list(zone: u16, proto: L4Proto) -> Result<Vec<Flow>, String> {
+pub fn list(zone: u16, proto: L4Proto) -> Result<Vec<Flow>> {
     let entries = open()?
         .dump_ipv4()
-        .map_err(|e| format!("cannot list conntrack entries: {e}"))?;
+        .map_err(|e| Error::Failed(format!("cannot list conntrack entries: {e}")))?;
     Ok(flows_of(&entries, zone, proto))
 }
 
@@ -66,7 +67,7 @@ fn flows_of(entries: &[Entry], zone: u16, proto: L4Proto) -> Vec<Flow> {
 }
 
 /// Delete the entry of `flow` in `zone` (no error if it is already gone).
-pub fn delete(zone: u16, flow: &Flow) -> Result<(), String> {
+pub fn delete(zone: u16, flow: &Flow) -> Result<()> {
     let e = Entry {
         zone,
         proto: proto_number(flow.proto),
@@ -76,19 +77,19 @@ pub fn delete(zone: u16, flow: &Flow) -> Result<(), String> {
         dport: flow.dport,
     };
     gone_is_fine(open()?.delete(&e)).map_err(|err| {
-        format!(
+        Error::Failed(format!(
             "cannot delete the conntrack entry {} {}:{} -> {}:{} in zone {zone}: {err}",
             proto_name(flow.proto),
             flow.src,
             flow.sport,
             flow.dst,
             flow.dport
-        )
+        ))
     })
 }
 
 /// The entry expired meanwhile: what was wanted.
-fn gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
+fn gone_is_fine(r: crate::error::Result<()>) -> crate::error::Result<()> {
     match r {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         r => r,
@@ -145,13 +146,13 @@ pub fn forget_roce() {
     }
 }
 
-fn delete_roce() -> Result<usize, String> {
+fn delete_roce() -> Result<usize> {
     let mut ct = open()?;
-    let entries = ct.dump_ipv4().map_err(|e| e.to_string())?;
+    let entries = ct.dump_ipv4().map_err(|e| Error::Failed(e.to_string()))?;
     let udp = proto_number(L4Proto::Udp);
     let mut n = 0;
     for e in entries.iter().filter(|e| e.proto == udp && e.dport == 4791) {
-        gone_is_fine(ct.delete(e)).map_err(|err| err.to_string())?;
+        gone_is_fine(ct.delete(e)).map_err(|err| Error::Failed(err.to_string()))?;
         n += 1;
     }
     Ok(n)

@@ -5,6 +5,7 @@ use crate::config::{Config, EndpointConfig};
 use crate::endpoints::endpoint::Endpoint;
 use crate::enforce::ratelimit::RateLimits;
 use crate::enforce::rdma_cgroup::{self, Applied, Cgroups};
+use crate::error::Result;
 use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 
@@ -46,7 +47,7 @@ impl Limits {
     }
 
     /// Shape the endpoints' RoCE egress as their `maxRateMbps` say.
-    pub fn sync_rates(&self, endpoints: &[EndpointConfig]) -> Result<(), String> {
+    pub fn sync_rates(&self, endpoints: &[EndpointConfig]) -> Result<()> {
         match &self.rates {
             Some(r) => r.sync(endpoints),
             None => Ok(()),

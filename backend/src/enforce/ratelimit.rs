@@ -21,6 +21,7 @@
 //! limiters apply (see docs/qos.md).
 
 use crate::config::EndpointConfig;
+use crate::error::{Error, Result};
 use crate::kernel::nft::Nft;
 use crate::kernel::tc::{ClassStats, Node};
 use std::collections::{BTreeMap, BTreeSet};
@@ -120,7 +121,7 @@ pub struct RateLimits {
 
 impl RateLimits {
     /// `rails`: each rail's name and underlay netdev, the first rail first.
-    pub fn new(rails: Vec<(String, String)>, cgroup_parent: &str) -> Result<RateLimits, String> {
+    pub fn new(rails: Vec<(String, String)>, cgroup_parent: &str) -> Result<RateLimits> {
         let parent = cgroup_parent.trim_matches('/').to_string();
         Ok(RateLimits {
             rails,
@@ -146,7 +147,7 @@ impl RateLimits {
     /// loses the qdisc, and with none anywhere the table goes too.
     /// Idempotent: called at start, on every endpoint change, and every few
     /// seconds for cgroups that appeared or went away.
-    pub fn sync(&self, endpoints: &[EndpointConfig]) -> Result<(), String> {
+    pub fn sync(&self, endpoints: &[EndpointConfig]) -> Result<()> {
         let mut st = self.lock();
         let mut limited = BTreeMap::new();
         for e in endpoints {
@@ -320,7 +321,7 @@ impl RateLimits {
     }
 
     /// Remove masqd's qdisc from `netdevs`, and the marks.
-    fn remove(&self, netdevs: &BTreeSet<String>) -> Result<(), String> {
+    fn remove(&self, netdevs: &BTreeSet<String>) -> Result<()> {
         let mut err = None;
         for netdev in netdevs.iter().filter(|n| self.installed(n)) {
             if let Err(e) = self.tc(&format!("qdisc del dev {netdev} root\n")) {
@@ -339,7 +340,7 @@ impl RateLimits {
     }
 
     /// Run tc commands as one batch (`tc -batch -`).
-    fn tc(&self, batch: &str) -> Result<(), String> {
+    fn tc(&self, batch: &str) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -349,19 +350,21 @@ impl RateLimits {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run tc: {e}"))?;
+            .map_err(|e| Error::Failed(format!("cannot run tc: {e}")))?;
         if let Some(mut stdin) = child.stdin.take() {
             stdin
                 .write_all(batch.as_bytes())
-                .map_err(|e| format!("tc: {e}"))?;
+                .map_err(|e| Error::Failed(format!("tc: {e}")))?;
         }
-        let out = child.wait_with_output().map_err(|e| format!("tc: {e}"))?;
+        let out = child
+            .wait_with_output()
+            .map_err(|e| Error::Failed(format!("tc: {e}")))?;
         if out.status.success() {
             return Ok(());
         }
         let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
         warn!("tc refused:\n{batch}{why}");
-        Err(format!("tc: {why}"))
+        Err(Error::Failed(format!("tc: {why}")))
     }
 }
 
@@ -433,10 +436,10 @@ fn is_ours(q: &Node) -> bool {
 }
 
 /// The lowest class minor (1..=0xfffe) neither map uses.
-fn free_minor(a: &BTreeMap<String, u16>, b: &BTreeMap<String, u16>) -> Result<u16, String> {
+fn free_minor(a: &BTreeMap<String, u16>, b: &BTreeMap<String, u16>) -> Result<u16> {
     (1..0xffff)
         .find(|m| !a.values().chain(b.values()).any(|c| c == m))
-        .ok_or_else(|| "no free HTB class left for a rate limit".to_string())
+        .ok_or_else(|| Error::failed("no free HTB class left for a rate limit"))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! nothing and is charged nowhere.
 
 use crate::config::RdmaLimits;
+use crate::error::Result;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -107,7 +108,7 @@ impl Cgroups {
 
     /// Set `endpoint`'s limits on `device` (its line of the cgroup's
     /// `rdma.max`) if its cgroup exists and they differ.
-    pub fn apply(&self, endpoint: &str, device: &str, limits: &RdmaLimits) -> io::Result<Applied> {
+    pub fn apply(&self, endpoint: &str, device: &str, limits: &RdmaLimits) -> Result<Applied> {
         let dir = self.dir(endpoint);
         if !dir.is_dir() {
             return Ok(Applied::NoCgroup);
@@ -127,7 +128,7 @@ impl Cgroups {
 
     /// Lift `endpoint`'s limits on `device` (it was deleted, or lost its
     /// limits).
-    pub fn clear(&self, endpoint: &str, device: &str) -> io::Result<()> {
+    pub fn clear(&self, endpoint: &str, device: &str) -> Result<()> {
         let max = self.dir(endpoint).join("rdma.max");
         match std::fs::read_to_string(&max) {
             Ok(now) if parse_line(&now, device).is_some() => {
@@ -135,7 +136,7 @@ impl Cgroups {
                     handles: None,
                     objects: None,
                 };
-                std::fs::write(&max, max_line(device, &unlimited)).map_err(|e| at(&max, e))
+                Ok(std::fs::write(&max, max_line(device, &unlimited)).map_err(|e| at(&max, e))?)
             }
             _ => Ok(()),
         }

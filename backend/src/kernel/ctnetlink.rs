@@ -4,6 +4,7 @@
 //! `netlink-packet-netfilter`'s; the zone, which it does not name, is read
 //! and written as a plain attribute.
 
+use crate::error::Result;
 use crate::kernel::netlink::Netlink;
 use netlink_packet_core::{DefaultNla, Nla, NLM_F_ACK, NLM_F_DUMP};
 use netlink_packet_netfilter::conntrack::{
@@ -13,7 +14,6 @@ use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
 use netlink_sys::protocols::NETLINK_NETFILTER;
-use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// CTA_ZONE (linux/netfilter/nfnetlink_conntrack.h): u16, network order.
@@ -34,14 +34,14 @@ pub struct Entry {
 pub struct Ctnetlink(Netlink);
 
 impl Ctnetlink {
-    pub fn open() -> io::Result<Ctnetlink> {
+    pub fn open() -> Result<Ctnetlink> {
         Netlink::open(NETLINK_NETFILTER, "ctnetlink").map(Ctnetlink)
     }
 
     /// Every IPv4 entry of the network namespace (entries of other
     /// protocols than TCP, UDP and the like have no ports and are left
     /// out).
-    pub fn dump_ipv4(&mut self) -> io::Result<Vec<Entry>> {
+    pub fn dump_ipv4(&mut self) -> Result<Vec<Entry>> {
         Ok(self
             .request(ConntrackMessage::Get(vec![]), NLM_F_DUMP)?
             .into_iter()
@@ -54,7 +54,7 @@ impl Ctnetlink {
 
     /// Delete the entry of `e` (its original tuple, in its zone). An entry
     /// already gone is `NotFound`.
-    pub fn delete(&mut self, e: &Entry) -> io::Result<()> {
+    pub fn delete(&mut self, e: &Entry) -> Result<()> {
         let tuple = vec![
             Tuple::Ip(vec![
                 IPTuple::SourceAddress(IpAddr::V4(e.src)),
@@ -70,10 +70,11 @@ impl Ctnetlink {
             ConntrackAttribute::CtaTupleOrig(tuple),
             ConntrackAttribute::Other(DefaultNla::new(CTA_ZONE, e.zone.to_be_bytes().to_vec())),
         ]);
-        self.request(msg, NLM_F_ACK).map(|_| ())
+        self.request(msg, NLM_F_ACK)?;
+        Ok(())
     }
 
-    fn request(&mut self, req: ConntrackMessage, flags: u16) -> io::Result<Vec<ConntrackMessage>> {
+    fn request(&mut self, req: ConntrackMessage, flags: u16) -> Result<Vec<ConntrackMessage>> {
         let req =
             NetfilterMessage::new(NetfilterHeader::new(NetfilterProtoFamily::IPv4, 0, 0), req);
         Ok(self

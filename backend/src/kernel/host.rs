@@ -1,5 +1,6 @@
 //! The physical RDMA device masqd serves, as found in sysfs at start.
 
+use crate::error::Result;
 use std::io;
 use std::path::Path;
 use tracing::debug;
@@ -31,13 +32,14 @@ impl HostDevice {
         }
     }
 
-    pub fn discover(sysfs: &Path, name: &str, port: u8) -> io::Result<HostDevice> {
+    pub fn discover(sysfs: &Path, name: &str, port: u8) -> Result<HostDevice> {
         let dev_dir = sysfs.join("class/infiniband").join(name);
         if !dev_dir.exists() {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("no RDMA device {name} (nothing at {})", dev_dir.display()),
-            ));
+            )
+            .into());
         }
         let (uverbs, uverbs_rdev) = find_uverbs(sysfs, name)?;
         let node = Path::new("/dev/infiniband").join(&uverbs);

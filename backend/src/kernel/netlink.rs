@@ -3,6 +3,7 @@
 //! collect the replies until the answer is complete (the ack of a change,
 //! NLMSG_DONE of a dump).
 
+use crate::error::Result;
 use netlink_packet_core::{
     NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
     NLM_F_REQUEST,
@@ -20,7 +21,7 @@ pub struct Netlink {
 
 /// A socket of `protocol` (NETLINK_NETFILTER, NETLINK_ROUTE, ...), bound
 /// to a port of its own and connected to the kernel.
-pub(crate) fn kernel_socket(protocol: isize) -> io::Result<Socket> {
+pub(crate) fn kernel_socket(protocol: isize) -> Result<Socket> {
     let mut sock = Socket::new(protocol)?;
     sock.bind_auto()?;
     sock.connect(&SocketAddr::new(0, 0))?;
@@ -33,7 +34,7 @@ pub(crate) fn set_option<T>(
     level: libc::c_int,
     name: libc::c_int,
     value: &T,
-) -> io::Result<()> {
+) -> Result<()> {
     // SAFETY: `value` is a plain value of its own size, only read.
     let rc = unsafe {
         libc::setsockopt(
@@ -47,7 +48,7 @@ pub(crate) fn set_option<T>(
     if rc == 0 {
         Ok(())
     } else {
-        Err(io::Error::last_os_error())
+        Err(io::Error::last_os_error().into())
     }
 }
 
@@ -58,7 +59,7 @@ fn invalid(what: &str, e: impl std::fmt::Display) -> io::Error {
 impl Netlink {
     /// A socket of `protocol` (NETLINK_NETFILTER, NETLINK_ROUTE, ...);
     /// `what` names it in errors.
-    pub fn open(protocol: isize, what: &'static str) -> io::Result<Netlink> {
+    pub fn open(protocol: isize, what: &'static str) -> Result<Netlink> {
         Ok(Netlink {
             sock: kernel_socket(protocol)?,
             seq: 0,
@@ -70,7 +71,7 @@ impl Netlink {
     /// Send `req` with NLM_F_REQUEST and `flags` (NLM_F_DUMP, NLM_F_ACK)
     /// and return the messages of the answer; an error the kernel answers
     /// is its errno.
-    pub fn request<M>(&mut self, req: M, flags: u16) -> io::Result<Vec<M>>
+    pub fn request<M>(&mut self, req: M, flags: u16) -> Result<Vec<M>>
     where
         M: NetlinkSerializable + NetlinkDeserializable + Debug,
     {
@@ -88,10 +89,9 @@ impl Netlink {
         loop {
             let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
             if n > self.buf.len() {
-                return Err(invalid(
-                    self.what,
-                    format!("a reply of {n} bytes does not fit"),
-                ));
+                return Err(
+                    invalid(self.what, format!("a reply of {n} bytes does not fit")).into(),
+                );
             }
             let mut off = 0;
             while off < n {
@@ -99,7 +99,7 @@ impl Netlink {
                     .map_err(|e| invalid(self.what, e))?;
                 let len = m.header.length as usize;
                 if len == 0 {
-                    return Err(invalid(self.what, "zero-length netlink message"));
+                    return Err(invalid(self.what, "zero-length netlink message").into());
                 }
                 off += (len + 3) & !3;
                 if m.header.sequence_number != seq {
@@ -111,7 +111,7 @@ impl Netlink {
                     NetlinkPayload::Done(_) => return Ok(answer),
                     NetlinkPayload::Error(e) => {
                         return match e.code {
-                            Some(c) => Err(io::Error::from_raw_os_error(-c.get())),
+                            Some(c) => Err(io::Error::from_raw_os_error(-c.get()).into()),
                             None => Ok(answer),
                         };
                     }

@@ -5,6 +5,7 @@
 //! buffer is applied whole or not at all, as with `nft -f`. Set elements
 //! changed per connection go by netlink instead (`nft_set`).
 
+use crate::error::{Error, Result};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::Mutex;
 
@@ -45,17 +46,17 @@ pub struct Nft {
 impl Nft {
     /// A context whose output is JSON (for listings) and whose output and
     /// errors are captured rather than printed.
-    pub fn new() -> Result<Nft, String> {
+    pub fn new() -> Result<Nft> {
         // SAFETY: plain constructor; null means failure.
         let ctx = unsafe { nft_ctx_new(0) };
         if ctx.is_null() {
-            return Err("libnftables: cannot create a context".into());
+            return Err(Error::failed("libnftables: cannot create a context"));
         }
         let ctx = Ctx(ctx);
         // SAFETY: valid context.
         unsafe {
             if nft_ctx_buffer_output(ctx.0) != 0 || nft_ctx_buffer_error(ctx.0) != 0 {
-                return Err("libnftables: cannot buffer output".into());
+                return Err(Error::failed("libnftables: cannot buffer output"));
             }
             nft_ctx_output_set_flags(ctx.0, NFT_CTX_OUTPUT_JSON);
         }
@@ -66,18 +67,19 @@ impl Nft {
 
     /// Run a command buffer (nft syntax) as one transaction; returns what
     /// nft printed (JSON for list commands).
-    pub fn run(&self, commands: &str) -> Result<String, String> {
+    pub fn run(&self, commands: &str) -> Result<String> {
         self.run_with(commands, NFT_CTX_OUTPUT_JSON)
     }
 
     /// `run` whose listings leave the sets' elements out (`nft -t`): what
     /// sets there are, without reading what may be thousands of elements.
-    pub fn run_terse(&self, commands: &str) -> Result<String, String> {
+    pub fn run_terse(&self, commands: &str) -> Result<String> {
         self.run_with(commands, NFT_CTX_OUTPUT_JSON | NFT_CTX_OUTPUT_TERSE)
     }
 
-    fn run_with(&self, commands: &str, flags: u32) -> Result<String, String> {
-        let buf = CString::new(commands).map_err(|_| "nft commands contain a NUL byte")?;
+    fn run_with(&self, commands: &str, flags: u32) -> Result<String> {
+        let buf =
+            CString::new(commands).map_err(|_| Error::failed("nft commands contain a NUL byte"))?;
         let ctx = self.ctx.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: valid context and NUL-terminated buffer; the returned
         // buffers stay valid until the next call on this context, and we
@@ -92,11 +94,11 @@ impl Nft {
             if rc == 0 {
                 Ok(out)
             } else {
-                Err(if err.trim().is_empty() {
+                Err(Error::Failed(if err.trim().is_empty() {
                     format!("nft failed (code {rc})")
                 } else {
                     err.trim().to_string()
-                })
+                }))
             }
         }
     }
@@ -127,6 +129,6 @@ mod tests {
         let nft = Nft::new().expect("libnftables context");
         // Parsing fails before any netlink access, so this runs unprivileged.
         let err = nft.run("this is not nft\n").expect_err("must fail");
-        assert!(err.contains("syntax error"), "{err}");
+        assert!(err.to_string().contains("syntax error"), "{err}");
     }
 }

@@ -9,6 +9,7 @@
 //! libnftnl (through `nftnl-sys`) writes the request and parses each
 //! object; netlink-packet-core frames the answer.
 
+use crate::error::Result;
 use crate::kernel::netlink::{kernel_socket, set_option};
 use netlink_packet_core::{ErrorBuffer, NetlinkBuffer, NLMSG_DONE, NLMSG_ERROR};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
@@ -42,7 +43,7 @@ pub struct NftCounters {
 }
 
 impl NftCounters {
-    pub fn open(table: &str) -> io::Result<NftCounters> {
+    pub fn open(table: &str) -> Result<NftCounters> {
         let table = CString::new(table)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "table name with NUL"))?;
         let sock = kernel_socket(NETLINK_NETFILTER)?;
@@ -55,7 +56,7 @@ impl NftCounters {
 
     /// Every named counter of the table, in the kernel's order; none if
     /// there is no such table (the kernel filters the dump by name).
-    pub fn read(&self) -> io::Result<Vec<Counter>> {
+    pub fn read(&self) -> Result<Vec<Counter>> {
         let mut guard = self.sock.lock().unwrap_or_else(|e| e.into_inner());
         let (sock, seq) = &mut *guard;
         *seq = seq.wrapping_add(1);
@@ -78,7 +79,7 @@ impl NftCounters {
                         NLMSG_ERROR => {
                             let e = ErrorBuffer::new_checked(msg.payload()).map_err(invalid)?;
                             if let Some(code) = e.code() {
-                                return Err(io::Error::from_raw_os_error(-code.get()));
+                                return Err(io::Error::from_raw_os_error(-code.get()).into());
                             }
                         }
                         t if t == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWOBJ => {
@@ -93,7 +94,7 @@ impl NftCounters {
     }
 
     /// GETOBJ, dumped, of the table's counters.
-    fn request(&self, seq: u32) -> io::Result<Vec<u8>> {
+    fn request(&self, seq: u32) -> Result<Vec<u8>> {
         let mut buf = vec![0u32; 1024];
         // SAFETY: libnftnl writes a header and the object's attributes
         // into a buffer of 4 KiB, far more than a table name and a type
@@ -108,7 +109,7 @@ impl NftCounters {
             );
             let obj = sys::nftnl_obj_alloc();
             if obj.is_null() {
-                return Err(io::Error::other("libnftnl: out of memory"));
+                return Err(io::Error::other("libnftnl: out of memory").into());
             }
             sys::nftnl_obj_set_str(obj, sys::NFTNL_OBJ_TABLE as u16, self.table.as_ptr());
             sys::nftnl_obj_set_u32(obj, sys::NFTNL_OBJ_TYPE as u16, NFT_OBJECT_COUNTER);
@@ -122,9 +123,9 @@ impl NftCounters {
 
 /// One NEWOBJ message, as libnftnl parses it (in place: the message must
 /// be 4-aligned, as every message in `read`'s u32 buffer is).
-fn parse(msg: &[u8]) -> io::Result<Counter> {
+fn parse(msg: &[u8]) -> Result<Counter> {
     if msg.as_ptr().align_offset(4) != 0 {
-        return Err(invalid("a message not 4-aligned"));
+        return Err(invalid("a message not 4-aligned").into());
     }
     // SAFETY: `msg` is one whole, aligned netlink message, checked by
     // NetlinkBuffer; libnftnl copies what it keeps, and the object is
@@ -132,7 +133,7 @@ fn parse(msg: &[u8]) -> io::Result<Counter> {
     unsafe {
         let obj = sys::nftnl_obj_alloc();
         if obj.is_null() {
-            return Err(io::Error::other("libnftnl: out of memory"));
+            return Err(io::Error::other("libnftnl: out of memory").into());
         }
         let parsed = sys::nftnl_obj_nlmsg_parse(msg.as_ptr().cast(), obj);
         let name = sys::nftnl_obj_get_str(obj, sys::NFTNL_OBJ_NAME as u16);
@@ -142,7 +143,7 @@ fn parse(msg: &[u8]) -> io::Result<Counter> {
             bytes: sys::nftnl_obj_get_u64(obj, sys::NFTNL_OBJ_CTR_BYTES as u16),
         });
         sys::nftnl_obj_free(obj);
-        c.ok_or_else(|| invalid("a counter object libnftnl cannot parse"))
+        Ok(c.ok_or_else(|| invalid("a counter object libnftnl cannot parse"))?)
     }
 }
 
@@ -158,7 +159,7 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
     )
 }
 
-fn set_timeout(sock: &Socket, t: Duration) -> io::Result<()> {
+fn set_timeout(sock: &Socket, t: Duration) -> Result<()> {
     let tv = libc::timeval {
         tv_sec: t.as_secs() as libc::time_t,
         tv_usec: t.subsec_micros() as libc::suseconds_t,

@@ -11,6 +11,7 @@
 //! (netlink-sys, netlink-packet-core). The kernel applies a batch whole or
 //! not at all, as `nft -f` does.
 
+use crate::error::Result;
 use crate::kernel::netlink::{kernel_socket, set_option};
 use netlink_packet_core::{
     DecodeError, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload,
@@ -202,7 +203,7 @@ const ACK_TRUESIZE: usize = 1024;
 
 impl NftSets {
     /// A socket for the elements of table `inet <table>`.
-    pub fn open(table: &str) -> io::Result<NftSets> {
+    pub fn open(table: &str) -> Result<NftSets> {
         let table = CString::new(table)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "table name with NUL"))?;
         let sock = kernel_socket(NETLINK_NETFILTER)?;
@@ -324,7 +325,7 @@ impl NftSets {
     }
 }
 
-fn set_rcvbuf(sock: &Socket, size: usize) -> io::Result<()> {
+fn set_rcvbuf(sock: &Socket, size: usize) -> Result<()> {
     let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
     set_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &size)
 }

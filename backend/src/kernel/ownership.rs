@@ -14,6 +14,7 @@
 //! namespace is compared correctly as long as masqd runs in an ancestor
 //! namespace (the host's).
 
+use crate::error::{refuse, Result};
 use crate::kernel::rdma_nl::{Lookup, QpInfo};
 
 /// The claim holds, or the kernel cannot tell yet.
@@ -27,17 +28,17 @@ pub enum Verdict {
 
 /// `lookup` is the kernel's answer for `qpn`; `session_pid` the app's
 /// process (SO_PEERCRED); `tgid_of` maps the kernel's task id to its
-/// process. Err: (errno, why).
+/// process. Err: the refusal, with its errno.
 pub fn judge(
     lookup: Lookup,
     qpn: u32,
     claimed_type: u32,
     session_pid: i32,
     tgid_of: impl Fn(u32) -> Option<i32>,
-) -> Result<Verdict, (i32, String)> {
+) -> Result<Verdict> {
     let q = match lookup {
         Lookup::Missing => {
-            return Err((
+            return Err(refuse(
                 libc::ENOENT,
                 format!("no QP {qpn:#x} on the device (the kernel has none)"),
             ))
@@ -46,14 +47,14 @@ pub fn judge(
         Lookup::Found(q) => q,
     };
     if let Some(k) = &q.kern_name {
-        return Err((
+        return Err(refuse(
             libc::EPERM,
             format!("QP {qpn:#x} is the kernel's ({k}), not the app's"),
         ));
     }
     let Some(task) = q.pid else {
         // The creating task has exited: nothing ties the QP to this app.
-        return Err((
+        return Err(refuse(
             libc::EPERM,
             format!("QP {qpn:#x}: the kernel names no live creator"),
         ));
@@ -67,20 +68,20 @@ pub fn judge(
     match tgid {
         Some(p) if p == session_pid => {}
         Some(p) => {
-            return Err((
+            return Err(refuse(
                 libc::EPERM,
                 format!("QP {qpn:#x} belongs to pid {p}, not to the app (pid {session_pid})"),
             ))
         }
         None => {
-            return Err((
+            return Err(refuse(
                 libc::EPERM,
                 format!("QP {qpn:#x}: its creator (task {task}) is gone"),
             ))
         }
     }
     if u32::from(q.qp_type) != claimed_type {
-        return Err((
+        return Err(refuse(
             libc::EPERM,
             format!(
                 "QP {qpn:#x} is {}, not the claimed {}",
@@ -153,7 +154,7 @@ mod tests {
     #[test]
     fn a_qpn_the_kernel_does_not_have_is_enoent() {
         let e = judge(Lookup::Missing, 0x11, 2, 500, tgid).unwrap_err();
-        assert_eq!(e.0, libc::ENOENT);
+        assert_eq!(e.errno(), libc::ENOENT);
     }
 
     #[test]
@@ -165,7 +166,7 @@ mod tests {
             (found(Some(500), 4), 2),
         ] {
             let e = judge(lookup.clone(), 0x11, t, 500, tgid).unwrap_err();
-            assert_eq!(e.0, libc::EPERM, "{lookup:?}: {}", e.1);
+            assert_eq!(e.errno(), libc::EPERM, "{lookup:?}: {}", e.why());
         }
         let mut k = QpInfo {
             lqpn: 1,
@@ -174,7 +175,7 @@ mod tests {
         };
         k.qp_type = 1;
         let e = judge(Lookup::Found(k), 1, 1, 500, tgid).unwrap_err();
-        assert_eq!(e.0, libc::EPERM);
+        assert_eq!(e.errno(), libc::EPERM);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! Layouts follow include/uapi/rdma/rdma_netlink.h; messages carry no
 //! family header, only attributes after the netlink header.
 
+use crate::error::Result;
 use netlink_packet_core::{
     DecodeError, DefaultNla, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
     NetlinkPayload, NetlinkSerializable, NlaBuffer, NlasIterator, NLM_F_DUMP, NLM_F_REQUEST,
@@ -284,7 +285,7 @@ pub enum Lookup {
 
 impl RdmaNl {
     /// Opens the socket and finds `device`'s index.
-    pub fn open(device: &str, port: u8) -> io::Result<RdmaNl> {
+    pub fn open(device: &str, port: u8) -> Result<RdmaNl> {
         let mut sock = Socket::new(NETLINK_RDMA)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
@@ -324,7 +325,7 @@ impl RdmaNl {
     /// One QP by number (a doit: the kernel looks it up, no dump). The
     /// kernel scopes a QP query by port, so a QP still in RESET (no port
     /// yet) answers EAGAIN.
-    pub fn qp(&mut self, lqpn: u32) -> io::Result<Lookup> {
+    pub fn qp(&mut self, lqpn: u32) -> Result<Lookup> {
         let attrs = [
             u32_attr(ATTR_DEV_INDEX, self.dev_index),
             u32_attr(ATTR_PORT_INDEX, self.port),
@@ -337,7 +338,7 @@ impl RdmaNl {
         match r {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Lookup::Missing),
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok(Lookup::NoPort),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
             Ok(()) => {}
         }
         for m in found {
@@ -355,19 +356,22 @@ impl RdmaNl {
     }
 
     /// Every QP on the device (a dump).
-    pub fn qps(&mut self) -> io::Result<Vec<QpInfo>> {
+    pub fn qps(&mut self) -> Result<Vec<QpInfo>> {
         self.dump(CMD_RES_QP_GET, parse_qp_reply)
+            .map_err(Into::into)
     }
 
     /// Every PD on the device (a dump).
-    pub fn pds(&mut self) -> io::Result<Vec<ResInfo>> {
+    pub fn pds(&mut self) -> Result<Vec<ResInfo>> {
         self.dump(CMD_RES_PD_GET, |a| parse_res_reply(a, ATTR_RES_PD))
+            .map_err(Into::into)
     }
 
     /// Every user context on the device (a dump; a kernel without the
     /// command answers an error).
-    pub fn ctxs(&mut self) -> io::Result<Vec<ResInfo>> {
+    pub fn ctxs(&mut self) -> Result<Vec<ResInfo>> {
         self.dump(CMD_RES_CTX_GET, |a| parse_res_reply(a, ATTR_RES_CTX))
+            .map_err(Into::into)
     }
 
     /// One dump of the device's objects of command `cmd`, each reply's

@@ -37,6 +37,7 @@
 //! refused (`View::new` fails, and the endpoint is not served); a link
 //! among the entries is removed itself.
 
+use crate::error::Result;
 use crate::safe_fs::Dir;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -257,7 +258,7 @@ fn io_at(e: io::Error, p: &Path) -> io::Error {
 }
 
 /// A directory that may not be there yet: `None` then.
-fn existing(d: io::Result<Dir>) -> io::Result<Option<Dir>> {
+fn existing(d: Result<Dir>) -> Result<Option<Dir>> {
     match d {
         Ok(d) => Ok(Some(d)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -270,7 +271,7 @@ impl View {
     /// of an earlier masqd are cleared. Nothing shows until `vnic_seen`.
     /// A link or file where one of its directories must be (a tenant's)
     /// is refused, naming it: the endpoint is not served without its view.
-    pub fn new(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> io::Result<View> {
+    pub fn new(socket_dir: &Path, phys_sysfs: &Path, phys_dev: &str, port: u8) -> Result<View> {
         std::fs::create_dir_all(socket_dir).map_err(|e| io_at(e, socket_dir))?;
         let base = Dir::open(socket_dir)?;
         for c in CLASS_DIRS {
@@ -309,7 +310,7 @@ impl View {
 
     /// Directory `rel` of the view (`""` for its root), opened without
     /// following a link below the socket directory.
-    fn dir(&self, rel: &str) -> io::Result<Dir> {
+    fn dir(&self, rel: &str) -> Result<Dir> {
         Dir::open(&self.socket_dir)?.open_dir(Path::new(ROOT_DIR).join(rel))
     }
 
@@ -402,7 +403,7 @@ impl View {
 
     /// Remove device `vdev`'s link and generations but generation `keep`
     /// (and then its link), and its `uverbs` entry if named.
-    fn remove_own(&self, vdev: &str, uverbs: Option<&str>, keep: Option<&str>) -> io::Result<()> {
+    fn remove_own(&self, vdev: &str, uverbs: Option<&str>, keep: Option<&str>) -> Result<()> {
         if let Some(class) = existing(self.dir("class/infiniband"))? {
             for name in class.names()? {
                 let name = name.to_string_lossy();
@@ -454,7 +455,7 @@ impl View {
     /// Put `files` on disk: the device directory as a new generation behind
     /// its symlink, the few other files one by one. Every directory is
     /// opened below the socket directory without following a link.
-    fn apply(&self, vdev: &str, generation: u64, files: &[(PathBuf, String)]) -> io::Result<()> {
+    fn apply(&self, vdev: &str, generation: u64, files: &[(PathBuf, String)]) -> Result<()> {
         let root = self.dir("")?;
         let class = root.open_dir("class/infiniband")?;
         let dev_prefix = Path::new("class/infiniband").join(vdev);

@@ -3,6 +3,7 @@
 //! `tc -s` would print as text (and iproute2 6.1, Debian 12's, prints
 //! classes only as text, even with `-j`).
 
+use crate::error::Result;
 use crate::kernel::netlink::Netlink;
 use netlink_packet_core::NLM_F_DUMP;
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcStats2};
@@ -28,21 +29,21 @@ pub struct ClassStats {
     pub overlimits: u64,
 }
 
-fn ifindex(dev: &str) -> io::Result<i32> {
+fn ifindex(dev: &str) -> Result<i32> {
     let name = std::ffi::CString::new(dev)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a device name holds a NUL"))?;
     // SAFETY: name is a valid NUL-terminated string for the call's length.
     let i = unsafe { libc::if_nametoindex(name.as_ptr()) };
     if i == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no network device {dev}"),
-        ));
+        return Err(
+            io::Error::new(io::ErrorKind::NotFound, format!("no network device {dev}")).into(),
+        );
     }
-    i32::try_from(i).map_err(|_| io::Error::other(format!("{dev}'s ifindex {i} is too large")))
+    Ok(i32::try_from(i)
+        .map_err(|_| io::Error::other(format!("{dev}'s ifindex {i} is too large")))?)
 }
 
-fn dump(dev: &str, req: fn(TcMessage) -> RouteNetlinkMessage) -> io::Result<Vec<TcMessage>> {
+fn dump(dev: &str, req: fn(TcMessage) -> RouteNetlinkMessage) -> Result<Vec<TcMessage>> {
     let index = ifindex(dev)?;
     let mut nl = Netlink::open(NETLINK_ROUTE, "rtnetlink (tc)")?;
     Ok(nl
@@ -75,7 +76,7 @@ fn node(t: &TcMessage) -> Node {
 }
 
 /// The device's root qdisc, if it has one of its own (not the default).
-pub fn root_qdisc(dev: &str) -> io::Result<Option<Node>> {
+pub fn root_qdisc(dev: &str) -> Result<Option<Node>> {
     Ok(dump(dev, RouteNetlinkMessage::GetQueueDiscipline)?
         .iter()
         .map(node)
@@ -83,7 +84,7 @@ pub fn root_qdisc(dev: &str) -> io::Result<Option<Node>> {
 }
 
 /// The device's classes and their counters.
-pub fn class_stats(dev: &str) -> io::Result<Vec<ClassStats>> {
+pub fn class_stats(dev: &str) -> Result<Vec<ClassStats>> {
     Ok(dump(dev, RouteNetlinkMessage::GetTrafficClass)?
         .iter()
         .map(stats)

@@ -8,6 +8,7 @@
 //! in `UVERBS_ATTR_CORE_OUT`. Layouts follow <rdma/ib_user_verbs.h> and
 //! <rdma/rdma_user_ioctl_cmds.h>; the size asserts pin them.
 
+use crate::error::Result;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -208,8 +209,14 @@ fn invoke_write<I: Copy, O: Copy>(
 }
 
 /// Execute MODIFY_QP on the tenant's uverbs file.
-pub fn modify_qp(fd: BorrowedFd<'_>, driver_id: u32, cmd: &ModifyQp) -> io::Result<()> {
-    invoke_write::<ModifyQp, ()>(fd, driver_id, IB_USER_VERBS_CMD_MODIFY_QP, cmd, None)
+pub fn modify_qp(fd: BorrowedFd<'_>, driver_id: u32, cmd: &ModifyQp) -> Result<()> {
+    Ok(invoke_write::<ModifyQp, ()>(
+        fd,
+        driver_id,
+        IB_USER_VERBS_CMD_MODIFY_QP,
+        cmd,
+        None,
+    )?)
 }
 
 /// Execute QUERY_QP on the tenant's uverbs file.
@@ -218,7 +225,7 @@ pub fn query_qp(
     driver_id: u32,
     qp_handle: u32,
     attr_mask: u32,
-) -> io::Result<QueryQpResp> {
+) -> Result<QueryQpResp> {
     let cmd = QueryQpCmd {
         response: 0,
         qp_handle,
@@ -238,14 +245,14 @@ pub fn query_qp(
 /// Execute DESTROY_AH on the tenant's uverbs file (`struct
 /// ib_uverbs_destroy_ah` is the handle alone). On rxe a UD send names its
 /// AH by the kernel's index, so the AH's sends fail from then on.
-pub fn destroy_ah(fd: BorrowedFd<'_>, driver_id: u32, ah_handle: u32) -> io::Result<()> {
-    invoke_write::<u32, ()>(
+pub fn destroy_ah(fd: BorrowedFd<'_>, driver_id: u32, ah_handle: u32) -> Result<()> {
+    Ok(invoke_write::<u32, ()>(
         fd,
         driver_id,
         IB_USER_VERBS_CMD_DESTROY_AH,
         &ah_handle,
         None,
-    )
+    )?)
 }
 
 /// `enum rdma_driver_id` of software RoCE (rdma_rxe).
@@ -258,24 +265,26 @@ const MAX_DRIVER_ID: u32 = 255;
 /// (the kernel answers EINVAL to any other). It is not in sysfs, so ask
 /// the kernel: a MODIFY_QP whose input is too short to run fails with
 /// ENOSPC once the driver id matches, and with EINVAL before.
-pub fn probe_driver_id(fd: BorrowedFd<'_>) -> io::Result<u32> {
+pub fn probe_driver_id(fd: BorrowedFd<'_>) -> Result<u32> {
     let short: u32 = 0;
     for id in 0..=MAX_DRIVER_ID {
         match invoke_write::<u32, ()>(fd, id, IB_USER_VERBS_CMD_MODIFY_QP, &short, None) {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => continue,
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return Ok(id),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
             Ok(()) => {
                 return Err(io::Error::other(
                     "a MODIFY_QP without a request succeeded; refusing to guess",
-                ))
+                )
+                .into())
             }
         }
     }
     Err(io::Error::new(
         io::ErrorKind::NotFound,
         "the device accepted no RDMA driver id",
-    ))
+    )
+    .into())
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //! container's creation) and goes with the endpoint.
 
 use crate::config::CdiConfig;
+use crate::error::Result;
 use serde_json::{json, Value};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -86,13 +87,14 @@ pub fn spec(cfg: &CdiConfig, d: &Device) -> Value {
 }
 
 /// Write the endpoint's spec; a reader sees the old file or the new one.
-pub fn write(cfg: &CdiConfig, d: &Device) -> io::Result<PathBuf> {
+pub fn write(cfg: &CdiConfig, d: &Device) -> Result<PathBuf> {
     let lib = cfg.libmasq_dir.join("libmasq.so");
     if !lib.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("cdi.libmasqDir: no libmasq.so at {}", lib.display()),
-        ));
+        )
+        .into());
     }
     std::fs::create_dir_all(&cfg.spec_dir).map_err(|e| {
         io::Error::new(

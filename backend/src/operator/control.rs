@@ -1,6 +1,7 @@
 //! The operator control socket: one JSON request line, one JSON reply line.
 //! Used by masqctl; root-only (mode 0600).
 
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -84,7 +85,7 @@ pub struct CtFilter {
 }
 
 impl CtFilter {
-    pub fn compile(&self) -> Result<rconntrack::Filter, String> {
+    pub fn compile(&self) -> Result<rconntrack::Filter> {
         let mut f = rconntrack::Filter::new();
         if let Some(t) = &self.tenant {
             f = f.tenant(t.clone());
@@ -93,17 +94,23 @@ impl CtFilter {
             f = f.vni(v);
         }
         if let Some(c) = &self.src {
-            f = f.src(c.parse().map_err(|e| format!("source {c:?}: {e}"))?);
+            f = f.src(
+                c.parse()
+                    .map_err(|e| Error::Invalid(format!("source {c:?}: {e}")))?,
+            );
         }
         if let Some(c) = &self.dst {
-            f = f.dst(c.parse().map_err(|e| format!("destination {c:?}: {e}"))?);
+            f = f.dst(
+                c.parse()
+                    .map_err(|e| Error::Invalid(format!("destination {c:?}: {e}")))?,
+            );
         }
         if let Some(q) = self.qpn {
             f = f.qpn(q);
         }
         if let Some(p) = &self.proto {
             let t = rconntrack::QpType::parse(p)
-                .ok_or_else(|| format!("protocol {p:?}: expected rc, uc or ud"))?;
+                .ok_or_else(|| Error::Invalid(format!("protocol {p:?}: expected rc, uc or ud")))?;
             f = f.qp_type(t);
         }
         Ok(f)
@@ -123,7 +130,7 @@ pub const STDIN_NAME: &str = "<stdin>";
 
 /// A policy file's name and text as masqctl sends them: `-` reads `stdin`.
 /// Refused past `MAX_POLICY_TEXT` bytes or when not UTF-8, naming the file.
-pub fn read_policy(path: &Path, stdin: impl io::Read) -> Result<(String, String), String> {
+pub fn read_policy(path: &Path, stdin: impl io::Read) -> Result<(String, String)> {
     let from_stdin = path == Path::new("-");
     let file = if from_stdin {
         STDIN_NAME.to_string()
@@ -137,30 +144,30 @@ pub fn read_policy(path: &Path, stdin: impl io::Read) -> Result<(String, String)
     } else {
         std::fs::File::open(path).and_then(|f| io::Read::take(f, limit).read_to_end(&mut bytes))
     };
-    read.map_err(|e| format!("{file}: cannot read: {e}"))?;
+    read.map_err(|e| Error::Invalid(format!("{file}: cannot read: {e}")))?;
     check_policy_size(&file, bytes.len())?;
     let text = String::from_utf8(bytes).map_err(|e| {
-        format!(
+        Error::Invalid(format!(
             "{file}: not UTF-8 text (invalid byte at offset {})",
             e.utf8_error().valid_up_to()
-        )
+        ))
     })?;
     Ok((file, text))
 }
 
 /// A policy text past `MAX_POLICY_TEXT` is refused, naming its file.
-pub fn check_policy_size(file: &str, len: usize) -> Result<(), String> {
+pub fn check_policy_size(file: &str, len: usize) -> Result<()> {
     if len > MAX_POLICY_TEXT {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "{file}: longer than {MAX_POLICY_TEXT} bytes (4 MiB), the most masqd takes over \
              its control socket"
-        ));
+        )));
     }
     Ok(())
 }
 
 /// Send a request and read line-delimited replies until the stream ends.
-pub fn stream(socket: &Path, req: &Request, mut each: impl FnMut(Value)) -> io::Result<()> {
+pub fn stream(socket: &Path, req: &Request, mut each: impl FnMut(Value)) -> Result<()> {
     let mut s = UnixStream::connect(socket)?;
     let mut line = serde_json::to_string(req).map_err(io::Error::other)?;
     line.push('\n');
@@ -177,7 +184,7 @@ pub fn stream(socket: &Path, req: &Request, mut each: impl FnMut(Value)) -> io::
     Ok(())
 }
 
-pub fn call(socket: &Path, req: &Request) -> io::Result<Value> {
+pub fn call(socket: &Path, req: &Request) -> Result<Value> {
     let mut s = UnixStream::connect(socket)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut line = serde_json::to_string(req).map_err(io::Error::other)?;
@@ -185,23 +192,27 @@ pub fn call(socket: &Path, req: &Request) -> io::Result<Value> {
     s.write_all(line.as_bytes())?;
     let mut reply = String::new();
     BufReader::new(s).read_line(&mut reply)?;
-    serde_json::from_str(&reply).map_err(|e| {
+    Ok(serde_json::from_str(&reply).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("bad reply from masqd: {e}"),
         )
-    })
+    })?)
 }
 
 /// Read one request from a control connection.
-pub fn read_request(stream: &UnixStream) -> Result<Request, String> {
+pub fn read_request(stream: &UnixStream) -> Result<Request> {
     let mut line = String::new();
     let mut r = BufReader::new(stream.take_limited());
     match r.read_line(&mut line) {
-        Ok(0) => Err("empty request".into()),
-        Ok(_) if !line.ends_with('\n') => Err(format!("request longer than {MAX_REQUEST} bytes")),
-        Ok(_) => serde_json::from_str(&line).map_err(|e| format!("bad request: {e}")),
-        Err(e) => Err(format!("cannot read request: {e}")),
+        Ok(0) => Err(Error::Invalid("empty request".into())),
+        Ok(_) if !line.ends_with('\n') => Err(Error::Invalid(format!(
+            "request longer than {MAX_REQUEST} bytes"
+        ))),
+        Ok(_) => {
+            serde_json::from_str(&line).map_err(|e| Error::Invalid(format!("bad request: {e}")))
+        }
+        Err(e) => Err(Error::Invalid(format!("cannot read request: {e}"))),
     }
 }
 
@@ -537,7 +548,9 @@ mod tests {
     #[test]
     fn a_policy_past_4_mib_or_not_text_is_refused_naming_its_file() {
         let big = vec![b'#'; MAX_POLICY_TEXT + 1];
-        let e = read_policy(Path::new("-"), &big[..]).unwrap_err();
+        let e = read_policy(Path::new("-"), &big[..])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("<stdin>: longer than 4194304 bytes (4 MiB)"),
             "{e}"
@@ -545,11 +558,17 @@ mod tests {
         let fits = vec![b'#'; MAX_POLICY_TEXT];
         assert!(read_policy(Path::new("-"), &fits[..]).is_ok());
         // masqd checks again what another client sends.
-        let e = check_policy_size("p.yaml", MAX_POLICY_TEXT + 1).unwrap_err();
+        let e = check_policy_size("p.yaml", MAX_POLICY_TEXT + 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("p.yaml: longer than"), "{e}");
-        let e = read_policy(Path::new("-"), &b"a\xffb"[..]).unwrap_err();
+        let e = read_policy(Path::new("-"), &b"a\xffb"[..])
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "<stdin>: not UTF-8 text (invalid byte at offset 1)");
-        let e = read_policy(Path::new("/nonexistent/p.yaml"), io::empty()).unwrap_err();
+        let e = read_policy(Path::new("/nonexistent/p.yaml"), io::empty())
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("/nonexistent/p.yaml: cannot read: "), "{e}");
     }
 
@@ -614,7 +633,11 @@ mod tests {
             proto: Some("tcp".into()),
             ..Default::default()
         };
-        assert!(bad.compile().unwrap_err().contains("rc, uc or ud"));
+        assert!(bad
+            .compile()
+            .unwrap_err()
+            .to_string()
+            .contains("rc, uc or ud"));
         // An older masqctl's request (no proto) still parses.
         let old: CtFilter = serde_json::from_str(r#"{"tenant":"acme"}"#).expect("json");
         assert_eq!(old.proto, None);

@@ -84,7 +84,7 @@ fn backstop_status(parts: &Parts) -> Value {
                 json!({"counter": name, "packets": packets, "bytes": bytes})
             }).collect::<Vec<_>>(),
         }),
-        Err(e) => json!({"error": e}),
+        Err(e) => json!({"error": e.to_string()}),
     }
 }
 
@@ -227,7 +227,9 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
             };
             if let Some(c) = &parts.cluster {
                 // The version in force on each host, as each reports it.
-                v["hosts"] = c.policy_status().unwrap_or_else(|e| json!({ "error": e }));
+                v["hosts"] = c
+                    .policy_status()
+                    .unwrap_or_else(|e| json!({ "error": e.to_string() }));
             }
             v
         }

@@ -6,6 +6,7 @@
 use crate::config::{CniOwner, EndpointConfig};
 use crate::endpoints::endpoint::{Endpoint, Origin};
 use crate::endpoints::registry::RuntimeFile;
+use crate::error::{Error, Result};
 use crate::run::lock;
 use crate::tenants::parts::Parts;
 use crate::tenants::serve::{accept_loop, further_view_for, sysfs_view_for};
@@ -19,12 +20,13 @@ use tracing::{debug, info, warn};
 /// Listen on the endpoint's socket and accept its apps in a thread of its
 /// own. A further device of another endpoint (`deviceOf`) is served on
 /// that one's socket: its CDI spec is rewritten to bring this device too.
-pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
+pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> Result<()> {
     if let Some(why) = refusal(parts, ep) {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("endpoint {}: not served: {why}", ep.cfg.name),
-        ));
+        )
+        .into());
     }
     if ep.cfg.device_of.is_none() {
         listen(parts, ep)?;
@@ -36,7 +38,7 @@ pub fn serve(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
     }
     if let Err(e) = write_cdi(parts, ep) {
         unserve(parts, ep);
-        return Err(e);
+        return Err(e.into());
     }
     info!(endpoint = %ep.cfg.name, tenant = %ep.cfg.tenant, vni = ep.cfg.vni,
           vip = %ep.cfg.vip, rail = %parts.rail(ep).name, socket = %ep.socket.display(),
@@ -62,6 +64,7 @@ fn listen(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
         .parent()
         .map(std::fs::create_dir_all)
         .unwrap_or(Ok(()))
+        .map_err(crate::error::Error::from)
         // Any local process may connect: the endpoint's identity is
         // checked against the peer's network namespace.
         .and_then(|_| Listener::bind(&ep.socket, 0o666));
@@ -149,14 +152,13 @@ impl Parts {
     /// `masqctl endpoint add`: check it as the config file's endpoints are
     /// checked, then give it its backstop chain, its tcp/udp table, its
     /// socket and sysfs view; on any failure, undo what was done.
-    pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value, String> {
+    pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value> {
         let _one_at_a_time = lock(&self.endpoint_ops);
         namespace_admitted(self.admission.active().as_deref(), &e)?;
         self.registry.check_new(&e)?;
         if e.max_rate_mbps.is_some() && self.limits.rates.is_none() {
-            return Err(crate::enforce::ratelimit::needs_software_roce(
-                &e.name,
-                &self.cfg.device,
+            return Err(Error::Invalid(
+                crate::enforce::ratelimit::needs_software_roce(&e.name, &self.cfg.device),
             ));
         }
         let socket = self.registry.socket_of(&e);
@@ -168,18 +170,18 @@ impl Parts {
             .collect();
         if let Some(dir) = socket.parent().filter(|_| e.device_of.is_none()) {
             if others.iter().any(|o| o.parent() == Some(dir)) {
-                return Err(format!(
+                return Err(Error::Failed(format!(
                     "endpoint {}.socket: {} is another endpoint's directory",
                     e.name,
                     dir.display()
-                ));
+                )));
             }
         }
         let one = std::slice::from_ref(&e);
         if let Some(p) = self.admission.active() {
             let flows = self.netpol_flows(&p);
             crate::enforce::firewall::render(&p, one, &flows)
-                .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
+                .and_then(|r| crate::enforce::firewall::load(&r))?;
         }
         let undo_firewall = || {
             if let Err(err) = crate::enforce::firewall::remove(one) {
@@ -189,7 +191,10 @@ impl Parts {
         if let Some(b) = self.admission.backstop() {
             if let Err(err) = b.add_endpoint(&e) {
                 undo_firewall();
-                return Err(format!("endpoint {}: backstop: {err}", e.name));
+                return Err(Error::Failed(format!(
+                    "endpoint {}: backstop: {err}",
+                    e.name
+                )));
             }
         }
         let undo_backstop = || {
@@ -207,7 +212,10 @@ impl Parts {
                 Err(why) => {
                     undo_backstop();
                     undo_firewall();
-                    return Err(format!("endpoint {}: not served: {why}", e.name));
+                    return Err(Error::Failed(format!(
+                        "endpoint {}: not served: {why}",
+                        e.name
+                    )));
                 }
             },
             Some(of) => {
@@ -225,7 +233,7 @@ impl Parts {
         if let Err(err) = self
             .limits
             .sync_rates(&self.registry.configs())
-            .map_err(|e| io::Error::other(format!("rate limits: {e}")))
+            .map_err(|e| e.context("rate limits"))
             .and_then(|()| serve(self, &ep))
         {
             self.registry.remove(&e.name);
@@ -235,7 +243,7 @@ impl Parts {
             }
             undo_backstop();
             undo_firewall();
-            return Err(err.to_string());
+            return Err(err);
         }
         self.limits
             .apply_rdma_limits(&ep, &self.rail(&ep).device.host.name);
@@ -252,7 +260,7 @@ impl Parts {
     /// chain and tcp/udp table go. With `owner`, only if the endpoint is
     /// that CNI attachment's: a late DEL of a container whose name a new
     /// one has taken since leaves the new endpoint alone.
-    pub fn remove_endpoint(&self, name: &str, owner: Option<&CniOwner>) -> Result<Value, String> {
+    pub fn remove_endpoint(&self, name: &str, owner: Option<&CniOwner>) -> Result<Value> {
         let _one_at_a_time = lock(&self.endpoint_ops);
         if let Some(want) = owner {
             let have = self
@@ -280,15 +288,15 @@ impl Parts {
             .iter()
             .find(|d| d.cfg.device_of.as_deref() == Some(name))
         {
-            return Err(format!(
+            return Err(Error::Failed(format!(
                 "endpoint {name} has a further device, endpoint {}: remove that first",
                 d.cfg.name
-            ));
+            )));
         }
         let ep = self
             .registry
             .remove(name)
-            .ok_or_else(|| format!("no endpoint {name:?} on this host"))?;
+            .ok_or_else(|| Error::Failed(format!("no endpoint {name:?} on this host")))?;
         unserve(self, &ep);
         if let Some(dir) = ep.socket.parent() {
             if ep.view.is_some() {
@@ -396,7 +404,7 @@ impl Parts {
     /// container ID is the sandbox's), by name, and the backstop filters the
     /// pod's cgroup as the first one's. Without a backstop (a hardware RNIC,
     /// whose QPs the audit watches) there is nothing to filter.
-    pub fn adopt_pod(&self, sandbox: &str, pid: i32) -> Result<Value, String> {
+    pub fn adopt_pod(&self, sandbox: &str, pid: i32) -> Result<Value> {
         let eps: Vec<_> = self
             .registry
             .local()
@@ -409,7 +417,7 @@ impl Parts {
         };
         let name = &ep.cfg.name;
         let (cgroup, new) = crate::tenants::cgroups::adopt_pod_cgroup(b, &ep.cfg, pid)
-            .map_err(|e| format!("endpoint {name}: {e}"))?;
+            .map_err(|e| Error::Failed(format!("endpoint {name}: {e}")))?;
         let was = lock(&ep.pod_cgroup).replace(cgroup.clone());
         if was.as_ref() != Some(&cgroup) {
             self.store_runtime_file("pod cgroup adopted");
@@ -428,27 +436,24 @@ impl Parts {
 /// NetworkAttachmentDefinition names its tenant in a string any namespace
 /// can reference through Multus. No policy applied admits none. Endpoints
 /// of no namespace (the config's, masqctl's, podman's) are not asked.
-fn namespace_admitted(
-    policy: Option<&masq_policy::Policy>,
-    e: &EndpointConfig,
-) -> Result<(), String> {
+fn namespace_admitted(policy: Option<&masq_policy::Policy>, e: &EndpointConfig) -> Result<()> {
     let cni = e.cni.as_deref();
     let pod = cni.and_then(|c| c.pod.as_deref());
     let Some(ns) = cni.and_then(|c| c.namespace.as_deref()) else {
         return match pod {
-            Some(_) => Err(format!(
+            Some(_) => Err(Error::Failed(format!(
                 "endpoint {}: cni.pod needs the pod's cni.namespace",
                 e.name
-            )),
+            ))),
             None => Ok(()),
         };
     };
     if let Some(pod) = pod.filter(|p| !valid_pod_name(p)) {
-        return Err(format!(
+        return Err(Error::Failed(format!(
             "endpoint {}: cni.pod {pod:?} is no Kubernetes pod name (1..=253 lowercase \
              letters, digits, '-' or '.', starting and ending with a letter or digit)",
             e.name
-        ));
+        )));
     }
     let empty;
     let policy = match policy {
@@ -460,7 +465,7 @@ fn namespace_admitted(
     };
     policy
         .admits_namespace(&e.tenant, ns)
-        .map_err(|why| format!("endpoint {}: {why}", e.name))
+        .map_err(|why| Error::Failed(format!("endpoint {}: {why}", e.name)))
 }
 
 /// A DNS-1123 subdomain, as Kubernetes names pods.

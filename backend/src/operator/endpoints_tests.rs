@@ -29,19 +29,25 @@ fn a_pods_endpoint_needs_a_tenant_that_admits_its_namespace() {
         namespace_admitted(Some(&policy), &pod(Some("team"), "acme")),
         Ok(())
     );
-    let e = namespace_admitted(Some(&policy), &pod(Some("other"), "acme")).unwrap_err();
+    let e = namespace_admitted(Some(&policy), &pod(Some("other"), "acme"))
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         e,
         "endpoint team.srv: tenant acme admits Kubernetes namespaces team, not other \
          (tenants.acme.kubernetes.namespaces)"
     );
-    let e = namespace_admitted(Some(&policy), &pod(Some("team"), "globex")).unwrap_err();
+    let e = namespace_admitted(Some(&policy), &pod(Some("team"), "globex"))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("tenant globex admits no Kubernetes namespace"),
         "{e}"
     );
     // No policy applied yet: no namespace.
-    let e = namespace_admitted(None, &pod(Some("team"), "acme")).unwrap_err();
+    let e = namespace_admitted(None, &pod(Some("team"), "acme"))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("tenant acme admits no Kubernetes namespace, so not team"),
         "{e}"
@@ -74,13 +80,17 @@ fn a_pods_name_is_checked_and_needs_its_namespace() {
         namespace_admitted(Some(&policy), &named(Some("team"), "srv-0.a")),
         Ok(())
     );
-    let e = namespace_admitted(Some(&policy), &named(None, "srv")).unwrap_err();
+    let e = namespace_admitted(Some(&policy), &named(None, "srv"))
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         e,
         "endpoint team.srv: cni.pod needs the pod's cni.namespace"
     );
     for bad in ["", "Srv", "srv/x", "-srv", &"a".repeat(254)] {
-        let e = namespace_admitted(Some(&policy), &named(Some("team"), bad)).unwrap_err();
+        let e = namespace_admitted(Some(&policy), &named(Some("team"), bad))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is no Kubernetes pod name"), "{bad}: {e}");
     }
 }
@@ -103,7 +113,7 @@ fn served(f: &FakeParts) -> Vec<String> {
 fn refused(f: &FakeParts, e: EndpointConfig) -> String {
     let before = served(f);
     let socket = e.socket_path(f.dir.path());
-    let err = f.parts.add_endpoint(e).expect_err("refused");
+    let err = f.parts.add_endpoint(e).expect_err("refused").to_string();
     assert_eq!(served(f), before, "{err}");
     assert!(f.runtime_endpoints().is_empty(), "{err}");
     assert!(!socket.exists(), "{err}");
@@ -182,7 +192,8 @@ fn a_failed_add_leaves_nothing_behind() {
     let err = f
         .parts
         .add_endpoint(endpoint(json!({})))
-        .expect_err("refused");
+        .expect_err("refused")
+        .to_string();
     assert_eq!(served(&f), ["acme-a", "globex-a"]);
     assert!(f.runtime_endpoints().is_empty());
     assert!(
@@ -242,7 +253,9 @@ fn a_delete_for_another_attachment_keeps_the_endpoint() {
 fn deleting_an_unknown_endpoint_is_an_error() {
     let f = FakeParts::host1();
     assert_eq!(
-        f.parts.remove_endpoint("acme-z", None),
+        f.parts
+            .remove_endpoint("acme-z", None)
+            .map_err(|e| e.to_string()),
         Err("no endpoint \"acme-z\" on this host".to_string())
     );
     assert_eq!(served(&f), ["acme-a", "globex-a"]);

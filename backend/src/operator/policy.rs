@@ -6,6 +6,7 @@
 use crate::cluster::source::Store;
 use crate::config::EndpointConfig;
 use crate::endpoints::placement::{Placement, SourceId};
+use crate::error::{Error, Result};
 use crate::run::lock;
 use crate::tenants::parts::Parts;
 use serde_json::{json, Value};
@@ -16,19 +17,28 @@ use std::path::Path;
 use std::time::Instant;
 use tracing::{debug, info, warn};
 
+/// A refused apply says that nothing changed; who must act stays.
+fn not_changed(e: impl Into<Error>) -> Error {
+    let e = e.into();
+    let said = format!("{e}\npolicy not changed");
+    match e {
+        Error::Invalid(_) | Error::InFile { .. } => Error::Invalid(said),
+        _ => Error::Failed(said),
+    }
+}
+
 impl Parts {
     /// SIGHUP: the configured policy file read again, as `apply_policy_text`.
-    pub fn apply_policy_file(&self, path: &Path) -> Result<Value, String> {
-        let (text, file) =
-            masq_policy::Policy::read(path).map_err(|e| format!("{e}\npolicy not changed"))?;
+    pub fn apply_policy_file(&self, path: &Path) -> Result<Value> {
+        let (text, file) = masq_policy::Policy::read(path)
+            .map_err(|e| not_changed(Error::Invalid(e.to_string())))?;
         self.apply_policy_text(&text, &file)
     }
 
     /// `masqctl policy apply` (the text masqctl read from `file`): check
     /// it, then in cluster mode write it for every host (compare-and-swap:
     /// a concurrent apply elsewhere makes this one fail), and apply it here.
-    pub fn apply_policy_text(&self, text: &str, file: &str) -> Result<Value, String> {
-        let not_changed = |e: String| format!("{e}\npolicy not changed");
+    pub fn apply_policy_text(&self, text: &str, file: &str) -> Result<Value> {
         let _one_at_a_time = lock(&self.policy_ops);
         let refs = self.registry.policy_refs();
         let (p, unknown) = self
@@ -51,13 +61,13 @@ impl Parts {
     /// Apply a validated policy: its tcp/udp rules first (one nftables
     /// transaction; on failure nothing changes), then the RDMA side, and
     /// reset what it no longer allows.
-    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value, String> {
+    pub fn apply_policy(&self, policy: masq_policy::Policy) -> Result<Value> {
         let started = Instant::now();
         let ruleset = {
             let flows = self.netpol_flows(&policy);
             crate::enforce::firewall::render(&policy, &self.registry.configs(), &flows)
         };
-        ruleset.and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))?;
+        ruleset.and_then(|r| crate::enforce::firewall::load(&r))?;
         let file = policy.file().to_string();
         let applied = self.admission.apply(policy, &self.registry);
         self.metrics.policy_applied_now();
@@ -136,7 +146,7 @@ impl Parts {
         let started = Instant::now();
         let flows = self.netpol_flows(&policy);
         match crate::enforce::firewall::render(&policy, &enforcing, &flows)
-            .and_then(|r| crate::enforce::firewall::load(&r).map_err(|e| e.to_string()))
+            .and_then(|r| crate::enforce::firewall::load(&r))
         {
             Ok(()) => debug!(
                 endpoints = enforcing.len(),
@@ -214,7 +224,7 @@ impl Store for Parts {
         }
     }
 
-    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<(), String> {
+    fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<()> {
         let _one_at_a_time = lock(&self.policy_ops);
         let (p, dangling) = self
             .admission

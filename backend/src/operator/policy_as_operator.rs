@@ -10,6 +10,7 @@
 use crate::cluster::policy::{write_as_operator, StoredPolicy};
 use crate::config::identity::Identity;
 use crate::config::TlsFiles;
+use crate::error::{Error, Result};
 use crate::operator::control::{self, Request};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -18,30 +19,19 @@ use std::time::{Duration, Instant};
 /// How long masqctl waits for this host's masqd to run what it wrote.
 const IN_FORCE_WITHIN: Duration = Duration::from_secs(10);
 
-/// Why it failed, as masqctl's exit status tells it.
-#[derive(Debug)]
-pub enum Failure {
-    /// masqd could not be reached (exit 3).
-    Unreachable(std::io::Error),
-    /// The command line cannot work here (exit 2).
-    Usage(String),
-    /// masqd or etcd refused, or masqd did not take the policy (exit 1).
-    Refused(String),
-}
-
-fn ask(socket: &Path, req: &Request) -> Result<Value, Failure> {
-    let reply = control::call(socket, req).map_err(Failure::Unreachable)?;
+fn ask(socket: &Path, req: &Request) -> Result<Value> {
+    let reply = control::call(socket, req)?;
     match reply.get("error").and_then(|e| e.as_str()) {
-        Some(e) => Err(Failure::Refused(format!("masqd: {e}"))),
+        Some(e) => Err(Error::Failed(format!("masqd: {e}"))),
         None => Ok(reply),
     }
 }
 
-fn field(v: &Value, key: &str) -> Result<String, Failure> {
+fn field(v: &Value, key: &str) -> Result<String> {
     v[key]
         .as_str()
         .map(str::to_string)
-        .ok_or_else(|| Failure::Refused(format!("masqd's answer has no {key}")))
+        .ok_or_else(|| Error::Failed(format!("masqd's answer has no {key}")))
 }
 
 /// Check policy `text` (read from `file`) with masqd at `socket`, write it
@@ -49,15 +39,9 @@ fn field(v: &Value, key: &str) -> Result<String, Failure> {
 /// runs it. The answer is
 /// `policy apply`'s (kind PolicyApplied), with `written_by` and each
 /// host's version.
-pub fn apply(
-    socket: &Path,
-    file: &str,
-    text: &str,
-    cert: PathBuf,
-    key: PathBuf,
-) -> Result<Value, Failure> {
-    let not_changed = |f: Failure| match f {
-        Failure::Refused(e) => Failure::Refused(format!("{e}\npolicy not changed")),
+pub fn apply(socket: &Path, file: &str, text: &str, cert: PathBuf, key: PathBuf) -> Result<Value> {
+    let not_changed = |e: Error| match e {
+        Error::Failed(e) => Error::Failed(format!("{e}\npolicy not changed")),
         other => other,
     };
     let check = ask(
@@ -70,14 +54,14 @@ pub fn apply(
     .map_err(not_changed)?;
     let target = &check["cluster"];
     if !target.is_object() {
-        return Err(Failure::Usage(
+        return Err(Error::Invalid(
             "masqd is not in cluster mode: its policy has no operator; apply without \
              --operator-cert and --operator-key"
                 .into(),
         ));
     }
     let Some(ca) = target["ca"].as_str() else {
-        return Err(Failure::Usage(
+        return Err(Error::Invalid(
             "masqd runs with cluster.insecure: etcd takes no certificates; apply without \
              --operator-cert and --operator-key"
                 .into(),
@@ -90,21 +74,22 @@ pub fn apply(
     };
     // Errors name the command's options (the CA is masqd's).
     let operator = Identity::load(&files).map_err(|e| {
-        Failure::Usage(
-            e.replace("cluster.tls.cert", "--operator-cert")
+        Error::Invalid(
+            e.to_string()
+                .replace("cluster.tls.cert", "--operator-cert")
                 .replace("cluster.tls.key", "--operator-key")
                 .replace("cluster.tls.ca", "masqd's cluster.tls.ca"),
         )
     })?;
     let urls: Vec<String> = serde_json::from_value(target["etcd"].clone())
-        .map_err(|e| Failure::Refused(format!("masqd's answer: etcd: {e}")))?;
+        .map_err(|e| Error::Failed(format!("masqd's answer: etcd: {e}")))?;
     let policy = StoredPolicy {
         text: field(target, "text")?,
         file: field(target, "file")?,
     };
     let seen = target["revision"].as_i64().unwrap_or(0);
     let revision = write_as_operator(&urls, &operator, &field(target, "prefix")?, &policy, seen)
-        .map_err(|e| Failure::Refused(format!("{e}\npolicy not changed")))?;
+        .map_err(|e| Error::Failed(format!("{e}\npolicy not changed")))?;
     let version = check["version"].clone();
     let started = Instant::now();
     loop {
@@ -119,7 +104,7 @@ pub fn apply(
             }));
         }
         if started.elapsed() > IN_FORCE_WITHIN {
-            return Err(Failure::Refused(format!(
+            return Err(Error::Failed(format!(
                 "written to etcd at revision {revision} as {}, but masqd here still runs \
                  version {} after {} s (its log says why)",
                 operator.subject,

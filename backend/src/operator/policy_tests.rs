@@ -45,13 +45,18 @@ fn a_policy_that_does_not_check_changes_nothing() {
         let e = f
             .parts
             .apply_policy_text(text, "bad.yaml")
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(e.ends_with("\npolicy not changed"), "{text:?}: {e}");
         assert!(e.contains("bad.yaml"), "{text:?}: {e}");
         assert_eq!(active_version(&f), before, "{text:?}");
     }
     let missing = f.dir.path().join("missing.yaml");
-    let e = f.parts.apply_policy_file(&missing).expect_err("refused");
+    let e = f
+        .parts
+        .apply_policy_file(&missing)
+        .expect_err("refused")
+        .to_string();
     assert!(e.ends_with("\npolicy not changed"), "{e}");
     assert!(e.contains(&missing.display().to_string()), "{e}");
     assert_eq!(active_version(&f), before);

@@ -10,13 +10,14 @@
 //! dead peer delays only its own messages, and a local thread for this
 //! host's own endpoints.
 
+use crate::error::{Error, Result};
 use crate::peer::msg::PeerMsg;
 use crate::peer::send::{Conn, Connect, Local, Outlet, Peer, Spawn, CONNECT_TIMEOUT};
 pub use crate::peer::send::{Link, Outgoing, Sent};
 use crate::peer::tls::{LinkTls, Reader};
 use crate::peer::wire as peer_wire;
 use std::collections::BTreeSet;
-use std::io::{self, BufReader, Read};
+use std::io::{BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc};
@@ -53,7 +54,7 @@ pub trait PeerSink: Send + Sync {
 
 /// Bind the CM port on `own` and start the listener, the local thread and
 /// the timer; each peer's sender starts with its first message.
-pub fn start<S: PeerSink + 'static>(sink: &Arc<S>, own: Ipv4Addr, port: u16) -> io::Result<()> {
+pub fn start<S: PeerSink + 'static>(sink: &Arc<S>, own: Ipv4Addr, port: u16) -> Result<()> {
     let tcp = sink.clone();
     let connect: Arc<Connect> =
         Arc::new(move |host: Ipv4Addr| connect(host, port, tcp.tls().as_deref()));
@@ -66,10 +67,10 @@ fn start_with<S: PeerSink + 'static>(
     own: Ipv4Addr,
     port: u16,
     connect: Arc<Connect>,
-) -> io::Result<()> {
+) -> Result<()> {
     let addr = SocketAddr::new(IpAddr::V4(own), port);
     let listener = TcpListener::bind(addr)
-        .map_err(|e| io::Error::new(e.kind(), format!("CM link: cannot listen on {addr}: {e}")))?;
+        .map_err(|e| Error::os(format!("CM link: cannot listen on {addr}"), e))?;
     let (tx, rx) = mpsc::channel();
     let spawn: Spawn = {
         let sink = sink.clone();
@@ -146,9 +147,10 @@ fn local<S: PeerSink>(sink: &S, own: Ipv4Addr, rx: mpsc::Receiver<Local>) {
     }
 }
 
-fn connect(host: Ipv4Addr, port: u16, tls: Option<&LinkTls>) -> Result<Conn, String> {
+fn connect(host: Ipv4Addr, port: u16, tls: Option<&LinkTls>) -> Result<Conn> {
     let to = SocketAddr::new(IpAddr::V4(host), port);
-    let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| format!("{to}: {e}"))?;
+    let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)
+        .map_err(|e| Error::os(to.to_string(), e))?;
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(CONNECT_TIMEOUT));
     let fd = Some(s.as_raw_fd());
@@ -156,7 +158,7 @@ fn connect(host: Ipv4Addr, port: u16, tls: Option<&LinkTls>) -> Result<Conn, Str
         Some(tls) => tls.connect(host, s).map(|w| Conn::new(w, fd)),
         None => Ok(Conn::new(Box::new(s), fd)),
     }
-    .map_err(|e| format!("{to}: {e}"))
+    .map_err(|e| e.context(to))
 }
 
 fn accept_loop<S: PeerSink + 'static>(sink: Arc<S>, listener: TcpListener) {
@@ -244,7 +246,7 @@ fn read_link(
 mod tests {
     use super::*;
     use crate::peer::send::QUEUE_BOUND;
-    use std::io::{Cursor, Write};
+    use std::io::{self, Cursor, Write};
     use std::sync::Mutex;
 
     /// What `f` logs.

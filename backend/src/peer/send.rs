@@ -55,7 +55,7 @@ pub enum Local {
 
 /// Opens a connection to a peer host (TCP and TLS in masqd; a fake in
 /// tests).
-pub type Connect = dyn Fn(Ipv4Addr) -> Result<Conn, String> + Send + Sync;
+pub type Connect = dyn Fn(Ipv4Addr) -> crate::error::Result<Conn> + Send + Sync;
 
 /// Starts the thread that serves a new peer's queue.
 pub type Spawn = Box<dyn Fn(Arc<Peer>) + Send + Sync>;

@@ -13,7 +13,7 @@
 use crate::admit::{Ask, Conn, Denied};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{Slot, What};
-use crate::error::{from_io, refuse, Refusal};
+use crate::error::{from_io, refuse, Error, Result};
 use crate::pipeline::ports::{connection_quota, Held, QpHost, BACKSTOP_WAIT};
 use crate::pipeline::qp::physical_av;
 use crate::pipeline::session::{AhRecord, PendingAh, Session};
@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 /// whose provider failed never binds, and must not grow masqd's memory.
 const MAX_PENDING: usize = 64;
 
-fn deny(ep: &Endpoint, remote: Ipv4Addr, why: &Denied) -> Refusal {
+fn deny(ep: &Endpoint, remote: Ipv4Addr, why: &Denied) -> Error {
     ep.refused_connections
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     refuse(
@@ -40,7 +40,7 @@ pub(crate) fn create_ah(
     h: &dyn QpHost,
     sess: &mut Session,
     r: &proto::CreateAhReq,
-) -> Result<proto::ReplyBody, Refusal> {
+) -> Result<proto::ReplyBody> {
     if !sess.has_device() {
         return Err(refuse(libc::EPROTO, "CREATE_AH before OPEN_DEVICE"));
     }
@@ -101,11 +101,7 @@ pub(crate) fn create_ah(
     }))
 }
 
-pub(crate) fn bind_ah(
-    h: &dyn QpHost,
-    sess: &mut Session,
-    b: &proto::BindAhReq,
-) -> Result<(), Refusal> {
+pub(crate) fn bind_ah(h: &dyn QpHost, sess: &mut Session, b: &proto::BindAhReq) -> Result<()> {
     if sess.ahs.contains_key(&b.ah_handle) {
         return Err(refuse(
             libc::EEXIST,
@@ -123,13 +119,7 @@ pub(crate) fn bind_ah(
 /// backstop's sets, the session's record. Decided again under the gate: a
 /// rule change since the AH was asked for either sees this entry in the
 /// table or is seen here.
-fn track(
-    h: &dyn QpHost,
-    sess: &mut Session,
-    handle: u32,
-    p: &PendingAh,
-    what: &str,
-) -> Result<(), Refusal> {
+fn track(h: &dyn QpHost, sess: &mut Session, handle: u32, p: &PendingAh, what: &str) -> Result<()> {
     let ep = sess.ep.clone();
     let limits = h.registry().limits();
     let slot = Slot::take(&ep.usage, What::AddressHandles, limits.address_handles)?;
@@ -206,7 +196,7 @@ pub(crate) fn resync_ah(
     h: &dyn QpHost,
     sess: &mut Session,
     r: &proto::ResyncAhReq,
-) -> Result<proto::ReplyBody, Refusal> {
+) -> Result<proto::ReplyBody> {
     if !sess.has_device() {
         return Err(refuse(libc::EPROTO, "RESYNC_AH before OPEN_DEVICE"));
     }
@@ -278,7 +268,7 @@ pub(crate) fn resolve_grh(
     h: &dyn QpHost,
     sess: &Session,
     r: &proto::ResolveGrhReq,
-) -> Result<proto::ReplyBody, Refusal> {
+) -> Result<proto::ReplyBody> {
     let ep = &sess.ep;
     let me = h.underlay(ep);
     if vbond::vip_of_gid(&r.dgid) != Some(me) {

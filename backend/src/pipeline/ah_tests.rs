@@ -23,7 +23,7 @@ fn created(h: &FakeHost, sess: &mut Session, ah_attr: proto::AhAttr) -> proto::C
     }
 }
 
-fn bind(h: &FakeHost, sess: &mut Session, ah_id: u32, ah_handle: u32) -> Result<(), Refusal> {
+fn bind(h: &FakeHost, sess: &mut Session, ah_id: u32, ah_handle: u32) -> Result<(), Error> {
     bind_ah(h, sess, &proto::BindAhReq { ah_id, ah_handle })
 }
 
@@ -31,7 +31,7 @@ fn entries(h: &FakeHost) -> Vec<rconntrack::Entry> {
     h.admission.table().iter().cloned().collect()
 }
 
-fn errno<T: std::fmt::Debug>(r: Result<T, Refusal>) -> i32 {
+fn errno<T: std::fmt::Debug>(r: Result<T, Error>) -> i32 {
     r.expect_err("refused").errno()
 }
 

@@ -3,7 +3,7 @@
 //! attributes, as MODIFY_QP would move it, then the accept or establish
 //! on the id's own CM session.
 
-use crate::error::Refusal;
+use crate::error::Result;
 use crate::kernel::ibv::IBV_QPT_RC;
 use crate::pipeline::ports::{CmSteps, QpHost, QpKernel};
 use crate::pipeline::qp::{self, StepClock};
@@ -23,7 +23,7 @@ pub(crate) fn cm_qp_step(
     id: u32,
     (qp_handle, qp_num): (u32, u32),
     accept: Option<&proto::CmConnParam>,
-) -> Result<(), Refusal> {
+) -> Result<()> {
     let mut clock = StepClock::new(true, |step, took| h.cm_step(step, took));
     let depths = accept.map(|p| (p.responder_resources, p.initiator_depth));
     let (cm_session, rtr, rts) = cm.qp_attrs(id, &sess.ep.cfg.name, sess.pid, qp_num, depths)?;

@@ -24,7 +24,7 @@ impl CmSteps for FakeCm {
         pid: i32,
         qpn: u32,
         accept: Option<(u8, u8)>,
-    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Refusal> {
+    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), crate::error::Error> {
         self.asked
             .borrow_mut()
             .push(format!("qp_attrs {id} {pid} {qpn:#x} {accept:?}"));
@@ -48,7 +48,7 @@ impl CmSteps for FakeCm {
         cm_session: u64,
         _ep: &Arc<Endpoint>,
         body: &proto::RequestBody,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), crate::error::Error> {
         let what = match body {
             proto::RequestBody::CmAccept(a) => format!("accept {}", a.id),
             proto::RequestBody::CmEstablish(e) => format!("establish {}", e.id),

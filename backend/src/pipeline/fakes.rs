@@ -7,7 +7,7 @@ use crate::endpoints::endpoint::{Endpoint, Origin};
 use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
-use crate::error::{refuse, Refusal};
+use crate::error::{refuse, Result};
 use crate::kernel::ibv::{
     IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_STATE,
 };
@@ -43,9 +43,9 @@ pub(super) struct FakeKernel {
 }
 
 impl QpKernel for FakeKernel {
-    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> Result<()> {
         if cmd.qp_handle != HANDLE {
-            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            return Err(io::Error::from_raw_os_error(libc::ENOENT).into());
         }
         self.ran.borrow_mut().push(*cmd);
         let mut qp = self.qp.borrow_mut();
@@ -60,14 +60,14 @@ impl QpKernel for FakeKernel {
         }
         Ok(())
     }
-    fn query(&self, qp_handle: u32, _mask: u32) -> io::Result<uverbs::QueryQpResp> {
+    fn query(&self, qp_handle: u32, _mask: u32) -> Result<uverbs::QueryQpResp> {
         self.queries.set(self.queries.get() + 1);
         if qp_handle != HANDLE {
-            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            return Err(io::Error::from_raw_os_error(libc::ENOENT).into());
         }
         Ok(*self.qp.borrow())
     }
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict> {
         self.owner_lookups.set(self.owner_lookups.get() + 1);
         if qpn != QPN || !self.mine {
             return Err(refuse(libc::EPERM, "claimed QPN refused: not the app's"));
@@ -126,7 +126,7 @@ impl QpHost for FakeHost {
         1
     }
     /// Virtual index 1 (the vNIC's IPv4 GID) is the host's index 3.
-    fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
+    fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32> {
         match vindex {
             1 => Ok(3),
             _ => Err(refuse(libc::EINVAL, format!("no virtual GID {vindex}"))),
@@ -157,7 +157,7 @@ impl QpHost for FakeHost {
     fn cm_step(&self, step: &'static str, _took: std::time::Duration) {
         self.timed_steps.borrow_mut().push(step);
     }
-    fn destroy_ah(&self, _session: u64, ah_handle: u32) -> Option<io::Result<()>> {
+    fn destroy_ah(&self, _session: u64, ah_handle: u32) -> Option<Result<()>> {
         self.destroyed.borrow_mut().push(ah_handle);
         Some(Ok(()))
     }

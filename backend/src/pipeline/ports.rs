@@ -6,12 +6,11 @@
 use crate::admit::{Ask, Denied, Pods};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::registry::Registry;
-use crate::error::Refusal;
+use crate::error::Result;
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
 use masq_proto as proto;
 use rconntrack::{CmSide, Entry, LocalKey, QpKey, State, TableFull, Upsert};
-use std::io;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, RwLockReadGuard};
 use std::time::Duration;
@@ -110,10 +109,10 @@ pub trait Vouchers {
 /// The verbs commands on one app's uverbs file, and the kernel's word on
 /// who owns a QPN.
 pub trait QpKernel {
-    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()>;
-    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp>;
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> Result<()>;
+    fn query(&self, qp_handle: u32, attr_mask: u32) -> Result<uverbs::QueryQpResp>;
     /// Whether `qpn` is the app's QP of type `qp_type` (`ownership.rs`).
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal>;
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict>;
 }
 
 /// What the pipeline needs of masqd: the policy and its table, the VPC
@@ -130,7 +129,7 @@ pub trait QpHost {
     /// The rail `ep`'s device is on.
     fn rail_name(&self, ep: &Endpoint) -> &str;
     /// The physical sgid index for the endpoint's virtual index `vindex`.
-    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal>;
+    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32>;
     /// The RDMA CM's side of a connection it set up, if it did.
     fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
     /// A UD QP can receive (`up`) or is gone: the other hosts of its VNI
@@ -148,7 +147,7 @@ pub trait QpHost {
     fn local_sender(&self, vni: u32, qpn: u32) -> Option<Ipv4Addr>;
     /// Destroy AH `ah_handle` on the uverbs file session `session`
     /// registered at OPEN_DEVICE; `None` if there is none (the session is gone).
-    fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>>;
+    fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<Result<()>>;
     /// One step of a move to RTR took `took` (the metrics' breakdown).
     fn rtr_step(&self, step: &'static str, took: std::time::Duration);
     /// One step of the RDMA CM's accept or establish of a QP took `took`.
@@ -169,12 +168,7 @@ pub trait CmSteps {
         pid: i32,
         qpn: u32,
         accept: Option<(u8, u8)>,
-    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr), Refusal>;
+    ) -> Result<(u64, proto::CmQpAttr, proto::CmQpAttr)>;
     /// Run the accept or establish `body` on the id's CM session.
-    fn finish(
-        &self,
-        cm_session: u64,
-        ep: &Arc<Endpoint>,
-        body: &proto::RequestBody,
-    ) -> Result<(), Refusal>;
+    fn finish(&self, cm_session: u64, ep: &Arc<Endpoint>, body: &proto::RequestBody) -> Result<()>;
 }

@@ -20,7 +20,7 @@
 
 use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
-use crate::error::{from_io, refuse, Refusal};
+use crate::error::{from_io, refuse, Result};
 use crate::kernel::ibv::state_name;
 use crate::kernel::ibv::{
     qp_type_name, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQE,
@@ -95,7 +95,7 @@ fn route(
     h: &dyn QpHost,
     sess: &Session,
     m: &proto::ModifyQpReq,
-) -> Result<(uverbs::ModifyQp, Option<Route>), Refusal> {
+) -> Result<(uverbs::ModifyQp, Option<Route>)> {
     let a = &m.attr;
     let mask = m.attr_mask;
     if mask & !uverbs::LEGACY_ATTR_MASK != 0 {
@@ -189,11 +189,7 @@ pub(crate) struct PhysicalAv {
 }
 
 /// Check and translate `ah` for endpoint `ep`; admission is the caller's.
-pub(crate) fn physical_av(
-    h: &dyn QpHost,
-    ep: &Endpoint,
-    ah: &proto::AhAttr,
-) -> Result<PhysicalAv, Refusal> {
+pub(crate) fn physical_av(h: &dyn QpHost, ep: &Endpoint, ah: &proto::AhAttr) -> Result<PhysicalAv> {
     if ah.is_global == 0 {
         return Err(refuse(
             libc::EINVAL,
@@ -235,7 +231,7 @@ fn admit(
     qp_handle: u32,
     qpn: u32,
     remote: Ipv4Addr,
-) -> Result<Arc<str>, Refusal> {
+) -> Result<Arc<str>> {
     let ep = &sess.ep.cfg;
     let rule = h
         .decide()
@@ -305,7 +301,7 @@ pub fn modify(
     k: &dyn QpKernel,
     sess: &mut Session,
     m: &proto::ModifyQpReq,
-) -> Result<(), Refusal> {
+) -> Result<()> {
     let a = &m.attr;
     let mask = m.attr_mask;
     let has_state = mask & IBV_QP_STATE != 0;
@@ -537,7 +533,7 @@ pub fn moved(
     k: &dyn QpKernel,
     sess: &mut Session,
     m: &proto::QpMovedReq,
-) -> Result<(), Refusal> {
+) -> Result<()> {
     let known = sess.qps.get(&m.qp_handle);
     if let Some(r) = known {
         if r.qpn != m.qp_num {
@@ -625,7 +621,7 @@ pub fn resync(
     k: &dyn QpKernel,
     sess: &mut Session,
     r: &proto::ResyncQpReq,
-) -> Result<proto::ResyncQpReply, Refusal> {
+) -> Result<proto::ResyncQpReply> {
     if sess.qps.contains_key(&r.qp_handle) {
         return Err(refuse(
             libc::EEXIST,

@@ -250,7 +250,7 @@ struct Logged<'a> {
 }
 
 impl QpKernel for Logged<'_> {
-    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> crate::error::Result<()> {
         let g = self.h.guard.as_ref().expect("a guarded host");
         g.log.borrow_mut().push("modify".into());
         let in_force = g.in_force.borrow().clone();
@@ -258,14 +258,14 @@ impl QpKernel for Logged<'_> {
             .borrow_mut()
             .push((in_force, tracked(self.h).len()));
         if self.fail {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            return Err(io::Error::from_raw_os_error(libc::EINVAL).into());
         }
         self.k.modify(cmd)
     }
-    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp> {
+    fn query(&self, qp_handle: u32, attr_mask: u32) -> crate::error::Result<uverbs::QueryQpResp> {
         self.k.query(qp_handle, attr_mask)
     }
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, Refusal> {
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict, crate::error::Error> {
         self.k.owner(qpn, qp_type)
     }
 }

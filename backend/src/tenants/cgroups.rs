@@ -18,42 +18,48 @@
 use crate::config::EndpointConfig;
 use crate::enforce::backstop::Backstop;
 use crate::enforce::rdma_cgroup::CGROUP_ROOT;
+use crate::error::{Error, Result};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use tracing::warn;
 
 /// An app belongs to an endpoint when it lives in that endpoint's network
 /// namespace: the socket path alone could be reached from elsewhere.
-pub fn same_netns(pid: i32, netns: &Path) -> Result<(), String> {
+pub fn same_netns(pid: i32, netns: &Path) -> Result<()> {
     let want = std::fs::metadata(netns)
-        .map_err(|e| format!("endpoint namespace {}: {e}", netns.display()))?;
+        .map_err(|e| Error::os(format!("endpoint namespace {}", netns.display()), e))?;
     let have = std::fs::metadata(format!("/proc/{pid}/ns/net"))
-        .map_err(|e| format!("pid {pid} network namespace: {e}"))?;
+        .map_err(|e| Error::os(format!("pid {pid} network namespace"), e))?;
     if (want.dev(), want.ino()) == (have.dev(), have.ino()) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::Failed(format!(
             "pid {pid} is not in the endpoint's network namespace {}",
             netns.display()
-        ))
+        )))
     }
 }
 
 /// `pid`'s cgroup v2 path below the root ("" for the root itself).
-fn cgroup_of(pid: i32) -> Result<String, String> {
+fn cgroup_of(pid: i32) -> Result<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .map_err(|e| format!("pid {pid}: {e}"))?;
+        .map_err(|e| Error::os(format!("pid {pid}"), e))?;
     text.lines()
         .find_map(|l| l.strip_prefix("0::/"))
         .map(|p| p.trim_end_matches('/').to_string())
-        .ok_or_else(|| format!("pid {pid}: no cgroup v2 entry in /proc/{pid}/cgroup"))
+        .ok_or_else(|| {
+            Error::Failed(format!(
+                "pid {pid}: no cgroup v2 entry in /proc/{pid}/cgroup"
+            ))
+        })
 }
 
 /// The first process in cgroup `path`, or in one below it, that lives
 /// outside `netns`. A process that exited meanwhile is no outsider.
-fn outsider(path: &Path, netns: &Path) -> Result<Option<i32>, String> {
+fn outsider(path: &Path, netns: &Path) -> Result<Option<i32>> {
     let procs = path.join("cgroup.procs");
-    let list = std::fs::read_to_string(&procs).map_err(|e| format!("{}: {e}", procs.display()))?;
+    let list =
+        std::fs::read_to_string(&procs).map_err(|e| Error::os(procs.display().to_string(), e))?;
     let found = list
         .lines()
         .filter_map(|p| p.trim().parse::<i32>().ok())
@@ -63,7 +69,7 @@ fn outsider(path: &Path, netns: &Path) -> Result<Option<i32>, String> {
     if found.is_some() {
         return Ok(found);
     }
-    let children = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let children = std::fs::read_dir(path).map_err(|e| Error::os(path.display().to_string(), e))?;
     for child in children.flatten() {
         if child.file_type().is_ok_and(|t| t.is_dir()) {
             if let Some(p) = outsider(&child.path(), netns)? {
@@ -76,12 +82,12 @@ fn outsider(path: &Path, netns: &Path) -> Result<Option<i32>, String> {
 
 /// Adopt cgroup `path` for `ep` if every process in it is the endpoint's.
 /// Returns whether it is new.
-fn adopt(b: &Backstop, ep: &EndpointConfig, path: &str) -> Result<bool, String> {
+fn adopt(b: &Backstop, ep: &EndpointConfig, path: &str) -> Result<bool> {
     match outsider(&Path::new(CGROUP_ROOT).join(path), &ep.netns)? {
         None => b.adopt_cgroup(&ep.name, path),
-        Some(p) => Err(format!(
+        Some(p) => Err(Error::Failed(format!(
             "cgroup /{path}: pid {p} in it lives outside the endpoint's namespace"
-        )),
+        ))),
     }
 }
 
@@ -90,44 +96,36 @@ fn adopt(b: &Backstop, ep: &EndpointConfig, path: &str) -> Result<bool, String> 
 /// cgroup if it is newly adopted; an error says why the backstop cannot
 /// tell this app's packets, and the app is refused (issue 51: it was
 /// served unfiltered).
-pub fn adopt_app_cgroup(
-    b: &Backstop,
-    ep: &EndpointConfig,
-    pid: i32,
-) -> Result<Option<String>, String> {
+pub fn adopt_app_cgroup(b: &Backstop, ep: &EndpointConfig, pid: i32) -> Result<Option<String>> {
     let path = cgroup_of(pid)?;
     if path.is_empty() {
-        return Err(format!(
+        return Err(Error::Failed(format!(
             "pid {pid} runs in the root cgroup, whose packets cannot be filtered as the \
              endpoint's: run it in a container or in the endpoint's cgroup"
-        ));
+        )));
     }
     if b.by_name(&path) {
         return Ok(None);
     }
     match adopt(b, ep, &path) {
         Ok(new) => Ok(new.then_some(path)),
-        Err(why) => Err(format!("its cgroup /{path}: {why}")),
+        Err(why) => Err(why.context(format_args!("its cgroup /{path}"))),
     }
 }
 
 /// A pod's cgroup, from its sandbox process `pid` (the pause container's):
 /// the parent of that process's cgroup, which holds every container of the
 /// pod. Returns the cgroup (below the root) and whether it is new.
-pub fn adopt_pod_cgroup(
-    b: &Backstop,
-    ep: &EndpointConfig,
-    pid: i32,
-) -> Result<(String, bool), String> {
+pub fn adopt_pod_cgroup(b: &Backstop, ep: &EndpointConfig, pid: i32) -> Result<(String, bool)> {
     same_netns(pid, &ep.netns)?;
     let own = cgroup_of(pid)?;
     let pod = match own.rsplit_once('/') {
         Some((parent, _)) => parent.to_string(),
         None => {
-            return Err(format!(
+            return Err(Error::Failed(format!(
                 "pid {pid} runs in /{own}, a cgroup directly below the root: its pod has \
                  no cgroup of its own (give the pod a cgroup parent, as kubelet does)"
-            ))
+            )))
         }
     };
     let new = adopt(b, ep, &pod)?;

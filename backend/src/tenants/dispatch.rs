@@ -4,7 +4,7 @@
 
 use crate::cm::{Cm, CmHost};
 use crate::endpoints::endpoint::vdev_name;
-use crate::error::{from_io, refuse, Refusal};
+use crate::error::{from_io, refuse, Result};
 use crate::kernel::uverbs;
 use crate::pipeline::cm_step::cm_qp_step;
 use crate::pipeline::ports::QpKernel;
@@ -28,8 +28,8 @@ fn with_kernel<T>(
     parts: &Parts,
     sess: &mut Session,
     what: &str,
-    f: impl FnOnce(&dyn QpKernel, &mut Session) -> Result<T, Refusal>,
-) -> Result<T, Refusal> {
+    f: impl FnOnce(&dyn QpKernel, &mut Session) -> Result<T>,
+) -> Result<T> {
     let fd = sess.uverbs.clone();
     let pid = sess.pid;
     let fd = fd.ok_or_else(|| refuse(libc::EPROTO, format!("{what} before OPEN_DEVICE")))?;
@@ -206,7 +206,7 @@ fn cm_request(
     host: &dyn CmHost,
     sess: &Session,
     body: &proto::RequestBody,
-) -> Result<(proto::ReplyBody, Option<OwnedFd>), Refusal> {
+) -> Result<(proto::ReplyBody, Option<OwnedFd>)> {
     if sess.uverbs.is_none() {
         let what = proto::request_name(body.opcode());
         return Err(refuse(libc::EPROTO, format!("{what} before OPEN_DEVICE")));
@@ -214,11 +214,7 @@ fn cm_request(
     cm.request(host, sess.id, &sess.ep, body)
 }
 
-fn hello(
-    parts: &Parts,
-    sess: &mut Session,
-    h: &proto::HelloReq,
-) -> Result<proto::ReplyBody, Refusal> {
+fn hello(parts: &Parts, sess: &mut Session, h: &proto::HelloReq) -> Result<proto::ReplyBody> {
     if let Some(b) = parts.admission.backstop() {
         // The endpoint's cgroup may have appeared since the last look.
         b.refresh_cgroups();
@@ -275,12 +271,7 @@ fn hello(
     }))
 }
 
-fn open_device(
-    parts: &Parts,
-    sess: &mut Session,
-    fd: Option<OwnedFd>,
-    extra: usize,
-) -> Result<(), Refusal> {
+fn open_device(parts: &Parts, sess: &mut Session, fd: Option<OwnedFd>, extra: usize) -> Result<()> {
     let fd = fd.ok_or_else(|| refuse(libc::EBADF, "OPEN_DEVICE without a descriptor"))?;
     if extra > 0 {
         return Err(refuse(libc::EINVAL, "more than one descriptor"));
@@ -313,7 +304,7 @@ fn query_gids(
     parts: &Parts,
     sess: &Session,
     q: &proto::QueryGidTableReq,
-) -> Result<proto::ReplyBody, Refusal> {
+) -> Result<proto::ReplyBody> {
     if q.port != parts.rail(&sess.ep).device.host.port {
         return Err(refuse(libc::EINVAL, format!("no port {}", q.port)));
     }
@@ -338,11 +329,7 @@ fn query_gids(
     }))
 }
 
-fn query_qp(
-    parts: &Parts,
-    sess: &Session,
-    q: &proto::QueryQpReq,
-) -> Result<proto::ReplyBody, Refusal> {
+fn query_qp(parts: &Parts, sess: &Session, q: &proto::QueryQpReq) -> Result<proto::ReplyBody> {
     let fd = sess
         .uverbs
         .as_ref()

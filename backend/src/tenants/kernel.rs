@@ -1,7 +1,7 @@
 //! The served device as the sessions use it, and one session's kernel:
 //! its uverbs file and the kernel's word on who owns a QPN.
 
-use crate::error::{from_io, refuse, Refusal};
+use crate::error::{from_io, Result};
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::{Lookup, RdmaNl};
 use crate::kernel::{ownership, uverbs};
@@ -44,13 +44,12 @@ impl Device {
     }
 
     /// One QP as the kernel reports it (a single-QP query).
-    pub fn qp_lookup(&self, qpn: u32) -> io::Result<Lookup> {
+    pub fn qp_lookup(&self, qpn: u32) -> Result<Lookup> {
         match lock(&self.rdma).as_mut() {
             Some(nl) => nl.qp(qpn),
-            None => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "no rdma netlink socket",
-            )),
+            None => {
+                Err(io::Error::new(io::ErrorKind::Unsupported, "no rdma netlink socket").into())
+            }
         }
     }
 }
@@ -63,21 +62,21 @@ pub(crate) struct SessionKernel<'a> {
 }
 
 impl QpKernel for SessionKernel<'_> {
-    fn modify(&self, cmd: &uverbs::ModifyQp) -> io::Result<()> {
+    fn modify(&self, cmd: &uverbs::ModifyQp) -> Result<()> {
         uverbs::modify_qp(self.fd, self.device.host.driver_id, cmd)
     }
 
-    fn query(&self, qp_handle: u32, attr_mask: u32) -> io::Result<uverbs::QueryQpResp> {
+    fn query(&self, qp_handle: u32, attr_mask: u32) -> Result<uverbs::QueryQpResp> {
         uverbs::query_qp(self.fd, self.device.host.driver_id, qp_handle, attr_mask)
     }
 
     /// One single-QP netlink query, no dump.
-    fn owner(&self, qpn: u32, qp_type: u32) -> Result<ownership::Verdict, Refusal> {
+    fn owner(&self, qpn: u32, qp_type: u32) -> Result<ownership::Verdict> {
         let lookup = self
             .device
             .qp_lookup(qpn)
             .map_err(|e| from_io(e, "rdma netlink QP query"))?;
         ownership::judge(lookup, qpn, qp_type, self.pid, ownership::tgid_of)
-            .map_err(|(errno, why)| refuse(errno, format!("claimed QPN refused: {why}")))
+            .map_err(|e| e.context("claimed QPN refused"))
     }
 }

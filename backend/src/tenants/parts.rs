@@ -16,7 +16,7 @@ use crate::endpoints::registry::Registry;
 use crate::enforce::admission::Admission;
 use crate::enforce::audit::Admitted;
 use crate::enforce::limits::Limits;
-use crate::error::{from_io, refuse, Refusal};
+use crate::error::{from_io, refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::kernel::uverbs;
@@ -28,7 +28,6 @@ use crate::run::Run;
 use crate::tenants::kernel::{Device, Rail};
 use crate::tenants::sessions::Sessions;
 use std::collections::BTreeSet;
-use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -240,7 +239,7 @@ impl QpHost for Parts {
     fn rail_name(&self, ep: &Endpoint) -> &str {
         &self.rail(ep).name
     }
-    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32, Refusal> {
+    fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32> {
         let rail = self.rail(ep);
         let underlay = rail.underlay.ip;
         ep.with_vnic(|b| {
@@ -281,7 +280,7 @@ impl QpHost for Parts {
     fn local_sender(&self, vni: u32, qpn: u32) -> Option<Ipv4Addr> {
         local_sender(self, vni, qpn)
     }
-    fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<io::Result<()>> {
+    fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<Result<()>> {
         let fd = self.sessions.fd(session);
         fd.map(|fd| uverbs::destroy_ah(fd.as_fd(), self.first_device().driver_id, ah_handle))
     }
@@ -338,7 +337,7 @@ impl CmSteps for Parts {
         pid: i32,
         qpn: u32,
         accept: Option<(u8, u8)>,
-    ) -> Result<(u64, masq_proto::CmQpAttr, masq_proto::CmQpAttr), Refusal> {
+    ) -> Result<(u64, masq_proto::CmQpAttr, masq_proto::CmQpAttr)> {
         let same_app = |s: u64| self.sessions.pid(s) == Some(pid);
         self.cm.qp_step(self, id, ep, &same_app, qpn, accept)
     }
@@ -347,7 +346,7 @@ impl CmSteps for Parts {
         cm_session: u64,
         ep: &Arc<Endpoint>,
         body: &masq_proto::RequestBody,
-    ) -> Result<(), Refusal> {
+    ) -> Result<()> {
         self.cm.request(self, cm_session, ep, body).map(|_| ())
     }
 }

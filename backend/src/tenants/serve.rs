@@ -4,7 +4,7 @@
 
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{fd_room, Slot, What};
-use crate::error::Refusal;
+use crate::error::Result;
 use crate::pipeline::session::Session;
 use crate::run::now_secs;
 use crate::tenants::cgroups::same_netns;
@@ -28,7 +28,7 @@ pub fn sysfs_view_for(
     socket: &Path,
     others: &[std::path::PathBuf],
     host: &crate::kernel::host::HostDevice,
-) -> Result<Option<crate::kernel::sysfs_view::View>, String> {
+) -> crate::error::Result<Option<crate::kernel::sysfs_view::View>> {
     let Some(dir) = socket.parent() else {
         return Ok(None);
     };
@@ -41,7 +41,7 @@ pub fn sysfs_view_for(
     }
     crate::kernel::sysfs_view::View::new(dir, Path::new("/sys"), &host.name, host.port)
         .map(Some)
-        .map_err(|e| format!("its sysfs view cannot be made: {e}"))
+        .map_err(|e| e.context("its sysfs view cannot be made"))
 }
 
 /// The sysfs view of a further device (`deviceOf`) of the apps whose
@@ -125,7 +125,7 @@ const REFUSE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 /// A session slot for one more app of `ep` (a thread, its connection, a
 /// copy of it and its device: three descriptors), within `tenantLimits`:
 /// EMFILE past its sessions or past masqd's descriptor reserve.
-fn admit_session(parts: &Parts, ep: &Arc<Endpoint>, conn: &Conn) -> Result<Slot, Refusal> {
+fn admit_session(parts: &Parts, ep: &Arc<Endpoint>, conn: &Conn) -> Result<Slot> {
     let limits = parts.registry.limits();
     let slot = Slot::take(&ep.usage, What::Sessions, limits.sessions)?;
     fd_room(&ep.usage, conn.as_raw_fd(), 2, limits.fd_reserve)?;

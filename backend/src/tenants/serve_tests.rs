@@ -19,7 +19,8 @@ fn an_endpoint_whose_view_cannot_be_made_is_refused() {
     std::os::unix::fs::symlink(t.path().join("nowhere"), &link).expect("link");
     let why = sysfs_view_for(&sock, std::slice::from_ref(&sock), &host())
         .err()
-        .expect("refused");
+        .expect("refused")
+        .to_string();
     assert!(why.contains(&link.display().to_string()), "{why}");
     // A directory shared with another endpoint has no view, and is
     // no refusal.

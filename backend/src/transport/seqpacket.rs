@@ -1,6 +1,7 @@
 //! SOCK_SEQPACKET Unix sockets: one protocol message per datagram, file
 //! descriptors riding along as SCM_RIGHTS.
 
+use crate::error::Result;
 use nix::sys::socket::{
     self, sockopt, AddressFamily, Backlog, ControlMessageOwned, MsgFlags, SockFlag, SockType,
     UnixAddr,
@@ -63,30 +64,31 @@ impl Listener {
     /// moment, replacing a stale socket file (`safe_fs::Dir::bind_socket`).
     /// The directory may be a tenant's to write (an endpoint's socket
     /// directory): nothing there is followed by path.
-    pub fn bind(path: &Path, mode: u32) -> io::Result<Listener> {
+    pub fn bind(path: &Path, mode: u32) -> Result<Listener> {
         Listener::bind_then(path, mode, |_| {})
     }
 
     /// `bind`, running `between` with the private directory the socket is
     /// bound in, before its mode is set (the tests look there).
-    fn bind_then(path: &Path, mode: u32, between: impl FnOnce(&Path)) -> io::Result<Listener> {
+    fn bind_then(path: &Path, mode: u32, between: impl FnOnce(&Path)) -> Result<Listener> {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{}: not a socket path", path.display()),
-            ));
+            )
+            .into());
         };
         let dir = crate::safe_fs::Dir::open(dir)?;
         dir.bind_socket_then(name, mode, bind_seqpacket, between)
     }
 
-    pub fn accept(&self) -> io::Result<Conn> {
+    pub fn accept(&self) -> Result<Conn> {
         loop {
             match socket::accept4(self.0.as_raw_fd(), SockFlag::SOCK_CLOEXEC) {
                 // SAFETY: accept4 returned a new descriptor that we now own.
                 Ok(fd) => return Ok(Conn(unsafe { OwnedFd::from_raw_fd(fd) })),
                 Err(nix::Error::EINTR) | Err(nix::Error::ECONNABORTED) => continue,
-                Err(e) => return Err(nix_io(e)),
+                Err(e) => return Err(nix_io(e).into()),
             }
         }
     }
@@ -118,7 +120,7 @@ fn bind_seqpacket(at: &Path) -> io::Result<Listener> {
 }
 
 impl Conn {
-    pub fn connect(path: &Path) -> io::Result<Conn> {
+    pub fn connect(path: &Path) -> Result<Conn> {
         let fd = seqpacket()?;
         socket::connect(fd.as_raw_fd(), &UnixAddr::new(path).map_err(nix_io)?).map_err(nix_io)?;
         Ok(Conn(fd))
@@ -132,7 +134,7 @@ impl Conn {
     /// gone to another process before masqd reads `/proc/<pid>`. The pidfd
     /// names the connecting process itself, so `PeerProcess::still_running`
     /// after those reads tells whether they were of it.
-    pub fn peer(&self) -> io::Result<PeerProcess> {
+    pub fn peer(&self) -> Result<PeerProcess> {
         let cred = socket::getsockopt(&self.0, sockopt::PeerCredentials).map_err(nix_io)?;
         let pidfd = match socket::getsockopt(&self.0, sockopt::PeerPidfd) {
             Ok(fd) => Some(fd),
@@ -145,9 +147,10 @@ impl Conn {
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
                     format!("pid {}: the connecting process has exited", cred.pid()),
-                ))
+                )
+                .into())
             }
-            Err(e) => return Err(nix_io(e)),
+            Err(e) => return Err(nix_io(e).into()),
         };
         Ok(PeerProcess {
             pid: cred.pid(),
@@ -156,7 +159,7 @@ impl Conn {
     }
 
     /// Receive one datagram into `buf`; `Ok(None)` at end of stream.
-    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
+    pub fn recv(&self, buf: &mut [u8]) -> Result<Option<Datagram>> {
         let mut cmsg = nix::cmsg_space!([RawFd; 4]);
         loop {
             let mut iov = [IoSliceMut::new(buf)];
@@ -190,13 +193,13 @@ impl Conn {
                     }));
                 }
                 Err(nix::Error::EINTR) => continue,
-                Err(e) => return Err(nix_io(e)),
+                Err(e) => return Err(nix_io(e).into()),
             }
         }
     }
 
     /// Send one datagram, optionally with a descriptor.
-    pub fn send(&self, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    pub fn send(&self, data: &[u8], fd: Option<RawFd>) -> Result<()> {
         let iov = [io::IoSlice::new(data)];
         let fds;
         let cmsgs: Vec<socket::ControlMessage> = match fd {
@@ -216,13 +219,13 @@ impl Conn {
             ) {
                 Ok(_) => return Ok(()),
                 Err(nix::Error::EINTR) => continue,
-                Err(e) => return Err(nix_io(e)),
+                Err(e) => return Err(nix_io(e).into()),
             }
         }
     }
 
     /// A connected pair: ours, and the other end to hand to an app.
-    pub fn pair() -> io::Result<(Conn, OwnedFd)> {
+    pub fn pair() -> Result<(Conn, OwnedFd)> {
         let (a, b) = socket::socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -235,7 +238,7 @@ impl Conn {
 
     /// Send one datagram without waiting for room (EAGAIN if the reader
     /// has fallen behind).
-    pub fn send_nowait(&self, data: &[u8]) -> io::Result<()> {
+    pub fn send_nowait(&self, data: &[u8]) -> Result<()> {
         let iov = [io::IoSlice::new(data)];
         loop {
             match socket::sendmsg::<()>(
@@ -247,7 +250,7 @@ impl Conn {
             ) {
                 Ok(_) => return Ok(()),
                 Err(nix::Error::EINTR) => continue,
-                Err(e) => return Err(nix_io(e)),
+                Err(e) => return Err(nix_io(e).into()),
             }
         }
     }
@@ -283,7 +286,7 @@ impl Conn {
         let _ = socket::shutdown(self.0.as_raw_fd(), socket::Shutdown::Both);
     }
 
-    pub fn try_clone(&self) -> io::Result<Conn> {
+    pub fn try_clone(&self) -> Result<Conn> {
         Ok(Conn(self.0.as_fd().try_clone_to_owned()?))
     }
 }

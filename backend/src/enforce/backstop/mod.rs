@@ -67,6 +67,7 @@ mod sets;
 
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
+use crate::error::{Error, Result};
 use crate::kernel::nft::{nft_id, Nft};
 use crate::kernel::nft_counters::NftCounters;
 use crate::kernel::nft_set::{Change, NftSets};
@@ -203,17 +204,19 @@ pub fn wanted(cfg: &BackstopConfig, is_rxe: bool) -> bool {
 impl Backstop {
     /// Install (or take over, after a crash) the table for `endpoints`.
     /// Set elements that are already there are kept until `reconcile`.
-    pub fn start(cfg: &Config, endpoints: &[EndpointConfig]) -> Result<Backstop, String> {
+    pub fn start(cfg: &Config, endpoints: &[EndpointConfig]) -> Result<Backstop> {
         let parent = cfg.backstop.cgroup_parent.trim_matches('/').to_string();
         if parent.is_empty() {
-            return Err("backstop.cgroupParent: must name a cgroup below the root".into());
+            return Err(Error::invalid(
+                "backstop.cgroupParent: must name a cgroup below the root",
+            ));
         }
         let parent_dir = Path::new(CGROUP_ROOT).join(&parent);
         std::fs::create_dir_all(&parent_dir).map_err(|e| {
-            format!(
+            Error::Failed(format!(
                 "backstop.cgroupParent: cannot create {}: {e}",
                 parent_dir.display()
-            )
+            ))
         })?;
         let rails: Vec<(String, Ipv4Addr)> = cfg
             .rails
@@ -227,10 +230,10 @@ impl Backstop {
         for e in own {
             let id = nft_id(&e.name);
             if let Some(other) = seen.insert(id.clone(), e.name.clone()) {
-                return Err(format!(
+                return Err(Error::Failed(format!(
                     "endpoints {other} and {} map to the same nftables name {id}",
                     e.name
-                ));
+                )));
             }
             rules.insert(id, EndpointRules::of(&parent, e, At::of(&rails, e)?));
         }
@@ -241,9 +244,10 @@ impl Backstop {
         }
         let b = Backstop {
             nft: Nft::new()?,
-            sets: NftSets::open(TABLE).map_err(|e| format!("nf_tables netlink socket: {e}"))?,
+            sets: NftSets::open(TABLE)
+                .map_err(|e| Error::Failed(format!("nf_tables netlink socket: {e}")))?,
             counters: NftCounters::open(TABLE)
-                .map_err(|e| format!("nf_tables netlink socket: {e}"))?,
+                .map_err(|e| Error::Failed(format!("nf_tables netlink socket: {e}")))?,
             level: parent.split('/').count() + 1,
             parent,
             rails,
@@ -387,7 +391,7 @@ flush chain {t} ud_in
 
     /// Serve one more endpoint: its set, counter and chain, and its cgroup
     /// in the verdict map if it exists (else `refresh_cgroups` adds it).
-    pub fn add_endpoint(&self, e: &EndpointConfig) -> Result<(), String> {
+    pub fn add_endpoint(&self, e: &EndpointConfig) -> Result<()> {
         let at = At::of(&self.rails, e)?;
         let mut el = self.lock();
         if let Some(p) = &e.device_of {
@@ -395,14 +399,17 @@ flush chain {t} ud_in
             let rules = el
                 .endpoints
                 .get_mut(&nft_id(p))
-                .ok_or_else(|| format!("endpoint {p} is not in the backstop"))?;
+                .ok_or_else(|| Error::Failed(format!("endpoint {p} is not in the backstop")))?;
             self.nft.run(&vni_rules(e.vni))?;
             rules.at.insert(e.name.clone(), at);
             return Ok(());
         }
         let id = nft_id(&e.name);
         if el.endpoints.contains_key(&id) {
-            return Err(format!("endpoint {} is in the backstop already", e.name));
+            return Err(Error::Failed(format!(
+                "endpoint {} is in the backstop already",
+                e.name
+            )));
         }
         let one = BTreeMap::from([(id.clone(), EndpointRules::of(&self.parent, e, at))]);
         let cgroups = cgroups_now(&one);
@@ -420,7 +427,7 @@ flush chain {t} ud_in
     /// Stop serving an endpoint whose connections are gone: its chain, set
     /// and counter go, and its cgroup leaves the verdict map (a process
     /// left in it is then an unknown tenant's: dropped).
-    pub fn remove_endpoint(&self, name: &str) -> Result<(), String> {
+    pub fn remove_endpoint(&self, name: &str) -> Result<()> {
         // Updates already queued may name its set: run them first, in order.
         let sending = self.sending();
         self.run_queue(&sending);
@@ -462,7 +469,8 @@ flush chain {t} ud_in
             map_elements(&el.endpoints, &el.cgroups),
             adopted_maps(&el.adopted, &el.adopted_rules)
         );
-        self.nft.run(&cmd).map(|_| ())
+        self.nft.run(&cmd)?;
+        Ok(())
     }
 
     /// Put every configured endpoint whose cgroup exists into the verdict
@@ -508,28 +516,32 @@ flush chain {t} ud_in
     /// `<cgroupParent>`) as endpoint `name`'s: the caller has checked that
     /// an app of the endpoint runs in it and that every process in it lives
     /// in the endpoint's network namespace. Returns whether it is new.
-    pub fn adopt_cgroup(&self, name: &str, path: &str) -> Result<bool, String> {
+    pub fn adopt_cgroup(&self, name: &str, path: &str) -> Result<bool> {
         let id = nft_id(name);
         let depth = depth_of(path);
         if path.is_empty() || depth > MAX_ADOPTED_DEPTH {
-            return Err(format!(
+            return Err(Error::Failed(format!(
                 "cgroup /{path} is the root or deeper than {MAX_ADOPTED_DEPTH} levels"
-            ));
+            )));
         }
         if !path
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-:@+/".contains(c))
         {
-            return Err(format!("cgroup /{path}: a name nftables is not given"));
+            return Err(Error::Failed(format!(
+                "cgroup /{path}: a name nftables is not given"
+            )));
         }
         if self.by_name(path) {
             return Ok(false); // filtered by name already
         }
         let ino = cgroup_inode(&Path::new(CGROUP_ROOT).join(path))
-            .ok_or_else(|| format!("cgroup /{path} is gone"))?;
+            .ok_or_else(|| Error::Failed(format!("cgroup /{path} is gone")))?;
         let mut el = self.lock();
         if !el.endpoints.contains_key(&id) {
-            return Err(format!("endpoint {name} is not in the backstop"));
+            return Err(Error::Failed(format!(
+                "endpoint {name} is not in the backstop"
+            )));
         }
         // A pod's cgroup adopted for this endpoint covers its containers'.
         let covered = el.adopted.iter().any(|(p, (ep, _))| {
@@ -541,9 +553,9 @@ flush chain {t} ud_in
         match el.adopted.get(path) {
             Some((ep, i)) if *ep == id && *i == ino => return Ok(false),
             Some((ep, i)) if *i == ino => {
-                return Err(format!(
+                return Err(Error::Failed(format!(
                     "cgroup /{path} carries endpoint {ep}'s apps already"
-                ))
+                )))
             }
             _ => {}
         }

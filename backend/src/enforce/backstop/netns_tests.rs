@@ -56,7 +56,7 @@ fn set(name: &str) -> Vec<String> {
     listed(TABLE, name)
 }
 
-fn nft(cmd: &str) -> Result<String, String> {
+fn nft(cmd: &str) -> crate::error::Result<String> {
     crate::kernel::nft::Nft::new()?.run(cmd)
 }
 
@@ -325,7 +325,7 @@ fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
         let (b, _p) = start("upgrade");
         for old in ["conn_in", "tenant_qpns", "ud_qpns", "udq_100", "udq_200"] {
             let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
-            assert!(e.contains("No such file"), "{old}: {e}");
+            assert!(e.to_string().contains("No such file"), "{old}: {e}");
         }
         // The new ones hold the old elements at this host's address (what
         // a QPN alone meant) until the reconcile rewrites them.
@@ -361,7 +361,7 @@ fn the_drop_counters_are_read_without_libnftables_and_a_lost_table_is_an_error()
         assert!(names.contains(&"drop_acme_a".to_string()), "{names:?}");
         assert!(names.contains(&"ingress_drop".to_string()), "{names:?}");
         nft(&format!("delete table inet {TABLE}")).expect("deleted by hand");
-        let e = b.counters().expect_err("no table");
+        let e = b.counters().expect_err("no table").to_string();
         assert!(e.contains("the table is gone"), "{e}");
     })
 }

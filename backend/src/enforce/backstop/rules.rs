@@ -7,6 +7,7 @@ use super::{At, Conn, Elements, EndpointRules, EpId, Live, Pair, TABLE};
 use super::{BTH_DEST_QPN, BTH_UD, CONN_TO, TENANT_QPS, UD_QPS};
 use crate::config::EndpointConfig;
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
+use crate::error::{Error, Result};
 use crate::kernel::nft_set::{Change, Element, Field};
 use rconntrack::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -18,22 +19,22 @@ use std::sync::{Mutex, MutexGuard};
 impl At {
     /// `e`'s device, on its rail (none: the first) of `rails` (name,
     /// this host's underlay address).
-    pub(super) fn of(rails: &[(String, Ipv4Addr)], e: &EndpointConfig) -> Result<At, String> {
+    pub(super) fn of(rails: &[(String, Ipv4Addr)], e: &EndpointConfig) -> Result<At> {
         let local = crate::config::rail_value(rails, e.rail.as_deref()).copied();
         let local = local.ok_or_else(|| {
-            format!(
+            Error::Failed(format!(
                 "endpoint {}: no rail {:?} on this host",
                 e.name,
                 e.rail.as_deref().unwrap_or_default()
-            )
+            ))
         })?;
         // Elements keyed by 0.0.0.0 would match no packet: its QPs would
         // take no ingress at all.
         if local.is_unspecified() {
-            return Err(format!(
+            return Err(Error::Failed(format!(
                 "endpoint {}: its rail has no underlay address",
                 e.name
-            ));
+            )));
         }
         Ok(At {
             vni: e.vni,

@@ -8,6 +8,7 @@ use super::rules::{
     tenant_qp, ud_from, ud_host, ud_local_qp, vnis,
 };
 use super::{Backstop, CONN_TO, TABLE, TENANT_QPS, UD_QPS};
+use crate::error::{Error, Result};
 use crate::kernel::nft_set::Change;
 use crate::pipeline::ports::Guard;
 use rconntrack::{Event, EventKind, QpType, State};
@@ -373,15 +374,15 @@ impl Backstop {
 
     /// The drop counters: (name, packets, bytes). The table always has
     /// some: none means it is gone.
-    pub fn counters(&self) -> Result<Vec<(String, u64, u64)>, String> {
+    pub fn counters(&self) -> Result<Vec<(String, u64, u64)>> {
         let c = self
             .counters
             .read()
-            .map_err(|e| format!("nf_tables counters of inet {TABLE}: {e}"))?;
+            .map_err(|e| Error::Failed(format!("nf_tables counters of inet {TABLE}: {e}")))?;
         if c.is_empty() {
-            return Err(format!(
+            return Err(Error::Failed(format!(
                 "no counters in inet {TABLE}: the table is gone (was the ruleset flushed?)"
-            ));
+            )));
         }
         Ok(c.into_iter()
             .map(|c| (c.name, c.packets, c.bytes))

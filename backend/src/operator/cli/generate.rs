@@ -6,6 +6,7 @@
 //! reference differs from what the definitions give.
 
 use super::{masqctl, masqd};
+use crate::error::{Error, Result};
 use clap::{Arg, ArgAction, Command, CommandFactory};
 use clap_complete::Shell;
 use std::fmt::Write as _;
@@ -48,10 +49,10 @@ pub const COMPLETIONS: [(Shell, &str); 3] = [
 /// Write DIR/completions/{bash/masqctl, zsh/_masqctl, fish/masqctl.fish},
 /// DIR/man/man1/masqctl*.1 and DIR/man/man8/masqd.8, in place of what was
 /// there (no page of a command that went stays); the files written.
-pub fn write_all(dir: &Path) -> io::Result<Vec<PathBuf>> {
+pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>> {
     for old in [dir.join("completions"), dir.join("man")] {
         match std::fs::remove_dir_all(&old) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
     }
@@ -133,14 +134,14 @@ fn shown(c: &Command) -> bool {
 }
 
 /// The page's text with the reference between BEGIN and END as generated.
-pub fn update_reference(page: &str) -> Result<String, String> {
+pub fn update_reference(page: &str) -> Result<String> {
     let begin = page
         .find(BEGIN)
-        .ok_or_else(|| format!("no line {BEGIN:?} in the page"))?;
+        .ok_or_else(|| Error::Invalid(format!("no line {BEGIN:?} in the page")))?;
     let end = page[begin..]
         .find(END)
         .map(|i| begin + i)
-        .ok_or_else(|| format!("no line {END:?} after the begin mark"))?;
+        .ok_or_else(|| Error::Invalid(format!("no line {END:?} after the begin mark")))?;
     Ok(format!(
         "{}{BEGIN}\n\n{}\n{END}{}",
         &page[..begin],

@@ -7,6 +7,7 @@
 //! makes `masqctl/v2`.
 
 use super::masqctl::Format;
+use crate::error::{Error, Result};
 use crate::operator::control::{gid_rows, render_table, s, Request};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -74,25 +75,25 @@ pub fn envelope(req: &Request, reply: &Value) -> Value {
 }
 
 /// A reply as `format` prints it (ending in a newline, or empty).
-pub fn render(format: Format, req: &Request, reply: &Value) -> Result<String, String> {
+pub fn render(format: Format, req: &Request, reply: &Value) -> Result<String> {
     Ok(match format {
         Format::Table => render_table(req, reply),
         Format::Wide => render_wide(req, reply),
         Format::Json => {
             let v = envelope(req, reply);
-            let mut s = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+            let mut s =
+                serde_json::to_string_pretty(&v).map_err(|e| Error::Invalid(e.to_string()))?;
             s.push('\n');
             s
         }
-        Format::Yaml => {
-            serde_yaml_ng::to_string(&envelope(req, reply)).map_err(|e| e.to_string())?
-        }
+        Format::Yaml => serde_yaml_ng::to_string(&envelope(req, reply))
+            .map_err(|e| Error::Invalid(e.to_string()))?,
     })
 }
 
 /// One streamed conntrack event: `line` is its conntrack(8)-style text,
 /// `data` its fields. JSON is one object a line; YAML one document each.
-pub fn render_event(format: Format, line: &str, data: &Value) -> Result<String, String> {
+pub fn render_event(format: Format, line: &str, data: &Value) -> Result<String> {
     let req = Request::ConntrackEvents {
         filter: Default::default(),
     };
@@ -101,7 +102,8 @@ pub fn render_event(format: Format, line: &str, data: &Value) -> Result<String, 
         Format::Json => format!("{}\n", envelope(&req, data)),
         Format::Yaml => format!(
             "---\n{}",
-            serde_yaml_ng::to_string(&envelope(&req, data)).map_err(|e| e.to_string())?
+            serde_yaml_ng::to_string(&envelope(&req, data))
+                .map_err(|e| Error::Invalid(e.to_string()))?
         ),
     })
 }
