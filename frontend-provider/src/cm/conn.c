@@ -43,8 +43,8 @@ static ssize_t cm_call_once(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE]
 		if ((err = masq_conn_open(&conn, dev_fd)) != 0) {
 			pthread_mutex_unlock(&conn_lock);
 			masq_log("cannot reach masqd at %s: %s", masq_socket_path(),
-				 strerror(err));
-			return -err;
+				 strerror(-err));
+			return err;
 		}
 		conn_generation = 1;
 	}
@@ -277,7 +277,7 @@ int masq_cm_recover(unsigned int lost)
 	if (err) {
 		pthread_mutex_unlock(&conn_lock);
 		if (masq_debug_on())
-			masq_log("CM: masqd went away and is not back yet: %s", strerror(err));
+			masq_log("CM: masqd went away and is not back yet: %s", strerror(-err));
 		err = EAGAIN; /* the conn stays dead: a later call tries again */
 		goto out;
 	}
