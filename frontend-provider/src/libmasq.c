@@ -241,9 +241,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	m->ctx = ctx;
-	err = masq_session_open(&m->sess, ctx->cmd_fd, m->dev.vdev, 1);
+	/* Both return -errno; err is the errno ibv_open_device sets. */
+	err = -masq_session_open(&m->sess, ctx->cmd_fd, m->dev.vdev, 1);
 	if (!err)
-		err = masq_query_gid_table(&m->sess, m->gt.gids, &m->gt.ngids);
+		err = -masq_query_gid_table(&m->sess, m->gt.gids, &m->gt.ngids);
 	if (!err) {
 		/* As long as the physical port's table, as the kernel shows it:
 		 * the entries past the virtual GIDs are empty ones. */

@@ -66,7 +66,10 @@ int masq_vdev_select(struct ibv_device **list, int n, struct ibv_device **others
 	int nv, nkept = 0, i, j;
 
 	nv = masq_describe_devices(info, MASQ_MAX_VDEVS);
-	if (nv < 0)
+	if (nv < 0) {
+		/* errno says why, as it did before: an app may read it after
+		 * an empty ibv_get_device_list. */
+		errno = -nv;
 		/* Fail closed: without masqd there is no virtual device to show.
 		 * The table stays: what an earlier list showed keeps its virtual
 		 * GUIDs, and opens again once masqd is back. EPERM and EMFILE
@@ -76,6 +79,7 @@ int masq_vdev_select(struct ibv_device **list, int n, struct ibv_device **others
 				 ? "masqd at %s refused this process: %s (its log says why)"
 				 : "cannot reach masqd at %s: %s",
 			 masq_socket_path(), strerror(errno));
+	}
 	pthread_mutex_lock(&vdev_lock);
 	for (i = 0; i < nv; i++) {
 		kept[nkept] = backing(list, n, &info[i], kept, nkept);

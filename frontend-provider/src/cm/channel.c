@@ -26,14 +26,15 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 		return NULL;
 	}
 	masq_msg_cm_create_channel_req_init(&req);
-	err = CM_CALL(cm_create_channel, req, rep, &fd);
-	if (!err && fd < 0)
-		err = -EPROTO; /* no event socket came with the reply */
+	if (CM_CALL(cm_create_channel, req, rep, &fd))
+		err = errno;
+	else
+		err = fd < 0 ? EPROTO : 0; /* no event socket came with the reply */
 	if (err) {
 		if (fd >= 0)
 			close(fd);
 		free(c);
-		errno = -err;
+		errno = err;
 		return NULL;
 	}
 	c->handle = rep.body.channel;

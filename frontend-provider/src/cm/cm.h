@@ -1,7 +1,8 @@
 /*
  * libmasq's RDMA CM (src/cm): librdmacm's API carried to masqd.
  * The API itself is <rdma/rdma_cma.h>; this header holds what the
- * implementation shares with its tests.
+ * implementation shares with its tests. Errors, in the whole folder: -1
+ * (or NULL) with errno set, as librdmacm's (see internal.h).
  */
 #ifndef MASQ_CM_H
 #define MASQ_CM_H

@@ -22,8 +22,8 @@ static unsigned int conn_generation;
 static pthread_mutex_t recover_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* One request on the connection of generation *gen (opened if there is
- * none yet): the reply's length, or -errno. *gen is the generation used.
- * Device 0's file is found first, as the connection opens device 0 with
+ * none yet): the reply's length, or -1 with errno. *gen is the generation
+ * used. Device 0's file is found first, as the connection opens device 0 with
  * masqd before its first request (taken before conn_lock: finding it
  * talks to masqd, and a fork takes the device lock first). */
 static ssize_t cm_call_once(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd,
@@ -38,24 +38,24 @@ static ssize_t cm_call_once(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE]
 		if (dev_fd < 0) {
 			pthread_mutex_unlock(&conn_lock);
 			masq_log("RDMA CM: no device to open with masqd: %s", strerror(dev_err));
-			return -dev_err;
+			return fail(dev_err);
 		}
 		if ((err = masq_conn_open(&conn, dev_fd)) != 0) {
 			pthread_mutex_unlock(&conn_lock);
 			masq_log("cannot reach masqd at %s: %s", masq_socket_path(),
-				 strerror(err));
-			return -err;
+				 strerror(-err));
+			return fail(-err);
 		}
 		conn_generation = 1;
 	}
 	*gen = conn_generation;
 	n = conn.fd < 0 ? -ECONNRESET : masq_conn_call(&conn, req, len, buf, got_fd);
 	pthread_mutex_unlock(&conn_lock);
-	return n;
+	return n < 0 ? fail((int)-n) : n;
 }
 
-/* Send req, get its reply into buf: the reply's length, or -errno. A
- * masqd that went away is reconnected to and told every channel and id
+/* Send req, get its reply into buf: the reply's length, or -1 with errno.
+ * A masqd that went away is reconnected to and told every channel and id
  * again first; the request then goes to it (the old one took whatever
  * it had done of the request with it). */
 ssize_t masq_cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd)
@@ -66,8 +66,10 @@ ssize_t masq_cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], 
 	if (got_fd)
 		*got_fd = -1;
 	n = cm_call_once(req, len, buf, got_fd, &gen);
-	if (n != -ECONNRESET || masq_cm_recover(gen) != 0)
+	if (n >= 0 || errno != ECONNRESET)
 		return n;
+	if (masq_cm_recover(gen) != 0)
+		return fail(ECONNRESET);
 	return cm_call_once(req, len, buf, got_fd, &gen);
 }
 
@@ -118,7 +120,8 @@ void masq_cm_nap_ms(long ms)
 		;
 }
 
-/* Restore one channel on the new connection (conn_lock held): 0 or -errno. */
+/* Restore one channel on the new connection (conn_lock held): 0, or -1
+ * with errno. */
 static int restore_channel(const struct channel_snap *c)
 {
 	struct masq_msg_cm_restore_channel_req req;
@@ -148,11 +151,11 @@ static int restore_channel(const struct channel_snap *c)
 	}
 	if (fd >= 0)
 		close(fd);
-	return err;
+	return err ? fail(-err) : 0;
 }
 
 /* Restore one id (conn_lock held), retrying while masqd does not track
- * its QP yet (the session watcher re-registers it): 0 or -errno. */
+ * its QP yet (the session watcher re-registers it): 0, or -1 with errno. */
 static int restore_id(struct id_snap *s, double deadline)
 {
 	struct masq_msg_cm_restore_id_req req;
@@ -167,11 +170,12 @@ static int restore_id(struct id_snap *s, double deadline)
 		n = masq_conn_call(&conn, &req, sizeof(req), buf, NULL);
 		err = n < 0 ? (int)n : masq_msg_cm_restore_id_reply_decode(buf, (size_t)n, &rep);
 		if (err != -EAGAIN || now_s() > deadline)
-			return err;
+			return err ? fail(-err) : 0;
 		masq_cm_nap_ms(50);
 	}
 }
 
+/* What a restarted masqd is told of: 0, or -1 with errno ENOMEM. */
 static int snapshot(struct channel_snap **chans, size_t *nch, struct id_snap **snaps, size_t *nid)
 {
 	struct cm_channel *ch;
@@ -218,7 +222,7 @@ static int snapshot(struct channel_snap **chans, size_t *nch, struct id_snap **s
 	if (!*chans || !*snaps) {
 		free(*chans);
 		free(*snaps);
-		return ENOMEM;
+		return fail(ENOMEM);
 	}
 	return 0;
 }
@@ -246,14 +250,14 @@ static int conn_dead(void)
 }
 
 /* The connection of generation `lost` failed: 0 once a masqd has every
- * channel and id again (by this thread or another), or an errno. */
+ * channel and id again (by this thread or another), or -1 with errno. */
 int masq_cm_recover(unsigned int lost)
 {
 	struct channel_snap *chans = NULL;
 	struct id_snap *snaps = NULL;
 	size_t nch = 0, nid = 0, i, restored = 0;
 	double started = now_s(), deadline = started + (double)masq_reconnect_wait_ms() / 1000;
-	int err = 0, e, dev_fd;
+	int err = 0, dev_fd;
 
 	pthread_mutex_lock(&recover_lock);
 	if (masq_cm_generation() != lost)
@@ -263,8 +267,10 @@ int masq_cm_recover(unsigned int lost)
 		err = errno;
 		goto out;
 	}
-	if ((err = snapshot(&chans, &nch, &snaps, &nid)) != 0)
+	if (snapshot(&chans, &nch, &snaps, &nid) != 0) {
+		err = errno;
 		goto out;
+	}
 	pthread_mutex_lock(&conn_lock);
 	if (!conn_dead()) {
 		pthread_mutex_unlock(&conn_lock);
@@ -277,7 +283,7 @@ int masq_cm_recover(unsigned int lost)
 	if (err) {
 		pthread_mutex_unlock(&conn_lock);
 		if (masq_debug_on())
-			masq_log("CM: masqd went away and is not back yet: %s", strerror(err));
+			masq_log("CM: masqd went away and is not back yet: %s", strerror(-err));
 		err = EAGAIN; /* the conn stays dead: a later call tries again */
 		goto out;
 	}
@@ -287,11 +293,11 @@ int masq_cm_recover(unsigned int lost)
 	 * went away (a slow restart left them no time at all). */
 	deadline = now_s() + (double)masq_reconnect_wait_ms() / 1000;
 	for (i = 0; i < nch; i++)
-		if ((e = restore_channel(&chans[i])) != 0)
-			masq_log("CM channel %u not restored: %s", chans[i].handle, strerror(-e));
+		if (restore_channel(&chans[i]) != 0)
+			masq_log("CM channel %u not restored: %s", chans[i].handle, strerror(errno));
 	for (i = 0; i < nid; i++) {
-		if ((e = restore_id(&snaps[i], deadline)) != 0)
-			masq_log("CM id %u not restored: %s", snaps[i].handle, strerror(-e));
+		if (restore_id(&snaps[i], deadline) != 0)
+			masq_log("CM id %u not restored: %s", snaps[i].handle, strerror(errno));
 		else
 			restored++;
 	}
@@ -303,7 +309,7 @@ out:
 	pthread_mutex_unlock(&recover_lock);
 	free(chans);
 	free(snaps);
-	return err;
+	return err ? fail(err) : 0;
 }
 
 /*

@@ -50,16 +50,14 @@ static int connect_ud(struct cm_id *c, const struct rdma_conn_param *conn_param)
 {
 	struct masq_msg_cm_connect_req req;
 	struct masq_msg_cm_connect_reply rep;
-	int err;
 
 	masq_msg_cm_connect_req_init(&req);
 	req.body.id = c->handle;
 	if (conn_param_to_wire(&req.body.param, &c->id, conn_param, 0, 0,
 			       MASQ_CM_SIDR_REQ_PRIVATE_DATA))
 		return -1;
-	err = CM_CALL(cm_connect, req, rep, NULL);
-	if (err)
-		return fail(-err);
+	if (CM_CALL(cm_connect, req, rep, NULL))
+		return -1;
 	pthread_mutex_lock(&masq_cm_ids_lock);
 	c->restore = MASQ_CM_RESTORE_PENDING;
 	c->active = 1;
@@ -74,16 +72,14 @@ static int accept_ud(struct cm_id *c, const struct rdma_conn_param *conn_param)
 {
 	struct masq_msg_cm_accept_req req;
 	struct masq_msg_cm_accept_reply rep;
-	int err;
 
 	masq_msg_cm_accept_req_init(&req);
 	req.body.id = c->handle;
 	if (conn_param_to_wire(&req.body.param, &c->id, conn_param, 0, 0,
 			       MASQ_CM_SIDR_REP_PRIVATE_DATA))
 		return -1;
-	err = CM_CALL(cm_accept, req, rep, NULL);
-	if (err)
-		return fail(-err);
+	if (CM_CALL(cm_accept, req, rep, NULL))
+		return -1;
 	masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND);
 	if (c->sync && c->id.event) {
 		rdma_ack_cm_event(c->id.event);
@@ -98,7 +94,6 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	struct masq_msg_cm_connect_reply rep;
 	uint8_t max_rd, max_init, resp_res, init_depth;
 	struct cm_id *c;
-	int err;
 
 	if (!id)
 		return fail(EINVAL);
@@ -126,9 +121,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			       MASQ_CM_REQ_PRIVATE_DATA))
 		return -1;
 	c->connect_error = 0;
-	err = CM_CALL(cm_connect, req, rep, NULL);
-	if (err)
-		return fail(-err);
+	if (CM_CALL(cm_connect, req, rep, NULL))
+		return -1;
 	pthread_mutex_lock(&masq_cm_ids_lock);
 	c->restore = MASQ_CM_RESTORE_PENDING;
 	c->active = 1;
@@ -138,13 +132,10 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 int rdma_establish(struct rdma_cm_id *id)
 {
-	int err;
-
 	if (!id || id->qp)
 		return fail(EINVAL);
-	err = CM_ID_CALL(cm_establish, cm_of(id)->handle);
-	if (err)
-		return fail(-err);
+	if (CM_ID_CALL(cm_establish, cm_of(id)->handle))
+		return -1;
 	masq_cm_set_restore(cm_of(id), MASQ_CM_RESTORE_CONNECTED);
 	return 0;
 }
@@ -179,12 +170,12 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	if (conn_param_to_wire(&req.body.param, id, conn_param, resp_res, init_depth,
 			       MASQ_CM_MAX_PRIVATE_DATA))
 		return -1;
-	err = masq_cm_id_move_qp(c, &req.body.param);
+	err = masq_cm_id_move_qp(c, &req.body.param) ? errno : 0;
 	if (err == ENOTSUP) {
 		if (masq_cm_modify_qp(id, IBV_QPS_RTR, resp_res) ||
 		    masq_cm_modify_qp(id, IBV_QPS_RTS, init_depth))
 			return -1;
-		err = -CM_CALL(cm_accept, req, rep, NULL);
+		err = CM_CALL(cm_accept, req, rep, NULL) ? errno : 0;
 	}
 	if (err) {
 		(void)masq_cm_qp_to_error(id);
@@ -197,7 +188,6 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private
 {
 	struct masq_msg_cm_reject_req req;
 	struct masq_msg_cm_reject_reply rep;
-	int err;
 
 	if (!id || private_data_len > MASQ_CM_REJ_PRIVATE_DATA ||
 	    (private_data_len && !private_data))
@@ -207,23 +197,20 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private
 	req.body.private_data_len = private_data_len;
 	if (private_data_len)
 		memcpy(req.body.private_data, private_data, private_data_len);
-	err = CM_CALL(cm_reject, req, rep, NULL);
-	return err ? fail(-err) : 0;
+	return CM_CALL(cm_reject, req, rep, NULL);
 }
 
 int rdma_disconnect(struct rdma_cm_id *id)
 {
 	struct cm_id *c;
-	int err;
 
 	if (!id)
 		return fail(EINVAL);
 	c = cm_of(id);
 	if (masq_cm_qp_to_error(id))
 		return -1;
-	err = CM_ID_CALL(cm_disconnect, c->handle);
-	if (err)
-		return fail(-err);
+	if (CM_ID_CALL(cm_disconnect, c->handle))
+		return -1;
 	return masq_cm_complete(c, RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
 }
 

@@ -101,7 +101,8 @@ static uint8_t clamp_depth(int v)
 	return (uint8_t)(v > 0xfe ? 0xfe : v);
 }
 
-/* Call under masq_cm_dev_lock: open dev as the next device. 0 or an errno. */
+/* Call under masq_cm_dev_lock: open dev as the next device. 0, or -1 with
+ * errno. */
 static int open_one(struct ibv_device *dev)
 {
 	struct cm_dev *d = &devs[ndevs];
@@ -111,7 +112,7 @@ static int open_one(struct ibv_device *dev)
 	memset(d, 0, sizeof(*d));
 	d->ctx = ibv_open_device(dev);
 	if (!d->ctx)
-		return errno;
+		return -1;
 	s = masq_session_of(d->ctx);
 	d->vdev = s ? s->vdev : (uint8_t)ndevs;
 	d->max_rd_atom = d->max_init_rd_atom = 1;
@@ -140,9 +141,12 @@ static int open_devices(void)
 	if (!list)
 		return -1;
 	for (i = 0; i < n && ndevs < MASQ_MAX_VDEVS; i++) {
-		err = open_one(list[i]);
-		if (err)
+		if (open_one(list[i]) != 0) {
+			err = errno;
 			masq_log("RDMA CM: cannot open %s: %s", list[i]->name, strerror(err));
+		} else {
+			err = 0;
+		}
 	}
 	masq_cm_vb.free_device_list(list);
 	return ndevs ? 0 : fail(err);

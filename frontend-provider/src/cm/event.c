@@ -110,16 +110,14 @@ static void copy_ud_param(struct cm_event *e, const struct masq_cm_event *n)
  * librdmacm's ucma_process_conn_resp): 0, or -1 with errno. */
 static int finish_connect(struct cm_id *c)
 {
-	int err = masq_cm_id_move_qp(c, NULL);
-
-	if (err == ENOTSUP) {
-		if (masq_cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) ||
-		    masq_cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff))
+	if (masq_cm_id_move_qp(c, NULL) != 0) {
+		if (errno != ENOTSUP)
 			return -1;
-		err = -CM_ID_CALL(cm_establish, c->handle);
+		if (masq_cm_modify_qp(&c->id, IBV_QPS_RTR, 0xff) ||
+		    masq_cm_modify_qp(&c->id, IBV_QPS_RTS, 0xff) ||
+		    CM_ID_CALL(cm_establish, c->handle))
+			return -1;
 	}
-	if (err)
-		return fail(err);
 	masq_cm_set_restore(c, MASQ_CM_RESTORE_CONNECTED);
 	return 0;
 }
@@ -296,7 +294,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 			/* masqd went away: once a new one has the channel and
 			 * its ids again, fd is its new event socket. Blocks
 			 * until masqd is back, as the kernel's would. */
-			while ((err = masq_cm_recover(gen)) == EAGAIN)
+			while ((err = masq_cm_recover(gen)) != 0 && errno == EAGAIN)
 				masq_cm_nap_ms(100);
 			if (err || masq_cm_channel_generation(serial, 0) != masq_cm_generation())
 				return fail(ECONNRESET);

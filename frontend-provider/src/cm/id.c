@@ -99,10 +99,10 @@ int masq_cm_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id
 	masq_msg_cm_create_id_req_init(&req);
 	req.body.channel = channel_handle(c->id.channel);
 	req.body.port_space = (uint32_t)ps;
-	err = CM_CALL(cm_create_id, req, rep, NULL);
-	if (err) {
+	if (CM_CALL(cm_create_id, req, rep, NULL)) {
+		err = errno;
 		free_id(c);
-		return fail(-err);
+		return fail(err);
 	}
 	c->handle = rep.body.id;
 	masq_cm_insert_id(c);
@@ -146,7 +146,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	c = cm_of(id);
 	/* Released here whatever masqd says: if it refuses (say, it restarted
 	 * and never heard of the id), nothing better can be done with it. */
-	err = CM_ID_CALL(cm_destroy_id, c->handle);
+	err = CM_ID_CALL(cm_destroy_id, c->handle) ? errno : 0;
 	remove_id(c); /* its events still queued are dropped from here on */
 	if (id->event) {
 		rdma_ack_cm_event(id->event);
@@ -158,8 +158,8 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		pthread_cond_wait(&masq_cm_ids_cond, &masq_cm_ids_lock);
 	pthread_mutex_unlock(&masq_cm_ids_lock);
 	free_id(c);
-	if (err && err != -ECONNRESET && err != -ENOTCONN)
-		return fail(-err);
+	if (err && err != ECONNRESET && err != ENOTCONN)
+		return fail(err);
 	return 0;
 }
 
@@ -184,11 +184,11 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 	masq_msg_cm_migrate_id_req_init(&req);
 	req.body.id = c->handle;
 	req.body.channel = channel_handle(channel);
-	err = CM_CALL(cm_migrate_id, req, rep, NULL);
-	if (err) {
+	if (CM_CALL(cm_migrate_id, req, rep, NULL)) {
+		err = errno;
 		if (sync)
 			rdma_destroy_event_channel(channel);
-		return fail(-err);
+		return fail(err);
 	}
 	if (c->sync) {
 		if (id->event) {

@@ -22,6 +22,14 @@
  *
  * libibverbs is not linked: the verbs the CM needs and libmasq does not
  * define are looked up at run time (device.c), like libmasq.c does.
+ *
+ * Errors: the rdma_* entry points fail as librdmacm's do, -1 (or NULL)
+ * with errno set (rdma_getaddrinfo: an EAI_* code, or -1 with errno), and
+ * so does every function of these files that can fail, the helpers
+ * declared here and the static ones alike (fail() sets errno), so an entry
+ * point returns a helper's failure as it is. A transport call's -errno and
+ * a verb's positive errno (ibv_modify_qp, cmd/) become errno where they
+ * arrive; a caller that cleans up before failing keeps errno in a local.
  */
 #ifndef MASQ_CM_INTERNAL_H
 #define MASQ_CM_INTERNAL_H
@@ -117,17 +125,22 @@ void masq_cm_device_limits(const struct ibv_context *ctx, uint8_t *rd_atom,
 
 /* ------------------------------------------------------------ masqd (conn.c) */
 
+/* Send req, get its reply into buf: the reply's length, or -1 with errno. */
 ssize_t masq_cm_roundtrip(void *req, size_t len, uint8_t buf[MASQ_MAX_MESSAGE], int *got_fd);
+/* The connection of generation lost_generation failed: 0 once a masqd has
+ * every channel and id again, or -1 with errno (EAGAIN: not back yet). */
 int masq_cm_recover(unsigned int lost_generation);
 unsigned int masq_cm_generation(void);
 void masq_cm_nap_ms(long ms);
 
-/* One request of kind KIND: 0, or a negative errno (masqd's status). */
+/* One request of kind KIND: 0, or -1 with errno (masqd's status, or why
+ * masqd could not be asked). */
 #define CM_CALL(KIND, req, rep, got_fd)                                                   \
 	({                                                                                \
 		uint8_t buf_[MASQ_MAX_MESSAGE];                                           \
 		ssize_t n_ = masq_cm_roundtrip(&(req), sizeof(req), buf_, (got_fd));      \
-		n_ < 0 ? (int)n_ : masq_msg_##KIND##_reply_decode(buf_, (size_t)n_, &(rep)); \
+		int e_ = n_ < 0 ? 0 : masq_msg_##KIND##_reply_decode(buf_, (size_t)n_, &(rep)); \
+		n_ < 0 ? -1 : e_ ? fail(-e_) : 0;                                        \
 	})
 
 /* The same, for the requests that name an id and have no reply body. */

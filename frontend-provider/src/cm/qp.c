@@ -30,7 +30,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 	enum ibv_qp_state state;
 	uint8_t timeout_set, timeout, tos_set, tos;
 	struct cm_id *c;
-	int err, mask;
+	int mask;
 
 	if (!id || !qp_attr || !qp_attr_mask)
 		return fail(EINVAL);
@@ -49,9 +49,8 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 		masq_msg_cm_init_qp_attr_req_init(&req);
 		req.body.id = c->handle;
 		req.body.qp_state = (uint32_t)state;
-		err = CM_CALL(cm_init_qp_attr, req, rep, NULL);
-		if (err)
-			return fail(-err);
+		if (CM_CALL(cm_init_qp_attr, req, rep, NULL))
+			return -1;
 	}
 	mask = (int)rep.body.attr_mask;
 	memset(qp_attr, 0, sizeof(*qp_attr));
@@ -134,7 +133,7 @@ int masq_cm_qp_to_error(struct rdma_cm_id *id)
  * kernel's CM takes three steps. ENOTSUP when that cannot be asked (no
  * RTR attributes came with the id's event, the app set an ACK timeout or
  * a TOS, or the QP is not on a masq context): the caller then takes the
- * steps one by one. 0 or an errno.
+ * steps one by one. 0, or -1 with errno.
  */
 int masq_cm_id_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
 {
@@ -157,7 +156,7 @@ int masq_cm_id_move_qp(struct cm_id *c, const struct masq_cm_conn_param *accept)
 			c->id.qp->state = IBV_QPS_RTS;
 	}
 	pthread_mutex_unlock(&c->qp_lock);
-	return err;
+	return err ? fail(err) : 0;
 }
 
 /* ------------------------------------------------------------ QPs */
@@ -195,7 +194,7 @@ static int create_cq(struct rdma_cm_id *id, uint32_t size, struct ibv_cq **cq,
 }
 
 /* A UD id's QP goes on from INIT to RTS at once, as librdmacm's
- * ucma_init_ud_qp takes it: it needs no peer. 0 or an errno. */
+ * ucma_init_ud_qp takes it: it needs no peer. 0, or -1 with errno. */
 static int ud_qp_ready(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr attr;
@@ -204,11 +203,12 @@ static int ud_qp_ready(struct ibv_qp *qp)
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_RTR;
 	err = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
-	if (err)
-		return err;
-	attr.qp_state = IBV_QPS_RTS;
-	attr.sq_psn = 0;
-	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	if (!err) {
+		attr.qp_state = IBV_QPS_RTS;
+		attr.sq_psn = 0;
+		err = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	}
+	return err ? fail(err) : 0;
 }
 
 int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
@@ -253,12 +253,12 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 	if (rdma_init_qp_attr(id, &qp_attr, &mask))
 		goto err_qp;
 	err = ibv_modify_qp(qp, &qp_attr, mask);
-	if (!err && is_ud(cm_of(id)))
-		err = ud_qp_ready(qp);
 	if (err) {
 		errno = err;
 		goto err_qp;
 	}
+	if (is_ud(cm_of(id)) && ud_qp_ready(qp))
+		goto err_qp;
 	id->pd = qp->pd;
 	return 0;
 

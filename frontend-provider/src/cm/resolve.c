@@ -30,7 +30,6 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	struct masq_msg_cm_bind_addr_req req;
 	struct masq_msg_cm_bind_addr_reply rep;
 	struct cm_id *c;
-	int err;
 
 	if (!id || !addr)
 		return fail(EINVAL);
@@ -49,9 +48,8 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		c->loopback = 1;
 		return 0;
 	}
-	err = CM_CALL(cm_bind_addr, req, rep, NULL);
-	if (err)
-		return fail(-err);
+	if (CM_CALL(cm_bind_addr, req, rep, NULL))
+		return -1;
 	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
 	masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND);
 	if (id->route.addr.src_sin.sin_addr.s_addr != htonl(INADDR_ANY)) {
@@ -68,7 +66,6 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 	struct masq_msg_cm_resolve_addr_req req;
 	struct masq_msg_cm_resolve_addr_reply rep;
 	struct cm_id *c;
-	int err;
 
 	if (!id || !dst_addr)
 		return fail(EINVAL);
@@ -87,9 +84,8 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 			return -1;
 		req.body.has_src = 1;
 	}
-	err = CM_CALL(cm_resolve_addr, req, rep, NULL);
-	if (err)
-		return fail(-err);
+	if (CM_CALL(cm_resolve_addr, req, rep, NULL))
+		return -1;
 	masq_cm_set_restore(c, MASQ_CM_RESTORE_BOUND); /* it holds a port now */
 	masq_cm_addr_from_wire(&id->route.addr.src_sin, &rep.body.src);
 	masq_cm_addr_from_wire(&id->route.addr.dst_sin, &rep.body.dst);
@@ -99,15 +95,13 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	struct cm_id *c;
-	int err;
 
 	(void)timeout_ms; /* masqd's route is immediate */
 	if (!id)
 		return fail(EINVAL);
 	c = cm_of(id);
-	err = CM_ID_CALL(cm_resolve_route, c->handle);
-	if (err)
-		return fail(-err);
+	if (CM_ID_CALL(cm_resolve_route, c->handle))
+		return -1;
 	return masq_cm_complete(c, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_ROUTE_RESOLVED);
 }
 
@@ -115,7 +109,6 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct masq_msg_cm_listen_req req;
 	struct masq_msg_cm_listen_reply rep;
-	int err;
 
 	if (!id)
 		return fail(EINVAL);
@@ -125,9 +118,8 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	masq_msg_cm_listen_req_init(&req);
 	req.body.id = cm_of(id)->handle;
 	req.body.backlog = backlog > 0 ? (uint32_t)backlog : 0;
-	err = CM_CALL(cm_listen, req, rep, NULL);
-	if (err)
-		return fail(-err);
+	if (CM_CALL(cm_listen, req, rep, NULL))
+		return -1;
 	pthread_mutex_lock(&masq_cm_ids_lock);
 	cm_of(id)->restore = MASQ_CM_RESTORE_LISTENING;
 	cm_of(id)->backlog = req.body.backlog;

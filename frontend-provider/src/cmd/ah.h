@@ -2,6 +2,9 @@
  * Address handles through masqd (cmd/ah.c): the client side of CREATE_AH,
  * BIND_AH, DESTROY_AH and RESOLVE_GRH, and the reading of a received
  * packet's GRH (which carries physical addresses).
+ *
+ * Errors: 0 or a positive errno value, never errno, as in all of cmd/
+ * (see qp.h).
  */
 #ifndef MASQ_CMD_AH_H
 #define MASQ_CMD_AH_H

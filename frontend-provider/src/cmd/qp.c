@@ -128,8 +128,9 @@ void masq_qp_attr_from_wire(struct ibv_qp_attr *attr, const struct masq_qp_attr 
 	masq_ah_attr_from_wire(&attr->ah_attr, &w->ah_attr);
 }
 
-/* Call under s->lock: the QP's state as the kernel has it now, or -errno. */
-static int current_state(struct masq_session *s, uint32_t handle)
+/* Call under s->lock: the QP's state as the kernel has it now in *state.
+ * 0 or an errno. */
+static int current_state(struct masq_session *s, uint32_t handle, int *state)
 {
 	struct masq_msg_query_qp_req req;
 	struct masq_msg_query_qp_reply rep;
@@ -142,9 +143,12 @@ static int current_state(struct masq_session *s, uint32_t handle)
 	req.body.attr_mask = IBV_QP_STATE;
 	n = masq_session_call(s, &req, sizeof(req), -1, buf, 1);
 	if (n < 0)
-		return (int)n;
+		return (int)-n;
 	err = masq_msg_query_qp_reply_decode(buf, (size_t)n, &rep);
-	return err ? err : rep.body.qp_state;
+	if (err)
+		return -err;
+	*state = rep.body.qp_state;
+	return 0;
 }
 
 int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_qp_attr *attr,
@@ -155,7 +159,7 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 	struct masq_qp_info *q;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
-	int state;
+	int state = -1, err;
 
 	masq_msg_modify_qp_req_init(&req);
 	req.body.qp_handle = qp->handle;
@@ -193,12 +197,12 @@ int masq_modify_qp(struct masq_session *s, struct ibv_qp *qp, const struct ibv_q
 		/* masqd went away after the request left. The QP is in the
 		 * kernel's state either way: ask the next masqd, and send the
 		 * request again only if it did not take effect. */
-		state = current_state(s, qp->handle);
-		if ((attr_mask & IBV_QP_STATE) && state == (int)attr->qp_state) {
+		err = current_state(s, qp->handle, &state);
+		if (!err && (attr_mask & IBV_QP_STATE) && state == (int)attr->qp_state) {
 			pthread_mutex_unlock(&s->lock);
 			return 0;
 		}
-		n = state < 0 ? state : masq_session_call(s, &req, sizeof(req), -1, buf, 0);
+		n = err ? -err : masq_session_call(s, &req, sizeof(req), -1, buf, 0);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)

@@ -1,6 +1,10 @@
 /*
  * QP commands (cmd/qp.c): ibv_qp_attr on the wire, modify/query/destroy
  * through masqd or posted (QP_MOVED), and the CM's accept/establish.
+ *
+ * Errors in cmd/ (qp.c, ah.c, and their static helpers): 0 or a positive
+ * errno value, as ibv_modify_qp and ibv_query_qp return, never errno; a
+ * transport call's -errno is negated where it arrives.
  */
 #ifndef MASQ_CMD_QP_H
 #define MASQ_CMD_QP_H

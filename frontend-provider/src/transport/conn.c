@@ -25,25 +25,23 @@ const char *masq_socket_path(void)
 	return p && *p ? p : MASQ_DEFAULT_SOCKET;
 }
 
+/* A connected socket, or -errno. */
 static int connect_masqd(const char *path)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	int fd;
 
-	if (strlen(path) >= sizeof(addr.sun_path)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
 	strcpy(addr.sun_path, path);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return -1;
+		return -errno;
 	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
 		int e = errno;
 
 		close(fd);
-		errno = e;
-		return -1;
+		return -e;
 	}
 	return fd;
 }
@@ -73,8 +71,8 @@ int masq_send_msg(int sock, const void *buf, size_t len, int pass_fd)
 		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
-		return errno;
-	return (size_t)n == len ? 0 : EPROTO;
+		return -errno;
+	return (size_t)n == len ? 0 : -EPROTO;
 }
 
 /* Close every descriptor an SCM_RIGHTS message of mh carried, but hand the
@@ -129,7 +127,7 @@ ssize_t masq_roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len, i
 	masq_hdr_set_request_id(req, id);
 	err = masq_send_msg(sock, req, req_len, pass_fd);
 	if (err)
-		return -err;
+		return err;
 	*sent = 1;
 	for (;;) {
 		memset(&mh, 0, sizeof(mh));
@@ -203,6 +201,7 @@ int masq_debug_on(void)
 	return v && *v && strcmp(v, "0") != 0;
 }
 
+/* HELLO naming vdev, asking for `features`. 0 or -errno. */
 static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
 		 uint32_t features, uint8_t vdev)
 {
@@ -210,7 +209,7 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
 	struct masq_msg_hello_req req;
 	uint8_t buf[MASQ_MAX_MESSAGE];
 	ssize_t n;
-	int err, sent;
+	int sent;
 
 	masq_msg_hello_req_init(&req);
 	req.body.features = features;
@@ -219,13 +218,12 @@ static int hello(int sock, uint32_t *next_id, struct masq_msg_hello_reply *rep,
 		       program_invocation_short_name);
 	n = masq_roundtrip(sock, next_id, &req, sizeof(req), -1, buf, &sent, NULL);
 	if (n < 0)
-		return (int)-n;
-	err = masq_msg_hello_reply_decode(buf, (size_t)n, rep);
-	return -err;
+		return (int)n;
+	return masq_msg_hello_reply_decode(buf, (size_t)n, rep);
 }
 
-/* OPEN_DEVICE, handing masqd cmd_fd (SCM_RIGHTS) after HELLO. 0 or an
- * errno. */
+/* OPEN_DEVICE, handing masqd cmd_fd (SCM_RIGHTS) after HELLO. 0 or
+ * -errno. */
 static int open_device(int sock, uint32_t *next_id, int cmd_fd)
 {
 	struct masq_msg_open_device_req req;
@@ -236,7 +234,7 @@ static int open_device(int sock, uint32_t *next_id, int cmd_fd)
 
 	masq_msg_open_device_req_init(&req);
 	n = masq_roundtrip(sock, next_id, &req, sizeof(req), cmd_fd, buf, &sent, NULL);
-	return n < 0 ? (int)-n : -masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
+	return n < 0 ? (int)n : masq_msg_open_device_reply_decode(buf, (size_t)n, &rep);
 }
 
 static void fill_device(struct masq_device *out, uint8_t vdev, const struct masq_hello_reply *r)
@@ -252,7 +250,7 @@ static void fill_device(struct masq_device *out, uint8_t vdev, const struct masq
 	out->vdev_count = r->vdev_count ? r->vdev_count : 1;
 }
 
-/* HELLO naming vdev on a short-lived connection. 0 or an errno. */
+/* HELLO naming vdev on a short-lived connection. 0 or -errno. */
 static int describe_device(uint8_t vdev, struct masq_device *out)
 {
 	struct masq_msg_hello_reply rep;
@@ -261,7 +259,7 @@ static int describe_device(uint8_t vdev, struct masq_device *out)
 
 	sock = connect_masqd(masq_socket_path());
 	if (sock < 0)
-		return errno;
+		return sock;
 	err = hello(sock, &id, &rep, 0, vdev);
 	close(sock);
 	if (!err)
@@ -274,10 +272,8 @@ int masq_describe_devices(struct masq_device *out, unsigned int max)
 	unsigned int count, v, n = 1;
 	int err = describe_device(0, &out[0]);
 
-	if (err) {
-		errno = err;
-		return -1;
-	}
+	if (err)
+		return err;
 	/* Only a masqd that counted more takes a non-zero vdev. */
 	count = out[0].vdev_count;
 	if (count > max) {
@@ -287,7 +283,7 @@ int masq_describe_devices(struct masq_device *out, unsigned int max)
 	for (v = 1; v < count; v++) {
 		err = describe_device((uint8_t)v, &out[n]);
 		if (err)
-			masq_log("masqd does not describe device %u: %s", v, strerror(err));
+			masq_log("masqd does not describe device %u: %s", v, strerror(-err));
 		else
 			n++;
 	}
@@ -301,8 +297,11 @@ int masq_conn_open(struct masq_conn *c, int cmd_fd)
 
 	c->next_request = 0;
 	c->fd = connect_masqd(masq_socket_path());
-	if (c->fd < 0)
-		return errno;
+	if (c->fd < 0) {
+		err = c->fd;
+		c->fd = -1;
+		return err;
+	}
 	/* The CM's requests name addresses, not a device: device 0, which
 	 * every masqd takes. masqd serves them only once the device is open,
 	 * so a process that opened none makes it hold nothing. */
@@ -342,29 +341,27 @@ ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[M
 }
 
 /* Connect, HELLO naming vdev, OPEN_DEVICE with cmd_fd: a new session
- * socket, or -1 with *err set. */
+ * socket, or -errno. */
 int masq_open_session(const char *path, int cmd_fd, uint8_t vdev, uint32_t *next_id,
-		      uint32_t *session_id, uint8_t *port, uint32_t *features, int *err)
+		      uint32_t *session_id, uint8_t *port, uint32_t *features)
 {
 	struct masq_msg_hello_reply hrep;
-	int sock;
+	int sock, err;
 
 	sock = connect_masqd(path);
-	if (sock < 0) {
-		*err = errno;
-		return -1;
-	}
+	if (sock < 0)
+		return sock;
 	*next_id = 0;
-	*err = hello(sock, next_id, &hrep, MASQ_FEATURE_POSTED, vdev);
-	if (!*err) {
+	err = hello(sock, next_id, &hrep, MASQ_FEATURE_POSTED, vdev);
+	if (!err) {
 		*session_id = hrep.body.session_id;
 		*features = hrep.body.features;
 		*port = hrep.body.phys_port;
-		*err = open_device(sock, next_id, cmd_fd);
+		err = open_device(sock, next_id, cmd_fd);
 	}
-	if (*err) {
+	if (err) {
 		close(sock);
-		return -1;
+		return err;
 	}
 	return sock;
 }

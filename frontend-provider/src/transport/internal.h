@@ -9,8 +9,8 @@
 
 #include "transport.h"
 
-/* Send one datagram, with pass_fd as SCM_RIGHTS unless it is -1. 0, an
- * errno, or EPROTO when it was cut short. */
+/* Send one datagram, with pass_fd as SCM_RIGHTS unless it is -1. 0,
+ * -errno, or -EPROTO when it was cut short. */
 int masq_send_msg(int sock, const void *buf, size_t len, int pass_fd);
 
 /*
@@ -28,14 +28,14 @@ ssize_t masq_roundtrip(int sock, uint32_t *next_id, void *req, size_t req_len, i
 int masq_lost(ssize_t n);
 
 /* Connect, HELLO naming vdev, OPEN_DEVICE with cmd_fd: a new session
- * socket, or -1 with *err set. */
+ * socket, or -errno. */
 int masq_open_session(const char *path, int cmd_fd, uint8_t vdev, uint32_t *next_id,
-		      uint32_t *session_id, uint8_t *port, uint32_t *features, int *err);
+		      uint32_t *session_id, uint8_t *port, uint32_t *features);
 
 /* Wake s's watcher (it polls the socket and an eventfd). */
 void masq_wake_watcher(struct masq_session *s);
 
-/* Start s's watcher thread. 0 or an errno. */
+/* Start s's watcher thread. 0 or -errno. */
 int masq_start_watcher(struct masq_session *s);
 
 #endif

@@ -132,7 +132,7 @@ static void *watcher_main(void *arg)
 	struct masq_session *s = arg;
 	unsigned int tracked;
 	double lost_at = 0;
-	int backoff = 0, err, sock;
+	int backoff = 0, sock;
 	uint32_t next_id, sid, features = 0;
 	uint8_t port;
 
@@ -170,15 +170,15 @@ static void *watcher_main(void *arg)
 			nap(s, backoff);
 		/* s->vdev: the same device, which the uverbs fd is of. */
 		sock = masq_open_session(s->path, s->cmd_fd, s->vdev, &next_id, &sid, &port,
-					 &features, &err);
+					 &features);
 		pthread_mutex_lock(&s->lock);
 		if (s->closing) {
 			if (sock >= 0)
 				close(sock);
 			break;
 		}
-		if (sock >= 0 && ((err = -resync_all(s, sock, &next_id, &tracked)) != 0 ||
-				  (err = -resync_ahs(s, sock, &next_id)) != 0)) {
+		if (sock >= 0 && (resync_all(s, sock, &next_id, &tracked) != 0 ||
+				  resync_ahs(s, sock, &next_id) != 0)) {
 			close(sock);
 			sock = -1;
 		}
@@ -218,7 +218,7 @@ int masq_start_watcher(struct masq_session *s)
 
 	s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->wake_fd < 0)
-		return errno;
+		return -errno;
 	/* The app's signals (perftest's SIGALRM...) are for its own threads. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -227,7 +227,7 @@ int masq_start_watcher(struct masq_session *s)
 	if (err) {
 		close(s->wake_fd);
 		s->wake_fd = -1;
-		return err;
+		return -err;
 	}
 	s->has_watcher = 1;
 	return 0;

@@ -68,7 +68,7 @@ int masq_session_open(struct masq_session *s, int cmd_fd, uint8_t vdev, int watc
 {
 	const char *path = masq_socket_path();
 	uint32_t features = 0;
-	int err;
+	int sock, err;
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
@@ -78,15 +78,16 @@ int masq_session_open(struct masq_session *s, int cmd_fd, uint8_t vdev, int watc
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	if (strlen(path) >= sizeof(s->path))
-		return ENAMETOOLONG;
+		return -ENAMETOOLONG;
 	strcpy(s->path, path);
-	s->fd = masq_open_session(s->path, cmd_fd, vdev, &s->next_request, &s->session_id,
-				  &s->port, &features, &err);
-	if (s->fd < 0)
-		return err;
+	sock = masq_open_session(s->path, cmd_fd, vdev, &s->next_request, &s->session_id,
+				 &s->port, &features);
+	if (sock < 0)
+		return sock;
+	s->fd = sock;
 	s->posted = (features & MASQ_FEATURE_POSTED) != 0;
 	if (watch && (err = masq_start_watcher(s)) != 0 && masq_debug_on())
-		masq_log("no reconnection watcher: %s", strerror(err));
+		masq_log("no reconnection watcher: %s", strerror(-err));
 	return 0;
 }
 
@@ -132,10 +133,10 @@ int masq_query_gid_table(struct masq_session *s, struct masq_gid *gids, unsigned
 	n = masq_session_call(s, &req, sizeof(req), -1, buf, 1);
 	pthread_mutex_unlock(&s->lock);
 	if (n < 0)
-		return (int)-n;
+		return (int)n;
 	err = masq_msg_query_gid_table_reply_decode(buf, (size_t)n, &rep);
 	if (err)
-		return -err;
+		return err;
 	for (i = 0; i < rep.body.count && i < MASQ_MAX_GIDS; i++) {
 		gids[i].index = rep.body.entries[i].index;
 		gids[i].type = rep.body.entries[i].gid_type;
@@ -169,7 +170,7 @@ void masq_session_post(struct masq_session *s, void *req, size_t len)
 		return;
 	masq_hdr_set_request_id(req, ++s->next_request);
 	err = masq_send_msg(s->fd, req, len, -1);
-	if (err && masq_lost(-err)) {
+	if (err && masq_lost(err)) {
 		s->broken = 1;
 		masq_wake_watcher(s);
 	}

@@ -13,6 +13,11 @@
  * wait for the reconnection up to MASQ_RECONNECT_WAIT_MS (default 10000),
  * then fail with EAGAIN; posting and polling never involve masqd.
  *
+ * Errors: every function here that can fail returns 0 (or a length, a
+ * count, a descriptor) or a negative errno value, and none of them reports
+ * through errno; the verbs-facing callers (libmasq.c, cmd/, cm/) turn that
+ * into what their verb returns.
+ *
  * QP changes that carry no address (to INIT, RTS, SQD, ERROR, RESET...)
  * run on the app's own fd and are posted to masqd (QP_MOVED), as are
  * destroys (QP_DESTROYED): masqd sends no reply to posted requests and
@@ -108,7 +113,7 @@ void masq_set_reconnect_hook(void (*hook)(void));
  * short-lived connection: device 0 first, then the others it counts (at
  * most max, >= 1); an older masqd counts one and never hears another
  * named. How many are in out, in vdev order (one masqd refuses is left
- * out), or -1 with errno set when device 0 could not be described.
+ * out), or -errno when device 0 could not be described.
  */
 int masq_describe_devices(struct masq_device *out, unsigned int max);
 
@@ -123,7 +128,7 @@ struct masq_conn {
 };
 
 /* Connect, HELLO naming device 0 and OPEN_DEVICE with cmd_fd, the uverbs
- * fd of a context of device 0 the process opened. 0 or an errno. */
+ * fd of a context of device 0 the process opened. 0 or -errno. */
 int masq_conn_open(struct masq_conn *c, int cmd_fd);
 void masq_conn_close(struct masq_conn *c);
 
@@ -138,11 +143,11 @@ ssize_t masq_conn_call(struct masq_conn *c, void *req, size_t len, uint8_t buf[M
 
 /* Connect, HELLO naming virtual device vdev, and hand masqd the context's
  * uverbs fd (that device's physical one); start the watcher unless `watch`
- * is 0. 0 or an errno. */
+ * is 0. 0 or -errno. */
 int masq_session_open(struct masq_session *s, int cmd_fd, uint8_t vdev, int watch);
 void masq_session_close(struct masq_session *s);
 
-/* 0 or a positive errno value. */
+/* 0 or -errno. */
 int masq_query_gid_table(struct masq_session *s, struct masq_gid *gids, unsigned int *n);
 
 /* One request on the session (under its lock): the reply's length in buf,
