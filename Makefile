@@ -21,6 +21,10 @@
 # `make fuzz-long` fuzzes the CM link's stream and etcd's values under
 # libFuzzer (make test runs the same harnesses from cargo test).
 CARGO ?= cargo
+# No incremental compilation by default: make's builds start from a clean
+# target in CI and a fresh clone, where incremental's caches are written and
+# never read (set CARGO_INCREMENTAL=1 for an edit-compile loop).
+export CARGO_INCREMENTAL ?= 0
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 300
 # make install: where (PREFIX) and under which staging root (DESTDIR).
