@@ -33,8 +33,10 @@ build_rootfs() {
     local providers=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so)
     # libmasq's own dependencies too (libdl.so.2, libpthread.so.0): every
     # image with glibc has them, and the CDI device brings only libmasq.
+    # libgcc_s: glibc loads it at pthread_exit (rping's threads), which ldd
+    # does not list.
     local f
-    for f in "${bins[@]:0:6}" "${providers[@]}" $(libs_of "${bins[@]}" "${providers[@]}" \
+    for f in "${bins[@]:0:6}" "${providers[@]}" /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 $(libs_of "${bins[@]}" "${providers[@]}" \
             /usr/lib/x86_64-linux-gnu/librdmacm.so.1 /usr/lib/x86_64-linux-gnu/libnl-route-3.so.200 \
             "$MASQ_REPO/frontend-provider/build/libmasq.so"); do
         mkdir -p "$ROOTFS$(dirname "$f")"

@@ -574,12 +574,23 @@ def perftest_from(tb, namespace):
         server.communicate()
 
 
-def rping_from(tb, namespace):
-    """rping (the RDMA CM) from namespace's np-cli to np-db's listener:
-    whether it pinged."""
-    _, out = exec_in(tb, namespace, "np-cli", "busybox", "timeout", "60", "rping", "-c",
-                     "-a", NP_DB, "-p", "18993", "-C", "3", "-v", timeout=120)
-    return out.count("ping data: rdma-ping-") == 3, out
+def rping_from(tb, namespace, port):
+    """rping (the RDMA CM) from namespace's np-cli to a server started in
+    np-db, as test_cm pairs them: (whether it pinged, both sides' output).
+    Each side under busybox's timeout: a killed `kubectl exec` leaves its
+    process running in the pod."""
+    argv = ["-a", NP_DB, "-p", str(port), "-C", "3", "-v"]
+    server = exec_bg(tb, "team", "np-db", "busybox", "timeout", "90", "rping", "-s", *argv)
+    try:
+        time.sleep(5)
+        rc, out = exec_in(tb, namespace, "np-cli", "busybox", "timeout", "60", "rping", "-c",
+                          *argv, timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        srv_out, srv_err = server.communicate()
+    return (out.count("ping data: rdma-ping-") == 3,
+            f"client (exit {rc}):\n{out}\nserver:\n{srv_out}{srv_err}")
 
 
 def tracked_with(tb, host, vip):
@@ -632,11 +643,9 @@ def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
         assert rc == 0 and "BW average" in out, out
         rc, out = perftest_from(tb, "other")
         assert rc != 0 and "BW average" not in out, out
-        live.append(exec_bg(tb, "team", "np-db", "rping", "-s", "-P", "-a", NP_DB, "-p", "18993",
-                            "-v"))
-        wait_for("team/np-cli pings np-db over the RDMA CM",
-                 lambda: rping_from(tb, "team")[0] or None, timeout=120, interval=5)
-        pinged, out = rping_from(tb, "other")
+        pinged, out = rping_from(tb, "team", 18993)
+        assert pinged, out
+        pinged, out = rping_from(tb, "other", 18994)
         assert not pinged, out
         kubectl(tb, "delete", "-f", policy)
         wait_for("other/np-cli's QP reaches RTR", lambda: "state=2" in probe(
