@@ -25,14 +25,18 @@ build_rootfs() {
     mkdir -p "$ROOTFS"/{bin,etc,proc,sys,dev,run,tmp}
     # A tenant image with stock RDMA tools and rdma-core's userland; masq
     # itself (libmasq) is not in it: the CDI device brings it.
-    # socat: TCP on the masq network, beside RDMA (NetworkPolicy's test).
+    # socat and rping: TCP on the masq network beside RDMA, and the RDMA
+    # CM (NetworkPolicy's test).
     local bins=(/usr/bin/ib_write_bw /usr/bin/ibv_devinfo /usr/bin/ibv_devices
-                /usr/bin/ibv_rc_pingpong /usr/bin/socat "$MASQ_REPO/integration/build/qp_probe")
+                /usr/bin/ibv_rc_pingpong /usr/bin/socat /usr/bin/rping
+                "$MASQ_REPO/integration/build/qp_probe")
     local providers=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so)
     # libmasq's own dependencies too (libdl.so.2, libpthread.so.0): every
     # image with glibc has them, and the CDI device brings only libmasq.
+    # libgcc_s: glibc loads it at pthread_exit (rping's threads), which ldd
+    # does not list.
     local f
-    for f in "${bins[@]:0:5}" "${providers[@]}" $(libs_of "${bins[@]}" "${providers[@]}" \
+    for f in "${bins[@]:0:6}" "${providers[@]}" /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 $(libs_of "${bins[@]}" "${providers[@]}" \
             /usr/lib/x86_64-linux-gnu/librdmacm.so.1 /usr/lib/x86_64-linux-gnu/libnl-route-3.so.200 \
             "$MASQ_REPO/frontend-provider/build/libmasq.so"); do
         mkdir -p "$ROOTFS$(dirname "$f")"

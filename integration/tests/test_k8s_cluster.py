@@ -516,11 +516,16 @@ scrape_configs:
 # only, both ways (a QP is allowed when either direction is, so egress is
 # isolated too).
 NETPOL_POLICY = os.path.join(HERE, "configs", "k8s-cluster", "policy-netpol.yaml")
+# TCP 18992, perftest's exchange port, is open to every namespace: a rule
+# with ports admits that TCP and no QP, so other's ib_write_bw exchanges
+# its QP's address and gets EACCES at RTR.
 DB_ONLY_TEAM = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                 "metadata": {"namespace": "team", "name": "db-only-team"},
                 "spec": {"podSelector": {"matchLabels": {"app": "np-db"}},
                          "policyTypes": ["Ingress", "Egress"],
-                         "ingress": [{"from": [{"podSelector": {}}]}],
+                         "ingress": [{"from": [{"podSelector": {}}]},
+                                     {"from": [{"namespaceSelector": {}}],
+                                      "ports": [{"port": 18992}]}],
                          "egress": [{"to": [{"podSelector": {}}]}]}}
 NP_DB = "10.0.0.82"
 
@@ -545,6 +550,49 @@ def pingpong_in(tb, namespace, pod, *args):
                     "-p", "18991", *args)
 
 
+def exec_in(tb, namespace, pod, *cmd, timeout=180):
+    """`cmd` in a running pod: (exit code, output)."""
+    r = kubectl(tb, "exec", "-n", namespace, pod, "--", *cmd, check=False, timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+def exec_bg(tb, namespace, pod, *cmd):
+    return tb.spawn("host1", KUBE, "kubectl", BIN, "exec", "-n", namespace, pod, "--", *cmd)
+
+
+def perftest_from(tb, namespace):
+    """ib_write_bw from namespace's np-cli to a server started in np-db."""
+    server = exec_bg(tb, "team", "np-db", "ib_write_bw", "-d", "vrdma0", "-x", "1", "-F",
+                     "-D", "3", "-p", "18992")
+    try:
+        time.sleep(5)
+        return exec_in(tb, namespace, "np-cli", "ib_write_bw", "-d", "vrdma0", "-x", "1", "-F",
+                       "-D", "3", "-p", "18992", NP_DB)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.communicate()
+
+
+def rping_from(tb, namespace, port):
+    """rping (the RDMA CM) from namespace's np-cli to a server started in
+    np-db, as test_cm pairs them: (whether it pinged, both sides' output).
+    Each side under busybox's timeout: a killed `kubectl exec` leaves its
+    process running in the pod."""
+    argv = ["-a", NP_DB, "-p", str(port), "-C", "3", "-v"]
+    server = exec_bg(tb, "team", "np-db", "busybox", "timeout", "90", "rping", "-s", *argv)
+    try:
+        time.sleep(5)
+        rc, out = exec_in(tb, namespace, "np-cli", "busybox", "timeout", "60", "rping", "-c",
+                          *argv, timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        srv_out, srv_err = server.communicate()
+    return (out.count("ping data: rdma-ping-") == 3,
+            f"client (exit {rc}):\n{out}\nserver:\n{srv_out}{srv_err}")
+
+
 def tracked_with(tb, host, vip):
     return [e for e in ctl(tb, host, "conntrack", "-L")["entries"]
             if vip in (e.get("local_vip"), e.get("remote_vip"))]
@@ -553,8 +601,10 @@ def tracked_with(tb, host, vip):
 def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
     """With masq-netpol deployed and tenant acme's networkPolicy on, a pod
     of team reaches team/np-db by RDMA and TCP, a pod of namespace other
-    gets EACCES at RTR and no TCP; deleting the NetworkPolicy admits it,
-    and putting it back resets its live connection (onRuleChange: reset)."""
+    gets EACCES at RTR and no TCP: qp_probe, perftest (`ib_write_bw`,
+    whose TCP exchange a port rule admits) and rping (the RDMA CM, its
+    connect dropped); deleting the NetworkPolicy admits it, and putting it
+    back resets its live connection (onRuleChange: reset)."""
     tb = recipe
     deploy = os.path.join(RECIPE, "deploy", "netpol")
     network = os.path.join(RECIPE, "network-other.yaml")
@@ -589,6 +639,14 @@ def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
         assert "modify_qp_rtr: errno=13" in out, out
         assert tcp_to_db(tb, "team", "np-cli")
         assert not tcp_to_db(tb, "other", "np-cli")
+        rc, out = perftest_from(tb, "team")
+        assert rc == 0 and "BW average" in out, out
+        rc, out = perftest_from(tb, "other")
+        assert rc != 0 and "BW average" not in out, out
+        pinged, out = rping_from(tb, "team", 18993)
+        assert pinged, out
+        pinged, out = rping_from(tb, "other", 18994)
+        assert not pinged, out
         kubectl(tb, "delete", "-f", policy)
         wait_for("other/np-cli's QP reaches RTR", lambda: "state=2" in probe(
             tb, "other", "np-cli"), timeout=120, interval=3)
@@ -596,14 +654,15 @@ def test_networkpolicy_decides_rdma_and_tcp_between_namespaces(recipe):
             tb, "other", "np-cli"), timeout=120, interval=3)
         live.append(pingpong_in(tb, "team", "np-db"))
         time.sleep(5)
-        live.append(pingpong_in(tb, "other", "np-cli", NP_DB))
+        client = pingpong_in(tb, "other", "np-cli", NP_DB)
+        live.append(client)
         wait_for("host2 tracks other/np-cli's live connection",
                  lambda: tracked_with(tb, "host2", "10.0.0.84"), timeout=180, interval=3)
         kubectl(tb, "apply", "-f", policy)
         wait_for("host2 resets other/np-cli's connection",
                  lambda: not tracked_with(tb, "host2", "10.0.0.84"), timeout=120, interval=3)
-        live[1].wait(timeout=120)
-        assert live[1].returncode != 0, live[1].communicate()
+        client.wait(timeout=120)
+        assert client.returncode != 0, client.communicate()
     finally:
         for p in live:
             if p.poll() is None:
