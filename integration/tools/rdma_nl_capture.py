@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print, in hex, the raw rdma netlink reply to RDMA_NLDEV_CMD_RES_QP_GET
 for device index DEV (a dump, or with LQPN and PORT a single-QP query).
-Used once to capture the fixtures of backend/src/rdma_nl.rs's tests.
+Used once to capture the fixtures of backend/src/kernel/rdma_nl.rs's tests.
 
     rdma_nl_capture.py DEV [LQPN PORT]
 """

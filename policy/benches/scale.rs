@@ -1,5 +1,5 @@
 //! Admission and re-evaluation at scale, the way masqd does them
-//! (`backend/src/admission.rs`): a 10,000-rule policy and an RConntrack
+//! (`backend/src/enforce/admission.rs`): a 10,000-rule policy and an RConntrack
 //! table holding 1,000,000 admitted connections.
 //!
 //! - `admit`: the decision at RTR (`rdma_allowed`, the admitting rule's

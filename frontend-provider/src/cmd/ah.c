@@ -1,5 +1,5 @@
 /*
- * UD address handles through masqd (see ah.h and backend/src/ud.rs),
+ * UD address handles through masqd (see ah.h and backend/src/pipeline/ah.rs),
  * ibv_ah_attr on the wire, and the AHs a session remembers to name them
  * again after a restart.
  */
