@@ -27,16 +27,18 @@ build_rootfs() {
     # itself (libmasq) is not in it: the CDI device brings it.
     # socat and rping: TCP on the masq network beside RDMA, and the RDMA
     # CM (NetworkPolicy's test).
-    local bins=(/usr/bin/ib_write_bw /usr/bin/ibv_devinfo /usr/bin/ibv_devices
-                /usr/bin/ibv_rc_pingpong /usr/bin/socat /usr/bin/rping
-                "$MASQ_REPO/integration/build/qp_probe")
+    # The host's tools, copied to the same paths; the suite's own programs
+    # go to /bin below, their libraries with the tools'.
+    local tools=(/usr/bin/ib_write_bw /usr/bin/ibv_devinfo /usr/bin/ibv_devices
+                 /usr/bin/ibv_rc_pingpong /usr/bin/socat /usr/bin/rping)
     local providers=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so)
     # libmasq's own dependencies too (libdl.so.2, libpthread.so.0): every
     # image with glibc has them, and the CDI device brings only libmasq.
     # libgcc_s: glibc loads it at pthread_exit (rping's threads), which ldd
     # does not list.
     local f
-    for f in "${bins[@]:0:6}" "${providers[@]}" /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 $(libs_of "${bins[@]}" "${providers[@]}" \
+    for f in "${tools[@]}" "${providers[@]}" /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 \
+            $(libs_of "${tools[@]}" "$MASQ_REPO/integration/build/qp_probe" "${providers[@]}" \
             /usr/lib/x86_64-linux-gnu/librdmacm.so.1 /usr/lib/x86_64-linux-gnu/libnl-route-3.so.200 \
             "$MASQ_REPO/frontend-provider/build/libmasq.so"); do
         mkdir -p "$ROOTFS$(dirname "$f")"
