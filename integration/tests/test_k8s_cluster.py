@@ -560,37 +560,39 @@ def exec_bg(tb, namespace, pod, *cmd):
     return tb.spawn("host1", KUBE, "kubectl", BIN, "exec", "-n", namespace, pod, "--", *cmd)
 
 
-def perftest_from(tb, namespace):
-    """ib_write_bw from namespace's np-cli to a server started in np-db."""
-    server = exec_bg(tb, "team", "np-db", "ib_write_bw", "-d", "vrdma0", "-x", "1", "-F",
-                     "-D", "3", "-p", "18992")
+def served(tb, namespace, server, client, limit):
+    """`server` started in np-db, then `client` in namespace's np-cli once
+    the server had 5 s to listen: (client's exit code, its output, the
+    server's output). The client may take `limit` seconds, the server 30
+    more, each under busybox's timeout: a killed `kubectl exec` leaves its
+    process running in the pod."""
+    srv = exec_bg(tb, "team", "np-db", "busybox", "timeout", str(limit + 30), *server)
     try:
         time.sleep(5)
-        return exec_in(tb, namespace, "np-cli", "ib_write_bw", "-d", "vrdma0", "-x", "1", "-F",
-                       "-D", "3", "-p", "18992", NP_DB)
+        rc, out = exec_in(tb, namespace, "np-cli", "busybox", "timeout", str(limit), *client,
+                          timeout=limit + 60)
     finally:
-        if server.poll() is None:
-            server.kill()
-        server.communicate()
+        if srv.poll() is None:
+            srv.kill()
+        srv_out, srv_err = srv.communicate()
+    return rc, out, srv_out + srv_err
+
+
+def perftest_from(tb, namespace):
+    """ib_write_bw from namespace's np-cli to np-db: (exit code, output)."""
+    argv = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-D", "3", "-p", "18992"]
+    rc, out, _ = served(tb, namespace, argv, [*argv, NP_DB], limit=120)
+    return rc, out
 
 
 def rping_from(tb, namespace, port):
-    """rping (the RDMA CM) from namespace's np-cli to a server started in
-    np-db, as test_cm pairs them: (whether it pinged, both sides' output).
-    Each side under busybox's timeout: a killed `kubectl exec` leaves its
-    process running in the pod."""
+    """rping (the RDMA CM) from namespace's np-cli to np-db, as test_cm
+    pairs them: (whether it pinged, both sides' output)."""
     argv = ["-a", NP_DB, "-p", str(port), "-C", "3", "-v"]
-    server = exec_bg(tb, "team", "np-db", "busybox", "timeout", "90", "rping", "-s", *argv)
-    try:
-        time.sleep(5)
-        rc, out = exec_in(tb, namespace, "np-cli", "busybox", "timeout", "60", "rping", "-c",
-                          *argv, timeout=120)
-    finally:
-        if server.poll() is None:
-            server.kill()
-        srv_out, srv_err = server.communicate()
+    rc, out, srv = served(tb, namespace, ["rping", "-s", *argv], ["rping", "-c", *argv],
+                          limit=60)
     return (out.count("ping data: rdma-ping-") == 3,
-            f"client (exit {rc}):\n{out}\nserver:\n{srv_out}{srv_err}")
+            f"client (exit {rc}):\n{out}\nserver:\n{srv}")
 
 
 def tracked_with(tb, host, vip):
