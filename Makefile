@@ -47,7 +47,7 @@ GO := CGO_ENABLED=0 GOFLAGS=-trimpath go
 
 .PHONY: all build deps deps-build deps-deb lint-deb test-build-clean demo lint check-docs test test-parts check-budget test-all test-rust test-c test-fuzz test-integration \
         test-long test-cluster testbed-up testbed-down clean install deb images rules test-deb-clean \
-        check-modules test-monitoring docs-cli nri test-nri signer test-signer netpol test-netpol test-k8s test-k8s-cluster test-manifests test-rails fuzz-long
+        check-modules test-monitoring docs-cli nri test-nri signer test-signer netpol test-netpol test-k8s test-k8s-cluster test-manifests test-rails test-engines fuzz-long
 
 all: build
 
@@ -223,7 +223,7 @@ test-long: deps build deb
 	integration/run-tests --long
 
 # Every test there is: make test, then the suites kept out of its budget.
-test-all: test test-long test-cluster test-rails test-k8s test-k8s-cluster fuzz-long
+test-all: test test-long test-cluster test-rails test-k8s test-k8s-cluster test-engines fuzz-long
 
 # Three hosts, a three-member etcd cluster: a host powered off and back, an
 # endpoint that moves between hosts (integration/tests/test_cluster3.py).
@@ -258,6 +258,15 @@ test-k8s-cluster: deps build deb
 	integration/k8s/tools >/dev/null
 	nice -n 10 integration/k8s/control-plane >/dev/null
 	integration/run-tests --k8s-cluster
+
+# Podman 5 and Docker 26 as Debian 13 ships them, each running a stock app
+# through masq by docs/containers.md's route (integration/tests/
+# test_engines.py): their Debian 13 root made by debootstrap once (cached,
+# about 450 MB) before the guests boot, as they see this machine's root as
+# it was at their boot.
+test-engines: deps build
+	integration/engines-root >/dev/null
+	integration/run-tests --engines
 
 # Hosts with two rails (`testbed up --rails 2`: a NIC and an rxe device per
 # rail, each rail a segment of its own; integration/tests/test_rails.py).

@@ -107,6 +107,8 @@ def pytest_configure(config):
                             "kubelets built from the Go module proxy (make test-k8s-cluster)")
     config.addinivalue_line("markers", "rails: needs hosts with two rails, `testbed up "
                             "--rails 2` (make test-rails)")
+    config.addinivalue_line("markers", "engines: Podman 5 and Docker 26 from a Debian 13 root "
+                            "made by debootstrap (make test-engines)")
     config.addinivalue_line("markers", "stress: a loop run by hand to reproduce a rare fault "
                             "(integration/run-tests --stress)")
 
