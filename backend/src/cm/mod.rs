@@ -37,10 +37,9 @@ use crate::endpoints::usage::Slot;
 use crate::error::{refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::{Link, Outgoing, Sent};
-use crate::peer::msg::{Params, PeerMsg};
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use crate::transport::seqpacket::Conn;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody, PeerParams};
 use phase::{Event, Phase};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -120,10 +119,10 @@ struct Id {
     phase: Phase,
     active: bool,
     listen_id: u32,
-    local: Params,
+    local: PeerParams,
     peer: Option<PeerRef>,
     peer_host: Ipv4Addr,
-    remote: Params,
+    remote: PeerParams,
     deadline: Option<Instant>,
     /// Its place in its endpoint's `tenantLimits.cmIds`.
     _slot: Slot,
@@ -263,7 +262,7 @@ impl Cm {
     /// holder sends the message when it lets go (`Locked::drop`); the
     /// message is in the outbox before `try_lock` fails, so that holder's
     /// `flush` sees it.
-    fn send(&self, host: Ipv4Addr, msg: PeerMsg) {
+    fn send(&self, host: Ipv4Addr, msg: PeerBody) {
         debug!(%host, ?msg, "CM message out");
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         outbox.push((host, msg, Instant::now()));
@@ -288,7 +287,7 @@ impl Cm {
             return;
         };
         for (host, msg, queued) in msgs {
-            let kind = msg.kind();
+            let kind = msg.name();
             if link.send(host, msg, queued) == Sent::Written {
                 self.metrics.peer_message("queued", kind, queued.elapsed());
             }

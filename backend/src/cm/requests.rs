@@ -4,14 +4,14 @@
 //! connect, accept, reject, disconnect and establish, and what the verbs
 //! pipeline asks of the CM (the QP step and the role of a QP).
 
+use super::attrs::peer_params;
 use super::{fail, random_u32, Cm, CmHost, Event, Phase, Role, State};
 use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Result};
 use crate::kernel::ibv::*;
-use crate::peer::msg::{Params, PeerMsg};
 use masq_policy::netpol::PortSpace;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -148,12 +148,12 @@ impl Cm {
         }
         self.send(
             p.host,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: p.id,
                 from_id: r.id,
                 reason: proto::CM_REJ_CONSUMER_DEFINED,
                 private_data: r.private_data.clone(),
-            },
+            }),
         );
         Ok(proto::ReplyBody::CmReject)
     }
@@ -175,11 +175,11 @@ impl Cm {
             if let Some(p) = i.peer {
                 self.send(
                     p.host,
-                    PeerMsg::Dreq {
+                    PeerBody::Dreq(proto::PeerDreq {
                         to_id: p.id,
                         from_id: id,
-                        from_qpn: i.local.qpn,
-                    },
+                        from_qpn: i.local.qp_num,
+                    }),
                 );
             }
             Self::emit(st, id, proto::CM_EVENT_DISCONNECTED, 0, Default::default());
@@ -197,7 +197,7 @@ impl Cm {
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
         i.step(Event::Establish).map_err(|_| early())?;
         info!(
-            qpn = i.local.qpn,
+            qpn = i.local.qp_num,
             "CM connection established: {}:{} -> {}:{} (active)",
             i.src_ip,
             i.port,
@@ -206,10 +206,10 @@ impl Cm {
         );
         self.send(
             p.host,
-            PeerMsg::Rtu {
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: p.id,
                 from_id: id,
-            },
+            }),
         );
         Ok(proto::ReplyBody::CmEstablish)
     }
@@ -329,7 +329,7 @@ impl Cm {
         let Some((dst, dst_port)) = i.dst else {
             return fail(libc::EINVAL, "no destination");
         };
-        i.local = Params::from_proto(&c.param, random_u32() & 0xFF_FFFF);
+        i.local = peer_params(&c.param, random_u32() & 0xFF_FFFF);
         i.step(Event::Connect).map_err(|_| early())?;
         i.active = true;
         i.deadline = Some(Instant::now() + timeout);
@@ -356,25 +356,22 @@ impl Cm {
         };
         info!(qpn = c.param.qp_num, %rule, "{what} {}:{} -> {dst}:{dst_port}", cfg.vip, i.port);
         let msg = if i.udp {
-            PeerMsg::SidrReq {
+            PeerBody::SidrReq(proto::PeerSidrReq {
                 from_id: c.id,
                 vni: cfg.vni,
-                src: cfg.vip,
-                src_port: i.port,
-                dst,
-                dst_port,
+                src: proto::CmAddr::v4(cfg.vip, i.port),
+                dst: proto::CmAddr::v4(dst, dst_port),
                 private_data: c.param.private_data.clone(),
-            }
+            })
         } else {
-            PeerMsg::Req {
+            PeerBody::Req(proto::PeerReq {
                 from_id: c.id,
                 vni: cfg.vni,
-                src: cfg.vip,
-                src_port: i.port,
-                dst,
-                dst_port,
+                src: proto::CmAddr::v4(cfg.vip, i.port),
+                dst: proto::CmAddr::v4(dst, dst_port),
                 params: i.local.clone(),
-            }
+                private_data: c.param.private_data.clone(),
+            })
         };
         self.send(i.peer_host, msg);
         Ok(())
@@ -399,7 +396,7 @@ impl Cm {
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
         i.step(Event::Accept).map_err(|_| early())?;
         let psn = i.local.psn;
-        i.local = Params::from_proto(&c.param, psn);
+        i.local = peer_params(&c.param, psn);
         i.deadline = Some(Instant::now() + timeout);
         // The QP reached RTR (and was admitted) before the app called
         // accept, when its number was not known here yet: mark it now.
@@ -416,11 +413,12 @@ impl Cm {
         shared.conntrack().set_cm(lk, side);
         self.send(
             p.host,
-            PeerMsg::Rep {
+            PeerBody::Rep(proto::PeerRep {
                 to_id: p.id,
                 from_id: c.id,
                 params: i.local.clone(),
-            },
+                private_data: c.param.private_data.clone(),
+            }),
         );
         Ok(())
     }
@@ -460,10 +458,13 @@ impl Cm {
                 format!("CM id {id} is {:?}, not {want:?}", i.phase),
             );
         }
-        if accept.is_none() && i.local.qpn != qpn {
+        if accept.is_none() && i.local.qp_num != qpn {
             return fail(
                 libc::EINVAL,
-                format!("CM id {id} connected QP {:#x}, not {qpn:#x}", i.local.qpn),
+                format!(
+                    "CM id {id} connected QP {:#x}, not {qpn:#x}",
+                    i.local.qp_num
+                ),
             );
         }
         let mut rtr = Self::qp_attr(shared, i, u32::from(IBV_QPS_RTR))?;
@@ -484,7 +485,7 @@ impl Cm {
             .find(|i| {
                 !i.udp
                     && i.ep.cfg.name == endpoint
-                    && i.local.qpn == qpn
+                    && i.local.qp_num == qpn
                     && i.connected_or_connecting()
             })
             .map(|i| Role {
