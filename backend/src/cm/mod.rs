@@ -129,6 +129,13 @@ struct Id {
 }
 
 impl Id {
+    /// Its own address and its peer's for the log, `arrow` between them
+    /// ("->" where this side connected, "<-" where it answered).
+    fn ends(&self, arrow: &str) -> String {
+        let (dip, dport) = self.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
+        format!("{}:{} {arrow} {dip}:{dport}", self.src_ip, self.port)
+    }
+
     fn addrs(&self) -> proto::CmAddrs {
         let (dip, dport) = self.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
         proto::CmAddrs {
@@ -300,6 +307,24 @@ impl Cm {
             Some(i) if i.session == session => Ok(i),
             _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
         }
+    }
+
+    /// Id `id`, if `session` holds it and `ev` may happen to it now (the
+    /// opening check of the app's connect, accept, reject and establish):
+    /// EINVAL saying `early` if not. The caller checks the rest, then
+    /// steps the id (`step_checked`: nothing between moves its phase).
+    fn own_at<'a>(
+        st: &'a mut State,
+        session: u64,
+        id: u32,
+        ev: Event,
+        early: &str,
+    ) -> Result<&'a mut Id> {
+        let i = Self::own(st, session, id)?;
+        if !i.may(ev) {
+            return fail(libc::EINVAL, early);
+        }
+        Ok(i)
     }
 
     /// Channel `channel`, if `session` holds it.

@@ -124,11 +124,8 @@ impl Cm {
         i.deadline = None;
         info!(
             qpn = i.local.qp_num,
-            "CM connection established: {}:{} <- {}:{} (passive)",
-            i.src_ip,
-            i.port,
-            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-            i.dst.map_or(0, |d| d.1)
+            "CM connection established: {} (passive)",
+            i.ends("<-")
         );
         Self::emit(
             st,

@@ -133,13 +133,15 @@ impl Cm {
         session: u64,
         r: &proto::CmRejectReq,
     ) -> Result<proto::ReplyBody> {
-        let i = Self::own(st, session, r.id)?;
-        let pending = || refuse(libc::EINVAL, "reject without a pending connection");
-        if !i.may(Event::Reject) {
-            return Err(pending());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            r.id,
+            Event::Reject,
+            "reject without a pending connection",
+        )?;
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-        i.step(Event::Reject).map_err(|_| pending())?;
+        i.step_checked(Event::Reject);
         if i.udp {
             let mut data = r.private_data.clone();
             data.truncate(proto::CM_SIDR_REP_PRIVATE_DATA);
@@ -189,20 +191,19 @@ impl Cm {
 
     /// rdma_establish (the active side's QP is at RTS): an RTU to the peer.
     fn establish(&self, st: &mut State, session: u64, id: u32) -> Result<proto::ReplyBody> {
-        let i = Self::own(st, session, id)?;
-        let early = || refuse(libc::EINVAL, "establish without a connect response");
-        if !i.may(Event::Establish) {
-            return Err(early());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            id,
+            Event::Establish,
+            "establish without a connect response",
+        )?;
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-        i.step(Event::Establish).map_err(|_| early())?;
+        i.step_checked(Event::Establish);
         info!(
             qpn = i.local.qp_num,
-            "CM connection established: {}:{} -> {}:{} (active)",
-            i.src_ip,
-            i.port,
-            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-            i.dst.map_or(0, |d| d.1)
+            "CM connection established: {} (active)",
+            i.ends("->")
         );
         self.send(
             p.host,
@@ -307,11 +308,13 @@ impl Cm {
         c: &proto::CmConnectReq,
     ) -> Result<()> {
         let timeout = self.timeout;
-        let i = Self::own(st, session, c.id)?;
-        let early = || refuse(libc::EINVAL, "connect before route resolution");
-        if !i.may(Event::Connect) {
-            return Err(early());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            c.id,
+            Event::Connect,
+            "connect before route resolution",
+        )?;
         let (max_pdata, what) = if i.udp {
             (proto::CM_SIDR_REQ_PRIVATE_DATA, "CM UD query")
         } else {
@@ -330,7 +333,7 @@ impl Cm {
             return fail(libc::EINVAL, "no destination");
         };
         i.local = peer_params(&c.param, random_u32() & 0xFF_FFFF);
-        i.step(Event::Connect).map_err(|_| early())?;
+        i.step_checked(Event::Connect);
         i.active = true;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
@@ -385,16 +388,18 @@ impl Cm {
         c: &proto::CmConnectReq,
     ) -> Result<()> {
         let timeout = self.timeout;
-        let i = Self::own(st, session, c.id)?;
-        let early = || refuse(libc::EINVAL, "accept without a connect request");
-        if !i.may(Event::Accept) {
-            return Err(early());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            c.id,
+            Event::Accept,
+            "accept without a connect request",
+        )?;
         if c.param.qp_num == 0 {
             return fail(libc::EINVAL, "accept without a QP number");
         }
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-        i.step(Event::Accept).map_err(|_| early())?;
+        i.step_checked(Event::Accept);
         let psn = i.local.psn;
         i.local = peer_params(&c.param, psn);
         i.deadline = Some(Instant::now() + timeout);

@@ -115,11 +115,13 @@ impl Cm {
         session: u64,
         c: &proto::CmConnectReq,
     ) -> Result<()> {
-        let i = Self::own(st, session, c.id)?;
-        let early = || refuse(libc::EINVAL, "accept without a connect request");
-        if !i.may(Event::Accept) {
-            return Err(early());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            c.id,
+            Event::Accept,
+            "accept without a connect request",
+        )?;
         if c.param.qp_num == 0 {
             return fail(libc::EINVAL, "accept without a QP number");
         }
@@ -128,14 +130,11 @@ impl Cm {
         }
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
         i.local.qp_num = c.param.qp_num;
-        i.step(Event::Accept).map_err(|_| early())?;
+        i.step_checked(Event::Accept);
         info!(
             qpn = c.param.qp_num,
-            "CM UD query answered: {}:{} <- {}:{}",
-            i.src_ip,
-            i.port,
-            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-            i.dst.map_or(0, |d| d.1)
+            "CM UD query answered: {}",
+            i.ends("<-")
         );
         self.send(
             p.host,
