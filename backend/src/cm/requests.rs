@@ -5,7 +5,7 @@
 //! pipeline asks of the CM (the QP step and the role of a QP).
 
 use super::attrs::peer_params;
-use super::{fail, random_u32, Cm, CmHost, Event, Phase, Role, State};
+use super::{fail, random_u32, Cm, CmHost, Event, Id, Phase, Role, State};
 use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Result};
@@ -380,14 +380,13 @@ impl Cm {
         Ok(())
     }
 
-    fn accept(
-        &self,
-        shared: &dyn CmHost,
-        st: &mut State,
+    /// The opening of an accept, RC or UD: the app's id, with a request
+    /// to answer, and the QP that answers it.
+    pub(super) fn accepting<'a>(
+        st: &'a mut State,
         session: u64,
         c: &proto::CmConnectReq,
-    ) -> Result<()> {
-        let timeout = self.timeout;
+    ) -> Result<&'a mut Id> {
         let i = Self::own_at(
             st,
             session,
@@ -398,6 +397,18 @@ impl Cm {
         if c.param.qp_num == 0 {
             return fail(libc::EINVAL, "accept without a QP number");
         }
+        Ok(i)
+    }
+
+    fn accept(
+        &self,
+        shared: &dyn CmHost,
+        st: &mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> Result<()> {
+        let timeout = self.timeout;
+        let i = Self::accepting(st, session, c)?;
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
         i.step_checked(Event::Accept);
         let psn = i.local.psn;

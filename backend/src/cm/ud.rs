@@ -115,16 +115,7 @@ impl Cm {
         session: u64,
         c: &proto::CmConnectReq,
     ) -> Result<()> {
-        let i = Self::own_at(
-            st,
-            session,
-            c.id,
-            Event::Accept,
-            "accept without a connect request",
-        )?;
-        if c.param.qp_num == 0 {
-            return fail(libc::EINVAL, "accept without a QP number");
-        }
+        let i = Self::accepting(st, session, c)?;
         if c.param.private_data.len() > proto::CM_SIDR_REP_PRIVATE_DATA {
             return fail(libc::EINVAL, "more than 136 bytes of private data");
         }
