@@ -28,6 +28,7 @@ pub use spec::*;
 pub use wire::{FieldDesc, Kind, Reader, StructDesc, Wire};
 
 use std::fmt;
+use std::net::Ipv4Addr;
 
 /// One opcode's layouts, for generators.
 #[derive(Debug)]
@@ -140,6 +141,21 @@ impl fmt::Display for ProtoError {
 }
 
 impl std::error::Error for ProtoError {}
+
+impl CmAddr {
+    /// An IPv4 address and port.
+    pub fn v4(ip: Ipv4Addr, port: u16) -> CmAddr {
+        CmAddr {
+            addr: ip.octets(),
+            port,
+        }
+    }
+
+    /// The address and port.
+    pub fn ip_port(&self) -> (Ipv4Addr, u16) {
+        (Ipv4Addr::from(self.addr), self.port)
+    }
+}
 
 /// A decoded request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -461,6 +461,13 @@ macro_rules! messages {
                 }
             }
 
+            /// The variant's name, as the opcode table spells it.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $( Self::$v { .. } => stringify!($v) ),*
+                }
+            }
+
             /// The body size for `opcode`, or None if it is not one of ours.
             pub fn body_size(opcode: u16) -> Option<usize> {
                 match opcode {

@@ -10,6 +10,38 @@ use masq_proto as proto;
 use std::net::Ipv4Addr;
 use tracing::warn;
 
+/// This side's connection parameters as its app gave them (rdma_connect,
+/// rdma_accept), with the PSN its QP starts at; the private data goes in
+/// the message beside them.
+pub(super) fn peer_params(p: &proto::CmConnParam, psn: u32) -> proto::PeerParams {
+    proto::PeerParams {
+        qp_num: p.qp_num,
+        psn,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: p.flow_control,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: p.srq,
+    }
+}
+
+/// The peer's parameters (and the private data its message carried) as
+/// this side's app sees them in an event: its initiator depth is our
+/// responder resources and the reverse.
+pub(super) fn event_param(p: &proto::PeerParams, private_data: Vec<u8>) -> proto::CmConnParam {
+    proto::CmConnParam {
+        responder_resources: p.initiator_depth,
+        initiator_depth: p.responder_resources,
+        flow_control: p.flow_control.min(1),
+        retry_count: p.retry_count.min(7),
+        rnr_retry_count: p.rnr_retry_count.min(7),
+        srq: p.srq.min(1),
+        qp_num: p.qp_num & 0xFF_FFFF,
+        private_data,
+    }
+}
+
 /// The largest IB MTU whose packets fit a netdev MTU, as the kernel's
 /// iboe_get_mtu computes it (GRH, BTH, extended headers and ICRC taken out).
 fn ib_mtu(netdev_mtu: u32) -> u8 {
@@ -197,7 +229,7 @@ impl Cm {
             .ok_or_else(|| refuse(libc::EINVAL, "no destination"))?;
         let (sgid_index, mtu) = shared.vnic_route(&i.ep)?;
         a.path_mtu = ib_mtu(mtu);
-        a.dest_qp_num = i.remote.qpn;
+        a.dest_qp_num = i.remote.qp_num;
         a.rq_psn = i.remote.psn;
         a.max_dest_rd_atomic = resp_res;
         a.min_rnr_timer = MIN_RNR_TIMER;
@@ -249,7 +281,6 @@ impl Cm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peer::msg::Params;
 
     #[test]
     fn ib_mtu_follows_the_netdev() {
@@ -261,12 +292,12 @@ mod tests {
 
     #[test]
     fn event_params_swap_the_depths() {
-        let p = Params {
+        let p = proto::PeerParams {
             responder_resources: 4,
             initiator_depth: 1,
             ..Default::default()
         };
-        let e = p.to_event();
+        let e = event_param(&p, Vec::new());
         assert_eq!((e.responder_resources, e.initiator_depth), (1, 4));
     }
 }

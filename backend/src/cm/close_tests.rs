@@ -36,21 +36,21 @@ fn reject(id: u32, private_data: &[u8]) -> proto::RequestBody {
     })
 }
 
-fn rej_in(to_id: u32, from_id: u32, reason: i32, private_data: Vec<u8>) -> PeerMsg {
-    PeerMsg::Rej {
+fn rej_in(to_id: u32, from_id: u32, reason: i32, private_data: Vec<u8>) -> PeerBody {
+    PeerBody::Rej(proto::PeerRej {
         to_id,
         from_id,
         reason,
         private_data,
-    }
+    })
 }
 
-fn dreq(to_id: u32, from_id: u32, from_qpn: u32) -> PeerMsg {
-    PeerMsg::Dreq {
+fn dreq(to_id: u32, from_id: u32, from_qpn: u32) -> PeerBody {
+    PeerBody::Dreq(proto::PeerDreq {
         to_id,
         from_id,
         from_qpn,
-    }
+    })
 }
 
 /// Session `session` of acme-a connecting to acme-b from SRC_PORT with
@@ -63,11 +63,12 @@ fn active(h: &FakeCmHost, cm: &Cm, out: &Outbox, session: u64, answered: bool) -
     out.take();
     acme.events();
     if answered {
-        let rep = PeerMsg::Rep {
+        let rep = PeerBody::Rep(proto::PeerRep {
             to_id: id,
             from_id: PEER_OF_ACTIVE,
             params: params(PEER_QPN),
-        };
+            private_data: Vec::new(),
+        });
         cm.on_peer(h, HOST2, rep);
         assert_eq!(kinds(&acme.events()), [proto::CM_EVENT_CONNECT_RESPONSE]);
     }
@@ -89,15 +90,14 @@ fn active_established(h: &FakeCmHost, cm: &Cm, out: &Outbox) -> (App, u32) {
 fn requested(h: &FakeCmHost, cm: &Cm, session: u64) -> (App, u32, u32) {
     let globex = App::open(cm, h, session, "globex-a").expect("globex-a");
     let listener = globex.listen(cm, h, false, PORT).expect("listen");
-    let req = PeerMsg::Req {
+    let req = PeerBody::Req(proto::PeerReq {
         from_id: PEER_OF_PASSIVE,
         vni: GLOBEX,
-        src: VIP_B,
-        src_port: 40000,
-        dst: VIP_A,
-        dst_port: PORT,
+        src: proto::CmAddr::v4(VIP_B, 40000),
+        dst: proto::CmAddr::v4(VIP_A, PORT),
         params: params(PEER_QPN),
-    };
+        private_data: Vec::new(),
+    });
     cm.on_peer(h, HOST2, req);
     let ev = globex.events();
     assert_eq!(kinds(&ev), [proto::CM_EVENT_CONNECT_REQUEST]);
@@ -108,10 +108,10 @@ fn requested(h: &FakeCmHost, cm: &Cm, session: u64) -> (App, u32, u32) {
 fn passive_established(h: &FakeCmHost, cm: &Cm, out: &Outbox, session: u64) -> (App, u32) {
     let (globex, _, id) = requested(h, cm, session);
     globex.accept(cm, h, id, QPN, b"").expect("accept");
-    let rtu = PeerMsg::Rtu {
+    let rtu = PeerBody::Rtu(proto::PeerRtu {
         to_id: id,
         from_id: PEER_OF_PASSIVE,
-    };
+    });
     cm.on_peer(h, HOST2, rtu);
     assert_eq!(kinds(&globex.events()), [proto::CM_EVENT_ESTABLISHED]);
     out.take();
@@ -126,12 +126,12 @@ fn the_passive_app_rejecting_a_request_sends_a_rej_with_its_private_data() {
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: PEER_OF_PASSIVE,
                 from_id,
                 reason,
                 private_data,
-            },
+            }),
         )] => {
             assert_eq!(*from_id, id);
             assert_eq!(*reason, proto::CM_REJ_CONSUMER_DEFINED);
@@ -161,7 +161,7 @@ fn the_active_app_rejecting_a_connect_response_sends_a_rej_to_the_peers_id() {
     let (acme, id) = active(&h, &cm, &out, 1, true);
     acme.ask(&cm, &h, reject(id, b"")).expect("reject");
     match out.take().as_slice() {
-        [(HOST2, PeerMsg::Rej { to_id, from_id, .. })] => {
+        [(HOST2, PeerBody::Rej(proto::PeerRej { to_id, from_id, .. }))] => {
             assert_eq!((*to_id, *from_id), (PEER_OF_ACTIVE, id))
         }
         other => panic!("{other:?}"),
@@ -238,10 +238,10 @@ fn a_rej_after_accept_closes_the_passive_id_and_a_late_rtu_changes_nothing() {
     cm.on_peer(&h, HOST2, rej_in(id, PEER_OF_PASSIVE, 5, Vec::new()));
     assert_eq!(kinds(&globex.events()), [proto::CM_EVENT_REJECTED]);
     assert_eq!(state(&cm, id), "closed");
-    let rtu = PeerMsg::Rtu {
+    let rtu = PeerBody::Rtu(proto::PeerRtu {
         to_id: id,
         from_id: PEER_OF_PASSIVE,
-    };
+    });
     cm.on_peer(&h, HOST2, rtu);
     assert!(globex.events().is_empty());
     assert_eq!(state(&cm, id), "closed");
@@ -354,12 +354,12 @@ fn destroying_an_unanswered_request_rejects_it_and_leaves_the_listeners_port() {
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: PEER_OF_PASSIVE,
                 from_id,
                 reason,
                 ..
-            },
+            }),
         )] => {
             assert_eq!((*from_id, *reason), (id, proto::CM_REJ_CONSUMER_DEFINED))
         }
@@ -384,20 +384,21 @@ fn destroying_a_connecting_id_sends_nothing_and_frees_its_port() {
     acme.listen(&cm, &h, false, SRC_PORT)
         .expect("its port is free");
     // The REP that comes later finds no id: the peer is told.
-    let rep = PeerMsg::Rep {
+    let rep = PeerBody::Rep(proto::PeerRep {
         to_id: id,
         from_id: PEER_OF_ACTIVE,
         params: params(PEER_QPN),
-    };
+        private_data: Vec::new(),
+    });
     cm.on_peer(&h, HOST2, rep);
     assert!(matches!(
         out.take().as_slice(),
         [(
             HOST2,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: PEER_OF_ACTIVE,
                 ..
-            }
+            })
         )]
     ));
 }
@@ -469,24 +470,23 @@ fn a_req_to_the_listener_of_an_exited_app_is_rejected_as_nobody_listens() {
     let globex = App::open(&cm, &h, 1, "globex-a").expect("globex-a");
     let listener = globex.listen(&cm, &h, false, PORT).expect("listen");
     h.gone.lock().expect("gone").push(1);
-    let req = PeerMsg::Req {
+    let req = PeerBody::Req(proto::PeerReq {
         from_id: PEER_OF_PASSIVE,
         vni: GLOBEX,
-        src: VIP_B,
-        src_port: 40000,
-        dst: VIP_A,
-        dst_port: PORT,
+        src: proto::CmAddr::v4(VIP_B, 40000),
+        dst: proto::CmAddr::v4(VIP_A, PORT),
         params: params(PEER_QPN),
-    };
+        private_data: Vec::new(),
+    });
     cm.on_peer(&h, HOST2, req);
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: PEER_OF_PASSIVE,
                 reason,
                 ..
-            },
+            }),
         )] => {
             assert_eq!(*reason, proto::CM_REJ_INVALID_SERVICE_ID)
         }

@@ -57,24 +57,24 @@ fn init_qp_attr(id: u32, qp_state: u32) -> proto::RequestBody {
     proto::RequestBody::CmInitQpAttr(proto::CmInitQpAttrReq { id, qp_state })
 }
 
-fn rep(to_id: u32, from_id: u32, qpn: u32) -> PeerMsg {
-    PeerMsg::Rep {
+fn rep(to_id: u32, from_id: u32, qpn: u32) -> PeerBody {
+    PeerBody::Rep(proto::PeerRep {
         to_id,
         from_id,
         params: params(qpn),
-    }
+        private_data: Vec::new(),
+    })
 }
 
-fn req(from_id: u32, port: u16) -> PeerMsg {
-    PeerMsg::Req {
+fn req(from_id: u32, port: u16) -> PeerBody {
+    PeerBody::Req(proto::PeerReq {
         from_id,
         vni: GLOBEX,
-        src: VIP_B,
-        src_port: 40000,
-        dst: VIP_A,
-        dst_port: port,
+        src: proto::CmAddr::v4(VIP_B, 40000),
+        dst: proto::CmAddr::v4(VIP_A, port),
         params: params(PEER_QPN),
-    }
+        private_data: Vec::new(),
+    })
 }
 
 /// acme-a's app with an id connecting from SRC_PORT to acme-b (host2)
@@ -86,7 +86,7 @@ fn connecting(h: &FakeCmHost, cm: &Cm, out: &Outbox) -> (App, u32) {
         .expect("connect");
     assert!(matches!(
         out.take().as_slice(),
-        [(HOST2, PeerMsg::Req { .. })]
+        [(HOST2, PeerBody::Req(..))]
     ));
     acme.events();
     (acme, id)
@@ -138,23 +138,23 @@ fn resolve_route_and_connect_send_one_req_to_the_host_of_the_destination() {
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::Req {
+            PeerBody::Req(proto::PeerReq {
                 from_id,
                 vni,
                 src,
-                src_port,
                 dst,
-                dst_port,
                 params,
-            },
+                private_data,
+            }),
         )] => {
+            let ((src, src_port), (dst, dst_port)) = (src.ip_port(), dst.ip_port());
             assert_eq!(
-                (*from_id, *vni, *src, *src_port),
+                (*from_id, *vni, src, src_port),
                 (id, ACME, VIP_A, addrs.src.port)
             );
-            assert_eq!((*dst, *dst_port), (VIP_B, PORT));
+            assert_eq!((dst, dst_port), (VIP_B, PORT));
             assert_eq!(
-                (params.qpn, params.private_data.as_slice()),
+                (params.qp_num, private_data.as_slice()),
                 (QPN, &b"hello"[..])
             );
             assert!(params.psn <= 0xFF_FFFF);
@@ -282,10 +282,10 @@ fn a_rep_gives_connect_response_with_the_peers_qp_and_establish_sends_the_rtu() 
         out.take(),
         [(
             HOST2,
-            PeerMsg::Rtu {
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: 70,
                 from_id: id
-            }
+            })
         )]
     );
     assert_eq!(state(&cm, id), "established");
@@ -319,9 +319,9 @@ fn a_rep_after_the_connect_timed_out_is_answered_with_a_rej_naming_its_sender() 
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: 70, from_id, ..
-            },
+            }),
         )] => assert_eq!(*from_id, id),
         other => panic!("{other:?}"),
     }
@@ -333,16 +333,15 @@ fn a_rep_after_the_connect_timed_out_is_answered_with_a_rej_naming_its_sender() 
 fn a_rep_with_more_private_data_than_a_rep_carries_is_dropped() {
     let (h, cm, out) = setup();
     let (acme, id) = connecting(&h, &cm, &out);
-    let mut big = params(PEER_QPN);
-    big.private_data = vec![0; proto::CM_MAX_PRIVATE_DATA + 1];
     cm.on_peer(
         &h,
         HOST2,
-        PeerMsg::Rep {
+        PeerBody::Rep(proto::PeerRep {
             to_id: id,
             from_id: 70,
-            params: big,
-        },
+            params: params(PEER_QPN),
+            private_data: vec![0; proto::CM_MAX_PRIVATE_DATA + 1],
+        }),
     );
     assert!(acme.events().is_empty());
     assert!(out.take().is_empty());
@@ -387,15 +386,16 @@ fn accept_sends_a_rep_with_the_apps_qp_and_the_rtu_establishes_the_passive_id() 
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::Rep {
+            PeerBody::Rep(proto::PeerRep {
                 to_id: 60,
                 from_id,
                 params,
-            },
+                private_data,
+            }),
         )] => {
             assert_eq!(*from_id, id);
             assert_eq!(
-                (params.qpn, params.private_data.as_slice()),
+                (params.qp_num, private_data.as_slice()),
                 (QPN, &b"welcome"[..])
             );
             assert!(params.psn <= 0xFF_FFFF);
@@ -412,10 +412,10 @@ fn accept_sends_a_rep_with_the_apps_qp_and_the_rtu_establishes_the_passive_id() 
         })
     );
     assert!(globex.events().is_empty());
-    let rtu = PeerMsg::Rtu {
+    let rtu = PeerBody::Rtu(proto::PeerRtu {
         to_id: id,
         from_id: 60,
-    };
+    });
     cm.on_peer(&h, HOST2, rtu.clone());
     assert_eq!(kinds(&globex.events()), [proto::CM_EVENT_ESTABLISHED]);
     assert_eq!(state(&cm, id), "established");
@@ -461,10 +461,10 @@ fn an_accepted_request_without_an_rtu_times_out_unreachable() {
     cm.on_peer(
         &h,
         HOST2,
-        PeerMsg::Rtu {
+        PeerBody::Rtu(proto::PeerRtu {
             to_id: id,
             from_id: 60,
-        },
+        }),
     );
     assert!(globex.events().is_empty());
     assert_eq!(state(&cm, id), "closed");

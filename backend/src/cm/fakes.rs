@@ -21,10 +21,9 @@ use crate::enforce::admission::Admission;
 use crate::error::{refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::Link;
-use crate::peer::msg::{Params, PeerMsg};
 use crate::peer::send::Local;
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
@@ -188,7 +187,7 @@ pub struct Outbox {
 impl Outbox {
     /// The messages sent since the last look: this host's own first, then
     /// each peer's in host order.
-    pub fn take(&self) -> Vec<(Ipv4Addr, PeerMsg)> {
+    pub fn take(&self) -> Vec<(Ipv4Addr, PeerBody)> {
         let mut out = Vec::new();
         while let Ok(job) = self.local.try_recv() {
             match job {
@@ -418,9 +417,9 @@ pub fn kinds(events: &[proto::CmEvent]) -> Vec<u32> {
 
 /// The parameters a peer's REQ or REP carries: QP `qpn`, PSN 7, one
 /// read in flight each way, retries 7.
-pub fn params(qpn: u32) -> Params {
-    Params {
-        qpn,
+pub fn params(qpn: u32) -> proto::PeerParams {
+    proto::PeerParams {
+        qp_num: qpn,
         psn: 7,
         responder_resources: 1,
         initiator_depth: 1,

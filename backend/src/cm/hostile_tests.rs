@@ -78,15 +78,14 @@ fn id_requests(id: u32, channel: u32) -> Vec<(&'static str, proto::RequestBody)>
 fn victim(h: &FakeCmHost, cm: &Cm, out: &Outbox, accept: bool) -> (App, Vec<u32>) {
     let globex = App::open(cm, h, 1, "globex-a").expect("globex-a");
     let listener = globex.listen(cm, h, false, PORT).expect("listen");
-    let req = PeerMsg::Req {
+    let req = PeerBody::Req(proto::PeerReq {
         from_id: 60,
         vni: GLOBEX,
-        src: VIP_B,
-        src_port: 40000,
-        dst: VIP_A,
-        dst_port: PORT,
+        src: proto::CmAddr::v4(VIP_B, 40000),
+        dst: proto::CmAddr::v4(VIP_A, PORT),
         params: params(PEER_QPN),
-    };
+        private_data: Vec::new(),
+    });
     cm.on_peer(h, HOST2, req);
     let passive = globex.events()[0].id;
     if accept {
@@ -262,79 +261,79 @@ fn peer_messages_for_ids_in_the_wrong_phase_change_nothing() {
     let cases = [
         (
             "RTU to a request not accepted",
-            PeerMsg::Rtu {
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: requested,
                 from_id: 60,
-            },
+            }),
         ),
         (
             "DREQ to a request not accepted",
-            PeerMsg::Dreq {
+            PeerBody::Dreq(proto::PeerDreq {
                 to_id: requested,
                 from_id: 60,
                 from_qpn: PEER_QPN,
-            },
+            }),
         ),
         (
             "REJ to the listener",
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: listener,
                 from_id: 60,
                 reason: 28,
                 private_data: Vec::new(),
-            },
+            }),
         ),
         (
             "REJ to an idle id",
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: idle,
                 from_id: 0,
                 reason: 28,
                 private_data: Vec::new(),
-            },
+            }),
         ),
         (
             "DREQ to the listener",
-            PeerMsg::Dreq {
+            PeerBody::Dreq(proto::PeerDreq {
                 to_id: listener,
                 from_id: 60,
                 from_qpn: PEER_QPN,
-            },
+            }),
         ),
         (
             "SIDR REP to a TCP request",
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: requested,
                 status: 0,
-                qpn: 1,
+                qp_num: 1,
                 qkey: 1,
                 private_data: Vec::new(),
-            },
+            }),
         ),
         (
             "SIDR REP to no id",
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: 9999,
                 status: 0,
-                qpn: 1,
+                qp_num: 1,
                 qkey: 1,
                 private_data: Vec::new(),
-            },
+            }),
         ),
         (
             "RTU to no id",
-            PeerMsg::Rtu {
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: 9999,
                 from_id: 60,
-            },
+            }),
         ),
         (
             "DREQ to no id",
-            PeerMsg::Dreq {
+            PeerBody::Dreq(proto::PeerDreq {
                 to_id: 9999,
                 from_id: 60,
                 from_qpn: PEER_QPN,
-            },
+            }),
         ),
     ];
     for (what, msg) in cases {
@@ -349,18 +348,19 @@ fn a_rep_to_an_id_that_waits_for_none_is_refused_with_a_rej_and_changes_nothing(
     let (globex, ids) = victim(&h, &cm, &out, true);
     let before = table(&cm);
     for id in ids {
-        let rep = PeerMsg::Rep {
+        let rep = PeerBody::Rep(proto::PeerRep {
             to_id: id,
             from_id: 60,
             params: params(PEER_QPN),
-        };
+            private_data: Vec::new(),
+        });
         cm.on_peer(&h, HOST2, rep);
         assert_eq!(table(&cm), before, "{id}");
         assert!(globex.events().is_empty(), "{id}");
         assert!(
             matches!(
                 out.take().as_slice(),
-                [(HOST2, PeerMsg::Rej { to_id: 60, .. })]
+                [(HOST2, PeerBody::Rej(proto::PeerRej { to_id: 60, .. }))]
             ),
             "{id}"
         );
@@ -376,10 +376,13 @@ fn a_second_rep_to_a_connecting_id_is_refused_after_the_first() {
         .expect("connect");
     out.take();
     acme.events();
-    let rep = |from_id| PeerMsg::Rep {
-        to_id: id,
-        from_id,
-        params: params(PEER_QPN),
+    let rep = |from_id| {
+        PeerBody::Rep(proto::PeerRep {
+            to_id: id,
+            from_id,
+            params: params(PEER_QPN),
+            private_data: Vec::new(),
+        })
     };
     cm.on_peer(&h, HOST2, rep(70));
     assert_eq!(kinds(&acme.events()), [proto::CM_EVENT_CONNECT_RESPONSE]);
@@ -389,13 +392,13 @@ fn a_second_rep_to_a_connecting_id_is_refused_after_the_first() {
     assert!(acme.events().is_empty());
     assert!(matches!(
         out.take().as_slice(),
-        [(HOST2, PeerMsg::Rej { to_id: 71, .. })]
+        [(HOST2, PeerBody::Rej(proto::PeerRej { to_id: 71, .. }))]
     ));
     // The first REP's peer is the one the RTU goes to.
     let establish = proto::RequestBody::CmEstablish(proto::CmId { id });
     acme.ask(&cm, &h, establish).expect("establish");
     assert!(matches!(
         out.take().as_slice(),
-        [(HOST2, PeerMsg::Rtu { to_id: 70, .. })]
+        [(HOST2, PeerBody::Rtu(proto::PeerRtu { to_id: 70, .. }))]
     ));
 }

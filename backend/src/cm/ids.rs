@@ -8,9 +8,8 @@ use crate::config::TenantLimits;
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{fd_room, Slot, What};
 use crate::error::{refuse, Result};
-use crate::peer::msg::{Params, PeerMsg};
 use crate::transport::seqpacket::Conn;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -202,20 +201,20 @@ impl Cm {
             match i.phase {
                 Phase::ReqReceived => self.send(
                     p.host,
-                    PeerMsg::Rej {
+                    PeerBody::Rej(proto::PeerRej {
                         to_id: p.id,
                         from_id: id,
                         reason: proto::CM_REJ_CONSUMER_DEFINED,
                         private_data: Vec::new(),
-                    },
+                    }),
                 ),
                 Phase::RepSent | Phase::RepReceived | Phase::Established => self.send(
                     p.host,
-                    PeerMsg::Dreq {
+                    PeerBody::Dreq(proto::PeerDreq {
                         to_id: p.id,
                         from_id: id,
-                        from_qpn: i.local.qpn,
-                    },
+                        from_qpn: i.local.qp_num,
+                    }),
                 ),
                 _ => {}
             }
@@ -293,8 +292,8 @@ impl Cm {
                     "side": side,
                     "local": format!("{}:{}", i.src_ip, i.port),
                     "peer": format!("{dip}:{dport}"),
-                    "qpn": i.local.qpn,
-                    "peer_qpn": i.remote.qpn,
+                    "qpn": i.local.qp_num,
+                    "peer_qpn": i.remote.qp_num,
                 })
             })
             .collect()
@@ -386,10 +385,10 @@ impl Cm {
                 phase: Phase::Idle,
                 active: false,
                 listen_id: 0,
-                local: Params::default(),
+                local: Default::default(),
                 peer: None,
                 peer_host: Ipv4Addr::UNSPECIFIED,
-                remote: Params::default(),
+                remote: Default::default(),
                 deadline: None,
                 _slot: slot,
             },

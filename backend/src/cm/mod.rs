@@ -37,10 +37,9 @@ use crate::endpoints::usage::Slot;
 use crate::error::{refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::{Link, Outgoing, Sent};
-use crate::peer::msg::{Params, PeerMsg};
 use crate::pipeline::ports::{Conntrack, Decide, Guard};
 use crate::transport::seqpacket::Conn;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody, PeerParams};
 use phase::{Event, Phase};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -120,16 +119,23 @@ struct Id {
     phase: Phase,
     active: bool,
     listen_id: u32,
-    local: Params,
+    local: PeerParams,
     peer: Option<PeerRef>,
     peer_host: Ipv4Addr,
-    remote: Params,
+    remote: PeerParams,
     deadline: Option<Instant>,
     /// Its place in its endpoint's `tenantLimits.cmIds`.
     _slot: Slot,
 }
 
 impl Id {
+    /// Its own address and its peer's for the log, `arrow` between them
+    /// ("->" where this side connected, "<-" where it answered).
+    fn ends(&self, arrow: &str) -> String {
+        let (dip, dport) = self.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
+        format!("{}:{} {arrow} {dip}:{dport}", self.src_ip, self.port)
+    }
+
     fn addrs(&self) -> proto::CmAddrs {
         let (dip, dport) = self.dst.unwrap_or((Ipv4Addr::UNSPECIFIED, 0));
         proto::CmAddrs {
@@ -263,7 +269,7 @@ impl Cm {
     /// holder sends the message when it lets go (`Locked::drop`); the
     /// message is in the outbox before `try_lock` fails, so that holder's
     /// `flush` sees it.
-    fn send(&self, host: Ipv4Addr, msg: PeerMsg) {
+    fn send(&self, host: Ipv4Addr, msg: PeerBody) {
         debug!(%host, ?msg, "CM message out");
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         outbox.push((host, msg, Instant::now()));
@@ -288,7 +294,7 @@ impl Cm {
             return;
         };
         for (host, msg, queued) in msgs {
-            let kind = msg.kind();
+            let kind = msg.name();
             if link.send(host, msg, queued) == Sent::Written {
                 self.metrics.peer_message("queued", kind, queued.elapsed());
             }
@@ -301,6 +307,24 @@ impl Cm {
             Some(i) if i.session == session => Ok(i),
             _ => fail(libc::ENOENT, format!("no CM id {id} in this session")),
         }
+    }
+
+    /// Id `id`, if `session` holds it and `ev` may happen to it now (the
+    /// opening check of the app's connect, accept, reject and establish):
+    /// EINVAL saying `early` if not. The caller checks the rest, then
+    /// steps the id (`step_checked`: nothing between moves its phase).
+    fn own_at<'a>(
+        st: &'a mut State,
+        session: u64,
+        id: u32,
+        ev: Event,
+        early: &str,
+    ) -> Result<&'a mut Id> {
+        let i = Self::own(st, session, id)?;
+        if !i.may(ev) {
+            return fail(libc::EINVAL, early);
+        }
+        Ok(i)
     }
 
     /// Channel `channel`, if `session` holds it.

@@ -2,12 +2,12 @@
 //! message of the connection exchange (REQ, REP, REJ, RTU, DREQ), and the
 //! admission of a request from another host.
 
+use super::attrs::event_param;
 use super::{random_u32, Cm, CmHost, Event, Id, PeerRef, Phase, State};
 use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
-use crate::peer::msg::{Params, PeerMsg};
 use masq_policy::netpol::PortSpace;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use tracing::{debug, info, warn};
@@ -15,100 +15,38 @@ use tracing::{debug, info, warn};
 impl Cm {
     /// A CM message from the masqd at `from` (already known to be a host
     /// of the VPC map). Anything that does not fit is logged and dropped.
-    pub fn on_peer(&self, shared: &dyn CmHost, from: Ipv4Addr, msg: PeerMsg) {
+    pub fn on_peer(&self, shared: &dyn CmHost, from: Ipv4Addr, msg: PeerBody) {
         debug!(%from, ?msg, "CM message in");
-        if msg == PeerMsg::UdQuery {
-            shared.reannounce_ud(from);
-            return;
-        }
-        if let PeerMsg::UdQpAck { qpn, .. } = msg {
-            self.ud_acked(from, qpn);
-            return;
-        }
-        if let PeerMsg::UdQp { vni, vip, qpn, up } = msg {
-            self.on_ud_qp(shared, from, vni, vip, qpn, up);
-            return;
+        // The UD QPs' bookkeeping, without the CM's lock.
+        match msg {
+            PeerBody::UdQuery(_) => return shared.reannounce_ud(from),
+            PeerBody::UdQpAck(a) => return self.ud_acked(from, a.qpn),
+            PeerBody::UdQp(u) => {
+                let vip = Ipv4Addr::from(u.vip);
+                return self.on_ud_qp(shared, from, u.vni, vip, u.qpn, u.up != 0);
+            }
+            _ => {}
         }
         let mut st = self.lock();
         let st = &mut *st;
         match msg {
-            PeerMsg::Req {
-                from_id,
-                vni,
-                src,
-                src_port,
-                dst,
-                dst_port,
-                params,
-            } => self.on_req(
-                shared,
-                st,
-                from,
-                from_id,
-                vni,
-                (src, src_port),
-                (dst, dst_port),
-                params,
-            ),
-            PeerMsg::Rep {
-                to_id,
-                from_id,
-                params,
-            } => self.on_rep(shared, st, from, to_id, from_id, params),
-            PeerMsg::Rej {
-                to_id,
-                from_id,
-                reason,
-                private_data,
-            } => Self::on_rej(st, from, to_id, from_id, reason, private_data),
-            PeerMsg::SidrReq {
-                from_id,
-                vni,
-                src,
-                src_port,
-                dst,
-                dst_port,
-                private_data,
-            } => self.on_sidr_req(
-                shared,
-                st,
-                from,
-                from_id,
-                vni,
-                (src, src_port),
-                (dst, dst_port),
-                private_data,
-            ),
-            PeerMsg::SidrRep {
-                to_id,
-                status,
-                qpn,
-                qkey,
-                private_data,
-            } => Self::on_sidr_rep(shared, st, from, to_id, status, qpn, qkey, private_data),
-            // Taken above, without the CM's lock.
-            PeerMsg::UdQp { .. } | PeerMsg::UdQuery | PeerMsg::UdQpAck { .. } => {}
-            PeerMsg::Rtu { to_id, from_id } => Self::on_rtu(st, from, to_id, from_id),
-            PeerMsg::Dreq {
-                to_id,
-                from_id,
-                from_qpn,
-            } => Self::on_dreq(st, from, to_id, from_id, from_qpn),
+            PeerBody::Req(r) => self.on_req(shared, st, from, r),
+            PeerBody::Rep(r) => self.on_rep(shared, st, from, r),
+            PeerBody::Rej(r) => Self::on_rej(st, from, r),
+            PeerBody::Rtu(r) => Self::on_rtu(st, from, r),
+            PeerBody::Dreq(r) => Self::on_dreq(st, from, r),
+            PeerBody::SidrReq(r) => self.on_sidr_req(shared, st, from, r),
+            PeerBody::SidrRep(r) => Self::on_sidr_rep(shared, st, from, r),
+            // Taken above.
+            PeerBody::UdQp(_) | PeerBody::UdQuery(_) | PeerBody::UdQpAck(_) => {}
         }
     }
 
     /// A REP for an id that connected to `from`'s host and waits for one:
     /// CONNECT_RESPONSE. Any other is answered with a REJ, so that the
     /// peer's side does not wait for an RTU that will not come.
-    fn on_rep(
-        &self,
-        shared: &dyn CmHost,
-        st: &mut State,
-        from: Ipv4Addr,
-        to_id: u32,
-        from_id: u32,
-        params: Params,
-    ) {
+    fn on_rep(&self, shared: &dyn CmHost, st: &mut State, from: Ipv4Addr, r: proto::PeerRep) {
+        let (to_id, from_id) = (r.to_id, r.from_id);
         let ok = st
             .ids
             .get(&to_id)
@@ -117,16 +55,16 @@ impl Cm {
             // Too late (timed out) or unknown.
             self.send(
                 from,
-                PeerMsg::Rej {
+                PeerBody::Rej(proto::PeerRej {
                     to_id: from_id,
                     from_id: to_id,
                     reason: proto::CM_REJ_CONSUMER_DEFINED,
                     private_data: Vec::new(),
-                },
+                }),
             );
             return;
         }
-        if params.private_data.len() > proto::CM_MAX_PRIVATE_DATA {
+        if r.private_data.len() > proto::CM_MAX_PRIVATE_DATA {
             return;
         }
         if let Some(i) = st.ids.get_mut(&to_id) {
@@ -134,24 +72,18 @@ impl Cm {
                 host: from,
                 id: from_id,
             });
-            i.remote = params;
+            i.remote = r.params;
             i.step_checked(Event::RepIn);
             i.deadline = None;
-            let param = i.remote.to_event();
+            let param = event_param(&i.remote, r.private_data);
             Self::emit_with_qp_attrs(shared, st, to_id, proto::CM_EVENT_CONNECT_RESPONSE, param);
         }
     }
 
     /// A REJ from the id's peer (or, while connecting, from the host it
     /// connected to): REJECTED with the reason and private data.
-    fn on_rej(
-        st: &mut State,
-        from: Ipv4Addr,
-        to_id: u32,
-        from_id: u32,
-        reason: i32,
-        private_data: Vec<u8>,
-    ) {
+    fn on_rej(st: &mut State, from: Ipv4Addr, r: proto::PeerRej) {
+        let (to_id, from_id) = (r.to_id, r.from_id);
         let Some(i) = st.ids.get_mut(&to_id) else {
             return;
         };
@@ -165,17 +97,18 @@ impl Cm {
             return;
         }
         i.deadline = None;
-        let mut data = private_data;
+        let mut data = r.private_data;
         data.truncate(proto::CM_REJ_PRIVATE_DATA);
         let param = proto::CmConnParam {
             private_data: data,
             ..Default::default()
         };
-        Self::emit(st, to_id, proto::CM_EVENT_REJECTED, reason, param);
+        Self::emit(st, to_id, proto::CM_EVENT_REJECTED, r.reason, param);
     }
 
     /// An RTU from the id's peer after its REP: ESTABLISHED.
-    fn on_rtu(st: &mut State, from: Ipv4Addr, to_id: u32, from_id: u32) {
+    fn on_rtu(st: &mut State, from: Ipv4Addr, r: proto::PeerRtu) {
+        let (to_id, from_id) = (r.to_id, r.from_id);
         let Some(i) = st.ids.get_mut(&to_id) else {
             return;
         };
@@ -190,12 +123,9 @@ impl Cm {
         }
         i.deadline = None;
         info!(
-            qpn = i.local.qpn,
-            "CM connection established: {}:{} <- {}:{} (passive)",
-            i.src_ip,
-            i.port,
-            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-            i.dst.map_or(0, |d| d.1)
+            qpn = i.local.qp_num,
+            "CM connection established: {} (passive)",
+            i.ends("<-")
         );
         Self::emit(
             st,
@@ -208,7 +138,8 @@ impl Cm {
 
     /// A DREQ from the id's peer: DISCONNECTED. One to id 0 names the
     /// connection by the sender's QP (both ends restarted).
-    fn on_dreq(st: &mut State, from: Ipv4Addr, to_id: u32, from_id: u32, from_qpn: u32) {
+    fn on_dreq(st: &mut State, from: Ipv4Addr, r: proto::PeerDreq) {
+        let (to_id, from_id, from_qpn) = (r.to_id, r.from_id, r.from_qpn);
         let sender = PeerRef {
             host: from,
             id: from_id,
@@ -217,7 +148,7 @@ impl Cm {
         let restored = |i: &Id| {
             i.peer == Some(PeerRef { host: from, id: 0 })
                 && from_qpn != 0
-                && i.remote.qpn == from_qpn
+                && i.remote.qp_num == from_qpn
         };
         let to_id = if to_id != 0 {
             to_id
@@ -225,7 +156,8 @@ impl Cm {
             // Both ends may have restarted: then neither knows the
             // other's id, and the QPs name the connection.
             let found = st.ids.iter().find(|(_, i)| {
-                (i.peer == Some(sender) && from_qpn != 0 && i.remote.qpn == from_qpn) || restored(i)
+                (i.peer == Some(sender) && from_qpn != 0 && i.remote.qp_num == from_qpn)
+                    || restored(i)
             });
             match found {
                 Some((k, _)) => *k,
@@ -249,19 +181,10 @@ impl Cm {
         );
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn on_req(
-        &self,
-        shared: &dyn CmHost,
-        st: &mut State,
-        from: Ipv4Addr,
-        from_id: u32,
-        vni: u32,
-        src: (Ipv4Addr, u16),
-        dst: (Ipv4Addr, u16),
-        params: Params,
-    ) {
-        if params.private_data.len() > proto::CM_REQ_PRIVATE_DATA || params.qpn == 0 {
+    fn on_req(&self, shared: &dyn CmHost, st: &mut State, from: Ipv4Addr, r: proto::PeerReq) {
+        let (from_id, vni) = (r.from_id, r.vni);
+        let (src, dst) = (r.src.ip_port(), r.dst.ip_port());
+        if r.private_data.len() > proto::CM_REQ_PRIVATE_DATA || r.params.qp_num == 0 {
             warn!(%from, "malformed CM request; dropped");
             return;
         }
@@ -309,24 +232,24 @@ impl Cm {
             });
             i.peer_host = from;
             i.local.psn = random_u32() & 0xFF_FFFF;
-            i.remote = params;
+            i.remote = r.params;
             info!(
                 "CM connect request {}:{} -> {}:{}",
                 src.0, src.1, dst.0, dst.1
             );
-            let param = i.remote.to_event();
+            let param = event_param(&i.remote, r.private_data);
             Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
         }
     }
 
     /// A REJ for `from`'s REQ (its id `from_id`) that no id here takes.
     fn reject_req(&self, from: Ipv4Addr, from_id: u32, reason: i32) {
-        let rej = PeerMsg::Rej {
+        let rej = PeerBody::Rej(proto::PeerRej {
             to_id: from_id,
             from_id: 0,
             reason,
             private_data: Vec::new(),
-        };
+        });
         self.send(from, rej);
     }
 

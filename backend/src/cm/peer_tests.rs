@@ -16,48 +16,48 @@ fn setup(limits: TenantLimits) -> (FakeCmHost, Cm, Outbox) {
     (FakeCmHost::new(limits), cm, out)
 }
 
-fn req(from_id: u32, vni: u32, src: Ipv4Addr, dst: Ipv4Addr, dst_port: u16) -> PeerMsg {
-    PeerMsg::Req {
+fn req(from_id: u32, vni: u32, src: Ipv4Addr, dst: Ipv4Addr, dst_port: u16) -> PeerBody {
+    PeerBody::Req(proto::PeerReq {
         from_id,
         vni,
-        src,
-        src_port: 40000,
-        dst,
-        dst_port,
-        params: Params {
-            qpn: QPN,
+        src: proto::CmAddr::v4(src, 40000),
+        dst: proto::CmAddr::v4(dst, dst_port),
+        params: proto::PeerParams {
+            qp_num: QPN,
             psn: 1,
             ..Default::default()
         },
-    }
+        private_data: Vec::new(),
+    })
 }
 
-fn rep(to_id: u32, from_id: u32) -> PeerMsg {
-    PeerMsg::Rep {
+fn rep(to_id: u32, from_id: u32) -> PeerBody {
+    PeerBody::Rep(proto::PeerRep {
         to_id,
         from_id,
-        params: Params {
-            qpn: QPN,
+        params: proto::PeerParams {
+            qp_num: QPN,
             ..Default::default()
         },
-    }
+        private_data: Vec::new(),
+    })
 }
 
-fn rej(to_id: u32, from_id: u32) -> PeerMsg {
-    PeerMsg::Rej {
+fn rej(to_id: u32, from_id: u32) -> PeerBody {
+    PeerBody::Rej(proto::PeerRej {
         to_id,
         from_id,
         reason: proto::CM_REJ_CONSUMER_DEFINED,
         private_data: Vec::new(),
-    }
+    })
 }
 
-fn dreq(to_id: u32, from_id: u32, from_qpn: u32) -> PeerMsg {
-    PeerMsg::Dreq {
+fn dreq(to_id: u32, from_id: u32, from_qpn: u32) -> PeerBody {
+    PeerBody::Dreq(proto::PeerDreq {
         to_id,
         from_id,
         from_qpn,
-    }
+    })
 }
 
 #[test]
@@ -144,8 +144,8 @@ fn a_req_not_from_the_host_of_its_source_or_for_an_endpoint_not_served_here_is_d
         ),
         ("a QPN of 0", HOST2, {
             let mut r = req(7, GLOBEX, VIP_B, VIP_A, PORT);
-            if let PeerMsg::Req { params, .. } = &mut r {
-                params.qpn = 0;
+            if let PeerBody::Req(proto::PeerReq { params, .. }) = &mut r {
+                params.qp_num = 0;
             }
             r
         }),
@@ -161,9 +161,9 @@ fn a_req_not_from_the_host_of_its_source_or_for_an_endpoint_not_served_here_is_d
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: 8, reason, ..
-            },
+            }),
         )] => {
             assert_eq!(*reason, proto::CM_REJ_INVALID_SERVICE_ID)
         }
@@ -181,7 +181,7 @@ fn two_connections(h: &FakeCmHost, cm: &Cm, out: &Outbox) -> (App, u32, App, u32
         .connect(cm, h, false, 5000, (VIP_B, PORT), 0x33)
         .expect("connect");
     match out.take().as_slice() {
-        [(HOST2, PeerMsg::Req { from_id, vni, .. })] => {
+        [(HOST2, PeerBody::Req(proto::PeerReq { from_id, vni, .. }))] => {
             assert_eq!((*from_id, *vni), (active, ACME))
         }
         other => panic!("{other:?}"),
@@ -220,18 +220,18 @@ fn a_rep_rej_rtu_or_dreq_not_the_senders_to_send_changes_nothing() {
         (
             "RTU before the app accepted",
             HOST2,
-            PeerMsg::Rtu {
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: passive,
                 from_id: 60,
-            },
+            }),
         ),
         (
             "RTU to the active id",
             HOST2,
-            PeerMsg::Rtu {
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: active,
                 from_id: 70,
-            },
+            }),
         ),
         ("DREQ to the connecting id", HOST2, dreq(active, 70, QPN)),
         (
@@ -252,7 +252,7 @@ fn a_rep_rej_rtu_or_dreq_not_the_senders_to_send_changes_nothing() {
         for (to, m) in out.take() {
             assert_eq!(to, from, "{what}");
             assert!(
-                matches!(m, PeerMsg::Rej { to_id: 70 | 60, .. }),
+                matches!(m, PeerBody::Rej(proto::PeerRej { to_id: 70 | 60, .. })),
                 "{what}: {m:?}"
             );
         }
@@ -287,12 +287,12 @@ fn a_flood_of_reqs_stops_at_the_endpoints_cm_ids_with_rej_no_resources() {
         .take()
         .into_iter()
         .map(|(to, m)| match m {
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id,
                 from_id: 0,
                 reason: CM_REJ_NO_RESOURCES,
                 ..
-            } if to == HOST2 => to_id,
+            }) if to == HOST2 => to_id,
             other => panic!("{other:?}"),
         })
         .collect();
@@ -311,7 +311,7 @@ fn a_flood_of_reqs_stops_at_the_endpoints_cm_ids_with_rej_no_resources() {
 #[test]
 fn a_ud_query_from_a_peer_reannounces_to_that_peer_only() {
     let (h, cm, out) = setup(TenantLimits::default());
-    cm.on_peer(&h, HOST3, PeerMsg::UdQuery);
+    cm.on_peer(&h, HOST3, PeerBody::UdQuery(proto::PeerUdQuery {}));
     assert_eq!(*h.reannounced.lock().expect("lock"), [HOST3]);
     assert!(out.take().is_empty());
 }

@@ -4,14 +4,14 @@
 //! connect, accept, reject, disconnect and establish, and what the verbs
 //! pipeline asks of the CM (the QP step and the role of a QP).
 
-use super::{fail, random_u32, Cm, CmHost, Event, Phase, Role, State};
+use super::attrs::peer_params;
+use super::{fail, random_u32, Cm, CmHost, Event, Id, Phase, Role, State};
 use crate::admit::{Ask, Conn};
 use crate::endpoints::endpoint::Endpoint;
 use crate::error::{refuse, Result};
 use crate::kernel::ibv::*;
-use crate::peer::msg::{Params, PeerMsg};
 use masq_policy::netpol::PortSpace;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -133,13 +133,15 @@ impl Cm {
         session: u64,
         r: &proto::CmRejectReq,
     ) -> Result<proto::ReplyBody> {
-        let i = Self::own(st, session, r.id)?;
-        let pending = || refuse(libc::EINVAL, "reject without a pending connection");
-        if !i.may(Event::Reject) {
-            return Err(pending());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            r.id,
+            Event::Reject,
+            "reject without a pending connection",
+        )?;
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-        i.step(Event::Reject).map_err(|_| pending())?;
+        i.step_checked(Event::Reject);
         if i.udp {
             let mut data = r.private_data.clone();
             data.truncate(proto::CM_SIDR_REP_PRIVATE_DATA);
@@ -148,12 +150,12 @@ impl Cm {
         }
         self.send(
             p.host,
-            PeerMsg::Rej {
+            PeerBody::Rej(proto::PeerRej {
                 to_id: p.id,
                 from_id: r.id,
                 reason: proto::CM_REJ_CONSUMER_DEFINED,
                 private_data: r.private_data.clone(),
-            },
+            }),
         );
         Ok(proto::ReplyBody::CmReject)
     }
@@ -175,11 +177,11 @@ impl Cm {
             if let Some(p) = i.peer {
                 self.send(
                     p.host,
-                    PeerMsg::Dreq {
+                    PeerBody::Dreq(proto::PeerDreq {
                         to_id: p.id,
                         from_id: id,
-                        from_qpn: i.local.qpn,
-                    },
+                        from_qpn: i.local.qp_num,
+                    }),
                 );
             }
             Self::emit(st, id, proto::CM_EVENT_DISCONNECTED, 0, Default::default());
@@ -189,27 +191,26 @@ impl Cm {
 
     /// rdma_establish (the active side's QP is at RTS): an RTU to the peer.
     fn establish(&self, st: &mut State, session: u64, id: u32) -> Result<proto::ReplyBody> {
-        let i = Self::own(st, session, id)?;
-        let early = || refuse(libc::EINVAL, "establish without a connect response");
-        if !i.may(Event::Establish) {
-            return Err(early());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            id,
+            Event::Establish,
+            "establish without a connect response",
+        )?;
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-        i.step(Event::Establish).map_err(|_| early())?;
+        i.step_checked(Event::Establish);
         info!(
-            qpn = i.local.qpn,
-            "CM connection established: {}:{} -> {}:{} (active)",
-            i.src_ip,
-            i.port,
-            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-            i.dst.map_or(0, |d| d.1)
+            qpn = i.local.qp_num,
+            "CM connection established: {} (active)",
+            i.ends("->")
         );
         self.send(
             p.host,
-            PeerMsg::Rtu {
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: p.id,
                 from_id: id,
-            },
+            }),
         );
         Ok(proto::ReplyBody::CmEstablish)
     }
@@ -307,11 +308,13 @@ impl Cm {
         c: &proto::CmConnectReq,
     ) -> Result<()> {
         let timeout = self.timeout;
-        let i = Self::own(st, session, c.id)?;
-        let early = || refuse(libc::EINVAL, "connect before route resolution");
-        if !i.may(Event::Connect) {
-            return Err(early());
-        }
+        let i = Self::own_at(
+            st,
+            session,
+            c.id,
+            Event::Connect,
+            "connect before route resolution",
+        )?;
         let (max_pdata, what) = if i.udp {
             (proto::CM_SIDR_REQ_PRIVATE_DATA, "CM UD query")
         } else {
@@ -329,8 +332,8 @@ impl Cm {
         let Some((dst, dst_port)) = i.dst else {
             return fail(libc::EINVAL, "no destination");
         };
-        i.local = Params::from_proto(&c.param, random_u32() & 0xFF_FFFF);
-        i.step(Event::Connect).map_err(|_| early())?;
+        i.local = peer_params(&c.param, random_u32() & 0xFF_FFFF);
+        i.step_checked(Event::Connect);
         i.active = true;
         i.deadline = Some(Instant::now() + timeout);
         let cfg = &i.ep.cfg;
@@ -356,28 +359,45 @@ impl Cm {
         };
         info!(qpn = c.param.qp_num, %rule, "{what} {}:{} -> {dst}:{dst_port}", cfg.vip, i.port);
         let msg = if i.udp {
-            PeerMsg::SidrReq {
+            PeerBody::SidrReq(proto::PeerSidrReq {
                 from_id: c.id,
                 vni: cfg.vni,
-                src: cfg.vip,
-                src_port: i.port,
-                dst,
-                dst_port,
+                src: proto::CmAddr::v4(cfg.vip, i.port),
+                dst: proto::CmAddr::v4(dst, dst_port),
                 private_data: c.param.private_data.clone(),
-            }
+            })
         } else {
-            PeerMsg::Req {
+            PeerBody::Req(proto::PeerReq {
                 from_id: c.id,
                 vni: cfg.vni,
-                src: cfg.vip,
-                src_port: i.port,
-                dst,
-                dst_port,
+                src: proto::CmAddr::v4(cfg.vip, i.port),
+                dst: proto::CmAddr::v4(dst, dst_port),
                 params: i.local.clone(),
-            }
+                private_data: c.param.private_data.clone(),
+            })
         };
         self.send(i.peer_host, msg);
         Ok(())
+    }
+
+    /// The opening of an accept, RC or UD: the app's id, with a request
+    /// to answer, and the QP that answers it.
+    pub(super) fn accepting<'a>(
+        st: &'a mut State,
+        session: u64,
+        c: &proto::CmConnectReq,
+    ) -> Result<&'a mut Id> {
+        let i = Self::own_at(
+            st,
+            session,
+            c.id,
+            Event::Accept,
+            "accept without a connect request",
+        )?;
+        if c.param.qp_num == 0 {
+            return fail(libc::EINVAL, "accept without a QP number");
+        }
+        Ok(i)
     }
 
     fn accept(
@@ -388,18 +408,11 @@ impl Cm {
         c: &proto::CmConnectReq,
     ) -> Result<()> {
         let timeout = self.timeout;
-        let i = Self::own(st, session, c.id)?;
-        let early = || refuse(libc::EINVAL, "accept without a connect request");
-        if !i.may(Event::Accept) {
-            return Err(early());
-        }
-        if c.param.qp_num == 0 {
-            return fail(libc::EINVAL, "accept without a QP number");
-        }
+        let i = Self::accepting(st, session, c)?;
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-        i.step(Event::Accept).map_err(|_| early())?;
+        i.step_checked(Event::Accept);
         let psn = i.local.psn;
-        i.local = Params::from_proto(&c.param, psn);
+        i.local = peer_params(&c.param, psn);
         i.deadline = Some(Instant::now() + timeout);
         // The QP reached RTR (and was admitted) before the app called
         // accept, when its number was not known here yet: mark it now.
@@ -416,11 +429,12 @@ impl Cm {
         shared.conntrack().set_cm(lk, side);
         self.send(
             p.host,
-            PeerMsg::Rep {
+            PeerBody::Rep(proto::PeerRep {
                 to_id: p.id,
                 from_id: c.id,
                 params: i.local.clone(),
-            },
+                private_data: c.param.private_data.clone(),
+            }),
         );
         Ok(())
     }
@@ -460,10 +474,13 @@ impl Cm {
                 format!("CM id {id} is {:?}, not {want:?}", i.phase),
             );
         }
-        if accept.is_none() && i.local.qpn != qpn {
+        if accept.is_none() && i.local.qp_num != qpn {
             return fail(
                 libc::EINVAL,
-                format!("CM id {id} connected QP {:#x}, not {qpn:#x}", i.local.qpn),
+                format!(
+                    "CM id {id} connected QP {:#x}, not {qpn:#x}",
+                    i.local.qp_num
+                ),
             );
         }
         let mut rtr = Self::qp_attr(shared, i, u32::from(IBV_QPS_RTR))?;
@@ -484,7 +501,7 @@ impl Cm {
             .find(|i| {
                 !i.udp
                     && i.ep.cfg.name == endpoint
-                    && i.local.qpn == qpn
+                    && i.local.qp_num == qpn
                     && i.connected_or_connecting()
             })
             .map(|i| Role {

@@ -141,8 +141,8 @@ impl Cm {
             i.dst = Some(dst);
             i.step_checked(Event::RestoreConnected);
             i.active = active;
-            i.local.qpn = r.qp_num;
-            i.remote.qpn = r.remote_qpn;
+            i.local.qp_num = r.qp_num;
+            i.remote.qp_num = r.remote_qpn;
             // The peer's id number is not known here any more (see Dreq).
             i.peer = Some(PeerRef {
                 host: peer_host,

@@ -144,15 +144,14 @@ fn a_listening_id_comes_back_on_its_port_and_hears_requests() {
     .expect("restore");
     assert_eq!(state(&cm, ID), "listening");
     assert!(app.events().is_empty(), "nothing to tell");
-    let req = PeerMsg::Req {
+    let req = PeerBody::Req(proto::PeerReq {
         from_id: 60,
         vni: GLOBEX,
-        src: VIP_B,
-        src_port: 40000,
-        dst: VIP_A,
-        dst_port: PORT,
+        src: proto::CmAddr::v4(VIP_B, 40000),
+        dst: proto::CmAddr::v4(VIP_A, PORT),
         params: params(PEER_QPN),
-    };
+        private_data: Vec::new(),
+    });
     cm.on_peer(&h, HOST2, req);
     let ev = app.events();
     assert_eq!(kinds(&ev), [proto::CM_EVENT_CONNECT_REQUEST]);
@@ -413,10 +412,12 @@ fn a_restored_connection_ends_by_a_dreq_that_names_its_qp_and_learns_the_peers_i
         (VIP_B, PORT),
     );
     app.ask(&cm, &h, connected).expect("restore");
-    let dreq = |to_id, from_id, from_qpn| PeerMsg::Dreq {
-        to_id,
-        from_id,
-        from_qpn,
+    let dreq = |to_id, from_id, from_qpn| {
+        PeerBody::Dreq(proto::PeerDreq {
+            to_id,
+            from_id,
+            from_qpn,
+        })
     };
     cm.on_peer(&h, HOST3, dreq(ID, 70, PEER_QPN));
     cm.on_peer(&h, HOST2, dreq(ID, 70, PEER_QPN + 1));
@@ -448,11 +449,11 @@ fn the_app_disconnecting_a_restored_connection_sends_a_dreq_with_its_qp_and_no_p
         out.take(),
         [(
             HOST2,
-            PeerMsg::Dreq {
+            PeerBody::Dreq(proto::PeerDreq {
                 to_id: 0,
                 from_id: ID,
                 from_qpn: QPN
-            }
+            })
         )]
     );
     assert_eq!(kinds(&app.events()), [proto::CM_EVENT_DISCONNECTED]);

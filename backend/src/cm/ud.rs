@@ -7,10 +7,9 @@ use super::ud_peers::Announced;
 use super::{fail, Cm, CmHost, Event, PeerRef, State};
 use crate::error::{refuse, Result};
 use crate::kernel::ibv::*;
-use crate::peer::msg::PeerMsg;
 use crate::pipeline::ports::Held;
 use masq_policy::netpol::PortSpace;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -19,7 +18,15 @@ impl Cm {
     /// Tell `host`'s masqd that this host's UD QP `qpn` of (vni, vip) is
     /// up or gone.
     pub fn announce_ud(&self, host: Ipv4Addr, vni: u32, vip: Ipv4Addr, qpn: u32, up: bool) {
-        self.send(host, PeerMsg::UdQp { vni, vip, qpn, up });
+        self.send(
+            host,
+            PeerBody::UdQp(proto::PeerUdQp {
+                vni,
+                vip: vip.octets(),
+                qpn,
+                up: u8::from(up),
+            }),
+        );
     }
 
     /// Announce this host's UD QP `qpn` of (vni, vip) as up to those of
@@ -86,7 +93,7 @@ impl Cm {
     /// restart this masqd knows none of them.
     pub fn query_ud(&self, hosts: impl IntoIterator<Item = Ipv4Addr>) {
         for h in hosts {
-            self.send(h, PeerMsg::UdQuery);
+            self.send(h, PeerBody::UdQuery(proto::PeerUdQuery {}));
         }
     }
 
@@ -108,49 +115,39 @@ impl Cm {
         session: u64,
         c: &proto::CmConnectReq,
     ) -> Result<()> {
-        let i = Self::own(st, session, c.id)?;
-        let early = || refuse(libc::EINVAL, "accept without a connect request");
-        if !i.may(Event::Accept) {
-            return Err(early());
-        }
-        if c.param.qp_num == 0 {
-            return fail(libc::EINVAL, "accept without a QP number");
-        }
+        let i = Self::accepting(st, session, c)?;
         if c.param.private_data.len() > proto::CM_SIDR_REP_PRIVATE_DATA {
             return fail(libc::EINVAL, "more than 136 bytes of private data");
         }
         let p = i.peer.ok_or_else(|| refuse(libc::EINVAL, "no peer"))?;
-        i.local.qpn = c.param.qp_num;
-        i.step(Event::Accept).map_err(|_| early())?;
+        i.local.qp_num = c.param.qp_num;
+        i.step_checked(Event::Accept);
         info!(
             qpn = c.param.qp_num,
-            "CM UD query answered: {}:{} <- {}:{}",
-            i.src_ip,
-            i.port,
-            i.dst.map_or(Ipv4Addr::UNSPECIFIED, |d| d.0),
-            i.dst.map_or(0, |d| d.1)
+            "CM UD query answered: {}",
+            i.ends("<-")
         );
         self.send(
             p.host,
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: p.id,
                 status: 0,
-                qpn: c.param.qp_num,
+                qp_num: c.param.qp_num,
                 qkey: proto::CM_UDP_QKEY,
                 private_data: c.param.private_data.clone(),
-            },
+            }),
         );
         Ok(())
     }
 
-    pub(super) fn sidr_rep(to_id: u32, status: u32, private_data: Vec<u8>) -> PeerMsg {
-        PeerMsg::SidrRep {
+    pub(super) fn sidr_rep(to_id: u32, status: u32, private_data: Vec<u8>) -> PeerBody {
+        PeerBody::SidrRep(proto::PeerSidrRep {
             to_id,
             status,
-            qpn: 0,
+            qp_num: 0,
             qkey: 0,
             private_data,
-        }
+        })
     }
 
     /// A UD QP announcement from `from`'s masqd: (vni, vip)'s UD QP `qpn`
@@ -211,24 +208,21 @@ impl Cm {
             }
         }
         if up {
-            self.send(from, PeerMsg::UdQpAck { vni, qpn });
+            self.send(from, PeerBody::UdQpAck(proto::PeerUdQpAck { vni, qpn }));
         }
     }
 
     /// A SIDR REQ: a new UD id on the listener's channel gets
     /// CONNECT_REQUEST; nobody listening answers CM_SIDR_UNSUPPORTED.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_sidr_req(
         &self,
         shared: &dyn CmHost,
         st: &mut State,
         from: Ipv4Addr,
-        from_id: u32,
-        vni: u32,
-        src: (Ipv4Addr, u16),
-        dst: (Ipv4Addr, u16),
-        private_data: Vec<u8>,
+        r: proto::PeerSidrReq,
     ) {
+        let (from_id, vni) = (r.from_id, r.vni);
+        let (src, dst) = (r.src.ip_port(), r.dst.ip_port());
         let Some(ep) = Self::admit_request(shared, from, vni, src, dst, PortSpace::Udp) else {
             return;
         };
@@ -271,11 +265,10 @@ impl Cm {
             i.listen_id = listener;
             i.peer = sender;
             i.peer_host = from;
-            i.remote.private_data = private_data.clone();
             info!("CM UD query {}:{} -> {}:{}", src.0, src.1, dst.0, dst.1);
         }
         let param = proto::CmConnParam {
-            private_data,
+            private_data: r.private_data,
             ..Default::default()
         };
         Self::emit_with_qp_attrs(shared, st, id, proto::CM_EVENT_CONNECT_REQUEST, param);
@@ -285,17 +278,13 @@ impl Cm {
     /// the peer's QP, Q_Key and virtual address vector (in the event's
     /// rtr_attr), or UNREACHABLE with the SIDR status. A late one is
     /// dropped: SIDR leaves no state on the answering side to clean up.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_sidr_rep(
         shared: &dyn CmHost,
         st: &mut State,
         from: Ipv4Addr,
-        to_id: u32,
-        status: u32,
-        qpn: u32,
-        qkey: u32,
-        private_data: Vec<u8>,
+        r: proto::PeerSidrRep,
     ) {
+        let (to_id, status, qpn, qkey) = (r.to_id, r.status, r.qp_num, r.qkey);
         let Some(i) = st.ids.get_mut(&to_id) else {
             return;
         };
@@ -304,7 +293,7 @@ impl Cm {
         }
         i.deadline = None;
         let mut param = proto::CmConnParam {
-            private_data,
+            private_data: r.private_data,
             ..Default::default()
         };
         let route = shared.vnic_route(&i.ep);
@@ -325,7 +314,7 @@ impl Cm {
             }
         };
         i.step_checked(Event::SidrRepIn { ok: true });
-        i.remote.qpn = qpn;
+        i.remote.qp_num = qpn;
         param.qp_num = qpn;
         let peer = proto::CmQpAttr {
             attr_mask: IBV_QP_AV | IBV_QP_QKEY | IBV_QP_DEST_QPN,

@@ -24,26 +24,24 @@ fn setup() -> (FakeCmHost, Cm, Outbox) {
     setup_with(TenantLimits::default())
 }
 
-fn sidr_req(from_id: u32, port: u16, private_data: &[u8]) -> PeerMsg {
-    PeerMsg::SidrReq {
+fn sidr_req(from_id: u32, port: u16, private_data: &[u8]) -> PeerBody {
+    PeerBody::SidrReq(proto::PeerSidrReq {
         from_id,
         vni: GLOBEX,
-        src: VIP_B,
-        src_port: 40000,
-        dst: VIP_A,
-        dst_port: port,
+        src: proto::CmAddr::v4(VIP_B, 40000),
+        dst: proto::CmAddr::v4(VIP_A, port),
         private_data: private_data.to_vec(),
-    }
+    })
 }
 
-fn sidr_rep(to_id: u32, status: u32) -> PeerMsg {
-    PeerMsg::SidrRep {
+fn sidr_rep(to_id: u32, status: u32) -> PeerBody {
+    PeerBody::SidrRep(proto::PeerSidrRep {
         to_id,
         status,
-        qpn: if status == 0 { PEER_QPN } else { 0 },
+        qp_num: if status == 0 { PEER_QPN } else { 0 },
         qkey: if status == 0 { proto::CM_UDP_QKEY } else { 0 },
         private_data: b"hi".to_vec(),
-    }
+    })
 }
 
 /// globex-a's UD id querying globex-b's UD listener at PORT (the SIDR
@@ -55,7 +53,7 @@ fn querying(h: &FakeCmHost, cm: &Cm, out: &Outbox) -> (App, u32) {
         .expect("UD connect");
     assert!(matches!(
         out.take().as_slice(),
-        [(HOST2, PeerMsg::SidrReq { .. })]
+        [(HOST2, PeerBody::SidrReq(..))]
     ));
     globex.events();
     (globex, id)
@@ -112,15 +110,13 @@ fn a_ud_connect_sends_one_sidr_req_with_its_private_data_and_needs_no_qp() {
         out.take(),
         [(
             HOST2,
-            PeerMsg::SidrReq {
+            PeerBody::SidrReq(proto::PeerSidrReq {
                 from_id: id,
                 vni: GLOBEX,
-                src: VIP_A,
-                src_port: 6000,
-                dst: VIP_B,
-                dst_port: PORT,
-                private_data: b"q".to_vec(),
-            }
+                src: proto::CmAddr::v4(VIP_A, 6000),
+                dst: proto::CmAddr::v4(VIP_B, PORT),
+                private_data: b"q".to_vec()
+            })
         )]
     );
     assert_eq!(state(&cm, id), "connecting");
@@ -213,13 +209,13 @@ fn a_sidr_req_to_a_ud_listener_makes_a_ud_id_whose_accept_answers_with_its_qp() 
         out.take(),
         [(
             HOST2,
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: PEER_ID,
                 status: 0,
-                qpn: QPN,
+                qp_num: QPN,
                 qkey: proto::CM_UDP_QKEY,
-                private_data: b"me".to_vec(),
-            }
+                private_data: b"me".to_vec()
+            })
         )]
     );
     assert_eq!(state(&cm, id), "established");
@@ -266,13 +262,13 @@ fn a_ud_reject_answers_sidr_reject_with_its_private_data_cut_to_fit() {
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: PEER_ID,
                 status,
-                qpn: 0,
+                qp_num: 0,
                 private_data,
                 ..
-            },
+            }),
         )] => {
             assert_eq!(*status, proto::CM_SIDR_REJECT);
             assert_eq!(private_data.len(), proto::CM_SIDR_REP_PRIVATE_DATA);
@@ -292,13 +288,13 @@ fn a_sidr_req_nobody_listens_to_in_the_ud_space_is_answered_unsupported() {
         out.take(),
         [(
             HOST2,
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: PEER_ID,
                 status: proto::CM_SIDR_UNSUPPORTED,
-                qpn: 0,
+                qp_num: 0,
                 qkey: 0,
-                private_data: Vec::new(),
-            }
+                private_data: Vec::new()
+            })
         )]
     );
     assert!(
@@ -330,11 +326,11 @@ fn destroying_an_unanswered_ud_request_answers_sidr_reject() {
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: PEER_ID,
                 status,
                 ..
-            },
+            }),
         )] => {
             assert_eq!(*status, proto::CM_SIDR_REJECT)
         }
@@ -363,11 +359,11 @@ fn a_ud_query_past_the_endpoints_cm_ids_is_answered_sidr_reject() {
     match out.take().as_slice() {
         [(
             HOST2,
-            PeerMsg::SidrRep {
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: PEER_ID,
                 status,
                 ..
-            },
+            }),
         )] => {
             assert_eq!(*status, proto::CM_SIDR_REJECT)
         }
@@ -380,21 +376,23 @@ fn a_ud_query_past_the_endpoints_cm_ids_is_answered_sidr_reject() {
 #[test]
 fn a_ud_qp_announced_by_its_host_is_acked_and_names_its_sender_until_withdrawn() {
     let (h, cm, out) = setup();
-    let up = |up| PeerMsg::UdQp {
-        vni: GLOBEX,
-        vip: VIP_B,
-        qpn: 9,
-        up,
+    let up = |up| {
+        PeerBody::UdQp(proto::PeerUdQp {
+            vni: GLOBEX,
+            vip: VIP_B.octets(),
+            qpn: 9,
+            up: u8::from(up),
+        })
     };
     cm.on_peer(&h, HOST2, up(true));
     assert_eq!(
         out.take(),
         [(
             HOST2,
-            PeerMsg::UdQpAck {
+            PeerBody::UdQpAck(proto::PeerUdQpAck {
                 vni: GLOBEX,
                 qpn: 9
-            }
+            })
         )]
     );
     assert_eq!(cm.ud_sender(HOST2, 9), Some((GLOBEX, VIP_B)));
@@ -406,21 +404,21 @@ fn a_ud_qp_announced_by_its_host_is_acked_and_names_its_sender_until_withdrawn()
 #[test]
 fn a_ud_qp_announced_for_a_vip_another_host_holds_is_not_put_under_that_hosts_address() {
     let (h, cm, out) = setup();
-    let claim = PeerMsg::UdQp {
+    let claim = PeerBody::UdQp(proto::PeerUdQp {
         vni: GLOBEX,
-        vip: VIP_B,
+        vip: VIP_B.octets(),
         qpn: 9,
-        up: true,
-    };
+        up: u8::from(true),
+    });
     cm.on_peer(&h, HOST3, claim);
     assert_eq!(
         out.take(),
         [(
             HOST3,
-            PeerMsg::UdQpAck {
+            PeerBody::UdQpAck(proto::PeerUdQpAck {
                 vni: GLOBEX,
                 qpn: 9
-            }
+            })
         )]
     );
     assert_eq!(
@@ -439,10 +437,10 @@ fn a_ud_qp_ack_from_a_peer_ends_the_wait_for_it() {
     cm.on_peer(
         &h,
         HOST3,
-        PeerMsg::UdQpAck {
+        PeerBody::UdQpAck(proto::PeerUdQpAck {
             vni: GLOBEX,
             qpn: 9,
-        },
+        }),
     );
     assert!(
         !cm.announce_ud_up(&[HOST2], GLOBEX, VIP_A, 9, Duration::ZERO),
@@ -451,10 +449,10 @@ fn a_ud_qp_ack_from_a_peer_ends_the_wait_for_it() {
     cm.on_peer(
         &h,
         HOST2,
-        PeerMsg::UdQpAck {
+        PeerBody::UdQpAck(proto::PeerUdQpAck {
             vni: GLOBEX,
             qpn: 9,
-        },
+        }),
     );
     assert!(cm.announce_ud_up(&[HOST2], GLOBEX, VIP_A, 9, Duration::ZERO));
 }
@@ -467,16 +465,17 @@ fn a_ud_qp_ack_from_a_peer_ends_the_wait_for_it() {
 fn a_rep_to_a_querying_ud_id_is_refused_and_its_sidr_rep_still_answers() {
     let (h, cm, out) = setup();
     let (globex, id) = querying(&h, &cm, &out);
-    let rep = PeerMsg::Rep {
+    let rep = PeerBody::Rep(proto::PeerRep {
         to_id: id,
         from_id: 70,
         params: params(PEER_QPN),
-    };
+        private_data: Vec::new(),
+    });
     cm.on_peer(&h, HOST2, rep);
     assert!(globex.events().is_empty(), "no CONNECT_RESPONSE on a UD id");
     assert!(matches!(
         out.take().as_slice(),
-        [(HOST2, PeerMsg::Rej { to_id: 70, .. })]
+        [(HOST2, PeerBody::Rej(proto::PeerRej { to_id: 70, .. }))]
     ));
     assert_eq!(state(&cm, id), "connecting");
     cm.on_peer(&h, HOST2, sidr_rep(id, 0));
@@ -492,11 +491,11 @@ fn a_dreq_to_an_answered_ud_id_changes_nothing() {
     let (globex, _, id) = queried(&h, &cm);
     globex.accept(&cm, &h, id, QPN, b"").expect("accept");
     out.take();
-    let dreq = PeerMsg::Dreq {
+    let dreq = PeerBody::Dreq(proto::PeerDreq {
         to_id: id,
         from_id: PEER_ID,
         from_qpn: PEER_QPN,
-    };
+    });
     cm.on_peer(&h, HOST2, dreq);
     assert!(globex.events().is_empty(), "no DISCONNECTED on a UD id");
     assert_eq!(state(&cm, id), "established");

@@ -16,8 +16,7 @@ pub use etcd_values::etcd_values;
 pub use peer_stream::peer_stream;
 
 use crate::cm::fakes::{VIP_A, VIP_B, VIP_C};
-use crate::peer::msg::{Params, PeerMsg};
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use peer_stream::{frame, ACCEPT, DISCONNECT, ESTABLISH, PORT, REJECT};
 
 /// The seed corpus of each harness: (name, input).
@@ -32,29 +31,30 @@ pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
 const ACME: u32 = crate::cm::fakes::ACME;
 const GLOBEX: u32 = crate::cm::fakes::GLOBEX;
 
-fn params(qpn: u32) -> Params {
-    Params {
-        qpn,
+/// The parameters of a REQ or REP; `HELLO` is their private data.
+fn params(qpn: u32) -> proto::PeerParams {
+    proto::PeerParams {
+        qp_num: qpn,
         psn: 0x1234,
         responder_resources: 1,
         initiator_depth: 1,
         retry_count: 7,
         rnr_retry_count: 7,
-        private_data: b"hello".to_vec(),
         ..Default::default()
     }
 }
 
-fn req(from_id: u32, vni: u32, src: std::net::Ipv4Addr) -> PeerMsg {
-    PeerMsg::Req {
+const HELLO: &[u8] = b"hello";
+
+fn req(from_id: u32, vni: u32, src: std::net::Ipv4Addr) -> PeerBody {
+    PeerBody::Req(proto::PeerReq {
         from_id,
         vni,
-        src,
-        src_port: 40000,
-        dst: VIP_A,
-        dst_port: PORT,
+        src: proto::CmAddr::v4(src, 40000),
+        dst: proto::CmAddr::v4(VIP_A, PORT),
         params: params(0x40 + from_id),
-    }
+        private_data: HELLO.to_vec(),
+    })
 }
 
 /// Host2 is ctl bit 0 clear, host3 set.
@@ -63,45 +63,54 @@ const H3: u8 = 1;
 
 fn peer_seeds() -> Vec<(String, Vec<u8>)> {
     let cat = |frames: &[Vec<u8>]| frames.concat();
-    let rej = |to_id, from_id| PeerMsg::Rej {
-        to_id,
-        from_id,
-        reason: proto::CM_REJ_CONSUMER_DEFINED,
-        private_data: b"no".to_vec(),
+    let rej = |to_id, from_id| {
+        PeerBody::Rej(proto::PeerRej {
+            to_id,
+            from_id,
+            reason: proto::CM_REJ_CONSUMER_DEFINED,
+            private_data: b"no".to_vec(),
+        })
     };
-    let dreq = |to_id, from_id, from_qpn| PeerMsg::Dreq {
-        to_id,
-        from_id,
-        from_qpn,
+    let dreq = |to_id, from_id, from_qpn| {
+        PeerBody::Dreq(proto::PeerDreq {
+            to_id,
+            from_id,
+            from_qpn,
+        })
     };
     // The set-up's ids: acme-a's connect is 3 (to host2), its UD query 4
     // (to host2), globex-a's connect 6 (to host3); a first REQ's id is 7.
-    let rep = |to_id, from_id| PeerMsg::Rep {
-        to_id,
-        from_id,
-        params: params(0x50),
+    let rep = |to_id, from_id| {
+        PeerBody::Rep(proto::PeerRep {
+            to_id,
+            from_id,
+            params: params(0x50),
+            private_data: HELLO.to_vec(),
+        })
     };
-    let sidr_rep = |to_id, status| PeerMsg::SidrRep {
-        to_id,
-        status,
-        qpn: 0x51,
-        qkey: 0x1111_0000,
-        private_data: Vec::new(),
+    let sidr_rep = |to_id, status| {
+        PeerBody::SidrRep(proto::PeerSidrRep {
+            to_id,
+            status,
+            qp_num: 0x51,
+            qkey: 0x1111_0000,
+            private_data: Vec::new(),
+        })
     };
-    let sidr_req = PeerMsg::SidrReq {
+    let sidr_req = PeerBody::SidrReq(proto::PeerSidrReq {
         from_id: 90,
         vni: ACME,
-        src: VIP_B,
-        src_port: 40001,
-        dst: VIP_A,
-        dst_port: PORT,
+        src: proto::CmAddr::v4(VIP_B, 40001),
+        dst: proto::CmAddr::v4(VIP_A, PORT),
         private_data: b"q".to_vec(),
-    };
-    let ud_qp = |vip, up| PeerMsg::UdQp {
-        vni: ACME,
-        vip,
-        qpn: 0x52,
-        up,
+    });
+    let ud_qp = |vip: std::net::Ipv4Addr, up| {
+        PeerBody::UdQp(proto::PeerUdQp {
+            vni: ACME,
+            vip: vip.octets(),
+            qpn: 0x52,
+            up: u8::from(up),
+        })
     };
     let mut out = vec![
         // A REQ to globex-a from host2, accepted, RTU, then a DREQ.
@@ -109,10 +118,10 @@ fn peer_seeds() -> Vec<(String, Vec<u8>)> {
             frame(H2 | ACCEPT, &req(60, GLOBEX, VIP_B)),
             frame(
                 H2,
-                &PeerMsg::Rtu {
+                &PeerBody::Rtu(proto::PeerRtu {
                     to_id: 7,
                     from_id: 60,
-                },
+                }),
             ),
             frame(H2, &dreq(7, 60, 0x40 + 60)),
         ]),
@@ -123,10 +132,10 @@ fn peer_seeds() -> Vec<(String, Vec<u8>)> {
             frame(H2 | ACCEPT, &req(60, GLOBEX, VIP_B)),
             frame(
                 H2 | DISCONNECT,
-                &PeerMsg::Rtu {
+                &PeerBody::Rtu(proto::PeerRtu {
                     to_id: 7,
                     from_id: 60,
-                },
+                }),
             ),
         ]),
         // acme-a's connect: host2's REP, established, disconnected by the
@@ -148,13 +157,13 @@ fn peer_seeds() -> Vec<(String, Vec<u8>)> {
             frame(H2, &ud_qp(VIP_B, true)),
             frame(H3, &ud_qp(VIP_B, true)),
             frame(H2, &ud_qp(VIP_B, false)),
-            frame(H3, &PeerMsg::UdQuery),
+            frame(H3, &PeerBody::UdQuery(proto::PeerUdQuery {})),
             frame(
                 H2,
-                &PeerMsg::UdQpAck {
+                &PeerBody::UdQpAck(proto::PeerUdQpAck {
                     vni: ACME,
                     qpn: 0x11,
-                },
+                }),
             ),
         ]),
         // A flood of REQs past the limit.

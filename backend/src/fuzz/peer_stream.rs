@@ -20,9 +20,8 @@ use crate::cm::fakes::{self, App, FakeCmHost, Outbox, HOST2, HOST3, VIP_B, VIP_C
 use crate::cm::Cm;
 use crate::config::TenantLimits;
 use crate::endpoints::usage::What;
-use crate::peer::msg::PeerMsg;
 use crate::peer::wire;
-use masq_proto as proto;
+use masq_proto::{self as proto, PeerBody};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -79,7 +78,7 @@ pub fn frames(mut data: &[u8]) -> Vec<(u8, &[u8])> {
 }
 
 /// One frame as the harness takes it (for the seed corpus).
-pub fn frame(ctl: u8, msg: &PeerMsg) -> Vec<u8> {
+pub fn frame(ctl: u8, msg: &PeerBody) -> Vec<u8> {
     let bytes = wire::encode(msg).unwrap_or_else(|e| panic!("{e}"));
     let mut out = vec![ctl];
     out.extend(u16::try_from(bytes.len()).unwrap_or(0).to_le_bytes());
@@ -122,7 +121,7 @@ fn run(h: &FakeCmHost, data: &[u8]) -> Reached {
     out.take();
     apps.acme.events();
     apps.globex.events();
-    let mut decoded: BTreeMap<Ipv4Addr, (Vec<u8>, Vec<PeerMsg>)> = BTreeMap::new();
+    let mut decoded: BTreeMap<Ipv4Addr, (Vec<u8>, Vec<PeerBody>)> = BTreeMap::new();
     for (ctl, bytes) in frames(data) {
         let from = if ctl & 1 == 0 { HOST2 } else { HOST3 };
         let Ok(msg) = wire::decode(bytes) else {
@@ -132,7 +131,8 @@ fn run(h: &FakeCmHost, data: &[u8]) -> Reached {
         seen.0.extend_from_slice(bytes);
         seen.1.push(msg.clone());
         let named = match &msg {
-            PeerMsg::Req { vni, .. } | PeerMsg::SidrReq { vni, .. } => Some(*vni),
+            PeerBody::Req(proto::PeerReq { vni, .. })
+            | PeerBody::SidrReq(proto::PeerSidrReq { vni, .. }) => Some(*vni),
             _ => None,
         };
         cm.on_peer(h, from, msg);
@@ -177,8 +177,8 @@ fn check_sent(h: &FakeCmHost, out: &Outbox, reached: &mut Reached) {
     for (to, msg) in out.take() {
         assert!(hosts.contains(&to), "{msg:?} sent to {to}, not in the map");
         reached.sent.insert(match msg {
-            PeerMsg::Rej { reason, .. } => format!("Rej {reason}"),
-            m => m.kind().to_string(),
+            PeerBody::Rej(proto::PeerRej { reason, .. }) => format!("Rej {reason}"),
+            m => m.name().to_string(),
         });
     }
 }

@@ -140,54 +140,52 @@ fn frames(rng: &mut Rng) -> Vec<u8> {
     for _ in 0..=rng.below(12) {
         let (to_id, from_id) = (rng.pick(&ids), rng.pick(&ids));
         let msg = match rng.below(9) {
-            0 | 1 => PeerMsg::Req {
+            0 | 1 => PeerBody::Req(proto::PeerReq {
                 from_id,
                 vni: rng.pick(&vnis),
-                src: rng.pick(&vips),
-                src_port: 40000,
-                dst: rng.pick(&vips),
-                dst_port: rng.pick(&[PORT, PORT + 1]),
+                src: proto::CmAddr::v4(rng.pick(&vips), 40000),
+                dst: proto::CmAddr::v4(rng.pick(&vips), rng.pick(&[PORT, PORT + 1])),
                 params: params(rng.below(3) as u32 * 0x40),
-            },
-            2 => PeerMsg::Rep {
+                private_data: HELLO.to_vec(),
+            }),
+            2 => PeerBody::Rep(proto::PeerRep {
                 to_id,
                 from_id,
                 params: params(0x50),
-            },
-            3 => PeerMsg::Rej {
+                private_data: HELLO.to_vec(),
+            }),
+            3 => PeerBody::Rej(proto::PeerRej {
                 to_id,
                 from_id,
                 reason: 28,
                 private_data: Vec::new(),
-            },
-            4 => PeerMsg::Rtu { to_id, from_id },
-            5 => PeerMsg::Dreq {
+            }),
+            4 => PeerBody::Rtu(proto::PeerRtu { to_id, from_id }),
+            5 => PeerBody::Dreq(proto::PeerDreq {
                 to_id,
                 from_id,
                 from_qpn: rng.pick(&[0, 0x50, 0x77, 0x40 + 60]),
-            },
-            6 => PeerMsg::SidrReq {
+            }),
+            6 => PeerBody::SidrReq(proto::PeerSidrReq {
                 from_id,
                 vni: rng.pick(&vnis),
-                src: rng.pick(&vips),
-                src_port: 40001,
-                dst: rng.pick(&vips),
-                dst_port: PORT,
+                src: proto::CmAddr::v4(rng.pick(&vips), 40001),
+                dst: proto::CmAddr::v4(rng.pick(&vips), PORT),
                 private_data: Vec::new(),
-            },
-            7 => PeerMsg::SidrRep {
+            }),
+            7 => PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id,
                 status: rng.below(3) as u32,
-                qpn: 0x51,
+                qp_num: 0x51,
                 qkey: 1,
                 private_data: Vec::new(),
-            },
-            _ => PeerMsg::UdQp {
+            }),
+            _ => PeerBody::UdQp(proto::PeerUdQp {
                 vni: rng.pick(&vnis),
-                vip: rng.pick(&vips),
+                vip: rng.pick(&vips).octets(),
                 qpn: 0x52,
-                up: rng.below(2) == 0,
-            },
+                up: u8::from(rng.below(2) == 0),
+            }),
         };
         out.extend(frame(rng.next() as u8 & 0x0f, &msg));
     }

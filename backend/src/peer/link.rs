@@ -11,11 +11,11 @@
 //! host's own endpoints.
 
 use crate::error::{Error, Result};
-use crate::peer::msg::PeerMsg;
 use crate::peer::send::{Conn, Connect, Local, Outlet, Peer, Spawn, CONNECT_TIMEOUT};
 pub use crate::peer::send::{Link, Outgoing, Sent};
 use crate::peer::tls::{LinkTls, Reader};
 use crate::peer::wire as peer_wire;
+use masq_proto::PeerBody;
 use std::collections::BTreeSet;
 use std::io::{BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -29,9 +29,9 @@ use tracing::{debug, info, warn};
 pub trait PeerSink: Send + Sync {
     /// A message from `from`, or from this host's own endpoints (through
     /// the local thread, so that no CM lock is re-entered).
-    fn deliver(&self, from: Ipv4Addr, msg: PeerMsg);
+    fn deliver(&self, from: Ipv4Addr, msg: PeerBody);
     /// `msg` could not be sent to `host`: the app sees a timeout.
-    fn lost(&self, host: Ipv4Addr, msg: &PeerMsg);
+    fn lost(&self, host: Ipv4Addr, msg: &PeerBody);
     /// `host`'s queue was full: a message for it was refused (and is
     /// reported `lost` too).
     fn dropped(&self, host: Ipv4Addr);
@@ -120,7 +120,7 @@ fn start_with<S: PeerSink + 'static>(
 struct Out<'a, S: PeerSink>(&'a S);
 
 impl<S: PeerSink> Outlet for Out<'_, S> {
-    fn lost(&self, host: Ipv4Addr, msg: &PeerMsg) {
+    fn lost(&self, host: Ipv4Addr, msg: &PeerBody) {
         self.0.lost(host, msg);
     }
     fn timed(&self, kind: &'static str, took: Duration) {
@@ -136,7 +136,7 @@ fn local<S: PeerSink>(sink: &S, own: Ipv4Addr, rx: mpsc::Receiver<Local>) {
     for job in rx {
         match job {
             Local::Deliver(msg, queued) => {
-                sink.timed("queued", msg.kind(), queued.elapsed());
+                sink.timed("queued", msg.name(), queued.elapsed());
                 deliver(sink, own, msg);
             }
             Local::Dropped(host, msg) => {
@@ -193,8 +193,8 @@ fn accept_loop<S: PeerSink + 'static>(sink: Arc<S>, listener: TcpListener) {
 }
 
 /// `deliver`, timed.
-fn deliver<S: PeerSink + ?Sized>(sink: &S, from: Ipv4Addr, msg: PeerMsg) {
-    let (started, kind) = (Instant::now(), msg.kind());
+fn deliver<S: PeerSink + ?Sized>(sink: &S, from: Ipv4Addr, msg: PeerBody) {
+    let (started, kind) = (Instant::now(), msg.name());
     sink.deliver(from, msg);
     sink.timed("handled", kind, started.elapsed());
 }
@@ -224,7 +224,7 @@ fn receive<S: PeerSink>(sink: Arc<S>, from: Ipv4Addr, tcp: TcpStream) {
 fn read_link(
     from: Ipv4Addr,
     mut stream: impl Read,
-    mut deliver: impl FnMut(PeerMsg),
+    mut deliver: impl FnMut(PeerBody),
 ) -> Result<(), peer_wire::Error> {
     loop {
         match peer_wire::read(&mut stream) {
@@ -246,6 +246,7 @@ fn read_link(
 mod tests {
     use super::*;
     use crate::peer::send::QUEUE_BOUND;
+    use masq_proto as proto;
     use std::io::{self, Cursor, Write};
     use std::sync::Mutex;
 
@@ -277,17 +278,17 @@ mod tests {
 
     const PEER: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 2);
 
-    fn rtu(to_id: u32) -> PeerMsg {
-        PeerMsg::Rtu { to_id, from_id: 9 }
+    fn rtu(to_id: u32) -> PeerBody {
+        PeerBody::Rtu(proto::PeerRtu { to_id, from_id: 9 })
     }
 
-    fn bytes(m: &PeerMsg) -> Vec<u8> {
+    fn bytes(m: &PeerBody) -> Vec<u8> {
         peer_wire::encode(m).expect("encode")
     }
 
     /// The stream `good, bad, good`: what `read_link` delivers, returns
     /// and logs.
-    fn run(bad: &[u8]) -> (Vec<PeerMsg>, Result<(), peer_wire::Error>, String) {
+    fn run(bad: &[u8]) -> (Vec<PeerBody>, Result<(), peer_wire::Error>, String) {
         let mut stream = bytes(&rtu(1));
         stream.extend_from_slice(bad);
         stream.extend(bytes(&rtu(3)));
@@ -320,12 +321,12 @@ mod tests {
                 "a bad field",
                 // PeerRtu has none to break, so a PEER_UD_QP with up = 2.
                 {
-                    let mut b = bytes(&PeerMsg::UdQp {
+                    let mut b = bytes(&PeerBody::UdQp(proto::PeerUdQp {
                         vni: 1,
-                        vip: PEER,
+                        vip: PEER.octets(),
                         qpn: 1,
-                        up: true,
-                    });
+                        up: 1,
+                    }));
                     b[28] = 2;
                     b
                 },
@@ -365,7 +366,7 @@ mod tests {
     fn messages_over_tcp_arrive_in_order() {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let to = listener.local_addr().expect("addr");
-        let all: Vec<PeerMsg> = (1..=50).map(rtu).collect();
+        let all: Vec<PeerBody> = (1..=50).map(rtu).collect();
         let send = all.clone();
         let writer = thread::spawn(move || {
             let mut s = TcpStream::connect(to).expect("connect");
@@ -385,8 +386,8 @@ mod tests {
     /// Records what the link hands it; hosts 127.0.0.1 and .2.
     #[derive(Default)]
     struct FakeSink {
-        got: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
-        lost: Mutex<Vec<(Ipv4Addr, PeerMsg)>>,
+        got: Mutex<Vec<(Ipv4Addr, PeerBody)>>,
+        lost: Mutex<Vec<(Ipv4Addr, PeerBody)>>,
         dropped: Mutex<Vec<Ipv4Addr>>,
         link: Mutex<Option<Arc<Link>>>,
         listening: Mutex<Option<Vec<Ipv4Addr>>>,
@@ -394,10 +395,10 @@ mod tests {
     }
 
     impl PeerSink for FakeSink {
-        fn deliver(&self, from: Ipv4Addr, msg: PeerMsg) {
+        fn deliver(&self, from: Ipv4Addr, msg: PeerBody) {
             self.got.lock().expect("lock").push((from, msg));
         }
-        fn lost(&self, host: Ipv4Addr, msg: &PeerMsg) {
+        fn lost(&self, host: Ipv4Addr, msg: &PeerBody) {
             self.lost.lock().expect("lock").push((host, msg.clone()));
         }
         fn dropped(&self, host: Ipv4Addr) {
@@ -449,12 +450,12 @@ mod tests {
             .clone()
             .expect("linked at start");
         assert_eq!(link.send(own, rtu(1), Instant::now()), Sent::Queued);
-        let ud = PeerMsg::UdQp {
+        let ud = PeerBody::UdQp(proto::PeerUdQp {
             vni: 1,
-            vip: PEER,
+            vip: PEER.octets(),
             qpn: 5,
-            up: true,
-        };
+            up: 1,
+        });
         assert_eq!(link.send(other, ud.clone(), Instant::now()), Sent::Queued);
         wait_for("delivered", || !sink.got.lock().expect("lock").is_empty());
         assert_eq!(*sink.got.lock().expect("lock"), vec![(own, rtu(1))]);
@@ -501,7 +502,7 @@ mod tests {
 
     const B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
-    fn got(sink: &FakeSink) -> Vec<PeerMsg> {
+    fn got(sink: &FakeSink) -> Vec<PeerBody> {
         let got = sink.got.lock().expect("lock");
         got.iter().map(|(_, m)| m.clone()).collect()
     }

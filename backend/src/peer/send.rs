@@ -22,9 +22,9 @@
 //! local thread delivers them (so that no CM lock is re-entered), and
 //! reports the messages a full queue refused, for the same reason.
 
-use crate::peer::msg::PeerMsg;
 use crate::peer::tls::Writer;
 use crate::peer::wire as peer_wire;
+use masq_proto::PeerBody;
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -43,14 +43,14 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// A message for `host`, queued at the instant given.
-pub type Outgoing = (Ipv4Addr, PeerMsg, Instant);
+pub type Outgoing = (Ipv4Addr, PeerBody, Instant);
 
 /// What the local thread does (`link::start` runs it).
 pub enum Local {
     /// Deliver a message of this host's to itself.
-    Deliver(PeerMsg, Instant),
+    Deliver(PeerBody, Instant),
     /// A peer's full queue refused this message: count it, report it lost.
-    Dropped(Ipv4Addr, PeerMsg),
+    Dropped(Ipv4Addr, PeerBody),
 }
 
 /// Opens a connection to a peer host (TCP and TLS in masqd; a fake in
@@ -112,7 +112,7 @@ struct PeerState {
     /// it out to connect and write, so this lock is never held across a
     /// wait for the peer.
     conn: Option<Conn>,
-    queue: VecDeque<(PeerMsg, Instant)>,
+    queue: VecDeque<(PeerBody, Instant)>,
     /// The peer's thread holds a message: new ones queue behind it.
     busy: bool,
     /// No connect before this, after a failed one.
@@ -172,7 +172,7 @@ impl Link {
     /// the peer's connection is up, idle and has room, queued for the
     /// peer's thread otherwise (or refused if its queue is full). Never
     /// waits for a peer; call it with no CM lock held all the same.
-    pub fn send(&self, host: Ipv4Addr, msg: PeerMsg, queued: Instant) -> Sent {
+    pub fn send(&self, host: Ipv4Addr, msg: PeerBody, queued: Instant) -> Sent {
         if host == self.own {
             let _ = self.local.send(Local::Deliver(msg, queued));
             return Sent::Queued;
@@ -223,7 +223,7 @@ impl Link {
     /// What waits in each peer's queue, in host order (tests without
     /// peer threads).
     #[cfg(any(test, feature = "fuzzing"))]
-    pub fn take_queued(&self) -> Vec<(Ipv4Addr, PeerMsg)> {
+    pub fn take_queued(&self) -> Vec<(Ipv4Addr, PeerBody)> {
         let peers = locked(&self.peers);
         let mut out = Vec::new();
         for (host, p) in peers.iter() {
@@ -236,7 +236,7 @@ impl Link {
 
 /// What a peer's thread reports to.
 pub trait Outlet {
-    fn lost(&self, host: Ipv4Addr, msg: &PeerMsg);
+    fn lost(&self, host: Ipv4Addr, msg: &PeerBody);
     fn timed(&self, kind: &'static str, took: Duration);
     fn stopping(&self) -> bool;
 }
@@ -286,7 +286,7 @@ pub fn serve_peer(peer: &Peer, connect: &Connect, out: &dyn Outlet) {
                 Written::No | Written::BackingOff => {}
             }
         }
-        out.timed(msg.kind(), queued.elapsed());
+        out.timed(msg.name(), queued.elapsed());
         if sent != Written::Yes {
             // The app sees what a lost CM packet gives: a timeout.
             if sent == Written::BackingOff {

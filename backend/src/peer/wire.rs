@@ -1,17 +1,15 @@
-//! The CM exchange on the wire: `peer::msg::PeerMsg` to and from masq-proto's
-//! peer messages (`PeerReq` .. `PeerUdQuery`, defined in its `spec.rs`), and
-//! their framing on the TCP stream between masqds, where each message's
-//! header gives its length.
+//! The CM exchange on the wire: masq-proto's peer messages (`PeerBody`,
+//! `PeerReq` .. `PeerUdQuery`, defined once in its `spec.rs`, which the CM
+//! uses as they are) framed on the TCP stream between masqds, where each
+//! message's header gives its length.
 //!
 //! Everything read here comes from another host and is checked by the
-//! proto decoder before it becomes a `PeerMsg`; what `cm` then does with
-//! the values (which ids, which endpoints) it checks itself.
+//! proto decoder before the CM sees it; what `cm` then does with the
+//! values (which ids, which endpoints) it checks itself.
 
-use crate::peer::msg::{Params, PeerMsg};
 use masq_proto::{self as proto, PeerBody, ProtoError};
 use std::fmt;
 use std::io::{self, Read};
-use std::net::Ipv4Addr;
 
 /// Why a peer message was not sent or not read.
 #[derive(Debug)]
@@ -50,205 +48,14 @@ impl From<ProtoError> for Error {
     }
 }
 
-fn params_to_wire(p: &Params) -> proto::PeerParams {
-    proto::PeerParams {
-        qp_num: p.qpn,
-        psn: p.psn,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        flow_control: p.flow_control,
-        retry_count: p.retry_count,
-        rnr_retry_count: p.rnr_retry_count,
-        srq: p.srq,
-    }
-}
-
-fn params_from_wire(p: proto::PeerParams, private_data: Vec<u8>) -> Params {
-    Params {
-        qpn: p.qp_num,
-        psn: p.psn,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        flow_control: p.flow_control,
-        retry_count: p.retry_count,
-        rnr_retry_count: p.rnr_retry_count,
-        srq: p.srq,
-        private_data,
-    }
-}
-
-fn addr(ip: Ipv4Addr, port: u16) -> proto::CmAddr {
-    proto::CmAddr {
-        addr: ip.octets(),
-        port,
-    }
-}
-
-fn to_wire(msg: &PeerMsg) -> PeerBody {
-    match msg {
-        PeerMsg::Req {
-            from_id,
-            vni,
-            src,
-            src_port,
-            dst,
-            dst_port,
-            params,
-        } => PeerBody::Req(proto::PeerReq {
-            from_id: *from_id,
-            vni: *vni,
-            src: addr(*src, *src_port),
-            dst: addr(*dst, *dst_port),
-            params: params_to_wire(params),
-            private_data: params.private_data.clone(),
-        }),
-        PeerMsg::Rep {
-            to_id,
-            from_id,
-            params,
-        } => PeerBody::Rep(proto::PeerRep {
-            to_id: *to_id,
-            from_id: *from_id,
-            params: params_to_wire(params),
-            private_data: params.private_data.clone(),
-        }),
-        PeerMsg::Rej {
-            to_id,
-            from_id,
-            reason,
-            private_data,
-        } => PeerBody::Rej(proto::PeerRej {
-            to_id: *to_id,
-            from_id: *from_id,
-            reason: *reason,
-            private_data: private_data.clone(),
-        }),
-        PeerMsg::Rtu { to_id, from_id } => PeerBody::Rtu(proto::PeerRtu {
-            to_id: *to_id,
-            from_id: *from_id,
-        }),
-        PeerMsg::Dreq {
-            to_id,
-            from_id,
-            from_qpn,
-        } => PeerBody::Dreq(proto::PeerDreq {
-            to_id: *to_id,
-            from_id: *from_id,
-            from_qpn: *from_qpn,
-        }),
-        PeerMsg::SidrReq {
-            from_id,
-            vni,
-            src,
-            src_port,
-            dst,
-            dst_port,
-            private_data,
-        } => PeerBody::SidrReq(proto::PeerSidrReq {
-            from_id: *from_id,
-            vni: *vni,
-            src: addr(*src, *src_port),
-            dst: addr(*dst, *dst_port),
-            private_data: private_data.clone(),
-        }),
-        PeerMsg::SidrRep {
-            to_id,
-            status,
-            qpn,
-            qkey,
-            private_data,
-        } => PeerBody::SidrRep(proto::PeerSidrRep {
-            to_id: *to_id,
-            status: *status,
-            qp_num: *qpn,
-            qkey: *qkey,
-            private_data: private_data.clone(),
-        }),
-        PeerMsg::UdQuery => PeerBody::UdQuery(proto::PeerUdQuery {}),
-        PeerMsg::UdQpAck { vni, qpn } => PeerBody::UdQpAck(proto::PeerUdQpAck {
-            vni: *vni,
-            qpn: *qpn,
-        }),
-        PeerMsg::UdQp { vni, vip, qpn, up } => PeerBody::UdQp(proto::PeerUdQp {
-            vni: *vni,
-            vip: vip.octets(),
-            qpn: *qpn,
-            up: u8::from(*up),
-        }),
-    }
-}
-
-/// The decoder has checked every field, so every body converts.
-fn from_wire(body: PeerBody) -> PeerMsg {
-    match body {
-        PeerBody::Req(r) => PeerMsg::Req {
-            from_id: r.from_id,
-            vni: r.vni,
-            src: Ipv4Addr::from(r.src.addr),
-            src_port: r.src.port,
-            dst: Ipv4Addr::from(r.dst.addr),
-            dst_port: r.dst.port,
-            params: params_from_wire(r.params, r.private_data),
-        },
-        PeerBody::Rep(r) => PeerMsg::Rep {
-            to_id: r.to_id,
-            from_id: r.from_id,
-            params: params_from_wire(r.params, r.private_data),
-        },
-        PeerBody::Rej(r) => PeerMsg::Rej {
-            to_id: r.to_id,
-            from_id: r.from_id,
-            reason: r.reason,
-            private_data: r.private_data,
-        },
-        PeerBody::Rtu(r) => PeerMsg::Rtu {
-            to_id: r.to_id,
-            from_id: r.from_id,
-        },
-        PeerBody::Dreq(r) => PeerMsg::Dreq {
-            to_id: r.to_id,
-            from_id: r.from_id,
-            from_qpn: r.from_qpn,
-        },
-        PeerBody::SidrReq(r) => PeerMsg::SidrReq {
-            from_id: r.from_id,
-            vni: r.vni,
-            src: Ipv4Addr::from(r.src.addr),
-            src_port: r.src.port,
-            dst: Ipv4Addr::from(r.dst.addr),
-            dst_port: r.dst.port,
-            private_data: r.private_data,
-        },
-        PeerBody::SidrRep(r) => PeerMsg::SidrRep {
-            to_id: r.to_id,
-            status: r.status,
-            qpn: r.qp_num,
-            qkey: r.qkey,
-            private_data: r.private_data,
-        },
-        PeerBody::UdQuery(_) => PeerMsg::UdQuery,
-        PeerBody::UdQpAck(a) => PeerMsg::UdQpAck {
-            vni: a.vni,
-            qpn: a.qpn,
-        },
-        PeerBody::UdQp(u) => PeerMsg::UdQp {
-            vni: u.vni,
-            vip: Ipv4Addr::from(u.vip),
-            qpn: u.qpn,
-            up: u.up != 0,
-        },
-    }
-}
-
 /// `msg` as one framed message. It is decoded again before it goes, so
 /// this side never sends what a peer would refuse: the encoder cuts
 /// private data to the message's capacity, and the decoder holds the
 /// allowed values.
-pub fn encode(msg: &PeerMsg) -> Result<Vec<u8>, Error> {
-    let body = to_wire(msg);
-    let bytes = proto::encode_peer(&body);
+pub fn encode(msg: &PeerBody) -> Result<Vec<u8>, Error> {
+    let bytes = proto::encode_peer(msg);
     match proto::decode_peer(&bytes) {
-        Ok(back) if back == body => Ok(bytes),
+        Ok(back) if back == *msg => Ok(bytes),
         Ok(_) => Err(Error::Unencodable(
             "more private data than the message carries".into(),
         )),
@@ -257,8 +64,8 @@ pub fn encode(msg: &PeerMsg) -> Result<Vec<u8>, Error> {
 }
 
 /// Decode one whole framed message.
-pub fn decode(bytes: &[u8]) -> Result<PeerMsg, Error> {
-    Ok(from_wire(proto::decode_peer(bytes)?))
+pub fn decode(bytes: &[u8]) -> Result<PeerBody, Error> {
+    Ok(proto::decode_peer(bytes)?)
 }
 
 /// Fill `buf` from `r`; the number of bytes read, short only at the end
@@ -280,7 +87,7 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 /// between messages. The header is checked (version, a length within
 /// `MAX_MESSAGE`) before the rest is read, so a peer of another version
 /// or a corrupt length makes no large read.
-pub fn read(r: &mut impl Read) -> Result<Option<PeerMsg>, Error> {
+pub fn read(r: &mut impl Read) -> Result<Option<PeerBody>, Error> {
     let mut buf = vec![0; proto::HEADER_SIZE];
     match read_full(r, &mut buf).map_err(Error::Io)? {
         0 => return Ok(None),
@@ -308,10 +115,11 @@ pub fn read(r: &mut impl Read) -> Result<Option<PeerMsg>, Error> {
 mod tests {
     use super::*;
     use std::io::Cursor;
+    use std::net::Ipv4Addr;
 
-    fn params(qpn: u32, data: &[u8]) -> Params {
-        Params {
-            qpn,
+    fn params(qpn: u32) -> proto::PeerParams {
+        proto::PeerParams {
+            qp_num: qpn,
             psn: 0xabcdef,
             responder_resources: 4,
             initiator_depth: 2,
@@ -319,87 +127,88 @@ mod tests {
             retry_count: 7,
             rnr_retry_count: 6,
             srq: 1,
-            private_data: data.to_vec(),
         }
     }
 
-    fn every_variant() -> Vec<PeerMsg> {
+    fn addr(a: u8, port: u16) -> proto::CmAddr {
+        proto::CmAddr::v4(Ipv4Addr::new(10, 0, 0, a), port)
+    }
+
+    fn every_variant() -> Vec<PeerBody> {
         vec![
-            PeerMsg::Req {
+            PeerBody::Req(proto::PeerReq {
                 from_id: 3,
                 vni: 100,
-                src: Ipv4Addr::new(10, 0, 0, 5),
-                src_port: 40001,
-                dst: Ipv4Addr::new(10, 0, 0, 6),
-                dst_port: 7174,
-                params: params(0x11, &[0x5a; proto::CM_REQ_PRIVATE_DATA]),
-            },
-            PeerMsg::Rep {
+                src: addr(5, 40001),
+                dst: addr(6, 7174),
+                params: params(0x11),
+                private_data: vec![0x5a; proto::CM_REQ_PRIVATE_DATA],
+            }),
+            PeerBody::Rep(proto::PeerRep {
                 to_id: 3,
                 from_id: 4,
-                params: params(0xff_ffff, &[0xa5; proto::CM_MAX_PRIVATE_DATA]),
-            },
-            PeerMsg::Rej {
+                params: params(0xff_ffff),
+                private_data: vec![0xa5; proto::CM_MAX_PRIVATE_DATA],
+            }),
+            PeerBody::Rej(proto::PeerRej {
                 to_id: 3,
                 from_id: 0,
                 reason: proto::CM_REJ_CONSUMER_DEFINED,
                 private_data: vec![1; proto::CM_REJ_PRIVATE_DATA],
-            },
-            PeerMsg::Rej {
+            }),
+            PeerBody::Rej(proto::PeerRej {
                 to_id: 3,
                 from_id: 4,
                 reason: proto::CM_REJ_INVALID_SERVICE_ID,
                 private_data: Vec::new(),
-            },
-            PeerMsg::Rtu {
+            }),
+            PeerBody::Rtu(proto::PeerRtu {
                 to_id: 4,
                 from_id: 3,
-            },
-            PeerMsg::Dreq {
+            }),
+            PeerBody::Dreq(proto::PeerDreq {
                 to_id: 0,
                 from_id: u32::MAX,
                 from_qpn: 0x11,
-            },
-            PeerMsg::UdQp {
+            }),
+            PeerBody::UdQp(proto::PeerUdQp {
                 vni: 0xff_ffff,
-                vip: Ipv4Addr::new(10, 0, 0, 5),
+                vip: [10, 0, 0, 5],
                 qpn: 0x22,
-                up: true,
-            },
-            PeerMsg::UdQp {
+                up: 1,
+            }),
+            PeerBody::UdQp(proto::PeerUdQp {
                 vni: 1,
-                vip: Ipv4Addr::new(10, 0, 0, 5),
+                vip: [10, 0, 0, 5],
                 qpn: 0x22,
-                up: false,
-            },
-            PeerMsg::UdQuery,
-            PeerMsg::UdQpAck {
+                up: 0,
+            }),
+            PeerBody::UdQuery(proto::PeerUdQuery {}),
+            PeerBody::UdQpAck(proto::PeerUdQpAck {
                 vni: 100,
                 qpn: 0x22,
-            },
-            PeerMsg::SidrReq {
+            }),
+            PeerBody::SidrReq(proto::PeerSidrReq {
                 from_id: 9,
                 vni: 200,
-                src: Ipv4Addr::new(10, 0, 0, 5),
-                src_port: 40002,
-                dst: Ipv4Addr::new(10, 0, 0, 6),
-                dst_port: 7174,
+                src: addr(5, 40002),
+                dst: addr(6, 7174),
                 private_data: vec![7; proto::CM_SIDR_REQ_PRIVATE_DATA],
-            },
-            PeerMsg::SidrRep {
+            }),
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: 9,
                 status: 0,
-                qpn: 0x33,
+                qp_num: 0x33,
                 qkey: proto::CM_UDP_QKEY,
                 private_data: vec![8; proto::CM_SIDR_REP_PRIVATE_DATA],
-            },
-            PeerMsg::SidrRep {
+            }),
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: 9,
                 status: proto::CM_SIDR_UNSUPPORTED,
-                qpn: 0,
+                qp_num: 0,
                 qkey: 0,
                 private_data: Vec::new(),
-            },
+            }),
         ]
     }
 
@@ -427,48 +236,52 @@ mod tests {
 
     #[test]
     fn what_a_peer_would_refuse_is_not_sent() {
-        let req = |params| PeerMsg::Req {
-            from_id: 3,
-            vni: 100,
-            src: Ipv4Addr::new(10, 0, 0, 5),
-            src_port: 1,
-            dst: Ipv4Addr::new(10, 0, 0, 6),
-            dst_port: 2,
-            params,
+        let req = |params, private_data| {
+            PeerBody::Req(proto::PeerReq {
+                from_id: 3,
+                vni: 100,
+                src: addr(5, 1),
+                dst: addr(6, 2),
+                params,
+                private_data,
+            })
         };
         let bad = [
-            req(params(0x11, &[0; proto::CM_REQ_PRIVATE_DATA + 1])),
-            req(params(0x100_0000, b"")),
-            req(Params {
-                flow_control: 2,
-                ..params(0x11, b"")
-            }),
-            PeerMsg::Rej {
+            req(params(0x11), vec![0; proto::CM_REQ_PRIVATE_DATA + 1]),
+            req(params(0x100_0000), Vec::new()),
+            req(
+                proto::PeerParams {
+                    flow_control: 2,
+                    ..params(0x11)
+                },
+                Vec::new(),
+            ),
+            PeerBody::Rej(proto::PeerRej {
                 to_id: 1,
                 from_id: 2,
                 reason: -22,
                 private_data: Vec::new(),
-            },
-            PeerMsg::UdQp {
+            }),
+            PeerBody::UdQp(proto::PeerUdQp {
                 vni: 0,
-                vip: Ipv4Addr::LOCALHOST,
+                vip: Ipv4Addr::LOCALHOST.octets(),
                 qpn: 1,
-                up: true,
-            },
-            PeerMsg::SidrRep {
+                up: 1,
+            }),
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: 1,
                 status: 3,
-                qpn: 1,
+                qp_num: 1,
                 qkey: 0,
                 private_data: Vec::new(),
-            },
-            PeerMsg::SidrRep {
+            }),
+            PeerBody::SidrRep(proto::PeerSidrRep {
                 to_id: 1,
                 status: 0,
-                qpn: 1,
+                qp_num: 1,
                 qkey: 0,
                 private_data: vec![0; proto::CM_SIDR_REP_PRIVATE_DATA + 1],
-            },
+            }),
         ];
         for m in bad {
             assert!(matches!(encode(&m), Err(Error::Unencodable(_))), "{m:?}");
@@ -476,14 +289,14 @@ mod tests {
     }
 
     fn rtu() -> Vec<u8> {
-        encode(&PeerMsg::Rtu {
+        encode(&PeerBody::Rtu(proto::PeerRtu {
             to_id: 1,
             from_id: 2,
-        })
+        }))
         .expect("encode")
     }
 
-    fn read_bytes(b: Vec<u8>) -> Result<Option<PeerMsg>, Error> {
+    fn read_bytes(b: Vec<u8>) -> Result<Option<PeerBody>, Error> {
         read(&mut Cursor::new(b))
     }
 

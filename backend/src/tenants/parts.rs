@@ -21,12 +21,12 @@ use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
-use crate::peer::msg::PeerMsg;
 use crate::peer::tls::LinkTls;
 use crate::pipeline::ports::{CmSteps, Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
 use crate::run::Run;
 use crate::tenants::kernel::{Device, Rail};
 use crate::tenants::sessions::Sessions;
+use masq_proto::PeerBody;
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
@@ -352,12 +352,14 @@ impl CmSteps for Parts {
 }
 
 impl PeerSink for Parts {
-    fn deliver(&self, from: Ipv4Addr, msg: PeerMsg) {
+    fn deliver(&self, from: Ipv4Addr, msg: PeerBody) {
         self.cm.on_peer(self, from, msg);
     }
-    fn lost(&self, host: Ipv4Addr, msg: &PeerMsg) {
-        if let PeerMsg::UdQp { qpn, up: true, .. } = *msg {
-            self.cm.ud_acked(host, qpn); // nobody there to wait for
+    fn lost(&self, host: Ipv4Addr, msg: &PeerBody) {
+        if let PeerBody::UdQp(u) = msg {
+            if u.up != 0 {
+                self.cm.ud_acked(host, u.qpn); // nobody there to wait for
+            }
         }
     }
     fn dropped(&self, host: Ipv4Addr) {

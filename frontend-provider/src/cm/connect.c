@@ -13,7 +13,14 @@ static uint8_t min_u8(uint8_t a, uint8_t b)
 }
 
 /* The wire's connection parameters: the depths chosen, the QP, at most
- * max_pdata bytes of private data. 0, or -1 with errno. */
+ * max_pdata bytes of private data. 0, or -1 with errno.
+ *
+ * masqd checks the private data's bound and the QP number again, as it
+ * checks all that this library (in the app) sends. The checks here, and
+ * rdma_connect's and rdma_accept's of the QP (librdmacm's own, as its
+ * ucma_valid_param makes them), give the app librdmacm's EINVAL without a
+ * round trip or a refused request counted against its endpoint; the bound
+ * also keeps the copy within the request's buffer. */
 static int conn_param_to_wire(struct masq_cm_conn_param *w, struct rdma_cm_id *id,
 			      const struct rdma_conn_param *p, uint8_t resp_res,
 			      uint8_t init_depth, size_t max_pdata)

@@ -1,5 +1,5 @@
-//! How masqctl prints masqd's answers: `table` (control::render_table),
-//! `wide` (a table with more columns where there are more to show),
+//! How masqctl prints masqd's answers: `table` and `wide` (a table with
+//! more columns where there are more to show; both in `table.rs`),
 //! `json` and `yaml` (masqd's answer with `apiVersion` and `kind` added).
 //!
 //! The JSON schema is versioned by `apiVersion`: within `masqctl/v1`, keys
@@ -7,10 +7,10 @@
 //! makes `masqctl/v2`.
 
 use super::masqctl::Format;
+use super::table::{render_table, render_wide};
 use crate::error::{Error, Result};
-use crate::operator::control::{gid_rows, render_table, s, Request};
+use crate::operator::control::Request;
 use serde_json::Value;
-use std::fmt::Write as _;
 
 /// The version of masqctl's JSON and YAML output.
 pub const API_VERSION: &str = "masqctl/v1";
@@ -106,175 +106,6 @@ pub fn render_event(format: Format, line: &str, data: &Value) -> Result<String> 
                 .map_err(|e| Error::Invalid(e.to_string()))?
         ),
     })
-}
-
-/// The wide table: more columns for endpoints, sessions, the VPC map and
-/// CM ids, and the backstop and cluster for status; the others print as
-/// their table.
-pub fn render_wide(req: &Request, reply: &Value) -> String {
-    let mut out = String::new();
-    match req {
-        Request::Status => {
-            out = render_table(req, reply);
-            let cluster = &reply["cluster"];
-            if cluster.is_object() {
-                let _ = writeln!(
-                    out,
-                    "{:<10} {} since {} revision {} lease {}{}",
-                    "cluster",
-                    s(cluster, "state"),
-                    s(cluster, "since"),
-                    s(cluster, "revision"),
-                    s(cluster, "lease"),
-                    cluster
-                        .get("error")
-                        .and_then(|e| e.as_str())
-                        .map(|e| format!(" error {e}"))
-                        .unwrap_or_default()
-                );
-            }
-            let backstop = &reply["backstop"];
-            if let Some(err) = backstop.get("error").and_then(|e| e.as_str()) {
-                let _ = writeln!(out, "{:<10} error {err}", "backstop");
-            } else if backstop.is_object() {
-                let _ = writeln!(out, "{:<10} {}", "backstop", s(backstop, "table"));
-                for d in backstop["drops"].as_array().into_iter().flatten() {
-                    let _ = writeln!(
-                        out,
-                        "    {:<32} {:>10} packets {:>12} bytes",
-                        s(d, "counter"),
-                        s(d, "packets"),
-                        s(d, "bytes")
-                    );
-                }
-            }
-        }
-        Request::Endpoints => {
-            let _ = writeln!(
-                out,
-                "{:<12} {:<10} {:>8} {:<15} {:<8} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} SOCKET",
-                "ENDPOINT", "TENANT", "VNI", "VIP", "VDEV", "RAIL", "SESS", "ORIGIN", "NETNS", "VNIC",
-                "HOST_IF", "BRIDGE", "MAXCONN", "RATE", "REFCONN", "REFREQ", "BYPASS"
-            );
-            for e in reply["endpoints"].as_array().into_iter().flatten() {
-                let _ = writeln!(
-                    out,
-                    "{:<12} {:<10} {:>8} {:<15} {:<8} {:<8} {:<7} {:<8} {:<20} {:<8} {:<12} {:<8} {:>7} {:>7} {:>7} {:>7} {:>7} {}",
-                    s(e, "name"),
-                    s(e, "tenant"),
-                    s(e, "vni"),
-                    s(e, "vip"),
-                    s(e, "vdev"),
-                    s(e, "rail"),
-                    s(e, "sessions"),
-                    s(e, "origin"),
-                    s(e, "netns"),
-                    s(e, "vnic"),
-                    s(e, "host_if"),
-                    s(e, "bridge"),
-                    s(e, "max_connections"),
-                    s(e, "max_rate_mbps"),
-                    s(e, "refused_connections"),
-                    s(e, "refused_requests"),
-                    s(e, "audit_bypasses"),
-                    s(e, "socket")
-                );
-                gid_rows(&mut out, e);
-            }
-        }
-        Request::Sessions => {
-            let _ = writeln!(
-                out,
-                "{:>5} {:<12} {:<10} {:>7} {:<16} {:>4} {:>9} {:>12}",
-                "ID", "ENDPOINT", "TENANT", "PID", "APP", "QPS", "REQUESTS", "STARTED"
-            );
-            for x in reply["sessions"].as_array().into_iter().flatten() {
-                let qps = x["qps"].as_array().map(|q| q.len()).unwrap_or(0);
-                let _ = writeln!(
-                    out,
-                    "{:>5} {:<12} {:<10} {:>7} {:<16} {:>4} {:>9} {:>12}",
-                    s(x, "id"),
-                    s(x, "endpoint"),
-                    s(x, "tenant"),
-                    s(x, "pid"),
-                    s(x, "app"),
-                    qps,
-                    s(x, "requests"),
-                    s(x, "started")
-                );
-                for q in x["qps"].as_array().into_iter().flatten() {
-                    let _ = writeln!(
-                        out,
-                        "      handle={} qpn={} type={} state={} remote={} rqpn={} peer_host={}",
-                        s(q, "handle"),
-                        s(q, "qpn"),
-                        s(q, "qp_type"),
-                        s(q, "state"),
-                        s(q, "remote_vip"),
-                        s(q, "remote_qpn"),
-                        s(q, "peer_host")
-                    );
-                }
-            }
-        }
-        Request::Vpc => {
-            let _ = writeln!(
-                out,
-                "{:>8} {:<10} {:<15} {:<16} {:<15} SOURCE",
-                "VNI", "TENANT", "VIP", "ENDPOINT", "HOST"
-            );
-            for e in reply["vpc"].as_array().into_iter().flatten() {
-                let _ = writeln!(
-                    out,
-                    "{:>8} {:<10} {:<15} {:<16} {:<15} {}",
-                    s(e, "vni"),
-                    s(e, "tenant"),
-                    s(e, "vip"),
-                    s(e, "name"),
-                    s(e, "host"),
-                    s(e, "source")
-                );
-            }
-        }
-        Request::Cm => {
-            let _ = writeln!(
-                out,
-                "{:<12} {:<10} {:>8} {:>8} {:>6} {:<4} {:<13} {:<7} {:<21} {:<21} {:>8} {:>8}",
-                "ENDPOINT",
-                "TENANT",
-                "VNI",
-                "SESSION",
-                "ID",
-                "PS",
-                "STATE",
-                "SIDE",
-                "LOCAL",
-                "PEER",
-                "QPN",
-                "PEER_QPN"
-            );
-            for i in reply["ids"].as_array().into_iter().flatten() {
-                let _ = writeln!(
-                    out,
-                    "{:<12} {:<10} {:>8} {:>8} {:>6} {:<4} {:<13} {:<7} {:<21} {:<21} {:>8} {:>8}",
-                    s(i, "endpoint"),
-                    s(i, "tenant"),
-                    s(i, "vni"),
-                    s(i, "session"),
-                    s(i, "id"),
-                    s(i, "ps"),
-                    s(i, "state"),
-                    s(i, "side"),
-                    s(i, "local"),
-                    s(i, "peer"),
-                    s(i, "qpn"),
-                    s(i, "peer_qpn")
-                );
-            }
-        }
-        _ => out = render_table(req, reply),
-    }
-    out
 }
 
 #[cfg(test)]
