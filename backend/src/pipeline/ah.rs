@@ -14,7 +14,7 @@ use crate::admit::{Ask, Conn, Denied};
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{Slot, What};
 use crate::error::{from_io, refuse, Error, Result};
-use crate::pipeline::ports::{connection_quota, Held, QpHost, BACKSTOP_WAIT};
+use crate::pipeline::ports::{connection_quota, Enforce, Held, QpHost, BACKSTOP_WAIT};
 use crate::pipeline::qp::physical_av;
 use crate::pipeline::session::{AhRecord, PendingAh, Session};
 use masq_proto as proto;
@@ -101,7 +101,11 @@ pub(crate) fn create_ah(
     }))
 }
 
-pub(crate) fn bind_ah(h: &dyn QpHost, sess: &mut Session, b: &proto::BindAhReq) -> Result<()> {
+pub(crate) fn bind_ah(
+    h: &(impl Enforce + ?Sized),
+    sess: &mut Session,
+    b: &proto::BindAhReq,
+) -> Result<()> {
     if sess.ahs.contains_key(&b.ah_handle) {
         return Err(refuse(
             libc::EEXIST,
@@ -119,7 +123,13 @@ pub(crate) fn bind_ah(h: &dyn QpHost, sess: &mut Session, b: &proto::BindAhReq) 
 /// backstop's sets, the session's record. Decided again under the gate: a
 /// rule change since the AH was asked for either sees this entry in the
 /// table or is seen here.
-fn track(h: &dyn QpHost, sess: &mut Session, handle: u32, p: &PendingAh, what: &str) -> Result<()> {
+fn track(
+    h: &(impl Enforce + ?Sized),
+    sess: &mut Session,
+    handle: u32,
+    p: &PendingAh,
+    what: &str,
+) -> Result<()> {
     let ep = sess.ep.clone();
     let limits = h.registry().limits();
     let slot = Slot::take(&ep.usage, What::AddressHandles, limits.address_handles)?;
@@ -246,7 +256,7 @@ pub(crate) fn resync_ah(
     }))
 }
 
-pub(crate) fn destroy_ah(h: &dyn QpHost, sess: &mut Session, d: &proto::DestroyAhReq) {
+pub(crate) fn destroy_ah(h: &(impl Enforce + ?Sized), sess: &mut Session, d: &proto::DestroyAhReq) {
     if sess.ahs.remove(&d.ah_handle).is_some() {
         debug!(ah = d.ah_handle, "UD address handle destroyed");
         h.conntrack().remove(rconntrack::QpKey {

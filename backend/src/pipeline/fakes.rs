@@ -1,7 +1,7 @@
 //! Fakes the core's unit tests share: a kernel with one QP, the host
 //! (the example config's VPC map and policy, RConntrack's table, the
-//! audit's vouchers, an optional backstop guard) and the guard, whose calls
-//! go to a log.
+//! audit's vouchers, an optional backstop guard: every trait of `QpHost`)
+//! and the guard, whose calls go to a log.
 use crate::config::Config;
 use crate::endpoints::endpoint::{Endpoint, Origin};
 use crate::endpoints::registry::Registry;
@@ -14,7 +14,9 @@ use crate::kernel::ibv::{
 use crate::kernel::ownership::Verdict;
 use crate::kernel::rdma_nl::QpInfo;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::{Conntrack, Decide, Guard, QpHost, QpKernel, Vouchers};
+use crate::pipeline::ports::{
+    AhFiles, Audit, CmView, Conntrack, Decide, Enforce, Guard, QpKernel, Rails, StepTimes, Vouchers,
+};
 use crate::pipeline::session::Session;
 use masq_proto as proto;
 use std::cell::RefCell;
@@ -103,7 +105,10 @@ pub(super) struct FakeHost {
     pub(super) timed_steps: RefCell<Vec<&'static str>>,
 }
 
-impl QpHost for FakeHost {
+impl Enforce for FakeHost {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
     fn decide(&self) -> &dyn Decide {
         &self.admission
     }
@@ -113,17 +118,14 @@ impl QpHost for FakeHost {
     fn guard(&self) -> Option<&dyn Guard> {
         self.guard.as_ref().map(|g| g as &dyn Guard)
     }
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-    fn vouchers(&self) -> &dyn Vouchers {
-        &self.admitted
+}
+
+impl Rails for FakeHost {
+    fn port(&self, _: &Endpoint) -> u8 {
+        1
     }
     fn rail_name(&self, _: &Endpoint) -> &str {
         vbond::FIRST_RAIL
-    }
-    fn port(&self, _: &Endpoint) -> u8 {
-        1
     }
     /// Virtual index 1 (the vNIC's IPv4 GID) is the host's index 3.
     fn sgid_index(&self, _ep: &Endpoint, vindex: u32) -> Result<u32> {
@@ -132,6 +134,13 @@ impl QpHost for FakeHost {
             _ => Err(refuse(libc::EINVAL, format!("no virtual GID {vindex}"))),
         }
     }
+    /// 192.168.1.1 on the first rail, .2 on the second, ...
+    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, 1, 1 + ep.rail as u8)
+    }
+}
+
+impl CmView for FakeHost {
     fn cm_side(&self, _ep: &Endpoint, _qpn: u32) -> Option<rconntrack::CmSide> {
         None
     }
@@ -141,25 +150,33 @@ impl QpHost for FakeHost {
     fn ud_announce_early(&self, _ep: &Endpoint, qpn: u32) {
         self.early.borrow_mut().push(qpn);
     }
-    /// 192.168.1.1 on the first rail, .2 on the second, ...
-    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr {
-        Ipv4Addr::new(192, 168, 1, 1 + ep.rail as u8)
-    }
     fn ud_sender(&self, _host: Ipv4Addr, _qpn: u32) -> Option<(u32, Ipv4Addr)> {
         None
     }
     fn local_sender(&self, _vni: u32, _qpn: u32) -> Option<Ipv4Addr> {
         None
     }
-    fn rtr_step(&self, step: &'static str, _took: std::time::Duration) {
-        self.timed_steps.borrow_mut().push(step);
+}
+
+impl Audit for FakeHost {
+    fn vouchers(&self) -> &dyn Vouchers {
+        &self.admitted
     }
-    fn cm_step(&self, step: &'static str, _took: std::time::Duration) {
-        self.timed_steps.borrow_mut().push(step);
-    }
+}
+
+impl AhFiles for FakeHost {
     fn destroy_ah(&self, _session: u64, ah_handle: u32) -> Option<Result<()>> {
         self.destroyed.borrow_mut().push(ah_handle);
         Some(Ok(()))
+    }
+}
+
+impl StepTimes for FakeHost {
+    fn rtr_step(&self, step: &'static str, _took: Duration) {
+        self.timed_steps.borrow_mut().push(step);
+    }
+    fn cm_step(&self, step: &'static str, _took: Duration) {
+        self.timed_steps.borrow_mut().push(step);
     }
 }
 

@@ -28,7 +28,7 @@ pub(crate) fn connection_quota(ep: &Endpoint, limit: u32) -> u32 {
 /// The backstop as the pipelines drive it (`enforce::backstop`): the
 /// QPs that may receive, and the wait until its nftables sets say so. A
 /// local QP is named by this host's underlay address on its rail
-/// (`QpHost::underlay`) and its QPN: each device numbers its QPs alone.
+/// (`Rails::underlay`) and its QPN: each device numbers its QPs alone.
 pub trait Guard {
     fn qp_seen(&self, local: Ipv4Addr, qpn: u32);
     fn qp_gone(&self, local: Ipv4Addr, qpn: u32);
@@ -115,21 +115,42 @@ pub trait QpKernel {
     fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict>;
 }
 
-/// What the pipeline needs of masqd: the policy and its table, the VPC
-/// map, the host's device, the audit's vouchers.
-pub trait QpHost {
+/// The admission as the pipelines and the CM share it: the endpoints and
+/// the VPC map (whose limits and pods a decision reads), the security
+/// groups' decision, RConntrack's table and the backstop. `ah.rs`'s
+/// tracking uses these four alone; `cm::CmHost` asks for the same four.
+/// Implemented by `tenants::parts::Parts` (the registry, `Admission`, its
+/// backstop) and by `fakes.rs`'s `FakeHost`.
+pub trait Enforce {
+    fn registry(&self) -> &Registry;
     fn decide(&self) -> &dyn Decide;
     fn conntrack(&self) -> &dyn Conntrack;
-    fn registry(&self) -> &Registry;
-    fn vouchers(&self) -> &dyn Vouchers;
     /// The backstop, if masqd runs one.
     fn guard(&self) -> Option<&dyn Guard>;
+}
+
+/// The served device an endpoint is on (its rail), for translating its
+/// virtual addresses to the device's and naming its QPs to the backstop.
+/// Implemented by `Parts` (its `rails`) and by `FakeHost` (one port,
+/// an underlay address per rail).
+pub trait Rails {
     /// The port of `ep`'s device.
     fn port(&self, ep: &Endpoint) -> u8;
     /// The rail `ep`'s device is on.
     fn rail_name(&self, ep: &Endpoint) -> &str;
     /// The physical sgid index for the endpoint's virtual index `vindex`.
     fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32>;
+    /// This host's underlay address on `ep`'s rail.
+    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr;
+}
+
+/// What the RDMA CM knows of a QP, and the UD QPs the hosts of a VNI tell
+/// each other of over the CM link (`cm::Cm`, and the live sessions for
+/// this host's own): the QP pipeline matches the rules on the CM's side of
+/// a connection and announces its UD QPs; the AH pipeline names a UD
+/// datagram's sender. Implemented by `Parts` and by `FakeHost` (which logs
+/// the announcements and knows no sender).
+pub trait CmView {
     /// The RDMA CM's side of a connection it set up, if it did.
     fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide>;
     /// A UD QP can receive (`up`) or is gone: the other hosts of its VNI
@@ -139,20 +160,45 @@ pub trait QpHost {
     /// awaited at its RTR (`ud_announce`), so that a gap costs the app
     /// nothing.
     fn ud_announce_early(&self, ep: &Endpoint, qpn: u32);
-    /// This host's underlay address on `ep`'s rail.
-    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr;
     /// Another host's announced UD QP `qpn`: its VNI and vIP.
     fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)>;
     /// The vIP of this host's endpoint in `vni` whose app holds UD QP `qpn`.
     fn local_sender(&self, vni: u32, qpn: u32) -> Option<Ipv4Addr>;
+}
+
+/// The audit's vouchers, which the QP pipeline gives and takes back as a
+/// QP is admitted and destroyed. Implemented by `Parts` (its `admitted`)
+/// and by `FakeHost`.
+pub trait Audit {
+    fn vouchers(&self) -> &dyn Vouchers;
+}
+
+/// The AHs masqd destroys on an app's own uverbs file, when a restored
+/// session's AH cannot be tracked again (`ah::resync_ah`). Implemented by
+/// `Parts` (the live sessions' files) and by `FakeHost` (a log).
+pub trait AhFiles {
     /// Destroy AH `ah_handle` on the uverbs file session `session`
     /// registered at OPEN_DEVICE; `None` if there is none (the session is gone).
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<Result<()>>;
-    /// One step of a move to RTR took `took` (the metrics' breakdown).
-    fn rtr_step(&self, step: &'static str, took: std::time::Duration);
-    /// One step of the RDMA CM's accept or establish of a QP took `took`.
-    fn cm_step(&self, step: &'static str, took: std::time::Duration);
 }
+
+/// How long the steps of a QP's move took, for the metrics' breakdown.
+/// Implemented by `Parts` (`metrics.rs`) and by `FakeHost` (a log of the
+/// steps, in order).
+pub trait StepTimes {
+    /// One step of a move to RTR took `took`.
+    fn rtr_step(&self, step: &'static str, took: Duration);
+    /// One step of the RDMA CM's accept or establish of a QP took `took`.
+    fn cm_step(&self, step: &'static str, took: Duration);
+}
+
+/// What the pipelines need of masqd, all of it: the functions that use
+/// every concern (`qp::modify`, `qp::resync`, `ah::create_ah`, ...) take
+/// this; the ones that use one take that trait. Every type with all six
+/// is one (`Parts`, `FakeHost`).
+pub trait QpHost: Enforce + Rails + CmView + Audit + AhFiles + StepTimes {}
+
+impl<T: Enforce + Rails + CmView + Audit + AhFiles + StepTimes> QpHost for T {}
 
 /// The RDMA CM as its QP steps use it (`cm::Cm`): an id's RTR and RTS
 /// attributes, and the accept (REP) or establish (RTU) that follows them.

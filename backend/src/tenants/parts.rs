@@ -2,7 +2,8 @@
 //! configuration, the endpoint registry and VPC map, the security groups
 //! in force, the live sessions, the CM, the limits. The core, the CM and
 //! the CM link never see it whole: they take it through the narrow traits
-//! they define (`pipeline::ports::QpHost`, `cm::CmHost`,
+//! they define (`pipeline::ports`'s `Enforce`, `Rails`, `CmView`,
+//! `Audit`, `AhFiles`, `StepTimes` and `CmSteps`, `cm::CmHost`,
 //! `peer::link::PeerSink`), implemented here by handing out the one part
 //! each call needs; and the UD announcements between hosts, which need
 //! both the sessions and the CM. The operator's side (`operator/`) changes it through
@@ -22,7 +23,10 @@ use crate::kernel::rdma_nl::RdmaNl;
 use crate::kernel::uverbs;
 use crate::peer::link::PeerSink;
 use crate::peer::tls::LinkTls;
-use crate::pipeline::ports::{CmSteps, Conntrack, Decide, Guard, QpHost, Vouchers, BACKSTOP_WAIT};
+use crate::pipeline::ports::{
+    AhFiles, Audit, CmSteps, CmView, Conntrack, Decide, Enforce, Guard, Rails, StepTimes, Vouchers,
+    BACKSTOP_WAIT,
+};
 use crate::run::Run;
 use crate::tenants::kernel::{Device, Rail};
 use crate::tenants::sessions::Sessions;
@@ -217,22 +221,22 @@ impl Parts {
     }
 }
 
-impl QpHost for Parts {
+impl Enforce for Parts {
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
     fn decide(&self) -> &dyn Decide {
         &self.admission
     }
     fn conntrack(&self) -> &dyn Conntrack {
         &self.admission
     }
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-    fn vouchers(&self) -> &dyn Vouchers {
-        &self.admitted
-    }
     fn guard(&self) -> Option<&dyn Guard> {
         self.admission.backstop().map(|b| b as &dyn Guard)
     }
+}
+
+impl Rails for Parts {
     fn port(&self, ep: &Endpoint) -> u8 {
         self.rail(ep).device.host.port
     }
@@ -248,6 +252,12 @@ impl QpHost for Parts {
         .map_err(|e| from_io(e, "cannot read the vNIC"))?
         .map_err(|e| refuse(e.errno(), format!("{e} (tenant {})", ep.cfg.tenant)))
     }
+    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr {
+        self.rail(ep).underlay.ip
+    }
+}
+
+impl CmView for Parts {
     fn cm_side(&self, ep: &Endpoint, qpn: u32) -> Option<rconntrack::CmSide> {
         self.cm
             .role_of(&ep.cfg.name, qpn)
@@ -260,19 +270,10 @@ impl QpHost for Parts {
     fn ud_announce(&self, ep: &Endpoint, qpn: u32, up: bool) {
         announce(self, ep, qpn, up);
     }
-    fn rtr_step(&self, step: &'static str, took: std::time::Duration) {
-        self.metrics.rtr_step(step, took);
-    }
-    fn cm_step(&self, step: &'static str, took: std::time::Duration) {
-        self.metrics.cm_step(step, took);
-    }
     fn ud_announce_early(&self, ep: &Endpoint, qpn: u32) {
         let hosts = vni_hosts(self, ep);
         self.cm
             .announce_ud_early(&hosts, ep.cfg.vni, ep.cfg.vip, qpn);
-    }
-    fn underlay(&self, ep: &Endpoint) -> Ipv4Addr {
-        self.rail(ep).underlay.ip
     }
     fn ud_sender(&self, host: Ipv4Addr, qpn: u32) -> Option<(u32, Ipv4Addr)> {
         self.cm.ud_sender(host, qpn)
@@ -280,9 +281,27 @@ impl QpHost for Parts {
     fn local_sender(&self, vni: u32, qpn: u32) -> Option<Ipv4Addr> {
         local_sender(self, vni, qpn)
     }
+}
+
+impl Audit for Parts {
+    fn vouchers(&self) -> &dyn Vouchers {
+        &self.admitted
+    }
+}
+
+impl AhFiles for Parts {
     fn destroy_ah(&self, session: u64, ah_handle: u32) -> Option<Result<()>> {
         let fd = self.sessions.fd(session);
         fd.map(|fd| uverbs::destroy_ah(fd.as_fd(), self.first_device().driver_id, ah_handle))
+    }
+}
+
+impl StepTimes for Parts {
+    fn rtr_step(&self, step: &'static str, took: Duration) {
+        self.metrics.rtr_step(step, took);
+    }
+    fn cm_step(&self, step: &'static str, took: Duration) {
+        self.metrics.cm_step(step, took);
     }
 }
 
