@@ -22,7 +22,7 @@ use crate::error::{refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::Link;
 use crate::peer::send::Local;
-use crate::pipeline::ports::{Conntrack, Decide, Guard};
+use crate::pipeline::ports::{Conntrack, Decide, Enforce, Guard};
 use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -64,7 +64,7 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl CmHost for FakeCmHost {
+impl Enforce for FakeCmHost {
     fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -77,6 +77,9 @@ impl CmHost for FakeCmHost {
     fn guard(&self) -> Option<&dyn Guard> {
         None
     }
+}
+
+impl CmHost for FakeCmHost {
     fn host(&self, _ep: &Endpoint) -> &HostDevice {
         &self.device
     }

@@ -32,12 +32,11 @@ mod ud;
 mod ud_peers;
 
 use crate::endpoints::endpoint::Endpoint;
-use crate::endpoints::registry::Registry;
 use crate::endpoints::usage::Slot;
 use crate::error::{refuse, Result};
 use crate::kernel::host::HostDevice;
 use crate::peer::link::{Link, Outgoing, Sent};
-use crate::pipeline::ports::{Conntrack, Decide, Guard};
+use crate::pipeline::ports::Enforce;
 use crate::transport::seqpacket::Conn;
 use masq_proto::{self as proto, PeerBody, PeerParams};
 use phase::{Event, Phase};
@@ -49,13 +48,9 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 /// What the CM needs of the daemon (`tenants::parts::Parts` is it).
-pub trait CmHost {
-    fn registry(&self) -> &Registry;
-    /// The security groups, RConntrack's table and the backstop, as the
-    /// verbs pipelines see them.
-    fn decide(&self) -> &dyn Decide;
-    fn conntrack(&self) -> &dyn Conntrack;
-    fn guard(&self) -> Option<&dyn Guard>;
+/// The admission (the registry, the security groups, RConntrack's table
+/// and the backstop) is the verbs pipelines' own `Enforce`.
+pub trait CmHost: Enforce {
     /// The device `ep` is served on.
     fn host(&self, ep: &Endpoint) -> &HostDevice;
     /// The session's app has exited (its ports are free at once).

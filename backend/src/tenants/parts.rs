@@ -306,18 +306,6 @@ impl StepTimes for Parts {
 }
 
 impl crate::cm::CmHost for Parts {
-    fn registry(&self) -> &Registry {
-        &self.registry
-    }
-    fn decide(&self) -> &dyn Decide {
-        &self.admission
-    }
-    fn conntrack(&self) -> &dyn Conntrack {
-        &self.admission
-    }
-    fn guard(&self) -> Option<&dyn Guard> {
-        self.admission.backstop().map(|b| b as &dyn Guard)
-    }
     fn host(&self, ep: &Endpoint) -> &HostDevice {
         &self.rail(ep).device.host
     }
