@@ -9,6 +9,7 @@ use crate::kernel::uverbs;
 use crate::pipeline::cm_step::cm_qp_step;
 use crate::pipeline::ports::QpKernel;
 use crate::pipeline::qp;
+use crate::pipeline::resync;
 use crate::pipeline::session::{QpRecord, Session};
 use crate::tenants::kernel::SessionKernel;
 use crate::tenants::parts::Parts;
@@ -124,7 +125,7 @@ fn handle(
         (proto::RequestBody::QueryQp(q), true) => query_qp(parts, sess, q).map(|r| (r, false)),
         (proto::RequestBody::ResyncQp(r), true) => {
             with_kernel(parts, sess, "RESYNC_QP", |k, sess| {
-                qp::resync(parts, k, sess, r)
+                resync::resync(parts, k, sess, r)
             })
             .map(|r| (proto::ReplyBody::ResyncQp(r), false))
         }
