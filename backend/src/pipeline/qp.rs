@@ -29,7 +29,7 @@ use crate::kernel::ibv::{
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::{connection_quota, Held, QpHost, QpKernel, BACKSTOP_WAIT};
+use crate::pipeline::ports::{connection_quota, Guard, Held, QpHost, QpKernel, BACKSTOP_WAIT};
 use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
@@ -101,6 +101,19 @@ fn route(
     sess: &Session,
     m: &proto::ModifyQpReq,
 ) -> Result<(uverbs::ModifyQp, Option<Route>)> {
+    check_fields(h, sess, m)?;
+    let mut cmd = command(m);
+    if m.attr_mask & IBV_QP_AV == 0 {
+        return Ok((cmd, None));
+    }
+    let (dest, route) = translate(h, sess, &m.attr.ah_attr)?;
+    cmd.dest = dest;
+    Ok((cmd, Some(route)))
+}
+
+/// The request's attribute mask and the fields masqd refuses before the
+/// kernel would (or where it would not).
+fn check_fields(h: &dyn QpHost, sess: &Session, m: &proto::ModifyQpReq) -> Result<()> {
     let a = &m.attr;
     let mask = m.attr_mask;
     if mask & !uverbs::LEGACY_ATTR_MASK != 0 {
@@ -126,9 +139,15 @@ fn route(
     if mask & IBV_QP_PORT != 0 && a.port_num != h.port(&sess.ep) {
         return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
     }
-    let mut cmd = uverbs::ModifyQp {
+    Ok(())
+}
+
+/// The verbs command for the request's fields, without a destination.
+fn command(m: &proto::ModifyQpReq) -> uverbs::ModifyQp {
+    let a = &m.attr;
+    uverbs::ModifyQp {
         qp_handle: m.qp_handle,
-        attr_mask: mask,
+        attr_mask: m.attr_mask,
         qkey: a.qkey,
         rq_psn: a.rq_psn,
         sq_psn: a.sq_psn,
@@ -148,11 +167,16 @@ fn route(
         retry_cnt: a.retry_cnt,
         rnr_retry: a.rnr_retry,
         ..Default::default()
-    };
-    if mask & IBV_QP_AV == 0 {
-        return Ok((cmd, None));
     }
-    let ah = &a.ah_attr;
+}
+
+/// The request's address vector as the kernel's destination, and the
+/// route it names.
+fn translate(
+    h: &dyn QpHost,
+    sess: &Session,
+    ah: &proto::AhAttr,
+) -> Result<(uverbs::QpDest, Route)> {
     let av = physical_av(h, &sess.ep, ah)?;
     let dest = uverbs::QpDest {
         dgid: av.phys_dgid,
@@ -168,17 +192,14 @@ fn route(
         port_num: h.port(&sess.ep),
         ..Default::default()
     };
-    cmd.dest = dest;
-    Ok((
-        cmd,
-        Some(Route {
-            vip: av.vip,
-            host: av.host,
-            name: av.name,
-            vsgid: ah.sgid_index,
-            dscp: av.traffic_class >> 2,
-        }),
-    ))
+    let route = Route {
+        vip: av.vip,
+        host: av.host,
+        name: av.name,
+        vsgid: ah.sgid_index,
+        dscp: av.traffic_class >> 2,
+    };
+    Ok((dest, route))
 }
 
 /// An app's address vector (RC's at RTR, UD's address handle) in the
@@ -308,45 +329,13 @@ pub fn modify(
     m: &proto::ModifyQpReq,
 ) -> Result<()> {
     let a = &m.attr;
-    let mask = m.attr_mask;
-    let has_state = mask & IBV_QP_STATE != 0;
-    let to_rtr = has_state && a.qp_state == IBV_QPS_RTR;
+    let to_rtr = m.attr_mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RTR;
     // Only a move to RTR is timed, step by step.
     let mut clock = StepClock::new(to_rtr, |step, took| h.rtr_step(step, took));
     let (cmd, route) = route(h, sess, m)?;
     clock.step("route");
-    if let Some(r) = sess.qps.get(&m.qp_handle) {
-        if r.qpn != m.qp_num {
-            return Err(refuse(
-                libc::EINVAL,
-                format!(
-                    "QP handle {} is QPN {:#x}, not {:#x}",
-                    m.qp_handle, r.qpn, m.qp_num
-                ),
-            ));
-        }
-    }
-    // The QPN is taken from the app: the kernel must vouch for it before
-    // masqd records, tracks or connects it. Once per QP: a record keeps
-    // the QPN it was checked with. A QP in RESET has no port, and the
-    // kernel answers for it only after the move to INIT gave it one, so
-    // that move (which carries no address) runs first and is checked
-    // after; every later move is checked before it runs, once its own
-    // fields passed (a malformed request gets EINVAL, not a kernel lookup).
-    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
-    let to_init_at_most = has_state && a.qp_state <= IBV_QPS_INIT;
-    let check_after = !checked && to_init_at_most;
-    if !checked && !to_init_at_most {
-        if let Verdict::NoPortYet = k.owner(m.qp_num, m.qp_type)? {
-            return Err(refuse(
-                libc::EPERM,
-                format!(
-                    "QP {:#x} has no port: only a move to INIT may come first",
-                    m.qp_num
-                ),
-            ));
-        }
-    }
+    same_qpn(sess, m.qp_handle, m.qp_num)?;
+    let check_after = owner_first(k, sess, m)?;
     clock.step("owner");
     let remote_vip = route
         .as_ref()
@@ -370,51 +359,126 @@ pub fn modify(
     // Execute. Vouched for the audit (which flags QPs from RTR on) before
     // masqd moves it to RTR, never for less: a QP the app connects on its
     // own is not masqd's to answer for.
-    let qpn = m.qp_num;
     if to_rtr {
-        h.vouchers().vouch(sess.ep.rail, qpn, sess.id, sess.pid);
+        h.vouchers()
+            .vouch(sess.ep.rail, m.qp_num, sess.id, sess.pid);
     }
-    let key = key(sess, m.qp_handle);
-    let known = sess.qps.get(&m.qp_handle);
-    let ud = m.qp_type == IBV_QPT_UD;
-    let (vni, local) = (sess.ep.cfg.vni, h.underlay(&sess.ep));
     // A QP can receive from RTR on: the backstop guards its QPN (a UD
     // QP's in its VNI's sets too) before the RTR runs.
-    let guard = to_rtr && !known.is_some_and(|r| r.guarded);
-    let entry = admitted_by.and_then(|rule| {
-        let peer_host = route
-            .as_ref()
-            .map(|r| r.host)
-            .or_else(|| known.and_then(|q| q.peer_host))?;
-        let remote_qpn = if mask & IBV_QP_DEST_QPN != 0 {
-            a.dest_qp_num
-        } else {
-            known.and_then(|q| q.remote_qpn).unwrap_or(0)
-        };
-        Some(rconntrack::Entry {
-            remote_vip: remote_vip?,
-            remote_qpn,
-            peer_host,
-            state: rconntrack::State::Admitted,
-            rule,
-            cm: h.cm_side(&sess.ep, qpn),
-            dscp: route.as_ref().map(|r| r.dscp),
-            ..local_entry(sess, m.qp_handle, qpn, m.qp_type)
-        })
-    });
+    let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
+    let entry =
+        admitted_by.and_then(|rule| connection(h, sess, m, route.as_ref(), remote_vip?, rule));
+    let before = guard_and_track(h, sess, m, guard, entry, &mut clock);
+    let executed = k.modify(&cmd);
+    clock.step("modify");
+    if let Err(e) = executed {
+        undo(h, sess, m, guard, before);
+        return Err(from_io(e, "MODIFY_QP"));
+    }
+    let owner_checked = if check_after {
+        matches!(k.owner(m.qp_num, m.qp_type)?, Verdict::Owned(_))
+    } else {
+        true
+    };
+    if m.qp_type == IBV_QPT_UD && owner_checked {
+        announce_ud(h, sess, m, to_rtr);
+    }
+    let guarded = guard && h.guard().is_some();
+    record(h, sess, m, route, owner_checked, guarded);
+    clock.step("record");
+    Ok(())
+}
+
+/// A known QP handle keeps the QPN it was recorded with.
+fn same_qpn(sess: &Session, qp_handle: u32, qpn: u32) -> Result<()> {
+    match sess.qps.get(&qp_handle) {
+        Some(r) if r.qpn != qpn => Err(refuse(
+            libc::EINVAL,
+            format!("QP handle {qp_handle} is QPN {:#x}, not {qpn:#x}", r.qpn),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The QPN is taken from the app: the kernel must vouch for it before
+/// masqd records, tracks or connects it. Once per QP: a record keeps the
+/// QPN it was checked with. A QP in RESET has no port, and the kernel
+/// answers for it only after the move to INIT gave it one, so that move
+/// (which carries no address) runs first and is checked after; every later
+/// move is checked before it runs, once its own fields passed (a malformed
+/// request gets EINVAL, not a kernel lookup). Whether the kernel is to be
+/// asked after the move.
+fn owner_first(k: &dyn QpKernel, sess: &Session, m: &proto::ModifyQpReq) -> Result<bool> {
+    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
+    let to_init_at_most = m.attr_mask & IBV_QP_STATE != 0 && m.attr.qp_state <= IBV_QPS_INIT;
+    if !checked && !to_init_at_most {
+        if let Verdict::NoPortYet = k.owner(m.qp_num, m.qp_type)? {
+            return Err(refuse(
+                libc::EPERM,
+                format!(
+                    "QP {:#x} has no port: only a move to INIT may come first",
+                    m.qp_num
+                ),
+            ));
+        }
+    }
+    Ok(!checked && to_init_at_most)
+}
+
+/// The RConntrack entry of an admitted connection to `remote_vip`: its
+/// peer host and QPN from this request, or from the QP's record.
+fn connection(
+    h: &dyn QpHost,
+    sess: &Session,
+    m: &proto::ModifyQpReq,
+    route: Option<&Route>,
+    remote_vip: Ipv4Addr,
+    rule: Arc<str>,
+) -> Option<rconntrack::Entry> {
+    let known = sess.qps.get(&m.qp_handle);
+    let peer_host = route
+        .map(|r| r.host)
+        .or_else(|| known.and_then(|q| q.peer_host))?;
+    let remote_qpn = if m.attr_mask & IBV_QP_DEST_QPN != 0 {
+        m.attr.dest_qp_num
+    } else {
+        known.and_then(|q| q.remote_qpn).unwrap_or(0)
+    };
+    Some(rconntrack::Entry {
+        remote_vip,
+        remote_qpn,
+        peer_host,
+        state: rconntrack::State::Admitted,
+        rule,
+        cm: h.cm_side(&sess.ep, m.qp_num),
+        dscp: route.map(|r| r.dscp),
+        ..local_entry(sess, m.qp_handle, m.qp_num, m.qp_type)
+    })
+}
+
+/// Before the move runs: the QP guarded by the backstop (if `guard`) and
+/// the connection tracked, so that the connection's elements are in the
+/// sets by the RTR too (its app sends once RTR returns). What was tracked
+/// before, for `undo`: `None` if nothing was tracked here.
+fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
+    h: &dyn QpHost,
+    sess: &Session,
+    m: &proto::ModifyQpReq,
+    guard: bool,
+    entry: Option<rconntrack::Entry>,
+    clock: &mut StepClock<F>,
+) -> Option<Option<rconntrack::Entry>> {
+    let qpn = m.qp_num;
     let backstop = h.guard();
     // This thread runs the transaction it waits for below (see `Held`).
     let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
     if let (true, Some(b)) = (guard, backstop) {
-        b.qp_seen(local, qpn);
-        if ud {
-            b.ud_local(local, vni, qpn, true);
-        }
+        let ud = m.qp_type == IBV_QPT_UD;
+        guard_qp(b, h.underlay(&sess.ep), sess.ep.cfg.vni, m.qp_num, ud, true);
     }
-    // Tracked before the RTR runs, so that the connection's elements are
-    // in the sets by then too (its app sends once RTR returns); what was
-    // tracked before is put back if the kernel refuses the RTR.
-    let before = entry.as_ref().map(|_| h.conntrack().get(key));
+    let before = entry
+        .as_ref()
+        .map(|_| h.conntrack().get(key(sess, m.qp_handle)));
     if let Some(e) = entry {
         debug!(qpn, rule = %e.rule, "connection admitted");
         if h.conntrack().upsert(e).is_err() {
@@ -433,50 +497,90 @@ pub fn modify(
     }
     drop(held);
     clock.step("backstop");
-    let executed = k.modify(&cmd);
-    clock.step("modify");
-    if let Err(e) = executed {
-        // A QP that did not get to RTR keeps no element of its own.
-        match before {
-            Some(Some(old)) => {
-                let _ = h.conntrack().upsert(old);
-            }
-            Some(None) => {
-                h.conntrack().remove(key);
-            }
-            None => {}
-        }
-        if let (true, Some(b)) = (guard, backstop) {
-            if ud {
-                b.ud_local(local, vni, qpn, false);
-            }
-            b.qp_gone(local, qpn);
-        }
-        return Err(from_io(e, "MODIFY_QP"));
-    }
-    let owner_checked = if check_after {
-        matches!(k.owner(m.qp_num, m.qp_type)?, Verdict::Owned(_))
-    } else {
-        true
-    };
-    if ud && owner_checked && to_rtr {
-        h.ud_announce(&sess.ep, qpn, true);
-    } else if ud && owner_checked && has_state && a.qp_state == IBV_QPS_INIT {
-        h.ud_announce_early(&sess.ep, qpn);
-    }
+    before
+}
 
-    // Record.
+/// The kernel refused the move: a QP that did not get to RTR keeps no
+/// element of its own, and the table what it had `before`.
+fn undo(
+    h: &dyn QpHost,
+    sess: &Session,
+    m: &proto::ModifyQpReq,
+    guard: bool,
+    before: Option<Option<rconntrack::Entry>>,
+) {
+    match before {
+        Some(Some(old)) => {
+            let _ = h.conntrack().upsert(old);
+        }
+        Some(None) => {
+            h.conntrack().remove(key(sess, m.qp_handle));
+        }
+        None => {}
+    }
+    if let (true, Some(b)) = (guard, h.guard()) {
+        let ud = m.qp_type == IBV_QPT_UD;
+        guard_qp(
+            b,
+            h.underlay(&sess.ep),
+            sess.ep.cfg.vni,
+            m.qp_num,
+            ud,
+            false,
+        );
+    }
+}
+
+/// The backstop's elements of a local QP that can receive (`up`): its
+/// QPN, and a UD QP's in its VNI's sets; or taken out again.
+fn guard_qp(b: &dyn Guard, local: Ipv4Addr, vni: u32, qpn: u32, ud: bool, up: bool) {
+    if up {
+        b.qp_seen(local, qpn);
+        if ud {
+            b.ud_local(local, vni, qpn, true);
+        }
+    } else {
+        if ud {
+            b.ud_local(local, vni, qpn, false);
+        }
+        b.qp_gone(local, qpn);
+    }
+}
+
+/// A UD QP of the app's own at RTR can receive: the other hosts of its
+/// VNI are told; at INIT, told early (`QpHost::ud_announce_early`).
+fn announce_ud(h: &dyn QpHost, sess: &Session, m: &proto::ModifyQpReq, to_rtr: bool) {
+    let has_state = m.attr_mask & IBV_QP_STATE != 0;
+    if to_rtr {
+        h.ud_announce(&sess.ep, m.qp_num, true);
+    } else if has_state && m.attr.qp_state == IBV_QPS_INIT {
+        h.ud_announce_early(&sess.ep, m.qp_num);
+    }
+}
+
+/// Record: the session's record of the QP, and the table's state.
+fn record(
+    h: &dyn QpHost,
+    sess: &mut Session,
+    m: &proto::ModifyQpReq,
+    route: Option<Route>,
+    owner_checked: bool,
+    guarded: bool,
+) {
+    let a = &m.attr;
+    let has_state = m.attr_mask & IBV_QP_STATE != 0;
     sess.touched.push(m.qp_handle);
+    let key = key(sess, m.qp_handle);
     let rec = sess
         .qps
         .entry(m.qp_handle)
         .or_insert_with(|| new_record(m.qp_handle, m.qp_num, m.qp_type));
     rec.owner_checked |= owner_checked;
-    rec.guarded |= guard && backstop.is_some();
+    rec.guarded |= guarded;
     if has_state {
         rec.state = state_name(a.qp_state);
     }
-    if mask & IBV_QP_DEST_QPN != 0 {
+    if m.attr_mask & IBV_QP_DEST_QPN != 0 {
         rec.remote_qpn = Some(a.dest_qp_num);
     }
     if let Some(r) = route {
@@ -484,7 +588,7 @@ pub fn modify(
         rec.peer_host = Some(r.host);
         rec.virt_sgid_index = r.vsgid;
         debug!(
-            qpn,
+            qpn = m.qp_num,
             "QP -> {}: {} ({}) QPN {:#x} via host {}",
             state_name(a.qp_state),
             r.vip,
@@ -496,8 +600,6 @@ pub fn modify(
     if has_state {
         record_state(h, sess, key, a.qp_state);
     }
-    clock.step("record");
-    Ok(())
 }
 
 /// The table follows a QP's state: ESTABLISHED at RTS, gone at RESET or
@@ -539,18 +641,9 @@ pub fn moved(
     sess: &mut Session,
     m: &proto::QpMovedReq,
 ) -> Result<()> {
-    let known = sess.qps.get(&m.qp_handle);
-    if let Some(r) = known {
-        if r.qpn != m.qp_num {
-            return Err(refuse(
-                libc::EINVAL,
-                format!(
-                    "QP handle {} is QPN {:#x}, not {:#x}",
-                    m.qp_handle, r.qpn, m.qp_num
-                ),
-            ));
-        }
-    } else if let Some(other) = sess.qps.values().find(|r| r.qpn == m.qp_num) {
+    same_qpn(sess, m.qp_handle, m.qp_num)?;
+    let known = sess.qps.contains_key(&m.qp_handle);
+    if let (false, Some(other)) = (known, sess.qps.values().find(|r| r.qpn == m.qp_num)) {
         return Err(refuse(
             libc::EINVAL,
             format!(
@@ -601,11 +694,8 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         }
         h.vouchers().forget(sess.ep.rail, qp.qpn, sess.id);
         if let (true, Some(b)) = (qp.guarded, h.guard()) {
-            let local = h.underlay(&sess.ep);
-            if qp.qp_type == "UD" {
-                b.ud_local(local, sess.ep.cfg.vni, qp.qpn, false);
-            }
-            b.qp_gone(local, qp.qpn);
+            let (local, ud) = (h.underlay(&sess.ep), qp.qp_type == "UD");
+            guard_qp(b, local, sess.ep.cfg.vni, qp.qpn, ud, false);
         }
         sess.touched.push(qp_handle);
     }
