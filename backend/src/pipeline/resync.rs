@@ -12,10 +12,10 @@ use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
 use crate::pipeline::ports::{QpHost, QpKernel};
 use crate::pipeline::qp::{ask, local_entry, new_record};
-use crate::pipeline::session::Session;
+use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLockReadGuard};
 use tracing::{debug, info, warn};
 
 /// RESYNC_QP: after a masqd restart the frontend names the QPs it had set
@@ -46,14 +46,47 @@ pub fn resync(
         .query(r.qp_handle, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN)
         .map_err(|e| from_io(e, "RESYNC_QP: QUERY_QP"))?;
     let owner_checked = matches!(k.owner(r.qp_num, r.qp_type)?, Verdict::Owned(_));
-    let reply = |result: u32, state: u8| proto::ResyncQpReply {
+    let connected = connected(kq.qp_state);
+    let rec = take_back(h, sess, r, &kq, owner_checked);
+    sess.touched.push(r.qp_handle);
+    if !connected || r.qp_type == IBV_QPT_UD {
+        let ud_up = r.qp_type == IBV_QPT_UD && connected && owner_checked;
+        untracked(h, sess, r, rec, gate, ud_up);
+        return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
+    }
+    not_tracked_yet(h, sess, r, rec.guarded)?;
+    match verify_resync(h, sess, r, &kq) {
+        Ok(route) => Ok(track_again(h, sess, r, rec, &kq, route)),
+        Err(why) => reset(k, sess, r, rec, &why),
+    }
+}
+
+/// A QP in RTR, RTS or SQD/SQE: it has a destination and can receive.
+fn connected(state: u8) -> bool {
+    (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&state)
+}
+
+fn reply(result: u32, state: u8) -> proto::ResyncQpReply {
+    proto::ResyncQpReply {
         qp_state: state.min(IBV_QPS_ERR),
         result: result as u8,
-    };
+    }
+}
+
+/// The session's record of the QP in the state the kernel has. A
+/// connected QP of the app's own is vouched for, and one that can receive
+/// guarded again.
+fn take_back(
+    h: &dyn QpHost,
+    sess: &Session,
+    r: &proto::ResyncQpReq,
+    kq: &uverbs::QueryQpResp,
+    owner_checked: bool,
+) -> QpRecord {
     let mut rec = new_record(r.qp_handle, r.qp_num, r.qp_type);
     rec.state = state_name(kq.qp_state);
     rec.owner_checked = owner_checked;
-    let connected = (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&kq.qp_state);
+    let connected = connected(kq.qp_state);
     if connected && owner_checked {
         // Until the checks below end: a QP reset there is no bypass either.
         h.vouchers()
@@ -65,87 +98,125 @@ pub fn resync(
         b.qp_seen(h.underlay(&sess.ep), r.qp_num);
         rec.guarded = true;
     }
-    sess.touched.push(r.qp_handle);
-    if !connected || r.qp_type == IBV_QPT_UD {
-        debug!(
-            qpn = r.qp_num,
-            state = rec.state,
-            "QP resynced: nothing to track"
-        );
-        sess.qps.insert(r.qp_handle, rec);
-        drop(gate);
-        if r.qp_type == IBV_QPT_UD && connected && owner_checked {
-            // This host's backstop sets, and hosts whose masqd restarted
-            // too, learn it again (the others ask with PEER_UD_QUERY when
-            // they start).
-            if let Some(b) = h.guard() {
-                b.ud_local(h.underlay(&sess.ep), sess.ep.cfg.vni, r.qp_num, true);
-            }
-            h.ud_announce(&sess.ep, r.qp_num, true);
+    rec
+}
+
+/// A QP not connected, or UD, is recorded and nothing tracked; a
+/// connected UD QP of the app's own (`ud_up`) is let in again once the
+/// policy's `gate` is released.
+fn untracked(
+    h: &dyn QpHost,
+    sess: &mut Session,
+    r: &proto::ResyncQpReq,
+    rec: QpRecord,
+    gate: RwLockReadGuard<'_, ()>,
+    ud_up: bool,
+) {
+    debug!(
+        qpn = r.qp_num,
+        state = rec.state,
+        "QP resynced: nothing to track"
+    );
+    sess.qps.insert(r.qp_handle, rec);
+    drop(gate);
+    if ud_up {
+        // This host's backstop sets, and hosts whose masqd restarted
+        // too, learn it again (the others ask with PEER_UD_QUERY when
+        // they start).
+        if let Some(b) = h.guard() {
+            b.ud_local(h.underlay(&sess.ep), sess.ep.cfg.vni, r.qp_num, true);
         }
-        return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
+        h.ud_announce(&sess.ep, r.qp_num, true);
     }
+}
+
+/// The claimed QPN may not be another tracked QP's: refused, and the
+/// guard just taken for it (if `guarded`) given back.
+fn not_tracked_yet(
+    h: &dyn QpHost,
+    sess: &Session,
+    r: &proto::ResyncQpReq,
+    guarded: bool,
+) -> Result<()> {
     let ep = &sess.ep.cfg;
     let lk = rconntrack::LocalKey {
         vni: ep.vni,
         vip: ep.vip,
         qpn: r.qp_num,
     };
-    if h.conntrack().tracks_local(lk) {
-        if rec.guarded {
-            if let Some(b) = h.guard() {
-                b.qp_gone(h.underlay(&sess.ep), r.qp_num);
-            }
-        }
-        return Err(refuse(
-            libc::EEXIST,
-            format!("QPN {:#x} is already tracked for another QP", r.qp_num),
-        ));
+    if !h.conntrack().tracks_local(lk) {
+        return Ok(());
     }
-    match verify_resync(h, sess, r, &kq) {
-        Ok((vip, host, rule)) => {
-            let established = kq.qp_state != IBV_QPS_RTR;
-            let entry = rconntrack::Entry {
-                remote_vip: vip,
-                remote_qpn: kq.dest_qp_num,
-                peer_host: host,
-                state: if established {
-                    rconntrack::State::Established
-                } else {
-                    rconntrack::State::Admitted
-                },
-                rule: rule.clone(),
-                ..local_entry(sess, r.qp_handle, r.qp_num, r.qp_type)
-            };
-            if h.conntrack().upsert(entry).is_err() {
-                warn!("connection table full; {} not tracked", r.qp_num);
-                sess.qps.insert(r.qp_handle, rec);
-                return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
-            }
-            rec.remote_vip = Some(vip);
-            rec.remote_qpn = Some(kq.dest_qp_num);
-            rec.peer_host = Some(host);
-            rec.virt_sgid_index = r.sgid_index;
-            info!(qpn = r.qp_num, rule = %rule,
-                  "QP resynced: {} -> {vip} QPN {:#x}, tracked again", rec.state, kq.dest_qp_num);
-            sess.qps.insert(r.qp_handle, rec);
-            Ok(reply(proto::RESYNC_TRACKED, kq.qp_state))
-        }
-        Err(why) => {
-            let cmd = uverbs::ModifyQp {
-                qp_handle: r.qp_handle,
-                attr_mask: IBV_QP_STATE,
-                qp_state: IBV_QPS_ERR,
-                ..Default::default()
-            };
-            k.modify(&cmd)
-                .map_err(|e| from_io(e, "RESYNC_QP: cannot move the QP to ERROR"))?;
-            warn!(qpn = r.qp_num, "QP moved to ERROR on resync: {why}");
-            rec.state = state_name(IBV_QPS_ERR);
-            sess.qps.insert(r.qp_handle, rec);
-            Ok(reply(proto::RESYNC_RESET, IBV_QPS_ERR))
+    if guarded {
+        if let Some(b) = h.guard() {
+            b.qp_gone(h.underlay(&sess.ep), r.qp_num);
         }
     }
+    Err(refuse(
+        libc::EEXIST,
+        format!("QPN {:#x} is already tracked for another QP", r.qp_num),
+    ))
+}
+
+/// A verified connected QP is tracked again, to (peer vIP, peer host) by
+/// `rule`, and recorded; untracked if the table is full.
+fn track_again(
+    h: &dyn QpHost,
+    sess: &mut Session,
+    r: &proto::ResyncQpReq,
+    mut rec: QpRecord,
+    kq: &uverbs::QueryQpResp,
+    (vip, host, rule): (Ipv4Addr, Ipv4Addr, Arc<str>),
+) -> proto::ResyncQpReply {
+    let established = kq.qp_state != IBV_QPS_RTR;
+    let entry = rconntrack::Entry {
+        remote_vip: vip,
+        remote_qpn: kq.dest_qp_num,
+        peer_host: host,
+        state: if established {
+            rconntrack::State::Established
+        } else {
+            rconntrack::State::Admitted
+        },
+        rule: rule.clone(),
+        ..local_entry(sess, r.qp_handle, r.qp_num, r.qp_type)
+    };
+    if h.conntrack().upsert(entry).is_err() {
+        warn!("connection table full; {} not tracked", r.qp_num);
+        sess.qps.insert(r.qp_handle, rec);
+        return reply(proto::RESYNC_UNTRACKED, kq.qp_state);
+    }
+    rec.remote_vip = Some(vip);
+    rec.remote_qpn = Some(kq.dest_qp_num);
+    rec.peer_host = Some(host);
+    rec.virt_sgid_index = r.sgid_index;
+    info!(qpn = r.qp_num, rule = %rule,
+          "QP resynced: {} -> {vip} QPN {:#x}, tracked again", rec.state, kq.dest_qp_num);
+    sess.qps.insert(r.qp_handle, rec);
+    reply(proto::RESYNC_TRACKED, kq.qp_state)
+}
+
+/// A connected QP that failed a check (`why`) is moved to ERROR, as a
+/// policy reset does, and recorded so.
+fn reset(
+    k: &dyn QpKernel,
+    sess: &mut Session,
+    r: &proto::ResyncQpReq,
+    mut rec: QpRecord,
+    why: &str,
+) -> Result<proto::ResyncQpReply> {
+    let cmd = uverbs::ModifyQp {
+        qp_handle: r.qp_handle,
+        attr_mask: IBV_QP_STATE,
+        qp_state: IBV_QPS_ERR,
+        ..Default::default()
+    };
+    k.modify(&cmd)
+        .map_err(|e| from_io(e, "RESYNC_QP: cannot move the QP to ERROR"))?;
+    warn!(qpn = r.qp_num, "QP moved to ERROR on resync: {why}");
+    rec.state = state_name(IBV_QPS_ERR);
+    sess.qps.insert(r.qp_handle, rec);
+    Ok(reply(proto::RESYNC_RESET, IBV_QPS_ERR))
 }
 
 /// The claimed destination of a connected QP against the kernel's, and the
