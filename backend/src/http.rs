@@ -183,6 +183,21 @@ pub fn serve(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    announce(addr, &access);
+    let acceptor = access.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let served = Arc::new(Served {
+        registry,
+        probes,
+        access,
+    });
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || rt.block_on(accept_loop(std_listener, served, acceptor, beat, stopping)))?;
+    Ok(addr)
+}
+
+/// Where the metrics are served, and what guards them.
+fn announce(addr: SocketAddr, access: &Access) {
     let scheme = if access.tls.is_some() {
         "https"
     } else {
@@ -193,80 +208,79 @@ pub fn serve(
         (None, Some(_)) => "TLS",
         (None, None) => "nothing: keep the address off untrusted networks",
     };
-    let acceptor = access.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let served = Arc::new(Served {
-        registry,
-        probes,
-        access,
-    });
     info!(%addr, "metrics served at {scheme}://{addr}/metrics (guarded by {guard}), probes at /healthz and /readyz");
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                let listener = match tokio::net::TcpListener::from_std(std_listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        warn!("metrics: {e}");
-                        return;
-                    }
-                };
-                loop {
-                    beat.beat();
-                    let accepted = tokio::select! {
-                        a = listener.accept() => a,
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {
-                            if stopping() {
-                                return;
-                            }
-                            continue;
-                        }
-                    };
-                    let stream = match accepted {
-                        Ok((s, _)) => s,
-                        Err(e) => {
-                            debug!("metrics: accept: {e}");
-                            continue;
-                        }
-                    };
-                    let served = served.clone();
-                    let acceptor = acceptor.clone();
-                    tokio::spawn(async move {
-                        let service = hyper::service::service_fn(move |req: Request<_>| {
-                            let reply = answer(&served, &req);
-                            async move { Ok::<_, std::convert::Infallible>(reply) }
-                        });
-                        // A client that sends no request in time is dropped.
-                        let mut http = hyper::server::conn::http1::Builder::new();
-                        http.timer(TokioTimer::new())
-                            .header_read_timeout(Duration::from_secs(10));
-                        let done = match acceptor {
-                            None => http.serve_connection(TokioIo::new(stream), service).await,
-                            Some(acceptor) => {
-                                let handshake = tokio::time::timeout(
-                                    Duration::from_secs(10),
-                                    acceptor.accept(stream),
-                                );
-                                match handshake.await {
-                                    Ok(Ok(tls)) => {
-                                        http.serve_connection(TokioIo::new(tls), service).await
-                                    }
-                                    Ok(Err(e)) => {
-                                        debug!("metrics: TLS handshake: {e}");
-                                        return;
-                                    }
-                                    Err(_) => return,
-                                }
-                            }
-                        };
-                        if let Err(e) = done {
-                            debug!("metrics: connection: {e}");
-                        }
-                    });
+}
+
+/// Accept connections, each served by a task of its own, beating every
+/// half second until `stopping`.
+async fn accept_loop(
+    std_listener: std::net::TcpListener,
+    served: Arc<Served>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    beat: Heartbeat,
+    stopping: impl Fn() -> bool,
+) {
+    let listener = match tokio::net::TcpListener::from_std(std_listener) {
+        Ok(l) => l,
+        Err(e) => {
+            warn!("metrics: {e}");
+            return;
+        }
+    };
+    loop {
+        beat.beat();
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                if stopping() {
+                    return;
                 }
-            })
-        })?;
-    Ok(addr)
+                continue;
+            }
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                debug!("metrics: accept: {e}");
+                continue;
+            }
+        };
+        tokio::spawn(connection(stream, served.clone(), acceptor.clone()));
+    }
+}
+
+/// One client's connection: its TLS handshake if TLS is on, then its
+/// requests over HTTP/1.1.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    served: Arc<Served>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let service = hyper::service::service_fn(move |req: Request<_>| {
+        let reply = answer(&served, &req);
+        async move { Ok::<_, std::convert::Infallible>(reply) }
+    });
+    // A client that sends no request in time is dropped.
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10));
+    let done = match acceptor {
+        None => http.serve_connection(TokioIo::new(stream), service).await,
+        Some(acceptor) => {
+            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+            match handshake.await {
+                Ok(Ok(tls)) => http.serve_connection(TokioIo::new(tls), service).await,
+                Ok(Err(e)) => {
+                    debug!("metrics: TLS handshake: {e}");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    };
+    if let Err(e) = done {
+        debug!("metrics: connection: {e}");
+    }
 }
 
 fn text(code: StatusCode, body: String, ctype: &'static str) -> Response<Full<Bytes>> {

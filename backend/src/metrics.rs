@@ -229,6 +229,27 @@ pub type Sampler = Box<dyn Fn() -> Option<Sample> + Send + Sync>;
 /// The registry masqd serves: the event families and the scrape-time state.
 pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
     let mut r = Registry::default();
+    register_requests(&mut r, m);
+    register_peers(&mut r, m);
+    r.register(
+        "masq_cm_events",
+        "RDMA CM events delivered to tenants' apps, by tenant and event",
+        m.cm_events.clone(),
+    );
+    r.register(
+        "masq_policy_applied_timestamp_seconds",
+        "When the security-group policy in force was applied (Unix time)",
+        m.policy_applied.clone(),
+    );
+    register_audit(&mut r, m);
+    register_build(&mut r);
+    r.register_collector(Box::new(Scrape(sample)));
+    r
+}
+
+/// The tenants' requests: admissions by rule, and the time of each
+/// request and of the QP's and the CM's steps.
+fn register_requests(r: &mut Registry, m: &Metrics) {
     r.register(
         "masq_admissions",
         "Connections admitted or denied by the security groups, by rule",
@@ -252,6 +273,10 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
          (the accept or establish sent on)",
         m.cm_steps.clone(),
     );
+}
+
+/// The messages between masqds: their time, and those refused.
+fn register_peers(r: &mut Registry, m: &Metrics) {
     r.register(
         "masq_peer_message_duration_seconds",
         "Messages between masqds (the RDMA CM's, UD QP announcements): queued = from \
@@ -272,16 +297,10 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
          force already (a compromised or broken peer announcing in a loop)",
         m.peer_ud_refused.clone(),
     );
-    r.register(
-        "masq_cm_events",
-        "RDMA CM events delivered to tenants' apps, by tenant and event",
-        m.cm_events.clone(),
-    );
-    r.register(
-        "masq_policy_applied_timestamp_seconds",
-        "When the security-group policy in force was applied (Unix time)",
-        m.policy_applied.clone(),
-    );
+}
+
+/// The QP audit: the QPs it could tie to no endpoint, and its rounds.
+fn register_audit(r: &mut Registry, m: &Metrics) {
     r.register(
         "masq_audit_unattributed_qps",
         "Connected QPs the QP audit could tie to no endpoint (no creator named by the \
@@ -295,6 +314,10 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
          dumps and /proc reads it needed",
         m.audit_round.clone(),
     );
+}
+
+/// `masq_build_info`: which masqd this is.
+fn register_build(r: &mut Registry) {
     let build: Family<BuildLabels, Gauge> = Family::default();
     build
         .get_or_create(&BuildLabels {
@@ -307,8 +330,6 @@ pub fn registry(m: &Metrics, sample: Sampler) -> Registry {
         "Which masqd this is: its version and commit (value 1)",
         build,
     );
-    r.register_collector(Box::new(Scrape(sample)));
-    r
 }
 
 /// What is read from masqd's state at each scrape.
@@ -381,175 +402,215 @@ impl prometheus_client::collector::Collector for Scrape {
         let Some(s) = (self.0)() else {
             return Ok(());
         };
-        let sessions: Family<EndpointLabels, Gauge> = Family::default();
-        let qps: Family<EndpointLabels, Gauge> = Family::default();
-        let tracked: Family<EndpointLabels, Gauge> = Family::default();
-        let refused_req: Family<EndpointLabels, Counter> = Family::default();
-        let refused_conn: Family<EndpointLabels, Counter> = Family::default();
-        let bypasses: Family<EndpointLabels, Counter> = Family::default();
-        let kills: Family<EndpointLabels, Counter> = Family::default();
-        let limits: Family<LimitLabels, Counter> = Family::default();
-        for e in &s.endpoints {
-            for &(what, n) in &e.limit_refusals {
-                let l = LimitLabels {
-                    endpoint: e.name.clone(),
-                    tenant: e.tenant.clone(),
-                    what,
-                };
-                limits.get_or_create(&l).inc_by(n);
-            }
-            let l = EndpointLabels {
-                endpoint: e.name.clone(),
-                tenant: e.tenant.clone(),
-            };
-            sessions.get_or_create(&l).set(e.sessions as i64);
-            qps.get_or_create(&l).set(e.qps as i64);
-            tracked.get_or_create(&l).set(e.tracked as i64);
-            refused_req.get_or_create(&l).inc_by(e.refused_requests);
-            refused_conn.get_or_create(&l).inc_by(e.refused_connections);
-            bypasses.get_or_create(&l).inc_by(e.audit_bypasses);
-            kills.get_or_create(&l).inc_by(e.audit_kills);
-        }
-        put(&mut enc, "masq_sessions", "Open app sessions", &sessions)?;
-        put(&mut enc, "masq_qps", "QPs masqd knows of", &qps)?;
-        put(
-            &mut enc,
-            "masq_tracked_connections",
-            "Connections in the RConntrack table",
-            &tracked,
-        )?;
-        put(
-            &mut enc,
-            "masq_refused_requests",
-            "Frontend requests refused (bad input or denied)",
-            &refused_req,
-        )?;
-        put(
-            &mut enc,
-            "masq_refused_connections",
-            "Connections to the endpoint's socket from outside the endpoint",
-            &refused_conn,
-        )?;
-        put(
-            &mut enc,
-            "masq_audit_bypasses",
-            "Connected QPs masqd never admitted, found by the QP audit",
-            &bypasses,
-        )?;
-        put(
-            &mut enc,
-            "masq_audit_kills",
-            "Processes or cgroups killed by the QP audit",
-            &kills,
-        )?;
-        put(
-            &mut enc,
-            "masq_tenant_limit_refusals",
-            "Requests refused at the endpoint's tenantLimits (or masqd's descriptor \
-             reserve), and CM events dropped on a full channel, by what",
-            &limits,
-        )?;
+        encode_endpoints(&mut enc, &s.endpoints)?;
         if let Some(drops) = &s.backstop_drops {
-            let packets: Family<CounterLabels, Counter> = Family::default();
-            let bytes: Family<CounterLabels, Counter> = Family::default();
-            for (name, p, b) in drops {
-                let l = CounterLabels {
-                    counter: name.clone(),
-                };
-                packets.get_or_create(&l).inc_by(*p);
-                bytes.get_or_create(&l).inc_by(*b);
-            }
-            put(
-                &mut enc,
-                "masq_backstop_dropped_packets",
-                "RoCE packets the backstop dropped, by nftables counter",
-                &packets,
-            )?;
-            put(
-                &mut enc,
-                "masq_backstop_dropped_bytes",
-                "Bytes of RoCE packets the backstop dropped, by nftables counter",
-                &bytes,
-            )?;
+            encode_backstop_drops(&mut enc, drops)?;
         }
         if let Some((version, file)) = &s.policy {
-            let info: Family<PolicyLabels, Gauge> = Family::default();
-            info.get_or_create(&PolicyLabels {
-                version: version.clone(),
-                file: file.clone(),
-            })
-            .set(1);
-            put(
-                &mut enc,
-                "masq_policy_info",
-                "The security-group policy in force (value 1)",
-                &info,
-            )?;
+            encode_policy(&mut enc, version, file)?;
         }
-        let hosts = ConstGauge::new(s.vpc.hosts as i64);
-        put(
-            &mut enc,
-            "masq_vpc_hosts",
-            "Hosts the VPC map places endpoints on (this one included if it serves any)",
-            &hosts,
-        )?;
-        let entries: Family<SourceLabels, Gauge> = Family::default();
-        for (source, n) in s.vpc.endpoints {
-            entries
-                .get_or_create(&SourceLabels { source })
-                .set(n as i64);
-        }
-        put(
-            &mut enc,
-            "masq_vpc_endpoints",
-            "Entries of the VPC map, by where each came from (local, cluster, file)",
-            &entries,
-        )?;
+        encode_vpc(&mut enc, &s.vpc)?;
         if let Some(c) = &s.cluster {
-            let up = ConstGauge::new(i64::from(c.connected));
-            put(
-                &mut enc,
-                "masq_cluster_up",
-                "1 while etcd is reachable and followed, 0 while degraded (serving the last view)",
-                &up,
-            )?;
-            let since = ConstGauge::new(i64::try_from(c.since).unwrap_or(i64::MAX));
-            put(
-                &mut enc,
-                "masq_cluster_state_since_timestamp_seconds",
-                "When masq_cluster_up last changed (Unix time)",
-                &since,
-            )?;
-            let revision = ConstGauge::new(c.revision);
-            put(
-                &mut enc,
-                "masq_cluster_revision",
-                "The etcd revision this host's view was last read or watched at",
-                &revision,
-            )?;
-            let conflicts: Family<ClaimLabels, Counter> = Family::default();
-            for (whose, n) in c.claim_conflicts {
-                conflicts.get_or_create(&ClaimLabels { whose }).inc_by(n);
-            }
-            put(
-                &mut enc,
-                "masq_cluster_claim_conflicts",
-                "Claims of an endpoint's name or vIP that another host held: peers' claims this \
-                 host held back (peer), this host's publications etcd refused (own)",
-                &conflicts,
-            )?;
-            if let Some(t) = c.certificate_not_after {
-                put(
-                    &mut enc,
-                    "masq_cluster_certificate_expiry_timestamp_seconds",
-                    "When this host's certificate (cluster.tls.cert, as last loaded) expires \
-                     (Unix time)",
-                    &ConstGauge::new(t),
-                )?;
-            }
+            encode_cluster(&mut enc, c)?;
         }
         encode_port_counters(&mut enc, &s.port_counters)
     }
+}
+
+/// Each served endpoint's sessions, QPs, connections and refusals.
+fn encode_endpoints(
+    enc: &mut DescriptorEncoder,
+    endpoints: &[EndpointSample],
+) -> Result<(), std::fmt::Error> {
+    let sessions: Family<EndpointLabels, Gauge> = Family::default();
+    let qps: Family<EndpointLabels, Gauge> = Family::default();
+    let tracked: Family<EndpointLabels, Gauge> = Family::default();
+    let refused_req: Family<EndpointLabels, Counter> = Family::default();
+    let refused_conn: Family<EndpointLabels, Counter> = Family::default();
+    let bypasses: Family<EndpointLabels, Counter> = Family::default();
+    let kills: Family<EndpointLabels, Counter> = Family::default();
+    let limits: Family<LimitLabels, Counter> = Family::default();
+    for e in endpoints {
+        for &(what, n) in &e.limit_refusals {
+            let l = LimitLabels {
+                endpoint: e.name.clone(),
+                tenant: e.tenant.clone(),
+                what,
+            };
+            limits.get_or_create(&l).inc_by(n);
+        }
+        let l = EndpointLabels {
+            endpoint: e.name.clone(),
+            tenant: e.tenant.clone(),
+        };
+        sessions.get_or_create(&l).set(e.sessions as i64);
+        qps.get_or_create(&l).set(e.qps as i64);
+        tracked.get_or_create(&l).set(e.tracked as i64);
+        refused_req.get_or_create(&l).inc_by(e.refused_requests);
+        refused_conn.get_or_create(&l).inc_by(e.refused_connections);
+        bypasses.get_or_create(&l).inc_by(e.audit_bypasses);
+        kills.get_or_create(&l).inc_by(e.audit_kills);
+    }
+    put(enc, "masq_sessions", "Open app sessions", &sessions)?;
+    put(enc, "masq_qps", "QPs masqd knows of", &qps)?;
+    put(
+        enc,
+        "masq_tracked_connections",
+        "Connections in the RConntrack table",
+        &tracked,
+    )?;
+    put(
+        enc,
+        "masq_refused_requests",
+        "Frontend requests refused (bad input or denied)",
+        &refused_req,
+    )?;
+    put(
+        enc,
+        "masq_refused_connections",
+        "Connections to the endpoint's socket from outside the endpoint",
+        &refused_conn,
+    )?;
+    put(
+        enc,
+        "masq_audit_bypasses",
+        "Connected QPs masqd never admitted, found by the QP audit",
+        &bypasses,
+    )?;
+    put(
+        enc,
+        "masq_audit_kills",
+        "Processes or cgroups killed by the QP audit",
+        &kills,
+    )?;
+    put(
+        enc,
+        "masq_tenant_limit_refusals",
+        "Requests refused at the endpoint's tenantLimits (or masqd's descriptor \
+         reserve), and CM events dropped on a full channel, by what",
+        &limits,
+    )?;
+    Ok(())
+}
+
+/// The backstop's drop counters, by nftables counter.
+fn encode_backstop_drops(
+    enc: &mut DescriptorEncoder,
+    drops: &[(String, u64, u64)],
+) -> Result<(), std::fmt::Error> {
+    let packets: Family<CounterLabels, Counter> = Family::default();
+    let bytes: Family<CounterLabels, Counter> = Family::default();
+    for (name, p, b) in drops {
+        let l = CounterLabels {
+            counter: name.clone(),
+        };
+        packets.get_or_create(&l).inc_by(*p);
+        bytes.get_or_create(&l).inc_by(*b);
+    }
+    put(
+        enc,
+        "masq_backstop_dropped_packets",
+        "RoCE packets the backstop dropped, by nftables counter",
+        &packets,
+    )?;
+    put(
+        enc,
+        "masq_backstop_dropped_bytes",
+        "Bytes of RoCE packets the backstop dropped, by nftables counter",
+        &bytes,
+    )?;
+    Ok(())
+}
+
+/// The policy in force.
+fn encode_policy(
+    enc: &mut DescriptorEncoder,
+    version: &str,
+    file: &str,
+) -> Result<(), std::fmt::Error> {
+    let info: Family<PolicyLabels, Gauge> = Family::default();
+    info.get_or_create(&PolicyLabels {
+        version: version.to_owned(),
+        file: file.to_owned(),
+    })
+    .set(1);
+    put(
+        enc,
+        "masq_policy_info",
+        "The security-group policy in force (value 1)",
+        &info,
+    )?;
+    Ok(())
+}
+
+/// The VPC map's size.
+fn encode_vpc(enc: &mut DescriptorEncoder, vpc: &VpcSample) -> Result<(), std::fmt::Error> {
+    let hosts = ConstGauge::new(vpc.hosts as i64);
+    put(
+        enc,
+        "masq_vpc_hosts",
+        "Hosts the VPC map places endpoints on (this one included if it serves any)",
+        &hosts,
+    )?;
+    let entries: Family<SourceLabels, Gauge> = Family::default();
+    for &(source, n) in &vpc.endpoints {
+        entries
+            .get_or_create(&SourceLabels { source })
+            .set(n as i64);
+    }
+    put(
+        enc,
+        "masq_vpc_endpoints",
+        "Entries of the VPC map, by where each came from (local, cluster, file)",
+        &entries,
+    )?;
+    Ok(())
+}
+
+/// etcd's health as this host sees it (cluster mode).
+fn encode_cluster(enc: &mut DescriptorEncoder, c: &ClusterSample) -> Result<(), std::fmt::Error> {
+    let up = ConstGauge::new(i64::from(c.connected));
+    put(
+        enc,
+        "masq_cluster_up",
+        "1 while etcd is reachable and followed, 0 while degraded (serving the last view)",
+        &up,
+    )?;
+    let since = ConstGauge::new(i64::try_from(c.since).unwrap_or(i64::MAX));
+    put(
+        enc,
+        "masq_cluster_state_since_timestamp_seconds",
+        "When masq_cluster_up last changed (Unix time)",
+        &since,
+    )?;
+    let revision = ConstGauge::new(c.revision);
+    put(
+        enc,
+        "masq_cluster_revision",
+        "The etcd revision this host's view was last read or watched at",
+        &revision,
+    )?;
+    let conflicts: Family<ClaimLabels, Counter> = Family::default();
+    for &(whose, n) in &c.claim_conflicts {
+        conflicts.get_or_create(&ClaimLabels { whose }).inc_by(n);
+    }
+    put(
+        enc,
+        "masq_cluster_claim_conflicts",
+        "Claims of an endpoint's name or vIP that another host held: peers' claims this \
+         host held back (peer), this host's publications etcd refused (own)",
+        &conflicts,
+    )?;
+    if let Some(t) = c.certificate_not_after {
+        put(
+            enc,
+            "masq_cluster_certificate_expiry_timestamp_seconds",
+            "When this host's certificate (cluster.tls.cert, as last loaded) expires \
+             (Unix time)",
+            &ConstGauge::new(t),
+        )?;
+    }
+    Ok(())
 }
 
 /// The port counters in the units Prometheus expects: the data counters,

@@ -33,17 +33,13 @@
 //! would reset the connections its endpoints' names admitted.
 
 use crate::admit::Mirrored;
-use crate::cluster::client::tls_options;
-use crate::cluster::policy::{compare_and_put, denied, StoredPolicy, WriteError, LOST};
+use crate::cluster::policy::{compare_and_put, StoredPolicy, WriteError, LOST};
 use crate::cluster::source::{Source, Store};
 use crate::config::identity::Identity;
 use crate::config::{ClusterConfig, EndpointConfig};
 use crate::endpoints::placement::{Placement, SourceId};
 use crate::error::{Error, Result};
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    WatchOptions,
-};
+use etcd_client::{Client, GetOptions, PutOptions};
 use masq_policy::netpol::Snapshot;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -55,6 +51,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+#[path = "follow.rs"]
+mod follow;
 #[path = "publish.rs"]
 mod publish;
 use publish::release;
@@ -261,165 +259,6 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         false
-    }
-
-    /// One connection's life: register, read the view, watch it.
-    async fn follow(
-        &self,
-        store: &dyn Store,
-        apply: &std::sync::mpsc::Sender<Apply>,
-        rx: &mut mpsc::UnboundedReceiver<Publish>,
-    ) -> Result<()> {
-        let mut opts = ConnectOptions::new()
-            .with_connect_timeout(CALL_TIMEOUT)
-            .with_timeout(CALL_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), CALL_TIMEOUT);
-        if let Some(id) = self.identity() {
-            opts = opts.with_tls(tls_options(&id));
-        }
-        let mut client = Client::connect(&self.cfg.etcd, Some(opts))
-            .await
-            .map_err(etcd_err)?;
-        let ttl = self.cfg.lease_seconds as i64;
-        let lease = self.lease(&mut client, ttl).await?;
-        let (mut keeper, mut alive) = client.lease_keep_alive(lease).await.map_err(etcd_err)?;
-        // Renewed apart from the watch and the publishing, so that neither
-        // a slow etcd call nor a burst of events delays it.
-        let period = Duration::from_secs((ttl as u64 / 3).max(1));
-        let mut renewal = AbortOnDrop(tokio::spawn(async move {
-            let mut renew = tokio::time::interval(period);
-            loop {
-                renew.tick().await;
-                keeper.keep_alive().await.map_err(etcd_err)?;
-                match alive.message().await.map_err(etcd_err)? {
-                    Some(r) if r.ttl() > 0 => {}
-                    _ => return Err::<(), Error>(Error::failed("this host's lease expired")),
-                }
-            }
-        }));
-        // What was queued while etcd was away is in the full registration.
-        while rx.try_recv().is_ok() {}
-        self.register(&mut client, lease, store).await?;
-        if let Some((text, file)) = store.file_policy() {
-            let key = self.key("policy");
-            let value = StoredPolicy {
-                text,
-                file: file.clone(),
-            }
-            .encode()?;
-            let txn = Txn::new()
-                .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key.as_str(), value, None)]);
-            match client.txn(txn).await.map_err(etcd_err) {
-                Ok(r) if r.succeeded() => info!(%file, "cluster: had no policy; wrote this host's"),
-                Ok(_) => {}
-                // With etcd's roles only the operator writes the policy.
-                Err(e) if denied(&e) => {
-                    info!(%file, "cluster: this host may not write the policy (etcd's roles); \
-                          it serves its file's until the operator applies one")
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let prefix = format!("{}/", self.cfg.prefix);
-        let view = client
-            .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(etcd_err)?;
-        let mut revision = view.header().map(|h| h.revision()).unwrap_or(0);
-        let (done, applied) = oneshot::channel();
-        self.apply_view(apply, view.kvs(), done);
-        // Connected means serving this view (`wait_connected`).
-        let _ = applied.await;
-        let mut watch = client
-            .watch(
-                prefix.as_str(),
-                Some(
-                    WatchOptions::new()
-                        .with_prefix()
-                        .with_prev_key()
-                        .with_start_revision(revision + 1),
-                ),
-            )
-            .await
-            .map_err(etcd_err)?;
-        *lock(&self.client) = Some(client.clone());
-        {
-            let mut h = lock(&self.health);
-            h.revision = revision;
-            h.lease = format!("{lease:x}");
-        }
-        if self.set_health("connected", None) != "connected" {
-            info!(revision, lease = format!("{lease:x}"), etcd = ?self.cfg.etcd,
-                  "cluster: registered and following");
-        }
-        // Endpoint keys this host deleted itself: their watch events are
-        // expected, not a sign that its lease or keys were lost.
-        let mut deleting = HashSet::new();
-        let claims = self.key("claims/");
-        loop {
-            tokio::select! {
-                r = &mut renewal.0 => return match r {
-                    Ok(Err(e)) => Err(e),
-                    _ => Err(Error::Failed("lease renewal stopped".into())),
-                },
-                msg = watch.message() => {
-                    let Some(resp) = msg.map_err(etcd_err)? else {
-                        return Err(Error::Failed("watch closed".into()));
-                    };
-                    if resp.compact_revision() > 0 {
-                        return Err(Error::Failed(format!("revision {} compacted; reading the whole view again", revision + 1)));
-                    }
-                    if resp.canceled() {
-                        return Err(Error::Failed(format!("watch canceled: {}", resp.cancel_reason())));
-                    }
-                    let mut freed = false;
-                    for ev in resp.events() {
-                        let Some(kv) = ev.kv() else { continue };
-                        revision = revision.max(kv.mod_revision());
-                        let put = ev.event_type() == EventType::Put;
-                        freed |= !put && kv.key_str().is_ok_and(|k| k.starts_with(&claims));
-                        self.apply_event(apply, kv, put, &mut deleting)?;
-                    }
-                    lock(&self.health).revision = revision;
-                    if freed && !lock(&self.held).is_empty() {
-                        self.retry_held(&mut client, lease).await?;
-                    }
-                }
-                p = rx.recv() => match p {
-                    Some(p) => self.publish_one(&mut client, lease, store, p, &mut deleting).await?,
-                    None => return Ok(()),
-                },
-            }
-        }
-    }
-
-    /// The lease this host held before etcd went away, if etcd still has
-    /// it: its keys then never leave the store, so no peer sees this host
-    /// go and come back. Otherwise a new one.
-    async fn lease(&self, client: &mut Client, ttl: i64) -> Result<i64> {
-        let held = self.lease.load(Ordering::SeqCst);
-        if held != 0 {
-            let left = client
-                .lease_time_to_live(held, None)
-                .await
-                .map_err(etcd_err)?
-                .ttl();
-            if left > 0 {
-                debug!(
-                    lease = format!("{held:x}"),
-                    left, "cluster: keeping this host's lease"
-                );
-                return Ok(held);
-            }
-            info!(
-                lease = format!("{held:x}"),
-                "cluster: this host's lease expired; taking a new one"
-            );
-        }
-        let lease = client.lease_grant(ttl, None).await.map_err(etcd_err)?.id();
-        self.lease.store(lease, Ordering::SeqCst);
-        Ok(lease)
     }
 
     /// This host, its endpoints as they are now (and none it no longer
@@ -758,14 +597,5 @@ impl Source for Cluster {
             }
         });
         Ok(())
-    }
-}
-
-/// A task that ends with the connection it serves.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

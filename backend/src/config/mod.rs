@@ -7,7 +7,6 @@
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
@@ -15,6 +14,7 @@ mod audit;
 pub mod identity;
 mod limits;
 mod rails;
+mod validate;
 
 pub use audit::{AuditAction, AuditConfig};
 pub use limits::TenantLimits;
@@ -367,6 +367,17 @@ impl EndpointConfig {
     /// The endpoint's own fields, as the config file and `masqctl endpoint
     /// add` take them; `at` names it in errors (`endpoints[2]`).
     pub fn check(&self, at: &str, socket_dir: &Path) -> Result<()> {
+        self.check_names(at)?;
+        self.check_limits(at)?;
+        if let Some(o) = &self.cni {
+            check_cni(at, o)?;
+        }
+        self.check_paths(at, socket_dir)
+    }
+
+    /// The names it gives (its own, its tenant's, its interfaces'), and
+    /// its VNI.
+    fn check_names(&self, at: &str) -> Result<()> {
         check_name(&format!("{at}.name"), &self.name, 64)?;
         check_name(&format!("{at}.tenant"), &self.tenant, 64)?;
         check_name(&format!("{at}.vnic"), &self.vnic, 15)?;
@@ -388,6 +399,11 @@ impl EndpointConfig {
                 "{at}: hostIf and bridge go together"
             )));
         }
+        Ok(())
+    }
+
+    /// Its quota and limits, none of them 0.
+    fn check_limits(&self, at: &str) -> Result<()> {
         if self.max_connections == Some(0) {
             return Err(Error::Invalid(format!(
                 "{at}.maxConnections: 0 would refuse every connection (omit it for no quota)"
@@ -422,19 +438,12 @@ impl EndpointConfig {
                 )));
             }
         }
-        if let Some(o) = &self.cni {
-            for (key, v) in [
-                ("containerId", &o.container_id),
-                ("network", &o.network),
-                ("ifname", &o.ifname),
-            ] {
-                if v.is_empty() || v.len() > 256 || v.chars().any(|c| c.is_control()) {
-                    return Err(Error::Invalid(format!(
-                        "{at}.cni.{key}: {v:?} must be 1-256 printable characters"
-                    )));
-                }
-            }
-        }
+        Ok(())
+    }
+
+    /// Its netns and socket paths: absolute, the socket neither masqd's
+    /// control socket nor in a directory that shows masqd's.
+    fn check_paths(&self, at: &str, socket_dir: &Path) -> Result<()> {
         if !self.netns.is_absolute() {
             return Err(Error::Invalid(format!(
                 "{at}.netns: {:?} must be an absolute path",
@@ -472,6 +481,22 @@ impl EndpointConfig {
                 .join("masq.sock")
         })
     }
+}
+
+/// The CNI plugin's names of an endpoint: printable, 1-256 characters.
+fn check_cni(at: &str, o: &CniOwner) -> Result<()> {
+    for (key, v) in [
+        ("containerId", &o.container_id),
+        ("network", &o.network),
+        ("ifname", &o.ifname),
+    ] {
+        if v.is_empty() || v.len() > 256 || v.chars().any(|c| c.is_control()) {
+            return Err(Error::Invalid(format!(
+                "{at}.cni.{key}: {v:?} must be 1-256 printable characters"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Config {
@@ -544,160 +569,6 @@ impl Config {
     pub fn runtime_endpoints_file(&self) -> PathBuf {
         self.socket_dir.join("runtime-endpoints.yaml")
     }
-
-    fn validate(&self) -> Result<()> {
-        self.validate_rails()?;
-        if self.underlay.ip.is_unspecified() && !self.vpc.is_empty() {
-            return Err(Error::Invalid(
-                "underlay.ip: required with a vpc: map, which names hosts by it (only a file \
-                 for many hosts, in cluster mode, may leave it to the netdev)"
-                    .into(),
-            ));
-        }
-        if self.cm.port == 0 {
-            return Err(Error::Invalid("cm.port: must be 1 or more".into()));
-        }
-        if !(100..=600_000).contains(&self.cm.timeout_ms) {
-            return Err(Error::Invalid(format!(
-                "cm.timeoutMs: {} is outside 100..=600000",
-                self.cm.timeout_ms
-            )));
-        }
-        self.audit.interval()?;
-        self.tenant_limits.check()?;
-        if let Some(c) = &self.cluster {
-            if c.etcd.is_empty() {
-                return Err(Error::Invalid(
-                    "cluster.etcd: list at least one etcd URL".into(),
-                ));
-            }
-            if c.tls.is_some() && c.insecure {
-                return Err(Error::Invalid(
-                    "cluster.insecure: true, but cluster.tls is set: remove one".into(),
-                ));
-            }
-            if c.tls.is_none() && !c.insecure {
-                return Err(Error::Invalid(
-                    "cluster.tls: missing: cluster mode reaches etcd over TLS as this host \
-                     (tls: {ca, cert, key}); `insecure: true` runs it in plaintext with no \
-                     identities, and then anyone who reaches etcd can rewrite the cluster"
-                        .into(),
-                ));
-            }
-            for (i, u) in c.etcd.iter().enumerate() {
-                let want = if c.insecure { "http://" } else { "https://" };
-                if !u.starts_with(want) {
-                    let why = match (u.starts_with("http://"), u.starts_with("https://")) {
-                        (true, _) => "is plaintext, but cluster.tls is set",
-                        (_, true) => "needs cluster.tls (cluster.insecure is set)",
-                        _ => "is not an http:// or https:// URL",
-                    };
-                    return Err(Error::Invalid(format!(
-                        "cluster.etcd[{i}]: {u:?} {why}; use {want}"
-                    )));
-                }
-            }
-            if !c.prefix.starts_with('/') || c.prefix.ends_with('/') || c.prefix.len() < 2 {
-                return Err(Error::Invalid(format!(
-                    "cluster.prefix: {:?} must start with '/' and not end with one",
-                    c.prefix
-                )));
-            }
-            if !(2..=300).contains(&c.lease_seconds) {
-                return Err(Error::Invalid(format!(
-                    "cluster.leaseSeconds: {} is outside 2..=300",
-                    c.lease_seconds
-                )));
-            }
-        }
-        if self.metrics.listen.is_none() {
-            if self.metrics.tls.is_some() {
-                return Err(Error::Invalid(
-                    "metrics.tls: set, but metrics.listen is not".into(),
-                ));
-            }
-            if self.metrics.bearer_token_file.is_some() {
-                return Err(Error::Invalid(
-                    "metrics.bearerTokenFile: set, but metrics.listen is not".into(),
-                ));
-            }
-        }
-        if let Some(c) = &self.cdi {
-            if !c.spec_dir.is_absolute() {
-                return Err(Error::Invalid(format!(
-                    "cdi.specDir: {:?} must be an absolute path",
-                    c.spec_dir
-                )));
-            }
-        }
-        if !self.socket_dir.is_absolute() {
-            return Err(Error::Invalid(format!(
-                "socketDir: {:?} must be an absolute path",
-                self.socket_dir
-            )));
-        }
-        // Each VNI belongs to exactly one tenant; each (VNI, vIP) is one endpoint.
-        let mut vni_owner: HashMap<u32, &str> = HashMap::new();
-        let mut placed: BTreeMap<(u32, Ipv4Addr), Ipv4Addr> = BTreeMap::new();
-        for (i, v) in self.vpc.iter().enumerate() {
-            let at = format!("vpc[{i}]");
-            check_name(&format!("{at}.tenant"), &v.tenant, 64)?;
-            check_vni(&format!("{at}.vni"), v.vni)?;
-            if let Some(n) = &v.name {
-                check_name(&format!("{at}.name"), n, 64)?;
-            }
-            if let Some(r) = &v.rail {
-                check_name(&format!("{at}.rail"), r, 15)?;
-            }
-            claim_vni(&mut vni_owner, v.vni, &v.tenant, &at)?;
-            if placed.insert((v.vni, v.vip), v.host).is_some() {
-                return Err(Error::Invalid(format!(
-                    "{at}: VNI {} vIP {} is listed twice in the VPC map",
-                    v.vni, v.vip
-                )));
-            }
-        }
-        let mut names = HashSet::new();
-        let mut sockets = HashSet::new();
-        for (i, e) in self.endpoints.iter().enumerate() {
-            let at = format!("endpoints[{i}]");
-            e.check(&at, &self.socket_dir)?;
-            if !names.insert(e.name.as_str()) {
-                return Err(Error::Invalid(format!(
-                    "{at}.name: endpoint {:?} is defined twice",
-                    e.name
-                )));
-            }
-            let sock = e.socket_path(&self.socket_dir);
-            if !sockets.insert(sock.clone()) || sock == self.control_socket() {
-                return Err(Error::Invalid(format!(
-                    "{at}.socket: {sock:?} is used twice"
-                )));
-            }
-            claim_vni(&mut vni_owner, e.vni, &e.tenant, &at)?;
-            let rail = |n: Option<&str>| self.rail_index(n);
-            check_device_of(&at, e, &self.endpoints, rail)?;
-            match placed.get(&(e.vni, e.vip)) {
-                // In cluster mode a host publishes its own endpoints.
-                None if self.cluster.is_some() => {}
-                None => {
-                    return Err(Error::Invalid(format!(
-                        "{at}: {} (VNI {}, vIP {}) is missing from the VPC map",
-                        e.name, e.vni, e.vip
-                    )))
-                }
-                Some(host) if *host != self.underlay.ip => {
-                    return Err(Error::Invalid(format!(
-                        "{at}: {} is local, but the VPC map places VNI {} vIP {} on host {}, \
-                         not on this host ({})",
-                        e.name, e.vni, e.vip, host, self.underlay.ip
-                    )))
-                }
-                Some(_) => {}
-            }
-        }
-        Ok(())
-    }
 }
 
 pub(crate) fn check_name(field: &str, value: &str, max: usize) -> Result<()> {
@@ -722,20 +593,6 @@ fn check_vni(field: &str, vni: u32) -> Result<()> {
         Err(Error::Invalid(format!(
             "{field}: {vni} is not a VNI (1..={MAX_VNI})"
         )))
-    }
-}
-
-fn claim_vni<'a>(
-    owners: &mut HashMap<u32, &'a str>,
-    vni: u32,
-    tenant: &'a str,
-    at: &str,
-) -> Result<()> {
-    match owners.insert(vni, tenant) {
-        Some(prev) if prev != tenant => Err(Error::Invalid(format!(
-            "{at}: VNI {vni} belongs to tenant {prev:?}, not {tenant:?}"
-        ))),
-        _ => Ok(()),
     }
 }
 

@@ -149,26 +149,7 @@ impl RateLimits {
     /// seconds for cgroups that appeared or went away.
     pub fn sync(&self, endpoints: &[EndpointConfig]) -> Result<()> {
         let mut st = self.lock();
-        let mut limited = BTreeMap::new();
-        for e in endpoints {
-            let Some(mbps) = e.max_rate_mbps else {
-                continue;
-            };
-            // The config's checks name every endpoint's rail.
-            let Some(netdev) = self.netdev_of(e.rail.as_deref()) else {
-                warn!(endpoint = %e.name, "rate limit skipped: no rail {:?}", e.rail);
-                continue;
-            };
-            let cgroup = e.apps_endpoint().to_string();
-            limited.insert(
-                e.name.clone(),
-                Limited {
-                    netdev: netdev.into(),
-                    cgroup,
-                    mbps,
-                },
-            );
-        }
+        let limited = self.limited_of(endpoints);
         if st.installed.is_none() {
             // An earlier masqd's qdiscs and marks: start from nothing.
             let left: BTreeSet<String> = self
@@ -192,33 +173,9 @@ impl RateLimits {
             };
             return Ok(());
         }
-        let mut minors = BTreeMap::new();
-        for l in limited.values() {
-            if minors.contains_key(&l.cgroup) {
-                continue;
-            }
-            let minor = match st.minors.get(&l.cgroup) {
-                Some(&m) => m,
-                None => free_minor(&st.minors, &minors)?,
-            };
-            minors.insert(l.cgroup.clone(), minor);
-        }
-        let (old, new) = (st.classes(), classes_of(&limited, &minors));
-        let none = BTreeMap::new();
-        let mut batch = String::new();
-        for netdev in installed.iter().chain(new.keys()).collect::<BTreeSet<_>>() {
-            let (was, now) = (old.get(netdev).unwrap_or(&none), new.get(netdev));
-            match now {
-                None => {
-                    let _ = writeln!(batch, "qdisc del dev {netdev} root");
-                }
-                Some(now) => {
-                    let fresh = !installed.contains(netdev);
-                    batch += &tc_commands(netdev, fresh, was, now);
-                }
-            }
-        }
-        self.tc(&batch)?;
+        let minors = minors_of(&limited, &st.minors)?;
+        let new = classes_of(&limited, &minors);
+        self.tc(&tc_batch(&installed, &st.classes(), &new))?;
         st.installed = Some(new.keys().cloned().collect());
         for (name, l) in &limited {
             if st.limited.get(name) != Some(l) {
@@ -238,6 +195,31 @@ impl RateLimits {
         st.minors = minors;
         st.cgroups = cgroups;
         Ok(())
+    }
+
+    /// The endpoints with `maxRateMbps`, by name, each on its rail's netdev.
+    fn limited_of(&self, endpoints: &[EndpointConfig]) -> BTreeMap<String, Limited> {
+        let mut limited = BTreeMap::new();
+        for e in endpoints {
+            let Some(mbps) = e.max_rate_mbps else {
+                continue;
+            };
+            // The config's checks name every endpoint's rail.
+            let Some(netdev) = self.netdev_of(e.rail.as_deref()) else {
+                warn!(endpoint = %e.name, "rate limit skipped: no rail {:?}", e.rail);
+                continue;
+            };
+            let cgroup = e.apps_endpoint().to_string();
+            limited.insert(
+                e.name.clone(),
+                Limited {
+                    netdev: netdev.into(),
+                    cgroup,
+                    mbps,
+                },
+            );
+        }
+        limited
     }
 
     /// Bytes and packets each limited endpoint's class has sent, and how
@@ -436,6 +418,47 @@ fn is_ours(q: &Node) -> bool {
 }
 
 /// The lowest class minor (1..=0xfffe) neither map uses.
+/// Each limited apps' cgroup's class minor: the one it had (`had`), or
+/// a free one.
+fn minors_of(
+    limited: &BTreeMap<String, Limited>,
+    had: &BTreeMap<String, u16>,
+) -> Result<BTreeMap<String, u16>> {
+    let mut minors = BTreeMap::new();
+    for l in limited.values() {
+        if minors.contains_key(&l.cgroup) {
+            continue;
+        }
+        let minor = match had.get(&l.cgroup) {
+            Some(&m) => m,
+            None => free_minor(had, &minors)?,
+        };
+        minors.insert(l.cgroup.clone(), minor);
+    }
+    Ok(minors)
+}
+
+/// The tc commands from classes `old` to `new`: each netdev's qdisc
+/// (`installed` ones have it) set up or changed, or deleted where no
+/// class is left.
+fn tc_batch(installed: &BTreeSet<String>, old: &Classes, new: &Classes) -> String {
+    let none = BTreeMap::new();
+    let mut batch = String::new();
+    for netdev in installed.iter().chain(new.keys()).collect::<BTreeSet<_>>() {
+        let (was, now) = (old.get(netdev).unwrap_or(&none), new.get(netdev));
+        match now {
+            None => {
+                let _ = writeln!(batch, "qdisc del dev {netdev} root");
+            }
+            Some(now) => {
+                let fresh = !installed.contains(netdev);
+                batch += &tc_commands(netdev, fresh, was, now);
+            }
+        }
+    }
+    batch
+}
+
 fn free_minor(a: &BTreeMap<String, u16>, b: &BTreeMap<String, u16>) -> Result<u16> {
     (1..0xffff)
         .find(|m| !a.values().chain(b.values()).any(|c| c == m))

@@ -228,29 +228,8 @@ impl NftSets {
             return Ok(());
         }
         let n = changes.len();
-        let mut msgs = Vec::with_capacity(n);
-        for c in changes {
-            let msg = ElemMsg::new(&self.table, c).map_err(|reason| SetError {
-                table: self.name.clone(),
-                errno: Some(libc::EINVAL),
-                change: Some(Box::new(c.clone())),
-                changes: n,
-                reason,
-            })?;
-            msgs.push(msg);
-        }
-        // Small pages: the default (128 KiB) is an mmap per transaction.
-        let mut batch = Batch::with_page_size(16 * 1024);
-        for m in &msgs {
-            batch.add(m, m.kind);
-        }
-        let batch = batch.finalize();
-        // The begin and end messages take a sequence number each when the
-        // kernel acks them (6.10 on); the elements' are in between.
-        let seqs = batch.sequence_numbers();
-        let first = seqs.start + (seqs.len() as u32 - n as u32) / 2;
-        let bytes: Vec<u8> = batch.iter().flatten().copied().collect();
-
+        let msgs = self.messages(changes)?;
+        let (bytes, first) = batch(&msgs);
         let mut conn = self.sock.lock().unwrap_or_else(|e| e.into_inner());
         let want = (n + 2) * ACK_TRUESIZE;
         if want > conn.rcvbuf {
@@ -262,11 +241,37 @@ impl NftSets {
         let sock = &conn.sock;
         sock.send(&bytes, 0)
             .map_err(|e| SetError::whole(&self.name, n, format!("sending to nf_tables: {e}")))?;
-        // nfnetlink runs the batch within the send: every ack is queued
-        // by now, and reading stops when the socket is empty.
-        let mut acked = vec![false; n];
-        let mut refused: Option<(usize, i32)> = None;
-        let mut other: Option<i32> = None;
+        let acks = self.read_acks(sock, n, first)?;
+        drop(conn);
+        self.outcome(changes, acks)
+    }
+
+    /// A message per change; a change that cannot be one fails them all.
+    fn messages(&self, changes: &[Change]) -> Result<Vec<ElemMsg>, SetError> {
+        let n = changes.len();
+        let mut msgs = Vec::with_capacity(n);
+        for c in changes {
+            let msg = ElemMsg::new(&self.table, c).map_err(|reason| SetError {
+                table: self.name.clone(),
+                errno: Some(libc::EINVAL),
+                change: Some(Box::new(c.clone())),
+                changes: n,
+                reason,
+            })?;
+            msgs.push(msg);
+        }
+        Ok(msgs)
+    }
+
+    /// nf_tables' acks of the `n` changes sent, the first numbered
+    /// `first`. nfnetlink runs the batch within the send: every ack is
+    /// queued by now, and reading stops when the socket is empty.
+    fn read_acks(&self, sock: &Socket, n: usize, first: u32) -> Result<Acks, SetError> {
+        let mut got = Acks {
+            acked: vec![false; n],
+            refused: None,
+            other: None,
+        };
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let len = match sock.recv(&mut &mut buf[..], libc::MSG_DONTWAIT) {
@@ -285,18 +290,24 @@ impl NftSets {
             {
                 match seq.checked_sub(first).map(|i| i as usize) {
                     Some(i) if i < n => {
-                        acked[i] = true;
-                        if code != 0 && refused.is_none() {
-                            refused = Some((i, code));
+                        got.acked[i] = true;
+                        if code != 0 && got.refused.is_none() {
+                            got.refused = Some((i, code));
                         }
                     }
-                    _ if code != 0 => other = Some(code),
+                    _ if code != 0 => got.other = Some(code),
                     _ => {}
                 }
             }
         }
-        drop(conn);
-        if let Some((i, code)) = refused {
+        Ok(got)
+    }
+
+    /// The transaction's outcome by its acks: the first change refused, an
+    /// error that names none, or a change not acked fails it.
+    fn outcome(&self, changes: &[Change], acks: Acks) -> Result<(), SetError> {
+        let n = changes.len();
+        if let Some((i, code)) = acks.refused {
             return Err(SetError {
                 table: self.name.clone(),
                 errno: Some(code),
@@ -305,7 +316,7 @@ impl NftSets {
                 reason: format!("{}", io::Error::from_raw_os_error(code)),
             });
         }
-        if let Some(code) = other {
+        if let Some(code) = acks.other {
             return Err(SetError {
                 table: self.name.clone(),
                 errno: Some(code),
@@ -314,7 +325,7 @@ impl NftSets {
                 reason: format!("{}", io::Error::from_raw_os_error(code)),
             });
         }
-        match acked.iter().filter(|a| !**a).count() {
+        match acks.acked.iter().filter(|a| !**a).count() {
             0 => Ok(()),
             missing => Err(SetError::whole(
                 &self.name,
@@ -323,6 +334,31 @@ impl NftSets {
             )),
         }
     }
+}
+
+/// What nf_tables acked of a transaction: each change, the first change
+/// it refused (index, errno), and an error for no change of it.
+struct Acks {
+    acked: Vec<bool>,
+    refused: Option<(usize, i32)>,
+    other: Option<i32>,
+}
+
+/// The messages as one batch, and the sequence number of the first
+/// change's.
+fn batch(msgs: &[ElemMsg]) -> (Vec<u8>, u32) {
+    let n = msgs.len();
+    // Small pages: the default (128 KiB) is an mmap per transaction.
+    let mut batch = Batch::with_page_size(16 * 1024);
+    for m in msgs {
+        batch.add(m, m.kind);
+    }
+    let batch = batch.finalize();
+    // The begin and end messages take a sequence number each when the
+    // kernel acks them (6.10 on); the elements' are in between.
+    let seqs = batch.sequence_numbers();
+    let first = seqs.start + (seqs.len() as u32 - n as u32) / 2;
+    (batch.iter().flatten().copied().collect(), first)
 }
 
 fn set_rcvbuf(sock: &Socket, size: usize) -> Result<()> {

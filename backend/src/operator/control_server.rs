@@ -1,10 +1,12 @@
 //! The control socket's server side: one thread per masqctl connection,
 //! answering the requests of `control.rs`.
 
-use crate::operator::control::{self, Request};
+use crate::endpoints::endpoint::Endpoint;
+use crate::operator::control::{self, CtFilter, Request};
 use crate::pipeline::session::QpRecord;
 use crate::tenants::parts::Parts;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::Ordering;
@@ -95,28 +97,11 @@ fn conntrack_reply(entries: Vec<rconntrack::Entry>) -> Value {
     })
 }
 
+/// The reply to one request: a line per request kind, the longer ones a
+/// function each.
 fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
-    let sessions = parts.sessions.with_views(|v| v.clone());
     match req {
-        Request::Status => json!({
-            "host": parts.cfg.underlay.ip.to_string(),
-            "device": parts.first_device().name,
-            "port": parts.first_device().port,
-            "rails": parts.rails.iter().map(|r| json!({
-                "name": r.name, "device": r.device.host.name, "port": r.device.host.port,
-                "netdev": r.underlay.netdev, "ip": r.underlay.ip,
-            })).collect::<Vec<_>>(),
-            "endpoints": parts.registry.local().len(),
-            "sessions": sessions.len(),
-            "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
-            "uptime_s": parts.run.uptime().as_secs(),
-            "backstop": backstop_status(parts),
-            "cluster": parts.cluster.as_ref().map(|c| c.health()),
-            "certificate": parts.cluster.as_ref().and_then(|c| c.identity()).map(|id| json!({
-                "subject": id.subject,
-                "not_after": id.not_after,
-            })),
-        }),
+        Request::Status => status(parts),
         Request::EndpointAdd { endpoint } => parts
             .add_endpoint(endpoint.clone())
             .unwrap_or_else(|e| json!({ "error": format!("{e}\nnothing changed") })),
@@ -126,141 +111,200 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
         Request::EndpointDel { name, owner } => parts
             .remove_endpoint(name, owner.as_ref())
             .unwrap_or_else(|e| json!({ "error": e })),
-        Request::Endpoints => {
-            let rates = parts
-                .limits
-                .rates
-                .as_ref()
-                .map(|r| r.stats())
-                .unwrap_or_default();
-            let adopted = parts
-                .admission
-                .backstop()
-                .map(|b| b.adopted())
-                .unwrap_or_default();
-            let eps: Vec<Value> = parts
-                .registry
-                .local()
-                .iter()
-                .map(|ep| {
-                    let n = sessions
-                        .values()
-                        .filter(|s| s.endpoint == ep.cfg.name)
-                        .count();
-                    let mut v = json!({
-                        "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
-                        "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
-                        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::endpoints::endpoint::vdev_name(ep.vdev.load(Ordering::Relaxed)),
-                        "rail": parts.rail(ep).name, "device_of": ep.cfg.device_of,
-                        "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
-                        "max_connections": ep.cfg.max_connections,
-                        "rdma_limits": ep.cfg.rdma_limits,
-                        "max_rate_mbps": ep.cfg.max_rate_mbps,
-                        "cni": ep.cfg.cni,
-                        // Container cgroups the backstop filters as this endpoint's.
-                        "cgroups": adopted.iter()
-                            .filter(|(_, id)| **id == crate::kernel::nft::nft_id(&ep.cfg.name))
-                            .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
-                        "rate": rates.get(&ep.cfg.name),
-                        "rdma_current": parts.limits.rdma_cgroups
-                            .current(ep.cgroup_name(), &parts.rail(ep).device.host.name)
-                            .map(|(h, o)| json!({ "handles": h, "objects": o })),
-                        "sessions": n,
-                        "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
-                        "refused_requests": ep.refused_requests.load(Ordering::Relaxed),
-                        "audit_bypasses": ep.audit_bypasses.load(Ordering::Relaxed),
-                        "audit_kills": ep.audit_kills.load(Ordering::Relaxed),
-                    });
-                    if let Some(why) = crate::operator::endpoints::refusal(parts, ep) {
-                        v["not_served"] = json!(why);
-                    }
-                    match ep.virtual_gids() {
-                        Ok(t) => {
-                            v["gids"] = t
-                                .iter()
-                                .map(|g| {
-                                    json!({
-                                        "index": g.index, "gid": vbond::gid_to_string(&g.gid),
-                                        "type": if g.roce_v2 { "RoCE v2" } else { "RoCE v1" },
-                                    })
-                                })
-                                .collect();
-                        }
-                        Err(e) => v["gid_error"] = json!(e.to_string()),
-                    }
-                    v
-                })
-                .collect();
-            json!({ "endpoints": eps })
-        }
-        Request::PolicyCheck { file, text } => {
-            let refs = parts.registry.policy_refs();
-            let checked = control::check_policy_size(file, text.len())
-                .and_then(|()| parts.admission.check_text(text, file, &refs));
-            match checked {
-                Ok((p, unknown)) => {
-                    let mut v =
-                        json!({ "version": p.version_hash(), "unknown_endpoints": unknown });
-                    if let Some(c) = &parts.cluster {
-                        // What masqctl writes as the operator, and where.
-                        v["cluster"] = c.policy_target();
-                        v["cluster"]["text"] = json!(p.text());
-                        v["cluster"]["file"] = json!(p.file());
-                    }
-                    v
-                }
-                Err(e) => json!({ "error": e }),
-            }
-        }
+        Request::Endpoints => endpoints(parts),
+        Request::PolicyCheck { file, text } => policy_check(parts, file, text),
         Request::PolicyApply { file, text } => control::check_policy_size(file, text.len())
             .and_then(|()| parts.apply_policy_text(text, file))
             .unwrap_or_else(|e| json!({ "error": e })),
-        Request::PolicyShow => {
-            let mut v = match parts.admission.active() {
-                Some(p) => json!({
-                    "file": p.file(), "version": p.version_hash(),
-                    "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
-                    "text": p.text(),
-                }),
-                None => json!({ "file": null, "version": null,
-                                "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
-            };
-            if let Some(c) = &parts.cluster {
-                // The version in force on each host, as each reports it.
-                v["hosts"] = c
-                    .policy_status()
-                    .unwrap_or_else(|e| json!({ "error": e.to_string() }));
-            }
-            v
-        }
+        Request::PolicyShow => policy_show(parts),
         Request::ConntrackList { filter } => match filter.compile() {
             Ok(f) => conntrack_reply(parts.admission.table().list(&f).cloned().collect()),
             Err(e) => json!({ "error": e }),
         },
-        Request::ConntrackDelete { filter } => match filter.compile() {
-            Ok(f) => {
-                let victims: Vec<_> = parts.admission.table().list(&f).cloned().collect();
-                json!({ "reset": parts.sessions.reset(&parts.admission, parts.first_device().driver_id, &victims, "deleted by the operator") })
-            }
-            Err(e) => json!({ "error": e }),
-        },
+        Request::ConntrackDelete { filter } => conntrack_delete(parts, filter),
         Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
         Request::Cm => json!({ "ids": parts.cm.list() }),
         Request::Vpc => json!({ "vpc": parts.registry.listing() }),
-        Request::Sessions => {
-            let list: Vec<Value> = sessions
+        Request::Sessions => sessions(parts),
+    }
+}
+
+/// `masqctl daemon show`: the host, its rails, counts, the backstop and etcd.
+fn status(parts: &Parts) -> Value {
+    let sessions = parts.sessions.with_views(|v| v.clone());
+    json!({
+        "host": parts.cfg.underlay.ip.to_string(),
+        "device": parts.first_device().name,
+        "port": parts.first_device().port,
+        "rails": parts.rails.iter().map(|r| json!({
+            "name": r.name, "device": r.device.host.name, "port": r.device.host.port,
+            "netdev": r.underlay.netdev, "ip": r.underlay.ip,
+        })).collect::<Vec<_>>(),
+        "endpoints": parts.registry.local().len(),
+        "sessions": sessions.len(),
+        "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
+        "uptime_s": parts.run.uptime().as_secs(),
+        "backstop": backstop_status(parts),
+        "cluster": parts.cluster.as_ref().map(|c| c.health()),
+        "certificate": parts.cluster.as_ref().and_then(|c| c.identity()).map(|id| json!({
+            "subject": id.subject,
+            "not_after": id.not_after,
+        })),
+    })
+}
+
+/// `masqctl endpoint list`: every endpoint served here.
+fn endpoints(parts: &Parts) -> Value {
+    let sessions = parts.sessions.with_views(|v| v.clone());
+    let rates = parts
+        .limits
+        .rates
+        .as_ref()
+        .map(|r| r.stats())
+        .unwrap_or_default();
+    let adopted = parts
+        .admission
+        .backstop()
+        .map(|b| b.adopted())
+        .unwrap_or_default();
+    let eps: Vec<Value> = parts
+        .registry
+        .local()
+        .iter()
+        .map(|ep| {
+            let n = sessions
+                .values()
+                .filter(|s| s.endpoint == ep.cfg.name)
+                .count();
+            endpoint(parts, ep, n, &rates, &adopted)
+        })
+        .collect();
+    json!({ "endpoints": eps })
+}
+
+/// One endpoint, with its `n` sessions, its rate limit's state (of
+/// `rates`) and the container cgroups the backstop adopted for it.
+fn endpoint(
+    parts: &Parts,
+    ep: &Endpoint,
+    n: usize,
+    rates: &BTreeMap<String, Value>,
+    adopted: &BTreeMap<String, String>,
+) -> Value {
+    let mut v = json!({
+        "name": ep.cfg.name, "tenant": ep.cfg.tenant, "vni": ep.cfg.vni,
+        "vip": ep.cfg.vip.to_string(), "netns": ep.cfg.netns,
+        "vnic": ep.cfg.vnic, "socket": ep.socket, "vdev": crate::endpoints::endpoint::vdev_name(ep.vdev.load(Ordering::Relaxed)),
+        "rail": parts.rail(ep).name, "device_of": ep.cfg.device_of,
+        "origin": ep.origin, "host_if": ep.cfg.host_if, "bridge": ep.cfg.bridge,
+        "max_connections": ep.cfg.max_connections,
+        "rdma_limits": ep.cfg.rdma_limits,
+        "max_rate_mbps": ep.cfg.max_rate_mbps,
+        "cni": ep.cfg.cni,
+        // Container cgroups the backstop filters as this endpoint's.
+        "cgroups": adopted.iter()
+            .filter(|(_, id)| **id == crate::kernel::nft::nft_id(&ep.cfg.name))
+            .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
+        "rate": rates.get(&ep.cfg.name),
+        "rdma_current": parts.limits.rdma_cgroups
+            .current(ep.cgroup_name(), &parts.rail(ep).device.host.name)
+            .map(|(h, o)| json!({ "handles": h, "objects": o })),
+        "sessions": n,
+        "refused_connections": ep.refused_connections.load(Ordering::Relaxed),
+        "refused_requests": ep.refused_requests.load(Ordering::Relaxed),
+        "audit_bypasses": ep.audit_bypasses.load(Ordering::Relaxed),
+        "audit_kills": ep.audit_kills.load(Ordering::Relaxed),
+    });
+    if let Some(why) = crate::operator::endpoints::refusal(parts, ep) {
+        v["not_served"] = json!(why);
+    }
+    match ep.virtual_gids() {
+        Ok(t) => {
+            v["gids"] = t
                 .iter()
-                .map(|(id, s)| {
+                .map(|g| {
                     json!({
-                        "id": id, "endpoint": s.endpoint, "tenant": s.tenant, "pid": s.pid,
-                        "app": s.app, "started": s.started, "requests": s.requests,
-                        "qps": s.qps.values().map(QpRecord::to_json).collect::<Vec<_>>(),
+                        "index": g.index, "gid": vbond::gid_to_string(&g.gid),
+                        "type": if g.roce_v2 { "RoCE v2" } else { "RoCE v1" },
                     })
                 })
                 .collect();
-            json!({ "sessions": list })
         }
+        Err(e) => v["gid_error"] = json!(e.to_string()),
     }
+    v
+}
+
+/// `masqctl policy check`: the policy's version and the endpoints it
+/// names that are unknown; in cluster mode, what masqctl writes as the
+/// operator, and where.
+fn policy_check(parts: &Parts, file: &str, text: &str) -> Value {
+    let refs = parts.registry.policy_refs();
+    let checked = control::check_policy_size(file, text.len())
+        .and_then(|()| parts.admission.check_text(text, file, &refs));
+    match checked {
+        Ok((p, unknown)) => {
+            let mut v = json!({ "version": p.version_hash(), "unknown_endpoints": unknown });
+            if let Some(c) = &parts.cluster {
+                // What masqctl writes as the operator, and where.
+                v["cluster"] = c.policy_target();
+                v["cluster"]["text"] = json!(p.text());
+                v["cluster"]["file"] = json!(p.file());
+            }
+            v
+        }
+        Err(e) => json!({ "error": e }),
+    }
+}
+
+/// `masqctl policy show`: the policy in force, and each host's version in
+/// cluster mode.
+fn policy_show(parts: &Parts) -> Value {
+    let mut v = match parts.admission.active() {
+        Some(p) => json!({
+            "file": p.file(), "version": p.version_hash(),
+            "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
+            "text": p.text(),
+        }),
+        None => json!({ "file": null, "version": null,
+                        "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
+    };
+    if let Some(c) = &parts.cluster {
+        // The version in force on each host, as each reports it.
+        v["hosts"] = c
+            .policy_status()
+            .unwrap_or_else(|e| json!({ "error": e.to_string() }));
+    }
+    v
+}
+
+/// `masqctl conntrack delete`: the QPs of the matching entries are reset.
+fn conntrack_delete(parts: &Parts, filter: &CtFilter) -> Value {
+    match filter.compile() {
+        Ok(f) => {
+            let victims: Vec<_> = parts.admission.table().list(&f).cloned().collect();
+            let driver_id = parts.first_device().driver_id;
+            let why = "deleted by the operator";
+            json!({ "reset": parts.sessions.reset(&parts.admission, driver_id, &victims, why) })
+        }
+        Err(e) => json!({ "error": e }),
+    }
+}
+
+/// `masqctl session list`: every live session and its QPs.
+fn sessions(parts: &Parts) -> Value {
+    let sessions = parts.sessions.with_views(|v| v.clone());
+    let list: Vec<Value> = sessions
+        .iter()
+        .map(|(id, s)| {
+            json!({
+                "id": id, "endpoint": s.endpoint, "tenant": s.tenant, "pid": s.pid,
+                "app": s.app, "started": s.started, "requests": s.requests,
+                "qps": s.qps.values().map(QpRecord::to_json).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "sessions": list })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::tenants::serve::{accept_loop, further_view_for, sysfs_view_for};
 use crate::transport::seqpacket::Listener;
 use serde_json::{json, Value};
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;
 use tracing::{debug, info, warn};
@@ -148,76 +149,73 @@ fn unserve(parts: &Parts, ep: &Endpoint) {
     }
 }
 
+/// What `add_endpoint` put in place, taken away again (the backstop's
+/// chain, then the tcp/udp table) if it fails before `done`.
+struct UndoAdd<'a> {
+    parts: &'a Parts,
+    e: &'a EndpointConfig,
+    firewall: bool,
+    backstop: bool,
+}
+
+impl UndoAdd<'_> {
+    /// The endpoint is served: nothing to undo.
+    fn done(&mut self) {
+        self.firewall = false;
+        self.backstop = false;
+    }
+}
+
+impl Drop for UndoAdd<'_> {
+    fn drop(&mut self) {
+        let name = &self.e.name;
+        if self.backstop {
+            if let Some(b) = self.parts.admission.backstop() {
+                if let Err(err) = b.remove_endpoint(name) {
+                    warn!(endpoint = %name, "backstop: cannot remove its chain: {err}");
+                }
+            }
+        }
+        if self.firewall {
+            if let Err(err) = crate::enforce::firewall::remove(std::slice::from_ref(self.e)) {
+                warn!(endpoint = %name, "cannot remove its nftables table: {err}");
+            }
+        }
+    }
+}
+
+/// A removed endpoint's socket directory, if empty, and its sysfs view's
+/// directories, which `unserve` emptied: they stay across a masqd restart
+/// for tenants that bound them, but a deleted endpoint has no tenants left.
+fn remove_socket_dir(ep: &Endpoint) {
+    if let Some(dir) = ep.socket.parent() {
+        if ep.view.is_some() {
+            crate::kernel::sysfs_view::remove_dirs(dir);
+        }
+        // Only empty (a socket directory someone else filled stays).
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
 impl Parts {
     /// `masqctl endpoint add`: check it as the config file's endpoints are
     /// checked, then give it its backstop chain, its tcp/udp table, its
     /// socket and sysfs view; on any failure, undo what was done.
     pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value> {
         let _one_at_a_time = lock(&self.endpoint_ops);
-        namespace_admitted(self.admission.active().as_deref(), &e)?;
-        self.registry.check_new(&e)?;
-        if e.max_rate_mbps.is_some() && self.limits.rates.is_none() {
-            return Err(Error::Invalid(
-                crate::enforce::ratelimit::needs_software_roce(&e.name, &self.cfg.device),
-            ));
-        }
-        let socket = self.registry.socket_of(&e);
-        let others: Vec<_> = self
-            .registry
-            .local()
-            .iter()
-            .map(|o| o.socket.clone())
-            .collect();
-        if let Some(dir) = socket.parent().filter(|_| e.device_of.is_none()) {
-            if others.iter().any(|o| o.parent() == Some(dir)) {
-                return Err(Error::Failed(format!(
-                    "endpoint {}.socket: {} is another endpoint's directory",
-                    e.name,
-                    dir.display()
-                )));
-            }
-        }
-        let one = std::slice::from_ref(&e);
-        if let Some(p) = self.admission.active() {
-            let flows = self.netpol_flows(&p);
-            crate::enforce::firewall::render(&p, one, &flows)
-                .and_then(|r| crate::enforce::firewall::load(&r))?;
-        }
-        let undo_firewall = || {
-            if let Err(err) = crate::enforce::firewall::remove(one) {
-                warn!(endpoint = %e.name, "cannot remove its nftables table: {err}");
-            }
+        let (socket, others) = self.check_addable(&e)?;
+        let mut undo = UndoAdd {
+            parts: self,
+            e: &e,
+            firewall: false,
+            backstop: false,
         };
-        if let Some(b) = self.admission.backstop() {
-            if let Err(err) = b.add_endpoint(&e) {
-                undo_firewall();
-                return Err(Error::Failed(format!(
-                    "endpoint {}: backstop: {err}",
-                    e.name
-                )));
-            }
-        }
-        let undo_backstop = || {
-            if let Some(b) = self.admission.backstop() {
-                if let Err(err) = b.remove_endpoint(&e.name) {
-                    warn!(endpoint = %e.name, "backstop: cannot remove its chain: {err}");
-                }
-            }
-        };
+        self.add_filters(&e, &mut undo)?;
         let rail = self.registry.rail_index(e.rail.as_deref()).unwrap_or(0);
         let host = &self.rails[rail].device.host;
         let view = match &e.device_of {
-            None => match sysfs_view_for(&socket, &others, host) {
-                Ok(view) => view,
-                Err(why) => {
-                    undo_backstop();
-                    undo_firewall();
-                    return Err(Error::Failed(format!(
-                        "endpoint {}: not served: {why}",
-                        e.name
-                    )));
-                }
-            },
+            None => sysfs_view_for(&socket, &others, host)
+                .map_err(|why| Error::Failed(format!("endpoint {}: not served: {why}", e.name)))?,
             Some(of) => {
                 let viewed = self
                     .registry
@@ -241,10 +239,9 @@ impl Parts {
             if let Err(e) = self.limits.sync_rates(&self.registry.configs()) {
                 warn!("rate limits: {e}");
             }
-            undo_backstop();
-            undo_firewall();
             return Err(err);
         }
+        undo.done();
         self.limits
             .apply_rdma_limits(&ep, &self.rail(&ep).device.host.name);
         self.endpoints_changed(&format!("endpoint {} added", e.name), &e.name);
@@ -252,6 +249,55 @@ impl Parts {
             c.endpoint_up(e.clone());
         }
         Ok(json!({ "name": e.name, "socket": ep.socket }))
+    }
+
+    /// Whether `e` may be added: the policy's namespace admits it, the
+    /// registry has room for it, its rate limit can be kept, its socket's
+    /// directory is no other endpoint's. Its socket, and the other
+    /// endpoints'.
+    fn check_addable(&self, e: &EndpointConfig) -> Result<(PathBuf, Vec<PathBuf>)> {
+        namespace_admitted(self.admission.active().as_deref(), e)?;
+        self.registry.check_new(e)?;
+        if e.max_rate_mbps.is_some() && self.limits.rates.is_none() {
+            return Err(Error::Invalid(
+                crate::enforce::ratelimit::needs_software_roce(&e.name, &self.cfg.device),
+            ));
+        }
+        let socket = self.registry.socket_of(e);
+        let others: Vec<_> = self
+            .registry
+            .local()
+            .iter()
+            .map(|o| o.socket.clone())
+            .collect();
+        if let Some(dir) = socket.parent().filter(|_| e.device_of.is_none()) {
+            if others.iter().any(|o| o.parent() == Some(dir)) {
+                return Err(Error::Failed(format!(
+                    "endpoint {}.socket: {} is another endpoint's directory",
+                    e.name,
+                    dir.display()
+                )));
+            }
+        }
+        Ok((socket, others))
+    }
+
+    /// The new endpoint's tcp/udp table (under the policy in force) and
+    /// its backstop chain, each marked in `undo` once it is there.
+    fn add_filters(&self, e: &EndpointConfig, undo: &mut UndoAdd) -> Result<()> {
+        let one = std::slice::from_ref(e);
+        if let Some(p) = self.admission.active() {
+            let flows = self.netpol_flows(&p);
+            crate::enforce::firewall::render(&p, one, &flows)
+                .and_then(|r| crate::enforce::firewall::load(&r))?;
+        }
+        undo.firewall = true;
+        if let Some(b) = self.admission.backstop() {
+            b.add_endpoint(e)
+                .map_err(|err| Error::Failed(format!("endpoint {}: backstop: {err}", e.name)))?;
+        }
+        undo.backstop = true;
+        Ok(())
     }
 
     /// `masqctl endpoint del`: the endpoint's QPs go to ERROR (its apps see
@@ -263,21 +309,7 @@ impl Parts {
     pub fn remove_endpoint(&self, name: &str, owner: Option<&CniOwner>) -> Result<Value> {
         let _one_at_a_time = lock(&self.endpoint_ops);
         if let Some(want) = owner {
-            let have = self
-                .registry
-                .local_named(name)
-                .and_then(|e| e.cfg.cni.as_deref().cloned());
-            if have.as_ref() != Some(want) {
-                let why = match have {
-                    Some(o) => format!(
-                        "it is container {}'s on network {}, not {}'s on {}",
-                        o.container_id, o.network, want.container_id, want.network
-                    ),
-                    None if self.registry.local_named(name).is_some() => {
-                        "it is no CNI attachment's".to_string()
-                    }
-                    None => "no such endpoint on this host".to_string(),
-                };
+            if let Some(why) = self.not_owned_by(name, want) {
                 info!(endpoint = name, container = %want.container_id, "endpoint kept: {why}");
                 return Ok(json!({ "name": name, "kept": true, "why": why }));
             }
@@ -298,16 +330,7 @@ impl Parts {
             .remove(name)
             .ok_or_else(|| Error::Failed(format!("no endpoint {name:?} on this host")))?;
         unserve(self, &ep);
-        if let Some(dir) = ep.socket.parent() {
-            if ep.view.is_some() {
-                // The view's directories, emptied by unserve: they stay
-                // across a masqd restart for tenants that bound them, but
-                // a deleted endpoint has no tenants left.
-                crate::kernel::sysfs_view::remove_dirs(dir);
-            }
-            // Only empty (a socket directory someone else filled stays).
-            let _ = std::fs::remove_dir(dir);
-        }
+        remove_socket_dir(&ep);
         let (sessions, qps_reset) = self
             .sessions
             .close_endpoint(&ep.cfg.name, self.first_device().driver_id);
@@ -322,6 +345,40 @@ impl Parts {
             &left,
             "endpoint deleted",
         );
+        self.remove_filters_and_limits(&ep);
+        self.endpoints_changed(&format!("endpoint {name} deleted"), name);
+        if let Some(c) = &self.cluster {
+            c.endpoint_down(name);
+        }
+        info!(endpoint = name, sessions, qps_reset, "endpoint deleted");
+        Ok(json!({ "name": name, "sessions": sessions, "qps_reset": qps_reset + untracked }))
+    }
+
+    /// Why endpoint `name` is not CNI attachment `want`'s, if it is not.
+    fn not_owned_by(&self, name: &str, want: &CniOwner) -> Option<String> {
+        let have = self
+            .registry
+            .local_named(name)
+            .and_then(|e| e.cfg.cni.as_deref().cloned());
+        if have.as_ref() == Some(want) {
+            return None;
+        }
+        Some(match have {
+            Some(o) => format!(
+                "it is container {}'s on network {}, not {}'s on {}",
+                o.container_id, o.network, want.container_id, want.network
+            ),
+            None if self.registry.local_named(name).is_some() => {
+                "it is no CNI attachment's".to_string()
+            }
+            None => "no such endpoint on this host".to_string(),
+        })
+    }
+
+    /// A removed endpoint's backstop chain, tcp/udp table, rate limit and
+    /// rdma cgroup limits go.
+    fn remove_filters_and_limits(&self, ep: &Endpoint) {
+        let name = ep.cfg.name.as_str();
         if let Some(b) = self.admission.backstop() {
             if let Err(e) = b.remove_endpoint(name) {
                 warn!(endpoint = name, "backstop: cannot remove its chain: {e}");
@@ -334,17 +391,11 @@ impl Parts {
             warn!(endpoint = name, "rate limits: {e}");
         }
         if ep.cfg.rdma_limits.is_some() {
-            let device = &self.rail(&ep).device.host.name;
+            let device = &self.rail(ep).device.host.name;
             if let Err(e) = self.limits.rdma_cgroups.clear(ep.cgroup_name(), device) {
                 warn!(endpoint = name, "cannot lift its rdma cgroup limits: {e}");
             }
         }
-        self.endpoints_changed(&format!("endpoint {name} deleted"), name);
-        if let Some(c) = &self.cluster {
-            c.endpoint_down(name);
-        }
-        info!(endpoint = name, sessions, qps_reset, "endpoint deleted");
-        Ok(json!({ "name": name, "sessions": sessions, "qps_reset": qps_reset + untracked }))
     }
 
     /// The set of endpoints changed: policies resolve names against the new

@@ -12,8 +12,8 @@
 //! - record: the session's QP record, RConntrack's state from then on,
 //!   the audit's vouchers.
 //!
-//! MODIFY_QP runs all four; RESYNC_QP reads the kernel instead of
-//! executing and re-runs admission; QP_MOVED (posted after the app moved a
+//! MODIFY_QP runs all four; RESYNC_QP (`resync.rs`) reads the kernel
+//! instead of executing and re-runs admission; QP_MOVED (posted after the app moved a
 //! QP itself, on its own fd, with a change that carries no address) only
 //! records what the kernel says the QP's state is now. The kernel and the
 //! host are traits, so the pipeline is tested without RDMA (`tests` below).
@@ -23,22 +23,22 @@ use crate::endpoints::endpoint::Endpoint;
 use crate::error::{from_io, refuse, Result};
 use crate::kernel::ibv::state_name;
 use crate::kernel::ibv::{
-    qp_type_name, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQE,
-    IBV_QPT_UC, IBV_QPT_UD, IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY,
+    qp_type_name, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UC,
+    IBV_QPT_UD, IBV_QP_ALT_PATH, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_PORT, IBV_QP_QKEY,
     IBV_QP_STATE,
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::{connection_quota, Held, QpHost, QpKernel, BACKSTOP_WAIT};
+use crate::pipeline::ports::{connection_quota, Guard, Held, QpHost, QpKernel, BACKSTOP_WAIT};
 use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 /// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).
 const PRIVILEGED_QKEY: u32 = 0x8000_0000;
-fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {
+pub(super) fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {
     QpRecord {
         handle: qp_handle,
         qpn,
@@ -55,7 +55,12 @@ fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {
 
 /// The local half of an RConntrack entry for this session's QP; the caller
 /// fills in the peer, the state and the rule.
-fn local_entry(sess: &Session, qp_handle: u32, qpn: u32, qp_type: u32) -> rconntrack::Entry {
+pub(super) fn local_entry(
+    sess: &Session,
+    qp_handle: u32,
+    qpn: u32,
+    qp_type: u32,
+) -> rconntrack::Entry {
     let ep = &sess.ep.cfg;
     rconntrack::Entry {
         session: sess.id,
@@ -74,7 +79,7 @@ fn local_entry(sess: &Session, qp_handle: u32, qpn: u32, qp_type: u32) -> rconnt
     }
 }
 
-fn key(sess: &Session, qp_handle: u32) -> rconntrack::QpKey {
+pub(super) fn key(sess: &Session, qp_handle: u32) -> rconntrack::QpKey {
     rconntrack::QpKey {
         session: sess.id,
         qp_handle,
@@ -96,6 +101,19 @@ fn route(
     sess: &Session,
     m: &proto::ModifyQpReq,
 ) -> Result<(uverbs::ModifyQp, Option<Route>)> {
+    check_fields(h, sess, m)?;
+    let mut cmd = command(m);
+    if m.attr_mask & IBV_QP_AV == 0 {
+        return Ok((cmd, None));
+    }
+    let (dest, route) = translate(h, sess, &m.attr.ah_attr)?;
+    cmd.dest = dest;
+    Ok((cmd, Some(route)))
+}
+
+/// The request's attribute mask and the fields masqd refuses before the
+/// kernel would (or where it would not).
+fn check_fields(h: &dyn QpHost, sess: &Session, m: &proto::ModifyQpReq) -> Result<()> {
     let a = &m.attr;
     let mask = m.attr_mask;
     if mask & !uverbs::LEGACY_ATTR_MASK != 0 {
@@ -121,9 +139,15 @@ fn route(
     if mask & IBV_QP_PORT != 0 && a.port_num != h.port(&sess.ep) {
         return Err(refuse(libc::EINVAL, format!("port {}", a.port_num)));
     }
-    let mut cmd = uverbs::ModifyQp {
+    Ok(())
+}
+
+/// The verbs command for the request's fields, without a destination.
+fn command(m: &proto::ModifyQpReq) -> uverbs::ModifyQp {
+    let a = &m.attr;
+    uverbs::ModifyQp {
         qp_handle: m.qp_handle,
-        attr_mask: mask,
+        attr_mask: m.attr_mask,
         qkey: a.qkey,
         rq_psn: a.rq_psn,
         sq_psn: a.sq_psn,
@@ -143,11 +167,16 @@ fn route(
         retry_cnt: a.retry_cnt,
         rnr_retry: a.rnr_retry,
         ..Default::default()
-    };
-    if mask & IBV_QP_AV == 0 {
-        return Ok((cmd, None));
     }
-    let ah = &a.ah_attr;
+}
+
+/// The request's address vector as the kernel's destination, and the
+/// route it names.
+fn translate(
+    h: &dyn QpHost,
+    sess: &Session,
+    ah: &proto::AhAttr,
+) -> Result<(uverbs::QpDest, Route)> {
     let av = physical_av(h, &sess.ep, ah)?;
     let dest = uverbs::QpDest {
         dgid: av.phys_dgid,
@@ -163,17 +192,14 @@ fn route(
         port_num: h.port(&sess.ep),
         ..Default::default()
     };
-    cmd.dest = dest;
-    Ok((
-        cmd,
-        Some(Route {
-            vip: av.vip,
-            host: av.host,
-            name: av.name,
-            vsgid: ah.sgid_index,
-            dscp: av.traffic_class >> 2,
-        }),
-    ))
+    let route = Route {
+        vip: av.vip,
+        host: av.host,
+        name: av.name,
+        vsgid: ah.sgid_index,
+        dscp: av.traffic_class >> 2,
+    };
+    Ok((dest, route))
 }
 
 /// An app's address vector (RC's at RTR, UD's address handle) in the
@@ -265,7 +291,7 @@ fn admit(
 
 /// What a connected QP's move to RTR asks: a verbs QP, or the RDMA CM's
 /// connection if the CM set it up (NetworkPolicy reads its port).
-fn ask<'a>(h: &dyn QpHost, sess: &'a Session, qpn: u32, remote: Ipv4Addr) -> Ask<'a> {
+pub(super) fn ask<'a>(h: &dyn QpHost, sess: &'a Session, qpn: u32, remote: Ipv4Addr) -> Ask<'a> {
     let conn = h.cm_side(&sess.ep, qpn).map_or(Conn::Qp, Conn::cm_side);
     Ask::from_endpoint(&sess.ep.cfg, remote, conn)
 }
@@ -303,45 +329,13 @@ pub fn modify(
     m: &proto::ModifyQpReq,
 ) -> Result<()> {
     let a = &m.attr;
-    let mask = m.attr_mask;
-    let has_state = mask & IBV_QP_STATE != 0;
-    let to_rtr = has_state && a.qp_state == IBV_QPS_RTR;
+    let to_rtr = m.attr_mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RTR;
     // Only a move to RTR is timed, step by step.
     let mut clock = StepClock::new(to_rtr, |step, took| h.rtr_step(step, took));
     let (cmd, route) = route(h, sess, m)?;
     clock.step("route");
-    if let Some(r) = sess.qps.get(&m.qp_handle) {
-        if r.qpn != m.qp_num {
-            return Err(refuse(
-                libc::EINVAL,
-                format!(
-                    "QP handle {} is QPN {:#x}, not {:#x}",
-                    m.qp_handle, r.qpn, m.qp_num
-                ),
-            ));
-        }
-    }
-    // The QPN is taken from the app: the kernel must vouch for it before
-    // masqd records, tracks or connects it. Once per QP: a record keeps
-    // the QPN it was checked with. A QP in RESET has no port, and the
-    // kernel answers for it only after the move to INIT gave it one, so
-    // that move (which carries no address) runs first and is checked
-    // after; every later move is checked before it runs, once its own
-    // fields passed (a malformed request gets EINVAL, not a kernel lookup).
-    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
-    let to_init_at_most = has_state && a.qp_state <= IBV_QPS_INIT;
-    let check_after = !checked && to_init_at_most;
-    if !checked && !to_init_at_most {
-        if let Verdict::NoPortYet = k.owner(m.qp_num, m.qp_type)? {
-            return Err(refuse(
-                libc::EPERM,
-                format!(
-                    "QP {:#x} has no port: only a move to INIT may come first",
-                    m.qp_num
-                ),
-            ));
-        }
-    }
+    same_qpn(sess, m.qp_handle, m.qp_num)?;
+    let check_after = owner_first(k, sess, m)?;
     clock.step("owner");
     let remote_vip = route
         .as_ref()
@@ -365,51 +359,126 @@ pub fn modify(
     // Execute. Vouched for the audit (which flags QPs from RTR on) before
     // masqd moves it to RTR, never for less: a QP the app connects on its
     // own is not masqd's to answer for.
-    let qpn = m.qp_num;
     if to_rtr {
-        h.vouchers().vouch(sess.ep.rail, qpn, sess.id, sess.pid);
+        h.vouchers()
+            .vouch(sess.ep.rail, m.qp_num, sess.id, sess.pid);
     }
-    let key = key(sess, m.qp_handle);
-    let known = sess.qps.get(&m.qp_handle);
-    let ud = m.qp_type == IBV_QPT_UD;
-    let (vni, local) = (sess.ep.cfg.vni, h.underlay(&sess.ep));
     // A QP can receive from RTR on: the backstop guards its QPN (a UD
     // QP's in its VNI's sets too) before the RTR runs.
-    let guard = to_rtr && !known.is_some_and(|r| r.guarded);
-    let entry = admitted_by.and_then(|rule| {
-        let peer_host = route
-            .as_ref()
-            .map(|r| r.host)
-            .or_else(|| known.and_then(|q| q.peer_host))?;
-        let remote_qpn = if mask & IBV_QP_DEST_QPN != 0 {
-            a.dest_qp_num
-        } else {
-            known.and_then(|q| q.remote_qpn).unwrap_or(0)
-        };
-        Some(rconntrack::Entry {
-            remote_vip: remote_vip?,
-            remote_qpn,
-            peer_host,
-            state: rconntrack::State::Admitted,
-            rule,
-            cm: h.cm_side(&sess.ep, qpn),
-            dscp: route.as_ref().map(|r| r.dscp),
-            ..local_entry(sess, m.qp_handle, qpn, m.qp_type)
-        })
-    });
+    let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
+    let entry =
+        admitted_by.and_then(|rule| connection(h, sess, m, route.as_ref(), remote_vip?, rule));
+    let before = guard_and_track(h, sess, m, guard, entry, &mut clock);
+    let executed = k.modify(&cmd);
+    clock.step("modify");
+    if let Err(e) = executed {
+        undo(h, sess, m, guard, before);
+        return Err(from_io(e, "MODIFY_QP"));
+    }
+    let owner_checked = if check_after {
+        matches!(k.owner(m.qp_num, m.qp_type)?, Verdict::Owned(_))
+    } else {
+        true
+    };
+    if m.qp_type == IBV_QPT_UD && owner_checked {
+        announce_ud(h, sess, m, to_rtr);
+    }
+    let guarded = guard && h.guard().is_some();
+    record(h, sess, m, route, owner_checked, guarded);
+    clock.step("record");
+    Ok(())
+}
+
+/// A known QP handle keeps the QPN it was recorded with.
+fn same_qpn(sess: &Session, qp_handle: u32, qpn: u32) -> Result<()> {
+    match sess.qps.get(&qp_handle) {
+        Some(r) if r.qpn != qpn => Err(refuse(
+            libc::EINVAL,
+            format!("QP handle {qp_handle} is QPN {:#x}, not {qpn:#x}", r.qpn),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The QPN is taken from the app: the kernel must vouch for it before
+/// masqd records, tracks or connects it. Once per QP: a record keeps the
+/// QPN it was checked with. A QP in RESET has no port, and the kernel
+/// answers for it only after the move to INIT gave it one, so that move
+/// (which carries no address) runs first and is checked after; every later
+/// move is checked before it runs, once its own fields passed (a malformed
+/// request gets EINVAL, not a kernel lookup). Whether the kernel is to be
+/// asked after the move.
+fn owner_first(k: &dyn QpKernel, sess: &Session, m: &proto::ModifyQpReq) -> Result<bool> {
+    let checked = sess.qps.get(&m.qp_handle).is_some_and(|r| r.owner_checked);
+    let to_init_at_most = m.attr_mask & IBV_QP_STATE != 0 && m.attr.qp_state <= IBV_QPS_INIT;
+    if !checked && !to_init_at_most {
+        if let Verdict::NoPortYet = k.owner(m.qp_num, m.qp_type)? {
+            return Err(refuse(
+                libc::EPERM,
+                format!(
+                    "QP {:#x} has no port: only a move to INIT may come first",
+                    m.qp_num
+                ),
+            ));
+        }
+    }
+    Ok(!checked && to_init_at_most)
+}
+
+/// The RConntrack entry of an admitted connection to `remote_vip`: its
+/// peer host and QPN from this request, or from the QP's record.
+fn connection(
+    h: &dyn QpHost,
+    sess: &Session,
+    m: &proto::ModifyQpReq,
+    route: Option<&Route>,
+    remote_vip: Ipv4Addr,
+    rule: Arc<str>,
+) -> Option<rconntrack::Entry> {
+    let known = sess.qps.get(&m.qp_handle);
+    let peer_host = route
+        .map(|r| r.host)
+        .or_else(|| known.and_then(|q| q.peer_host))?;
+    let remote_qpn = if m.attr_mask & IBV_QP_DEST_QPN != 0 {
+        m.attr.dest_qp_num
+    } else {
+        known.and_then(|q| q.remote_qpn).unwrap_or(0)
+    };
+    Some(rconntrack::Entry {
+        remote_vip,
+        remote_qpn,
+        peer_host,
+        state: rconntrack::State::Admitted,
+        rule,
+        cm: h.cm_side(&sess.ep, m.qp_num),
+        dscp: route.map(|r| r.dscp),
+        ..local_entry(sess, m.qp_handle, m.qp_num, m.qp_type)
+    })
+}
+
+/// Before the move runs: the QP guarded by the backstop (if `guard`) and
+/// the connection tracked, so that the connection's elements are in the
+/// sets by the RTR too (its app sends once RTR returns). What was tracked
+/// before, for `undo`: `None` if nothing was tracked here.
+fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
+    h: &dyn QpHost,
+    sess: &Session,
+    m: &proto::ModifyQpReq,
+    guard: bool,
+    entry: Option<rconntrack::Entry>,
+    clock: &mut StepClock<F>,
+) -> Option<Option<rconntrack::Entry>> {
+    let qpn = m.qp_num;
     let backstop = h.guard();
     // This thread runs the transaction it waits for below (see `Held`).
     let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
     if let (true, Some(b)) = (guard, backstop) {
-        b.qp_seen(local, qpn);
-        if ud {
-            b.ud_local(local, vni, qpn, true);
-        }
+        let ud = m.qp_type == IBV_QPT_UD;
+        guard_qp(b, h.underlay(&sess.ep), sess.ep.cfg.vni, m.qp_num, ud, true);
     }
-    // Tracked before the RTR runs, so that the connection's elements are
-    // in the sets by then too (its app sends once RTR returns); what was
-    // tracked before is put back if the kernel refuses the RTR.
-    let before = entry.as_ref().map(|_| h.conntrack().get(key));
+    let before = entry
+        .as_ref()
+        .map(|_| h.conntrack().get(key(sess, m.qp_handle)));
     if let Some(e) = entry {
         debug!(qpn, rule = %e.rule, "connection admitted");
         if h.conntrack().upsert(e).is_err() {
@@ -428,50 +497,90 @@ pub fn modify(
     }
     drop(held);
     clock.step("backstop");
-    let executed = k.modify(&cmd);
-    clock.step("modify");
-    if let Err(e) = executed {
-        // A QP that did not get to RTR keeps no element of its own.
-        match before {
-            Some(Some(old)) => {
-                let _ = h.conntrack().upsert(old);
-            }
-            Some(None) => {
-                h.conntrack().remove(key);
-            }
-            None => {}
-        }
-        if let (true, Some(b)) = (guard, backstop) {
-            if ud {
-                b.ud_local(local, vni, qpn, false);
-            }
-            b.qp_gone(local, qpn);
-        }
-        return Err(from_io(e, "MODIFY_QP"));
-    }
-    let owner_checked = if check_after {
-        matches!(k.owner(m.qp_num, m.qp_type)?, Verdict::Owned(_))
-    } else {
-        true
-    };
-    if ud && owner_checked && to_rtr {
-        h.ud_announce(&sess.ep, qpn, true);
-    } else if ud && owner_checked && has_state && a.qp_state == IBV_QPS_INIT {
-        h.ud_announce_early(&sess.ep, qpn);
-    }
+    before
+}
 
-    // Record.
+/// The kernel refused the move: a QP that did not get to RTR keeps no
+/// element of its own, and the table what it had `before`.
+fn undo(
+    h: &dyn QpHost,
+    sess: &Session,
+    m: &proto::ModifyQpReq,
+    guard: bool,
+    before: Option<Option<rconntrack::Entry>>,
+) {
+    match before {
+        Some(Some(old)) => {
+            let _ = h.conntrack().upsert(old);
+        }
+        Some(None) => {
+            h.conntrack().remove(key(sess, m.qp_handle));
+        }
+        None => {}
+    }
+    if let (true, Some(b)) = (guard, h.guard()) {
+        let ud = m.qp_type == IBV_QPT_UD;
+        guard_qp(
+            b,
+            h.underlay(&sess.ep),
+            sess.ep.cfg.vni,
+            m.qp_num,
+            ud,
+            false,
+        );
+    }
+}
+
+/// The backstop's elements of a local QP that can receive (`up`): its
+/// QPN, and a UD QP's in its VNI's sets; or taken out again.
+fn guard_qp(b: &dyn Guard, local: Ipv4Addr, vni: u32, qpn: u32, ud: bool, up: bool) {
+    if up {
+        b.qp_seen(local, qpn);
+        if ud {
+            b.ud_local(local, vni, qpn, true);
+        }
+    } else {
+        if ud {
+            b.ud_local(local, vni, qpn, false);
+        }
+        b.qp_gone(local, qpn);
+    }
+}
+
+/// A UD QP of the app's own at RTR can receive: the other hosts of its
+/// VNI are told; at INIT, told early (`QpHost::ud_announce_early`).
+fn announce_ud(h: &dyn QpHost, sess: &Session, m: &proto::ModifyQpReq, to_rtr: bool) {
+    let has_state = m.attr_mask & IBV_QP_STATE != 0;
+    if to_rtr {
+        h.ud_announce(&sess.ep, m.qp_num, true);
+    } else if has_state && m.attr.qp_state == IBV_QPS_INIT {
+        h.ud_announce_early(&sess.ep, m.qp_num);
+    }
+}
+
+/// Record: the session's record of the QP, and the table's state.
+fn record(
+    h: &dyn QpHost,
+    sess: &mut Session,
+    m: &proto::ModifyQpReq,
+    route: Option<Route>,
+    owner_checked: bool,
+    guarded: bool,
+) {
+    let a = &m.attr;
+    let has_state = m.attr_mask & IBV_QP_STATE != 0;
     sess.touched.push(m.qp_handle);
+    let key = key(sess, m.qp_handle);
     let rec = sess
         .qps
         .entry(m.qp_handle)
         .or_insert_with(|| new_record(m.qp_handle, m.qp_num, m.qp_type));
     rec.owner_checked |= owner_checked;
-    rec.guarded |= guard && backstop.is_some();
+    rec.guarded |= guarded;
     if has_state {
         rec.state = state_name(a.qp_state);
     }
-    if mask & IBV_QP_DEST_QPN != 0 {
+    if m.attr_mask & IBV_QP_DEST_QPN != 0 {
         rec.remote_qpn = Some(a.dest_qp_num);
     }
     if let Some(r) = route {
@@ -479,7 +588,7 @@ pub fn modify(
         rec.peer_host = Some(r.host);
         rec.virt_sgid_index = r.vsgid;
         debug!(
-            qpn,
+            qpn = m.qp_num,
             "QP -> {}: {} ({}) QPN {:#x} via host {}",
             state_name(a.qp_state),
             r.vip,
@@ -491,8 +600,6 @@ pub fn modify(
     if has_state {
         record_state(h, sess, key, a.qp_state);
     }
-    clock.step("record");
-    Ok(())
 }
 
 /// The table follows a QP's state: ESTABLISHED at RTS, gone at RESET or
@@ -534,18 +641,9 @@ pub fn moved(
     sess: &mut Session,
     m: &proto::QpMovedReq,
 ) -> Result<()> {
-    let known = sess.qps.get(&m.qp_handle);
-    if let Some(r) = known {
-        if r.qpn != m.qp_num {
-            return Err(refuse(
-                libc::EINVAL,
-                format!(
-                    "QP handle {} is QPN {:#x}, not {:#x}",
-                    m.qp_handle, r.qpn, m.qp_num
-                ),
-            ));
-        }
-    } else if let Some(other) = sess.qps.values().find(|r| r.qpn == m.qp_num) {
+    same_qpn(sess, m.qp_handle, m.qp_num)?;
+    let known = sess.qps.contains_key(&m.qp_handle);
+    if let (false, Some(other)) = (known, sess.qps.values().find(|r| r.qpn == m.qp_num)) {
         return Err(refuse(
             libc::EINVAL,
             format!(
@@ -596,187 +694,12 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         }
         h.vouchers().forget(sess.ep.rail, qp.qpn, sess.id);
         if let (true, Some(b)) = (qp.guarded, h.guard()) {
-            let local = h.underlay(&sess.ep);
-            if qp.qp_type == "UD" {
-                b.ud_local(local, sess.ep.cfg.vni, qp.qpn, false);
-            }
-            b.qp_gone(local, qp.qpn);
+            let (local, ud) = (h.underlay(&sess.ep), qp.qp_type == "UD");
+            guard_qp(b, local, sess.ep.cfg.vni, qp.qpn, ud, false);
         }
         sess.touched.push(qp_handle);
     }
     h.conntrack().remove(key(sess, qp_handle));
-}
-
-/// RESYNC_QP: after a masqd restart the frontend names the QPs it had set
-/// up. Nothing it says is taken on trust: the kernel checks that the
-/// handle is a QP of this session's uverbs file and tells its state,
-/// destination QPN and physical destination; the claimed virtual
-/// destination must be the VPC address whose host that is; the current
-/// policy must allow the pair. A connected QP that fails a check is moved
-/// to ERROR (as a policy reset does); QPs never named stay untracked.
-/// The claimed QPN must be the app's own by the kernel's word (see
-/// `ownership.rs`) and may not be another tracked QP's.
-pub fn resync(
-    h: &dyn QpHost,
-    k: &dyn QpKernel,
-    sess: &mut Session,
-    r: &proto::ResyncQpReq,
-) -> Result<proto::ResyncQpReply> {
-    if sess.qps.contains_key(&r.qp_handle) {
-        return Err(refuse(
-            libc::EEXIST,
-            format!("QP handle {} is already known", r.qp_handle),
-        ));
-    }
-    let gate = h.decide().admitting();
-    // The handle first, in the app's own uverbs file: another app's handle
-    // is ENOENT there, whatever QPN comes with it.
-    let kq = k
-        .query(r.qp_handle, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN)
-        .map_err(|e| from_io(e, "RESYNC_QP: QUERY_QP"))?;
-    let owner_checked = matches!(k.owner(r.qp_num, r.qp_type)?, Verdict::Owned(_));
-    let reply = |result: u32, state: u8| proto::ResyncQpReply {
-        qp_state: state.min(IBV_QPS_ERR),
-        result: result as u8,
-    };
-    let mut rec = new_record(r.qp_handle, r.qp_num, r.qp_type);
-    rec.state = state_name(kq.qp_state);
-    rec.owner_checked = owner_checked;
-    let connected = (IBV_QPS_RTR..=IBV_QPS_SQE).contains(&kq.qp_state);
-    if connected && owner_checked {
-        // Until the checks below end: a QP reset there is no bypass either.
-        h.vouchers()
-            .vouch(sess.ep.rail, r.qp_num, sess.id, sess.pid);
-    }
-    // A QP that can receive is guarded again (the sets survived the
-    // restart; `reconcile` keeps only what came back).
-    if let (true, Some(b)) = (connected, h.guard()) {
-        b.qp_seen(h.underlay(&sess.ep), r.qp_num);
-        rec.guarded = true;
-    }
-    sess.touched.push(r.qp_handle);
-    if !connected || r.qp_type == IBV_QPT_UD {
-        debug!(
-            qpn = r.qp_num,
-            state = rec.state,
-            "QP resynced: nothing to track"
-        );
-        sess.qps.insert(r.qp_handle, rec);
-        drop(gate);
-        if r.qp_type == IBV_QPT_UD && connected && owner_checked {
-            // This host's backstop sets, and hosts whose masqd restarted
-            // too, learn it again (the others ask with PEER_UD_QUERY when
-            // they start).
-            if let Some(b) = h.guard() {
-                b.ud_local(h.underlay(&sess.ep), sess.ep.cfg.vni, r.qp_num, true);
-            }
-            h.ud_announce(&sess.ep, r.qp_num, true);
-        }
-        return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
-    }
-    let ep = &sess.ep.cfg;
-    let lk = rconntrack::LocalKey {
-        vni: ep.vni,
-        vip: ep.vip,
-        qpn: r.qp_num,
-    };
-    if h.conntrack().tracks_local(lk) {
-        if rec.guarded {
-            if let Some(b) = h.guard() {
-                b.qp_gone(h.underlay(&sess.ep), r.qp_num);
-            }
-        }
-        return Err(refuse(
-            libc::EEXIST,
-            format!("QPN {:#x} is already tracked for another QP", r.qp_num),
-        ));
-    }
-    match verify_resync(h, sess, r, &kq) {
-        Ok((vip, host, rule)) => {
-            let established = kq.qp_state != IBV_QPS_RTR;
-            let entry = rconntrack::Entry {
-                remote_vip: vip,
-                remote_qpn: kq.dest_qp_num,
-                peer_host: host,
-                state: if established {
-                    rconntrack::State::Established
-                } else {
-                    rconntrack::State::Admitted
-                },
-                rule: rule.clone(),
-                ..local_entry(sess, r.qp_handle, r.qp_num, r.qp_type)
-            };
-            if h.conntrack().upsert(entry).is_err() {
-                warn!("connection table full; {} not tracked", r.qp_num);
-                sess.qps.insert(r.qp_handle, rec);
-                return Ok(reply(proto::RESYNC_UNTRACKED, kq.qp_state));
-            }
-            rec.remote_vip = Some(vip);
-            rec.remote_qpn = Some(kq.dest_qp_num);
-            rec.peer_host = Some(host);
-            rec.virt_sgid_index = r.sgid_index;
-            info!(qpn = r.qp_num, rule = %rule,
-                  "QP resynced: {} -> {vip} QPN {:#x}, tracked again", rec.state, kq.dest_qp_num);
-            sess.qps.insert(r.qp_handle, rec);
-            Ok(reply(proto::RESYNC_TRACKED, kq.qp_state))
-        }
-        Err(why) => {
-            let cmd = uverbs::ModifyQp {
-                qp_handle: r.qp_handle,
-                attr_mask: IBV_QP_STATE,
-                qp_state: IBV_QPS_ERR,
-                ..Default::default()
-            };
-            k.modify(&cmd)
-                .map_err(|e| from_io(e, "RESYNC_QP: cannot move the QP to ERROR"))?;
-            warn!(qpn = r.qp_num, "QP moved to ERROR on resync: {why}");
-            rec.state = state_name(IBV_QPS_ERR);
-            sess.qps.insert(r.qp_handle, rec);
-            Ok(reply(proto::RESYNC_RESET, IBV_QPS_ERR))
-        }
-    }
-}
-
-/// The claimed destination of a connected QP against the kernel's, and the
-/// current policy: (peer vIP, peer host, admitting rule) or why not.
-fn verify_resync(
-    h: &dyn QpHost,
-    sess: &Session,
-    r: &proto::ResyncQpReq,
-    kq: &uverbs::QueryQpResp,
-) -> Result<(Ipv4Addr, Ipv4Addr, Arc<str>), String> {
-    if r.has_route == 0 {
-        return Err("connected, but no destination was named".into());
-    }
-    let ep = &sess.ep.cfg;
-    let (route_vip, route_host, phys_dgid) = {
-        let vpc = h.registry().vpc();
-        let r = vpc
-            .translate_dgid(ep.vni, &r.dgid, h.rail_name(&sess.ep))
-            .map_err(|e| format!("claimed destination: {e}"))?;
-        (r.vip, r.peer.underlay, r.phys_dgid)
-    };
-    if phys_dgid != kq.dest.dgid {
-        return Err(format!(
-            "the kernel's destination {} is not the host of {}",
-            vbond::gid_to_string(&kq.dest.dgid),
-            route_vip
-        ));
-    }
-    let psgid = h
-        .sgid_index(&sess.ep, u32::from(r.sgid_index))
-        .map_err(|e| format!("claimed sgid index: {}", e.why()))?;
-    if psgid != u32::from(kq.dest.sgid_index) {
-        return Err(format!(
-            "the kernel's sgid index {} is not virtual index {}'s",
-            kq.dest.sgid_index, r.sgid_index
-        ));
-    }
-    let rule = h
-        .decide()
-        .decide(&ask(h, sess, r.qp_num, route_vip), h.registry())
-        .map_err(|why| format!("{} deny {} -> {}: {why}", why.by, ep.vip, route_vip))?;
-    Ok((route_vip, route_host, rule))
 }
 
 #[cfg(test)]

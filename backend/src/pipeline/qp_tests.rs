@@ -3,6 +3,7 @@
 //! and policy: no RDMA needed. The fakes are `pipeline/fakes.rs`.
 use super::*;
 use crate::pipeline::fakes::*;
+use crate::pipeline::resync::resync;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::io;

@@ -6,9 +6,11 @@ use crate::cm::{Cm, CmHost};
 use crate::endpoints::endpoint::vdev_name;
 use crate::error::{from_io, refuse, Result};
 use crate::kernel::uverbs;
+use crate::pipeline::ah;
 use crate::pipeline::cm_step::cm_qp_step;
 use crate::pipeline::ports::QpKernel;
 use crate::pipeline::qp;
+use crate::pipeline::resync;
 use crate::pipeline::session::{QpRecord, Session};
 use crate::tenants::kernel::SessionKernel;
 use crate::tenants::parts::Parts;
@@ -87,116 +89,150 @@ pub fn serve(parts: &Parts, sess: &mut Session, conn: &Conn) {
 }
 
 /// Handle one decoded request; returns the encoded reply and whether the
-/// session must end.
+/// session must end. HELLO comes first, once; then `request`.
 fn handle(
     parts: &Parts,
     sess: &mut Session,
     msg: proto::Request,
-    mut fds: Vec<OwnedFd>,
+    fds: Vec<OwnedFd>,
     reply_fd: &mut Option<OwnedFd>,
 ) -> (Vec<u8>, bool) {
     let (op, id) = (msg.opcode(), msg.request_id());
     let result = match (&msg.body, sess.hello) {
-        (proto::RequestBody::Hello(h), false) => hello(parts, sess, h).map(|r| (r, false)),
-        (proto::RequestBody::Hello(_), true) => Err(refuse(libc::EPROTO, "second HELLO")),
+        (proto::RequestBody::Hello(h), false) => hello(parts, sess, h),
         (_, false) => Err(refuse(libc::EPROTO, "request before HELLO")),
-        (proto::RequestBody::OpenDevice, true) => open_device(parts, sess, fds.pop(), fds.len())
-            .map(|_| (proto::ReplyBody::OpenDevice, false)),
-        (proto::RequestBody::QueryGidTable(q), true) => {
-            query_gids(parts, sess, q).map(|r| (r, false))
-        }
-        (proto::RequestBody::ModifyQp(m), true) => {
-            with_kernel(parts, sess, "MODIFY_QP", |k, sess| {
-                qp::modify(parts, k, sess, m)
-            })
-            .map(|_| (proto::ReplyBody::ModifyQp, false))
-        }
-        (proto::RequestBody::QpMoved(m), true) => {
-            with_kernel(parts, sess, "QP_MOVED", |k, sess| {
-                qp::moved(parts, k, sess, m)
-            })
-            .map(|_| (proto::ReplyBody::QpMoved, false))
-        }
-        (proto::RequestBody::QpDestroyed(d), true) => {
-            qp::destroyed(parts, sess, d.qp_handle);
-            Ok((proto::ReplyBody::QpDestroyed, false))
-        }
-        (proto::RequestBody::QueryQp(q), true) => query_qp(parts, sess, q).map(|r| (r, false)),
-        (proto::RequestBody::ResyncQp(r), true) => {
-            with_kernel(parts, sess, "RESYNC_QP", |k, sess| {
-                qp::resync(parts, k, sess, r)
-            })
-            .map(|r| (proto::ReplyBody::ResyncQp(r), false))
-        }
-        (
-            body @ (proto::RequestBody::CmCreateChannel
-            | proto::RequestBody::CmDestroyChannel(_)
-            | proto::RequestBody::CmCreateId(_)
-            | proto::RequestBody::CmDestroyId(_)
-            | proto::RequestBody::CmMigrateId(_)
-            | proto::RequestBody::CmBindAddr(_)
-            | proto::RequestBody::CmResolveAddr(_)
-            | proto::RequestBody::CmResolveRoute(_)
-            | proto::RequestBody::CmListen(_)
-            | proto::RequestBody::CmConnect(_)
-            | proto::RequestBody::CmAccept(_)
-            | proto::RequestBody::CmReject(_)
-            | proto::RequestBody::CmDisconnect(_)
-            | proto::RequestBody::CmInitQpAttr(_)
-            | proto::RequestBody::CmEstablish(_)
-            | proto::RequestBody::CmRestoreChannel(_)
-            | proto::RequestBody::CmRestoreId(_)),
-            true,
-        ) => match cm_request(&parts.cm, parts, sess, body) {
-            Ok((reply, fd)) => {
-                *reply_fd = fd;
-                Ok((reply, false))
-            }
-            Err(r) => Err(r),
-        },
-        (proto::RequestBody::CmAcceptQp(r), true) => {
-            with_kernel(parts, sess, "CM_ACCEPT_QP", |k, sess| {
-                let qp = (r.qp_handle, r.param.qp_num);
-                cm_qp_step(parts, parts, k, sess, r.id, qp, Some(&r.param))
-            })
-            .map(|_| (proto::ReplyBody::CmAcceptQp, false))
-        }
-        (proto::RequestBody::CmEstablishQp(r), true) => {
-            with_kernel(parts, sess, "CM_ESTABLISH_QP", |k, sess| {
-                let qp = (r.qp_handle, r.qp_num);
-                cm_qp_step(parts, parts, k, sess, r.id, qp, None)
-            })
-            .map(|_| (proto::ReplyBody::CmEstablishQp, false))
-        }
-        (proto::RequestBody::CreateAh(r), true) => {
-            crate::pipeline::ah::create_ah(parts, sess, r).map(|r| (r, false))
-        }
-        (proto::RequestBody::BindAh(b), true) => {
-            crate::pipeline::ah::bind_ah(parts, sess, b).map(|_| (proto::ReplyBody::BindAh, false))
-        }
-        (proto::RequestBody::DestroyAh(d), true) => {
-            crate::pipeline::ah::destroy_ah(parts, sess, d);
-            Ok((proto::ReplyBody::DestroyAh, false))
-        }
-        (proto::RequestBody::ResyncAh(r), true) => {
-            crate::pipeline::ah::resync_ah(parts, sess, r).map(|r| (r, false))
-        }
-        (proto::RequestBody::ResolveGrh(r), true) => {
-            crate::pipeline::ah::resolve_grh(parts, sess, r).map(|r| (r, false))
-        }
-        (proto::RequestBody::DestroyQp(d), true) => {
-            qp::destroyed(parts, sess, d.qp_handle);
-            Ok((proto::ReplyBody::DestroyQp, false))
-        }
+        (body, true) => request(parts, sess, body, fds, reply_fd),
     };
     match result {
-        Ok((body, close)) => (proto::encode_reply(id, &body), close),
+        Ok(body) => (proto::encode_reply(id, &body), false),
         Err(r) => {
             sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
             warn!(op, errno = r.errno(), "refused: {}", r.why());
             (proto::encode_error(op, id, -r.errno()), false)
         }
     }
+}
+
+/// A request after HELLO, a line per kind: the QP pipeline's (`qp`,
+/// `resync`), the RDMA CM's (`cm_request`) and its QP steps, the address
+/// handles' (`ah`). A CM request may hand the app a descriptor
+/// (`reply_fd`).
+fn request(
+    parts: &Parts,
+    sess: &mut Session,
+    body: &proto::RequestBody,
+    mut fds: Vec<OwnedFd>,
+    reply_fd: &mut Option<OwnedFd>,
+) -> Result<proto::ReplyBody> {
+    use proto::ReplyBody as Reply;
+    use proto::RequestBody as Req;
+    match body {
+        Req::Hello(_) => Err(refuse(libc::EPROTO, "second HELLO")),
+        Req::OpenDevice => {
+            open_device(parts, sess, fds.pop(), fds.len()).map(|_| Reply::OpenDevice)
+        }
+        Req::QueryGidTable(q) => query_gids(parts, sess, q),
+        Req::ModifyQp(m) => modify_qp(parts, sess, m),
+        Req::QpMoved(m) => qp_moved(parts, sess, m),
+        Req::QpDestroyed(d) => Ok(destroy_qp(parts, sess, d.qp_handle, Reply::QpDestroyed)),
+        Req::QueryQp(q) => query_qp(parts, sess, q),
+        Req::ResyncQp(r) => resync_qp(parts, sess, r),
+        Req::CmCreateChannel
+        | Req::CmDestroyChannel(_)
+        | Req::CmCreateId(_)
+        | Req::CmDestroyId(_)
+        | Req::CmMigrateId(_)
+        | Req::CmBindAddr(_)
+        | Req::CmResolveAddr(_)
+        | Req::CmResolveRoute(_)
+        | Req::CmListen(_)
+        | Req::CmConnect(_)
+        | Req::CmAccept(_)
+        | Req::CmReject(_)
+        | Req::CmDisconnect(_)
+        | Req::CmInitQpAttr(_)
+        | Req::CmEstablish(_)
+        | Req::CmRestoreChannel(_)
+        | Req::CmRestoreId(_) => cm_request(&parts.cm, parts, sess, body).map(|(reply, fd)| {
+            *reply_fd = fd;
+            reply
+        }),
+        Req::CmAcceptQp(r) => cm_accept_qp(parts, sess, r),
+        Req::CmEstablishQp(r) => cm_establish_qp(parts, sess, r),
+        Req::CreateAh(r) => ah::create_ah(parts, sess, r),
+        Req::BindAh(b) => ah::bind_ah(parts, sess, b).map(|_| Reply::BindAh),
+        Req::DestroyAh(d) => {
+            ah::destroy_ah(parts, sess, d);
+            Ok(Reply::DestroyAh)
+        }
+        Req::ResyncAh(r) => ah::resync_ah(parts, sess, r),
+        Req::ResolveGrh(r) => ah::resolve_grh(parts, sess, r),
+        Req::DestroyQp(d) => Ok(destroy_qp(parts, sess, d.qp_handle, Reply::DestroyQp)),
+    }
+}
+
+fn modify_qp(
+    parts: &Parts,
+    sess: &mut Session,
+    m: &proto::ModifyQpReq,
+) -> Result<proto::ReplyBody> {
+    with_kernel(parts, sess, "MODIFY_QP", |k, sess| {
+        qp::modify(parts, k, sess, m)
+    })
+    .map(|_| proto::ReplyBody::ModifyQp)
+}
+
+fn qp_moved(parts: &Parts, sess: &mut Session, m: &proto::QpMovedReq) -> Result<proto::ReplyBody> {
+    with_kernel(parts, sess, "QP_MOVED", |k, sess| {
+        qp::moved(parts, k, sess, m)
+    })
+    .map(|_| proto::ReplyBody::QpMoved)
+}
+
+/// DESTROY_QP and QP_DESTROYED: answered `reply`.
+fn destroy_qp(
+    parts: &Parts,
+    sess: &mut Session,
+    qp_handle: u32,
+    reply: proto::ReplyBody,
+) -> proto::ReplyBody {
+    qp::destroyed(parts, sess, qp_handle);
+    reply
+}
+
+fn resync_qp(
+    parts: &Parts,
+    sess: &mut Session,
+    r: &proto::ResyncQpReq,
+) -> Result<proto::ReplyBody> {
+    with_kernel(parts, sess, "RESYNC_QP", |k, sess| {
+        resync::resync(parts, k, sess, r)
+    })
+    .map(proto::ReplyBody::ResyncQp)
+}
+
+fn cm_accept_qp(
+    parts: &Parts,
+    sess: &mut Session,
+    r: &proto::CmAcceptQpReq,
+) -> Result<proto::ReplyBody> {
+    with_kernel(parts, sess, "CM_ACCEPT_QP", |k, sess| {
+        let qp = (r.qp_handle, r.param.qp_num);
+        cm_qp_step(parts, parts, k, sess, r.id, qp, Some(&r.param))
+    })
+    .map(|_| proto::ReplyBody::CmAcceptQp)
+}
+
+fn cm_establish_qp(
+    parts: &Parts,
+    sess: &mut Session,
+    r: &proto::CmEstablishQpReq,
+) -> Result<proto::ReplyBody> {
+    with_kernel(parts, sess, "CM_ESTABLISH_QP", |k, sess| {
+        let qp = (r.qp_handle, r.qp_num);
+        cm_qp_step(parts, parts, k, sess, r.id, qp, None)
+    })
+    .map(|_| proto::ReplyBody::CmEstablishQp)
 }
 
 /// One of the CM's requests, on a session that has opened its device: a
