@@ -352,7 +352,7 @@ fn start_backstop_threads(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("backstop".into())
-        .spawn(move || backstop_loop(s))?;
+        .spawn(move || backstop_loop(&*s))?;
     let s = parts.clone();
     thread::Builder::new()
         .name("backstop-sets".into())
@@ -412,7 +412,7 @@ fn start_audit(parts: &Arc<Parts>, audit_nl: Vec<RdmaNl>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("audit".into())
-        .spawn(move || audit_loop(s, audit_nl))?;
+        .spawn(move || audit_loop(&*s, audit_nl))?;
     Ok(())
 }
 
@@ -482,7 +482,7 @@ fn start_sysfs_view(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("sysfs-view".into())
-        .spawn(move || sysfs_view_loop(s))?;
+        .spawn(move || sysfs_view_loop(&*s))?;
     Ok(())
 }
 

@@ -4,7 +4,8 @@
 //! the CM link never see it whole: they take it through the narrow traits
 //! they define (`pipeline::ports`'s `Enforce`, `Rails`, `CmView`,
 //! `Audit`, `AhFiles`, `StepTimes` and `CmSteps`, `cm::CmHost`,
-//! `peer::link::PeerSink`), implemented here by handing out the one part
+//! `peer::link::PeerSink`), and so do the housekeeping threads
+//! (`watch::Housekeeping`), implemented here by handing out the one part
 //! each call needs; and the UD announcements between hosts, which need
 //! both the sessions and the CM. The operator's side (`operator/`) changes it through
 //! its methods; `daemon.rs` wires it and starts its threads.
@@ -31,7 +32,7 @@ use crate::run::Run;
 use crate::tenants::kernel::{Device, Rail};
 use crate::tenants::sessions::Sessions;
 use masq_proto::PeerBody;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -331,6 +332,34 @@ impl crate::cm::CmHost for Parts {
     }
     fn reannounce_ud(&self, host: std::net::Ipv4Addr) {
         reannounce(self, host);
+    }
+}
+
+impl crate::tenants::watch::Housekeeping for Parts {
+    fn run(&self) -> &Run {
+        &self.run
+    }
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    fn session_pids(&self) -> HashSet<i32> {
+        self.sessions
+            .with_views(|v| v.values().map(|s| s.pid).collect())
+    }
+    fn admitted(&self) -> &Admitted {
+        &self.admitted
+    }
+    fn cm_connected(&self, device: &str, qpn: u32) -> bool {
+        self.cm.role_of(device, qpn).is_some()
+    }
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+    fn backstop(&self) -> Option<&crate::enforce::backstop::Backstop> {
+        self.admission.backstop()
     }
 }
 
