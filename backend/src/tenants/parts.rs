@@ -37,17 +37,22 @@ use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{info, warn};
 
+/// Its fields are this module's, but for those that
+/// `operator/control_server.rs`, `operator/endpoints.rs` and
+/// `tenants/dispatch.rs` still reach into (`pub(crate)`, `pub(super)`):
+/// they are to take the parts through the accessors below, and the fields
+/// to become private (issue 55).
 pub struct Parts {
-    pub cfg: Config,
-    pub admission: Admission,
+    pub(crate) cfg: Config,
+    pub(crate) admission: Admission,
     /// The served rails: each one's device and the kernel's QP table.
-    pub rails: Vec<Rail>,
+    pub(crate) rails: Vec<Rail>,
     /// This host's endpoints and the VPC map.
-    pub registry: Registry,
+    pub(crate) registry: Registry,
     /// Held across an endpoint's addition or removal: one at a time.
     pub(crate) endpoint_ops: Mutex<()>,
     /// Held from resolving a policy against the endpoints to putting it in
@@ -55,27 +60,27 @@ pub struct Parts {
     /// one added here), the one resolved first must not land last and put
     /// back a policy that lacks the other's endpoint (resetting its
     /// connections).
-    pub(crate) policy_ops: Mutex<()>,
+    policy_ops: Mutex<()>,
     /// The live sessions: their views, connections and uverbs files.
-    pub sessions: Sessions,
+    pub(crate) sessions: Sessions,
     /// Started when, stopping or not.
-    pub run: Run,
+    pub(crate) run: Run,
     /// RDMA CM ids, listeners and connections of every endpoint.
-    pub cm: crate::cm::Cm,
+    pub(crate) cm: crate::cm::Cm,
     /// QPNs masqd answers for (what the audit does not flag).
-    pub admitted: crate::enforce::audit::Admitted,
+    admitted: crate::enforce::audit::Admitted,
     /// Events for the Prometheus endpoint (`metrics.rs`).
-    pub metrics: crate::metrics::Metrics,
+    pub(super) metrics: crate::metrics::Metrics,
     /// Cluster mode: the etcd store every host follows.
-    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The endpoints' rdma cgroup limits and rate limits.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Mutual TLS on the CM link (cluster mode with `cluster.tls`).
     link_tls: Mutex<Option<Arc<LinkTls>>>,
     /// NetworkPolicy's tcp/udp rules to render again (pods, labels,
     /// policies or a VNI's endpoints changed): the `netpol-firewall`
     /// thread does it once for a burst of changes.
-    pub(crate) netpol_firewall: crate::run::Coalesced,
+    netpol_firewall: crate::run::Coalesced,
 }
 
 impl Parts {
@@ -133,7 +138,79 @@ impl Parts {
             netpol_firewall: Default::default(),
         }
     }
+}
 
+/// The parts one by one, for the composition root (`daemon.rs`, which
+/// wires them and starts the threads) and for the operator (`operator/`,
+/// the layer above, whose `impl Parts` blocks add and remove endpoints and
+/// put policies in force). The layers below and the housekeeping threads
+/// take `Parts` through their own narrow traits instead (the module's doc
+/// lists them).
+impl Parts {
+    /// The configuration masqd started with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Started when, stopping or not, the loops' heartbeats.
+    pub fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// This host's endpoints and the VPC map.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The security groups in force, RConntrack's table, the backstop.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// The endpoints' rdma cgroup limits and rate limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The live sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// The RDMA CM's ids, listeners and connections.
+    pub fn cm(&self) -> &Cm {
+        &self.cm
+    }
+
+    /// The QPNs masqd answers for.
+    pub fn admitted(&self) -> &Admitted {
+        &self.admitted
+    }
+
+    /// Events for the Prometheus endpoint.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Cluster mode's etcd store.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Held from resolving a policy against the endpoints to putting it
+    /// in force (`policy_ops`): one policy change at a time.
+    pub fn policy_change(&self) -> MutexGuard<'_, ()> {
+        crate::run::lock(&self.policy_ops)
+    }
+
+    /// The asks to render NetworkPolicy's tcp/udp rules again, which the
+    /// `netpol-firewall` thread takes.
+    pub fn netpol_firewall_asks(&self) -> &crate::run::Coalesced {
+        &self.netpol_firewall
+    }
+}
+
+impl Parts {
     /// The rail `ep`'s device is on.
     pub fn rail(&self, ep: &Endpoint) -> &Rail {
         self.rails.get(ep.rail).unwrap_or(&self.rails[0])
