@@ -18,7 +18,9 @@ use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::run::STALL;
 use crate::tenants::parts::Parts;
-use crate::tenants::watch::{audit_loop, backstop_loop, sysfs_view_loop};
+use crate::tenants::watch::{
+    audit_loop, backstop_loop, backstop_sets_loop, cgroup_limits_loop, sysfs_view_loop,
+};
 use std::io;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -359,16 +361,7 @@ fn start_backstop_threads(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("backstop-sets".into())
-        .spawn(move || {
-            if let Some(b) = s.admission().backstop() {
-                let beat = s.run().heartbeat("backstop-sets", STALL);
-                while !s.run().is_stopping() {
-                    beat.beat();
-                    b.flush_updates(Duration::from_millis(500));
-                }
-                b.flush_updates(Duration::ZERO);
-            }
-        })?;
+        .spawn(move || backstop_sets_loop(&*s))?;
     Ok(())
 }
 
@@ -434,26 +427,12 @@ fn start_cluster(parts: &Arc<Parts>) -> Result<()> {
     Ok(())
 }
 
-/// Endpoints' cgroups appear when their containers start: their rdma
-/// limits and rate-limit marks follow, every 2 s.
+/// The endpoints' cgroup limits kept up (`cgroup_limits_loop`).
 fn start_cgroup_limits(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("cgroup-limits".into())
-        .spawn(move || {
-            let beat = s.run().heartbeat("cgroup-limits", STALL);
-            while !s.run().is_stopping() {
-                beat.beat();
-                for ep in s.registry().local() {
-                    s.limits()
-                        .apply_rdma_limits(&ep, &s.rail(&ep).device.host.name);
-                }
-                if let Err(e) = s.limits().sync_rates(&s.registry().configs()) {
-                    warn!("rate limits: {e}");
-                }
-                thread::sleep(Duration::from_secs(2));
-            }
-        })?;
+        .spawn(move || cgroup_limits_loop(&*s))?;
     Ok(())
 }
 

@@ -438,6 +438,12 @@ impl crate::tenants::watch::Housekeeping for Parts {
     fn backstop(&self) -> Option<&crate::enforce::backstop::Backstop> {
         self.admission.backstop()
     }
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    fn device_name(&self, ep: &Endpoint) -> &str {
+        &self.rail(ep).device.host.name
+    }
 }
 
 /// The CM link delivers to the CM, with `Parts` as its host.

@@ -1,14 +1,16 @@
 //! The housekeeping threads, each one round per interval until masqd
 //! stops: the endpoints' sysfs views, the QP audit, the backstop's cgroups
-//! and counters. Each beats once a round (`Run::heartbeat`): a round stuck
+//! and counters, its sets' updates, the endpoints' cgroup limits. Each beats once a round (`Run::heartbeat`): a round stuck
 //! on a lock or a kernel call makes masqd unhealthy. They see masqd's
 //! parts through `Housekeeping`, which `Parts` implements.
 
 use crate::config::Config;
+use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::registry::Registry;
 use crate::enforce::attribution::KernelOwners;
 use crate::enforce::audit::{self, Admitted};
 use crate::enforce::backstop::Backstop;
+use crate::enforce::limits::Limits;
 use crate::metrics::Metrics;
 use crate::run::{lock, Run, STALL};
 use std::collections::{BTreeMap, HashSet};
@@ -38,6 +40,10 @@ pub trait Housekeeping {
     fn metrics(&self) -> &Metrics;
     /// The kernel backstop, when there is one.
     fn backstop(&self) -> Option<&Backstop>;
+    /// The endpoints' rdma cgroup limits and rate limits.
+    fn limits(&self) -> &Limits;
+    /// The name of the device `ep` is on (its rail's).
+    fn device_name(&self, ep: &Endpoint) -> &str;
 }
 
 /// Keep every endpoint's sysfs view current: wake on any vNIC's netlink
@@ -281,6 +287,37 @@ pub fn backstop_loop(parts: &impl Housekeeping) {
             }
             Err(e) => debug!("backstop counters: {e}"),
         }
+    }
+}
+
+/// The backstop's set updates, flushed every 500 ms until masqd stops,
+/// then once more.
+pub fn backstop_sets_loop(parts: &impl Housekeeping) {
+    if let Some(b) = parts.backstop() {
+        let beat = parts.run().heartbeat("backstop-sets", STALL);
+        while !parts.run().is_stopping() {
+            beat.beat();
+            b.flush_updates(Duration::from_millis(500));
+        }
+        b.flush_updates(Duration::ZERO);
+    }
+}
+
+/// Endpoints' cgroups appear when their containers start: their rdma
+/// limits and rate-limit marks follow, every 2 s.
+pub fn cgroup_limits_loop(parts: &impl Housekeeping) {
+    let beat = parts.run().heartbeat("cgroup-limits", STALL);
+    while !parts.run().is_stopping() {
+        beat.beat();
+        for ep in parts.registry().local() {
+            parts
+                .limits()
+                .apply_rdma_limits(&ep, parts.device_name(&ep));
+        }
+        if let Err(e) = parts.limits().sync_rates(&parts.registry().configs()) {
+            warn!("rate limits: {e}");
+        }
+        thread::sleep(Duration::from_secs(2));
     }
 }
 
