@@ -115,7 +115,7 @@ impl Parts {
     /// (`load_netpol_firewall`), when some tenant enforces NetworkPolicy.
     fn netpol_firewall(&self, why: &str) {
         if self
-            .admission
+            .admission()
             .active()
             .is_some_and(|p| p.any_network_policy())
         {

@@ -157,6 +157,11 @@ impl Parts {
         &self.run
     }
 
+    /// The served rails: each one's device and the kernel's QP table.
+    pub fn rails(&self) -> &[Rail] {
+        &self.rails
+    }
+
     /// This host's endpoints and the VPC map.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -195,6 +200,12 @@ impl Parts {
     /// Cluster mode's etcd store.
     pub fn cluster(&self) -> Option<&Arc<Cluster>> {
         self.cluster.as_ref()
+    }
+
+    /// Held across an endpoint's addition or removal (`endpoint_ops`):
+    /// one at a time.
+    pub fn endpoint_change(&self) -> MutexGuard<'_, ()> {
+        crate::run::lock(&self.endpoint_ops)
     }
 
     /// Held from resolving a policy against the endpoints to putting it
