@@ -2,7 +2,10 @@
 //! the config, start the threads (sessions, control socket, CM link,
 //! cluster, housekeeping in `tenants::watch`) and stop them. The
 //! endpoints are served by `operator::endpoints`, the control socket's
-//! answers come from `operator::control_server`.
+//! answers come from `operator::control_server`. As the composition
+//! root it reaches each part through `Parts`' accessors (`config()`,
+//! `run()`, `registry()`, ...), where the layers below take `Parts`
+//! through their narrow traits.
 use crate::cluster::source::{FileSource, Source};
 use crate::config::{Config, EndpointConfig};
 use crate::endpoints::endpoint::{Endpoint, Origin};
@@ -15,7 +18,9 @@ use crate::kernel::host::HostDevice;
 use crate::kernel::rdma_nl::RdmaNl;
 use crate::run::STALL;
 use crate::tenants::parts::Parts;
-use crate::tenants::watch::{audit_loop, backstop_loop, sysfs_view_loop};
+use crate::tenants::watch::{
+    audit_loop, backstop_loop, backstop_sets_loop, cgroup_limits_loop, sysfs_view_loop,
+};
 use std::io;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -230,16 +235,16 @@ fn rate_limits(
 /// The kernel backstop, with the pods' and apps' cgroups it filtered
 /// before a restart.
 fn start_backstop(parts: &Parts, endpoints: &[EndpointConfig]) -> Result<()> {
-    let b = crate::enforce::backstop::Backstop::start(&parts.cfg, endpoints)
+    let b = crate::enforce::backstop::Backstop::start(parts.config(), endpoints)
         .map_err(|e| e.context("backstop"))?;
     // Pods' and apps' cgroups come back from the runtime file,
     // before any endpoint is served: no session of a pod's app
     // brings them, and an app that skips libmasq must stay
     // filtered across the restart.
-    let kept = RuntimeFile::load(&parts.cfg.runtime_endpoints_file()).unwrap_or_default();
-    let local = |n: &str| parts.registry.local_named(n).map(|e| e.cfg.clone());
+    let kept = RuntimeFile::load(&parts.config().runtime_endpoints_file()).unwrap_or_default();
+    let local = |n: &str| parts.registry().local_named(n).map(|e| e.cfg.clone());
     for (name, cgroup) in crate::tenants::cgroups::readopt_cgroups(&b, &kept.pod_cgroups, local) {
-        if let Some(ep) = parts.registry.local_named(&name) {
+        if let Some(ep) = parts.registry().local_named(&name) {
             *crate::run::lock(&ep.pod_cgroup) = Some(cgroup);
         }
     }
@@ -251,17 +256,17 @@ fn start_backstop(parts: &Parts, endpoints: &[EndpointConfig]) -> Result<()> {
             "backstop: apps' cgroups filtered again after the restart"
         );
     }
-    parts.admission.set_backstop(b);
+    parts.admission().set_backstop(b);
     Ok(())
 }
 
 /// The socket directory, without the CDI specs of endpoints no longer
 /// served.
 fn prepare_socket_dir(parts: &Parts) -> Result<()> {
-    std::fs::create_dir_all(&parts.cfg.socket_dir)?;
-    if let Some(cdi) = &parts.cfg.cdi {
+    std::fs::create_dir_all(&parts.config().socket_dir)?;
+    if let Some(cdi) = &parts.config().cdi {
         let served: Vec<String> = parts
-            .registry
+            .registry()
             .local()
             .iter()
             .filter(|e| crate::operator::endpoints::refusal(parts, e).is_none())
@@ -275,7 +280,7 @@ fn prepare_socket_dir(parts: &Parts) -> Result<()> {
 /// The CM link's mutual TLS, with this host's cluster identity if it has
 /// one.
 fn start_link_tls(parts: &Parts) -> Result<()> {
-    match parts.cluster.as_ref().and_then(|c| c.identity()) {
+    match parts.cluster().and_then(|c| c.identity()) {
         Some(id) => {
             let tls = crate::peer::tls::LinkTls::new(&id)?;
             parts.set_link_tls(tls);
@@ -307,9 +312,9 @@ impl Drop for Unserve<'_> {
         let Some(parts) = self.parts else {
             return;
         };
-        for ep in parts.registry.local() {
+        for ep in parts.registry().local() {
             let _ = std::fs::remove_file(&ep.socket);
-            if let Some(cdi) = &parts.cfg.cdi {
+            if let Some(cdi) = &parts.config().cdi {
                 crate::operator::cdi::remove(cdi, &ep.cfg.name);
             }
         }
@@ -318,7 +323,7 @@ impl Drop for Unserve<'_> {
 
 /// Every endpoint's socket, but those refused.
 fn serve_endpoints(parts: &Arc<Parts>) -> Result<()> {
-    for ep in parts.registry.local() {
+    for ep in parts.registry().local() {
         if let Some(why) = crate::operator::endpoints::refusal(parts, &ep) {
             // No socket: its apps get no session, rather than one
             // beside the host's sysfs. Its CDI spec went above.
@@ -346,38 +351,29 @@ fn start_control(parts: &Arc<Parts>, control_path: &Path) -> Result<()> {
 
 /// With a backstop: its loop, and the thread that flushes its sets.
 fn start_backstop_threads(parts: &Arc<Parts>) -> Result<()> {
-    if parts.admission.backstop().is_none() {
+    if parts.admission().backstop().is_none() {
         return Ok(());
     }
     let s = parts.clone();
     thread::Builder::new()
         .name("backstop".into())
-        .spawn(move || backstop_loop(s))?;
+        .spawn(move || backstop_loop(&*s))?;
     let s = parts.clone();
     thread::Builder::new()
         .name("backstop-sets".into())
-        .spawn(move || {
-            if let Some(b) = s.admission.backstop() {
-                let beat = s.run.heartbeat("backstop-sets", STALL);
-                while !s.run.is_stopping() {
-                    beat.beat();
-                    b.flush_updates(Duration::from_millis(500));
-                }
-                b.flush_updates(Duration::ZERO);
-            }
-        })?;
+        .spawn(move || backstop_sets_loop(&*s))?;
     Ok(())
 }
 
 /// The Prometheus endpoint and the probes, if the config has an address
 /// for them; `/readyz` says 503 until `started`.
 fn start_metrics(parts: &Arc<Parts>, started: &Arc<AtomicBool>) -> Result<()> {
-    let Some(addr) = parts.cfg.metrics.listen else {
+    let Some(addr) = parts.config().metrics.listen else {
         return Ok(());
     };
     let weak = Arc::downgrade(parts);
     let sampler: crate::metrics::Sampler = Box::new(move || weak.upgrade().map(|s| s.sample()));
-    let registry = crate::metrics::registry(&parts.metrics, sampler);
+    let registry = crate::metrics::registry(parts.metrics(), sampler);
     let (w1, w2, up) = (
         Arc::downgrade(parts),
         Arc::downgrade(parts),
@@ -396,10 +392,10 @@ fn start_metrics(parts: &Arc<Parts>, started: &Arc<AtomicBool>) -> Result<()> {
                 })
         }),
     };
-    let beat = parts.run.heartbeat("metrics", STALL);
+    let beat = parts.run().heartbeat("metrics", STALL);
     let weak = Arc::downgrade(parts);
-    let stopping = move || weak.upgrade().is_none_or(|s| s.run.is_stopping());
-    let access = crate::http::Access::load(&parts.cfg.metrics)?;
+    let stopping = move || weak.upgrade().is_none_or(|s| s.run().is_stopping());
+    let access = crate::http::Access::load(&parts.config().metrics)?;
     crate::http::serve(addr, registry, probes, access, beat, stopping)?;
     Ok(())
 }
@@ -412,13 +408,13 @@ fn start_audit(parts: &Arc<Parts>, audit_nl: Vec<RdmaNl>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("audit".into())
-        .spawn(move || audit_loop(s, audit_nl))?;
+        .spawn(move || audit_loop(&*s, audit_nl))?;
     Ok(())
 }
 
 /// Cluster mode: follow etcd, waiting a little for its first view.
 fn start_cluster(parts: &Arc<Parts>) -> Result<()> {
-    let Some(c) = &parts.cluster else {
+    let Some(c) = parts.cluster() else {
         return Ok(());
     };
     c.clone()
@@ -431,42 +427,28 @@ fn start_cluster(parts: &Arc<Parts>) -> Result<()> {
     Ok(())
 }
 
-/// Endpoints' cgroups appear when their containers start: their rdma
-/// limits and rate-limit marks follow, every 2 s.
+/// The endpoints' cgroup limits kept up (`cgroup_limits_loop`).
 fn start_cgroup_limits(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("cgroup-limits".into())
-        .spawn(move || {
-            let beat = s.run.heartbeat("cgroup-limits", STALL);
-            while !s.run.is_stopping() {
-                beat.beat();
-                for ep in s.registry.local() {
-                    s.limits
-                        .apply_rdma_limits(&ep, &s.rail(&ep).device.host.name);
-                }
-                if let Err(e) = s.limits.sync_rates(&s.registry.configs()) {
-                    warn!("rate limits: {e}");
-                }
-                thread::sleep(Duration::from_secs(2));
-            }
-        })?;
+        .spawn(move || cgroup_limits_loop(&*s))?;
     Ok(())
 }
 
 /// NetworkPolicy's tcp/udp rules rendered again when asked
-/// (`Parts::netpol_firewall`): once per burst of changes, 100 ms after its
+/// (`Parts::netpol_firewall_asks`): once per burst of changes, 100 ms after its
 /// first.
 fn start_netpol_firewall(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("netpol-firewall".into())
         .spawn(move || {
-            let beat = s.run.heartbeat("netpol-firewall", STALL);
-            while !s.run.is_stopping() {
+            let beat = s.run().heartbeat("netpol-firewall", STALL);
+            while !s.run().is_stopping() {
                 beat.beat();
                 let asked = s
-                    .netpol_firewall
+                    .netpol_firewall_asks()
                     .take(Duration::from_secs(2), Duration::from_millis(100));
                 if let Some((why, asks)) = asked {
                     s.load_netpol_firewall(&why, asks);
@@ -482,7 +464,7 @@ fn start_sysfs_view(parts: &Arc<Parts>) -> Result<()> {
     let s = parts.clone();
     thread::Builder::new()
         .name("sysfs-view".into())
-        .spawn(move || sysfs_view_loop(s))?;
+        .spawn(move || sysfs_view_loop(&*s))?;
     Ok(())
 }
 
@@ -490,8 +472,8 @@ fn start_sysfs_view(parts: &Arc<Parts>) -> Result<()> {
 fn start_watchdog(parts: &Arc<Parts>) -> Result<()> {
     let (w1, w2) = (Arc::downgrade(parts), Arc::downgrade(parts));
     crate::notify::watchdog(
-        move || w1.upgrade().map_or_else(Vec::new, |p| p.run.stalled()),
-        move || w2.upgrade().is_none_or(|p| p.run.is_stopping()),
+        move || w1.upgrade().map_or_else(Vec::new, |p| p.run().stalled()),
+        move || w2.upgrade().is_none_or(|p| p.run().is_stopping()),
     )
 }
 
@@ -525,17 +507,17 @@ impl Daemon {
             start_backstop(&parts, &endpoint_cfgs)?;
         }
         parts
-            .limits
-            .sync_rates(&parts.registry.configs())
+            .limits()
+            .sync_rates(&parts.registry().configs())
             .map_err(|e| e.context("rate limits"))?;
-        parts.metrics.policy_applied_now();
+        parts.metrics().policy_applied_now();
         prepare_socket_dir(&parts)?;
         start_link_tls(&parts)?;
         // On a failed start, the sockets already made go again.
         let undo = Unserve::armed(&parts);
         serve_endpoints(&parts)?;
-        crate::peer::link::start(&parts, parts.cfg.underlay.ip, parts.cfg.cm.port)?;
-        let control_path = parts.cfg.control_socket();
+        crate::peer::link::start(&parts, parts.config().underlay.ip, parts.config().cm.port)?;
+        let control_path = parts.config().control_socket();
         start_control(&parts, &control_path)?;
         start_backstop_threads(&parts)?;
         // Set once the start is done: /readyz answers 503 until then.
@@ -557,7 +539,7 @@ impl Daemon {
 
     /// What masqd serves, for the service manager's status line.
     pub fn status(&self) -> String {
-        let n = self.parts.registry.local().len();
+        let n = self.parts.registry().local().len();
         format!(
             "serving {n} endpoint(s), control socket {}",
             self.control_path.display()
@@ -574,7 +556,7 @@ impl Daemon {
     /// connections made from now on, to etcd and on the CM link, show it;
     /// those up keep going. A file that does not load changes nothing.
     fn reload_identity(&self) {
-        let Some(cluster) = &self.parts.cluster else {
+        let Some(cluster) = self.parts.cluster() else {
             return;
         };
         let Some(files) = cluster.tls_files() else {
@@ -594,7 +576,7 @@ impl Daemon {
 
     /// Re-read the configured policy file.
     fn reload_policy(&self) {
-        let Some(path) = self.parts.admission.path.clone() else {
+        let Some(path) = self.parts.admission().path.clone() else {
             info!("SIGHUP: no policy file configured");
             return;
         };
@@ -604,8 +586,8 @@ impl Daemon {
     }
 
     pub fn shutdown(self) {
-        self.parts.run.stop();
-        let endpoints = self.parts.registry.local();
+        self.parts.run().stop();
+        let endpoints = self.parts.registry().local();
         for ep in &endpoints {
             let _ = std::fs::remove_file(&ep.socket);
         }
@@ -617,12 +599,12 @@ impl Daemon {
         }
         // Under policy_ops: a NetworkPolicy refresh in flight loads before
         // this, or sees masqd stopping and loads nothing.
-        let policy_ops = crate::run::lock(&self.parts.policy_ops);
-        if let Err(e) = crate::enforce::firewall::remove(&self.parts.registry.configs()) {
+        let policy_ops = self.parts.policy_change();
+        if let Err(e) = crate::enforce::firewall::remove(&self.parts.registry().configs()) {
             warn!("cannot remove the nftables rules: {e}");
         }
         drop(policy_ops);
-        self.parts.sessions.shutdown_all();
+        self.parts.sessions().shutdown_all();
         info!("stopped; tenants' established QPs keep running on the NIC");
     }
 }
@@ -641,7 +623,7 @@ fn bind_control(path: &std::path::Path) -> Result<UnixListener> {
 /// are fixed phrases; what lies behind one (which loop, socket or error)
 /// is its detail, for `?verbose` clients the metrics let in (`http.rs`).
 fn health(parts: &Parts) -> Result<Said, Said> {
-    let stalled = parts.run.stalled();
+    let stalled = parts.run().stalled();
     if stalled.is_empty() {
         Ok(Said::state("ok"))
     } else {
@@ -656,7 +638,7 @@ fn health(parts: &Parts) -> Result<Said, Said> {
 /// and says so); one never read is not, as this host would not know
 /// where the other hosts' endpoints are.
 fn readiness(parts: &Parts, started: bool) -> Result<Said, Said> {
-    if parts.run.is_stopping() {
+    if parts.run().is_stopping() {
         return Err(Said::state("not ready: stopping"));
     }
     if let Err(why) = health(parts) {
@@ -665,8 +647,8 @@ fn readiness(parts: &Parts, started: bool) -> Result<Said, Said> {
     if !started {
         return Err(Said::state("not ready: starting"));
     }
-    let mut sockets = vec![parts.cfg.control_socket()];
-    sockets.extend(parts.registry.local().iter().map(|e| e.socket.clone()));
+    let mut sockets = vec![parts.config().control_socket()];
+    sockets.extend(parts.registry().local().iter().map(|e| e.socket.clone()));
     let missing: Vec<String> = sockets
         .iter()
         .filter(|s| !s.exists())
@@ -675,7 +657,7 @@ fn readiness(parts: &Parts, started: bool) -> Result<Said, Said> {
     if !missing.is_empty() {
         return Err(Said::detail("not ready: socket gone", missing.join(", ")));
     }
-    match parts.cluster.as_ref().map(|c| c.health()) {
+    match parts.cluster().map(|c| c.health()) {
         None => Ok(Said::state("ready")),
         Some(h) => cluster_readiness(&h),
     }

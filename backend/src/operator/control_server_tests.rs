@@ -194,7 +194,7 @@ fn conntrack_events_stream_the_filters_matches_only() {
     let mut line = serde_json::to_vec(&Request::ConntrackEvents { filter: acme }).expect("json");
     line.push(b'\n');
     client.write_all(&line).expect("request");
-    let table = || f.parts.admission.table();
+    let table = || f.parts.admission().table();
     for _ in 0..500 {
         if table().subscriber_count() == 1 {
             break;

@@ -99,7 +99,7 @@ fn a_pods_name_is_checked_and_needs_its_namespace() {
 fn served(f: &FakeParts) -> Vec<String> {
     let mut names: Vec<_> = f
         .parts
-        .registry
+        .registry()
         .local()
         .iter()
         .map(|e| e.cfg.name.clone())
@@ -285,10 +285,10 @@ fn an_endpoint_whose_view_was_refused_is_not_served_nor_its_further_devices() {
     let f = FakeParts::host1();
     let why = "its sysfs view cannot be made: planted link";
     let cfg = endpoint(json!({}));
-    let socket = f.parts.registry.socket_of(&cfg);
+    let socket = f.parts.registry().socket_of(&cfg);
     let ep = Endpoint::new(cfg, socket.clone(), Origin::Command, None).refused(why.into());
     let ep = Arc::new(ep);
-    f.parts.registry.insert(ep.clone());
+    f.parts.registry().insert(ep.clone());
     let further = endpoint(json!({ "name": "acme-d1", "deviceOf": "acme-d" }));
     let further = Arc::new(Endpoint::new(
         further,

@@ -1,13 +1,12 @@
 //! The security groups' policy as masqd puts it in force: from a file
 //! (`masqctl policy apply`, SIGHUP), from a source (the config file, the
 //! cluster), and again whenever the set of endpoints changes. Every path
-//! holds `policy_ops` from resolving the policy to putting it in force.
+//! holds `policy_ops` (`Parts::policy_change`) from resolving the policy to putting it in force.
 
 use crate::cluster::source::Store;
 use crate::config::EndpointConfig;
 use crate::endpoints::placement::{Placement, SourceId};
 use crate::error::{Error, Result};
-use crate::run::lock;
 use crate::tenants::parts::Parts;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -39,13 +38,13 @@ impl Parts {
     /// it, then in cluster mode write it for every host (compare-and-swap:
     /// a concurrent apply elsewhere makes this one fail), and apply it here.
     pub fn apply_policy_text(&self, text: &str, file: &str) -> Result<Value> {
-        let _one_at_a_time = lock(&self.policy_ops);
-        let refs = self.registry.policy_refs();
+        let _one_at_a_time = self.policy_change();
+        let refs = self.registry().policy_refs();
         let (p, unknown) = self
-            .admission
+            .admission()
             .check_text(text, file, &refs)
             .map_err(not_changed)?;
-        let Some(c) = &self.cluster else {
+        let Some(c) = self.cluster() else {
             let mut v = self.apply_policy(p).map_err(not_changed)?;
             v["unknown_endpoints"] = json!(unknown);
             return Ok(v);
@@ -65,18 +64,18 @@ impl Parts {
         let started = Instant::now();
         let ruleset = {
             let flows = self.netpol_flows(&policy);
-            crate::enforce::firewall::render(&policy, &self.registry.configs(), &flows)
+            crate::enforce::firewall::render(&policy, &self.registry().configs(), &flows)
         };
         ruleset.and_then(|r| crate::enforce::firewall::load(&r))?;
         let file = policy.file().to_string();
-        let applied = self.admission.apply(policy, &self.registry);
-        self.metrics.policy_applied_now();
+        let applied = self.admission().apply(policy, self.registry());
+        self.metrics().policy_applied_now();
         let reset = self.reset_denied(&applied.to_reset, "policy change");
         // Under `keep`, established tcp/udp flows stay too (stateful
         // security groups); otherwise their kernel entries go.
-        let flows = match (applied.keep, self.admission.active()) {
+        let flows = match (applied.keep, self.admission().active()) {
             (false, Some(p)) => {
-                crate::enforce::kconntrack::drop_denied(&p, &self.registry.configs())
+                crate::enforce::kconntrack::drop_denied(&p, &self.registry().configs())
             }
             _ => 0,
         };
@@ -106,8 +105,8 @@ impl Parts {
             let mut vnis = vnis.borrow_mut();
             let listed = vnis
                 .entry(e.vni)
-                .or_insert_with(|| self.registry.pods_in(e.vni));
-            Some(self.admission.netpol.flows(e.vip, &e.pod(), listed))
+                .or_insert_with(|| self.registry().pods_in(e.vni));
+            Some(self.admission().netpol.flows(e.vip, &e.pod(), listed))
         }
     }
 
@@ -116,11 +115,11 @@ impl Parts {
     /// (`load_netpol_firewall`), when some tenant enforces NetworkPolicy.
     fn netpol_firewall(&self, why: &str) {
         if self
-            .admission
+            .admission()
             .active()
             .is_some_and(|p| p.any_network_policy())
         {
-            self.netpol_firewall.ask(why);
+            self.netpol_firewall_asks().ask(why);
         }
     }
 
@@ -130,15 +129,15 @@ impl Parts {
     pub(crate) fn load_netpol_firewall(&self, why: &str, asks: usize) {
         // Under policy_ops: a policy applied meanwhile renders the same
         // tables, and the one rendered last must be the newest.
-        let _one_at_a_time = lock(&self.policy_ops);
+        let _one_at_a_time = self.policy_change();
         // Stopping, masqd removes its tables under policy_ops too.
-        if self.run.is_stopping() {
+        if self.run().is_stopping() {
             return;
         }
-        let Some(policy) = self.admission.active() else {
+        let Some(policy) = self.admission().active() else {
             return;
         };
-        let mut enforcing = self.registry.configs();
+        let mut enforcing = self.registry().configs();
         enforcing.retain(|e| policy.enforces_network_policy(&e.tenant));
         if enforcing.is_empty() {
             return;
@@ -163,17 +162,17 @@ impl Parts {
 
     /// Move the QPs of connections a change now denies to ERROR.
     fn reset_denied(&self, denied: &[rconntrack::Entry], why: &str) -> usize {
-        self.sessions
-            .reset(&self.admission, self.first_device().driver_id, denied, why)
+        self.sessions()
+            .reset(self.admission(), self.first_device().driver_id, denied, why)
     }
 
     /// The set of known endpoints changed (here or on another host):
     /// policies resolve names against the new one, the active one again.
     /// `changed` names the endpoints that came or went (empty: any).
     pub fn rebind_policy(&self, why: &str, changed: &[&str]) {
-        let _one_at_a_time = lock(&self.policy_ops);
-        let refs = || self.registry.policy_refs();
-        if let Some((policy, dangling)) = self.admission.rebind(refs, changed) {
+        let _one_at_a_time = self.policy_change();
+        let refs = || self.registry().policy_refs();
+        if let Some((policy, dangling)) = self.admission().rebind(refs, changed) {
             if !dangling.is_empty() {
                 warn!("{why}: the policy names endpoint(s) no VPC has now, matching nothing until they are back: {}", dangling.join(", "));
             }
@@ -191,7 +190,7 @@ impl Parts {
 impl Store for Parts {
     fn placements(&self, from: SourceId, all: Vec<Placement>) {
         let n = all.len();
-        for why in self.registry.feed(from, all) {
+        for why in self.registry().feed(from, all) {
             warn!("{from}: {why}; left out of the VPC map");
         }
         info!("{from}: {n} endpoint(s) placed in the VPC map");
@@ -200,7 +199,7 @@ impl Store for Parts {
 
     fn placed(&self, from: SourceId, p: Placement) {
         let (name, host, vni, vip) = (p.name.clone().unwrap_or_default(), p.host, p.vni, p.vip);
-        let change = self.registry.place(from, p);
+        let change = self.registry().place(from, p);
         if let Some(why) = &change.refused {
             warn!("{from}: {why}; left out of the VPC map");
         }
@@ -216,7 +215,7 @@ impl Store for Parts {
     }
 
     fn unplaced(&self, from: SourceId, host: Ipv4Addr, name: &str) {
-        let change = self.registry.unplace(from, host, name);
+        let change = self.registry().unplace(from, host, name);
         if !change.names.is_empty() {
             info!(endpoint = name, %host, changed = ?change.names, "{from}: endpoint gone");
             let changed: Vec<&str> = change.names.iter().map(String::as_str).collect();
@@ -225,10 +224,10 @@ impl Store for Parts {
     }
 
     fn policy(&self, from: SourceId, text: &str, file: &str) -> Result<()> {
-        let _one_at_a_time = lock(&self.policy_ops);
-        let (p, dangling) = self
-            .admission
-            .check_text(text, file, &self.registry.policy_refs())?;
+        let _one_at_a_time = self.policy_change();
+        let (p, dangling) =
+            self.admission()
+                .check_text(text, file, &self.registry().policy_refs())?;
         if !dangling.is_empty() {
             // Normal in a cluster (hosts come and go); a typo in a file.
             let names = dangling.join(", ");
@@ -237,12 +236,12 @@ impl Store for Parts {
                 SourceId::File => warn!("policy names endpoint(s) not known now, matching nothing until they are: {names}"),
             }
         }
-        let active = self.admission.active();
+        let active = self.admission().active();
         if active.is_some_and(|a| a.version_hash() == p.version_hash()) {
             return Ok(());
         }
         self.apply_policy(p)?;
-        if let Some(c) = &self.cluster {
+        if let Some(c) = self.cluster() {
             c.status_changed();
         }
         Ok(())
@@ -250,7 +249,7 @@ impl Store for Parts {
 
     fn mirrored_all(&self, all: masq_policy::netpol::Snapshot) {
         let (pods, policies) = (all.pods.len(), all.policies.len());
-        let applied = self.admission.mirrored_all(all, &self.registry);
+        let applied = self.admission().mirrored_all(all, self.registry());
         self.netpol_firewall("NetworkPolicy read again");
         let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy read again");
         info!(
@@ -263,7 +262,7 @@ impl Store for Parts {
 
     fn mirrored(&self, m: crate::admit::Mirrored) {
         let what = m.describe();
-        let applied = self.admission.mirrored(m, &self.registry);
+        let applied = self.admission().mirrored(m, self.registry());
         self.netpol_firewall(&format!("Kubernetes {what}"));
         let reset = self.reset_denied(&applied.to_reset, "NetworkPolicy change");
         if applied.to_reset.is_empty() {
@@ -279,18 +278,18 @@ impl Store for Parts {
     }
 
     fn local_endpoints(&self) -> Vec<crate::config::EndpointConfig> {
-        self.registry.configs()
+        self.registry().configs()
     }
 
     fn policy_version(&self) -> Option<String> {
-        self.admission
+        self.admission()
             .active()
             .map(|p| p.version_hash().to_string())
     }
 
     fn file_policy(&self) -> Option<(String, String)> {
-        self.admission.path.as_ref()?;
-        let p = self.admission.active()?;
+        self.admission().path.as_ref()?;
+        let p = self.admission().active()?;
         Some((p.text().to_string(), p.file().to_string()))
     }
 }

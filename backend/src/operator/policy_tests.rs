@@ -12,7 +12,7 @@ fn example() -> String {
 
 fn active_version(f: &FakeParts) -> Option<String> {
     f.parts
-        .admission
+        .admission()
         .active()
         .map(|p| p.version_hash().to_string())
 }
@@ -114,7 +114,7 @@ fn a_named_endpoint_is_matched_once_placed_and_not_once_gone() {
             remote: x,
             conn: Conn::Qp,
         };
-        f.parts.admission.decide(&ask, &f.parts.registry).is_ok()
+        f.parts.admission().decide(&ask, f.parts.registry()).is_ok()
     };
     assert!(!admitted(), "acme-x is not placed yet");
     let store: &dyn Store = &*f.parts;

@@ -70,7 +70,7 @@ impl FakeParts {
     /// host1's endpoint `name`.
     pub fn endpoint(&self, name: &str) -> Arc<Endpoint> {
         self.parts
-            .registry
+            .registry()
             .local_named(name)
             .unwrap_or_else(|| panic!("{name} is not served on host1"))
     }
@@ -85,7 +85,7 @@ impl FakeParts {
 
     /// The endpoints added at run time, as the runtime file has them.
     pub fn runtime_endpoints(&self) -> Vec<String> {
-        crate::endpoints::registry::RuntimeFile::load(&self.parts.cfg.runtime_endpoints_file())
+        crate::endpoints::registry::RuntimeFile::load(&self.parts.config().runtime_endpoints_file())
             .map(|f| f.endpoints.into_iter().map(|e| e.name).collect())
             .unwrap_or_default()
     }

@@ -4,7 +4,8 @@
 //! the CM link never see it whole: they take it through the narrow traits
 //! they define (`pipeline::ports`'s `Enforce`, `Rails`, `CmView`,
 //! `Audit`, `AhFiles`, `StepTimes` and `CmSteps`, `cm::CmHost`,
-//! `peer::link::PeerSink`), implemented here by handing out the one part
+//! `peer::link::PeerSink`), and so do the housekeeping threads
+//! (`watch::Housekeeping`), implemented here by handing out the one part
 //! each call needs; and the UD announcements between hosts, which need
 //! both the sessions and the CM. The operator's side (`operator/`) changes it through
 //! its methods; `daemon.rs` wires it and starts its threads.
@@ -31,22 +32,27 @@ use crate::run::Run;
 use crate::tenants::kernel::{Device, Rail};
 use crate::tenants::sessions::Sessions;
 use masq_proto::PeerBody;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{info, warn};
 
+/// Its fields are this module's, but for those that
+/// `operator/control_server.rs`, `operator/endpoints.rs` and
+/// `tenants/dispatch.rs` still reach into (`pub(crate)`, `pub(super)`):
+/// they are to take the parts through the accessors below, and the fields
+/// to become private (issue 55).
 pub struct Parts {
-    pub cfg: Config,
-    pub admission: Admission,
+    pub(crate) cfg: Config,
+    pub(crate) admission: Admission,
     /// The served rails: each one's device and the kernel's QP table.
-    pub rails: Vec<Rail>,
+    pub(crate) rails: Vec<Rail>,
     /// This host's endpoints and the VPC map.
-    pub registry: Registry,
+    pub(crate) registry: Registry,
     /// Held across an endpoint's addition or removal: one at a time.
     pub(crate) endpoint_ops: Mutex<()>,
     /// Held from resolving a policy against the endpoints to putting it in
@@ -54,27 +60,27 @@ pub struct Parts {
     /// one added here), the one resolved first must not land last and put
     /// back a policy that lacks the other's endpoint (resetting its
     /// connections).
-    pub(crate) policy_ops: Mutex<()>,
+    policy_ops: Mutex<()>,
     /// The live sessions: their views, connections and uverbs files.
-    pub sessions: Sessions,
+    pub(crate) sessions: Sessions,
     /// Started when, stopping or not.
-    pub run: Run,
+    pub(crate) run: Run,
     /// RDMA CM ids, listeners and connections of every endpoint.
-    pub cm: crate::cm::Cm,
+    pub(crate) cm: crate::cm::Cm,
     /// QPNs masqd answers for (what the audit does not flag).
-    pub admitted: crate::enforce::audit::Admitted,
+    admitted: crate::enforce::audit::Admitted,
     /// Events for the Prometheus endpoint (`metrics.rs`).
-    pub metrics: crate::metrics::Metrics,
+    pub(super) metrics: crate::metrics::Metrics,
     /// Cluster mode: the etcd store every host follows.
-    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The endpoints' rdma cgroup limits and rate limits.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Mutual TLS on the CM link (cluster mode with `cluster.tls`).
     link_tls: Mutex<Option<Arc<LinkTls>>>,
     /// NetworkPolicy's tcp/udp rules to render again (pods, labels,
     /// policies or a VNI's endpoints changed): the `netpol-firewall`
     /// thread does it once for a burst of changes.
-    pub(crate) netpol_firewall: crate::run::Coalesced,
+    netpol_firewall: crate::run::Coalesced,
 }
 
 impl Parts {
@@ -132,7 +138,90 @@ impl Parts {
             netpol_firewall: Default::default(),
         }
     }
+}
 
+/// The parts one by one, for the composition root (`daemon.rs`, which
+/// wires them and starts the threads) and for the operator (`operator/`,
+/// the layer above, whose `impl Parts` blocks add and remove endpoints and
+/// put policies in force). The layers below and the housekeeping threads
+/// take `Parts` through their own narrow traits instead (the module's doc
+/// lists them).
+impl Parts {
+    /// The configuration masqd started with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Started when, stopping or not, the loops' heartbeats.
+    pub fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// The served rails: each one's device and the kernel's QP table.
+    pub fn rails(&self) -> &[Rail] {
+        &self.rails
+    }
+
+    /// This host's endpoints and the VPC map.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The security groups in force, RConntrack's table, the backstop.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// The endpoints' rdma cgroup limits and rate limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The live sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// The RDMA CM's ids, listeners and connections.
+    pub fn cm(&self) -> &Cm {
+        &self.cm
+    }
+
+    /// The QPNs masqd answers for.
+    pub fn admitted(&self) -> &Admitted {
+        &self.admitted
+    }
+
+    /// Events for the Prometheus endpoint.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Cluster mode's etcd store.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Held across an endpoint's addition or removal (`endpoint_ops`):
+    /// one at a time.
+    pub fn endpoint_change(&self) -> MutexGuard<'_, ()> {
+        crate::run::lock(&self.endpoint_ops)
+    }
+
+    /// Held from resolving a policy against the endpoints to putting it
+    /// in force (`policy_ops`): one policy change at a time.
+    pub fn policy_change(&self) -> MutexGuard<'_, ()> {
+        crate::run::lock(&self.policy_ops)
+    }
+
+    /// The asks to render NetworkPolicy's tcp/udp rules again, which the
+    /// `netpol-firewall` thread takes.
+    pub fn netpol_firewall_asks(&self) -> &crate::run::Coalesced {
+        &self.netpol_firewall
+    }
+}
+
+impl Parts {
     /// The rail `ep`'s device is on.
     pub fn rail(&self, ep: &Endpoint) -> &Rail {
         self.rails.get(ep.rail).unwrap_or(&self.rails[0])
@@ -331,6 +420,40 @@ impl crate::cm::CmHost for Parts {
     }
     fn reannounce_ud(&self, host: std::net::Ipv4Addr) {
         reannounce(self, host);
+    }
+}
+
+impl crate::tenants::watch::Housekeeping for Parts {
+    fn run(&self) -> &Run {
+        &self.run
+    }
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    fn session_pids(&self) -> HashSet<i32> {
+        self.sessions
+            .with_views(|v| v.values().map(|s| s.pid).collect())
+    }
+    fn admitted(&self) -> &Admitted {
+        &self.admitted
+    }
+    fn cm_connected(&self, device: &str, qpn: u32) -> bool {
+        self.cm.role_of(device, qpn).is_some()
+    }
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+    fn backstop(&self) -> Option<&crate::enforce::backstop::Backstop> {
+        self.admission.backstop()
+    }
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    fn device_name(&self, ep: &Endpoint) -> &str {
+        &self.rail(ep).device.host.name
     }
 }
 

@@ -67,7 +67,7 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
         let conn = match listener.accept() {
             Ok(c) => c,
             Err(e) => {
-                if parts.run.is_stopping() || ep.is_removed() {
+                if parts.run().is_stopping() || ep.is_removed() {
                     return;
                 }
                 warn!(endpoint = %ep.cfg.name, "accept failed: {e}");
@@ -75,7 +75,7 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
                 continue;
             }
         };
-        if parts.run.is_stopping() || ep.is_removed() {
+        if parts.run().is_stopping() || ep.is_removed() {
             return;
         }
         let peer = match conn.peer() {
@@ -108,7 +108,7 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
             warn!(endpoint = %ep.cfg.name, pid, "refused connection: the connecting process exited before it was identified");
             continue;
         }
-        let id = parts.sessions.next_id();
+        let id = parts.sessions().next_id();
         let (parts, ep) = (parts.clone(), ep.clone());
         let spawned = thread::Builder::new()
             .name(format!("session-{id}"))
@@ -126,7 +126,7 @@ const REFUSE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 /// copy of it and its device: three descriptors), within `tenantLimits`:
 /// EMFILE past its sessions or past masqd's descriptor reserve.
 fn admit_session(parts: &Parts, ep: &Arc<Endpoint>, conn: &Conn) -> Result<Slot> {
-    let limits = parts.registry.limits();
+    let limits = parts.registry().limits();
     let slot = Slot::take(&ep.usage, What::Sessions, limits.sessions)?;
     fd_room(&ep.usage, conn.as_raw_fd(), 2, limits.fd_reserve)?;
     Ok(slot)
@@ -134,7 +134,7 @@ fn admit_session(parts: &Parts, ep: &Arc<Endpoint>, conn: &Conn) -> Result<Slot>
 
 /// Serve one app until it goes; its session `slot` is given back then.
 fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i32, _slot: Slot) {
-    parts.sessions.opened(
+    parts.sessions().opened(
         id,
         &conn,
         SessionView {
@@ -152,15 +152,15 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
     debug!("connected");
     let mut sess = Session::new(id, pid, ep.clone());
     dispatch::serve(&parts, &mut sess, &conn);
-    parts.sessions.closed(id);
-    parts.cm.session_gone(id);
+    parts.sessions().closed(id);
+    parts.cm().session_gone(id);
     parts
-        .admitted
-        .session_gone(id, 2 * parts.run.audit_interval());
-    for e in parts.admission.table().remove_session(id) {
+        .admitted()
+        .session_gone(id, 2 * parts.run().audit_interval());
+    for e in parts.admission().table().remove_session(id) {
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }
-    if let Some(b) = parts.admission.backstop() {
+    if let Some(b) = parts.admission().backstop() {
         let local = parts.rail(&sess.ep).underlay.ip;
         for qp in sess.qps.values().filter(|q| q.guarded) {
             if qp.qp_type == "UD" {

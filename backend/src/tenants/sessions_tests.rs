@@ -130,7 +130,7 @@ fn closing_an_endpoint_closes_its_sessions_only() {
 #[test]
 fn a_reset_untracks_what_it_cannot_reach() {
     let f = FakeParts::host1();
-    let s = &f.parts.sessions;
+    let s = f.parts.sessions();
     let entry = |session: u64, qp_type: rconntrack::QpType| rconntrack::Entry {
         session,
         qp_handle: 7,
@@ -149,12 +149,12 @@ fn a_reset_untracks_what_it_cannot_reach() {
         entry(3, rconntrack::QpType::Ud),
     ];
     for e in &entries {
-        f.parts.admission.table().upsert(e.clone()).expect("room");
+        f.parts.admission().table().upsert(e.clone()).expect("room");
     }
-    assert_eq!(f.parts.admission.table().len(), 3);
+    assert_eq!(f.parts.admission().table().len(), 3);
     s.register_fd(2, dev_null());
     s.register_fd(3, dev_null());
     let driver = crate::kernel::uverbs::RDMA_DRIVER_RXE;
-    assert_eq!(s.reset(&f.parts.admission, driver, &entries, "test"), 0);
-    assert_eq!(f.parts.admission.table().len(), 0);
+    assert_eq!(s.reset(f.parts.admission(), driver, &entries, "test"), 0);
+    assert_eq!(f.parts.admission().table().len(), 0);
 }

@@ -41,9 +41,9 @@ fn a_rounds_bypasses_are_counted_against_their_endpoints() {
         kill_pids: vec![],
         kill_endpoints: vec![],
     };
-    report(&f.parts, &plan, AuditAction::Log);
+    report(&*f.parts, &plan, AuditAction::Log);
     let bypasses = |name: &str| f.endpoint(name).audit_bypasses.load(Ordering::Relaxed);
     assert_eq!((bypasses("acme-a"), bypasses("globex-a")), (2, 1));
-    assert_eq!(f.parts.metrics.audit_unattributed.get(), 1);
+    assert_eq!(f.parts.metrics().audit_unattributed.get(), 1);
     assert_eq!(f.endpoint("acme-a").audit_kills.load(Ordering::Relaxed), 0);
 }
