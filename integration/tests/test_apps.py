@@ -145,6 +145,8 @@ def rstream_pair(tb, tool, port):
         with rdma_moved(tb, "host2", STACK_SIZE, STACK_COUNT):
             cli = tb.tenant_run("host1", "acme-a", *argv("-s", "10.0.0.2", "-p", str(port)),
                                 check=False)
+            # A client that failed says why here, not as no packets moved.
+            assert cli.returncode == 0, f"client exited {cli.returncode}:\n{cli.stdout}\n{cli.stderr}"
     except BaseException:
         srv.kill()
         finish(srv)
