@@ -24,8 +24,8 @@ pub fn control_loop(parts: Arc<Parts>, listener: UnixListener) {
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::warn!("control socket: {e}");
     }
-    let beat = parts.run.heartbeat("control", crate::run::STALL);
-    while !parts.run.is_stopping() {
+    let beat = parts.run().heartbeat("control", crate::run::STALL);
+    while !parts.run().is_stopping() {
         beat.beat();
         let mut pfd = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
         if !matches!(nix::poll::poll(&mut pfd, PollTimeout::from(1000u16)), Ok(n) if n > 0) {
@@ -34,7 +34,7 @@ pub fn control_loop(parts: Arc<Parts>, listener: UnixListener) {
         let Ok((stream, _)) = listener.accept() else {
             continue;
         };
-        if parts.run.is_stopping() {
+        if parts.run().is_stopping() {
             return;
         }
         let parts = parts.clone();
@@ -61,14 +61,14 @@ fn control_conn(parts: &Arc<Parts>, mut stream: std::os::unix::net::UnixStream) 
 }
 
 fn stream_events(parts: &Parts, mut stream: std::os::unix::net::UnixStream, f: rconntrack::Filter) {
-    let rx = parts.admission.table().subscribe(4096);
+    let rx = parts.admission().table().subscribe(4096);
     for ev in rx {
         if !f.matches(&ev.entry) {
             continue;
         }
         let mut line = json!({ "event": ev.to_string(), "data": ev }).to_string();
         line.push('\n');
-        if stream.write_all(line.as_bytes()).is_err() || parts.run.is_stopping() {
+        if stream.write_all(line.as_bytes()).is_err() || parts.run().is_stopping() {
             return;
         }
     }
@@ -76,7 +76,7 @@ fn stream_events(parts: &Parts, mut stream: std::os::unix::net::UnixStream, f: r
 
 /// The backstop's drop counters, or null when it is off.
 fn backstop_status(parts: &Parts) -> Value {
-    let Some(b) = parts.admission.backstop() else {
+    let Some(b) = parts.admission().backstop() else {
         return Value::Null;
     };
     match b.counters() {
@@ -118,35 +118,35 @@ fn answer(parts: &Arc<Parts>, req: &Request) -> Value {
             .unwrap_or_else(|e| json!({ "error": e })),
         Request::PolicyShow => policy_show(parts),
         Request::ConntrackList { filter } => match filter.compile() {
-            Ok(f) => conntrack_reply(parts.admission.table().list(&f).cloned().collect()),
+            Ok(f) => conntrack_reply(parts.admission().table().list(&f).cloned().collect()),
             Err(e) => json!({ "error": e }),
         },
         Request::ConntrackDelete { filter } => conntrack_delete(parts, filter),
         Request::ConntrackEvents { .. } => json!({ "error": "events are streamed" }),
-        Request::Cm => json!({ "ids": parts.cm.list() }),
-        Request::Vpc => json!({ "vpc": parts.registry.listing() }),
+        Request::Cm => json!({ "ids": parts.cm().list() }),
+        Request::Vpc => json!({ "vpc": parts.registry().listing() }),
         Request::Sessions => sessions(parts),
     }
 }
 
 /// `masqctl daemon show`: the host, its rails, counts, the backstop and etcd.
 fn status(parts: &Parts) -> Value {
-    let sessions = parts.sessions.with_views(|v| v.clone());
+    let sessions = parts.sessions().with_views(|v| v.clone());
     json!({
-        "host": parts.cfg.underlay.ip.to_string(),
+        "host": parts.config().underlay.ip.to_string(),
         "device": parts.first_device().name,
         "port": parts.first_device().port,
-        "rails": parts.rails.iter().map(|r| json!({
+        "rails": parts.rails().iter().map(|r| json!({
             "name": r.name, "device": r.device.host.name, "port": r.device.host.port,
             "netdev": r.underlay.netdev, "ip": r.underlay.ip,
         })).collect::<Vec<_>>(),
-        "endpoints": parts.registry.local().len(),
+        "endpoints": parts.registry().local().len(),
         "sessions": sessions.len(),
         "qps": sessions.values().map(|s| s.qps.len()).sum::<usize>(),
-        "uptime_s": parts.run.uptime().as_secs(),
+        "uptime_s": parts.run().uptime().as_secs(),
         "backstop": backstop_status(parts),
-        "cluster": parts.cluster.as_ref().map(|c| c.health()),
-        "certificate": parts.cluster.as_ref().and_then(|c| c.identity()).map(|id| json!({
+        "cluster": parts.cluster().map(|c| c.health()),
+        "certificate": parts.cluster().and_then(|c| c.identity()).map(|id| json!({
             "subject": id.subject,
             "not_after": id.not_after,
         })),
@@ -155,20 +155,20 @@ fn status(parts: &Parts) -> Value {
 
 /// `masqctl endpoint list`: every endpoint served here.
 fn endpoints(parts: &Parts) -> Value {
-    let sessions = parts.sessions.with_views(|v| v.clone());
+    let sessions = parts.sessions().with_views(|v| v.clone());
     let rates = parts
-        .limits
+        .limits()
         .rates
         .as_ref()
         .map(|r| r.stats())
         .unwrap_or_default();
     let adopted = parts
-        .admission
+        .admission()
         .backstop()
         .map(|b| b.adopted())
         .unwrap_or_default();
     let eps: Vec<Value> = parts
-        .registry
+        .registry()
         .local()
         .iter()
         .map(|ep| {
@@ -206,7 +206,7 @@ fn endpoint(
             .filter(|(_, id)| **id == crate::kernel::nft::nft_id(&ep.cfg.name))
             .map(|(p, _)| format!("/{p}")).collect::<Vec<_>>(),
         "rate": rates.get(&ep.cfg.name),
-        "rdma_current": parts.limits.rdma_cgroups
+        "rdma_current": parts.limits().rdma_cgroups
             .current(ep.cgroup_name(), &parts.rail(ep).device.host.name)
             .map(|(h, o)| json!({ "handles": h, "objects": o })),
         "sessions": n,
@@ -239,13 +239,13 @@ fn endpoint(
 /// names that are unknown; in cluster mode, what masqctl writes as the
 /// operator, and where.
 fn policy_check(parts: &Parts, file: &str, text: &str) -> Value {
-    let refs = parts.registry.policy_refs();
+    let refs = parts.registry().policy_refs();
     let checked = control::check_policy_size(file, text.len())
-        .and_then(|()| parts.admission.check_text(text, file, &refs));
+        .and_then(|()| parts.admission().check_text(text, file, &refs));
     match checked {
         Ok((p, unknown)) => {
             let mut v = json!({ "version": p.version_hash(), "unknown_endpoints": unknown });
-            if let Some(c) = &parts.cluster {
+            if let Some(c) = parts.cluster() {
                 // What masqctl writes as the operator, and where.
                 v["cluster"] = c.policy_target();
                 v["cluster"]["text"] = json!(p.text());
@@ -260,7 +260,7 @@ fn policy_check(parts: &Parts, file: &str, text: &str) -> Value {
 /// `masqctl policy show`: the policy in force, and each host's version in
 /// cluster mode.
 fn policy_show(parts: &Parts) -> Value {
-    let mut v = match parts.admission.active() {
+    let mut v = match parts.admission().active() {
         Some(p) => json!({
             "file": p.file(), "version": p.version_hash(),
             "on_rule_change": format!("{:?}", p.on_rule_change()).to_lowercase(),
@@ -269,7 +269,7 @@ fn policy_show(parts: &Parts) -> Value {
         None => json!({ "file": null, "version": null,
                         "on_rule_change": "none (no policy: all pairs in a VPC allowed)" }),
     };
-    if let Some(c) = &parts.cluster {
+    if let Some(c) = parts.cluster() {
         // The version in force on each host, as each reports it.
         v["hosts"] = c
             .policy_status()
@@ -282,10 +282,10 @@ fn policy_show(parts: &Parts) -> Value {
 fn conntrack_delete(parts: &Parts, filter: &CtFilter) -> Value {
     match filter.compile() {
         Ok(f) => {
-            let victims: Vec<_> = parts.admission.table().list(&f).cloned().collect();
+            let victims: Vec<_> = parts.admission().table().list(&f).cloned().collect();
             let driver_id = parts.first_device().driver_id;
             let why = "deleted by the operator";
-            json!({ "reset": parts.sessions.reset(&parts.admission, driver_id, &victims, why) })
+            json!({ "reset": parts.sessions().reset(parts.admission(), driver_id, &victims, why) })
         }
         Err(e) => json!({ "error": e }),
     }
@@ -293,7 +293,7 @@ fn conntrack_delete(parts: &Parts, filter: &CtFilter) -> Value {
 
 /// `masqctl session list`: every live session and its QPs.
 fn sessions(parts: &Parts) -> Value {
-    let sessions = parts.sessions.with_views(|v| v.clone());
+    let sessions = parts.sessions().with_views(|v| v.clone());
     let list: Vec<Value> = sessions
         .iter()
         .map(|(id, s)| {

@@ -54,7 +54,7 @@ pub fn refusal(parts: &Parts, ep: &Endpoint) -> Option<String> {
         return Some(why.clone());
     }
     let of = ep.cfg.device_of.as_deref()?;
-    let primary = parts.registry.local_named(of)?;
+    let primary = parts.registry().local_named(of)?;
     let why = primary.view_refused.as_ref()?;
     Some(format!("endpoint {of}: {why}"))
 }
@@ -97,10 +97,10 @@ fn listen(parts: &Arc<Parts>, ep: &Arc<Endpoint>) -> io::Result<()> {
 /// The CDI spec of `ep`'s apps' endpoint (`ep`'s, or the one it is a
 /// further device of), with the uverbs node of every device they have.
 fn write_cdi(parts: &Parts, ep: &Endpoint) -> io::Result<()> {
-    let Some(cdi) = &parts.cfg.cdi else {
+    let Some(cdi) = &parts.config().cdi else {
         return Ok(());
     };
-    let devices = parts.registry.devices_of(ep);
+    let devices = parts.registry().devices_of(ep);
     let Some(primary) = devices.iter().find(|d| d.cfg.device_of.is_none()) else {
         return Ok(());
     };
@@ -124,7 +124,7 @@ fn write_cdi(parts: &Parts, ep: &Endpoint) -> io::Result<()> {
 /// Stop accepting (the accept thread ends) and take the socket, the
 /// sysfs view and the CDI spec off the disk.
 fn unserve(parts: &Parts, ep: &Endpoint) {
-    if let Some(cdi) = &parts.cfg.cdi {
+    if let Some(cdi) = &parts.config().cdi {
         if ep.cfg.device_of.is_none() {
             crate::operator::cdi::remove(cdi, &ep.cfg.name);
         }
@@ -170,7 +170,7 @@ impl Drop for UndoAdd<'_> {
     fn drop(&mut self) {
         let name = &self.e.name;
         if self.backstop {
-            if let Some(b) = self.parts.admission.backstop() {
+            if let Some(b) = self.parts.admission().backstop() {
                 if let Err(err) = b.remove_endpoint(name) {
                     warn!(endpoint = %name, "backstop: cannot remove its chain: {err}");
                 }
@@ -202,7 +202,7 @@ impl Parts {
     /// checked, then give it its backstop chain, its tcp/udp table, its
     /// socket and sysfs view; on any failure, undo what was done.
     pub fn add_endpoint(self: &Arc<Self>, e: EndpointConfig) -> Result<Value> {
-        let _one_at_a_time = lock(&self.endpoint_ops);
+        let _one_at_a_time = self.endpoint_change();
         let (socket, others) = self.check_addable(&e)?;
         let mut undo = UndoAdd {
             parts: self,
@@ -211,41 +211,41 @@ impl Parts {
             backstop: false,
         };
         self.add_filters(&e, &mut undo)?;
-        let rail = self.registry.rail_index(e.rail.as_deref()).unwrap_or(0);
-        let host = &self.rails[rail].device.host;
+        let rail = self.registry().rail_index(e.rail.as_deref()).unwrap_or(0);
+        let host = &self.rails()[rail].device.host;
         let view = match &e.device_of {
             None => sysfs_view_for(&socket, &others, host)
                 .map_err(|why| Error::Failed(format!("endpoint {}: not served: {why}", e.name)))?,
             Some(of) => {
                 let viewed = self
-                    .registry
+                    .registry()
                     .local_named(of)
                     .is_some_and(|p| p.view.is_some());
                 further_view_for(&socket, viewed, host)
             }
         };
         let ep = Endpoint::new(e.clone(), socket, Origin::Command, view)
-            .on_rail(rail, self.registry.rail_label(rail));
+            .on_rail(rail, self.registry().rail_label(rail));
         let ep = Arc::new(ep);
-        self.registry.insert(ep.clone());
+        self.registry().insert(ep.clone());
         if let Err(err) = self
-            .limits
-            .sync_rates(&self.registry.configs())
+            .limits()
+            .sync_rates(&self.registry().configs())
             .map_err(|e| e.context("rate limits"))
             .and_then(|()| serve(self, &ep))
         {
-            self.registry.remove(&e.name);
+            self.registry().remove(&e.name);
             unserve(self, &ep);
-            if let Err(e) = self.limits.sync_rates(&self.registry.configs()) {
+            if let Err(e) = self.limits().sync_rates(&self.registry().configs()) {
                 warn!("rate limits: {e}");
             }
             return Err(err);
         }
         undo.done();
-        self.limits
+        self.limits()
             .apply_rdma_limits(&ep, &self.rail(&ep).device.host.name);
         self.endpoints_changed(&format!("endpoint {} added", e.name), &e.name);
-        if let Some(c) = &self.cluster {
+        if let Some(c) = self.cluster() {
             c.endpoint_up(e.clone());
         }
         Ok(json!({ "name": e.name, "socket": ep.socket }))
@@ -256,16 +256,16 @@ impl Parts {
     /// directory is no other endpoint's. Its socket, and the other
     /// endpoints'.
     fn check_addable(&self, e: &EndpointConfig) -> Result<(PathBuf, Vec<PathBuf>)> {
-        namespace_admitted(self.admission.active().as_deref(), e)?;
-        self.registry.check_new(e)?;
-        if e.max_rate_mbps.is_some() && self.limits.rates.is_none() {
+        namespace_admitted(self.admission().active().as_deref(), e)?;
+        self.registry().check_new(e)?;
+        if e.max_rate_mbps.is_some() && self.limits().rates.is_none() {
             return Err(Error::Invalid(
-                crate::enforce::ratelimit::needs_software_roce(&e.name, &self.cfg.device),
+                crate::enforce::ratelimit::needs_software_roce(&e.name, &self.config().device),
             ));
         }
-        let socket = self.registry.socket_of(e);
+        let socket = self.registry().socket_of(e);
         let others: Vec<_> = self
-            .registry
+            .registry()
             .local()
             .iter()
             .map(|o| o.socket.clone())
@@ -286,13 +286,13 @@ impl Parts {
     /// its backstop chain, each marked in `undo` once it is there.
     fn add_filters(&self, e: &EndpointConfig, undo: &mut UndoAdd) -> Result<()> {
         let one = std::slice::from_ref(e);
-        if let Some(p) = self.admission.active() {
+        if let Some(p) = self.admission().active() {
             let flows = self.netpol_flows(&p);
             crate::enforce::firewall::render(&p, one, &flows)
                 .and_then(|r| crate::enforce::firewall::load(&r))?;
         }
         undo.firewall = true;
-        if let Some(b) = self.admission.backstop() {
+        if let Some(b) = self.admission().backstop() {
             b.add_endpoint(e)
                 .map_err(|err| Error::Failed(format!("endpoint {}: backstop: {err}", e.name)))?;
         }
@@ -307,7 +307,7 @@ impl Parts {
     /// that CNI attachment's: a late DEL of a container whose name a new
     /// one has taken since leaves the new endpoint alone.
     pub fn remove_endpoint(&self, name: &str, owner: Option<&CniOwner>) -> Result<Value> {
-        let _one_at_a_time = lock(&self.endpoint_ops);
+        let _one_at_a_time = self.endpoint_change();
         if let Some(want) = owner {
             if let Some(why) = self.not_owned_by(name, want) {
                 info!(endpoint = name, container = %want.container_id, "endpoint kept: {why}");
@@ -315,7 +315,7 @@ impl Parts {
             }
         }
         if let Some(d) = self
-            .registry
+            .registry()
             .local()
             .iter()
             .find(|d| d.cfg.device_of.as_deref() == Some(name))
@@ -326,28 +326,28 @@ impl Parts {
             )));
         }
         let ep = self
-            .registry
+            .registry()
             .remove(name)
             .ok_or_else(|| Error::Failed(format!("no endpoint {name:?} on this host")))?;
         unserve(self, &ep);
         remove_socket_dir(&ep);
         let (sessions, qps_reset) = self
-            .sessions
+            .sessions()
             .close_endpoint(&ep.cfg.name, self.first_device().driver_id);
         // What its sessions tracked went with them; CM-made entries too.
         let filter = rconntrack::Filter::new()
             .vni(ep.cfg.vni)
             .src(rconntrack::Cidr::host(ep.cfg.vip));
-        let left: Vec<_> = self.admission.table().list(&filter).cloned().collect();
-        let untracked = self.sessions.reset(
-            &self.admission,
+        let left: Vec<_> = self.admission().table().list(&filter).cloned().collect();
+        let untracked = self.sessions().reset(
+            self.admission(),
             self.first_device().driver_id,
             &left,
             "endpoint deleted",
         );
         self.remove_filters_and_limits(&ep);
         self.endpoints_changed(&format!("endpoint {name} deleted"), name);
-        if let Some(c) = &self.cluster {
+        if let Some(c) = self.cluster() {
             c.endpoint_down(name);
         }
         info!(endpoint = name, sessions, qps_reset, "endpoint deleted");
@@ -357,7 +357,7 @@ impl Parts {
     /// Why endpoint `name` is not CNI attachment `want`'s, if it is not.
     fn not_owned_by(&self, name: &str, want: &CniOwner) -> Option<String> {
         let have = self
-            .registry
+            .registry()
             .local_named(name)
             .and_then(|e| e.cfg.cni.as_deref().cloned());
         if have.as_ref() == Some(want) {
@@ -368,7 +368,7 @@ impl Parts {
                 "it is container {}'s on network {}, not {}'s on {}",
                 o.container_id, o.network, want.container_id, want.network
             ),
-            None if self.registry.local_named(name).is_some() => {
+            None if self.registry().local_named(name).is_some() => {
                 "it is no CNI attachment's".to_string()
             }
             None => "no such endpoint on this host".to_string(),
@@ -379,7 +379,7 @@ impl Parts {
     /// rdma cgroup limits go.
     fn remove_filters_and_limits(&self, ep: &Endpoint) {
         let name = ep.cfg.name.as_str();
-        if let Some(b) = self.admission.backstop() {
+        if let Some(b) = self.admission().backstop() {
             if let Err(e) = b.remove_endpoint(name) {
                 warn!(endpoint = name, "backstop: cannot remove its chain: {e}");
             }
@@ -387,12 +387,12 @@ impl Parts {
         if let Err(e) = crate::enforce::firewall::remove(std::slice::from_ref(&ep.cfg)) {
             warn!(endpoint = name, "cannot remove its nftables table: {e}");
         }
-        if let Err(e) = self.limits.sync_rates(&self.registry.configs()) {
+        if let Err(e) = self.limits().sync_rates(&self.registry().configs()) {
             warn!(endpoint = name, "rate limits: {e}");
         }
         if ep.cfg.rdma_limits.is_some() {
             let device = &self.rail(ep).device.host.name;
-            if let Err(e) = self.limits.rdma_cgroups.clear(ep.cgroup_name(), device) {
+            if let Err(e) = self.limits().rdma_cgroups.clear(ep.cgroup_name(), device) {
                 warn!(endpoint = name, "cannot lift its rdma cgroup limits: {e}");
             }
         }
@@ -409,7 +409,7 @@ impl Parts {
     /// Write down the endpoints added at run time and the cgroups the
     /// backstop adopted (pods' and apps').
     pub(crate) fn store_runtime_file(&self, why: &str) {
-        let local = self.registry.local();
+        let local = self.registry().local();
         let pods: Vec<String> = local
             .iter()
             .filter_map(|e| lock(&e.pod_cgroup).clone())
@@ -421,7 +421,7 @@ impl Parts {
                 .map(|e| e.cfg.name.clone())
         };
         let app_cgroups = self
-            .admission
+            .admission()
             .backstop()
             .map(|b| b.adopted())
             .unwrap_or_default()
@@ -441,7 +441,7 @@ impl Parts {
                 .filter_map(|e| Some((e.cfg.name.clone(), lock(&e.pod_cgroup).clone()?)))
                 .collect(),
         };
-        let path = self.cfg.runtime_endpoints_file();
+        let path = self.config().runtime_endpoints_file();
         if let Err(e) = file.store(&path) {
             warn!(
                 "{why}: cannot write {}: a restart will not serve it as it is now: {e}",
@@ -457,13 +457,13 @@ impl Parts {
     /// whose QPs the audit watches) there is nothing to filter.
     pub fn adopt_pod(&self, sandbox: &str, pid: i32) -> Result<Value> {
         let eps: Vec<_> = self
-            .registry
+            .registry()
             .local()
             .into_iter()
             .filter(|ep| ep.cfg.cni.as_ref().map(|c| c.container_id.as_str()) == Some(sandbox))
             .collect();
         let names: Vec<&str> = eps.iter().map(|ep| ep.cfg.name.as_str()).collect();
-        let (Some(ep), Some(b)) = (eps.first(), self.admission.backstop()) else {
+        let (Some(ep), Some(b)) = (eps.first(), self.admission().backstop()) else {
             return Ok(json!({ "endpoints": names, "backstop": false }));
         };
         let name = &ep.cfg.name;

@@ -71,15 +71,15 @@ impl transport::Handler for SessionHandler<'_> {
     /// QPs this request touched are forgotten (as `publish` has seen them).
     fn finished(&mut self, op: u16, took: Duration) {
         let (parts, sess) = (self.parts, &mut *self.sess);
-        parts.metrics.request(op, took);
+        parts.metrics().request(op, took);
         parts
-            .sessions
+            .sessions()
             .publish(sess.id, &sess.app, sess.requests, &sess.qps, &sess.touched);
         sess.touched.clear();
     }
 
     fn stopping(&self) -> bool {
-        self.parts.run.is_stopping()
+        self.parts.run().is_stopping()
     }
 }
 
@@ -153,7 +153,7 @@ fn request(
         | Req::CmInitQpAttr(_)
         | Req::CmEstablish(_)
         | Req::CmRestoreChannel(_)
-        | Req::CmRestoreId(_) => cm_request(&parts.cm, parts, sess, body).map(|(reply, fd)| {
+        | Req::CmRestoreId(_) => cm_request(parts.cm(), parts, sess, body).map(|(reply, fd)| {
             *reply_fd = fd;
             reply
         }),
@@ -251,7 +251,7 @@ fn cm_request(
 }
 
 fn hello(parts: &Parts, sess: &mut Session, h: &proto::HelloReq) -> Result<proto::ReplyBody> {
-    if let Some(b) = parts.admission.backstop() {
+    if let Some(b) = parts.admission().backstop() {
         // The endpoint's cgroup may have appeared since the last look.
         b.refresh_cgroups();
         match crate::tenants::cgroups::adopt_app_cgroup(b, &sess.ep.cfg, sess.pid) {
@@ -268,7 +268,7 @@ fn hello(parts: &Parts, sess: &mut Session, h: &proto::HelloReq) -> Result<proto
     }
     // The app's devices are its endpoint's, one per rail; the session
     // serves the one it names, from here on.
-    let devices = parts.registry.devices_of(&sess.ep);
+    let devices = parts.registry().devices_of(&sess.ep);
     let index = usize::from(h.vdev);
     let ep = devices.get(index).cloned().ok_or_else(|| {
         refuse(
@@ -284,7 +284,7 @@ fn hello(parts: &Parts, sess: &mut Session, h: &proto::HelloReq) -> Result<proto
     sess.hello = true;
     if ep.cfg.name != sess.ep.cfg.name {
         info!(app = %sess.app, device = %ep.cfg.name, "session opened on {}", vdev_name(index));
-        parts.sessions.moved(sess.id, &ep.cfg.name);
+        parts.sessions().moved(sess.id, &ep.cfg.name);
         sess.ep = ep.clone();
     } else {
         info!(app = %sess.app, "session opened");
@@ -327,10 +327,10 @@ fn open_device(parts: &Parts, sess: &mut Session, fd: Option<OwnedFd>, extra: us
         ));
     }
     // Held as long as the session: within masqd's descriptor reserve.
-    let reserve = parts.registry.limits().fd_reserve;
+    let reserve = parts.registry().limits().fd_reserve;
     crate::endpoints::usage::fd_room(&sess.ep.usage, fd.as_raw_fd(), 0, reserve)?;
     let fd = Arc::new(fd);
-    parts.sessions.register_fd(sess.id, fd.clone());
+    parts.sessions().register_fd(sess.id, fd.clone());
     sess.uverbs = Some(fd);
     debug!("device opened");
     Ok(())

@@ -41,20 +41,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{info, warn};
 
-/// Its fields are this module's, but for those that
-/// `operator/control_server.rs`, `operator/endpoints.rs` and
-/// `tenants/dispatch.rs` still reach into (`pub(crate)`, `pub(super)`):
-/// they are to take the parts through the accessors below, and the fields
-/// to become private (issue 55).
+/// Its fields are this module's: the other modules take `Parts` through
+/// their traits or through the accessors below.
 pub struct Parts {
-    pub(crate) cfg: Config,
-    pub(crate) admission: Admission,
+    cfg: Config,
+    admission: Admission,
     /// The served rails: each one's device and the kernel's QP table.
-    pub(crate) rails: Vec<Rail>,
+    rails: Vec<Rail>,
     /// This host's endpoints and the VPC map.
-    pub(crate) registry: Registry,
+    registry: Registry,
     /// Held across an endpoint's addition or removal: one at a time.
-    pub(crate) endpoint_ops: Mutex<()>,
+    endpoint_ops: Mutex<()>,
     /// Held from resolving a policy against the endpoints to putting it in
     /// force: of two changes at once (an endpoint placed from the cluster,
     /// one added here), the one resolved first must not land last and put
@@ -62,19 +59,19 @@ pub struct Parts {
     /// connections).
     policy_ops: Mutex<()>,
     /// The live sessions: their views, connections and uverbs files.
-    pub(crate) sessions: Sessions,
+    sessions: Sessions,
     /// Started when, stopping or not.
-    pub(crate) run: Run,
+    run: Run,
     /// RDMA CM ids, listeners and connections of every endpoint.
-    pub(crate) cm: crate::cm::Cm,
+    cm: crate::cm::Cm,
     /// QPNs masqd answers for (what the audit does not flag).
     admitted: crate::enforce::audit::Admitted,
     /// Events for the Prometheus endpoint (`metrics.rs`).
-    pub(super) metrics: crate::metrics::Metrics,
+    metrics: crate::metrics::Metrics,
     /// Cluster mode: the etcd store every host follows.
-    pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
+    cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The endpoints' rdma cgroup limits and rate limits.
-    pub(crate) limits: Limits,
+    limits: Limits,
     /// Mutual TLS on the CM link (cluster mode with `cluster.tls`).
     link_tls: Mutex<Option<Arc<LinkTls>>>,
     /// NetworkPolicy's tcp/udp rules to render again (pods, labels,
