@@ -375,6 +375,22 @@ pub fn next_wait(interval: Duration) -> Duration {
     interval / 2 + (interval / 2).mul_f64(frac)
 }
 
+/// The most of one CPU the audit takes: a round that took `took` (a dump of
+/// every QP of the device and a few /proc reads) is followed by a wait of
+/// at least `took * 19`. rdma netlink tells of no QP made or moved, so no
+/// round can list only the changes; with tens of thousands of QPs a round
+/// costs enough that `audit.interval` alone would make the audit one of
+/// masqd's main costs. Past this bound the rounds come further apart than
+/// the interval (the backstop, not the audit, keeps such a QP's packets
+/// out meanwhile).
+pub const MAX_CPU_SHARE: f64 = 0.05;
+
+/// The wait before the next round after one that took `took`: `next_wait`,
+/// stretched to keep the audit within `MAX_CPU_SHARE`.
+pub fn paced_wait(interval: Duration, took: Duration) -> Duration {
+    next_wait(interval).max(took.mul_f64((1.0 - MAX_CPU_SHARE) / MAX_CPU_SHARE))
+}
+
 /// SIGKILL `pid` if it still runs in `endpoint`: a pidfd pins the process,
 /// so a pid reused since the listing is never hit.
 pub fn kill_process(pid: i32, endpoint: &str, ids: &EndpointIds) -> Result<()> {

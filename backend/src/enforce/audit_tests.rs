@@ -349,3 +349,19 @@ fn rounds_come_at_random_times_never_more_than_an_interval_apart() {
     let distinct: HashSet<Duration> = waits.iter().copied().collect();
     assert!(distinct.len() > 100, "not random: {distinct:?}");
 }
+
+#[test]
+fn a_costly_round_stretches_the_wait_to_keep_the_audit_within_its_cpu_share() {
+    let i = Duration::from_secs(1);
+    // A cheap round (a few QPs): the interval's random wait, as before.
+    for took in [Duration::ZERO, Duration::from_millis(5)] {
+        let w = paced_wait(i, took);
+        assert!(w >= i / 2 && w <= i, "{took:?}: {w:?}");
+    }
+    // A round of 200 ms (tens of thousands of QPs): 19 times as long a
+    // wait, whatever the interval says.
+    let took = Duration::from_millis(200);
+    let w = paced_wait(i, took);
+    assert_eq!(w, Duration::from_millis(3800));
+    assert!(took.as_secs_f64() / (took + w).as_secs_f64() <= MAX_CPU_SHARE + 1e-9);
+}

@@ -95,7 +95,8 @@ pub fn sysfs_view_loop(parts: &impl Housekeeping) {
 }
 
 /// The audit thread: one round per interval (a random wait of half to
-/// one interval, see `audit::next_wait`) until masqd stops.
+/// one interval, see `audit::next_wait`; longer after a costly round, see
+/// `audit::paced_wait`) until masqd stops.
 ///
 /// After a start, apps need the recovery grace (`backstop.
 /// recoveryGraceSeconds`) to resync their QPs; until it has passed, their
@@ -110,10 +111,21 @@ pub fn audit_loop(parts: &impl Housekeeping, mut nl: Vec<crate::kernel::rdma_nl:
     info!(?interval, ?action, "QP audit running");
     let mut seen = audit::Seen::default();
     let mut waiting = 0;
+    let mut took = Duration::ZERO;
+    // When a round was last said to stretch the wait (at most once a minute).
+    let mut told: Option<Instant> = None;
     let beat = parts.run().heartbeat("audit", interval + STALL);
     while !parts.run().is_stopping() {
-        beat.beat();
-        std::thread::sleep(audit::next_wait(interval));
+        let wait = audit::paced_wait(interval, took);
+        if wait > interval && told.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+            told = Some(Instant::now());
+            info!(
+                "audit: a round took {took:?}, so the next comes {wait:?} later, past the \
+                 {interval:?} interval, to keep the audit within {:.0}% of a CPU",
+                audit::MAX_CPU_SHARE * 100.0
+            );
+        }
+        sleep_beating(parts.run(), &beat, wait, interval);
         let started = Instant::now();
         let ids =
             crate::enforce::attribution::EndpointIds::read(&parts.registry().configs(), &parent);
@@ -141,7 +153,7 @@ pub fn audit_loop(parts: &impl Housekeeping, mut nl: Vec<crate::kernel::rdma_nl:
                 Err(e) => warn!("audit: cannot list the QPs of rail {rail}'s device: {e}"),
             }
         }
-        let took = started.elapsed();
+        took = started.elapsed();
         parts.metrics().audit_round.observe(took.as_secs_f64());
         debug!(
             qps = listed,
@@ -159,6 +171,20 @@ pub fn audit_loop(parts: &impl Housekeeping, mut nl: Vec<crate::kernel::rdma_nl:
         }
         report(parts, &p, action);
         act(parts, &p, &ids, &parent);
+    }
+}
+
+/// Sleep `wait`, beating at least once per `slice` (a wait stretched past
+/// the heartbeat's bound is no stall), and waking early when masqd stops.
+fn sleep_beating(run: &Run, beat: &crate::run::Heartbeat, wait: Duration, slice: Duration) {
+    let until = Instant::now() + wait;
+    loop {
+        beat.beat();
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || run.is_stopping() {
+            return;
+        }
+        std::thread::sleep(left.min(slice));
     }
 }
 

@@ -47,3 +47,32 @@ fn a_rounds_bypasses_are_counted_against_their_endpoints() {
     assert_eq!(f.parts.metrics().audit_unattributed.get(), 1);
     assert_eq!(f.endpoint("acme-a").audit_kills.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn a_wait_stretched_past_the_heartbeats_bound_is_no_stall_and_ends_when_masqd_stops() {
+    let run = std::sync::Arc::new(Run::new(Duration::from_millis(50)));
+    // The audit's bound: its interval plus a margin (STALL in masqd).
+    let beat = run.heartbeat("audit", Duration::from_millis(150));
+    let (r, checker) = (run.clone(), run.clone());
+    // A paced wait of 10 s, in slices of the 50 ms interval.
+    let sleeper = std::thread::spawn(move || {
+        let started = Instant::now();
+        sleep_beating(
+            &r,
+            &beat,
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+        );
+        started.elapsed()
+    });
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(checker.stalled().is_empty(), "{:?}", checker.stalled());
+    }
+    run.stop();
+    let slept = sleeper.join().expect("the sleeper ends");
+    assert!(
+        slept < Duration::from_secs(5),
+        "did not wake on stop: {slept:?}"
+    );
+}
