@@ -37,15 +37,14 @@ bind() {
     mount --make-rslave "$2"
 }
 
-# in_root ROOT CMD...: CMD chrooted in ROOT, in a mount namespace of its own
-# whose mounts are slaves of the host's: runc and crun pivot_root into a
-# container's root, which fails while the mount above the chroot (the
-# host's /) is shared.
-in_root() {
-    local root=$1
-    shift
-    unshare --mount --propagation slave chroot "$root" "$@"
-}
+# "${IN_ROOT[@]}" ROOT CMD...: CMD chrooted in ROOT, in a mount namespace of
+# its own whose mounts are slaves of the host's: runc and crun pivot_root
+# into a container's root, which fails while the mount above the chroot
+# (the host's /) is shared. (An array, not a function: setsid runs it too.)
+IN_ROOT=(unshare --mount --propagation slave chroot)
+
+# Whether dockerd in ROOT answers its socket.
+docker_answers() { chroot "$1" docker info >/dev/null 2>&1; }
 
 configure() {
     local root=$1
@@ -92,7 +91,7 @@ up() {
     # ROOT a mount of its own: dockerd remounts its chroot's / (to unpack
     # images), which fails on a directory that is no mountpoint.
     bind "$root" "$root"
-    mount -t proc proc "$root/proc" 2>/dev/null || mountpoint -q "$root/proc"
+    mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
     bind /sys "$root/sys"
     bind /dev "$root/dev"
     bind /run "$root/run"
@@ -105,15 +104,15 @@ up() {
         mountpoint -q "$root/$d" || mount -t tmpfs -o mode=700 tmpfs "$root/$d"
     done
     configure "$root"
-    if ! chroot "$root" docker info >/dev/null 2>&1; then
-        setsid unshare --mount --propagation slave chroot "$root" /usr/sbin/dockerd >"$DOCKERD_LOG" 2>&1 </dev/null &
+    if ! docker_answers "$root"; then
+        setsid "${IN_ROOT[@]}" "$root" /usr/sbin/dockerd >"$DOCKERD_LOG" 2>&1 </dev/null &
         local i
         for i in $(seq 240); do
-            chroot "$root" docker info >/dev/null 2>&1 && break
+            docker_answers "$root" && break
             kill -0 $! 2>/dev/null || { tail -20 "$DOCKERD_LOG" >&2; die "dockerd exited"; }
             sleep 0.5
         done
-        chroot "$root" docker info >/dev/null 2>&1 || { tail -20 "$DOCKERD_LOG" >&2; die "dockerd did not answer in 120 s"; }
+        docker_answers "$root" || { tail -20 "$DOCKERD_LOG" >&2; die "dockerd did not answer in 120 s"; }
     fi
     echo "$MASQ_HOST: $(chroot "$root" podman --version), $(chroot "$root" docker --version)"
 }
@@ -127,7 +126,6 @@ down() {
         kill "$pid" 2>/dev/null || true
         for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     fi
-    local d
     mountpoint -q "$root" && umount -R "$root"
     echo "$MASQ_HOST: engines down"
 }
@@ -138,7 +136,7 @@ case "${1:-}" in
     podman | docker)
         cli=$1 root=$(root_of "${2:-}")
         shift 2
-        in_root "$root" "$cli" "$@" ;;
+        "${IN_ROOT[@]}" "$root" "$cli" "$@" ;;
     image)
         [ $# -eq 3 ] || die "usage: image ROOT NAME"
         root=$(root_of "$2")

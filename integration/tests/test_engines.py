@@ -17,8 +17,10 @@ import subprocess
 
 import pytest
 
-from masq_testbed import finish, parse_bw, rdma_moved, wait_for
+from masq_testbed import finish, finish_pair, parse_bw, rdma_moved
 from test_cluster import cluster_running
+from test_containers import (CDI_DIR, ROOTFS, ctl, endpoint, eventually, run_testbed,
+                             wait_listening)
 
 pytestmark = pytest.mark.engines
 
@@ -26,7 +28,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(HERE, "configs", "containers")
 MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
-TESTBED = os.path.join(REPO, "integration", "testbed")
 ENGINES = os.path.join(REPO, "integration", "guest", "engines.sh")
 ENGINES_ROOT = os.path.join(REPO, "integration", "engines-root")
 HOSTS = ("host1", "host2")
@@ -45,7 +46,7 @@ def debian13_root():
 
 
 def engines_up(tb, host, root):
-    tb._run([TESTBED, "podman", "setup", host], True, 600)   # the tenant rootfs
+    run_testbed(tb, "podman", "setup", host)   # the tenant rootfs
     tb.run(host, os.path.join(REPO, "integration", "guest", "tenant.sh"), "vni", str(VNI))
     r = tb.run(host, ENGINES, "up", root, timeout=600, check=False)
     assert r.returncode == 0, (f"{host}: {r.stderr}(a root made after the guests booted is "
@@ -65,24 +66,9 @@ def engines(testbed):
                     engines_up(tb, host, root)
                 yield tb, root
         finally:
+            # dockerd stops its containers as it goes.
             for host in HOSTS:
-                tb.run(host, ENGINES, "docker", root, "rm", "-f", "ct-srv-net", "ct-srv",
-                       check=False)
                 tb.run(host, ENGINES, "down", root, check=False, timeout=120)
-
-
-def ctl(tb, host, *args):
-    return json.loads(tb.run(host, MASQCTL, "-o", "json", *args).stdout)
-
-
-def endpoint(tb, host, name):
-    return next((e for e in ctl(tb, host, "endpoint", "list")["endpoints"]
-                 if e["name"] == name), None)
-
-
-def eventually(what, cond, timeout=180):
-    """An engine under TCG takes 15-60 s to start a container."""
-    return wait_for(what, cond, timeout=timeout, interval=0.3)
 
 
 def vnic_and_endpoint(tb, host, name, vip):
@@ -106,15 +92,23 @@ def remove_endpoint(tb, host, name):
     tb.run(host, "ip", "netns", "del", name, check=False)
 
 
+def podman5_argv(root, name, *cmd):
+    """Podman 5's route: endpoint NAME's namespace joined by path, its CDI
+    device, the tenant rootfs."""
+    return [ENGINES, "podman", root, "run", "--rm", "--name", name, "--network",
+            f"ns:/run/netns/{name}", "--device", f"masq.io/endpoint={name}", "--rootfs",
+            ROOTFS, *cmd]
+
+
 BW = ["ib_write_bw", "-d", "vrdma0", "-x", "1", "-F", "-u", "18", "-s", "65536", "-n", "100",
       "-p", "18950"]
 
 
 def test_podman5_and_docker26_run_ib_write_bw_by_vip_and_obey_the_groups(engines):
     tb, root = engines
-    podman = lambda *a, **kw: tb.run("host1", ENGINES, "podman", root, *a, **kw)
     docker = lambda *a, **kw: tb.run("host2", ENGINES, "docker", root, *a, **kw)
-    assert podman("--version").stdout.startswith("podman version 5."), podman("--version")
+    podman_version = tb.run("host1", ENGINES, "podman", root, "--version").stdout
+    assert podman_version.startswith("podman version 5."), podman_version
     assert docker("--version").stdout.startswith("Docker version 26."), docker("--version")
     srv_vip, cli_vip, deny_vip = "10.0.0.35", "10.0.0.25", "10.0.0.26"
     try:
@@ -125,7 +119,7 @@ def test_podman5_and_docker26_run_ib_write_bw_by_vip_and_obey_the_groups(engines
         tb.run("host2", "sh", "-c", "mkdir -p /run/netns && touch /run/netns/ct-srv && "
                f"mount --bind /proc/{pid}/ns/net /run/netns/ct-srv")
         vnic_and_endpoint(tb, "host2", "ct-srv", srv_vip)
-        spec = json.loads(tb.run("host2", "cat", "/var/run/cdi/masq-endpoint-ct-srv.json").stdout)
+        spec = json.loads(tb.run("host2", "cat", f"{CDI_DIR}/masq-endpoint-ct-srv.json").stdout)
         assert spec["devices"][0]["name"] == "ct-srv", spec
         # Docker resolves the CDI device itself (its CDI feature on).
         srv = tb.spawn("host2", ENGINES, "docker", root, "run", "--rm", "--name", "ct-srv",
@@ -137,9 +131,7 @@ def test_podman5_and_docker26_run_ib_write_bw_by_vip_and_obey_the_groups(engines
             or (srv.poll() is not None and pytest.fail(f"ct-srv exited: {finish(srv)}")))
         cg = eventually("masqd adopts ct-srv's cgroup", lambda: next(
             (c for c in endpoint(tb, "host2", "ct-srv")["cgroups"] if cid in c), None))
-        eventually("ct-srv listens", lambda: tb.run(
-            "host2", "nsenter", "--net=/run/netns/ct-srv", "ss", "-Hltn", "sport = :18950",
-            check=False).stdout.strip())
+        wait_listening(tb, "host2", "/run/netns/ct-srv", 18950)
         # Podman 5 (host1): the namespace first, joined by path.
         tb.run("host1", "ip", "netns", "add", "ct-cli")
         vnic_and_endpoint(tb, "host1", "ct-cli", cli_vip)
@@ -148,18 +140,15 @@ def test_podman5_and_docker26_run_ib_write_bw_by_vip_and_obey_the_groups(engines
         # ct-deny is in no group: its QP to ct-srv is refused at RTR.
         tb.run("host1", "ip", "netns", "add", "ct-deny")
         vnic_and_endpoint(tb, "host1", "ct-deny", deny_vip)
-        r = podman("run", "--rm", "--name", "ct-deny", "--network", "ns:/run/netns/ct-deny",
-                   "--device", "masq.io/endpoint=ct-deny", "--rootfs", "/var/lib/masq-rootfs",
-                   "qp_probe", "vrdma0", "1", srv_vip, check=False, timeout=600)
+        r = tb.run("host1", *podman5_argv(root, "ct-deny", "qp_probe", "vrdma0", "1", srv_vip),
+                   check=False, timeout=600)
         assert r.returncode == 3 and "modify_qp_rtr: errno=13" in r.stdout, r
         with rdma_moved(tb, "host2", 65536, 100):
-            cli = podman("run", "--rm", "--name", "ct-cli", "--network", "ns:/run/netns/ct-cli",
-                         "--device", "masq.io/endpoint=ct-cli", "--rootfs", "/var/lib/masq-rootfs",
-                         *BW, srv_vip, check=False, timeout=600)
-        rc, out, err = finish(srv)
-        assert cli.returncode == 0, f"podman 5's client:\n{cli.stdout}\n{cli.stderr}"
-        assert rc == 0, f"docker's server:\n{out}\n{err}"
-        assert parse_bw(cli.stdout)["iterations"] == 100
+            cli = tb.run("host1", *podman5_argv(root, "ct-cli", *BW, srv_vip), check=False,
+                         timeout=600)
+        # Docker's server and Podman 5's client both succeeded.
+        out, cli_out = finish_pair(srv, cli)
+        assert parse_bw(cli_out)["iterations"] == 100
         assert parse_bw(out)["iterations"] == 100
         assert cg == f"/docker/{cid}", cg   # dockerd's cgroupfs driver
     finally:
