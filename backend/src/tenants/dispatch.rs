@@ -56,8 +56,14 @@ impl transport::Handler for SessionHandler<'_> {
 
     fn handle(&mut self, req: proto::Request, fds: Vec<OwnedFd>) -> transport::Answer {
         let mut fd = None;
-        let (reply, close) = handle(self.parts, self.sess, req, fds, &mut fd);
-        transport::Answer { reply, fd, close }
+        let reply = handle(self.parts, self.sess, req, fds, &mut fd);
+        // No request ends the session: the app closes it (or the transport
+        // does, on a message it cannot decode).
+        transport::Answer {
+            reply,
+            fd,
+            close: false,
+        }
     }
 
     fn refused(&mut self) {
@@ -88,15 +94,15 @@ pub fn serve(parts: &Parts, sess: &mut Session, conn: &Conn) {
     transport::serve(&mut SessionHandler { parts, sess }, conn);
 }
 
-/// Handle one decoded request; returns the encoded reply and whether the
-/// session must end. HELLO comes first, once; then `request`.
+/// Handle one decoded request; returns the encoded reply. HELLO comes
+/// first, once; then `request`.
 fn handle(
     parts: &Parts,
     sess: &mut Session,
     msg: proto::Request,
     fds: Vec<OwnedFd>,
     reply_fd: &mut Option<OwnedFd>,
-) -> (Vec<u8>, bool) {
+) -> Vec<u8> {
     let (op, id) = (msg.opcode(), msg.request_id());
     let result = match (&msg.body, sess.hello) {
         (proto::RequestBody::Hello(h), false) => hello(parts, sess, h),
@@ -104,11 +110,11 @@ fn handle(
         (body, true) => request(parts, sess, body, fds, reply_fd),
     };
     match result {
-        Ok(body) => (proto::encode_reply(id, &body), false),
+        Ok(body) => proto::encode_reply(id, &body),
         Err(r) => {
             sess.ep.refused_requests.fetch_add(1, Ordering::Relaxed);
             warn!(op, errno = r.errno(), "refused: {}", r.why());
-            (proto::encode_error(op, id, -r.errno()), false)
+            proto::encode_error(op, id, -r.errno())
         }
     }
 }

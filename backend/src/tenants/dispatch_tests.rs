@@ -89,14 +89,19 @@ fn fake_session(f: &FakeParts, hello: bool) -> Session {
     s
 }
 
-/// `handle`'s reply to `body`: the encoded reply, and whether the session
-/// must end.
+/// The session's answer to `body`: the encoded reply, and whether the
+/// session must end.
 fn reply(f: &FakeParts, sess: &mut Session, body: R, fds: Vec<OwnedFd>) -> (Vec<u8>, bool) {
     let msg = proto::Request {
         request_id: 7,
         body,
     };
-    handle(&f.parts, sess, msg, fds, &mut None)
+    let mut handler = SessionHandler {
+        parts: &f.parts,
+        sess,
+    };
+    let answer = transport::Handler::handle(&mut handler, msg, fds);
+    (answer.reply, answer.close)
 }
 
 fn dev_null() -> OwnedFd {
