@@ -652,14 +652,18 @@ pub fn moved(
             ),
         ));
     }
-    // The kernel's word through rdma netlink, never a command on the
-    // app's own uverbs file: the app does not wait for a posted notice,
-    // and its ibv_destroy_qp of the QP fails with EBUSY while a command of
-    // masqd's holds the QP there (a move to ERROR and a destroy right
-    // after it is common).
-    let (owner_checked, state) = match k.owner(m.qp_num, m.qp_type)? {
-        Verdict::Owned(q) => (true, q.state.min(IBV_QPS_ERR)),
-        Verdict::NoPortYet => (false, IBV_QPS_RESET),
+    let (owner_checked, state) = if rts_after_own_rtr(sess, m) {
+        (true, IBV_QPS_RTS)
+    } else {
+        // The kernel's word through rdma netlink, never a command on the
+        // app's own uverbs file: the app does not wait for a posted
+        // notice, and its ibv_destroy_qp of the QP fails with EBUSY while
+        // a command of masqd's holds the QP there (a move to ERROR and a
+        // destroy right after it is common).
+        match k.owner(m.qp_num, m.qp_type)? {
+            Verdict::Owned(q) => (true, q.state.min(IBV_QPS_ERR)),
+            Verdict::NoPortYet => (false, IBV_QPS_RESET),
+        }
     };
     if state != m.qp_state {
         debug!(
@@ -682,6 +686,21 @@ pub fn moved(
         h.ud_announce_early(&sess.ep, m.qp_num);
     }
     Ok(())
+}
+
+/// Whether notice `m` is the RTS that follows an RTR masqd ran itself on
+/// a QP whose QPN the kernel vouched for: then it is taken at its word,
+/// with no kernel query (one per connected QP saved). From RTR a QP goes
+/// to RTS, ERROR or RESET only, and the claim can only mark the tracked
+/// connection ESTABLISHED, which it already is for the backstop; a false
+/// one (the QP is in ERROR) keeps it tracked, as saying nothing would.
+/// A claim that would untrack (ERROR, RESET) is always asked of the kernel.
+fn rts_after_own_rtr(sess: &Session, m: &proto::QpMovedReq) -> bool {
+    m.qp_state == IBV_QPS_RTS
+        && m.qp_type != IBV_QPT_UD
+        && sess.qps.get(&m.qp_handle).is_some_and(|r| {
+            r.owner_checked && r.state == "RTR" && r.remote_vip.is_some() && r.qpn == m.qp_num
+        })
 }
 
 /// DESTROY_QP and QP_DESTROYED: the app destroyed the QP (the kernel

@@ -127,9 +127,38 @@ fn a_notice_never_runs_a_command_on_the_apps_own_file() {
     assert_eq!(k.queries.get(), 0, "no query on the app's file");
     assert_eq!(
         k.owner_lookups.get(),
-        3,
-        "rdma netlink answered each notice"
+        2,
+        "rdma netlink answered INIT's notice and ERROR's (RTS after masqd's own RTR is taken at its word)"
     );
+}
+
+#[test]
+fn only_the_rts_after_masqds_own_rtr_is_taken_at_its_word() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    // A claim that would untrack is always asked: the app says ERROR, the
+    // kernel says RTR, and the connection stays tracked.
+    let asked = k.owner_lookups.get();
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_ERR)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(k.owner_lookups.get(), asked + 1);
+    assert_eq!(tracked(&h).len(), 1, "a false ERROR hides nothing");
+    assert_eq!(sess.qps[&HANDLE].state, "RTR");
+    // The QP went to ERROR on the app's fd, yet the notice says RTS: taken
+    // at its word, the connection stays tracked, as it would had the app
+    // said nothing.
+    k.qp.borrow_mut().qp_state = IBV_QPS_ERR;
+    let asked = k.owner_lookups.get();
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(k.owner_lookups.get(), asked, "no kernel query");
+    assert_eq!(tracked(&h)[0].state, rconntrack::State::Established);
+    // A second RTS claim does not follow masqd's RTR: asked, and the
+    // kernel's ERROR untracks the connection.
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_RTS)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(k.owner_lookups.get(), asked + 1);
+    assert!(tracked(&h).is_empty());
+    assert_eq!(sess.qps[&HANDLE].state, "ERROR");
 }
 
 #[test]
