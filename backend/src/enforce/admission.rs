@@ -9,7 +9,7 @@ use crate::admit::{Ask, Denied, Mirrored, Pods};
 use crate::config::Config;
 use crate::enforce::netpol::{Ends, NetworkPolicies};
 use crate::error::{Error, Result};
-use crate::pipeline::ports::{Conntrack, Decide};
+use crate::pipeline::ports::{Conntrack, Decide, Removal};
 use masq_policy::{EndpointRef, OnRuleChange, Policy};
 use rconntrack::{Decision, Entry, LocalKey, QpKey, State, Table, TableFull, Upsert};
 use std::net::Ipv4Addr;
@@ -44,6 +44,7 @@ pub struct Admission {
 pub struct TableGuard<'a> {
     table: MutexGuard<'a, Table>,
     backstop: Option<&'a Backstop>,
+    removal: Removal,
 }
 
 impl Deref for TableGuard<'_> {
@@ -62,7 +63,7 @@ impl DerefMut for TableGuard<'_> {
 impl Drop for TableGuard<'_> {
     fn drop(&mut self) {
         if let Some(b) = self.backstop {
-            b.apply(&self.table.take_journal());
+            b.apply(&self.table.take_journal(), self.removal);
         }
     }
 }
@@ -96,7 +97,16 @@ impl Admission {
         TableGuard {
             table: self.table.lock().unwrap_or_else(|e| e.into_inner()),
             backstop: self.backstop.get(),
+            removal: Removal::Now,
         }
+    }
+
+    /// `table`, to remove the entries of QPs that are gone: their backstop
+    /// deletions may wait for others (`Removal::Gone`).
+    pub fn table_of_gone_qps(&self) -> TableGuard<'_> {
+        let mut t = self.table();
+        t.removal = Removal::Gone;
+        t
     }
 
     /// From now on every table change is mirrored into `b` (set once, at
@@ -360,6 +370,9 @@ impl Conntrack for Admission {
     }
     fn remove(&self, key: QpKey) -> Option<Entry> {
         self.table().remove(key)
+    }
+    fn forget(&self, key: QpKey) -> Option<Entry> {
+        self.table_of_gone_qps().remove(key)
     }
     fn tracks_local(&self, lk: LocalKey) -> bool {
         self.table().get_local(lk).is_some()

@@ -259,7 +259,7 @@ pub(crate) fn resync_ah(
 pub(crate) fn destroy_ah(h: &(impl Enforce + ?Sized), sess: &mut Session, d: &proto::DestroyAhReq) {
     if sess.ahs.remove(&d.ah_handle).is_some() {
         debug!(ah = d.ah_handle, "UD address handle destroyed");
-        h.conntrack().remove(rconntrack::QpKey {
+        h.conntrack().forget(rconntrack::QpKey {
             session: sess.id,
             qp_handle: d.ah_handle,
         });

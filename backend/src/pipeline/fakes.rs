@@ -15,7 +15,8 @@ use crate::kernel::ownership::Verdict;
 use crate::kernel::rdma_nl::QpInfo;
 use crate::kernel::uverbs;
 use crate::pipeline::ports::{
-    AhFiles, Audit, CmView, Conntrack, Decide, Enforce, Guard, QpKernel, Rails, StepTimes, Vouchers,
+    AhFiles, Audit, CmView, Conntrack, Decide, Enforce, Guard, QpKernel, Rails, Removal, StepTimes,
+    Vouchers,
 };
 use crate::pipeline::session::Session;
 use masq_proto as proto;
@@ -290,7 +291,7 @@ impl Guard for FakeGuard {
             .push(format!("qp_seen {local} . {qpn:#x}"));
         self.queue(true, format!("tenant_qps {local} . {qpn:#x}"));
     }
-    fn qp_gone(&self, local: Ipv4Addr, qpn: u32) {
+    fn qp_gone(&self, local: Ipv4Addr, qpn: u32, _when: Removal) {
         self.log
             .borrow_mut()
             .push(format!("qp_gone {local} . {qpn:#x}"));

@@ -29,9 +29,28 @@ pub(crate) fn connection_quota(ep: &Endpoint, limit: u32) -> u32 {
 /// QPs that may receive, and the wait until its nftables sets say so. A
 /// local QP is named by this host's underlay address on its rail
 /// (`Rails::underlay`) and its QPN: each device numbers its QPs alone.
+/// When a removal's backstop deletions must be in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// In the next transaction: a connection the policy or an operator
+    /// ended, an RTR the kernel refused, anything not `Gone`.
+    Now,
+    /// Within `BATCHED_DELETIONS_WAIT`, in one transaction with the other
+    /// deletions of that moment: the QP is gone (destroyed, or moved to
+    /// ERROR or RESET by its app), so its elements pass nothing it sends
+    /// or receives. A new QP of the same QPN that masqd moves to RTR
+    /// waits for every update queued before its own, these deletions
+    /// included (the queue runs in order), so it never inherits them.
+    Gone,
+}
+
+/// How long the deletions of gone QPs wait for others (`Removal::Gone`):
+/// a destroy each 300 us then costs one transaction per hundreds.
+pub const BATCHED_DELETIONS_WAIT: Duration = Duration::from_millis(100);
+
 pub trait Guard {
     fn qp_seen(&self, local: Ipv4Addr, qpn: u32);
-    fn qp_gone(&self, local: Ipv4Addr, qpn: u32);
+    fn qp_gone(&self, local: Ipv4Addr, qpn: u32, when: Removal);
     /// Whether the sets were applied within `timeout`.
     fn wait_applied(&self, timeout: Duration) -> bool;
     /// This host's UD QP `qpn` of an endpoint in `vni` can receive (`up`),
@@ -91,6 +110,9 @@ pub trait Conntrack {
     fn upsert_within(&self, e: Entry, max: usize) -> Result<Upsert, Option<usize>>;
     fn set_state(&self, key: QpKey, state: State) -> bool;
     fn remove(&self, key: QpKey) -> Option<Entry>;
+    /// `remove`, of a QP that is gone (`Removal::Gone`): its backstop
+    /// deletions may wait for others.
+    fn forget(&self, key: QpKey) -> Option<Entry>;
     /// Whether a QP with this local key is tracked.
     fn tracks_local(&self, lk: LocalKey) -> bool;
     /// Mark the tracked QP with this local key as connected by the CM, on

@@ -29,7 +29,8 @@ use crate::kernel::ibv::{
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::{connection_quota, Guard, Held, QpHost, QpKernel, BACKSTOP_WAIT};
+use crate::pipeline::ports::BACKSTOP_WAIT;
+use crate::pipeline::ports::{connection_quota, Guard, Held, QpHost, QpKernel, Removal};
 use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
@@ -474,7 +475,7 @@ fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
     let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
     if let (true, Some(b)) = (guard, backstop) {
         let ud = m.qp_type == IBV_QPT_UD;
-        guard_qp(b, h.underlay(&sess.ep), sess.ep.cfg.vni, m.qp_num, ud, true);
+        guard_qp(b, h.underlay(&sess.ep), sess.ep.cfg.vni, m.qp_num, ud, None);
     }
     let before = entry
         .as_ref()
@@ -520,30 +521,28 @@ fn undo(
     }
     if let (true, Some(b)) = (guard, h.guard()) {
         let ud = m.qp_type == IBV_QPT_UD;
-        guard_qp(
-            b,
-            h.underlay(&sess.ep),
-            sess.ep.cfg.vni,
-            m.qp_num,
-            ud,
-            false,
-        );
+        let local = h.underlay(&sess.ep);
+        guard_qp(b, local, sess.ep.cfg.vni, m.qp_num, ud, Some(Removal::Now));
     }
 }
 
-/// The backstop's elements of a local QP that can receive (`up`): its
-/// QPN, and a UD QP's in its VNI's sets; or taken out again.
-fn guard_qp(b: &dyn Guard, local: Ipv4Addr, vni: u32, qpn: u32, ud: bool, up: bool) {
-    if up {
-        b.qp_seen(local, qpn);
-        if ud {
-            b.ud_local(local, vni, qpn, true);
+/// The backstop's elements of a local QP that can receive: its QPN, and a
+/// UD QP's in its VNI's sets; or taken out again, `Some(when)` (`Gone`
+/// once the QP is destroyed).
+fn guard_qp(b: &dyn Guard, local: Ipv4Addr, vni: u32, qpn: u32, ud: bool, out: Option<Removal>) {
+    match out {
+        None => {
+            b.qp_seen(local, qpn);
+            if ud {
+                b.ud_local(local, vni, qpn, true);
+            }
         }
-    } else {
-        if ud {
-            b.ud_local(local, vni, qpn, false);
+        Some(when) => {
+            if ud {
+                b.ud_local(local, vni, qpn, false);
+            }
+            b.qp_gone(local, qpn, when);
         }
-        b.qp_gone(local, qpn);
     }
 }
 
@@ -610,7 +609,7 @@ fn record_state(h: &dyn QpHost, sess: &mut Session, key: rconntrack::QpKey, stat
             h.conntrack().set_state(key, rconntrack::State::Established);
         }
         IBV_QPS_RESET | IBV_QPS_ERR => {
-            h.conntrack().remove(key);
+            h.conntrack().forget(key);
             if let Some(rec) = sess.qps.get_mut(&key.qp_handle) {
                 rec.remote_vip = None;
                 rec.remote_qpn = None;
@@ -714,11 +713,11 @@ pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
         h.vouchers().forget(sess.ep.rail, qp.qpn, sess.id);
         if let (true, Some(b)) = (qp.guarded, h.guard()) {
             let (local, ud) = (h.underlay(&sess.ep), qp.qp_type == "UD");
-            guard_qp(b, local, sess.ep.cfg.vni, qp.qpn, ud, false);
+            guard_qp(b, local, sess.ep.cfg.vni, qp.qpn, ud, Some(Removal::Gone));
         }
         sess.touched.push(qp_handle);
     }
-    h.conntrack().remove(key(sess, qp_handle));
+    h.conntrack().forget(key(sess, qp_handle));
 }
 
 #[cfg(test)]

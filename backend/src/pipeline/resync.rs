@@ -10,7 +10,7 @@ use crate::kernel::ibv::{
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::{QpHost, QpKernel};
+use crate::pipeline::ports::{QpHost, QpKernel, Removal};
 use crate::pipeline::qp::{ask, local_entry, new_record};
 use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
@@ -149,7 +149,7 @@ fn not_tracked_yet(
     }
     if guarded {
         if let Some(b) = h.guard() {
-            b.qp_gone(h.underlay(&sess.ep), r.qp_num);
+            b.qp_gone(h.underlay(&sess.ep), r.qp_num, Removal::Now);
         }
     }
     Err(refuse(

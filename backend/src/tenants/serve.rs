@@ -5,6 +5,7 @@
 use crate::endpoints::endpoint::Endpoint;
 use crate::endpoints::usage::{fd_room, Slot, What};
 use crate::error::Result;
+use crate::pipeline::ports::Removal;
 use crate::pipeline::session::Session;
 use crate::run::now_secs;
 use crate::tenants::cgroups::same_netns;
@@ -157,7 +158,7 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
     parts
         .admitted()
         .session_gone(id, 2 * parts.run().audit_interval());
-    for e in parts.admission().table().remove_session(id) {
+    for e in parts.admission().table_of_gone_qps().remove_session(id) {
         debug!(qpn = e.local_qpn, "connection untracked: app gone");
     }
     if let Some(b) = parts.admission().backstop() {
@@ -166,7 +167,7 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
             if qp.qp_type == "UD" {
                 b.ud_local(local, sess.ep.cfg.vni, qp.qpn, false);
             }
-            b.qp_gone(local, qp.qpn);
+            b.qp_gone(local, qp.qpn, Removal::Gone);
         }
     }
     for qp in sess

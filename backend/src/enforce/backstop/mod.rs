@@ -192,6 +192,20 @@ struct Queue {
     /// Threads that will run the queue themselves (`hold`): while there
     /// are any, the updater thread is not woken.
     holders: usize,
+    /// Whether an update that must not wait is queued (any but the
+    /// deletions of gone QPs, `Removal::Gone`).
+    urgent: bool,
+    /// When the first queued deletion of a gone QP was queued.
+    gone_since: Option<std::time::Instant>,
+}
+
+impl Queue {
+    /// Everything queued, and the number of the last update.
+    fn take(&mut self) -> (Vec<Vec<Change>>, u64) {
+        self.urgent = false;
+        self.gone_since = None;
+        (std::mem::take(&mut self.cmds), self.last)
+    }
 }
 
 /// Whether the backstop applies to this device: on by default for software

@@ -5,6 +5,7 @@
 use super::Backstop;
 use crate::config::Config;
 use crate::kernel::nft_set::{in_new_netns, listed};
+use crate::pipeline::ports::{Removal, BATCHED_DELETIONS_WAIT};
 use rconntrack::{Entry, Event, EventKind, QpType, State};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -92,7 +93,7 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
 
         let conn = rc(0x12_3456, 0xab_cdef, State::Admitted);
-        b.apply(&[ev(EventKind::New, conn.clone())]);
+        b.apply(&[ev(EventKind::New, conn.clone())], Removal::Now);
         flush(&b);
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
         assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
@@ -105,7 +106,7 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
             state: State::Established,
             ..rc(0, 0, State::Established)
         };
-        b.apply(&[ev(EventKind::New, ah.clone())]);
+        b.apply(&[ev(EventKind::New, ah.clone())], Removal::Now);
         flush(&b);
         assert_eq!(set("udqp_100"), ["198.18.0.1 . 66051"]);
         assert_eq!(set("ud_qps"), ["198.18.0.1 . 66051"]);
@@ -117,14 +118,17 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
             state: State::ResetByPolicy,
             ..conn.clone()
         };
-        b.apply(&[ev(EventKind::Update, reset)]);
+        b.apply(&[ev(EventKind::Update, reset)], Removal::Now);
         flush(&b);
         assert!(set("eg_acme_a").is_empty());
         assert!(set("conn_to").is_empty());
         assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
 
-        b.apply(&[ev(EventKind::Destroy, conn), ev(EventKind::Destroy, ah)]);
-        b.qp_gone(LOCAL, 0x12_3456);
+        b.apply(
+            &[ev(EventKind::Destroy, conn), ev(EventKind::Destroy, ah)],
+            Removal::Now,
+        );
+        b.qp_gone(LOCAL, 0x12_3456, Removal::Now);
         b.ud_local(LOCAL, 100, 0x01_0203, false);
         b.ud_remote(PEER, 0x0a_0b0c, 100, false);
         flush(&b);
@@ -148,9 +152,12 @@ fn an_update_that_fails_costs_only_itself_not_the_updates_batched_with_it() {
             "delete element inet {TABLE} tenant_qps {{ 198.18.0.1 . 1 }}"
         ))
         .expect("deleted by hand");
-        b.qp_gone(LOCAL, 1);
+        b.qp_gone(LOCAL, 1, Removal::Now);
         b.qp_seen(LOCAL, 3);
-        b.apply(&[ev(EventKind::New, rc(2, 7, State::Admitted))]);
+        b.apply(
+            &[ev(EventKind::New, rc(2, 7, State::Admitted))],
+            Removal::Now,
+        );
         flush(&b);
         assert_eq!(set("tenant_qps"), ["198.18.0.1 . 2", "198.18.0.1 . 3"]);
         assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 2"]);
@@ -163,10 +170,13 @@ fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
     in_new_netns(|| {
         let (b, _p) = start("reconcile");
         b.qp_seen(LOCAL, 0x12_3456);
-        b.apply(&[ev(
-            EventKind::New,
-            rc(0x12_3456, 0xab_cdef, State::Admitted),
-        )]);
+        b.apply(
+            &[ev(
+                EventKind::New,
+                rc(0x12_3456, 0xab_cdef, State::Admitted),
+            )],
+            Removal::Now,
+        );
         flush(&b);
         // An element nobody re-registered, as after a restart.
         nft(&format!(
@@ -204,10 +214,13 @@ fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
         b.qp_seen(rail1, 0x11);
         b.ud_local(LOCAL, 100, 0x12, true);
         b.ud_local(rail1, 101, 0x12, true);
-        b.apply(&[
-            ev(EventKind::New, on_rxe0.clone()),
-            ev(EventKind::New, on_rxe1),
-        ]);
+        b.apply(
+            &[
+                ev(EventKind::New, on_rxe0.clone()),
+                ev(EventKind::New, on_rxe1),
+            ],
+            Removal::Now,
+        );
         flush(&b);
         assert_eq!(
             set("conn_to"),
@@ -224,8 +237,8 @@ fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
         assert_eq!(set("eg_a"), ["198.18.0.2 . 34"]);
 
         // rxe0's QP goes; rxe1's keeps all of its elements.
-        b.apply(&[ev(EventKind::Destroy, on_rxe0)]);
-        b.qp_gone(LOCAL, 0x11);
+        b.apply(&[ev(EventKind::Destroy, on_rxe0)], Removal::Now);
+        b.qp_gone(LOCAL, 0x11, Removal::Now);
         b.ud_local(LOCAL, 100, 0x12, false);
         flush(&b);
         let left = || {
@@ -277,7 +290,10 @@ fn a_peer_admitted_to_one_devices_qp_cannot_reach_the_same_qpn_on_another() {
         let rail1 = Ipv4Addr::new(203, 0, 113, 1);
         b.qp_seen(LOCAL, 0x11);
         b.qp_seen(rail1, 0x11);
-        b.apply(&[ev(EventKind::New, rc(0x11, 0x22, State::Admitted))]);
+        b.apply(
+            &[ev(EventKind::New, rc(0x11, 0x22, State::Admitted))],
+            Removal::Now,
+        );
         flush(&b);
         send_roce(PEER, LOCAL, 0x11);
         send_roce(PEER, rail1, 0x11);
@@ -373,10 +389,13 @@ fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
         // No updater thread runs here: only the waiting thread can apply.
         b.hold();
         b.qp_seen(LOCAL, 0x12_3456);
-        b.apply(&[ev(
-            EventKind::New,
-            rc(0x12_3456, 0xab_cdef, State::Admitted),
-        )]);
+        b.apply(
+            &[ev(
+                EventKind::New,
+                rc(0x12_3456, 0xab_cdef, State::Admitted),
+            )],
+            Removal::Now,
+        );
         let t = std::time::Instant::now();
         assert!(b.wait_applied(Duration::from_secs(5)), "applied");
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
@@ -386,6 +405,67 @@ fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
         // Nothing queued: the wait is over at once.
         assert!(b.wait_applied(Duration::ZERO));
+    })
+}
+
+#[test]
+fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_qpn() {
+    in_new_netns(|| {
+        let (b, _p) = start("gone");
+        let conn = rc(0x31, 0x41, State::Admitted);
+        b.qp_seen(LOCAL, 0x31);
+        b.apply(&[ev(EventKind::New, conn.clone())], Removal::Now);
+        flush(&b);
+        // Destroyed: the updater waits for company, then deletes.
+        let gone = |b: &Backstop, e: &Entry| {
+            b.apply(&[ev(EventKind::Destroy, e.clone())], Removal::Gone);
+            b.qp_gone(LOCAL, e.local_qpn, Removal::Gone);
+        };
+        let t = std::time::Instant::now();
+        gone(&b, &conn);
+        b.flush_updates(Duration::from_secs(5));
+        assert!(t.elapsed() >= BATCHED_DELETIONS_WAIT, "{:?}", t.elapsed());
+        assert!(set("tenant_qps").is_empty());
+        assert!(set("conn_to").is_empty());
+        assert!(set("eg_acme_a").is_empty());
+
+        // Its QPN comes back at once, for a QP masqd moves to RTR towards
+        // the same peer: same elements, so deletions run after the new
+        // additions would take them out. The admission runs the queue in
+        // order, the old deletions first.
+        b.qp_seen(LOCAL, 0x31);
+        b.apply(&[ev(EventKind::New, conn.clone())], Removal::Now);
+        flush(&b);
+        gone(&b, &conn);
+        b.hold();
+        b.qp_seen(LOCAL, 0x31);
+        b.apply(
+            &[ev(EventKind::New, rc(0x31, 0x41, State::Admitted))],
+            Removal::Now,
+        );
+        assert!(b.wait_applied(Duration::from_secs(5)));
+        b.release();
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 49"]);
+        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 49"]);
+        assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 65"]);
+
+        // A policy's reset queued behind a gone QP's deletions does not
+        // wait with them: both are in at once.
+        let other = rc(0x32, 0x42, State::Admitted);
+        b.apply(&[ev(EventKind::New, other.clone())], Removal::Now);
+        flush(&b);
+        gone(&b, &conn);
+        let reset = Entry {
+            state: State::ResetByPolicy,
+            ..other
+        };
+        let t = std::time::Instant::now();
+        b.apply(&[ev(EventKind::Update, reset)], Removal::Now);
+        b.flush_updates(Duration::from_secs(5));
+        assert!(t.elapsed() < BATCHED_DELETIONS_WAIT, "{:?}", t.elapsed());
+        assert!(set("conn_to").is_empty());
+        assert!(set("eg_acme_a").is_empty());
+        assert!(set("tenant_qps").is_empty());
     })
 }
 
@@ -408,13 +488,16 @@ fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
                             let qpn = t << 16 | i;
                             b.hold();
                             b.qp_seen(LOCAL, qpn);
-                            b.apply(&[ev(EventKind::New, rc(qpn, qpn + 1, State::Admitted))]);
+                            b.apply(
+                                &[ev(EventKind::New, rc(qpn, qpn + 1, State::Admitted))],
+                                Removal::Now,
+                            );
                             assert!(b.wait_applied(Duration::from_secs(5)), "{qpn:#x}");
                             b.release();
                             // A deletion nobody waits for, too.
                             if i % 5 == 0 {
                                 b.qp_seen(LOCAL, qpn | 0x8000);
-                                b.qp_gone(LOCAL, qpn | 0x8000);
+                                b.qp_gone(LOCAL, qpn | 0x8000, Removal::Now);
                             }
                         }
                     })
@@ -486,7 +569,10 @@ fn one_element_costs() {
                 let t = std::time::Instant::now();
                 b.hold();
                 b.qp_seen(LOCAL, q);
-                b.apply(&[ev(EventKind::New, rc(q, q, State::Admitted))]);
+                b.apply(
+                    &[ev(EventKind::New, rc(q, q, State::Admitted))],
+                    Removal::Now,
+                );
                 assert!(b.wait_applied(Duration::from_secs(5)));
                 b.release();
                 admission.push(t.elapsed());

@@ -10,7 +10,7 @@ use super::rules::{
 use super::{Backstop, CONN_TO, TABLE, TENANT_QPS, UD_QPS};
 use crate::error::{Error, Result};
 use crate::kernel::nft_set::Change;
-use crate::pipeline::ports::Guard;
+use crate::pipeline::ports::{Guard, Removal, BATCHED_DELETIONS_WAIT};
 use rconntrack::{Event, EventKind, QpType, State};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -21,8 +21,9 @@ use tracing::{debug, info, warn};
 impl Backstop {
     /// Mirror table events into the sets. An entry passes while it is
     /// ADMITTED or ESTABLISHED; RESET_BY_POLICY cuts it at once, before
-    /// masqd even moves the QP to ERROR.
-    pub fn apply(&self, events: &[Event]) {
+    /// masqd even moves the QP to ERROR. `when` says how soon deletions
+    /// must be in force (see `Removal`).
+    pub fn apply(&self, events: &[Event], when: Removal) {
         if events.is_empty() {
             return;
         }
@@ -71,7 +72,7 @@ impl Backstop {
                 el.live.insert(e.key(), (ep, eg, ing));
             }
         }
-        self.submit(cmd);
+        self.submit(cmd, when);
     }
 
     /// A tenant QP masqd has seen (its move to RTR), on the rail of this
@@ -79,7 +80,7 @@ impl Backstop {
     pub fn qp_seen(&self, local: Ipv4Addr, qpn: u32) {
         let mut el = self.lock();
         if bump(&mut el.tenant_qps, (local, qpn)) {
-            self.submit(vec![Change::Add(tenant_qp((local, qpn)))]);
+            self.submit(vec![Change::Add(tenant_qp((local, qpn)))], Removal::Now);
         }
     }
 
@@ -108,7 +109,7 @@ impl Backstop {
         if up {
             cmd.extend(ud_local_qp(vni, qp).map(Change::Add));
         }
-        self.submit(cmd);
+        self.submit(cmd, Removal::Now);
     }
 
     /// Host `host`'s masqd announced its UD QP `qpn` in `vni` (or its
@@ -133,14 +134,14 @@ impl Backstop {
             el.ud_remote.insert((host, qpn), vni);
             cmd.push(Change::Add(ud_from(host, qpn, vni)));
         }
-        self.submit(cmd);
+        self.submit(cmd, Removal::Now);
     }
 
-    /// The QP is destroyed (or its session ended).
-    pub fn qp_gone(&self, local: Ipv4Addr, qpn: u32) {
+    /// The QP is destroyed (or its session ended), or its RTR failed.
+    pub fn qp_gone(&self, local: Ipv4Addr, qpn: u32, when: Removal) {
         let mut el = self.lock();
         if drop_ref(&mut el.tenant_qps, (local, qpn)) {
-            self.submit(vec![Change::Delete(tenant_qp((local, qpn)))]);
+            self.submit(vec![Change::Delete(tenant_qp((local, qpn)))], when);
         }
     }
 
@@ -152,17 +153,26 @@ impl Backstop {
     /// with a retry error). Others are run by `flush_updates` in a thread
     /// of their own, woken here unless a holder will run them; a removed
     /// one passes a moment longer (its QP is already in ERROR for apps
-    /// that use libmasq).
-    fn submit(&self, cmd: Vec<Change>) {
+    /// that use libmasq). Deletions of gone QPs (`Removal::Gone`, only
+    /// deletions) wait up to `BATCHED_DELETIONS_WAIT` for company: the
+    /// updater is woken by the first of them, and waits out the rest
+    /// unless something else is queued.
+    fn submit(&self, cmd: Vec<Change>, when: Removal) {
         if cmd.is_empty() {
             return;
         }
+        let gone = when == Removal::Gone && cmd.iter().all(|c| matches!(c, Change::Delete(_)));
         let mut q = lock(&self.pending);
         q.cmds.push(cmd);
         q.last += 1;
-        let held = q.holders > 0;
+        if gone {
+            q.gone_since.get_or_insert_with(Instant::now);
+        } else {
+            q.urgent = true;
+        }
+        let wake = q.holders == 0 && (!gone || q.cmds.len() == 1);
         drop(q);
-        if !held {
+        if wake {
             self.wake.notify_one();
         }
     }
@@ -242,10 +252,7 @@ impl Backstop {
     /// Every queued update, run in one transaction (or one by one if that
     /// fails); the caller holds `sending`.
     pub(super) fn run_queue(&self, _sending: &Sending<'_>) {
-        let (cmds, upto) = {
-            let mut q = lock(&self.pending);
-            (std::mem::take(&mut q.cmds), q.last)
-        };
+        let (cmds, upto) = lock(&self.pending).take();
         if cmds.is_empty() {
             return;
         }
@@ -268,17 +275,36 @@ impl Backstop {
     /// re-took it at once every round and starved `reconcile`, which then
     /// waited holding the elements lock that accepting a session needs
     /// (masqd accepted no app for a minute and more after a restart).
+    ///
+    /// A queue of only gone QPs' deletions waits until the first of them
+    /// is `BATCHED_DELETIONS_WAIT` old, or anything else is queued; a zero
+    /// `timeout` (masqd stopping) runs it at once.
     pub fn flush_updates(&self, timeout: Duration) {
-        {
-            let q = lock(&self.pending);
-            if q.cmds.is_empty() {
-                drop(
-                    self.wake
-                        .wait_timeout(q, timeout)
-                        .unwrap_or_else(|e| e.into_inner()),
-                );
+        let mut q = lock(&self.pending);
+        let mut left = if q.cmds.is_empty() {
+            timeout
+        } else {
+            Duration::ZERO
+        };
+        loop {
+            if !left.is_zero() {
+                q = self
+                    .wake
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            left = match q.gone_since {
+                Some(since) if !q.urgent && !timeout.is_zero() => {
+                    (since + BATCHED_DELETIONS_WAIT).saturating_duration_since(Instant::now())
+                }
+                _ => Duration::ZERO,
+            };
+            if left.is_zero() {
+                break;
             }
         }
+        drop(q);
         let sending = self.sending();
         self.run_queue(&sending);
     }
@@ -310,10 +336,7 @@ impl Backstop {
         // `sending` first: waiting for it must not hold the elements lock.
         let _sending = self.sending();
         let el = self.lock();
-        let (queued, upto) = {
-            let mut q = lock(&self.pending);
-            (std::mem::take(&mut q.cmds), q.last)
-        };
+        let (queued, upto) = lock(&self.pending).take();
         let t = format!("inet {TABLE}");
         let mut cmd = format!(
             "flush set {t} {CONN_TO}\nflush set {t} {TENANT_QPS}\n\
@@ -431,8 +454,8 @@ impl Guard for Backstop {
     fn qp_seen(&self, local: Ipv4Addr, qpn: u32) {
         Backstop::qp_seen(self, local, qpn)
     }
-    fn qp_gone(&self, local: Ipv4Addr, qpn: u32) {
-        Backstop::qp_gone(self, local, qpn)
+    fn qp_gone(&self, local: Ipv4Addr, qpn: u32, when: Removal) {
+        Backstop::qp_gone(self, local, qpn, when)
     }
     fn wait_applied(&self, timeout: Duration) -> bool {
         Backstop::wait_applied(self, timeout)
