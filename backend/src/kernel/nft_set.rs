@@ -194,6 +194,9 @@ struct Conn {
     sock: Socket,
     /// The receive buffer's size as last set.
     rcvbuf: usize,
+    /// Where acks are read: made once, as zeroing 64 KiB per transaction
+    /// is not free under emulation.
+    buf: Vec<u8>,
 }
 
 /// Every ack the kernel queues takes about this much of the socket's
@@ -215,7 +218,11 @@ impl NftSets {
         Ok(NftSets {
             name: format!("inet {}", table.to_string_lossy()),
             table,
-            sock: Mutex::new(Conn { sock, rcvbuf }),
+            sock: Mutex::new(Conn {
+                sock,
+                rcvbuf,
+                buf: vec![0u8; 64 * 1024],
+            }),
         })
     }
 
@@ -238,10 +245,10 @@ impl NftSets {
             })?;
             conn.rcvbuf = want;
         }
-        let sock = &conn.sock;
+        let Conn { sock, buf, .. } = &mut *conn;
         sock.send(&bytes, 0)
             .map_err(|e| SetError::whole(&self.name, n, format!("sending to nf_tables: {e}")))?;
-        let acks = self.read_acks(sock, n, first)?;
+        let acks = self.read_acks(sock, buf, n, first)?;
         drop(conn);
         self.outcome(changes, acks)
     }
@@ -266,15 +273,20 @@ impl NftSets {
     /// nf_tables' acks of the `n` changes sent, the first numbered
     /// `first`. nfnetlink runs the batch within the send: every ack is
     /// queued by now, and reading stops when the socket is empty.
-    fn read_acks(&self, sock: &Socket, n: usize, first: u32) -> Result<Acks, SetError> {
+    fn read_acks(
+        &self,
+        sock: &Socket,
+        buf: &mut [u8],
+        n: usize,
+        first: u32,
+    ) -> Result<Acks, SetError> {
         let mut got = Acks {
             acked: vec![false; n],
             refused: None,
             other: None,
         };
-        let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let len = match sock.recv(&mut &mut buf[..], libc::MSG_DONTWAIT) {
+            let len = match sock.recv(&mut &mut *buf, libc::MSG_DONTWAIT) {
                 Ok(len) => len,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
