@@ -61,7 +61,7 @@ pub(super) fn vnic_route(ep: &Endpoint) -> Result<(u8, u32)> {
     // The kept view, not a fresh netlink dump: that cost milliseconds
     // on every connection.
     let (vgids, mtu) = ep
-        .with_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
+        .with_recent_vnic(|b| (b.gids().to_vec(), b.vnic().mtu))
         .map_err(|e| refuse(libc::EIO, format!("cannot read the vNIC: {e}")))?;
     let own = vbond::ipv4_mapped_gid(ep.cfg.vip);
     let sgid = vgids

@@ -332,7 +332,7 @@ impl Rails for Parts {
     fn sgid_index(&self, ep: &Endpoint, vindex: u32) -> Result<u32> {
         let rail = self.rail(ep);
         let underlay = rail.underlay.ip;
-        ep.with_vnic(|b| {
+        ep.with_recent_vnic(|b| {
             vbond::translate_sgid_index(b.gids(), &rail.device.host.gids, vindex, underlay)
         })
         .map_err(|e| from_io(e, "cannot read the vNIC"))?

@@ -63,7 +63,7 @@ pub fn sysfs_view_loop(parts: &impl Housekeeping) {
             .iter()
             .filter_map(|ep| {
                 let slot = lock(&ep.binding);
-                let (_, b) = slot.as_ref()?;
+                let (_, _, b) = slot.as_ref()?;
                 b.as_fd().try_clone_to_owned().ok()
             })
             .collect();
