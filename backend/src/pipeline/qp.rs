@@ -572,8 +572,7 @@ fn record(
     let key = key(sess, m.qp_handle);
     let rec = sess
         .qps
-        .entry(m.qp_handle)
-        .or_insert_with(|| new_record(m.qp_handle, m.qp_num, m.qp_type));
+        .entry(m.qp_handle, || new_record(m.qp_handle, m.qp_num, m.qp_type));
     rec.owner_checked |= owner_checked;
     rec.guarded |= guarded;
     if has_state {
@@ -610,7 +609,7 @@ fn record_state(h: &dyn QpHost, sess: &mut Session, key: rconntrack::QpKey, stat
         }
         IBV_QPS_RESET | IBV_QPS_ERR => {
             h.conntrack().forget(key);
-            if let Some(rec) = sess.qps.get_mut(&key.qp_handle) {
+            if let Some(rec) = sess.qps.get_mut(key.qp_handle) {
                 rec.remote_vip = None;
                 rec.remote_qpn = None;
             }
@@ -642,12 +641,12 @@ pub fn moved(
 ) -> Result<()> {
     same_qpn(sess, m.qp_handle, m.qp_num)?;
     let known = sess.qps.contains_key(&m.qp_handle);
-    if let (false, Some(other)) = (known, sess.qps.values().find(|r| r.qpn == m.qp_num)) {
+    if let (false, Some(other)) = (known, sess.qps.handle_of(m.qp_num)) {
         return Err(refuse(
             libc::EINVAL,
             format!(
-                "QPN {:#x} is QP handle {}, not {}",
-                m.qp_num, other.handle, m.qp_handle
+                "QPN {:#x} is QP handle {other}, not {}",
+                m.qp_num, m.qp_handle
             ),
         ));
     }
@@ -676,8 +675,7 @@ pub fn moved(
     let key = key(sess, m.qp_handle);
     let rec = sess
         .qps
-        .entry(m.qp_handle)
-        .or_insert_with(|| new_record(m.qp_handle, m.qp_num, m.qp_type));
+        .entry(m.qp_handle, || new_record(m.qp_handle, m.qp_num, m.qp_type));
     rec.owner_checked |= owner_checked;
     rec.state = state_name(state);
     record_state(h, sess, key, state);
@@ -705,7 +703,7 @@ fn rts_after_own_rtr(sess: &Session, m: &proto::QpMovedReq) -> bool {
 /// DESTROY_QP and QP_DESTROYED: the app destroyed the QP (the kernel
 /// already freed it; nothing to check).
 pub fn destroyed(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
-    if let Some(qp) = sess.qps.remove(&qp_handle) {
+    if let Some(qp) = sess.qps.remove(qp_handle) {
         debug!(qpn = qp.qpn, "QP destroyed");
         if qp.qp_type == "UD" && qp.owner_checked {
             h.ud_announce(&sess.ep, qp.qpn, false);

@@ -117,7 +117,7 @@ fn untracked(
         state = rec.state,
         "QP resynced: nothing to track"
     );
-    sess.qps.insert(r.qp_handle, rec);
+    sess.qps.insert(rec);
     drop(gate);
     if ud_up {
         // This host's backstop sets, and hosts whose masqd restarted
@@ -183,7 +183,7 @@ fn track_again(
     };
     if h.conntrack().upsert(entry).is_err() {
         warn!("connection table full; {} not tracked", r.qp_num);
-        sess.qps.insert(r.qp_handle, rec);
+        sess.qps.insert(rec);
         return reply(proto::RESYNC_UNTRACKED, kq.qp_state);
     }
     rec.remote_vip = Some(vip);
@@ -192,7 +192,7 @@ fn track_again(
     rec.virt_sgid_index = r.sgid_index;
     info!(qpn = r.qp_num, rule = %rule,
           "QP resynced: {} -> {vip} QPN {:#x}, tracked again", rec.state, kq.dest_qp_num);
-    sess.qps.insert(r.qp_handle, rec);
+    sess.qps.insert(rec);
     reply(proto::RESYNC_TRACKED, kq.qp_state)
 }
 
@@ -215,7 +215,7 @@ fn reset(
         .map_err(|e| from_io(e, "RESYNC_QP: cannot move the QP to ERROR"))?;
     warn!(qpn = r.qp_num, "QP moved to ERROR on resync: {why}");
     rec.state = state_name(IBV_QPS_ERR);
-    sess.qps.insert(r.qp_handle, rec);
+    sess.qps.insert(rec);
     Ok(reply(proto::RESYNC_RESET, IBV_QPS_ERR))
 }
 

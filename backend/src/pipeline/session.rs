@@ -5,8 +5,9 @@
 use crate::endpoints::endpoint::Endpoint;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
+use std::ops::Deref;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ pub struct Session {
     pub requests: u64,
     pub(crate) hello: bool,
     pub(crate) uverbs: Option<Arc<OwnedFd>>,
-    pub qps: BTreeMap<u32, QpRecord>,
+    pub qps: QpRecords,
     /// UD address handles by kernel handle, and admissions not yet bound.
     pub(crate) ahs: BTreeMap<u32, AhRecord>,
     pub(crate) ah_pending: BTreeMap<u32, PendingAh>,
@@ -38,7 +39,7 @@ impl Session {
             requests: 0,
             hello: false,
             uverbs: None,
-            qps: BTreeMap::new(),
+            qps: QpRecords::default(),
             ahs: BTreeMap::new(),
             ah_pending: BTreeMap::new(),
             next_ah_id: 0,
@@ -55,6 +56,66 @@ impl Session {
     /// Whether OPEN_DEVICE gave the session its uverbs file.
     pub(crate) fn has_device(&self) -> bool {
         self.uverbs.is_some()
+    }
+}
+
+/// A session's QP records by handle, and which handle has which QPN: a
+/// QPN's first notice asks whether another handle has it, and a scan of
+/// every record made that cost grow with the app's QPs (half a
+/// millisecond per QP under emulation at a thousand). Read as the map;
+/// changed only here, so the index stays right.
+#[derive(Default)]
+pub struct QpRecords {
+    by_handle: BTreeMap<u32, QpRecord>,
+    by_qpn: HashMap<u32, u32>,
+}
+
+impl Deref for QpRecords {
+    type Target = BTreeMap<u32, QpRecord>;
+    fn deref(&self) -> &Self::Target {
+        &self.by_handle
+    }
+}
+
+impl QpRecords {
+    /// The record of `handle`, `new()` if there is none (the caller
+    /// checked that a known handle keeps its QPN).
+    pub fn entry(&mut self, handle: u32, new: impl FnOnce() -> QpRecord) -> &mut QpRecord {
+        let by_qpn = &mut self.by_qpn;
+        self.by_handle.entry(handle).or_insert_with(|| {
+            let rec = new();
+            by_qpn.insert(rec.qpn, handle);
+            rec
+        })
+    }
+
+    pub fn insert(&mut self, rec: QpRecord) {
+        self.by_qpn.insert(rec.qpn, rec.handle);
+        if let Some(old) = self.by_handle.insert(rec.handle, rec) {
+            self.forget_qpn(&old);
+        }
+    }
+
+    pub fn remove(&mut self, handle: u32) -> Option<QpRecord> {
+        let rec = self.by_handle.remove(&handle)?;
+        self.forget_qpn(&rec);
+        Some(rec)
+    }
+
+    /// A record's fields but its handle and QPN, which key it.
+    pub fn get_mut(&mut self, handle: u32) -> Option<&mut QpRecord> {
+        self.by_handle.get_mut(&handle)
+    }
+
+    /// The handle recorded with QPN `qpn`.
+    pub fn handle_of(&self, qpn: u32) -> Option<u32> {
+        self.by_qpn.get(&qpn).copied()
+    }
+
+    fn forget_qpn(&mut self, old: &QpRecord) {
+        if self.by_qpn.get(&old.qpn) == Some(&old.handle) {
+            self.by_qpn.remove(&old.qpn);
+        }
     }
 }
 
@@ -133,6 +194,35 @@ mod tests {
         assert!(!sess.has_device());
         assert!(sess.qps.is_empty() && sess.ahs.is_empty() && sess.ah_pending.is_empty());
         assert!(!sess.hello);
+    }
+
+    #[test]
+    fn the_qpn_index_follows_every_change_of_the_records() {
+        let rec = |handle, qpn| QpRecord {
+            handle,
+            qpn,
+            qp_type: "RC",
+            state: "RESET",
+            remote_vip: None,
+            remote_qpn: None,
+            peer_host: None,
+            virt_sgid_index: 0,
+            owner_checked: false,
+            guarded: false,
+        };
+        let mut qps = QpRecords::default();
+        qps.entry(1, || rec(1, 0x11)).state = "INIT";
+        qps.entry(1, || rec(1, 0x99)).state = "RTR";
+        assert_eq!(qps[&1].qpn, 0x11, "a known handle keeps its record");
+        assert_eq!((qps.handle_of(0x11), qps.handle_of(0x99)), (Some(1), None));
+        // A record replaced under its handle with another QPN.
+        qps.insert(rec(1, 0x12));
+        assert_eq!((qps.handle_of(0x11), qps.handle_of(0x12)), (None, Some(1)));
+        qps.insert(rec(2, 0x13));
+        assert_eq!(qps.remove(1).map(|r| r.qpn), Some(0x12));
+        assert_eq!(qps.remove(1).map(|r| r.qpn), None);
+        assert_eq!((qps.handle_of(0x12), qps.handle_of(0x13)), (None, Some(2)));
+        assert_eq!(qps.len(), 1);
     }
 
     /// What the control socket shows of a QP: its identity and where it
