@@ -187,7 +187,8 @@ pub struct Backstop {
 /// Queued set updates; `last` numbers every update ever queued.
 #[derive(Default)]
 struct Queue {
-    cmds: Vec<Vec<Change>>,
+    /// Each update, and whether it is a gone QP's deletions.
+    cmds: Vec<(Vec<Change>, bool)>,
     last: u64,
     /// Threads that will run the queue themselves (`hold`): while there
     /// are any, the updater thread is not woken.
@@ -204,7 +205,49 @@ impl Queue {
     fn take(&mut self) -> (Vec<Vec<Change>>, u64) {
         self.urgent = false;
         self.gone_since = None;
-        (std::mem::take(&mut self.cmds), self.last)
+        let cmds = std::mem::take(&mut self.cmds);
+        (cmds.into_iter().map(|(c, _)| c).collect(), self.last)
+    }
+
+    /// What a waiting admission runs: every update but the gone QPs'
+    /// deletions, which wait on for their batch unless one names an
+    /// element that another update names (a reused QPN's elements, deleted
+    /// then added again): those keep their place in the queue's order.
+    /// Updates on other elements commute, so the order of the rest holds.
+    fn take_urgent(&mut self) -> (Vec<Vec<Change>>, u64) {
+        let named: std::collections::HashSet<(&str, &[crate::kernel::nft_set::Field])> = self
+            .cmds
+            .iter()
+            .filter(|(_, gone)| !gone)
+            .flat_map(|(c, _)| {
+                c.iter()
+                    .map(|c| (c.element().set.as_str(), &c.element().key[..]))
+            })
+            .collect();
+        let now: Vec<bool> = self
+            .cmds
+            .iter()
+            .map(|(c, gone)| {
+                !gone
+                    || c.iter()
+                        .any(|c| named.contains(&(c.element().set.as_str(), &c.element().key[..])))
+            })
+            .collect();
+        let mut taken = Vec::new();
+        let mut left = Vec::new();
+        for ((c, gone), now) in std::mem::take(&mut self.cmds).into_iter().zip(now) {
+            if now {
+                taken.push(c);
+            } else {
+                left.push((c, gone));
+            }
+        }
+        self.cmds = left;
+        self.urgent = false;
+        if self.cmds.is_empty() {
+            self.gone_since = None;
+        }
+        (taken, self.last)
     }
 }
 

@@ -449,6 +449,25 @@ fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_qpn() 
         assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 49"]);
         assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 65"]);
 
+        // An admission of another QP does not take them along: they wait
+        // for their batch, the admission's elements are in at once.
+        gone(&b, &conn);
+        let next = rc(0x33, 0x43, State::Admitted);
+        b.hold();
+        b.qp_seen(LOCAL, 0x33);
+        b.apply(&[ev(EventKind::New, next.clone())], Removal::Now);
+        assert!(b.wait_applied(Duration::from_secs(5)));
+        b.release();
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 49", "198.18.0.1 . 51"]);
+        b.flush_updates(Duration::from_secs(5));
+        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 51"]);
+        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 51"]);
+        gone(&b, &next);
+        b.flush_updates(Duration::from_secs(5));
+        b.qp_seen(LOCAL, 0x31);
+        b.apply(&[ev(EventKind::New, conn.clone())], Removal::Now);
+        flush(&b);
+
         // A policy's reset queued behind a gone QP's deletions does not
         // wait with them: both are in at once.
         let other = rc(0x32, 0x42, State::Admitted);

@@ -163,7 +163,7 @@ impl Backstop {
         }
         let gone = when == Removal::Gone && cmd.iter().all(|c| matches!(c, Change::Delete(_)));
         let mut q = lock(&self.pending);
-        q.cmds.push(cmd);
+        q.cmds.push((cmd, gone));
         q.last += 1;
         if gone {
             q.gone_since.get_or_insert_with(Instant::now);
@@ -196,8 +196,9 @@ impl Backstop {
         }
     }
 
-    /// Block until every update queued so far is in the kernel, or
-    /// `timeout` passed; false on timeout. When no transaction is under
+    /// Block until every update queued so far is in the kernel, but the
+    /// gone QPs' deletions that wait for their batch (`Queue::
+    /// take_urgent`), or `timeout` passed; false on timeout. When no transaction is under
     /// way, this thread runs the queue itself (its own updates and any
     /// other queued), so an admission pays the kernel's work and no thread
     /// hand-off; while one is, it waits, and then runs what that one did
@@ -211,7 +212,7 @@ impl Backstop {
             // takes `applied` to wake the waiters, so none is missed.
             if let Some(s) = self.try_sending() {
                 drop(applied);
-                self.run_queue(&s);
+                self.run_urgent(&s);
                 drop(s);
                 applied = lock(&self.applied);
                 continue;
@@ -256,6 +257,14 @@ impl Backstop {
         if cmds.is_empty() {
             return;
         }
+        self.run_updates(&cmds);
+        self.mark_applied(upto);
+    }
+
+    /// What must not wait of the queue (`Queue::take_urgent`), in one
+    /// transaction; the caller holds `sending`.
+    fn run_urgent(&self, _sending: &Sending<'_>) {
+        let (cmds, upto) = lock(&self.pending).take_urgent();
         self.run_updates(&cmds);
         self.mark_applied(upto);
     }
