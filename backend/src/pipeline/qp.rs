@@ -40,18 +40,7 @@ use tracing::{debug, warn};
 /// Q_Keys with the high bit set are for privileged senders (IBA 10.2.4).
 const PRIVILEGED_QKEY: u32 = 0x8000_0000;
 pub(super) fn new_record(qp_handle: u32, qpn: u32, qp_type: u32) -> QpRecord {
-    QpRecord {
-        handle: qp_handle,
-        qpn,
-        qp_type: qp_type_name(qp_type),
-        state: "RESET",
-        remote_vip: None,
-        remote_qpn: None,
-        peer_host: None,
-        virt_sgid_index: 0,
-        owner_checked: false,
-        guarded: false,
-    }
+    QpRecord::new(qp_handle, qpn, qp_type_name(qp_type))
 }
 
 /// The local half of an RConntrack entry for this session's QP; the caller

@@ -162,6 +162,22 @@ pub struct QpRecord {
 }
 
 impl QpRecord {
+    /// A QP as masqd first hears of it: in RESET, unchecked, unguarded.
+    pub fn new(handle: u32, qpn: u32, qp_type: &'static str) -> QpRecord {
+        QpRecord {
+            handle,
+            qpn,
+            qp_type,
+            state: "RESET",
+            remote_vip: None,
+            remote_qpn: None,
+            peer_host: None,
+            virt_sgid_index: 0,
+            owner_checked: false,
+            guarded: false,
+        }
+    }
+
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or_else(|_| json!({}))
     }
@@ -198,18 +214,7 @@ mod tests {
 
     #[test]
     fn the_qpn_index_follows_every_change_of_the_records() {
-        let rec = |handle, qpn| QpRecord {
-            handle,
-            qpn,
-            qp_type: "RC",
-            state: "RESET",
-            remote_vip: None,
-            remote_qpn: None,
-            peer_host: None,
-            virt_sgid_index: 0,
-            owner_checked: false,
-            guarded: false,
-        };
+        let rec = |handle, qpn| QpRecord::new(handle, qpn, "RC");
         let mut qps = QpRecords::default();
         qps.entry(1, || rec(1, 0x11)).state = "INIT";
         qps.entry(1, || rec(1, 0x99)).state = "RTR";
