@@ -104,6 +104,10 @@ pub(super) struct FakeHost {
     pub(super) early: RefCell<Vec<u32>>,
     /// The steps timed (a move to RTR's, the CM's), in order.
     pub(super) timed_steps: RefCell<Vec<&'static str>>,
+    /// The CM's side of every QP (none: no QP is the CM's), and how
+    /// often it was asked.
+    pub(super) cm: Option<rconntrack::CmSide>,
+    pub(super) cm_asked: std::cell::Cell<u32>,
 }
 
 impl Enforce for FakeHost {
@@ -143,7 +147,8 @@ impl Rails for FakeHost {
 
 impl CmView for FakeHost {
     fn cm_side(&self, _ep: &Endpoint, _qpn: u32) -> Option<rconntrack::CmSide> {
-        None
+        self.cm_asked.set(self.cm_asked.get() + 1);
+        self.cm
     }
     fn ud_announce(&self, _ep: &Endpoint, qpn: u32, up: bool) {
         self.announced.borrow_mut().push((qpn, up));
@@ -228,6 +233,8 @@ pub(super) fn setup_limited(
         announced: RefCell::default(),
         early: RefCell::default(),
         timed_steps: RefCell::default(),
+        cm: None,
+        cm_asked: Default::default(),
     };
     (host, Session::new(7, PID, ep))
 }

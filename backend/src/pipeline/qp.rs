@@ -240,18 +240,20 @@ pub(crate) fn physical_av(h: &dyn QpHost, ep: &Endpoint, ah: &proto::AhAttr) -> 
 }
 
 /// Admit: the security groups' rule for local -> remote, within the
-/// endpoint's connection quota.
+/// endpoint's connection quota; `cm`, the CM's side of the QP if the CM
+/// connects it.
 fn admit(
     h: &dyn QpHost,
     sess: &Session,
     qp_handle: u32,
-    qpn: u32,
     remote: Ipv4Addr,
+    cm: Option<rconntrack::CmSide>,
 ) -> Result<Arc<str>> {
     let ep = &sess.ep.cfg;
+    let conn = cm.map_or(Conn::Qp, Conn::cm_side);
     let rule = h
         .decide()
-        .decide(&ask(h, sess, qpn, remote), h.registry())
+        .decide(&Ask::from_endpoint(ep, remote, conn), h.registry())
         .map_err(|why| {
             refuse(
                 libc::EACCES,
@@ -337,10 +339,12 @@ pub fn modify(
     let ep = sess.ep.clone();
     let _quota = (connects && ep.cfg.max_connections.is_some())
         .then(|| ep.quota.lock().unwrap_or_else(|e| e.into_inner()));
+    // Looked up once: the CM finds a QP's id by a walk of its ids.
+    let cm = connects.then(|| h.cm_side(&sess.ep, m.qp_num)).flatten();
     let admitted_by = if connects {
         let remote = remote_vip
             .ok_or_else(|| refuse(libc::EINVAL, "RTR without a destination (IBV_QP_AV)"))?;
-        Some(admit(h, sess, m.qp_handle, m.qp_num, remote)?)
+        Some(admit(h, sess, m.qp_handle, remote, cm)?)
     } else {
         None
     };
@@ -357,7 +361,7 @@ pub fn modify(
     // QP's in its VNI's sets too) before the RTR runs.
     let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
     let entry =
-        admitted_by.and_then(|rule| connection(h, sess, m, route.as_ref(), remote_vip?, rule));
+        admitted_by.and_then(|rule| connection(sess, m, route.as_ref(), (remote_vip?, cm), rule));
     let before = guard_and_track(h, sess, m, guard, entry, &mut clock);
     let executed = k.modify(&cmd);
     clock.step("modify");
@@ -415,14 +419,14 @@ fn owner_first(k: &dyn QpKernel, sess: &Session, m: &proto::ModifyQpReq) -> Resu
     Ok(!checked && to_init_at_most)
 }
 
-/// The RConntrack entry of an admitted connection to `remote_vip`: its
-/// peer host and QPN from this request, or from the QP's record.
+/// The RConntrack entry of an admitted connection to `remote_vip` (set up
+/// by the CM if `cm`): its peer host and QPN from this request, or from
+/// the QP's record.
 fn connection(
-    h: &dyn QpHost,
     sess: &Session,
     m: &proto::ModifyQpReq,
     route: Option<&Route>,
-    remote_vip: Ipv4Addr,
+    (remote_vip, cm): (Ipv4Addr, Option<rconntrack::CmSide>),
     rule: Arc<str>,
 ) -> Option<rconntrack::Entry> {
     let known = sess.qps.get(&m.qp_handle);
@@ -440,7 +444,7 @@ fn connection(
         peer_host,
         state: rconntrack::State::Admitted,
         rule,
-        cm: h.cm_side(&sess.ep, m.qp_num),
+        cm,
         dscp: route.map(|r| r.dscp),
         ..local_entry(sess, m.qp_handle, m.qp_num, m.qp_type)
     })

@@ -629,3 +629,19 @@ fn an_rtr_past_the_endpoints_connection_limit_is_edquot_until_one_goes() {
     modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(tracked(&h).len(), 1);
 }
+
+#[test]
+fn a_cm_connected_qp_is_tracked_with_its_cm_side_asked_once() {
+    let (mut h, mut sess) = setup(None);
+    let side = rconntrack::CmSide {
+        active: true,
+        local_port: 40000,
+        remote_port: 18850,
+    };
+    h.cm = Some(side);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tracked(&h)[0].cm, Some(side));
+    assert_eq!(h.cm_asked.get(), 1, "one walk of the CM's ids per RTR");
+}
