@@ -646,3 +646,27 @@ fn a_migrated_id_has_its_events_on_its_new_channel() {
     assert!(first.events().is_empty());
     assert_eq!(kinds(&second.events()), [proto::CM_EVENT_ADDR_RESOLVED]);
 }
+
+#[test]
+fn a_qps_cm_id_is_found_among_its_endpoints_ids_only_and_goes_with_it() {
+    let (h, cm, out) = setup();
+    let (acme, id) = connecting(&h, &cm, &out);
+    cm.on_peer(&h, HOST2, rep(id, 70, PEER_QPN));
+    assert!(cm.role_of("acme-a", QPN).is_some());
+    assert_eq!(
+        cm.role_of("globex-a", QPN),
+        None,
+        "another endpoint's ids are not its"
+    );
+    assert_eq!(
+        cm.lock().ids_of.get("acme-a"),
+        Some(&std::collections::BTreeSet::from([id]))
+    );
+    let destroy = proto::RequestBody::CmDestroyId(proto::CmId { id });
+    acme.ask(&cm, &h, destroy).expect("destroy");
+    assert_eq!(cm.role_of("acme-a", QPN), None);
+    assert!(
+        cm.lock().ids_of.is_empty(),
+        "no id that is gone stays indexed"
+    );
+}

@@ -82,11 +82,16 @@ impl Cm {
             self.reap_holder(shared, st, &ep_name, udp, port);
         }
         let port = Self::bind_port(st, id, &ep_name, udp, port)?;
-        if let Some(i) = st.ids.get_mut(&id) {
+        let moved = st.ids.get_mut(&id).map(|i| {
             i.src_ip = addr;
             i.port = port;
             i.owns_port = true;
+            let from = i.ep.cfg.name.clone();
             i.ep = ep;
+            (from, i.ep.cfg.name.clone())
+        });
+        if let Some((from, to)) = moved.filter(|(from, to)| from != to) {
+            st.index_id(id, Some(&from), Some(&to));
         }
         Ok(())
     }
@@ -190,7 +195,7 @@ impl Cm {
     /// Tear an id down as the kernel does when it is destroyed: tell the
     /// peer (DREQ, or REJ for a request never answered), free its port.
     pub(super) fn teardown(&self, st: &mut State, id: u32) {
-        let Some(i) = st.ids.remove(&id) else { return };
+        let Some(i) = st.remove_id(id) else { return };
         if let (true, Some(p), Phase::ReqReceived) = (i.udp, i.peer, i.phase) {
             // A SIDR REQ left unanswered is rejected, as the IB CM does.
             self.send(
@@ -371,7 +376,8 @@ impl Cm {
         ep: Arc<Endpoint>,
         slot: Slot,
     ) {
-        st.ids.insert(
+        let name = ep.cfg.name.clone();
+        let old = st.ids.insert(
             id,
             Id {
                 session,
@@ -393,6 +399,10 @@ impl Cm {
                 _slot: slot,
             },
         );
+        if let Some(old) = old {
+            st.index_id(id, Some(&old.ep.cfg.name), None);
+        }
+        st.index_id(id, None, Some(&name));
     }
 
     /// The id listening on `port` of endpoint `ep` in one port space,

@@ -40,7 +40,7 @@ use crate::pipeline::ports::Enforce;
 use crate::transport::seqpacket::Conn;
 use masq_proto::{self as proto, PeerBody, PeerParams};
 use phase::{Event, Phase};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -168,10 +168,38 @@ struct State {
     next_channel: u32,
     channels: BTreeMap<u32, Channel>,
     ids: BTreeMap<u32, Id>,
+    /// Each endpoint's ids (`index_id`), so that the lookup of a QP's id,
+    /// made at every RTR, walks one endpoint's ids and not the host's:
+    /// a tenant's thousands of ids slow its own RTRs only.
+    ids_of: HashMap<String, BTreeSet<u32>>,
     /// (endpoint, UDP port space?, port) -> the id holding it.
     ports: BTreeMap<PortKey, u32>,
     /// Events delivered, counted per endpoint.
     metrics: crate::metrics::Metrics,
+}
+
+impl State {
+    /// Id `id` moved from endpoint `from` to `to` (either `None`: it was
+    /// made, or is gone). Every change of `ids` and of an id's endpoint
+    /// comes through here.
+    fn index_id(&mut self, id: u32, from: Option<&str>, to: Option<&str>) {
+        if let Some(set) = from.and_then(|ep| self.ids_of.get_mut(ep)) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.ids_of.remove(from.unwrap_or_default());
+            }
+        }
+        if let Some(ep) = to {
+            self.ids_of.entry(ep.to_string()).or_default().insert(id);
+        }
+    }
+
+    /// Remove id `id`, from the index too.
+    fn remove_id(&mut self, id: u32) -> Option<Id> {
+        let i = self.ids.remove(&id)?;
+        self.index_id(id, Some(&i.ep.cfg.name), None);
+        Some(i)
+    }
 }
 
 /// Which side of a CM connection a QP is, for RConntrack.

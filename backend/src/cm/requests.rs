@@ -496,8 +496,10 @@ impl Cm {
     /// the CM, for its RConntrack entry.
     pub fn role_of(&self, endpoint: &str, qpn: u32) -> Option<Role> {
         let st = self.lock();
-        st.ids
-            .values()
+        st.ids_of
+            .get(endpoint)?
+            .iter()
+            .filter_map(|id| st.ids.get(id))
             .find(|i| {
                 !i.udp
                     && i.ep.cfg.name == endpoint

@@ -79,7 +79,7 @@ impl Cm {
         let own_port = src.1 != 0 && !(pending && r.active == 0);
         if own_port {
             if let Err(e) = self.bind(shared, st, r.id, src.0, src.1) {
-                st.ids.remove(&r.id);
+                st.remove_id(r.id);
                 return Err(e);
             }
         }
