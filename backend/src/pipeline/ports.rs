@@ -38,9 +38,9 @@ pub enum Removal {
     /// Within `BATCHED_DELETIONS_WAIT`, in one transaction with the other
     /// deletions of that moment: the QP is gone (destroyed, or moved to
     /// ERROR or RESET by its app), so its elements pass nothing it sends
-    /// or receives. A new QP of the same QPN that masqd moves to RTR
-    /// waits for every update queued before its own, these deletions
-    /// included (the queue runs in order), so it never inherits them.
+    /// or receives. A new QP of the same QPN that masqd moves to RTR runs
+    /// the queued deletions of the elements it adds before its own, in
+    /// queue order, so it never inherits them.
     Gone,
 }
 

@@ -70,13 +70,14 @@ use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::error::{Error, Result};
 use crate::kernel::nft::{nft_id, Nft};
 use crate::kernel::nft_counters::NftCounters;
-use crate::kernel::nft_set::{Change, NftSets};
+use crate::kernel::nft_set::{Change, Field, NftSets};
 use rconntrack::QpKey;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use rules::{adopted_element, adopted_maps, cgroups_now, del, depth_of, old_sets};
@@ -187,24 +188,33 @@ pub struct Backstop {
 /// Queued set updates; `last` numbers every update ever queued.
 #[derive(Default)]
 struct Queue {
-    /// Each update, and whether it is a gone QP's deletions.
-    cmds: Vec<(Vec<Change>, bool)>,
+    /// Each update, and when it was queued if it is a gone QP's
+    /// deletions (`Removal::Gone`), which may wait for their batch.
+    cmds: Vec<(Vec<Change>, Option<Instant>)>,
     last: u64,
     /// Threads that will run the queue themselves (`hold`): while there
     /// are any, the updater thread is not woken.
     holders: usize,
-    /// Whether an update that must not wait is queued (any but the
-    /// deletions of gone QPs, `Removal::Gone`).
-    urgent: bool,
-    /// When the first queued deletion of a gone QP was queued.
-    gone_since: Option<std::time::Instant>,
+}
+
+/// What names a set element: its set and key.
+fn element_key(c: &Change) -> (&str, &[Field]) {
+    (c.element().set.as_str(), &c.element().key[..])
 }
 
 impl Queue {
+    /// Whether an update that must not wait is queued.
+    fn urgent(&self) -> bool {
+        self.cmds.iter().any(|(_, gone)| gone.is_none())
+    }
+
+    /// When the oldest queued deletion of a gone QP was queued.
+    fn gone_since(&self) -> Option<Instant> {
+        self.cmds.iter().find_map(|(_, gone)| *gone)
+    }
+
     /// Everything queued, and the number of the last update.
     fn take(&mut self) -> (Vec<Vec<Change>>, u64) {
-        self.urgent = false;
-        self.gone_since = None;
         let cmds = std::mem::take(&mut self.cmds);
         (cmds.into_iter().map(|(c, _)| c).collect(), self.last)
     }
@@ -215,39 +225,23 @@ impl Queue {
     /// then added again): those keep their place in the queue's order.
     /// Updates on other elements commute, so the order of the rest holds.
     fn take_urgent(&mut self) -> (Vec<Vec<Change>>, u64) {
-        let named: std::collections::HashSet<(&str, &[crate::kernel::nft_set::Field])> = self
+        let named: HashSet<(&str, &[Field])> = self
             .cmds
             .iter()
-            .filter(|(_, gone)| !gone)
-            .flat_map(|(c, _)| {
-                c.iter()
-                    .map(|c| (c.element().set.as_str(), &c.element().key[..]))
-            })
+            .filter(|(_, gone)| gone.is_none())
+            .flat_map(|(c, _)| c.iter().map(element_key))
             .collect();
         let now: Vec<bool> = self
             .cmds
             .iter()
-            .map(|(c, gone)| {
-                !gone
-                    || c.iter()
-                        .any(|c| named.contains(&(c.element().set.as_str(), &c.element().key[..])))
-            })
+            .map(|(c, gone)| gone.is_none() || c.iter().any(|c| named.contains(&element_key(c))))
             .collect();
-        let mut taken = Vec::new();
-        let mut left = Vec::new();
-        for ((c, gone), now) in std::mem::take(&mut self.cmds).into_iter().zip(now) {
-            if now {
-                taken.push(c);
-            } else {
-                left.push((c, gone));
-            }
-        }
-        self.cmds = left;
-        self.urgent = false;
-        if self.cmds.is_empty() {
-            self.gone_since = None;
-        }
-        (taken, self.last)
+        let (taken, left): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cmds)
+            .into_iter()
+            .zip(now)
+            .partition(|(_, now)| *now);
+        self.cmds = left.into_iter().map(|(c, _)| c).collect();
+        (taken.into_iter().map(|((c, _), _)| c).collect(), self.last)
     }
 }
 

@@ -163,13 +163,8 @@ impl Backstop {
         }
         let gone = when == Removal::Gone && cmd.iter().all(|c| matches!(c, Change::Delete(_)));
         let mut q = lock(&self.pending);
-        q.cmds.push((cmd, gone));
+        q.cmds.push((cmd, gone.then(Instant::now)));
         q.last += 1;
-        if gone {
-            q.gone_since.get_or_insert_with(Instant::now);
-        } else {
-            q.urgent = true;
-        }
         let wake = q.holders == 0 && (!gone || q.cmds.len() == 1);
         drop(q);
         if wake {
@@ -303,8 +298,8 @@ impl Backstop {
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
-            left = match q.gone_since {
-                Some(since) if !q.urgent && !timeout.is_zero() => {
+            left = match q.gone_since() {
+                Some(since) if !q.urgent() && !timeout.is_zero() => {
                     (since + BATCHED_DELETIONS_WAIT).saturating_duration_since(Instant::now())
                 }
                 _ => Duration::ZERO,
