@@ -19,15 +19,12 @@ import pytest
 
 from masq_testbed import finish, finish_pair, parse_bw, rdma_moved
 from test_cluster import cluster_running
-from test_containers import (CDI_DIR, ROOTFS, ctl, endpoint, eventually, run_testbed,
-                             wait_listening)
+from test_containers import (CDI_DIR, CONFIG, MASQCTL, REPO, ROOTFS, ctl, endpoint, eventually,
+                             run_testbed, wait_listening)
 
 pytestmark = pytest.mark.engines
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-CONFIG = os.path.join(HERE, "configs", "containers")
-MASQCTL = os.path.join(REPO, "target", "release", "masqctl")
+# The containers' config, masqctl and the checkout are test_containers'.
 ENGINES = os.path.join(REPO, "integration", "guest", "engines.sh")
 ENGINES_ROOT = os.path.join(REPO, "integration", "engines-root")
 HOSTS = ("host1", "host2")

@@ -183,10 +183,12 @@ impl State {
     /// made, or is gone). Every change of `ids` and of an id's endpoint
     /// comes through here.
     fn index_id(&mut self, id: u32, from: Option<&str>, to: Option<&str>) {
-        if let Some(set) = from.and_then(|ep| self.ids_of.get_mut(ep)) {
-            set.remove(&id);
-            if set.is_empty() {
-                self.ids_of.remove(from.unwrap_or_default());
+        if let Some(ep) = from {
+            if let Some(set) = self.ids_of.get_mut(ep) {
+                set.remove(&id);
+                if set.is_empty() {
+                    self.ids_of.remove(ep);
+                }
             }
         }
         if let Some(ep) = to {
