@@ -3,6 +3,9 @@
 //! tarball that knows its commit), else `git rev-parse --short HEAD` when
 //! this crate sits in a git checkout of masq, else `unknown`. A build
 //! never fails for want of git.
+//!
+//! Also compiles the backstop's eBPF programs (`bpf/backstop.bpf.c`) with
+//! clang into `OUT_DIR`, which `kernel/bpf_backstop.rs` embeds.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,6 +28,38 @@ fn main() {
         _ => from_git().unwrap_or_else(|| "unknown".into()),
     };
     println!("cargo:rustc-env=MASQ_COMMIT={commit}");
+    compile_bpf();
+}
+
+fn compile_bpf() {
+    let src = "bpf/backstop.bpf.c";
+    println!("cargo:rerun-if-changed={src}");
+    println!("cargo:rerun-if-env-changed=CLANG");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    // The kernel's uapi headers include <asm/types.h>, which Debian keeps
+    // under the target's multiarch directory.
+    let multiarch = Command::new("gcc")
+        .arg("-print-multiarch")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "x86_64-linux-gnu".into());
+    let status = Command::new(&clang)
+        .args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-target", "bpf"])
+        .arg(format!("-I/usr/include/{multiarch}"))
+        .args(["-c", src, "-o"])
+        .arg(out.join("backstop.bpf.o"))
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("{clang} could not compile {src} ({s})"),
+        Err(e) => panic!(
+            "cannot run {clang} to compile {src}: {e} (`make deps-build` installs clang and libbpf-dev)"
+        ),
+    }
 }
 
 fn from_git() -> Option<String> {

@@ -5,6 +5,7 @@
 //! connection tracking table (ctnetlink) and traffic control's qdiscs and
 //! classes (rtnetlink).
 
+pub mod bpf_backstop;
 pub mod ctnetlink;
 pub mod host;
 pub mod ibv;

@@ -1,0 +1,380 @@
+//! The backstop's eBPF programs (`backend/bpf/backstop.bpf.c`) and their
+//! maps: loaded with aya, the maps pinned in bpffs so that a restarted
+//! masqd finds them as it left them (as it finds its nftables table), the
+//! ingress program on each rail's netdev (tc, clsact), the egress program
+//! on each guarded cgroup (attached the kernel's older way, which outlives
+//! masqd: a bpf link would go with masqd's file). An element is one
+//! `bpf()` call, where nftables takes a transaction and its commit
+//! (docs/design.md, "The backstop's eBPF maps").
+
+use crate::error::{Error, Result};
+use aya::maps::{HashMap, MapData};
+use aya::programs::tc::{NlOptions, SchedClassifierLink, TcAttachOptions};
+use aya::programs::{CgroupSkb, SchedClassifier, TcAttachType};
+use aya::{Ebpf, EbpfLoader, Pod};
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/backstop.bpf.o"));
+
+/// The ingress filter's place on a netdev's clsact ingress: fixed, so that
+/// a restarted masqd replaces its own filter instead of adding one.
+const TC_PRIORITY: u16 = 0x4d51; // "MQ"
+const TC_HANDLE: u32 = 1;
+/// The drops' keys besides an endpoint's (see the C).
+pub const DROPS_INGRESS: u32 = 0;
+pub const DROPS_NO_ENDPOINT: u32 = u32::MAX;
+
+// The maps' keys, as the C declares them: addresses in network byte order
+// (an `Ipv4Addr`'s octets as they are), QPNs in host order.
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ConnKey {
+    peer: [u8; 4],
+    local: [u8; 4],
+    qpn: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct QpKey {
+    local: [u8; 4],
+    qpn: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct EgressKey {
+    endpoint: u32,
+    host: [u8; 4],
+    qpn: u32,
+}
+
+// SAFETY: plain `repr(C)` data without padding (4-byte fields only).
+unsafe impl Pod for ConnKey {}
+unsafe impl Pod for QpKey {}
+unsafe impl Pod for EgressKey {}
+
+/// One of the per-connection elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    /// (peer host, local address, local QPN): the peer may reach that QP.
+    ConnTo(Ipv4Addr, Ipv4Addr, u32),
+    /// (local address, QPN): a guarded tenant QP.
+    TenantQp(Ipv4Addr, u32),
+    /// (endpoint, peer host, peer QPN): the endpoint may send there.
+    Egress(u32, Ipv4Addr, u32),
+}
+
+pub struct BpfBackstop {
+    dir: PathBuf,
+    ebpf: Ebpf,
+    conn_to: HashMap<MapData, ConnKey, u8>,
+    tenant_qps: HashMap<MapData, QpKey, u8>,
+    egress: HashMap<MapData, EgressKey, u8>,
+    cgroup_endpoint: HashMap<MapData, u64, u32>,
+    drops: HashMap<MapData, u32, u64>,
+    /// The egress program an earlier masqd pinned, detached from each
+    /// cgroup once this one's is attached there.
+    earlier_egress: Option<CgroupSkb>,
+}
+
+fn failed(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
+    Error::Failed(format!("backstop eBPF: {what}: {e}"))
+}
+
+impl BpfBackstop {
+    /// Load the programs, with the maps pinned in `dir` (on a bpffs; made
+    /// if missing): maps already pinned there are taken with their
+    /// elements.
+    pub fn load(dir: &Path) -> Result<BpfBackstop> {
+        std::fs::create_dir_all(dir).map_err(|e| failed(dir.display(), e))?;
+        let mut ebpf = EbpfLoader::new()
+            .map_pin_path(dir)
+            .load(OBJECT)
+            .map_err(|e| failed(format!("loading into {}", dir.display()), e))?;
+        let ingress: &mut SchedClassifier = program(&mut ebpf, "masq_ingress")?;
+        ingress.load().map_err(|e| failed("masq_ingress", e))?;
+        let egress: &mut CgroupSkb = program(&mut ebpf, "masq_egress")?;
+        egress.load().map_err(|e| failed("masq_egress", e))?;
+        // Pinned, so that the next masqd can detach it where it replaces it.
+        let pin = dir.join("masq_egress");
+        let earlier_egress =
+            CgroupSkb::from_pin(&pin, aya::programs::CgroupSkbAttachType::Egress).ok();
+        let _ = std::fs::remove_file(&pin);
+        egress.pin(&pin).map_err(|e| failed(pin.display(), e))?;
+        Ok(BpfBackstop {
+            earlier_egress,
+            dir: dir.to_path_buf(),
+            conn_to: map(&mut ebpf, "conn_to")?,
+            tenant_qps: map(&mut ebpf, "tenant_qps")?,
+            egress: map(&mut ebpf, "egress")?,
+            cgroup_endpoint: map(&mut ebpf, "cgroup_endpoint")?,
+            drops: map(&mut ebpf, "drops")?,
+            ebpf,
+        })
+    }
+
+    /// Check the RoCE packets that arrive on `netdev`: its clsact qdisc
+    /// (added if missing) runs the ingress program, in place of the one an
+    /// earlier masqd left there.
+    pub fn guard_netdev(&mut self, netdev: &str) -> Result<()> {
+        if let Err(e) = aya::programs::tc::qdisc_add_clsact(netdev) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(failed(format!("clsact on {netdev}"), e));
+            }
+        }
+        let prog: &mut SchedClassifier = program(&mut self.ebpf, "masq_ingress")?;
+        let options = TcAttachOptions::Netlink(NlOptions {
+            priority: TC_PRIORITY,
+            handle: TC_HANDLE,
+        });
+        let id = match prog.attach_with_options(netdev, TcAttachType::Ingress, options) {
+            Ok(id) => id,
+            // One is there (an earlier masqd's): replaced in one step.
+            Err(_) => {
+                let old = SchedClassifierLink::attached(
+                    netdev,
+                    TcAttachType::Ingress,
+                    TC_PRIORITY,
+                    TC_HANDLE,
+                )
+                .map_err(|e| failed(format!("{netdev}'s ingress filter"), e))?;
+                prog.attach_to_link(old)
+                    .map_err(|e| failed(format!("replacing {netdev}'s ingress filter"), e))?
+            }
+        };
+        // The filter stays in the kernel when masqd exits (or restarts).
+        let link = prog
+            .take_link(id)
+            .map_err(|e| failed(format!("{netdev}'s ingress filter"), e))?;
+        std::mem::forget(link);
+        Ok(())
+    }
+
+    /// Stop checking `netdev`'s ingress (masqd no longer serves its rail).
+    pub fn unguard_netdev(&self, netdev: &str) -> Result<()> {
+        let link =
+            SchedClassifierLink::attached(netdev, TcAttachType::Ingress, TC_PRIORITY, TC_HANDLE)
+                .map_err(|e| failed(format!("{netdev}'s ingress filter"), e))?;
+        drop(link); // a link's drop detaches it
+        Ok(())
+    }
+
+    /// Check the RoCE packets that the sockets of cgroup `path` (a cgroup
+    /// v2 directory) and its descendants send, as endpoint `endpoint`'s.
+    /// The map learns the cgroup first: the program drops what it cannot
+    /// place.
+    pub fn guard_cgroup(&mut self, path: &Path, endpoint: u32) -> Result<()> {
+        let id = crate::enforce::rdma_cgroup::cgroup_inode(path)
+            .ok_or_else(|| failed(path.display(), "no such cgroup"))?;
+        self.cgroup_endpoint
+            .insert(id, endpoint, 0)
+            .map_err(|e| failed(format!("cgroup {}", path.display()), e))?;
+        let cgroup = std::fs::File::open(path).map_err(|e| failed(path.display(), e))?;
+        let prog: &mut CgroupSkb = program(&mut self.ebpf, "masq_egress")?;
+        let fd = prog.fd().map_err(|e| failed("masq_egress", e))?;
+        match prog_attach(Attach::Attach, cgroup.as_fd(), fd.as_fd()) {
+            // This program is attached there already.
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            r => r.map_err(|e| failed(format!("attaching to {}", path.display()), e))?,
+        }
+        // Then the earlier masqd's goes: the cgroup is never unchecked.
+        if let Some(earlier) = &self.earlier_egress {
+            let fd = earlier
+                .fd()
+                .map_err(|e| failed("the earlier masq_egress", e))?;
+            match prog_attach(Attach::Detach, cgroup.as_fd(), fd.as_fd()) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                r => r.map_err(|e| failed(format!("detaching from {}", path.display()), e))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop checking cgroup `path`'s egress.
+    pub fn unguard_cgroup(&mut self, path: &Path) -> Result<()> {
+        let cgroup = std::fs::File::open(path).map_err(|e| failed(path.display(), e))?;
+        let prog: &mut CgroupSkb = program(&mut self.ebpf, "masq_egress")?;
+        let fd = prog.fd().map_err(|e| failed("masq_egress", e))?;
+        let earlier = match &self.earlier_egress {
+            Some(p) => Some(p.fd().map_err(|e| failed("the earlier masq_egress", e))?),
+            None => None,
+        };
+        for fd in std::iter::once(fd).chain(earlier) {
+            match prog_attach(Attach::Detach, cgroup.as_fd(), fd.as_fd()) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                r => r.map_err(|e| failed(format!("detaching from {}", path.display()), e))?,
+            }
+        }
+        if let Some(id) = crate::enforce::rdma_cgroup::cgroup_inode(path) {
+            let _ = self.cgroup_endpoint.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Add an element (adding one that is there changes nothing).
+    pub fn insert(&mut self, key: Key) -> Result<()> {
+        let r = match key {
+            Key::ConnTo(peer, local, qpn) => self.conn_to.insert(conn(peer, local, qpn), 1, 0),
+            Key::TenantQp(local, qpn) => self.tenant_qps.insert(qp(local, qpn), 1, 0),
+            Key::Egress(ep, host, qpn) => self.egress.insert(egress(ep, host, qpn), 1, 0),
+        };
+        r.map_err(|e| failed(format!("adding {key:?}"), e))
+    }
+
+    /// Delete an element; false if it was not there.
+    pub fn remove(&mut self, key: Key) -> Result<bool> {
+        let r = match key {
+            Key::ConnTo(peer, local, qpn) => self.conn_to.remove(&conn(peer, local, qpn)),
+            Key::TenantQp(local, qpn) => self.tenant_qps.remove(&qp(local, qpn)),
+            Key::Egress(ep, host, qpn) => self.egress.remove(&egress(ep, host, qpn)),
+        };
+        match r {
+            Ok(()) => Ok(true),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(false),
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(failed(format!("deleting {key:?}"), e)),
+        }
+    }
+
+    /// Every element, sorted.
+    pub fn elements(&self) -> Vec<Key> {
+        let mut all: Vec<Key> = Vec::new();
+        let v4 = Ipv4Addr::from;
+        all.extend(
+            self.conn_to
+                .keys()
+                .flatten()
+                .map(|k| Key::ConnTo(v4(k.peer), v4(k.local), k.qpn)),
+        );
+        all.extend(
+            self.tenant_qps
+                .keys()
+                .flatten()
+                .map(|k| Key::TenantQp(v4(k.local), k.qpn)),
+        );
+        all.extend(
+            self.egress
+                .keys()
+                .flatten()
+                .map(|k| Key::Egress(k.endpoint, v4(k.host), k.qpn)),
+        );
+        all.sort();
+        all
+    }
+
+    /// The drop counters: `DROPS_INGRESS`, `DROPS_NO_ENDPOINT` or an
+    /// endpoint's number, to packets dropped.
+    pub fn drops(&self) -> BTreeMap<u32, u64> {
+        self.drops.iter().flatten().collect()
+    }
+
+    /// Where the maps are pinned.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+{
+    let p = ebpf
+        .program_mut(name)
+        .ok_or_else(|| failed(name, "not in the object"))?;
+    p.try_into()
+        .map_err(|_| failed(name, "not of the expected program type"))
+}
+
+fn map<K: Pod, V: Pod>(ebpf: &mut Ebpf, name: &str) -> Result<HashMap<MapData, K, V>> {
+    let m = ebpf
+        .take_map(name)
+        .ok_or_else(|| failed(name, "not in the object"))?;
+    HashMap::try_from(m).map_err(|e| failed(name, e))
+}
+
+fn conn(peer: Ipv4Addr, local: Ipv4Addr, qpn: u32) -> ConnKey {
+    ConnKey {
+        peer: peer.octets(),
+        local: local.octets(),
+        qpn,
+    }
+}
+
+fn qp(local: Ipv4Addr, qpn: u32) -> QpKey {
+    QpKey {
+        local: local.octets(),
+        qpn,
+    }
+}
+
+fn egress(endpoint: u32, host: Ipv4Addr, qpn: u32) -> EgressKey {
+    EgressKey {
+        endpoint,
+        host: host.octets(),
+        qpn,
+    }
+}
+
+enum Attach {
+    Attach,
+    Detach,
+}
+
+/// `BPF_PROG_ATTACH` / `BPF_PROG_DETACH` of a cgroup/skb egress program,
+/// several allowed per cgroup. aya attaches cgroup programs through a bpf
+/// link, which the kernel takes away with the last file that holds it:
+/// masqd's, when it exits. An attachment made this way stays until it is
+/// detached.
+fn prog_attach(op: Attach, cgroup: BorrowedFd, prog: BorrowedFd) -> std::io::Result<()> {
+    // include/uapi/linux/bpf.h: the attach part of union bpf_attr.
+    #[repr(C)]
+    struct AttachAttr {
+        target_fd: u32,
+        attach_bpf_fd: u32,
+        attach_type: u32,
+        attach_flags: u32,
+        replace_bpf_fd: u32,
+    }
+    const BPF_PROG_ATTACH: libc::c_long = 8;
+    const BPF_PROG_DETACH: libc::c_long = 9;
+    const BPF_CGROUP_INET_EGRESS: u32 = 1;
+    const BPF_F_ALLOW_MULTI: u32 = 2;
+    let (cmd, flags) = match op {
+        Attach::Attach => (BPF_PROG_ATTACH, BPF_F_ALLOW_MULTI),
+        Attach::Detach => (BPF_PROG_DETACH, 0),
+    };
+    let attr = AttachAttr {
+        target_fd: cgroup.as_raw_fd() as u32,
+        attach_bpf_fd: prog.as_raw_fd() as u32,
+        attach_type: BPF_CGROUP_INET_EGRESS,
+        attach_flags: flags,
+        replace_bpf_fd: 0,
+    };
+    // SAFETY: `attr` is a valid, initialized bpf_attr prefix of the size
+    // passed; the kernel reads it and keeps no pointer.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            &attr as *const AttachAttr,
+            std::mem::size_of::<AttachAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "bpf_backstop_tests.rs"]
+mod tests;

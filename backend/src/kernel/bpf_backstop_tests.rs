@@ -1,0 +1,261 @@
+//! The eBPF backstop against real packets: two network namespaces joined
+//! by a veth pair, UDP datagrams shaped as RoCEv2 (a BTH after the UDP
+//! header) sent from one to the other, the programs attached as masqd
+//! attaches them, and what arrives counted (run as root, as the nftables
+//! tests are).
+
+use super::{BpfBackstop, Key, DROPS_INGRESS};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const SENDER: Ipv4Addr = Ipv4Addr::new(198, 18, 9, 1);
+const RECEIVER: Ipv4Addr = Ipv4Addr::new(198, 18, 9, 2);
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect(args[0]);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two namespaces, `<tag>-s` (SENDER) and `<tag>-r` (RECEIVER), a bpffs
+/// for the pins; all gone on drop.
+struct Pair {
+    tag: String,
+    pins: tempfile::TempDir,
+}
+
+impl Pair {
+    fn new(test: &str) -> Pair {
+        let tag = format!("mbpf{}{test}", std::process::id() % 100000);
+        let (s, r) = (format!("{tag}-s"), format!("{tag}-r"));
+        sh(&["ip", "netns", "add", &s]);
+        sh(&["ip", "netns", "add", &r]);
+        sh(&[
+            "ip", "link", "add", "v0", "netns", &s, "type", "veth", "peer", "name", "v1", "netns",
+            &r,
+        ]);
+        for (ns, dev, addr) in [(&s, "v0", SENDER), (&r, "v1", RECEIVER)] {
+            sh(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                dev,
+            ]);
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        }
+        let pins = tempfile::tempdir().expect("a directory for bpffs");
+        sh(&["mount", "-t", "bpf", "bpf", &pins.path().to_string_lossy()]);
+        Pair { tag, pins }
+    }
+
+    fn ns(&self, side: &str) -> PathBuf {
+        PathBuf::from(format!("/run/netns/{}-{side}", self.tag))
+    }
+
+    /// Run `f` in the receiver's namespace.
+    fn at_receiver<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let ns = std::fs::File::open(self.ns("r")).expect("the receiver's netns");
+        std::thread::spawn(move || {
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    fn load(&self) -> BpfBackstop {
+        let dir = self.pins.path().join("masq");
+        self.at_receiver(move || BpfBackstop::load(&dir).expect("the programs load"))
+    }
+
+    /// Send one RoCEv2-shaped datagram per destination QPN (an RC SEND
+    /// ONLY, or UD's if `ud`) from the sender's namespace, from a process
+    /// in `cgroup` if given; the QPNs the receiver got.
+    fn send(&self, qpns: &[u32], ud: bool, cgroup: Option<&Path>) -> Vec<u32> {
+        let rx = self.at_receiver(|| {
+            let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 4791)).expect("bind 4791");
+            s.set_read_timeout(Some(Duration::from_millis(500))).ok();
+            s
+        });
+        let opcode = if ud { 0x64 } else { 0x04 };
+        // A drop on egress fails the send (EPERM): the next one goes on.
+        let script = format!(
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             for q in {qpns:?}:\n    \
+             try: s.sendto(bytes([{opcode},0,0xff,0xff,0])+q.to_bytes(3,'big')+bytes(4+8),('{RECEIVER}',4791))\n    \
+             except PermissionError: pass\n"
+        );
+        let join = match cgroup {
+            Some(c) => format!("echo $$ > {}/cgroup.procs && ", c.display()),
+            None => String::new(),
+        };
+        let netns = format!("--net={}", self.ns("s").display());
+        sh(&[
+            "sh",
+            "-c",
+            &format!("{join}exec nsenter {netns} python3 -c \"$0\""),
+            &script,
+        ]);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while let Ok(n) = rx.recv(&mut buf) {
+            if n >= 12 {
+                got.push(u32::from_be_bytes([0, buf[5], buf[6], buf[7]]));
+            }
+        }
+        got
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.pins.path()).status();
+        for side in ["s", "r"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &format!("{}-{side}", self.tag)])
+                .status();
+        }
+    }
+}
+
+#[test]
+fn a_tenant_qp_takes_rc_packets_only_from_the_hosts_it_is_connected_to() {
+    let pair = Pair::new("in");
+    let mut b = pair.load();
+    let mut b = pair.at_receiver(move || {
+        b.guard_netdev("v1").expect("the ingress filter");
+        b
+    });
+    // 17: connected to SENDER; 18: a tenant QP, not connected; 19: no
+    // tenant's QP (the host's own RDMA): not the backstop's.
+    b.insert(Key::TenantQp(RECEIVER, 17)).unwrap();
+    b.insert(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap();
+    b.insert(Key::TenantQp(RECEIVER, 18)).unwrap();
+    assert_eq!(pair.send(&[17, 18, 19], false, None), vec![17, 19]);
+    assert_eq!(b.drops().get(&DROPS_INGRESS), Some(&1));
+    // UD is nftables' to check: it passes here.
+    assert_eq!(pair.send(&[18], true, None), vec![18]);
+    // The connection goes: so do its packets.
+    assert!(b.remove(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap());
+    assert!(!b.remove(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap());
+    assert_eq!(pair.send(&[17], false, None), Vec::<u32>::new());
+    assert_eq!(b.drops().get(&DROPS_INGRESS), Some(&2));
+}
+
+/// A cgroup v2 directory of the test's own (under wherever cgroup2 is
+/// mounted: `/sys/fs/cgroup`, or `unified` below it on a hybrid host),
+/// removed on drop.
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").expect("/proc/self/mounts");
+        let root = mounts
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.get(2) == Some(&"cgroup2"))
+            .map(|f| PathBuf::from(f[1]))
+            .expect("a cgroup2 mount");
+        let dir = root.join(format!("masq-bpf-{}-{name}", std::process::id()));
+        std::fs::create_dir(&dir).expect("a cgroup");
+        Cgroup(dir)
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Its processes exited with their sender.
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The programs attached to a cgroup's egress, by name.
+fn attached(cgroup: &Path) -> Vec<String> {
+    let out = Command::new("bpftool")
+        .args(["-j", "cgroup", "show"])
+        .arg(cgroup)
+        .output()
+        .expect("bpftool");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["attach_type"] == "cgroup_inet_egress")
+        .filter_map(|p| p["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn an_endpoints_sockets_send_rc_packets_only_where_it_was_admitted() {
+    let pair = Pair::new("eg");
+    let cg = Cgroup::new("eg");
+    let mut b = pair.load();
+    b.guard_cgroup(&cg.0, 7).expect("the egress program");
+    b.insert(Key::Egress(7, RECEIVER, 17)).unwrap();
+    assert_eq!(pair.send(&[17, 18], false, Some(&cg.0)), vec![17]);
+    assert_eq!(b.drops().get(&7), Some(&1));
+    // UD is nftables' to check; a process in no guarded cgroup is not a
+    // tenant's.
+    assert_eq!(pair.send(&[18], true, Some(&cg.0)), vec![18]);
+    assert_eq!(pair.send(&[17, 18], false, None), vec![17, 18]);
+    // Another endpoint's admission is not this one's.
+    b.insert(Key::Egress(8, RECEIVER, 18)).unwrap();
+    assert_eq!(pair.send(&[18], false, Some(&cg.0)), Vec::<u32>::new());
+    b.unguard_cgroup(&cg.0).unwrap();
+    assert_eq!(attached(&cg.0), Vec::<String>::new());
+    assert_eq!(pair.send(&[17, 18], false, Some(&cg.0)), vec![17, 18]);
+}
+
+/// masqd's restart: the filters keep working while no masqd runs, and the
+/// next one takes the maps as they were and puts its programs in place of
+/// the earlier ones, without a second copy.
+#[test]
+fn the_filters_outlive_masqd_and_the_next_one_takes_them_over() {
+    let pair = Pair::new("rs");
+    let cg = Cgroup::new("rs");
+    let mut first = pair.load();
+    first = pair.at_receiver(move || {
+        first.guard_netdev("v1").expect("the ingress filter");
+        first
+    });
+    first.guard_cgroup(&cg.0, 7).unwrap();
+    first.insert(Key::TenantQp(RECEIVER, 18)).unwrap();
+    first.insert(Key::Egress(7, RECEIVER, 17)).unwrap();
+    let before = first.elements();
+    drop(first);
+
+    // No masqd: still filtered, both ways.
+    assert_eq!(pair.send(&[17, 18], false, None), vec![17]);
+    assert_eq!(pair.send(&[17, 19], false, Some(&cg.0)), vec![17]);
+
+    let mut next = pair.load();
+    assert_eq!(next.elements(), before);
+    next = pair.at_receiver(move || {
+        next.guard_netdev("v1").expect("the ingress filter, again");
+        next
+    });
+    next.guard_cgroup(&cg.0, 7).unwrap();
+    assert_eq!(attached(&cg.0), vec!["masq_egress".to_string()]);
+    let filters = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-r", pair.tag)])
+        .args(["tc", "filter", "show", "dev", "v1", "ingress"])
+        .output()
+        .expect("tc");
+    let filters = String::from_utf8_lossy(&filters.stdout);
+    let ours = filters.lines().filter(|l| l.contains("masq_ingress"));
+    assert_eq!(ours.count(), 1, "{filters}");
+    assert_eq!(pair.send(&[17, 18], false, None), vec![17]);
+    assert_eq!(pair.send(&[17, 19], false, Some(&cg.0)), vec![17]);
+}
