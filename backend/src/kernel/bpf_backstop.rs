@@ -169,8 +169,7 @@ impl BpfBackstop {
     /// The map learns the cgroup first: the program drops what it cannot
     /// place.
     pub fn guard_cgroup(&mut self, path: &Path, endpoint: u32) -> Result<()> {
-        let id = crate::enforce::rdma_cgroup::cgroup_inode(path)
-            .ok_or_else(|| failed(path.display(), "no such cgroup"))?;
+        let id = cgroup_id(path).ok_or_else(|| failed(path.display(), "no such cgroup"))?;
         self.cgroup_endpoint
             .insert(id, endpoint, 0)
             .map_err(|e| failed(format!("cgroup {}", path.display()), e))?;
@@ -210,7 +209,7 @@ impl BpfBackstop {
                 r => r.map_err(|e| failed(format!("detaching from {}", path.display()), e))?,
             }
         }
-        if let Some(id) = crate::enforce::rdma_cgroup::cgroup_inode(path) {
+        if let Some(id) = cgroup_id(path) {
             let _ = self.cgroup_endpoint.remove(&id);
         }
         Ok(())
@@ -281,6 +280,13 @@ impl BpfBackstop {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// A cgroup v2 directory's id, as `bpf_skb_ancestor_cgroup_id` gives it:
+/// its inode number.
+fn cgroup_id(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
