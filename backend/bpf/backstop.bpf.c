@@ -73,9 +73,22 @@ PINNED_HASH(tenant_qps, struct qp_key, __u8);
 PINNED_HASH(egress, struct egress_key, __u8);
 /* A cgroup's id -> the endpoint whose packets its sockets send. */
 PINNED_HASH(cgroup_endpoint, __u64, __u32);
+struct drops {
+	__u64 packets;
+	__u64 bytes;
+};
+
 /* Drops: ingress's, egress's of a cgroup with no endpoint, else an
  * endpoint's egress. */
-PINNED_HASH(drops, __u32, __u64);
+PINNED_HASH(drops, __u32, struct drops);
+
+/* masqd's numbers for its endpoints (the egress keys'), by name (NUL
+ * padded): kept with the maps, so that a restarted masqd numbers them as
+ * the elements it finds do. The programs do not read it. */
+struct endpoint_name {
+	char name[256];
+};
+PINNED_HASH(endpoint_ids, struct endpoint_name, __u32);
 
 /* The parts of a RoCEv2 packet the checks read. */
 struct roce {
@@ -85,14 +98,25 @@ struct roce {
 	int ud;
 };
 
-static __always_inline void count_drop(__u32 key)
+static __always_inline void count_drop(__u32 key, struct __sk_buff *skb)
 {
-	__u64 one = 1, *n = bpf_map_lookup_elem(&drops, &key);
+	struct drops *d = bpf_map_lookup_elem(&drops, &key);
 
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
-		bpf_map_update_elem(&drops, &key, &one, BPF_NOEXIST);
+	if (d) {
+		__sync_fetch_and_add(&d->packets, 1);
+		__sync_fetch_and_add(&d->bytes, skb->len);
+	} else {
+		struct drops first = { .packets = 1, .bytes = skb->len };
+
+		/* Another CPU's first may win: then add to it. */
+		if (bpf_map_update_elem(&drops, &key, &first, BPF_NOEXIST)) {
+			d = bpf_map_lookup_elem(&drops, &key);
+			if (d) {
+				__sync_fetch_and_add(&d->packets, 1);
+				__sync_fetch_and_add(&d->bytes, skb->len);
+			}
+		}
+	}
 }
 
 /*
@@ -153,7 +177,7 @@ int masq_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	is = read_roce(skb, ip, &r);
 	if (is < 0) {
-		count_drop(DROPS_INGRESS);
+		count_drop(DROPS_INGRESS, skb);
 		return TC_ACT_SHOT;
 	}
 	/* UD is nftables' (ud_qps, ud_from). */
@@ -166,7 +190,7 @@ int masq_ingress(struct __sk_buff *skb)
 	struct qp_key qp = { .local = r.daddr, .qpn = r.dest_qpn };
 
 	if (bpf_map_lookup_elem(&tenant_qps, &qp)) {
-		count_drop(DROPS_INGRESS);
+		count_drop(DROPS_INGRESS, skb);
 		return TC_ACT_SHOT;
 	}
 	return TC_ACT_OK;
@@ -204,7 +228,7 @@ int masq_egress(struct __sk_buff *skb)
 	if (!ep) {
 		/* Attached here, yet no endpoint: masqd is changing the map
 		 * (it fills it before attaching). Fail closed. */
-		count_drop(DROPS_NO_ENDPOINT);
+		count_drop(DROPS_NO_ENDPOINT, skb);
 		return 0;
 	}
 	if (is > 0) {
@@ -213,7 +237,7 @@ int masq_egress(struct __sk_buff *skb)
 		if (bpf_map_lookup_elem(&egress, &k))
 			return 1;
 	}
-	count_drop(*ep);
+	count_drop(*ep, skb);
 	return 0;
 }
 

@@ -25,6 +25,8 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+# bpffs, as systemd mounts it: masqd pins the backstop's eBPF maps there.
+mount -t bpf bpf /sys/fs/bpf
 hostname "$host"
 echo "$host" >/run/hostname
 

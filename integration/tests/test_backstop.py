@@ -78,12 +78,48 @@ def exchange(a, b):
 
 
 def counters(tb, host):
-    out = tb.run(host, "nft", "-j", "list", "counters", "table", "inet", "masq_backstop").stdout
-    return {c["counter"]["name"]: c["counter"]["packets"]
-            for c in json.loads(out)["nftables"] if "counter" in c}
+    """The drop counters as masqctl status shows them: nftables' and the
+    eBPF programs' (an endpoint's RC drops are in its drop_<endpoint>)."""
+    out = tb.run(host, MASQCTL, "-o", "json", "status").stdout
+    return {c["counter"]: c["packets"] for c in json.loads(out)["backstop"]["drops"]}
+
+
+# The per-connection elements live in eBPF maps pinned here (backstop.bpfDir).
+BPF_DIR = "/sys/fs/bpf/masq"
+
+
+def _bpf_keys(tb, host, name):
+    """A pinned map's keys, as bytes."""
+    out = tb.run(host, "bpftool", "-j", "map", "dump", "pinned", f"{BPF_DIR}/{name}").stdout
+    return [bytes(int(b, 16) for b in e["key"]) for e in json.loads(out)]
+
+
+def _ip(b):
+    return ".".join(str(x) for x in b)
+
+
+def _u32(b):
+    return int.from_bytes(b, "little")
 
 
 def set_elements(tb, host, name):
+    """A set's elements as nft -j lists a concatenation: [address, ...,
+    QPN]. conn_to, tenant_qps and eg_<endpoint> are the eBPF maps' (the
+    same keys: peer, local address, QPN; local address, QPN; peer, QPN)."""
+    if name == "conn_to":
+        return [[_ip(k[0:4]), _ip(k[4:8]), _u32(k[8:12])] for k in _bpf_keys(tb, host, name)]
+    if name == "tenant_qps":
+        return [[_ip(k[0:4]), _u32(k[4:8])] for k in _bpf_keys(tb, host, name)]
+    if name.startswith("eg_"):
+        number = tb.run(host, "bpftool", "-j", "map", "lookup", "pinned",
+                        f"{BPF_DIR}/endpoint_ids", "key", "hex",
+                        *[f"{b:02x}" for b in name[3:].encode().ljust(256, b"\0")],
+                        check=False)
+        if number.returncode != 0:
+            return []
+        n = _u32(bytes(int(b, 16) for b in json.loads(number.stdout)["value"]))
+        return [[_ip(k[4:8]), _u32(k[8:12])]
+                for k in _bpf_keys(tb, host, "egress") if _u32(k[0:4]) == n]
     out = tb.run(host, "nft", "-j", "list", "set", "inet", "masq_backstop", name).stdout
     sets = [x["set"] for x in json.loads(out)["nftables"] if "set" in x]
     return [e["concat"] for e in sets[0].get("elem", [])]

@@ -220,6 +220,11 @@ pub struct BackstopConfig {
     /// kernel sets are rewritten from what came back.
     #[serde(default = "default_recovery_grace")]
     pub recovery_grace_seconds: u64,
+    /// Where the eBPF part's maps and egress program are pinned (a
+    /// directory on a bpf file system, made if missing; `/sys/fs/bpf` is
+    /// mounted if it is not): a restarted masqd takes them from there.
+    #[serde(default = "default_bpf_dir")]
+    pub bpf_dir: std::path::PathBuf,
 }
 
 impl Default for BackstopConfig {
@@ -228,6 +233,7 @@ impl Default for BackstopConfig {
             enabled: None,
             cgroup_parent: default_cgroup_parent(),
             recovery_grace_seconds: default_recovery_grace(),
+            bpf_dir: default_bpf_dir(),
         }
     }
 }
@@ -237,6 +243,9 @@ fn default_cgroup_parent() -> String {
 }
 fn default_recovery_grace() -> u64 {
     30
+}
+fn default_bpf_dir() -> std::path::PathBuf {
+    "/sys/fs/bpf/masq".into()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

@@ -53,10 +53,25 @@ struct EgressKey {
     qpn: u32,
 }
 
-// SAFETY: plain `repr(C)` data without padding (4-byte fields only).
+/// A drop counter's value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drops {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// An endpoint's name, NUL padded (`endpoint_ids`' key).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct EndpointName([u8; 256]);
+
+// SAFETY: plain `repr(C)` data without padding (fields of one size each).
 unsafe impl Pod for ConnKey {}
 unsafe impl Pod for QpKey {}
 unsafe impl Pod for EgressKey {}
+unsafe impl Pod for Drops {}
+unsafe impl Pod for EndpointName {}
 
 /// One of the per-connection elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,7 +91,10 @@ pub struct BpfBackstop {
     tenant_qps: HashMap<MapData, QpKey, u8>,
     egress: HashMap<MapData, EgressKey, u8>,
     cgroup_endpoint: HashMap<MapData, u64, u32>,
-    drops: HashMap<MapData, u32, u64>,
+    drops: HashMap<MapData, u32, Drops>,
+    endpoint_ids: HashMap<MapData, EndpointName, u32>,
+    /// `endpoint_ids` as this masqd read or wrote it.
+    numbers: std::collections::HashMap<String, u32>,
     /// The egress program an earlier masqd pinned, detached from each
     /// cgroup once this one's is attached there.
     earlier_egress: Option<CgroupSkb>,
@@ -91,6 +109,7 @@ impl BpfBackstop {
     /// if missing): maps already pinned there are taken with their
     /// elements.
     pub fn load(dir: &Path) -> Result<BpfBackstop> {
+        on_bpffs(dir)?;
         std::fs::create_dir_all(dir).map_err(|e| failed(dir.display(), e))?;
         let mut ebpf = EbpfLoader::new()
             .map_pin_path(dir)
@@ -114,6 +133,8 @@ impl BpfBackstop {
             egress: map(&mut ebpf, "egress")?,
             cgroup_endpoint: map(&mut ebpf, "cgroup_endpoint")?,
             drops: map(&mut ebpf, "drops")?,
+            endpoint_ids: map(&mut ebpf, "endpoint_ids")?,
+            numbers: Default::default(),
             ebpf,
         })
     }
@@ -271,15 +292,106 @@ impl BpfBackstop {
     }
 
     /// The drop counters: `DROPS_INGRESS`, `DROPS_NO_ENDPOINT` or an
-    /// endpoint's number, to packets dropped.
-    pub fn drops(&self) -> BTreeMap<u32, u64> {
+    /// endpoint's number, to what was dropped.
+    pub fn drops(&self) -> BTreeMap<u32, Drops> {
         self.drops.iter().flatten().collect()
+    }
+
+    /// Endpoint `name`'s number in the egress keys: the one it has (this
+    /// masqd's, or an earlier one's), else the lowest free one (from 1).
+    pub fn endpoint_number(&mut self, name: &str) -> Result<u32> {
+        if let Some(&n) = self.numbers.get(name) {
+            return Ok(n);
+        }
+        let key = endpoint_name(name)?;
+        if let Ok(n) = self.endpoint_ids.get(&key, 0) {
+            self.numbers.insert(name.to_string(), n);
+            return Ok(n);
+        }
+        let taken: std::collections::BTreeSet<u32> =
+            self.endpoint_ids.iter().flatten().map(|(_, n)| n).collect();
+        let n = (1..DROPS_NO_ENDPOINT)
+            .find(|n| !taken.contains(n))
+            .ok_or_else(|| failed(name, "no endpoint number left"))?;
+        self.endpoint_ids
+            .insert(key, n, 0)
+            .map_err(|e| failed(format!("numbering endpoint {name}"), e))?;
+        self.numbers.insert(name.to_string(), n);
+        Ok(n)
+    }
+
+    /// The endpoint numbered `n` (by this masqd: `endpoint_number`).
+    pub fn endpoint_of(&self, n: u32) -> Option<&str> {
+        self.numbers
+            .iter()
+            .find(|(_, &m)| m == n)
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Endpoint `name` is no longer served: its number and drop counter go
+    /// (its elements went before).
+    pub fn forget_endpoint(&mut self, name: &str) {
+        self.numbers.remove(name);
+        if let Ok(key) = endpoint_name(name) {
+            if let Ok(n) = self.endpoint_ids.get(&key, 0) {
+                let _ = self.drops.remove(&n);
+            }
+            let _ = self.endpoint_ids.remove(&key);
+        }
+    }
+
+    /// A cgroup that is gone (by its id then): its entry goes.
+    pub fn forget_cgroup(&mut self, id: u64) {
+        let _ = self.cgroup_endpoint.remove(&id);
     }
 
     /// Where the maps are pinned.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Where the system mounts bpffs (systemd does; a bare init may not).
+const BPFFS: &str = "/sys/fs/bpf";
+
+/// Check that `dir` is on a bpf file system (its nearest existing
+/// ancestor is), mounting one at `/sys/fs/bpf` first if `dir` is below it
+/// and none is there.
+fn on_bpffs(dir: &Path) -> Result<()> {
+    const BPF_FS_MAGIC: nix::sys::statfs::FsType = nix::sys::statfs::FsType(0xcafe_4a11);
+    let is_bpffs =
+        |p: &Path| nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == BPF_FS_MAGIC);
+    let existing = dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    if is_bpffs(existing) {
+        return Ok(());
+    }
+    if dir.starts_with(BPFFS) && !is_bpffs(Path::new(BPFFS)) {
+        nix::mount::mount(
+            Some("bpf"),
+            BPFFS,
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| failed(format!("mounting bpffs on {BPFFS}"), e))?;
+        return Ok(());
+    }
+    Err(failed(
+        format!("backstop.bpfDir {}", dir.display()),
+        "not on a bpf file system",
+    ))
+}
+
+fn endpoint_name(name: &str) -> Result<EndpointName> {
+    let mut key = [0u8; 256];
+    if name.len() >= key.len() {
+        return Err(failed(name, "an endpoint name longer than 255 bytes"));
+    }
+    key[..name.len()].copy_from_slice(name.as_bytes());
+    Ok(EndpointName(key))
 }
 
 /// A cgroup v2 directory's id, as `bpf_skb_ancestor_cgroup_id` gives it:

@@ -144,14 +144,14 @@ fn a_tenant_qp_takes_rc_packets_only_from_the_hosts_it_is_connected_to() {
     b.insert(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap();
     b.insert(Key::TenantQp(RECEIVER, 18)).unwrap();
     assert_eq!(pair.send(&[17, 18, 19], false, None), vec![17, 19]);
-    assert_eq!(b.drops().get(&DROPS_INGRESS), Some(&1));
+    assert_eq!(b.drops()[&DROPS_INGRESS].packets, 1);
     // UD is nftables' to check: it passes here.
     assert_eq!(pair.send(&[18], true, None), vec![18]);
     // The connection goes: so do its packets.
     assert!(b.remove(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap());
     assert!(!b.remove(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap());
     assert_eq!(pair.send(&[17], false, None), Vec::<u32>::new());
-    assert_eq!(b.drops().get(&DROPS_INGRESS), Some(&2));
+    assert_eq!(b.drops()[&DROPS_INGRESS].packets, 2);
 }
 
 /// A cgroup v2 directory of the test's own (under wherever cgroup2 is
@@ -205,7 +205,7 @@ fn an_endpoints_sockets_send_rc_packets_only_where_it_was_admitted() {
     b.guard_cgroup(&cg.0, 7).expect("the egress program");
     b.insert(Key::Egress(7, RECEIVER, 17)).unwrap();
     assert_eq!(pair.send(&[17, 18], false, Some(&cg.0)), vec![17]);
-    assert_eq!(b.drops().get(&7), Some(&1));
+    assert_eq!(b.drops()[&7].packets, 1);
     // UD is nftables' to check; a process in no guarded cgroup is not a
     // tenant's.
     assert_eq!(pair.send(&[18], true, Some(&cg.0)), vec![18]);
@@ -234,6 +234,8 @@ fn the_filters_outlive_masqd_and_the_next_one_takes_them_over() {
     first.insert(Key::TenantQp(RECEIVER, 18)).unwrap();
     first.insert(Key::Egress(7, RECEIVER, 17)).unwrap();
     let before = first.elements();
+    assert_eq!(first.endpoint_number("acme_a").unwrap(), 1);
+    assert_eq!(first.endpoint_number("acme_b").unwrap(), 2);
     drop(first);
 
     // No masqd: still filtered, both ways.
@@ -242,6 +244,10 @@ fn the_filters_outlive_masqd_and_the_next_one_takes_them_over() {
 
     let mut next = pair.load();
     assert_eq!(next.elements(), before);
+    // Endpoints keep their numbers; a freed one is given again.
+    assert_eq!(next.endpoint_number("acme_b").unwrap(), 2);
+    next.forget_endpoint("acme_a");
+    assert_eq!(next.endpoint_number("acme_c").unwrap(), 1);
     next = pair.at_receiver(move || {
         next.guard_netdev("v1").expect("the ingress filter, again");
         next

@@ -2,8 +2,8 @@
 //! apps' files, rdma netlink, the served device, the sysfs views, the
 //! libibverbs numbering, the kernel's word on QP ownership, nftables
 //! (libnftables for rulesets and listings, netlink for set elements), the
-//! connection tracking table (ctnetlink) and traffic control's qdiscs and
-//! classes (rtnetlink).
+//! backstop's eBPF programs and maps, the connection tracking table
+//! (ctnetlink) and traffic control's qdiscs and classes (rtnetlink).
 
 pub mod bpf_backstop;
 pub mod ctnetlink;

@@ -8,13 +8,19 @@
 //! egress. Rules (table `inet masq_backstop`):
 //!
 //! - egress: a packet from a socket in `<cgroupParent>/<endpoint>` jumps to
-//!   the endpoint's chain and passes only if (peer host, destination QPN)
-//!   is in the endpoint's set `eg_<endpoint>`; a socket in any other cgroup
-//!   under `<cgroupParent>` (an unconfigured tenant) is dropped; the host's
-//!   own processes and the kernel (e.g. the CM's QP1) are not filtered.
-//! - ingress: a packet to a tenant QP (set `tenant_qps`, the QPs masqd
-//!   has seen) passes only from the peer host of an admitted connection of
-//!   that QP (set `conn_to`: peer host, local address, QPN). A local QP is
+//!   the endpoint's chain, which passes RC and UC on to the eBPF egress
+//!   program attached to the cgroup: it passes only if (peer host,
+//!   destination QPN) is in the endpoint's `eg_<endpoint>`; a socket in any
+//!   other cgroup under `<cgroupParent>` (an unconfigured tenant) is
+//!   dropped; the host's own processes and the kernel (e.g. the CM's QP1)
+//!   are not filtered.
+//! - ingress: a packet to a tenant QP (`tenant_qps`, the QPs masqd has
+//!   seen) passes only from the peer host of an admitted connection of
+//!   that QP (`conn_to`: peer host, local address, QPN), checked by the
+//!   eBPF ingress program on the rails' netdevs. `conn_to`, `tenant_qps`
+//!   and `eg_<endpoint>` are eBPF maps (`kernel::bpf_backstop`): an RTR
+//!   waits for one `bpf()` call per element, not an nf_tables commit; the
+//!   queue carries them as nftables elements all the same. A local QP is
 //!   keyed by the address the packet is sent to (`ip daddr`: this host's
 //!   underlay address on the QP's rail) and its QPN: each RDMA device
 //!   numbers its QPs on its own, so a QPN alone would let a peer admitted
@@ -64,10 +70,13 @@
 mod netns_tests;
 mod rules;
 mod sets;
+#[cfg(test)]
+mod upgrade_tests;
 
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::error::{Error, Result};
+use crate::kernel::bpf_backstop::BpfBackstop;
 use crate::kernel::nft::{nft_id, Nft};
 use crate::kernel::nft_counters::NftCounters;
 use crate::kernel::nft_set::{Change, Field, NftSets};
@@ -80,7 +89,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 use tracing::{debug, info, warn};
 
-use rules::{adopted_element, adopted_maps, cgroups_now, del, depth_of, old_sets};
+use rules::{adopted_element, adopted_maps, cgroups_now, del, depth_of, old_keys, old_sets};
 use rules::{endpoint_rules, lock, map_elements, old_elements_carried, old_sets_gone};
 use rules::{vni_rules, vnis};
 
@@ -92,6 +101,8 @@ const ROCE_PORT: u16 = 4791;
 const BTH_DEST_QPN: &str = "@th,104,24";
 /// The BTH opcode's transport bits (its top 3): 0b011 is UD.
 const BTH_UD: &str = "@th,64,3 3";
+/// Any other transport (RC, UC, and what is no BTH at all).
+const BTH_NOT_UD: &str = "@th,64,3 != 3";
 /// The DETH's source QPN (after 8 bytes of UDP header, 12 of BTH, 4 of
 /// Q_Key and a reserved byte).
 const DETH_SRC_QPN: &str = "@th,200,24";
@@ -100,6 +111,8 @@ const DETH_SRC_QPN: &str = "@th,200,24";
 pub const MAX_ADOPTED_DEPTH: usize = 8;
 
 /// The ingress sets (see the top), keyed by the local address too.
+/// `conn_to`, `tenant_qps` and the endpoints' `eg_<endpoint>` are eBPF
+/// maps (`sets::bpf_key`); their elements are written as nftables ones.
 const CONN_TO: &str = "conn_to";
 const TENANT_QPS: &str = "tenant_qps";
 const UD_QPS: &str = "ud_qps";
@@ -168,6 +181,11 @@ pub struct Backstop {
     sets: NftSets,
     /// The drop counters (a netlink dump).
     counters: NftCounters,
+    /// The per-connection elements an RTR waits for (`conn_to`,
+    /// `tenant_qps`, `eg_<endpoint>`) live in eBPF maps, checked by the
+    /// programs this holds (see "The backstop's eBPF maps" in
+    /// docs/design.md); taken after `sending` and `elements`.
+    bpf: Mutex<BpfBackstop>,
     level: usize,
     parent: String,
     /// The rails' names and this host's underlay address on each, to find
@@ -293,7 +311,18 @@ impl Backstop {
                 r.at.insert(e.name.clone(), At::of(&rails, e)?);
             }
         }
+        // The eBPF part first: its checks must be in place before the
+        // chains below stop making them (an upgrade from a table that made
+        // them in nftables).
+        let mut bpf = BpfBackstop::load(&cfg.backstop.bpf_dir)?;
+        for r in &cfg.rails {
+            bpf.guard_netdev(&r.underlay.netdev)?;
+        }
+        for id in rules.keys() {
+            bpf.endpoint_number(id)?;
+        }
         let b = Backstop {
+            bpf: Mutex::new(bpf),
             nft: Nft::new()?,
             sets: NftSets::open(TABLE)
                 .map_err(|e| Error::Failed(format!("nf_tables netlink socket: {e}")))?,
@@ -315,9 +344,14 @@ impl Backstop {
                 .run_terse(&format!("list sets table inet {TABLE}"))
                 .unwrap_or_default(),
         );
+        let local: Vec<Ipv4Addr> = b.rails.iter().map(|r| r.1).collect();
+        b.carry_into_maps(&old, &local);
+        let cgroups = cgroups_now(&rules);
+        for id in cgroups.keys() {
+            b.guard_cgroup(&rules[id].cgroup, id)?;
+        }
         // One transaction: chains and the verdict map are replaced whole, so
         // a restart never lets a running tenant's packet miss its chain.
-        let cgroups = cgroups_now(&rules);
         b.nft.run(&format!(
             "{}{}",
             b.render(&rules),
@@ -329,7 +363,6 @@ impl Backstop {
             // every rail address (what the old key meant), so nothing
             // guarded before passes; `reconcile` rewrites them exactly.
             let served = vnis(&rules);
-            let local: Vec<Ipv4Addr> = b.rails.iter().map(|r| r.1).collect();
             let mut cmd = String::new();
             for name in &old {
                 if let Ok(listing) = b.nft.run(&format!("list set inet {TABLE} {name}")) {
@@ -338,9 +371,13 @@ impl Backstop {
             }
             cmd += &old_sets_gone(&old, &served);
             match b.nft.run(&cmd) {
-                Ok(_) => info!(sets = ?old, "backstop: an older masqd's QPN-only sets replaced"),
+                Ok(_) => info!(sets = ?old, "backstop: an older masqd's sets replaced"),
                 Err(e) => warn!(sets = ?old, "backstop: an older masqd's sets stay: {e}"),
             }
+            // Its ingress counter: the eBPF program counts those drops now.
+            let _ = b
+                .nft
+                .run(&format!("delete counter inet {TABLE} ingress_drop"));
         }
         let mut el = b.lock();
         el.endpoints = rules;
@@ -351,16 +388,41 @@ impl Backstop {
         Ok(b)
     }
 
+    /// The per-connection elements of an older masqd's sets (`old`, as
+    /// `old_sets` names them) into the eBPF maps, at every rail address
+    /// `local` where a set's key had no address (what a QPN alone meant);
+    /// `reconcile` rewrites them exactly.
+    fn carry_into_maps(&self, old: &[String], local: &[Ipv4Addr]) {
+        let mut bpf = lock(&self.bpf);
+        for name in old {
+            let Ok(listing) = self.nft.run(&format!("list set inet {TABLE} {name}")) else {
+                continue;
+            };
+            let number = |id: &str| bpf.endpoint_number(id).ok();
+            let keys = old_keys(name, &listing, local, number);
+            for k in keys {
+                if let Err(e) = bpf.insert(k) {
+                    warn!("backstop: an older masqd's element stays out: {e}");
+                }
+            }
+        }
+    }
+
+    /// The eBPF egress check on cgroup `path` (below the root), as
+    /// endpoint `id`'s.
+    fn guard_cgroup(&self, path: &str, id: &str) -> Result<()> {
+        let mut bpf = lock(&self.bpf);
+        let n = bpf.endpoint_number(id)?;
+        bpf.guard_cgroup(&Path::new(CGROUP_ROOT).join(path), n)
+    }
+
     /// Tables, sets (kept if present), and chains (rewritten).
     fn render(&self, endpoints: &BTreeMap<EpId, EndpointRules>) -> String {
         let t = format!("inet {TABLE}");
         let mut s = String::new();
         let _ = writeln!(s, "add table {t}");
         let local = format!("ip daddr . {BTH_DEST_QPN}");
-        let _ = writeln!(s, "add set {t} {CONN_TO} {{ typeof ip saddr . {local}; }}");
-        for set in [TENANT_QPS, UD_QPS] {
-            let _ = writeln!(s, "add set {t} {set} {{ typeof {local}; }}");
-        }
+        let _ = writeln!(s, "add set {t} {UD_QPS} {{ typeof {local}; }}");
         let _ = writeln!(
             s,
             "add map {t} ud_from {{ typeof ip saddr . {DETH_SRC_QPN} : verdict; }}"
@@ -379,7 +441,7 @@ impl Backstop {
                  flush map {t} adopted_l{n}"
             );
         }
-        for c in ["unknown_cgroup_drop", "ingress_drop", "ud_ingress_drop"] {
+        for c in ["unknown_cgroup_drop", "ud_ingress_drop"] {
             let _ = writeln!(s, "add counter {t} {c}");
         }
         // Chains: created if missing, emptied, refilled, all in this one
@@ -424,19 +486,12 @@ flush chain {t} ud_in
             self.level - 1,
             self.parent
         );
-        let _ = writeln!(
-            s,
-            "add rule {t} input {roce} ip saddr . {local} @{CONN_TO} accept"
-        );
+        // RC and UC: the eBPF ingress program, on the rails' netdevs.
         let _ = writeln!(
             s,
             "add rule {t} input {roce} {BTH_UD} {local} @{UD_QPS} goto ud_in"
         );
         let _ = writeln!(s, "add rule {t} input {roce} {BTH_UD} accept");
-        let _ = writeln!(
-            s,
-            "add rule {t} input {roce} {local} @{TENANT_QPS} counter name ingress_drop drop"
-        );
         s
     }
 
@@ -484,14 +539,20 @@ flush chain {t} ud_in
         self.run_queue(&sending);
         let mut el = self.lock();
         let id = nft_id(name);
-        if el.endpoints.remove(&id).is_none() {
+        let Some(rules) = el.endpoints.remove(&id) else {
             // A further device: its address leaves its endpoint's chain.
             for r in el.endpoints.values_mut() {
                 r.at.remove(name);
             }
             return Ok(());
-        }
-        el.cgroups.remove(&id);
+        };
+        let own = el.cgroups.remove(&id).map(|ino| (rules.cgroup, ino));
+        let adopted: Vec<(String, u64)> = el
+            .adopted
+            .iter()
+            .filter(|(_, (ep, _))| *ep == id)
+            .map(|(p, (_, ino))| (p.clone(), *ino))
+            .collect();
         el.adopted.retain(|_, (ep, _)| *ep != id);
         // Its connections are normally untracked by now; any left go too.
         let mut gone = Vec::new();
@@ -512,15 +573,32 @@ flush chain {t} ud_in
         // The map is rebuilt rather than an element deleted: a cgroup that is
         // gone cannot be named by path.
         let t = format!("inet {TABLE}");
-        let cmd: String = gone.iter().map(|c| c.nft_command(&t)).collect();
+        let mut bpf = lock(&self.bpf);
+        let cmd: String = gone
+            .iter()
+            .filter(|c| !sets::apply_in_maps(&mut bpf, c))
+            .map(|c| c.nft_command(&t))
+            .collect();
         let cmd = format!(
             "{cmd}flush map {t} endpoint_cgroup\n{}{}\
              flush chain {t} ep_{id}\ndelete chain {t} ep_{id}\n\
-             delete set {t} eg_{id}\ndelete set {t} ud_{id}\ndelete counter {t} drop_{id}\n",
+             delete set {t} ud_{id}\ndelete counter {t} drop_{id}\n",
             map_elements(&el.endpoints, &el.cgroups),
             adopted_maps(&el.adopted, &el.adopted_rules)
         );
         self.nft.run(&cmd)?;
+        // Its cgroups leave the eBPF egress check (a process left in its
+        // own is then an unknown tenant's for nftables: dropped).
+        for (path, ino) in own.into_iter().chain(adopted) {
+            let dir = Path::new(CGROUP_ROOT).join(&path);
+            if cgroup_inode(&dir) == Some(ino) {
+                if let Err(e) = bpf.unguard_cgroup(&dir) {
+                    warn!("backstop: {e}");
+                }
+            }
+            bpf.forget_cgroup(ino);
+        }
+        bpf.forget_endpoint(&id);
         Ok(())
     }
 
@@ -533,6 +611,20 @@ flush chain {t} ud_in
         let now = cgroups_now(&el.endpoints);
         if now == el.cgroups {
             return;
+        }
+        // The eBPF egress check first: nftables' chain of an endpoint leaves
+        // its RC packets to it.
+        for (id, ino) in &now {
+            if el.cgroups.get(id) != Some(ino) {
+                if let Err(e) = self.guard_cgroup(&el.endpoints[id].cgroup, id) {
+                    warn!("backstop: {e}");
+                }
+            }
+        }
+        for (id, ino) in &el.cgroups {
+            if now.get(id) != Some(ino) {
+                lock(&self.bpf).forget_cgroup(*ino);
+            }
         }
         let only_added = el.cgroups.iter().all(|(i, ino)| now.get(i) == Some(ino));
         let cmd = if only_added {
@@ -621,6 +713,10 @@ flush chain {t} ud_in
         // A recreated cgroup of the same path: its old element is gone
         // with it; `add` replaces nothing else.
         cmd.push_str(&adopted_element(path, &id));
+        if let Some((_, old)) = el.adopted.get(path) {
+            lock(&self.bpf).forget_cgroup(*old);
+        }
+        self.guard_cgroup(path, &id)?;
         self.nft.run(&cmd)?;
         el.adopted_rules.insert(depth);
         el.adopted.insert(path.to_string(), (id, ino));
@@ -648,12 +744,22 @@ flush chain {t} ud_in
     /// gone cgroup cannot be named by path, so the maps are rebuilt.
     fn prune_adopted(&self, el: &mut Elements) {
         let before = el.adopted.len();
+        let mut gone = Vec::new();
         el.adopted.retain(|path, (_, ino)| {
-            cgroup_inode(&Path::new(CGROUP_ROOT).join(path.as_str())) == Some(*ino)
+            let here = cgroup_inode(&Path::new(CGROUP_ROOT).join(path.as_str())) == Some(*ino);
+            if !here {
+                gone.push(*ino);
+            }
+            here
         });
         if el.adopted.len() == before {
             return;
         }
+        let mut bpf = lock(&self.bpf);
+        for ino in gone {
+            bpf.forget_cgroup(ino);
+        }
+        drop(bpf);
         if let Err(e) = self.nft.run(&adopted_maps(&el.adopted, &el.adopted_rules)) {
             warn!("backstop: cannot rebuild the adopted cgroups' maps: {e}");
         }

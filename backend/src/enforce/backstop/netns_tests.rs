@@ -1,23 +1,53 @@
-//! The backstop against real nftables, in a network namespace of the
-//! test's own (root): the ruleset as `start` installs it, the set updates
-//! as the netlink path applies them, read back with `nft -j list`.
+//! The backstop against real nftables and eBPF, in a network namespace
+//! of the test's own (root): the ruleset as `start` installs it, the set
+//! updates as the netlink path applies them, read back with `nft -j
+//! list`, and the per-connection elements as the eBPF maps hold them
+//! (pinned in a bpffs of the test's thread, kept across its restarts).
 
 use super::Backstop;
 use crate::config::Config;
+use crate::kernel::bpf_backstop::Key;
 use crate::kernel::nft_set::{in_new_netns, listed};
 use crate::pipeline::ports::{Removal, BATCHED_DELETIONS_WAIT};
+use nix::sched::CloneFlags;
 use rconntrack::{Entry, Event, EventKind, QpType, State};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-const TABLE: &str = super::TABLE;
-const PEER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+pub(super) const TABLE: &str = super::TABLE;
+pub(super) const PEER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 /// This host's underlay address (its only rail's, but in `two_rails`).
-const LOCAL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+pub(super) const LOCAL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+
+/// `in_new_netns`, in a mount namespace of the thread's own too, with
+/// cgroup v2 at `CGROUP_ROOT` (mounted there if the host has it elsewhere,
+/// as a hybrid host does): the eBPF egress program attaches only to a
+/// real cgroup.
+pub(super) fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    in_new_netns(move || {
+        nix::sched::unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_FS)
+            .expect("a mount namespace of the test's own");
+        let sh = |args: &[&str]| {
+            let ok = std::process::Command::new(args[0])
+                .args(&args[1..])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "{args:?}");
+        };
+        sh(&["mount", "--make-rprivate", "/"]);
+        let root = crate::enforce::rdma_cgroup::CGROUP_ROOT;
+        let is_v2 = nix::sys::statfs::statfs(root)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
+        if !is_v2 {
+            sh(&["mount", "-t", "cgroup2", "cgroup2", root]);
+        }
+        f()
+    })
+}
 
 /// The backstop's cgroup parent for one test, gone with it.
-struct Parent(String);
+pub(super) struct Parent(String);
 
 impl Drop for Parent {
     fn drop(&mut self) {
@@ -27,7 +57,7 @@ impl Drop for Parent {
     }
 }
 
-fn start(test: &str) -> (Backstop, Parent) {
+pub(super) fn start(test: &str) -> (Backstop, Parent) {
     start_with(
         test,
         "device: rxe0
@@ -40,24 +70,97 @@ vpc:
     )
 }
 
-/// The backstop of config `yaml`, with a cgroup parent of the test's own.
+/// A bpffs for the eBPF pins of one test thread: every start in the
+/// thread (a restart in the test) finds the maps the one before left.
+struct Pins(tempfile::TempDir);
+
+impl Pins {
+    fn new() -> Pins {
+        let dir = tempfile::tempdir().expect("a directory for bpffs");
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -t bpf on {}", dir.path().display());
+        Pins(dir)
+    }
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+thread_local! {
+    static PINS: Pins = Pins::new();
+}
+
+/// The backstop of config `yaml`, with a cgroup parent of the test's own,
+/// the rails' netdevs made in the test's namespace (veths) for the eBPF
+/// ingress program.
 fn start_with(test: &str, yaml: &str) -> (Backstop, Parent) {
     let parent = Parent(format!("masq-test-{}-{test}", std::process::id()));
-    let yaml = format!("backstop: {{ cgroupParent: {} }}\n{yaml}", parent.0);
+    let pins = PINS.with(|p| p.0.path().join("masq"));
+    let yaml = format!(
+        "backstop: {{ cgroupParent: {}, bpfDir: {} }}\n{yaml}",
+        parent.0,
+        pins.display()
+    );
     let cfg = Config::parse(&yaml, "t.yaml").expect("config");
+    for r in &cfg.rails {
+        // There already after a restart in the same test.
+        let peer = format!("{}p", r.underlay.netdev);
+        let _ = std::process::Command::new("ip")
+            .args([
+                "link",
+                "add",
+                &r.underlay.netdev,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer,
+            ])
+            .output();
+    }
     let b = Backstop::start(&cfg, &cfg.endpoints).expect("the backstop's ruleset");
     (b, parent)
 }
 
-fn flush(b: &Backstop) {
+/// The elements of a set that lives in the eBPF maps (`conn_to`,
+/// `tenant_qps`, `eg_<endpoint>`), written as nft lists them, sorted.
+pub(super) fn bset(b: &Backstop, name: &str) -> Vec<String> {
+    let mut bpf = super::rules::lock(&b.bpf);
+    let ep = name
+        .strip_prefix("eg_")
+        .map(|id| bpf.endpoint_number(id).expect("a number"));
+    let mut out: Vec<String> = bpf
+        .elements()
+        .into_iter()
+        .filter_map(|k| match k {
+            Key::ConnTo(p, l, q) if name == "conn_to" => Some(format!("{p} . {l} . {q}")),
+            Key::TenantQp(l, q) if name == "tenant_qps" => Some(format!("{l} . {q}")),
+            Key::Egress(n, h, q) if Some(n) == ep => Some(format!("{h} . {q}")),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub(super) fn flush(b: &Backstop) {
     b.flush_updates(Duration::ZERO);
 }
 
-fn set(name: &str) -> Vec<String> {
+pub(super) fn set(name: &str) -> Vec<String> {
     listed(TABLE, name)
 }
 
-fn nft(cmd: &str) -> crate::error::Result<String> {
+pub(super) fn nft(cmd: &str) -> crate::error::Result<String> {
     crate::kernel::nft::Nft::new()?.run(cmd)
 }
 
@@ -84,19 +187,19 @@ fn ev(event: EventKind, entry: Entry) -> Event {
 
 #[test]
 fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("keys");
         // QPNs and hosts whose bytes all differ: a wrong byte order would
         // list as other numbers.
         b.qp_seen(LOCAL, 0x12_3456);
         flush(&b);
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 1193046"]);
 
         let conn = rc(0x12_3456, 0xab_cdef, State::Admitted);
         b.apply(&[ev(EventKind::New, conn.clone())], Removal::Now);
         flush(&b);
-        assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
-        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
+        assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 11259375"]);
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
 
         b.ud_local(LOCAL, 100, 0x01_0203, true);
         b.ud_remote(PEER, 0x0a_0b0c, 100, true);
@@ -120,9 +223,9 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         };
         b.apply(&[ev(EventKind::Update, reset)], Removal::Now);
         flush(&b);
-        assert!(set("eg_acme_a").is_empty());
-        assert!(set("conn_to").is_empty());
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
+        assert!(bset(&b, "eg_acme_a").is_empty());
+        assert!(bset(&b, "conn_to").is_empty());
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 1193046"]);
 
         b.apply(
             &[ev(EventKind::Destroy, conn), ev(EventKind::Destroy, ah)],
@@ -132,7 +235,8 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         b.ud_local(LOCAL, 100, 0x01_0203, false);
         b.ud_remote(PEER, 0x0a_0b0c, 100, false);
         flush(&b);
-        for s in ["tenant_qps", "udqp_100", "ud_qps", "ud_from", "ud_acme_a"] {
+        assert!(bset(&b, "tenant_qps").is_empty());
+        for s in ["udqp_100", "ud_qps", "ud_from", "ud_acme_a"] {
             assert!(set(s).is_empty(), "{s}: {:?}", set(s));
         }
     })
@@ -140,34 +244,43 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
 
 #[test]
 fn an_update_that_fails_costs_only_itself_not_the_updates_batched_with_it() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("absent");
-        b.qp_seen(LOCAL, 1);
-        b.qp_seen(LOCAL, 2);
+        b.ud_local(LOCAL, 100, 1, true);
+        b.ud_local(LOCAL, 100, 2, true);
         flush(&b);
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1", "198.18.0.1 . 2"]);
+        assert_eq!(set("ud_qps"), ["198.18.0.1 . 1", "198.18.0.1 . 2"]);
         // Gone behind masqd's back: deleting it fails, and with it the
         // batch; each update is then tried alone, as with libnftables.
         nft(&format!(
-            "delete element inet {TABLE} tenant_qps {{ 198.18.0.1 . 1 }}"
+            "delete element inet {TABLE} ud_qps {{ 198.18.0.1 . 1 }}"
         ))
         .expect("deleted by hand");
-        b.qp_gone(LOCAL, 1, Removal::Now);
-        b.qp_seen(LOCAL, 3);
+        b.ud_local(LOCAL, 100, 1, false);
+        b.ud_local(LOCAL, 100, 3, true);
+        // The eBPF maps' elements are not in the transaction: they go in
+        // whatever befalls it.
+        b.qp_seen(LOCAL, 2);
         b.apply(
             &[ev(EventKind::New, rc(2, 7, State::Admitted))],
             Removal::Now,
         );
         flush(&b);
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 2", "198.18.0.1 . 3"]);
-        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 2"]);
-        assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 7"]);
+        assert_eq!(set("ud_qps"), ["198.18.0.1 . 2", "198.18.0.1 . 3"]);
+        // The failed update was both of QP 1's deletions: udqp_100 keeps it.
+        assert_eq!(
+            set("udqp_100"),
+            ["198.18.0.1 . 1", "198.18.0.1 . 2", "198.18.0.1 . 3"]
+        );
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 2"]);
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 2"]);
+        assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 7"]);
     })
 }
 
 #[test]
 fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("reconcile");
         b.qp_seen(LOCAL, 0x12_3456);
         b.apply(
@@ -178,15 +291,16 @@ fn the_reconcile_rewrites_the_sets_in_the_same_keys() {
             Removal::Now,
         );
         flush(&b);
-        // An element nobody re-registered, as after a restart.
-        nft(&format!(
-            "add element inet {TABLE} tenant_qps {{ 198.18.0.1 . 9 }}"
-        ))
-        .expect("added by hand");
+        // Elements nobody re-registered, as after a restart.
+        let mut bpf = super::rules::lock(&b.bpf);
+        bpf.insert(Key::TenantQp(LOCAL, 9)).expect("added by hand");
+        bpf.insert(Key::ConnTo(PEER, LOCAL, 9))
+            .expect("added by hand");
+        drop(bpf);
         b.reconcile();
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
-        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
-        assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 1193046"]);
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
+        assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 11259375"]);
     })
 }
 
@@ -196,7 +310,7 @@ const TWO_RAILS: &str = crate::config::tests::RAILS;
 
 #[test]
 fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start_with("rails", TWO_RAILS);
         let rail1 = Ipv4Addr::new(203, 0, 113, 1);
         // QP 0x11 on each device, both connected to the same peer QP: the
@@ -223,18 +337,21 @@ fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
         );
         flush(&b);
         assert_eq!(
-            set("conn_to"),
+            bset(&b, "conn_to"),
             [
                 "198.18.0.2 . 198.18.0.1 . 17",
                 "198.18.0.2 . 203.0.113.1 . 17"
             ]
         );
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17", "203.0.113.1 . 17"]);
+        assert_eq!(
+            bset(&b, "tenant_qps"),
+            ["198.18.0.1 . 17", "203.0.113.1 . 17"]
+        );
         assert_eq!(set("ud_qps"), ["198.18.0.1 . 18", "203.0.113.1 . 18"]);
         assert_eq!(set("udqp_100"), ["198.18.0.1 . 18"]);
         assert_eq!(set("udqp_101"), ["203.0.113.1 . 18"]);
         // Both devices' apps send from a's cgroup: one egress element.
-        assert_eq!(set("eg_a"), ["198.18.0.2 . 34"]);
+        assert_eq!(bset(&b, "eg_a"), ["198.18.0.2 . 34"]);
 
         // rxe0's QP goes; rxe1's keeps all of its elements.
         b.apply(&[ev(EventKind::Destroy, on_rxe0)], Removal::Now);
@@ -242,12 +359,12 @@ fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
         b.ud_local(LOCAL, 100, 0x12, false);
         flush(&b);
         let left = || {
-            assert_eq!(set("conn_to"), ["198.18.0.2 . 203.0.113.1 . 17"]);
-            assert_eq!(set("tenant_qps"), ["203.0.113.1 . 17"]);
+            assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 203.0.113.1 . 17"]);
+            assert_eq!(bset(&b, "tenant_qps"), ["203.0.113.1 . 17"]);
             assert_eq!(set("ud_qps"), ["203.0.113.1 . 18"]);
             assert!(set("udqp_100").is_empty());
             assert_eq!(set("udqp_101"), ["203.0.113.1 . 18"]);
-            assert_eq!(set("eg_a"), ["198.18.0.2 . 34"]);
+            assert_eq!(bset(&b, "eg_a"), ["198.18.0.2 . 34"]);
         };
         left();
         // The reconcile writes the same keys.
@@ -272,7 +389,7 @@ fn ingress_drops(b: &Backstop) -> u64 {
 
 #[test]
 fn a_peer_admitted_to_one_devices_qp_cannot_reach_the_same_qpn_on_another() {
-    in_new_netns(|| {
+    in_netns(|| {
         // Both rails' addresses and the peer's on lo: its packets cross
         // the input hook as a wire's would.
         for a in ["198.18.0.1/32", "203.0.113.1/32", "198.18.0.2/32"] {
@@ -287,6 +404,10 @@ fn a_peer_admitted_to_one_devices_qp_cannot_reach_the_same_qpn_on_another() {
             .status();
         assert!(up.is_ok_and(|s| s.success()), "lo up");
         let (b, _p) = start_with("reach", TWO_RAILS);
+        // Here the rails' packets cross lo: the ingress program goes there.
+        super::rules::lock(&b.bpf)
+            .guard_netdev("lo")
+            .expect("on lo");
         let rail1 = Ipv4Addr::new(203, 0, 113, 1);
         b.qp_seen(LOCAL, 0x11);
         b.qp_seen(rail1, 0x11);
@@ -306,63 +427,9 @@ fn a_peer_admitted_to_one_devices_qp_cannot_reach_the_same_qpn_on_another() {
     })
 }
 
-/// An older masqd's table: the ingress sets keyed by QPN alone, with
-/// elements, their rules, and VNI 200's, which no endpoint serves now.
-const OLD_TABLE: &str = "add table inet masq_backstop
-add set inet masq_backstop conn_in { typeof ip saddr . @th,104,24; }
-add set inet masq_backstop tenant_qpns { typeof @th,104,24; }
-add set inet masq_backstop ud_qpns { typeof @th,104,24; }
-add map inet masq_backstop ud_from { typeof ip saddr . @th,200,24 : verdict; }
-add element inet masq_backstop conn_in { 198.18.0.2 . 17 }
-add element inet masq_backstop tenant_qpns { 17 }
-add element inet masq_backstop ud_qpns { 18 }
-add chain inet masq_backstop input { type filter hook input priority filter; policy accept; }
-add rule inet masq_backstop input udp dport 4791 ip saddr . @th,104,24 @conn_in accept
-add rule inet masq_backstop input udp dport 4791 @th,64,3 3 @th,104,24 @ud_qpns accept
-add rule inet masq_backstop input udp dport 4791 @th,104,24 @tenant_qpns drop
-";
-
-fn old_vni(vni: u32) -> String {
-    let t = format!("inet {TABLE}");
-    format!(
-        "add set {t} udq_{vni} {{ typeof @th,104,24; }}
-         add element {t} udq_{vni} {{ 18 }}
-         add chain {t} udvni_{vni}
-         add rule {t} udvni_{vni} @th,104,24 @udq_{vni} accept
-         add element {t} ud_from {{ 198.18.0.2 . {vni} : jump udvni_{vni} }}
-"
-    )
-}
-
-#[test]
-fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
-    in_new_netns(|| {
-        nft(&format!("{OLD_TABLE}{}{}", old_vni(100), old_vni(200))).expect("the old table");
-        let (b, _p) = start("upgrade");
-        for old in ["conn_in", "tenant_qpns", "ud_qpns", "udq_100", "udq_200"] {
-            let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
-            assert!(e.to_string().contains("No such file"), "{old}: {e}");
-        }
-        // The new ones hold the old elements at this host's address (what
-        // a QPN alone meant) until the reconcile rewrites them.
-        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 17"]);
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17"]);
-        assert_eq!(set("ud_qps"), ["198.18.0.1 . 18"]);
-        assert_eq!(set("udqp_100"), ["198.18.0.1 . 18"]);
-        let chain = nft(&format!("list chain inet {TABLE} udvni_200")).expect("kept");
-        assert!(!chain.contains("\"rule\""), "emptied: {chain}");
-        b.qp_seen(LOCAL, 0x12);
-        flush(&b);
-        drop(b);
-        // A restart over the new table keeps the new sets' elements.
-        let (_b, _p2) = start("upgrade-again");
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 17", "198.18.0.1 . 18"]);
-    })
-}
-
 #[test]
 fn the_drop_counters_are_read_without_libnftables_and_a_lost_table_is_an_error() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("counters");
         let mut names: Vec<String> = b
             .counters()
@@ -384,7 +451,7 @@ fn the_drop_counters_are_read_without_libnftables_and_a_lost_table_is_an_error()
 
 #[test]
 fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("own-thread");
         // No updater thread runs here: only the waiting thread can apply.
         b.hold();
@@ -400,9 +467,9 @@ fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
         assert!(b.wait_applied(Duration::from_secs(5)), "applied");
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         b.release();
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 1193046"]);
-        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
-        assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 11259375"]);
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 1193046"]);
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 1193046"]);
+        assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 11259375"]);
         // Nothing queued: the wait is over at once.
         assert!(b.wait_applied(Duration::ZERO));
     })
@@ -410,7 +477,7 @@ fn a_waiting_admission_runs_its_transaction_on_its_own_thread() {
 
 #[test]
 fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_qpn() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("gone");
         let conn = rc(0x31, 0x41, State::Admitted);
         b.qp_seen(LOCAL, 0x31);
@@ -425,9 +492,9 @@ fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_qpn() 
         gone(&b, &conn);
         b.flush_updates(Duration::from_secs(5));
         assert!(t.elapsed() >= BATCHED_DELETIONS_WAIT, "{:?}", t.elapsed());
-        assert!(set("tenant_qps").is_empty());
-        assert!(set("conn_to").is_empty());
-        assert!(set("eg_acme_a").is_empty());
+        assert!(bset(&b, "tenant_qps").is_empty());
+        assert!(bset(&b, "conn_to").is_empty());
+        assert!(bset(&b, "eg_acme_a").is_empty());
 
         // Its QPN comes back at once, for a QP masqd moves to RTR towards
         // the same peer: same elements, so deletions run after the new
@@ -445,9 +512,9 @@ fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_qpn() 
         );
         assert!(b.wait_applied(Duration::from_secs(5)));
         b.release();
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 49"]);
-        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 49"]);
-        assert_eq!(set("eg_acme_a"), ["198.18.0.2 . 65"]);
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 49"]);
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 49"]);
+        assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 65"]);
 
         // An admission of another QP does not take them along: they wait
         // for their batch, the admission's elements are in at once.
@@ -458,10 +525,13 @@ fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_qpn() 
         b.apply(&[ev(EventKind::New, next.clone())], Removal::Now);
         assert!(b.wait_applied(Duration::from_secs(5)));
         b.release();
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 49", "198.18.0.1 . 51"]);
+        assert_eq!(
+            bset(&b, "tenant_qps"),
+            ["198.18.0.1 . 49", "198.18.0.1 . 51"]
+        );
         b.flush_updates(Duration::from_secs(5));
-        assert_eq!(set("tenant_qps"), ["198.18.0.1 . 51"]);
-        assert_eq!(set("conn_to"), ["198.18.0.2 . 198.18.0.1 . 51"]);
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 51"]);
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 51"]);
         gone(&b, &next);
         b.flush_updates(Duration::from_secs(5));
         b.qp_seen(LOCAL, 0x31);
@@ -482,15 +552,15 @@ fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_qpn() 
         b.apply(&[ev(EventKind::Update, reset)], Removal::Now);
         b.flush_updates(Duration::from_secs(5));
         assert!(t.elapsed() < BATCHED_DELETIONS_WAIT, "{:?}", t.elapsed());
-        assert!(set("conn_to").is_empty());
-        assert!(set("eg_acme_a").is_empty());
-        assert!(set("tenant_qps").is_empty());
+        assert!(bset(&b, "conn_to").is_empty());
+        assert!(bset(&b, "eg_acme_a").is_empty());
+        assert!(bset(&b, "tenant_qps").is_empty());
     })
 }
 
 #[test]
 fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("load");
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -528,9 +598,9 @@ fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
         });
         b.flush_updates(Duration::ZERO);
-        assert_eq!(set("tenant_qps").len(), 200);
-        assert_eq!(set("conn_to").len(), 200);
-        assert_eq!(set("eg_acme_a").len(), 200);
+        assert_eq!(bset(&b, "tenant_qps").len(), 200);
+        assert_eq!(bset(&b, "conn_to").len(), 200);
+        assert_eq!(bset(&b, "eg_acme_a").len(), 200);
     })
 }
 
@@ -540,7 +610,7 @@ fn admissions_at_once_all_get_their_elements_with_the_updater_running_too() {
 #[test]
 #[ignore]
 fn one_element_costs() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, _p) = start("cost");
         let nft = crate::kernel::nft::Nft::new().unwrap();
         let sets = crate::kernel::nft_set::NftSets::open(TABLE).unwrap();
@@ -553,7 +623,7 @@ fn one_element_costs() {
         for q in 1..=n {
             let t = std::time::Instant::now();
             nft.run(&format!(
-                "add element inet {TABLE} tenant_qps {{ 198.18.0.1 . {q} }}"
+                "add element inet {TABLE} ud_qps {{ 198.18.0.1 . {q} }}"
             ))
             .unwrap();
             text.push(t.elapsed());
@@ -562,7 +632,7 @@ fn one_element_costs() {
         for q in n + 1..=2 * n {
             let t = std::time::Instant::now();
             sets.apply(&[crate::kernel::nft_set::Change::Add(
-                super::rules::tenant_qp((LOCAL, q)),
+                super::rules::ud_local_qp(100, (LOCAL, q))[1].clone(),
             )])
             .unwrap();
             netlink.push(t.elapsed());
@@ -599,41 +669,15 @@ fn one_element_costs() {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
         });
         eprintln!(
-            "one element, median of {n}: libnftables {:?}, netlink {:?}, backstop qp_seen+flush {:?}; \
+            "one element, median of {n}: libnftables (ud_qps) {:?}, netlink (ud_qps) {:?}, backstop qp_seen+flush (eBPF) {:?}; \
              an admission's three elements and its wait {:?}",
             median(text),
             median(netlink),
             median(backstop),
             median(admission)
         );
-        assert_eq!(set("tenant_qps").len(), 4 * n as usize);
+        assert_eq!(bset(&b, "tenant_qps").len(), 2 * n as usize);
     })
-}
-
-#[test]
-fn an_old_sets_elements_are_carried_to_every_rail_address() {
-    use super::rules::old_elements_carried;
-    let rails = [LOCAL, Ipv4Addr::new(203, 0, 113, 1)];
-    let served = [100].into();
-    let conn_in = r#"{"nftables": [{"metainfo": {}}, {"set": {"name": "conn_in",
-        "elem": [{"concat": ["198.18.0.2", 17]}]}}]}"#;
-    assert_eq!(
-        old_elements_carried("conn_in", conn_in, &rails, &served),
-        "add element inet masq_backstop conn_to { 198.18.0.2 . 198.18.0.1 . 17, \
-         198.18.0.2 . 203.0.113.1 . 17 }\n"
-    );
-    let udq = r#"{"nftables": [{"set": {"name": "udq_100", "elem": [18, 19]}}]}"#;
-    assert_eq!(
-        old_elements_carried("udq_100", udq, &rails[..1], &served),
-        "add element inet masq_backstop udqp_100 { 198.18.0.1 . 18, 198.18.0.1 . 19 }\n"
-    );
-    // A VNI no endpoint serves has no successor; an empty set adds nothing.
-    assert_eq!(old_elements_carried("udq_200", udq, &rails, &served), "");
-    let empty = r#"{"nftables": [{"set": {"name": "tenant_qpns"}}]}"#;
-    assert_eq!(
-        old_elements_carried("tenant_qpns", empty, &rails, &served),
-        ""
-    );
 }
 
 /// Issue 51: a masqd restart emptied the adopted cgroups' maps, and a
@@ -642,7 +686,7 @@ fn an_old_sets_elements_are_carried_to_every_rail_address() {
 /// before any session; one whose container ended meanwhile is skipped.
 #[test]
 fn a_restart_filters_the_adopted_cgroups_again_before_any_session() {
-    in_new_netns(|| {
+    in_netns(|| {
         let (b, parent) = start("readopt");
         let app = format!("{}-app", parent.0);
         let dir = PathBuf::from(crate::enforce::rdma_cgroup::CGROUP_ROOT).join(&app);

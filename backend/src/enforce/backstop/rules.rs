@@ -4,10 +4,11 @@
 //! counts behind each.
 
 use super::{At, Conn, Elements, EndpointRules, EpId, Live, Pair, TABLE};
-use super::{BTH_DEST_QPN, BTH_UD, CONN_TO, TENANT_QPS, UD_QPS};
+use super::{BTH_DEST_QPN, BTH_NOT_UD, BTH_UD, CONN_TO, TENANT_QPS, UD_QPS};
 use crate::config::EndpointConfig;
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::error::{Error, Result};
+use crate::kernel::bpf_backstop::Key;
 use crate::kernel::nft_set::{Change, Element, Field};
 use rconntrack::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -62,17 +63,19 @@ pub(super) fn vnis(endpoints: &BTreeMap<EpId, EndpointRules>) -> BTreeSet<u32> {
 }
 
 /// One endpoint's set, counter and chain (created if missing, emptied,
-/// refilled): its egress passes only to admitted (host, QPN) pairs.
+/// refilled): its UD packets pass only to the hosts of its admitted
+/// address handles; its IPv4 RC and UC packets pass on to the eBPF egress
+/// program of its cgroup, which lets through only admitted (host, QPN)
+/// pairs (`eg_<endpoint>` in the eBPF map `egress`); the rest is dropped.
 pub(super) fn endpoint_rules(id: &str) -> String {
     let t = format!("inet {TABLE}");
     let c = format!("ep_{id}");
     format!(
-        "add set {t} eg_{id} {{ typeof ip daddr . {BTH_DEST_QPN}; }}\n\
-         add counter {t} drop_{id}\n\
+        "add counter {t} drop_{id}\n\
          add chain {t} {c}\nflush chain {t} {c}\n\
          add set {t} ud_{id} {{ type ipv4_addr; }}\n\
-         add rule {t} {c} ip daddr . {BTH_DEST_QPN} @eg_{id} accept\n\
          add rule {t} {c} ip daddr @ud_{id} {BTH_UD} accept\n\
+         add rule {t} {c} meta nfproto ipv4 {BTH_NOT_UD} accept\n\
          add rule {t} {c} counter name drop_{id} drop\n"
     )
 }
@@ -99,7 +102,8 @@ pub(super) fn old_sets(listing: &str) -> Vec<String> {
         return Vec::new(); // no table yet
     };
     let old = |n: &str| {
-        ["conn_in", "tenant_qpns", "ud_qpns"].contains(&n)
+        ["conn_in", "tenant_qpns", "ud_qpns", CONN_TO, TENANT_QPS].contains(&n)
+            || n.starts_with("eg_")
             || n.strip_prefix("udq_")
                 .is_some_and(|v| v.parse::<u32>().is_ok())
     };
@@ -126,8 +130,6 @@ pub(super) fn old_elements_carried(
     served: &BTreeSet<u32>,
 ) -> String {
     let new = match name {
-        "conn_in" => CONN_TO.to_string(),
-        "tenant_qpns" => TENANT_QPS.to_string(),
         "ud_qpns" => UD_QPS.to_string(),
         _ => match name
             .strip_prefix("udq_")
@@ -161,6 +163,62 @@ pub(super) fn old_elements_carried(
         return String::new();
     }
     format!("add element inet {TABLE} {new} {{ {} }}\n", keys.join(", "))
+}
+
+/// The elements of an older masqd's set `name` (its `list set` in JSON)
+/// that live in the eBPF maps now: its per-connection sets of nftables
+/// (`conn_to`, `tenant_qps`, `eg_<endpoint>`, whose endpoint `number`
+/// gives), and the QPN-only ones before them (`conn_in`, `tenant_qpns`),
+/// whose QPNs are taken at each of this host's rail addresses `local`.
+pub(super) fn old_keys(
+    name: &str,
+    listing: &str,
+    local: &[Ipv4Addr],
+    mut number: impl FnMut(&str) -> Option<u32>,
+) -> Vec<Key> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
+        return Vec::new();
+    };
+    let addr = |v: &serde_json::Value| v.as_str().and_then(|a| a.parse::<Ipv4Addr>().ok());
+    let qpn = |v: &serde_json::Value| v.as_u64().and_then(|q| u32::try_from(q).ok());
+    let egress = name.strip_prefix("eg_").and_then(&mut number);
+    let mut keys = Vec::new();
+    let elems = v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["set"]["elem"].as_array())
+        .flatten();
+    for e in elems {
+        let fields = e["concat"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        match (name, fields) {
+            (CONN_TO, [p, l, q]) => keys
+                .extend((addr(p).zip(addr(l)).zip(qpn(q))).map(|((p, l), q)| Key::ConnTo(p, l, q))),
+            (TENANT_QPS, [l, q]) => {
+                keys.extend(addr(l).zip(qpn(q)).map(|(l, q)| Key::TenantQp(l, q)))
+            }
+            ("conn_in", [p, q]) => {
+                if let Some((p, q)) = addr(p).zip(qpn(q)) {
+                    keys.extend(local.iter().map(|&l| Key::ConnTo(p, l, q)));
+                }
+            }
+            ("tenant_qpns", []) => {
+                if let Some(q) = qpn(e) {
+                    keys.extend(local.iter().map(|&l| Key::TenantQp(l, q)));
+                }
+            }
+            (_, [h, q]) => {
+                if let Some(((n, h), q)) = egress.zip(addr(h)).zip(qpn(q)) {
+                    keys.push(Key::Egress(n, h, q));
+                }
+            }
+            _ => {}
+        }
+    }
+    keys
 }
 
 /// Deleting them, once `render` rewrote the chains that named them. The

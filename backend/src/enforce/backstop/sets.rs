@@ -9,9 +9,11 @@ use super::rules::{
 };
 use super::{Backstop, CONN_TO, TABLE, TENANT_QPS, UD_QPS};
 use crate::error::{Error, Result};
-use crate::kernel::nft_set::Change;
+use crate::kernel::bpf_backstop::{BpfBackstop, Key, DROPS_INGRESS, DROPS_NO_ENDPOINT};
+use crate::kernel::nft_set::{Change, Element, Field};
 use crate::pipeline::ports::{Guard, Removal, BATCHED_DELETIONS_WAIT};
 use rconntrack::{Event, EventKind, QpType, State};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::sync::{MutexGuard, TryLockError};
@@ -313,15 +315,32 @@ impl Backstop {
         self.run_queue(&sending);
     }
 
-    /// Queued updates: all in one transaction, or one by one if that fails.
+    /// Queued updates: the eBPF maps' elements one `bpf()` call each, in
+    /// order; the nftables sets' all in one transaction, or one by one if
+    /// that fails. The two never name the same element, so they commute.
     pub(super) fn run_updates(&self, cmds: &[Vec<Change>]) {
+        if cmds.is_empty() {
+            return;
+        }
+        let mut bpf = lock(&self.bpf);
+        let cmds: Vec<Vec<Change>> = cmds
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .filter(|c| !apply_in_maps(&mut bpf, c))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .filter(|c| !c.is_empty())
+            .collect();
+        drop(bpf);
         if cmds.is_empty() {
             return;
         }
         if self.sets.apply(&cmds.concat()).is_ok() {
             debug!(updates = cmds.len(), "backstop sets updated");
         } else {
-            for c in cmds {
+            for c in &cmds {
                 if let Err(e) = self.sets.apply(c) {
                     warn!("backstop: cannot update the sets: {e}");
                 }
@@ -342,10 +361,7 @@ impl Backstop {
         let el = self.lock();
         let (queued, upto) = lock(&self.pending).take();
         let t = format!("inet {TABLE}");
-        let mut cmd = format!(
-            "flush set {t} {CONN_TO}\nflush set {t} {TENANT_QPS}\n\
-             flush set {t} {UD_QPS}\nflush map {t} ud_from\n"
-        );
+        let mut cmd = format!("flush set {t} {UD_QPS}\nflush map {t} ud_from\n");
         let vnis = vnis(&el.endpoints);
         for vni in &vnis {
             let _ = writeln!(cmd, "flush set {t} udqp_{vni}");
@@ -362,7 +378,7 @@ impl Backstop {
             }
         }
         for id in el.endpoints.keys() {
-            let _ = writeln!(cmd, "flush set {t} eg_{id}\nflush set {t} ud_{id}");
+            let _ = writeln!(cmd, "flush set {t} ud_{id}");
         }
         let mut add = |e| cmd.push_str(&Change::Add(e).nft_command(&t));
         for (id, hosts) in &el.ud {
@@ -370,17 +386,13 @@ impl Backstop {
                 add(ud_host(id, host));
             }
         }
+        let mut wanted = Vec::new();
         for (id, pairs) in &el.egress {
-            for &pair in pairs.keys() {
-                add(egress(id, pair));
-            }
+            wanted.extend(pairs.keys().map(|&pair| egress(id, pair)));
         }
-        for &c in el.conn_to.keys() {
-            add(conn_to(c));
-        }
-        for &qp in el.tenant_qps.keys() {
-            add(tenant_qp(qp));
-        }
+        wanted.extend(el.conn_to.keys().map(|&c| conn_to(c)));
+        wanted.extend(el.tenant_qps.keys().map(|&qp| tenant_qp(qp)));
+        self.reconcile_maps(&wanted);
         match self.nft.run(&cmd) {
             Ok(_) => info!(
                 connections = el.conn_to.len(),
@@ -399,8 +411,29 @@ impl Backstop {
         self.mark_applied(upto);
     }
 
-    /// The drop counters: (name, packets, bytes). The table always has
-    /// some: none means it is gone.
+    /// The eBPF maps made to hold exactly `wanted` (nftables-shaped
+    /// elements of the sets that live there): what is missing added first,
+    /// then what is left over deleted.
+    fn reconcile_maps(&self, wanted: &[Element]) {
+        let mut bpf = lock(&self.bpf);
+        let wanted: BTreeSet<Key> = wanted.iter().filter_map(|e| bpf_key(&mut bpf, e)).collect();
+        let have: BTreeSet<Key> = bpf.elements().into_iter().collect();
+        for &k in wanted.difference(&have) {
+            if let Err(e) = bpf.insert(k) {
+                warn!("backstop: {e}");
+            }
+        }
+        for &k in have.difference(&wanted) {
+            if let Err(e) = bpf.remove(k) {
+                warn!("backstop: {e}");
+            }
+        }
+    }
+
+    /// The drop counters: (name, packets, bytes), nftables' and the eBPF
+    /// programs' (`ingress_drop`, `no_endpoint_drop`, and an endpoint's
+    /// RC and UC drops added to its `drop_<endpoint>`). The table always
+    /// has some: none means it is gone.
     pub fn counters(&self) -> Result<Vec<(String, u64, u64)>> {
         let c = self
             .counters
@@ -411,9 +444,26 @@ impl Backstop {
                 "no counters in inet {TABLE}: the table is gone (was the ruleset flushed?)"
             )));
         }
-        Ok(c.into_iter()
-            .map(|c| (c.name, c.packets, c.bytes))
-            .collect())
+        let mut all: BTreeMap<String, (u64, u64)> = c
+            .into_iter()
+            .map(|c| (c.name, (c.packets, c.bytes)))
+            .collect();
+        all.entry("ingress_drop".into()).or_default();
+        let bpf = lock(&self.bpf);
+        for (n, d) in bpf.drops() {
+            let name = match n {
+                DROPS_INGRESS => "ingress_drop".to_string(),
+                DROPS_NO_ENDPOINT => "no_endpoint_drop".to_string(),
+                n => match bpf.endpoint_of(n) {
+                    Some(id) => format!("drop_{id}"),
+                    None => continue, // an endpoint forgotten since
+                },
+            };
+            let c = all.entry(name).or_default();
+            c.0 += d.packets;
+            c.1 += d.bytes;
+        }
+        Ok(all.into_iter().map(|(n, (p, b))| (n, p, b)).collect())
     }
 
     /// What a drop counter counts, for the log.
@@ -426,6 +476,9 @@ impl Backstop {
             "ingress_drop" => {
                 "to a tenant QP from a host no admitted connection of it names".into()
             }
+            "no_endpoint_drop" => {
+                "sent from a cgroup whose endpoint masqd was changing (eBPF egress)".into()
+            }
             "ud_ingress_drop" => "a datagram to a tenant's UD QP from no UD QP of its VNI".into(),
             _ => {
                 let id = counter.strip_prefix("drop_").unwrap_or(counter);
@@ -436,6 +489,51 @@ impl Backstop {
             }
         }
     }
+}
+
+/// The eBPF map element that nftables-shaped element `e` names, if its
+/// set lives in the maps (`conn_to`, `tenant_qps`, `eg_<endpoint>`).
+fn bpf_key(bpf: &mut BpfBackstop, e: &Element) -> Option<Key> {
+    match (e.set.as_str(), &e.key[..]) {
+        (CONN_TO, [Field::Ipv4(p), Field::Ipv4(l), Field::Bits24(q)]) => {
+            Some(Key::ConnTo(*p, *l, *q))
+        }
+        (TENANT_QPS, [Field::Ipv4(l), Field::Bits24(q)]) => Some(Key::TenantQp(*l, *q)),
+        (set, [Field::Ipv4(h), Field::Bits24(q)]) => {
+            let id = set.strip_prefix("eg_")?;
+            match bpf.endpoint_number(id) {
+                Ok(n) => Some(Key::Egress(n, *h, *q)),
+                Err(err) => {
+                    warn!("backstop: {err}");
+                    None
+                }
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Apply `c` to the eBPF maps if its set lives there; false if not (it is
+/// nftables').
+pub(super) fn apply_in_maps(bpf: &mut BpfBackstop, c: &Change) -> bool {
+    let Some(key) = bpf_key(bpf, c.element()) else {
+        return false;
+    };
+    let r = match c {
+        Change::Add(_) => bpf.insert(key),
+        Change::Delete(_) => match bpf.remove(key) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                warn!("backstop: {key:?} was not in the eBPF maps");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
+    };
+    if let Err(e) = r {
+        warn!("backstop: cannot update the eBPF maps: {e}");
+    }
+    true
 }
 
 /// `Backstop::sending`, held.

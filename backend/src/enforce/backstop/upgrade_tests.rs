@@ -1,0 +1,161 @@
+//! Upgrades from an older masqd's table: its QPN-only sets, and the
+//! nftables sets of the per-connection elements that the eBPF maps replace
+//! (in a network namespace of the test's own, as `netns_tests`).
+
+use super::netns_tests::{bset, flush, in_netns, nft, set, start, LOCAL, PEER, TABLE};
+use crate::kernel::bpf_backstop::Key;
+use std::net::Ipv4Addr;
+
+/// An older masqd's table: the ingress sets keyed by QPN alone, with
+/// elements, their rules, and VNI 200's, which no endpoint serves now.
+const OLD_TABLE: &str = "add table inet masq_backstop
+add set inet masq_backstop conn_in { typeof ip saddr . @th,104,24; }
+add set inet masq_backstop tenant_qpns { typeof @th,104,24; }
+add set inet masq_backstop ud_qpns { typeof @th,104,24; }
+add map inet masq_backstop ud_from { typeof ip saddr . @th,200,24 : verdict; }
+add element inet masq_backstop conn_in { 198.18.0.2 . 17 }
+add element inet masq_backstop tenant_qpns { 17 }
+add element inet masq_backstop ud_qpns { 18 }
+add chain inet masq_backstop input { type filter hook input priority filter; policy accept; }
+add rule inet masq_backstop input udp dport 4791 ip saddr . @th,104,24 @conn_in accept
+add rule inet masq_backstop input udp dport 4791 @th,64,3 3 @th,104,24 @ud_qpns accept
+add rule inet masq_backstop input udp dport 4791 @th,104,24 @tenant_qpns drop
+";
+
+fn old_vni(vni: u32) -> String {
+    let t = format!("inet {TABLE}");
+    format!(
+        "add set {t} udq_{vni} {{ typeof @th,104,24; }}
+         add element {t} udq_{vni} {{ 18 }}
+         add chain {t} udvni_{vni}
+         add rule {t} udvni_{vni} @th,104,24 @udq_{vni} accept
+         add element {t} ud_from {{ 198.18.0.2 . {vni} : jump udvni_{vni} }}
+"
+    )
+}
+
+#[test]
+fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
+    in_netns(|| {
+        nft(&format!("{OLD_TABLE}{}{}", old_vni(100), old_vni(200))).expect("the old table");
+        let (b, _p) = start("upgrade");
+        for old in ["conn_in", "tenant_qpns", "ud_qpns", "udq_100", "udq_200"] {
+            let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
+            assert!(e.to_string().contains("No such file"), "{old}: {e}");
+        }
+        // The new ones hold the old elements at this host's address (what
+        // a QPN alone meant) until the reconcile rewrites them.
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 17"]);
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 17"]);
+        assert_eq!(set("ud_qps"), ["198.18.0.1 . 18"]);
+        assert_eq!(set("udqp_100"), ["198.18.0.1 . 18"]);
+        let chain = nft(&format!("list chain inet {TABLE} udvni_200")).expect("kept");
+        assert!(!chain.contains("\"rule\""), "emptied: {chain}");
+        b.qp_seen(LOCAL, 0x12);
+        flush(&b);
+        drop(b);
+        // A restart over the new table keeps the new sets' elements.
+        let (b, _p2) = start("upgrade-again");
+        assert_eq!(
+            bset(&b, "tenant_qps"),
+            ["198.18.0.1 . 17", "198.18.0.1 . 18"]
+        );
+    })
+}
+
+/// The table of the masqd before the eBPF maps: the per-connection
+/// elements in nftables sets, read by the input chain and the endpoint's.
+const NFT_ERA_TABLE: &str = "add table inet masq_backstop
+add set inet masq_backstop conn_to { typeof ip saddr . ip daddr . @th,104,24; }
+add set inet masq_backstop tenant_qps { typeof ip daddr . @th,104,24; }
+add set inet masq_backstop eg_acme_a { typeof ip daddr . @th,104,24; }
+add counter inet masq_backstop ingress_drop
+add chain inet masq_backstop ep_acme_a
+add rule inet masq_backstop ep_acme_a ip daddr . @th,104,24 @eg_acme_a accept
+add chain inet masq_backstop input { type filter hook input priority filter; policy accept; }
+add rule inet masq_backstop input udp dport 4791 ip saddr . ip daddr . @th,104,24 @conn_to accept
+add rule inet masq_backstop input udp dport 4791 ip daddr . @th,104,24 @tenant_qps counter name ingress_drop drop
+add element inet masq_backstop conn_to { 198.18.0.2 . 198.18.0.1 . 17 }
+add element inet masq_backstop tenant_qps { 198.18.0.1 . 17 }
+add element inet masq_backstop eg_acme_a { 198.18.0.2 . 34 }
+";
+
+/// An upgrade from it: its elements are in the maps before its chains stop
+/// reading its sets, which then go, with its ingress counter.
+#[test]
+fn the_per_connection_sets_of_an_older_masqd_move_into_the_ebpf_maps() {
+    in_netns(|| {
+        nft(NFT_ERA_TABLE).expect("the older table");
+        let (b, _p) = start("nft-era");
+        assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 17"]);
+        assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 17"]);
+        assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 34"]);
+        for old in ["conn_to", "tenant_qps", "eg_acme_a"] {
+            let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
+            assert!(e.to_string().contains("No such file"), "{old}: {e}");
+        }
+        let e = nft(&format!("list counter inet {TABLE} ingress_drop"));
+        assert!(e.is_err(), "the eBPF program counts those: {e:?}");
+        let chain = nft(&format!("list chain inet {TABLE} ep_acme_a")).expect("rewritten");
+        assert!(!chain.contains("@eg_"), "{chain}");
+        // The counters' names stay, for the metrics.
+        let names: Vec<String> = b
+            .counters()
+            .expect("counters")
+            .into_iter()
+            .map(|c| c.0)
+            .collect();
+        assert!(names.contains(&"ingress_drop".to_string()), "{names:?}");
+        drop(b);
+        let (b, _p2) = start("nft-era-again");
+        assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 34"]);
+    })
+}
+
+#[test]
+fn an_old_sets_elements_are_carried_to_every_rail_address() {
+    use super::rules::{old_elements_carried, old_keys};
+    let rails = [LOCAL, Ipv4Addr::new(203, 0, 113, 1)];
+    let rail1 = rails[1];
+    let served = [100].into();
+    let conn_in = r#"{"nftables": [{"metainfo": {}}, {"set": {"name": "conn_in",
+        "elem": [{"concat": ["198.18.0.2", 17]}]}}]}"#;
+    assert_eq!(
+        old_keys("conn_in", conn_in, &rails, |_| None),
+        [Key::ConnTo(PEER, LOCAL, 17), Key::ConnTo(PEER, rail1, 17)]
+    );
+    let tenant_qpns = r#"{"nftables": [{"set": {"name": "tenant_qpns", "elem": [17]}}]}"#;
+    assert_eq!(
+        old_keys("tenant_qpns", tenant_qpns, &rails, |_| None),
+        [Key::TenantQp(LOCAL, 17), Key::TenantQp(rail1, 17)]
+    );
+    // The nftables sets of the per-connection elements, as they were.
+    let eg = r#"{"nftables": [{"set": {"name": "eg_acme_a",
+        "elem": [{"concat": ["198.18.0.2", 34]}]}}]}"#;
+    assert_eq!(
+        old_keys("eg_acme_a", eg, &rails, |id| (id == "acme_a").then_some(5)),
+        [Key::Egress(5, PEER, 34)]
+    );
+    let conn_to = r#"{"nftables": [{"set": {"name": "conn_to",
+        "elem": [{"concat": ["198.18.0.2", "203.0.113.1", 17]}]}}]}"#;
+    assert_eq!(
+        old_keys("conn_to", conn_to, &rails, |_| None),
+        [Key::ConnTo(PEER, rail1, 17)]
+    );
+    assert_eq!(
+        old_elements_carried("conn_in", conn_in, &rails, &served),
+        ""
+    );
+    let udq = r#"{"nftables": [{"set": {"name": "udq_100", "elem": [18, 19]}}]}"#;
+    assert_eq!(
+        old_elements_carried("udq_100", udq, &rails[..1], &served),
+        "add element inet masq_backstop udqp_100 { 198.18.0.1 . 18, 198.18.0.1 . 19 }\n"
+    );
+    // A VNI no endpoint serves has no successor; an empty set adds nothing.
+    assert_eq!(old_elements_carried("udq_200", udq, &rails, &served), "");
+    let empty = r#"{"nftables": [{"set": {"name": "tenant_qpns"}}]}"#;
+    assert_eq!(
+        old_elements_carried("tenant_qpns", empty, &rails, &served),
+        ""
+    );
+}
