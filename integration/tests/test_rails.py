@@ -292,8 +292,13 @@ def test_a_pods_second_masq_network_is_its_device_on_that_rail(masq):
         assert (second["vdev"], second["rail"], second["vip"]) == ("vrdma1", "rail1",
                                                                     "10.0.1.60")
         assert second["device_of"] == ctr and second["socket"] == first["socket"], second
-        # The pod's apps see both devices on its one socket.
-        out = tb.run("host1", "ip", "netns", "exec", "cnirail", "env",
+        # The pod's apps see both devices on its one socket. They run in a
+        # cgroup of their own, as a container's do: masqd refuses an app in
+        # the root cgroup, whose packets the backstop cannot tell apart.
+        tb.run("host1", "mkdir", "-p", "/sys/fs/cgroup/crail")
+        out = tb.run("host1", "sh", "-c",
+                     "echo $$ > /sys/fs/cgroup/crail/cgroup.procs && exec \"$@\"", "sh",
+                     "ip", "netns", "exec", "cnirail", "env",
                      f"MASQ_SOCKET={first['socket']}", f"LD_PRELOAD={LIBMASQ}",
                      "ibv_devices").stdout
         assert [line.split()[0] for line in out.splitlines()[2:]] == ["vrdma0", "vrdma1"], out
@@ -309,6 +314,7 @@ def test_a_pods_second_masq_network_is_its_device_on_that_rail(masq):
             cni(tb, "/usr/lib/cni/bridge", "DEL", bridge(ifname, ip), container=ctr,
                 netns=netns, ifname=ifname)
         tb.run("host1", "ip", "netns", "del", "cnirail", check=False)
+        tb.run("host1", "rmdir", "/sys/fs/cgroup/crail", check=False)
 
 
 def test_rdma_cm_apps_use_the_device_of_their_address(masq):
