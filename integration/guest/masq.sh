@@ -58,6 +58,9 @@ down() {
     # masqd leaves its RoCE backstop in place when it stops (so a stopped
     # masqd fails closed); the testbed starts every run from a clean host.
     nft delete table inet masq_backstop 2>/dev/null || true
+    # ...and its eBPF maps (the next masqd starts empty ones and replaces
+    # the programs that read these).
+    rm -rf /sys/fs/bpf/masq
     echo "$MASQ_HOST: masqd stopped"
 }
 

@@ -3,7 +3,8 @@
 //! masqd finds them as it left them (as it finds its nftables table), the
 //! ingress program on each rail's netdev (tc, clsact), the egress program
 //! on each guarded cgroup (attached the kernel's older way, which outlives
-//! masqd: a bpf link would go with masqd's file). An element is one
+//! masqd: a bpf link would go with masqd's file; the next masqd finds the
+//! earlier one's by asking the kernel what is attached). An element is one
 //! `bpf()` call, where nftables takes a transaction and its commit
 //! (docs/design.md, "The backstop's eBPF maps").
 
@@ -95,9 +96,6 @@ pub struct BpfBackstop {
     endpoint_ids: HashMap<MapData, EndpointName, u32>,
     /// `endpoint_ids` as this masqd read or wrote it.
     numbers: std::collections::HashMap<String, u32>,
-    /// The egress program an earlier masqd pinned, detached from each
-    /// cgroup once this one's is attached there.
-    earlier_egress: Option<CgroupSkb>,
 }
 
 fn failed(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
@@ -119,14 +117,7 @@ impl BpfBackstop {
         ingress.load().map_err(|e| failed("masq_ingress", e))?;
         let egress: &mut CgroupSkb = program(&mut ebpf, "masq_egress")?;
         egress.load().map_err(|e| failed("masq_egress", e))?;
-        // Pinned, so that the next masqd can detach it where it replaces it.
-        let pin = dir.join("masq_egress");
-        let earlier_egress =
-            CgroupSkb::from_pin(&pin, aya::programs::CgroupSkbAttachType::Egress).ok();
-        let _ = std::fs::remove_file(&pin);
-        egress.pin(&pin).map_err(|e| failed(pin.display(), e))?;
         Ok(BpfBackstop {
-            earlier_egress,
             dir: dir.to_path_buf(),
             conn_to: map(&mut ebpf, "conn_to")?,
             tenant_qps: map(&mut ebpf, "tenant_qps")?,
@@ -202,36 +193,44 @@ impl BpfBackstop {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
             r => r.map_err(|e| failed(format!("attaching to {}", path.display()), e))?,
         }
-        // Then the earlier masqd's goes: the cgroup is never unchecked.
-        if let Some(earlier) = &self.earlier_egress {
-            let fd = earlier
-                .fd()
-                .map_err(|e| failed("the earlier masq_egress", e))?;
-            match prog_attach(Attach::Detach, cgroup.as_fd(), fd.as_fd()) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                r => r.map_err(|e| failed(format!("detaching from {}", path.display()), e))?,
-            }
-        }
-        Ok(())
+        // Then any other masq_egress goes (an earlier masqd's, with maps
+        // of its own if the pins were lost): the cgroup is never unchecked.
+        self.detach_egress(&cgroup, path, true)
     }
 
     /// Stop checking cgroup `path`'s egress.
     pub fn unguard_cgroup(&mut self, path: &Path) -> Result<()> {
         let cgroup = std::fs::File::open(path).map_err(|e| failed(path.display(), e))?;
+        self.detach_egress(&cgroup, path, false)?;
+        if let Some(id) = cgroup_id(path) {
+            let _ = self.cgroup_endpoint.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Detach the masq_egress programs attached to `cgroup` (at `path`),
+    /// but this masqd's if `keep_own`: found by asking the kernel what is
+    /// attached there and by name, so that an earlier masqd's goes too.
+    fn detach_egress(&mut self, cgroup: &std::fs::File, path: &Path, keep_own: bool) -> Result<()> {
         let prog: &mut CgroupSkb = program(&mut self.ebpf, "masq_egress")?;
-        let fd = prog.fd().map_err(|e| failed("masq_egress", e))?;
-        let earlier = match &self.earlier_egress {
-            Some(p) => Some(p.fd().map_err(|e| failed("the earlier masq_egress", e))?),
-            None => None,
-        };
-        for fd in std::iter::once(fd).chain(earlier) {
+        let own = prog.info().map_err(|e| failed("masq_egress", e))?.id();
+        let attached = attached_egress(cgroup.as_fd())
+            .map_err(|e| failed(format!("the programs of {}", path.display()), e))?;
+        for id in attached.into_iter().filter(|&id| !(keep_own && id == own)) {
+            let Some(info) = aya::programs::loaded_programs()
+                .flatten()
+                .find(|p| p.id() == id)
+            else {
+                continue; // gone meanwhile
+            };
+            if info.name_as_str() != Some("masq_egress") {
+                continue; // someone else's program
+            }
+            let fd = info.fd().map_err(|e| failed(format!("program {id}"), e))?;
             match prog_attach(Attach::Detach, cgroup.as_fd(), fd.as_fd()) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
                 r => r.map_err(|e| failed(format!("detaching from {}", path.display()), e))?,
             }
-        }
-        if let Some(id) = cgroup_id(path) {
-            let _ = self.cgroup_endpoint.remove(&id);
         }
         Ok(())
     }
@@ -491,6 +490,51 @@ fn prog_attach(op: Attach, cgroup: BorrowedFd, prog: BorrowedFd) -> std::io::Res
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The ids of the programs attached to a cgroup's egress
+/// (`BPF_PROG_QUERY`).
+fn attached_egress(cgroup: BorrowedFd) -> std::io::Result<Vec<u32>> {
+    // include/uapi/linux/bpf.h: the query part of union bpf_attr.
+    #[repr(C)]
+    struct QueryAttr {
+        target_fd: u32,
+        attach_type: u32,
+        query_flags: u32,
+        attach_flags: u32,
+        prog_ids: u64,
+        prog_cnt: u32,
+        _pad: u32,
+    }
+    const BPF_PROG_QUERY: libc::c_long = 16;
+    const BPF_CGROUP_INET_EGRESS: u32 = 1;
+    // More than any host attaches to one cgroup's egress (the kernel
+    // allows 64 in all).
+    let mut ids = [0u32; 64];
+    let mut attr = QueryAttr {
+        target_fd: cgroup.as_raw_fd() as u32,
+        attach_type: BPF_CGROUP_INET_EGRESS,
+        query_flags: 0,
+        attach_flags: 0,
+        prog_ids: ids.as_mut_ptr() as u64,
+        prog_cnt: ids.len() as u32,
+        _pad: 0,
+    };
+    // SAFETY: `attr` is a valid bpf_attr prefix; the kernel writes at most
+    // `prog_cnt` ids to `ids`, which outlives the call, and the count back.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_QUERY,
+            &mut attr as *mut QueryAttr,
+            std::mem::size_of::<QueryAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = (attr.prog_cnt as usize).min(ids.len());
+    Ok(ids[..n].to_vec())
 }
 
 #[cfg(test)]

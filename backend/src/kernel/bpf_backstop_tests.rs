@@ -264,4 +264,20 @@ fn the_filters_outlive_masqd_and_the_next_one_takes_them_over() {
     assert_eq!(ours.count(), 1, "{filters}");
     assert_eq!(pair.send(&[17, 18], false, None), vec![17]);
     assert_eq!(pair.send(&[17, 19], false, Some(&cg.0)), vec![17]);
+    drop(next);
+
+    // The pins lost (an operator removed them): the next masqd starts
+    // with empty maps, and the earlier programs, which read the old ones,
+    // are replaced all the same: 18, admitted only in the new maps, passes.
+    std::fs::remove_dir_all(pair.pins.path().join("masq")).unwrap();
+    let mut fresh = pair.load();
+    assert_eq!(fresh.elements(), vec![]);
+    fresh = pair.at_receiver(move || {
+        fresh.guard_netdev("v1").expect("the ingress filter, again");
+        fresh
+    });
+    fresh.guard_cgroup(&cg.0, 7).unwrap();
+    fresh.insert(Key::Egress(7, RECEIVER, 18)).unwrap();
+    assert_eq!(attached(&cg.0), vec!["masq_egress".to_string()]);
+    assert_eq!(pair.send(&[17, 18], false, Some(&cg.0)), vec![18]);
 }
