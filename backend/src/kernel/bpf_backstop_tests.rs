@@ -85,7 +85,18 @@ impl Pair {
     /// in `cgroup` if given; the QPNs the receiver got.
     fn send(&self, qpns: &[u32], ud: bool, cgroup: Option<&Path>) -> Vec<u32> {
         let rx = self.at_receiver(|| {
-            let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 4791)).expect("bind 4791");
+            // Once (of many runs) the port was still taken a moment after
+            // the last send's socket closed: a few tries.
+            let mut tries = 0;
+            let s = loop {
+                match UdpSocket::bind((RECEIVER, 4791)) {
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 20 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    r => break r.expect("bind 4791"),
+                }
+            };
             s.set_read_timeout(Some(Duration::from_millis(500))).ok();
             s
         });
