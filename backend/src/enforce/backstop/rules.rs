@@ -139,17 +139,8 @@ pub(super) fn old_elements_carried(
             _ => return String::new(),
         },
     };
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
-        return String::new();
-    };
-    let elems = v["nftables"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["set"]["elem"].as_array())
-        .flatten();
     let mut keys = Vec::new();
-    for e in elems {
+    for e in &listed_elements(listing) {
         // conn_in's (peer, QPN), the others' QPN.
         let (peer, qpn) = match e["concat"].as_array().map(Vec::as_slice) {
             Some([peer, qpn]) => (peer.as_str().map(|p| format!("{p} . ")), qpn.as_u64()),
@@ -176,20 +167,11 @@ pub(super) fn old_keys(
     local: &[Ipv4Addr],
     mut number: impl FnMut(&str) -> Option<u32>,
 ) -> Vec<Key> {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
-        return Vec::new();
-    };
     let addr = |v: &serde_json::Value| v.as_str().and_then(|a| a.parse::<Ipv4Addr>().ok());
     let qpn = |v: &serde_json::Value| v.as_u64().and_then(|q| u32::try_from(q).ok());
     let egress = name.strip_prefix("eg_").and_then(&mut number);
     let mut keys = Vec::new();
-    let elems = v["nftables"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["set"]["elem"].as_array())
-        .flatten();
-    for e in elems {
+    for e in &listed_elements(listing) {
         let fields = e["concat"]
             .as_array()
             .map(Vec::as_slice)
@@ -219,6 +201,22 @@ pub(super) fn old_keys(
         }
     }
     keys
+}
+
+/// A set's elements as its `list set` in JSON shows them (none if the
+/// listing is not JSON: no such set).
+fn listed_elements(listing: &str) -> Vec<serde_json::Value> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
+        return Vec::new();
+    };
+    v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["set"]["elem"].as_array())
+        .flatten()
+        .cloned()
+        .collect()
 }
 
 /// Deleting them, once `render` rewrote the chains that named them. The
