@@ -16,7 +16,7 @@ use aya::{Ebpf, EbpfLoader, Pod};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/backstop.bpf.o"));
 
@@ -86,7 +86,6 @@ pub enum Key {
 }
 
 pub struct BpfBackstop {
-    dir: PathBuf,
     ebpf: Ebpf,
     conn_to: HashMap<MapData, ConnKey, u8>,
     tenant_qps: HashMap<MapData, QpKey, u8>,
@@ -118,7 +117,6 @@ impl BpfBackstop {
         let egress: &mut CgroupSkb = program(&mut ebpf, "masq_egress")?;
         egress.load().map_err(|e| failed("masq_egress", e))?;
         Ok(BpfBackstop {
-            dir: dir.to_path_buf(),
             conn_to: map(&mut ebpf, "conn_to")?,
             tenant_qps: map(&mut ebpf, "tenant_qps")?,
             egress: map(&mut ebpf, "egress")?,
@@ -167,21 +165,11 @@ impl BpfBackstop {
         Ok(())
     }
 
-    /// Stop checking `netdev`'s ingress (masqd no longer serves its rail).
-    pub fn unguard_netdev(&self, netdev: &str) -> Result<()> {
-        let link =
-            SchedClassifierLink::attached(netdev, TcAttachType::Ingress, TC_PRIORITY, TC_HANDLE)
-                .map_err(|e| failed(format!("{netdev}'s ingress filter"), e))?;
-        drop(link); // a link's drop detaches it
-        Ok(())
-    }
-
     /// Check the RoCE packets that the sockets of cgroup `path` (a cgroup
-    /// v2 directory) and its descendants send, as endpoint `endpoint`'s.
-    /// The map learns the cgroup first: the program drops what it cannot
-    /// place.
-    pub fn guard_cgroup(&mut self, path: &Path, endpoint: u32) -> Result<()> {
-        let id = cgroup_id(path).ok_or_else(|| failed(path.display(), "no such cgroup"))?;
+    /// v2 directory, whose id, its inode, the caller found: `id`) and its
+    /// descendants send, as endpoint `endpoint`'s. The map learns the
+    /// cgroup first: the program drops what it cannot place.
+    pub fn guard_cgroup(&mut self, path: &Path, id: u64, endpoint: u32) -> Result<()> {
         self.cgroup_endpoint
             .insert(id, endpoint, 0)
             .map_err(|e| failed(format!("cgroup {}", path.display()), e))?;
@@ -198,14 +186,11 @@ impl BpfBackstop {
         self.detach_egress(&cgroup, path, true)
     }
 
-    /// Stop checking cgroup `path`'s egress.
+    /// Stop checking cgroup `path`'s egress (its entry goes with
+    /// `forget_cgroup`).
     pub fn unguard_cgroup(&mut self, path: &Path) -> Result<()> {
         let cgroup = std::fs::File::open(path).map_err(|e| failed(path.display(), e))?;
-        self.detach_egress(&cgroup, path, false)?;
-        if let Some(id) = cgroup_id(path) {
-            let _ = self.cgroup_endpoint.remove(&id);
-        }
-        Ok(())
+        self.detach_egress(&cgroup, path, false)
     }
 
     /// Detach the masq_egress programs attached to `cgroup` (at `path`),
@@ -339,14 +324,10 @@ impl BpfBackstop {
         }
     }
 
-    /// A cgroup that is gone (by its id then): its entry goes.
+    /// A cgroup no longer guarded, or gone (by its id then): its entry
+    /// goes.
     pub fn forget_cgroup(&mut self, id: u64) {
         let _ = self.cgroup_endpoint.remove(&id);
-    }
-
-    /// Where the maps are pinned.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 
@@ -393,13 +374,6 @@ fn endpoint_name(name: &str) -> Result<EndpointName> {
     Ok(EndpointName(key))
 }
 
-/// A cgroup v2 directory's id, as `bpf_skb_ancestor_cgroup_id` gives it:
-/// its inode number.
-fn cgroup_id(path: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| m.ino())
-}
-
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program>,
@@ -441,6 +415,9 @@ fn egress(endpoint: u32, host: Ipv4Addr, qpn: u32) -> EgressKey {
     }
 }
 
+/// include/uapi/linux/bpf.h's `enum bpf_attach_type`: a cgroup's egress.
+const BPF_CGROUP_INET_EGRESS: u32 = 1;
+
 enum Attach {
     Attach,
     Detach,
@@ -463,7 +440,6 @@ fn prog_attach(op: Attach, cgroup: BorrowedFd, prog: BorrowedFd) -> std::io::Res
     }
     const BPF_PROG_ATTACH: libc::c_long = 8;
     const BPF_PROG_DETACH: libc::c_long = 9;
-    const BPF_CGROUP_INET_EGRESS: u32 = 1;
     const BPF_F_ALLOW_MULTI: u32 = 2;
     let (cmd, flags) = match op {
         Attach::Attach => (BPF_PROG_ATTACH, BPF_F_ALLOW_MULTI),
@@ -507,7 +483,6 @@ fn attached_egress(cgroup: BorrowedFd) -> std::io::Result<Vec<u32>> {
         _pad: u32,
     }
     const BPF_PROG_QUERY: libc::c_long = 16;
-    const BPF_CGROUP_INET_EGRESS: u32 = 1;
     // More than any host attaches to one cgroup's egress (the kernel
     // allows 64 in all).
     let mut ids = [0u32; 64];

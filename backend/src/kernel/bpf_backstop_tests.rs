@@ -185,6 +185,14 @@ impl Cgroup {
     }
 }
 
+impl Cgroup {
+    /// Its id, as `bpf_skb_ancestor_cgroup_id` gives it: its inode.
+    fn id(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.0).expect("the cgroup").ino()
+    }
+}
+
 impl Drop for Cgroup {
     fn drop(&mut self) {
         // Its processes exited with their sender.
@@ -213,7 +221,8 @@ fn an_endpoints_sockets_send_rc_packets_only_where_it_was_admitted() {
     let pair = Pair::new("eg");
     let cg = Cgroup::new("eg");
     let mut b = pair.load();
-    b.guard_cgroup(&cg.0, 7).expect("the egress program");
+    b.guard_cgroup(&cg.0, cg.id(), 7)
+        .expect("the egress program");
     b.insert(Key::Egress(7, RECEIVER, 17)).unwrap();
     assert_eq!(pair.send(&[17, 18], false, Some(&cg.0)), vec![17]);
     assert_eq!(b.drops()[&7].packets, 1);
@@ -241,7 +250,7 @@ fn the_filters_outlive_masqd_and_the_next_one_takes_them_over() {
         first.guard_netdev("v1").expect("the ingress filter");
         first
     });
-    first.guard_cgroup(&cg.0, 7).unwrap();
+    first.guard_cgroup(&cg.0, cg.id(), 7).unwrap();
     first.insert(Key::TenantQp(RECEIVER, 18)).unwrap();
     first.insert(Key::Egress(7, RECEIVER, 17)).unwrap();
     let before = first.elements();
@@ -263,7 +272,7 @@ fn the_filters_outlive_masqd_and_the_next_one_takes_them_over() {
         next.guard_netdev("v1").expect("the ingress filter, again");
         next
     });
-    next.guard_cgroup(&cg.0, 7).unwrap();
+    next.guard_cgroup(&cg.0, cg.id(), 7).unwrap();
     assert_eq!(attached(&cg.0), vec!["masq_egress".to_string()]);
     let filters = Command::new("ip")
         .args(["netns", "exec", &format!("{}-r", pair.tag)])
@@ -287,7 +296,7 @@ fn the_filters_outlive_masqd_and_the_next_one_takes_them_over() {
         fresh.guard_netdev("v1").expect("the ingress filter, again");
         fresh
     });
-    fresh.guard_cgroup(&cg.0, 7).unwrap();
+    fresh.guard_cgroup(&cg.0, cg.id(), 7).unwrap();
     fresh.insert(Key::Egress(7, RECEIVER, 18)).unwrap();
     assert_eq!(attached(&cg.0), vec!["masq_egress".to_string()]);
     assert_eq!(pair.send(&[17, 18], false, Some(&cg.0)), vec![18]);

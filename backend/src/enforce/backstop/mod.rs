@@ -347,8 +347,8 @@ impl Backstop {
         let local: Vec<Ipv4Addr> = b.rails.iter().map(|r| r.1).collect();
         b.carry_into_maps(&old, &local);
         let cgroups = cgroups_now(&rules);
-        for id in cgroups.keys() {
-            b.guard_cgroup(&rules[id].cgroup, id)?;
+        for (id, &ino) in &cgroups {
+            b.guard_cgroup(&rules[id].cgroup, ino, id)?;
         }
         // One transaction: chains and the verdict map are replaced whole, so
         // a restart never lets a running tenant's packet miss its chain.
@@ -408,12 +408,12 @@ impl Backstop {
         }
     }
 
-    /// The eBPF egress check on cgroup `path` (below the root), as
-    /// endpoint `id`'s.
-    fn guard_cgroup(&self, path: &str, id: &str) -> Result<()> {
+    /// The eBPF egress check on cgroup `path` (below the root, of inode
+    /// `ino` when the caller looked), as endpoint `id`'s.
+    fn guard_cgroup(&self, path: &str, ino: u64, id: &str) -> Result<()> {
         let mut bpf = lock(&self.bpf);
         let n = bpf.endpoint_number(id)?;
-        bpf.guard_cgroup(&Path::new(CGROUP_ROOT).join(path), n)
+        bpf.guard_cgroup(&Path::new(CGROUP_ROOT).join(path), ino, n)
     }
 
     /// Tables, sets (kept if present), and chains (rewritten).
@@ -616,7 +616,7 @@ flush chain {t} ud_in
         // its RC packets to it.
         for (id, ino) in &now {
             if el.cgroups.get(id) != Some(ino) {
-                if let Err(e) = self.guard_cgroup(&el.endpoints[id].cgroup, id) {
+                if let Err(e) = self.guard_cgroup(&el.endpoints[id].cgroup, *ino, id) {
                     warn!("backstop: {e}");
                 }
             }
@@ -716,7 +716,7 @@ flush chain {t} ud_in
         if let Some((_, old)) = el.adopted.get(path) {
             lock(&self.bpf).forget_cgroup(*old);
         }
-        self.guard_cgroup(path, &id)?;
+        self.guard_cgroup(path, ino, &id)?;
         self.nft.run(&cmd)?;
         el.adopted_rules.insert(depth);
         el.adopted.insert(path.to_string(), (id, ino));
