@@ -608,19 +608,26 @@ flush chain {t} ud_in
     pub fn refresh_cgroups(&self) {
         let mut el = self.lock();
         self.prune_adopted(&mut el);
-        let now = cgroups_now(&el.endpoints);
+        let mut now = cgroups_now(&el.endpoints);
         if now == el.cgroups {
             return;
         }
         // The eBPF egress check first: nftables' chain of an endpoint leaves
-        // its RC packets to it.
-        for (id, ino) in &now {
-            if el.cgroups.get(id) != Some(ino) {
-                if let Err(e) = self.guard_cgroup(&el.endpoints[id].cgroup, *ino, id) {
-                    warn!("backstop: {e}");
+        // its RC packets to it. A cgroup it cannot guard stays out of the
+        // verdict map (its RoCE packets are then an unknown cgroup's:
+        // dropped) and is tried again at the next refresh.
+        now.retain(|id, ino| {
+            if el.cgroups.get(id) == Some(ino) {
+                return true;
+            }
+            match self.guard_cgroup(&el.endpoints[id].cgroup, *ino, id) {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!("backstop: endpoint {id}'s cgroup stays unserved: {e}");
+                    false
                 }
             }
-        }
+        });
         for (id, ino) in &el.cgroups {
             if now.get(id) != Some(ino) {
                 lock(&self.bpf).forget_cgroup(*ino);
