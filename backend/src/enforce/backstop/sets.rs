@@ -416,7 +416,16 @@ impl Backstop {
     /// then what is left over deleted.
     fn reconcile_maps(&self, wanted: &[Element]) {
         let mut bpf = lock(&self.bpf);
-        let wanted: BTreeSet<Key> = wanted.iter().filter_map(|e| bpf_key(&mut bpf, e)).collect();
+        let wanted: BTreeSet<Key> = wanted
+            .iter()
+            .filter_map(|e| match bpf_key(&mut bpf, e)? {
+                Ok(k) => Some(k),
+                Err(err) => {
+                    warn!("backstop: {err}");
+                    None
+                }
+            })
+            .collect();
         let have: BTreeSet<Key> = bpf.elements().into_iter().collect();
         for &k in wanted.difference(&have) {
             if let Err(e) = bpf.insert(k) {
@@ -492,22 +501,17 @@ impl Backstop {
 }
 
 /// The eBPF map element that nftables-shaped element `e` names, if its
-/// set lives in the maps (`conn_to`, `tenant_qps`, `eg_<endpoint>`).
-fn bpf_key(bpf: &mut BpfBackstop, e: &Element) -> Option<Key> {
+/// set lives in the maps (`conn_to`, `tenant_qps`, `eg_<endpoint>`): an
+/// error if it does but has no key there (no number for its endpoint).
+fn bpf_key(bpf: &mut BpfBackstop, e: &Element) -> Option<Result<Key>> {
     match (e.set.as_str(), &e.key[..]) {
         (CONN_TO, [Field::Ipv4(p), Field::Ipv4(l), Field::Bits24(q)]) => {
-            Some(Key::ConnTo(*p, *l, *q))
+            Some(Ok(Key::ConnTo(*p, *l, *q)))
         }
-        (TENANT_QPS, [Field::Ipv4(l), Field::Bits24(q)]) => Some(Key::TenantQp(*l, *q)),
+        (TENANT_QPS, [Field::Ipv4(l), Field::Bits24(q)]) => Some(Ok(Key::TenantQp(*l, *q))),
         (set, [Field::Ipv4(h), Field::Bits24(q)]) => {
             let id = set.strip_prefix("eg_")?;
-            match bpf.endpoint_number(id) {
-                Ok(n) => Some(Key::Egress(n, *h, *q)),
-                Err(err) => {
-                    warn!("backstop: {err}");
-                    None
-                }
-            }
+            Some(bpf.endpoint_number(id).map(|n| Key::Egress(n, *h, *q)))
         }
         _ => None,
     }
@@ -519,7 +523,7 @@ pub(super) fn apply_in_maps(bpf: &mut BpfBackstop, c: &Change) -> bool {
     let Some(key) = bpf_key(bpf, c.element()) else {
         return false;
     };
-    let r = match c {
+    let r = key.and_then(|key| match c {
         Change::Add(_) => bpf.insert(key),
         Change::Delete(_) => match bpf.remove(key) {
             Ok(true) => Ok(()),
@@ -529,7 +533,7 @@ pub(super) fn apply_in_maps(bpf: &mut BpfBackstop, c: &Change) -> bool {
             }
             Err(e) => Err(e),
         },
-    };
+    });
     if let Err(e) = r {
         warn!("backstop: cannot update the eBPF maps: {e}");
     }
