@@ -344,8 +344,16 @@ impl Backstop {
                 .run_terse(&format!("list sets table inet {TABLE}"))
                 .unwrap_or_default(),
         );
+        // Each listed once, for the eBPF maps and for nftables' sets.
+        let listings: Vec<(&String, String)> = old
+            .iter()
+            .filter_map(|name| {
+                let listing = b.nft.run(&format!("list set inet {TABLE} {name}")).ok()?;
+                Some((name, listing))
+            })
+            .collect();
         let local: Vec<Ipv4Addr> = b.rails.iter().map(|r| r.1).collect();
-        b.carry_into_maps(&old, &local);
+        b.carry_into_maps(&listings, &local);
         let cgroups = cgroups_now(&rules);
         for (id, &ino) in &cgroups {
             b.guard_cgroup(&rules[id].cgroup, ino, id)?;
@@ -364,10 +372,8 @@ impl Backstop {
             // guarded before passes; `reconcile` rewrites them exactly.
             let served = vnis(&rules);
             let mut cmd = String::new();
-            for name in &old {
-                if let Ok(listing) = b.nft.run(&format!("list set inet {TABLE} {name}")) {
-                    cmd += &old_elements_carried(name, &listing, &local, &served);
-                }
+            for (name, listing) in &listings {
+                cmd += &old_elements_carried(name, listing, &local, &served);
             }
             cmd += &old_sets_gone(&old, &served);
             match b.nft.run(&cmd) {
@@ -388,18 +394,15 @@ impl Backstop {
         Ok(b)
     }
 
-    /// The per-connection elements of an older masqd's sets (`old`, as
-    /// `old_sets` names them) into the eBPF maps, at every rail address
-    /// `local` where a set's key had no address (what a QPN alone meant);
-    /// `reconcile` rewrites them exactly.
-    fn carry_into_maps(&self, old: &[String], local: &[Ipv4Addr]) {
+    /// The per-connection elements of an older masqd's sets (their names,
+    /// as `old_sets` gives them, and JSON listings) into the eBPF maps, at
+    /// every rail address `local` where a set's key had no address (what a
+    /// QPN alone meant); `reconcile` rewrites them exactly.
+    fn carry_into_maps(&self, old: &[(&String, String)], local: &[Ipv4Addr]) {
         let mut bpf = lock(&self.bpf);
-        for name in old {
-            let Ok(listing) = self.nft.run(&format!("list set inet {TABLE} {name}")) else {
-                continue;
-            };
+        for (name, listing) in old {
             let number = |id: &str| bpf.endpoint_number(id).ok();
-            let keys = old_keys(name, &listing, local, number);
+            let keys = old_keys(name, listing, local, number);
             for k in keys {
                 if let Err(e) = bpf.insert(k) {
                     warn!("backstop: an older masqd's element stays out: {e}");
