@@ -354,10 +354,8 @@ impl Backstop {
             .collect();
         let local: Vec<Ipv4Addr> = b.rails.iter().map(|r| r.1).collect();
         b.carry_into_maps(&listings, &local);
-        let cgroups = cgroups_now(&rules);
-        for (id, &ino) in &cgroups {
-            b.guard_cgroup(&rules[id].cgroup, ino, id)?;
-        }
+        let mut cgroups = cgroups_now(&rules);
+        b.guard_new_cgroups(&rules, &mut cgroups, &BTreeMap::new());
         // One transaction: chains and the verdict map are replaced whole, so
         // a restart never lets a running tenant's packet miss its chain.
         b.nft.run(&format!(
@@ -409,6 +407,31 @@ impl Backstop {
                 }
             }
         }
+    }
+
+    /// The eBPF egress check on the endpoints' cgroups of `now` (endpoint,
+    /// inode) that `had` does not hold as they are. A cgroup it cannot
+    /// guard leaves `now`, so it stays out of the verdict map (its RoCE
+    /// packets are then an unknown cgroup's: dropped) and is tried again
+    /// at the next refresh.
+    fn guard_new_cgroups(
+        &self,
+        endpoints: &BTreeMap<EpId, EndpointRules>,
+        now: &mut BTreeMap<EpId, u64>,
+        had: &BTreeMap<EpId, u64>,
+    ) {
+        now.retain(|id, ino| {
+            if had.get(id) == Some(ino) {
+                return true;
+            }
+            match self.guard_cgroup(&endpoints[id].cgroup, *ino, id) {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!("backstop: endpoint {id}'s cgroup stays unserved: {e}");
+                    false
+                }
+            }
+        });
     }
 
     /// The eBPF egress check on cgroup `path` (below the root, of inode
@@ -616,21 +639,8 @@ flush chain {t} ud_in
             return;
         }
         // The eBPF egress check first: nftables' chain of an endpoint leaves
-        // its RC packets to it. A cgroup it cannot guard stays out of the
-        // verdict map (its RoCE packets are then an unknown cgroup's:
-        // dropped) and is tried again at the next refresh.
-        now.retain(|id, ino| {
-            if el.cgroups.get(id) == Some(ino) {
-                return true;
-            }
-            match self.guard_cgroup(&el.endpoints[id].cgroup, *ino, id) {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!("backstop: endpoint {id}'s cgroup stays unserved: {e}");
-                    false
-                }
-            }
-        });
+        // its RC packets to it.
+        self.guard_new_cgroups(&el.endpoints, &mut now, &el.cgroups);
         for (id, ino) in &el.cgroups {
             if now.get(id) != Some(ino) {
                 lock(&self.bpf).forget_cgroup(*ino);
