@@ -514,4 +514,4 @@ fn attached_egress(cgroup: BorrowedFd) -> std::io::Result<Vec<u32>> {
 
 #[cfg(test)]
 #[path = "bpf_backstop_tests.rs"]
-mod tests;
+pub(crate) mod tests;

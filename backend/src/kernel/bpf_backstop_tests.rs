@@ -29,7 +29,7 @@ fn sh(args: &[&str]) {
 /// for the pins; all gone on drop.
 struct Pair {
     tag: String,
-    pins: tempfile::TempDir,
+    pins: Bpffs,
 }
 
 impl Pair {
@@ -55,9 +55,10 @@ impl Pair {
             ]);
             sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
         }
-        let pins = tempfile::tempdir().expect("a directory for bpffs");
-        sh(&["mount", "-t", "bpf", "bpf", &pins.path().to_string_lossy()]);
-        Pair { tag, pins }
+        Pair {
+            tag,
+            pins: Bpffs::new(),
+        }
     }
 
     fn ns(&self, side: &str) -> PathBuf {
@@ -130,9 +131,30 @@ impl Pair {
     }
 }
 
+/// A bpf file system of a test's own (in a temporary directory), gone
+/// with it: where the eBPF maps are pinned.
+pub(crate) struct Bpffs(tempfile::TempDir);
+
+impl Bpffs {
+    pub(crate) fn new() -> Bpffs {
+        let dir = tempfile::tempdir().expect("a directory for bpffs");
+        sh(&["mount", "-t", "bpf", "bpf", &dir.path().to_string_lossy()]);
+        Bpffs(dir)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
 impl Drop for Pair {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.pins.path()).status();
         for side in ["s", "r"] {
             let _ = Command::new("ip")
                 .args(["netns", "del", &format!("{}-{side}", self.tag)])

@@ -6,6 +6,7 @@
 
 use super::Backstop;
 use crate::config::Config;
+use crate::kernel::bpf_backstop::tests::Bpffs;
 use crate::kernel::bpf_backstop::Key;
 use crate::kernel::nft_set::{in_new_netns, listed};
 use crate::pipeline::ports::{Removal, BATCHED_DELETIONS_WAIT};
@@ -70,33 +71,10 @@ vpc:
     )
 }
 
-/// A bpffs for the eBPF pins of one test thread: every start in the
-/// thread (a restart in the test) finds the maps the one before left.
-struct Pins(tempfile::TempDir);
-
-impl Pins {
-    fn new() -> Pins {
-        let dir = tempfile::tempdir().expect("a directory for bpffs");
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "bpf", "bpf"])
-            .arg(dir.path())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "mount -t bpf on {}", dir.path().display());
-        Pins(dir)
-    }
-}
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(self.0.path())
-            .status();
-    }
-}
-
 thread_local! {
-    static PINS: Pins = Pins::new();
+    /// A bpffs for the eBPF pins of one test thread: every start in the
+    /// thread (a restart in the test) finds the maps the one before left.
+    static PINS: Bpffs = Bpffs::new();
 }
 
 /// The backstop of config `yaml`, with a cgroup parent of the test's own,
@@ -104,7 +82,7 @@ thread_local! {
 /// ingress program.
 fn start_with(test: &str, yaml: &str) -> (Backstop, Parent) {
     let parent = Parent(format!("masq-test-{}-{test}", std::process::id()));
-    let pins = PINS.with(|p| p.0.path().join("masq"));
+    let pins = PINS.with(|p| p.path().join("masq"));
     let yaml = format!(
         "backstop: {{ cgroupParent: {}, bpfDir: {} }}\n{yaml}",
         parent.0,
