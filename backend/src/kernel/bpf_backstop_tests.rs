@@ -13,7 +13,8 @@ use std::time::Duration;
 const SENDER: Ipv4Addr = Ipv4Addr::new(198, 18, 9, 1);
 const RECEIVER: Ipv4Addr = Ipv4Addr::new(198, 18, 9, 2);
 
-fn sh(args: &[&str]) {
+/// Run a command; it must succeed (its stderr in the panic if not).
+pub(crate) fn sh(args: &[&str]) {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()

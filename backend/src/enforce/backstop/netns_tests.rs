@@ -6,7 +6,7 @@
 
 use super::Backstop;
 use crate::config::Config;
-use crate::kernel::bpf_backstop::tests::Bpffs;
+use crate::kernel::bpf_backstop::tests::{sh, Bpffs};
 use crate::kernel::bpf_backstop::Key;
 use crate::kernel::nft_set::{in_new_netns, listed};
 use crate::pipeline::ports::{Removal, BATCHED_DELETIONS_WAIT};
@@ -29,13 +29,6 @@ pub(super) fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static
     in_new_netns(move || {
         nix::sched::unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_FS)
             .expect("a mount namespace of the test's own");
-        let sh = |args: &[&str]| {
-            let ok = std::process::Command::new(args[0])
-                .args(&args[1..])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "{args:?}");
-        };
         sh(&["mount", "--make-rprivate", "/"]);
         let root = crate::enforce::rdma_cgroup::CGROUP_ROOT;
         let is_v2 = nix::sys::statfs::statfs(root)
