@@ -18,9 +18,10 @@
 //!   seen) passes only from the peer host of an admitted connection of
 //!   that QP (`conn_to`: peer host, local address, QPN), checked by the
 //!   eBPF ingress program on the rails' netdevs. `conn_to`, `tenant_qps`
-//!   and `eg_<endpoint>` are eBPF maps (`kernel::bpf_backstop`): an RTR
-//!   waits for one `bpf()` call per element, not an nf_tables commit; the
-//!   queue carries them as nftables elements all the same. A local QP is
+//!   and `eg_<endpoint>` are eBPF maps (`kernel::bpf_backstop`), written
+//!   as the table changes, one `bpf()` call per element (no nf_tables
+//!   commit, no queue); masqd names them as nftables elements all the
+//!   same. A local QP is
 //!   keyed by the address the packet is sent to (`ip daddr`: this host's
 //!   underlay address on the QP's rail) and its QPN: each RDMA device
 //!   numbers its QPs on its own, so a QPN alone would let a peer admitted
@@ -44,8 +45,8 @@
 //!
 //! The sets mirror the RConntrack table (its journal, drained after every
 //! change under the table's lock) element by element, never by reloading
-//! the ruleset; the element updates are queued in table order and applied
-//! batched (`flush_updates`, or the thread of a request that waits for
+//! the ruleset; the nftables sets' updates are queued in table order and
+//! applied batched (`flush_updates`, or the thread of a request that waits for
 //! them, `wait_applied`), as nf_tables netlink messages
 //! (`kernel::nft_set`): libnftables would parse, evaluate and rebuild its
 //! cache of the host's ruleset for each. The drop counters are read by a

@@ -147,19 +147,29 @@ impl Backstop {
         }
     }
 
-    /// Queue a set update (called under the elements lock, so updates are
-    /// queued in the order the table changed). An admission waits for its
-    /// own (`wait_applied`, which runs them on its thread): a new
-    /// connection whose first packets were dropped relies on rxe's
-    /// retries, which a loaded host can outlast (the connection then fails
-    /// with a retry error). Others are run by `flush_updates` in a thread
-    /// of their own, woken here unless a holder will run them; a removed
-    /// one passes a moment longer (its QP is already in ERROR for apps
-    /// that use libmasq). Deletions of gone QPs (`Removal::Gone`, only
+    /// Put a set update in force: the eBPF maps' elements at once, one
+    /// `bpf()` call each, the nftables sets' queued (called under the
+    /// elements lock, so either reaches the kernel in the order the table
+    /// changed). A map update is no transaction: there is nothing to share
+    /// or batch, and queueing it cost an admission the queue's machinery
+    /// around its three calls, or a hand-off to the updater thread where
+    /// no thread held the queue (docs/performance.md).
+    ///
+    /// Of the nftables updates an admission waits for its own
+    /// (`wait_applied`, which runs them on its thread): a new connection
+    /// whose first packets were dropped relies on rxe's retries, which a
+    /// loaded host can outlast (the connection then fails with a retry
+    /// error). Others are run by `flush_updates` in a thread of their own,
+    /// woken here unless a holder will run them; a removed one passes a
+    /// moment longer. Deletions of gone QPs (`Removal::Gone`, only
     /// deletions) wait up to `BATCHED_DELETIONS_WAIT` for company: the
     /// updater is woken by the first of them, and waits out the rest
     /// unless something else is queued.
     fn submit(&self, cmd: Vec<Change>, when: Removal) {
+        if cmd.is_empty() {
+            return;
+        }
+        let cmd = self.write_maps(cmd);
         if cmd.is_empty() {
             return;
         }
@@ -172,6 +182,15 @@ impl Backstop {
         if wake {
             self.wake.notify_one();
         }
+    }
+
+    /// The updates of `cmd` whose sets live in the eBPF maps, written;
+    /// the rest, nftables', returned.
+    fn write_maps(&self, cmd: Vec<Change>) -> Vec<Change> {
+        let mut bpf = lock(&self.bpf);
+        cmd.into_iter()
+            .filter(|c| !apply_in_maps(&mut bpf, c))
+            .collect()
     }
 
     /// A thread that will wait for what it queues next: until `release`,
@@ -315,32 +334,16 @@ impl Backstop {
         self.run_queue(&sending);
     }
 
-    /// Queued updates: the eBPF maps' elements one `bpf()` call each, in
-    /// order; the nftables sets' all in one transaction, or one by one if
-    /// that fails. The two never name the same element, so they commute.
+    /// Queued updates (nftables' only: the maps' are written by `submit`),
+    /// all in one transaction, or one by one if that fails.
     pub(super) fn run_updates(&self, cmds: &[Vec<Change>]) {
-        if cmds.is_empty() {
-            return;
-        }
-        let mut bpf = lock(&self.bpf);
-        let cmds: Vec<Vec<Change>> = cmds
-            .iter()
-            .map(|c| {
-                c.iter()
-                    .filter(|c| !apply_in_maps(&mut bpf, c))
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .filter(|c| !c.is_empty())
-            .collect();
-        drop(bpf);
         if cmds.is_empty() {
             return;
         }
         if self.sets.apply(&cmds.concat()).is_ok() {
             debug!(updates = cmds.len(), "backstop sets updated");
         } else {
-            for c in &cmds {
+            for c in cmds {
                 if let Err(e) = self.sets.apply(c) {
                     warn!("backstop: cannot update the sets: {e}");
                 }
