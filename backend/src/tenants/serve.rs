@@ -120,6 +120,25 @@ pub fn accept_loop(parts: Arc<Parts>, ep: Arc<Endpoint>, listener: Arc<Listener>
     }
 }
 
+/// The session's thread never preempts a running thread when it wakes
+/// (SCHED_BATCH; its share of the CPU is unchanged). The app's posted
+/// notices (QP_MOVED, QP_DESTROYED) then wait for the app to block, as it
+/// does on its next request, and are handled in the same turn: on a busy
+/// CPU each one cost the app two context switches ahead of that request
+/// (docs/performance.md). A request the app waits for is served as soon
+/// as the app sleeps; behind another busy thread of the same CPU, at the
+/// end of that thread's time slice.
+fn yield_to_the_app() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: the calling thread (0) and a valid parameter.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+        debug!(
+            "SCHED_BATCH refused ({}): notices preempt the app",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// How long a refused app's first request is waited for, to answer it.
 const REFUSE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -151,6 +170,7 @@ fn run_session(parts: Arc<Parts>, ep: Arc<Endpoint>, conn: Conn, id: u64, pid: i
     let span = tracing::info_span!("session", id, endpoint = %ep.cfg.name, pid);
     let _enter = span.enter();
     debug!("connected");
+    yield_to_the_app();
     let mut sess = Session::new(id, pid, ep.clone());
     dispatch::serve(&parts, &mut sess, &conn);
     parts.sessions().closed(id);

@@ -47,3 +47,34 @@ fn an_endpoints_sessions_past_its_limit_are_refused_emfile() {
     drop(one);
     admit_session(&f.parts, &ep, &conn).expect("room again");
 }
+
+/// A session's thread is SCHED_BATCH: woken by its app's posted notice,
+/// it does not preempt the app (the kernel's policy for the thread, read
+/// from /proc while the session runs).
+#[test]
+fn a_session_thread_never_preempts_its_app() {
+    let f = FakeParts::host1();
+    let ep = f.endpoint("acme-a");
+    let (conn, app) = Conn::pair().expect("socketpair");
+    let slot = admit_session(&f.parts, &ep, &conn).expect("a slot");
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let parts = f.parts.clone();
+    let session = std::thread::spawn(move || {
+        tid_tx.send(nix::unistd::gettid().as_raw()).expect("sent");
+        run_session(parts, ep, conn, 1, std::process::id() as i32, slot);
+    });
+    let tid = tid_rx.recv().expect("the session's thread id");
+    // Field 41 of stat, counted after the command's closing parenthesis.
+    let policy = || {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("stat");
+        let after = &stat[stat.rfind(')').expect("comm") + 2..];
+        after.split(' ').nth(38).map(str::to_string)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while policy().as_deref() != Some("3") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(policy().as_deref(), Some("3"), "SCHED_BATCH is 3");
+    drop(app);
+    session.join().expect("the session ends with its app");
+}
