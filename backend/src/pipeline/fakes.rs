@@ -20,7 +20,7 @@ use crate::pipeline::ports::{
 };
 use crate::pipeline::session::Session;
 use masq_proto as proto;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::io;
 use std::net::Ipv4Addr;
@@ -265,10 +265,18 @@ pub(super) struct FakeGuard {
     /// Element changes not yet in force: (add, element).
     queued: RefCell<Vec<(bool, String)>>,
     pub(super) in_force: Rc<RefCell<BTreeSet<String>>>,
+    /// The next element put in is refused, as by a full eBPF map.
+    pub(super) refuse_next: Cell<bool>,
+    refused: Cell<bool>,
 }
 
 impl FakeGuard {
     fn queue(&self, add: bool, element: String) {
+        if add && self.refuse_next.take() {
+            self.log.borrow_mut().push(format!("refused {element}"));
+            self.refused.set(true);
+            return;
+        }
         self.queued.borrow_mut().push((add, element));
     }
 
@@ -329,6 +337,9 @@ impl Guard for FakeGuard {
     }
     fn release(&self) {
         self.log.borrow_mut().push("release".into());
+    }
+    fn take_refused(&self) -> bool {
+        self.refused.replace(false)
     }
 }
 

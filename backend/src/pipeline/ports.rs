@@ -63,6 +63,11 @@ pub trait Guard {
     /// `release`, no other thread is woken to run them (see `Held`).
     fn hold(&self);
     fn release(&self);
+    /// Whether the kernel refused an element this thread put in since the
+    /// last call (an eBPF map full); the call clears it. An RTR asks
+    /// before and after it puts its elements in: one not in force leaves
+    /// its QP open to any host, or its connection dead.
+    fn take_refused(&self) -> bool;
 }
 
 /// A `Guard::hold` for as long as it lives. Taken before the updates a

@@ -362,7 +362,19 @@ pub fn modify(
     let guard = to_rtr && !sess.qps.get(&m.qp_handle).is_some_and(|r| r.guarded);
     let entry =
         admitted_by.and_then(|rule| connection(sess, m, route.as_ref(), (remote_vip?, cm), rule));
+    if let Some(b) = h.guard() {
+        b.take_refused();
+    }
     let before = guard_and_track(h, sess, m, guard, entry, &mut clock);
+    if h.guard().is_some_and(|b| b.take_refused()) {
+        // Fail closed: without its elements the QP would take packets
+        // from any host, or its connection none.
+        undo(h, sess, m, guard, before);
+        return Err(refuse(
+            libc::ENOSPC,
+            "the backstop's eBPF maps are full: this QP's elements could not be put in force",
+        ));
+    }
     let executed = k.modify(&cmd);
     clock.step("modify");
     if let Err(e) = executed {

@@ -385,6 +385,34 @@ fn a_failed_rtr_leaves_no_element_and_no_connection() {
     assert!(!sess.qps[&HANDLE].guarded);
 }
 
+/// At the eBPF maps' bound the RTR fails closed: an element the kernel
+/// refused would leave the QP open to any host (`tenant_qps`) or its
+/// connection dead, so the RTR never reaches the kernel and leaves nothing.
+#[test]
+fn an_rtr_whose_element_the_backstop_refused_is_refused_and_leaves_nothing() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    h.guard.as_ref().expect("guarded").refuse_next.set(true);
+    let lk = logged(&k, &h, false);
+    let e = modify(&h, &lk, &mut sess, &rtr()).expect_err("the maps are full");
+    assert_eq!(e.errno(), libc::ENOSPC, "{}", e.why());
+    assert!(e.why().contains("eBPF maps are full"), "{}", e.why());
+    let log = taken(&log);
+    assert!(!log.iter().any(|l| l == "modify"), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l == "refused tenant_qps 192.168.1.1 . 0x11"),
+        "{log:?}"
+    );
+    assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
+    assert!(tracked(&h).is_empty());
+    assert!(!sess.qps[&HANDLE].guarded);
+    // Room again: the next RTR goes through.
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tracked(&h).len(), 1);
+}
+
 #[test]
 fn a_refused_rtr_on_a_connected_qp_leaves_its_connection_as_it_was() {
     let (h, mut sess, log) = guarded();

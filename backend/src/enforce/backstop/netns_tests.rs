@@ -484,6 +484,40 @@ fn the_maps_elements_are_in_force_as_the_table_changes_with_no_queue() {
     })
 }
 
+/// At the eBPF maps' bound (262,144 elements each): an element the kernel
+/// refuses is told to the thread that put it in (`take_refused`, which its
+/// RTR asks, to fail closed), once, and to no other thread.
+#[test]
+fn a_full_maps_refusal_is_told_to_the_thread_that_met_it() {
+    use crate::pipeline::ports::Guard;
+    in_netns(|| {
+        let (b, _p) = start("full");
+        let filled = {
+            let mut bpf = super::rules::lock(&b.bpf);
+            let mut q = 0u32;
+            while bpf.insert(Key::TenantQp(PEER, q)).is_ok() {
+                q += 1;
+            }
+            q
+        };
+        assert_eq!(filled, 262_144);
+        assert!(!b.take_refused(), "nothing refused to the backstop yet");
+        b.qp_seen(LOCAL, 0x31);
+        let other = std::thread::scope(|s| s.spawn(|| b.take_refused()).join());
+        assert!(!other.expect("another thread"), "another thread's refusal");
+        assert!(b.take_refused(), "refused: the map is full");
+        assert!(!b.take_refused(), "told once");
+        // Room again: the next one goes in.
+        b.qp_gone(LOCAL, 0x31, Removal::Now);
+        super::rules::lock(&b.bpf)
+            .remove(Key::TenantQp(PEER, 0))
+            .expect("removed");
+        b.qp_seen(LOCAL, 0x31);
+        assert!(!b.take_refused());
+        assert!(bset(&b, "tenant_qps").contains(&"198.18.0.1 . 49".to_string()));
+    })
+}
+
 #[test]
 fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_element() {
     in_netns(|| {

@@ -13,6 +13,7 @@ use crate::kernel::bpf_backstop::{BpfBackstop, Key, DROPS_INGRESS, DROPS_NO_ENDP
 use crate::kernel::nft_set::{Change, Element, Field};
 use crate::pipeline::ports::{Guard, Removal, BATCHED_DELETIONS_WAIT};
 use rconntrack::{Event, EventKind, QpType, State};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -520,6 +521,13 @@ fn bpf_key(bpf: &mut BpfBackstop, e: &Element) -> Option<Result<Key>> {
     }
 }
 
+thread_local! {
+    /// Whether an element this thread added to the eBPF maps was refused
+    /// since `take_refused` last asked. Map writes run on the thread whose
+    /// table change they mirror (`submit`), so an RTR learns of its own.
+    static REFUSED: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Apply `c` to the eBPF maps if its set lives there; false if not (it is
 /// nftables').
 pub(super) fn apply_in_maps(bpf: &mut BpfBackstop, c: &Change) -> bool {
@@ -539,6 +547,9 @@ pub(super) fn apply_in_maps(bpf: &mut BpfBackstop, c: &Change) -> bool {
     });
     if let Err(e) = r {
         warn!("backstop: cannot update the eBPF maps: {e}");
+        if matches!(c, Change::Add(_)) {
+            REFUSED.with(|r| r.set(true));
+        }
     }
     true
 }
@@ -580,5 +591,8 @@ impl Guard for Backstop {
     }
     fn release(&self) {
         Backstop::release(self)
+    }
+    fn take_refused(&self) -> bool {
+        REFUSED.with(|r| r.replace(false))
     }
 }
