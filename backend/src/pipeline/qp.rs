@@ -391,8 +391,29 @@ pub fn modify(
     }
     let guarded = guard && h.guard().is_some();
     record(h, sess, m, route, owner_checked, guarded);
+    let to_init = m.attr_mask & IBV_QP_STATE != 0 && m.attr.qp_state == IBV_QPS_INIT;
+    if m.qp_type == IBV_QPT_UD && to_init && owner_checked {
+        guard_ud_early(h, sess, m.qp_handle);
+    }
     clock.step("record");
     Ok(())
+}
+
+/// A UD QP of the app's in INIT (its QPN the kernel vouched for) is
+/// guarded from now on, as its RTR would guard it: the transaction that
+/// puts its VNI's elements in (nftables') then runs while the app gets
+/// ready, as the answers to its early announcement arrive, and its RTR
+/// waits only for what is still queued. Its elements only narrow what
+/// reaches it, so INIT is no less safe a moment for them than RTR.
+fn guard_ud_early(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
+    let Some(b) = h.guard() else {
+        return;
+    };
+    let (local, vni) = (h.underlay(&sess.ep), sess.ep.cfg.vni);
+    if let Some(rec) = sess.qps.get_mut(qp_handle).filter(|r| !r.guarded) {
+        guard_qp(b, local, vni, rec.qpn, true, None);
+        rec.guarded = true;
+    }
 }
 
 /// A known QP handle keeps the QPN it was recorded with.
@@ -476,8 +497,15 @@ fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
 ) -> Option<Option<rconntrack::Entry>> {
     let qpn = m.qp_num;
     let backstop = h.guard();
+    // A UD QP guarded at INIT (`guard_ud_early`) waits for what of its
+    // elements is still queued.
+    let ud_rtr = m.qp_type == IBV_QPT_UD
+        && m.attr_mask & IBV_QP_STATE != 0
+        && m.attr.qp_state == IBV_QPS_RTR;
     // This thread runs the transaction it waits for below (see `Held`).
-    let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
+    let held = backstop
+        .filter(|_| guard || ud_rtr || entry.is_some())
+        .map(Held::new);
     if let (true, Some(b)) = (guard, backstop) {
         let ud = m.qp_type == IBV_QPT_UD;
         guard_qp(b, h.underlay(&sess.ep), sess.ep.cfg.vni, m.qp_num, ud, None);
@@ -686,6 +714,7 @@ pub fn moved(
     record_state(h, sess, key, state);
     if owner_checked && m.qp_type == IBV_QPT_UD && state == IBV_QPS_INIT {
         h.ud_announce_early(&sess.ep, m.qp_num);
+        guard_ud_early(h, sess, m.qp_handle);
     }
     Ok(())
 }
