@@ -320,8 +320,7 @@ pub fn modify(
     sess: &mut Session,
     m: &proto::ModifyQpReq,
 ) -> Result<()> {
-    let a = &m.attr;
-    let to_rtr = m.attr_mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RTR;
+    let to_rtr = moves_to(m, IBV_QPS_RTR);
     // Only a move to RTR is timed, step by step.
     let mut clock = StepClock::new(to_rtr, |step, took| h.rtr_step(step, took));
     let (cmd, route) = route(h, sess, m)?;
@@ -386,26 +385,35 @@ pub fn modify(
     } else {
         true
     };
-    if m.qp_type == IBV_QPT_UD && owner_checked {
-        announce_ud(h, sess, m, to_rtr);
+    let ud = m.qp_type == IBV_QPT_UD && owner_checked;
+    if ud && to_rtr {
+        // It can receive: the other hosts of its VNI are told.
+        h.ud_announce(&sess.ep, m.qp_num, true);
     }
     let guarded = guard && h.guard().is_some();
     record(h, sess, m, route, owner_checked, guarded);
-    let to_init = m.attr_mask & IBV_QP_STATE != 0 && m.attr.qp_state == IBV_QPS_INIT;
-    if m.qp_type == IBV_QPT_UD && to_init && owner_checked {
-        guard_ud_early(h, sess, m.qp_handle);
+    if ud && moves_to(m, IBV_QPS_INIT) {
+        ud_in_init(h, sess, m.qp_handle, m.qp_num);
     }
     clock.step("record");
     Ok(())
 }
 
-/// A UD QP of the app's in INIT (its QPN the kernel vouched for) is
-/// guarded from now on, as its RTR would guard it: the transaction that
-/// puts its VNI's elements in (nftables') then runs while the app gets
-/// ready, as the answers to its early announcement arrive, and its RTR
-/// waits only for what is still queued. Its elements only narrow what
-/// reaches it, so INIT is no less safe a moment for them than RTR.
-fn guard_ud_early(h: &dyn QpHost, sess: &mut Session, qp_handle: u32) {
+/// Whether `m` moves its QP to `state`.
+fn moves_to(m: &proto::ModifyQpReq, state: u8) -> bool {
+    m.attr_mask & IBV_QP_STATE != 0 && m.attr.qp_state == state
+}
+
+/// A UD QP of the app's in INIT (recorded, its QPN the kernel vouched
+/// for, by MODIFY_QP or QP_MOVED): the other hosts of its VNI are told
+/// early (`QpHost::ud_announce_early`), and it is guarded from now on, as
+/// its RTR would guard it: the transaction that puts its VNI's elements
+/// in (nftables') then runs while the app gets ready, as the answers to
+/// that announcement arrive, and its RTR waits only for what is still
+/// queued. Its elements only narrow what reaches it, so INIT is no less
+/// safe a moment for them than RTR.
+fn ud_in_init(h: &dyn QpHost, sess: &mut Session, qp_handle: u32, qpn: u32) {
+    h.ud_announce_early(&sess.ep, qpn);
     let Some(b) = h.guard() else {
         return;
     };
@@ -497,11 +505,9 @@ fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
 ) -> Option<Option<rconntrack::Entry>> {
     let qpn = m.qp_num;
     let backstop = h.guard();
-    // A UD QP guarded at INIT (`guard_ud_early`) waits for what of its
+    // A UD QP guarded at INIT (`ud_in_init`) waits for what of its
     // elements is still queued.
-    let ud_rtr = m.qp_type == IBV_QPT_UD
-        && m.attr_mask & IBV_QP_STATE != 0
-        && m.attr.qp_state == IBV_QPS_RTR;
+    let ud_rtr = m.qp_type == IBV_QPT_UD && moves_to(m, IBV_QPS_RTR);
     // This thread runs the transaction it waits for below (see `Held`).
     let held = backstop
         .filter(|_| guard || ud_rtr || entry.is_some())
@@ -576,17 +582,6 @@ fn guard_qp(b: &dyn Guard, local: Ipv4Addr, vni: u32, qpn: u32, ud: bool, out: O
             }
             b.qp_gone(local, qpn, when);
         }
-    }
-}
-
-/// A UD QP of the app's own at RTR can receive: the other hosts of its
-/// VNI are told; at INIT, told early (`QpHost::ud_announce_early`).
-fn announce_ud(h: &dyn QpHost, sess: &Session, m: &proto::ModifyQpReq, to_rtr: bool) {
-    let has_state = m.attr_mask & IBV_QP_STATE != 0;
-    if to_rtr {
-        h.ud_announce(&sess.ep, m.qp_num, true);
-    } else if has_state && m.attr.qp_state == IBV_QPS_INIT {
-        h.ud_announce_early(&sess.ep, m.qp_num);
     }
 }
 
@@ -713,8 +708,7 @@ pub fn moved(
     rec.state = state_name(state);
     record_state(h, sess, key, state);
     if owner_checked && m.qp_type == IBV_QPT_UD && state == IBV_QPS_INIT {
-        h.ud_announce_early(&sess.ep, m.qp_num);
-        guard_ud_early(h, sess, m.qp_handle);
+        ud_in_init(h, sess, m.qp_handle, m.qp_num);
     }
     Ok(())
 }

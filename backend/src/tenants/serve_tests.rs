@@ -49,8 +49,8 @@ fn an_endpoints_sessions_past_its_limit_are_refused_emfile() {
 }
 
 /// A session's thread is SCHED_BATCH: woken by its app's posted notice,
-/// it does not preempt the app (the kernel's policy for the thread, read
-/// from /proc while the session runs).
+/// it does not preempt the app (the kernel's policy for the thread, asked
+/// while the session runs).
 #[test]
 fn a_session_thread_never_preempts_its_app() {
     let f = FakeParts::host1();
@@ -64,17 +64,13 @@ fn a_session_thread_never_preempts_its_app() {
         run_session(parts, ep, conn, 1, std::process::id() as i32, slot);
     });
     let tid = tid_rx.recv().expect("the session's thread id");
-    // Field 41 of stat, counted after the command's closing parenthesis.
-    let policy = || {
-        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("stat");
-        let after = &stat[stat.rfind(')').expect("comm") + 2..];
-        after.split(' ').nth(38).map(str::to_string)
-    };
+    // SAFETY: a plain query of a thread of this process.
+    let policy = || unsafe { libc::sched_getscheduler(tid) };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while policy().as_deref() != Some("3") && std::time::Instant::now() < deadline {
+    while policy() != libc::SCHED_BATCH && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert_eq!(policy().as_deref(), Some("3"), "SCHED_BATCH is 3");
+    assert_eq!(policy(), libc::SCHED_BATCH);
     drop(app);
     session.join().expect("the session ends with its app");
 }
