@@ -4,11 +4,14 @@
  * elements an RTR waits for are hash map entries here, one bpf() call
  * each, where in nftables they cost a transaction and its commit
  * (docs/design.md, "The backstop's eBPF maps"). nftables keeps the rest:
- * the cgroups' dispatch, unknown cgroups, UD.
+ * the cgroups' dispatch, unknown cgroups, the hosts a tenant's UD
+ * address handles may send to.
  *
  * - masq_ingress (tc ingress on each rail's netdev, the only netdevs whose
  *   RoCE packets rxe takes): a packet to a tenant QP (tenant_qps) passes
- *   only from a peer host it is connected to (conn_to).
+ *   only from a peer host it is connected to (conn_to); a datagram to a
+ *   tenant's UD QP (ud_qps, which gives its VNI) only from a UD QP that
+ *   its host's masqd announced in the same VNI (ud_from).
  * - masq_egress (cgroup/skb egress on each endpoint's and adopted cgroup):
  *   a tenant's RC/UC packets go only to the (host, QPN) pairs its endpoint
  *   was admitted to (egress).
@@ -36,6 +39,7 @@
 /* Room in each map (entries are allocated as they come: no prealloc). */
 #define MAX_ENTRIES 262144
 #define DROPS_INGRESS 0
+#define DROPS_UD_INGRESS 0xfffffffe
 #define DROPS_NO_ENDPOINT 0xffffffff
 
 struct conn_key {
@@ -46,6 +50,12 @@ struct conn_key {
 
 struct qp_key {
 	__u32 local;
+	__u32 qpn;
+};
+
+/* Another host's QP: (its address, its QPN). */
+struct host_qp {
+	__u32 host;
 	__u32 qpn;
 };
 
@@ -69,6 +79,11 @@ struct egress_key {
 PINNED_HASH(conn_to, struct conn_key, __u8);
 /* (local address, QPN): a tenant QP, guarded. */
 PINNED_HASH(tenant_qps, struct qp_key, __u8);
+/* (local address, QPN): a tenant's UD QP -> its VNI. */
+PINNED_HASH(ud_qps, struct qp_key, __u32);
+/* (host, QPN): another host's UD QP, as its masqd announced it -> its
+ * VNI (only VNIs this host serves). */
+PINNED_HASH(ud_from, struct host_qp, __u32);
 /* (endpoint, peer host, peer QPN): the endpoint may send there. */
 PINNED_HASH(egress, struct egress_key, __u8);
 /* A cgroup's id -> the endpoint whose packets its sockets send. */
@@ -96,6 +111,8 @@ struct roce {
 	__u32 daddr;
 	__u32 dest_qpn;
 	int ud;
+	/* Where the UDP header starts. */
+	__u32 udp;
 };
 
 static __always_inline void count_drop(__u32 key, struct __sk_buff *skb)
@@ -152,7 +169,43 @@ static __always_inline int read_roce(struct __sk_buff *skb, __u32 ip, struct roc
 	r->daddr = iph.daddr;
 	r->dest_qpn = (__u32)bth[5] << 16 | (__u32)bth[6] << 8 | bth[7];
 	r->ud = (bth[0] >> 5) == BTH_UD;
+	r->udp = udp;
 	return 1;
+}
+
+/*
+ * A UD datagram's sending QP: the DETH's source QPN (after 8 bytes of UDP
+ * header, 12 of BTH, 4 of Q_Key and a reserved byte), which rxe writes
+ * from the real QP. -1 if the packet is too short for it.
+ */
+static __always_inline int deth_src_qpn(struct __sk_buff *skb, const struct roce *r, __u32 *qpn)
+{
+	__u8 src[3];
+
+	if (bpf_skb_load_bytes(skb, r->udp + 8 + 12 + 5, src, sizeof(src)) < 0)
+		return -1;
+	*qpn = (__u32)src[0] << 16 | (__u32)src[1] << 8 | src[2];
+	return 0;
+}
+
+/* A datagram to a tenant's UD QP passes only from a UD QP of its VNI. */
+static __always_inline int ud_ingress(struct __sk_buff *skb, const struct roce *r)
+{
+	struct qp_key qp = { .local = r->daddr, .qpn = r->dest_qpn };
+	struct host_qp from = { .host = r->saddr };
+	__u32 *vni, *from_vni;
+
+	vni = bpf_map_lookup_elem(&ud_qps, &qp);
+	/* Not a tenant's (QP1's MADs, the host's own UD QPs). */
+	if (!vni)
+		return TC_ACT_OK;
+	if (deth_src_qpn(skb, r, &from.qpn) == 0) {
+		from_vni = bpf_map_lookup_elem(&ud_from, &from);
+		if (from_vni && *from_vni == *vni)
+			return TC_ACT_OK;
+	}
+	count_drop(DROPS_UD_INGRESS, skb);
+	return TC_ACT_SHOT;
 }
 
 SEC("classifier")
@@ -180,9 +233,10 @@ int masq_ingress(struct __sk_buff *skb)
 		count_drop(DROPS_INGRESS, skb);
 		return TC_ACT_SHOT;
 	}
-	/* UD is nftables' (ud_qps, ud_from). */
-	if (is == 0 || r.ud)
+	if (is == 0)
 		return TC_ACT_OK;
+	if (r.ud)
+		return ud_ingress(skb, &r);
 	struct conn_key conn = { .peer = r.saddr, .local = r.daddr, .qpn = r.dest_qpn };
 
 	if (bpf_map_lookup_elem(&conn_to, &conn))

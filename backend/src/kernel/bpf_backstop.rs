@@ -26,6 +26,7 @@ const TC_PRIORITY: u16 = 0x4d51; // "MQ"
 const TC_HANDLE: u32 = 1;
 /// The drops' keys besides an endpoint's (see the C).
 pub const DROPS_INGRESS: u32 = 0;
+pub const DROPS_UD_INGRESS: u32 = u32::MAX - 1;
 pub const DROPS_NO_ENDPOINT: u32 = u32::MAX;
 
 // The maps' keys, as the C declares them: addresses in network byte order
@@ -43,6 +44,13 @@ struct ConnKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct QpKey {
     local: [u8; 4],
+    qpn: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct HostQp {
+    host: [u8; 4],
     qpn: u32,
 }
 
@@ -70,11 +78,12 @@ struct EndpointName([u8; 256]);
 // SAFETY: plain `repr(C)` data without padding (fields of one size each).
 unsafe impl Pod for ConnKey {}
 unsafe impl Pod for QpKey {}
+unsafe impl Pod for HostQp {}
 unsafe impl Pod for EgressKey {}
 unsafe impl Pod for Drops {}
 unsafe impl Pod for EndpointName {}
 
-/// One of the per-connection elements.
+/// One of the per-connection or per-QP elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Key {
     /// (peer host, local address, local QPN): the peer may reach that QP.
@@ -83,6 +92,23 @@ pub enum Key {
     TenantQp(Ipv4Addr, u32),
     /// (endpoint, peer host, peer QPN): the endpoint may send there.
     Egress(u32, Ipv4Addr, u32),
+    /// (local address, QPN, VNI): a tenant's UD QP, which takes datagrams
+    /// only from UD QPs of its VNI.
+    UdQp(Ipv4Addr, u32, u32),
+    /// (host, QPN, VNI): another host's UD QP, announced in that VNI.
+    UdFrom(Ipv4Addr, u32, u32),
+}
+
+impl Key {
+    /// The map entry this element is, whatever its value (a UD QP's VNI):
+    /// two keys of one slot cannot both be in the maps.
+    pub fn slot(self) -> Key {
+        match self {
+            Key::UdQp(l, q, _) => Key::UdQp(l, q, 0),
+            Key::UdFrom(h, q, _) => Key::UdFrom(h, q, 0),
+            k => k,
+        }
+    }
 }
 
 pub struct BpfBackstop {
@@ -90,6 +116,8 @@ pub struct BpfBackstop {
     conn_to: HashMap<MapData, ConnKey, u8>,
     tenant_qps: HashMap<MapData, QpKey, u8>,
     egress: HashMap<MapData, EgressKey, u8>,
+    ud_qps: HashMap<MapData, QpKey, u32>,
+    ud_from: HashMap<MapData, HostQp, u32>,
     cgroup_endpoint: HashMap<MapData, u64, u32>,
     drops: HashMap<MapData, u32, Drops>,
     endpoint_ids: HashMap<MapData, EndpointName, u32>,
@@ -120,6 +148,8 @@ impl BpfBackstop {
             conn_to: map(&mut ebpf, "conn_to")?,
             tenant_qps: map(&mut ebpf, "tenant_qps")?,
             egress: map(&mut ebpf, "egress")?,
+            ud_qps: map(&mut ebpf, "ud_qps")?,
+            ud_from: map(&mut ebpf, "ud_from")?,
             cgroup_endpoint: map(&mut ebpf, "cgroup_endpoint")?,
             drops: map(&mut ebpf, "drops")?,
             endpoint_ids: map(&mut ebpf, "endpoint_ids")?,
@@ -220,22 +250,28 @@ impl BpfBackstop {
         Ok(())
     }
 
-    /// Add an element (adding one that is there changes nothing).
+    /// Add an element (adding one that is there changes nothing; one of
+    /// the same slot, `Key::slot`, is replaced).
     pub fn insert(&mut self, key: Key) -> Result<()> {
         let r = match key {
             Key::ConnTo(peer, local, qpn) => self.conn_to.insert(conn(peer, local, qpn), 1, 0),
             Key::TenantQp(local, qpn) => self.tenant_qps.insert(qp(local, qpn), 1, 0),
             Key::Egress(ep, host, qpn) => self.egress.insert(egress(ep, host, qpn), 1, 0),
+            Key::UdQp(local, qpn, vni) => self.ud_qps.insert(qp(local, qpn), vni, 0),
+            Key::UdFrom(host, qpn, vni) => self.ud_from.insert(host_qp(host, qpn), vni, 0),
         };
         r.map_err(|e| failed(format!("adding {key:?}"), e))
     }
 
-    /// Delete an element; false if it was not there.
+    /// Delete an element (its slot, whatever its value); false if it was
+    /// not there.
     pub fn remove(&mut self, key: Key) -> Result<bool> {
         let r = match key {
             Key::ConnTo(peer, local, qpn) => self.conn_to.remove(&conn(peer, local, qpn)),
             Key::TenantQp(local, qpn) => self.tenant_qps.remove(&qp(local, qpn)),
             Key::Egress(ep, host, qpn) => self.egress.remove(&egress(ep, host, qpn)),
+            Key::UdQp(local, qpn, _) => self.ud_qps.remove(&qp(local, qpn)),
+            Key::UdFrom(host, qpn, _) => self.ud_from.remove(&host_qp(host, qpn)),
         };
         match r {
             Ok(()) => Ok(true),
@@ -271,11 +307,24 @@ impl BpfBackstop {
                 .flatten()
                 .map(|k| Key::Egress(k.endpoint, v4(k.host), k.qpn)),
         );
+        all.extend(
+            self.ud_qps
+                .iter()
+                .flatten()
+                .map(|(k, vni)| Key::UdQp(v4(k.local), k.qpn, vni)),
+        );
+        all.extend(
+            self.ud_from
+                .iter()
+                .flatten()
+                .map(|(k, vni)| Key::UdFrom(v4(k.host), k.qpn, vni)),
+        );
         all.sort();
         all
     }
 
-    /// The drop counters: `DROPS_INGRESS`, `DROPS_NO_ENDPOINT` or an
+    /// The drop counters: `DROPS_INGRESS`, `DROPS_UD_INGRESS`,
+    /// `DROPS_NO_ENDPOINT` or an
     /// endpoint's number, to what was dropped.
     pub fn drops(&self) -> BTreeMap<u32, Drops> {
         self.drops.iter().flatten().collect()
@@ -294,7 +343,7 @@ impl BpfBackstop {
         }
         let taken: std::collections::BTreeSet<u32> =
             self.endpoint_ids.iter().flatten().map(|(_, n)| n).collect();
-        let n = (1..DROPS_NO_ENDPOINT)
+        let n = (1..DROPS_UD_INGRESS)
             .find(|n| !taken.contains(n))
             .ok_or_else(|| failed(name, "no endpoint number left"))?;
         self.endpoint_ids
@@ -403,6 +452,13 @@ fn conn(peer: Ipv4Addr, local: Ipv4Addr, qpn: u32) -> ConnKey {
 fn qp(local: Ipv4Addr, qpn: u32) -> QpKey {
     QpKey {
         local: local.octets(),
+        qpn,
+    }
+}
+
+fn host_qp(host: Ipv4Addr, qpn: u32) -> HostQp {
+    HostQp {
+        host: host.octets(),
         qpn,
     }
 }

@@ -4,7 +4,7 @@
 //! attaches them, and what arrives counted (run as root, as the nftables
 //! tests are).
 
-use super::{BpfBackstop, Key, DROPS_INGRESS};
+use super::{BpfBackstop, Key, DROPS_INGRESS, DROPS_UD_INGRESS};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -83,9 +83,15 @@ impl Pair {
     }
 
     /// Send one RoCEv2-shaped datagram per destination QPN (an RC SEND
-    /// ONLY, or UD's if `ud`) from the sender's namespace, from a process
-    /// in `cgroup` if given; the QPNs the receiver got.
+    /// ONLY, or UD's if `ud`, from QP 0) from the sender's namespace, from
+    /// a process in `cgroup` if given; the QPNs the receiver got.
     fn send(&self, qpns: &[u32], ud: bool, cgroup: Option<&Path>) -> Vec<u32> {
+        self.send_from(ud.then_some(0), qpns, cgroup)
+    }
+
+    /// `send`: a UD SEND ONLY from UD QP `from` (its DETH's source QPN),
+    /// or RC's if none.
+    fn send_from(&self, from: Option<u32>, qpns: &[u32], cgroup: Option<&Path>) -> Vec<u32> {
         let rx = self.at_receiver(|| {
             // Once (of many runs) the port was still taken a moment after
             // the last send's socket closed: a few tries.
@@ -102,12 +108,13 @@ impl Pair {
             s.set_read_timeout(Some(Duration::from_millis(500))).ok();
             s
         });
-        let opcode = if ud { 0x64 } else { 0x04 };
+        let opcode = if from.is_some() { 0x64 } else { 0x04 };
+        let src = from.unwrap_or(0);
         // A drop on egress fails the send (EPERM): the next one goes on.
         let script = format!(
             "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
              for q in {qpns:?}:\n    \
-             try: s.sendto(bytes([{opcode},0,0xff,0xff,0])+q.to_bytes(3,'big')+bytes(4+8),('{RECEIVER}',4791))\n    \
+             try: s.sendto(bytes([{opcode},0,0xff,0xff,0])+q.to_bytes(3,'big')+bytes(4+5)+({src}).to_bytes(3,'big'),('{RECEIVER}',4791))\n    \
              except PermissionError: pass\n"
         );
         let join = match cgroup {
@@ -179,13 +186,58 @@ fn a_tenant_qp_takes_rc_packets_only_from_the_hosts_it_is_connected_to() {
     b.insert(Key::TenantQp(RECEIVER, 18)).unwrap();
     assert_eq!(pair.send(&[17, 18, 19], false, None), vec![17, 19]);
     assert_eq!(b.drops()[&DROPS_INGRESS].packets, 1);
-    // UD is nftables' to check: it passes here.
+    // A datagram is UD's to check (ud_qps): 18 is no UD QP, it passes.
     assert_eq!(pair.send(&[18], true, None), vec![18]);
     // The connection goes: so do its packets.
     assert!(b.remove(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap());
     assert!(!b.remove(Key::ConnTo(SENDER, RECEIVER, 17)).unwrap());
     assert_eq!(pair.send(&[17], false, None), Vec::<u32>::new());
     assert_eq!(b.drops()[&DROPS_INGRESS].packets, 2);
+}
+
+#[test]
+fn a_tenant_ud_qp_takes_datagrams_only_from_ud_qps_of_its_vni() {
+    let pair = Pair::new("ud");
+    let mut b = pair.load();
+    let mut b = pair.at_receiver(move || {
+        b.guard_netdev("v1").expect("the ingress filter");
+        b
+    });
+    // 20: a tenant's UD QP in VNI 100; 21: one in VNI 200; 22: no
+    // tenant's (the host's own, or QP1's MADs): not the backstop's.
+    b.insert(Key::UdQp(RECEIVER, 20, 100)).unwrap();
+    b.insert(Key::UdQp(RECEIVER, 21, 200)).unwrap();
+    // The sender's UD QP 5, announced in VNI 100.
+    b.insert(Key::UdFrom(SENDER, 5, 100)).unwrap();
+    let from = |qp, to: &[u32]| pair.send_from(Some(qp), to, None);
+    assert_eq!(from(5, &[20, 21, 22]), vec![20, 22]);
+    assert_eq!(b.drops()[&DROPS_UD_INGRESS].packets, 1);
+    // A QP nobody announced reaches no tenant's.
+    assert_eq!(from(6, &[20, 22]), vec![22]);
+    // RC packets are not UD's to check.
+    assert_eq!(pair.send(&[20], false, None), vec![20]);
+    // The announcement ends: so do its datagrams.
+    assert!(b.remove(Key::UdFrom(SENDER, 5, 0)).unwrap());
+    assert_eq!(from(5, &[20]), Vec::<u32>::new());
+    // Announced again in VNI 200 (a QPN reused by another tenant): it
+    // reaches VNI 200's QP only; the slot took the new VNI.
+    b.insert(Key::UdFrom(SENDER, 5, 100)).unwrap();
+    b.insert(Key::UdFrom(SENDER, 5, 200)).unwrap();
+    assert_eq!(from(5, &[20, 21]), vec![21]);
+    assert_eq!(b.drops()[&DROPS_UD_INGRESS].packets, 4);
+    let ud: Vec<Key> = b
+        .elements()
+        .into_iter()
+        .filter(|k| matches!(k, Key::UdQp(..) | Key::UdFrom(..)))
+        .collect();
+    assert_eq!(
+        ud,
+        [
+            Key::UdQp(RECEIVER, 20, 100),
+            Key::UdQp(RECEIVER, 21, 200),
+            Key::UdFrom(SENDER, 5, 200)
+        ]
+    );
 }
 
 /// A cgroup v2 directory of the test's own (under wherever cgroup2 is

@@ -256,14 +256,11 @@ pub(super) fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
 
 /// The backstop's guard: its calls go to `log`, which a `Logged`
 /// kernel shares, so their order against the kernel's commands shows.
-/// Its QP elements are queued and put in force by `wait_applied`, as the
-/// backstop's are; the backstop's updater thread, which runs the rest
-/// some time later, is `eventually`.
+/// Its QP elements are in force at once, as the backstop's eBPF maps'
+/// are.
 #[derive(Default)]
 pub(super) struct FakeGuard {
     pub(super) log: Rc<RefCell<Vec<String>>>,
-    /// Element changes not yet in force: (add, element).
-    queued: RefCell<Vec<(bool, String)>>,
     pub(super) in_force: Rc<RefCell<BTreeSet<String>>>,
     /// The next element put in is refused, as by a full eBPF map.
     pub(super) refuse_next: Cell<bool>,
@@ -277,24 +274,17 @@ impl FakeGuard {
             self.refused.set(true);
             return;
         }
-        self.queued.borrow_mut().push((add, element));
-    }
-
-    /// The elements in force once every queued change ran.
-    pub(super) fn eventually(&self) -> BTreeSet<String> {
-        let mut s = self.in_force.borrow().clone();
-        apply(&mut s, &self.queued.borrow());
-        s
-    }
-}
-
-fn apply(set: &mut BTreeSet<String>, changes: &[(bool, String)]) {
-    for (add, e) in changes {
-        if *add {
-            set.insert(e.clone());
+        let mut in_force = self.in_force.borrow_mut();
+        if add {
+            in_force.insert(element);
         } else {
-            set.remove(e);
+            in_force.remove(&element);
         }
+    }
+
+    /// The elements in force.
+    pub(super) fn eventually(&self) -> BTreeSet<String> {
+        self.in_force.borrow().clone()
     }
 }
 
@@ -314,18 +304,13 @@ impl Guard for FakeGuard {
     }
     fn wait_applied(&self, _timeout: Duration) -> bool {
         self.log.borrow_mut().push("wait_applied".into());
-        apply(
-            &mut self.in_force.borrow_mut(),
-            &std::mem::take(&mut *self.queued.borrow_mut()),
-        );
         true
     }
     fn ud_local(&self, local: Ipv4Addr, vni: u32, qpn: u32, up: bool) {
         self.log
             .borrow_mut()
             .push(format!("ud_local {vni} {local} . {qpn:#x} {up}"));
-        self.queue(up, format!("ud_qps {local} . {qpn:#x}"));
-        self.queue(up, format!("udqp_{vni} {local} . {qpn:#x}"));
+        self.queue(up, format!("ud_qps {local} . {qpn:#x} : {vni}"));
     }
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         self.log

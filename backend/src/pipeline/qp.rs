@@ -407,11 +407,12 @@ fn moves_to(m: &proto::ModifyQpReq, state: u8) -> bool {
 /// A UD QP of the app's in INIT (recorded, its QPN the kernel vouched
 /// for, by MODIFY_QP or QP_MOVED): the other hosts of its VNI are told
 /// early (`QpHost::ud_announce_early`), and it is guarded from now on, as
-/// its RTR would guard it: the transaction that puts its VNI's elements
-/// in (nftables') then runs while the app gets ready, as the answers to
-/// that announcement arrive, and its RTR waits only for what is still
-/// queued. Its elements only narrow what reaches it, so INIT is no less
-/// safe a moment for them than RTR.
+/// its RTR would guard it (its elements are in the eBPF maps at once), so
+/// its RTR waits for nothing of the backstop's and the answers to that
+/// announcement arrive while the app gets ready. Its elements only narrow
+/// what reaches it, so INIT is no less safe a moment for them than RTR.
+/// An element the maps refused is taken out again: the RTR then tries
+/// again and fails closed if there is still no room.
 fn ud_in_init(h: &dyn QpHost, sess: &mut Session, qp_handle: u32, qpn: u32) {
     h.ud_announce_early(&sess.ep, qpn);
     let Some(b) = h.guard() else {
@@ -419,8 +420,13 @@ fn ud_in_init(h: &dyn QpHost, sess: &mut Session, qp_handle: u32, qpn: u32) {
     };
     let (local, vni) = (h.underlay(&sess.ep), sess.ep.cfg.vni);
     if let Some(rec) = sess.qps.get_mut(qp_handle).filter(|r| !r.guarded) {
+        b.take_refused();
         guard_qp(b, local, vni, rec.qpn, true, None);
-        rec.guarded = true;
+        if b.take_refused() {
+            guard_qp(b, local, vni, rec.qpn, true, Some(Removal::Now));
+        } else {
+            rec.guarded = true;
+        }
     }
 }
 
@@ -505,13 +511,10 @@ fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
 ) -> Option<Option<rconntrack::Entry>> {
     let qpn = m.qp_num;
     let backstop = h.guard();
-    // A UD QP guarded at INIT (`ud_in_init`) waits for what of its
-    // elements is still queued.
-    let ud_rtr = m.qp_type == IBV_QPT_UD && moves_to(m, IBV_QPS_RTR);
-    // This thread runs the transaction it waits for below (see `Held`).
-    let held = backstop
-        .filter(|_| guard || ud_rtr || entry.is_some())
-        .map(Held::new);
+    // This thread runs the transaction it waits for below (see `Held`). A
+    // UD QP guarded at INIT (`ud_in_init`) has its elements in force: its
+    // RTR waits for nothing.
+    let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
     if let (true, Some(b)) = (guard, backstop) {
         let ud = m.qp_type == IBV_QPT_UD;
         guard_qp(b, h.underlay(&sess.ep), sess.ep.cfg.vni, m.qp_num, ud, None);

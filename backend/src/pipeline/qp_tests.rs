@@ -454,9 +454,8 @@ fn ud_init_on_own_fd(h: &FakeHost, k: &FakeKernel, sess: &mut Session) {
 fn a_ud_qps_rtr_reaches_the_kernel_once_only_its_vnis_datagrams_can_reach_it() {
     let (h, mut sess, log) = guarded();
     let k = kernel();
-    // Guarded from INIT (the kernel vouched for the QPN): the elements'
-    // transaction runs while the app gets ready; the RTR waits for what
-    // of it is left.
+    // Guarded from INIT (the kernel vouched for the QPN): its elements are
+    // in force then; the RTR waits for nothing of the backstop's.
     ud_init_on_own_fd(&h, &k, &mut sess);
     assert_eq!(
         taken(&log),
@@ -468,11 +467,10 @@ fn a_ud_qps_rtr_reaches_the_kernel_once_only_its_vnis_datagrams_can_reach_it() {
     assert!(sess.qps[&HANDLE].guarded);
     let lk = logged(&k, &h, false);
     modify(&h, &lk, &mut sess, &ud_rtr()).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(taken(&log), ["hold", "wait_applied", "release", "modify"]);
+    assert_eq!(taken(&log), ["modify"]);
     let ud = set(&[
         "tenant_qps 192.168.1.1 . 0x11",
-        "ud_qps 192.168.1.1 . 0x11",
-        "udqp_100 192.168.1.1 . 0x11",
+        "ud_qps 192.168.1.1 . 0x11 : 100",
     ]);
     assert_eq!(lk.at_modify.borrow()[0], (ud.clone(), 0));
     assert_eq!(*h.announced.borrow(), [(QPN, true)], "announced after");
@@ -510,9 +508,6 @@ fn a_qp_on_another_rail_is_guarded_at_that_rails_address() {
         [
             "qp_seen 192.168.1.2 . 0x11",
             "ud_local 100 192.168.1.2 . 0x11 true",
-            "hold",
-            "wait_applied",
-            "release",
             "ud_local 100 192.168.1.2 . 0x11 false",
             "qp_gone 192.168.1.2 . 0x11"
         ]
@@ -546,12 +541,41 @@ fn a_ud_qps_failed_rtr_leaves_it_as_in_init_and_announces_nothing() {
     taken(&log);
     let lk = logged(&k, &h, true);
     modify(&h, &lk, &mut sess, &ud_rtr()).expect_err("the kernel refused");
-    assert_eq!(taken(&log), ["hold", "wait_applied", "release", "modify"]);
+    assert_eq!(taken(&log), ["modify"]);
     assert_eq!(eventually(&h), at_init);
     assert!(h.announced.borrow().is_empty(), "told at INIT only");
     assert!(sess.qps[&HANDLE].guarded);
     destroyed(&h, &mut sess, HANDLE);
     assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
+}
+
+/// The maps refused a UD QP's element at INIT: it is not guarded then
+/// (what went in is taken out), and its RTR tries again, failing closed
+/// while there is no room.
+#[test]
+fn a_ud_qp_the_maps_refused_at_init_is_guarded_by_its_rtr_or_refused() {
+    let (h, mut sess, log) = guarded();
+    let k = kernel();
+    h.guard.as_ref().expect("guarded").refuse_next.set(true);
+    ud_init_on_own_fd(&h, &k, &mut sess);
+    assert!(!sess.qps[&HANDLE].guarded);
+    assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
+    assert!(taken(&log).contains(&"refused tenant_qps 192.168.1.1 . 0x11".to_string()));
+    // Still no room at its RTR: refused, before the kernel moves it.
+    h.guard.as_ref().expect("guarded").refuse_next.set(true);
+    let lk = logged(&k, &h, false);
+    let e = modify(&h, &lk, &mut sess, &ud_rtr()).expect_err("the maps are full");
+    assert_eq!(e.errno(), libc::ENOSPC, "{}", e.why());
+    assert!(!taken(&log).iter().any(|l| l == "modify"));
+    assert!(eventually(&h).is_empty(), "{:?}", eventually(&h));
+    // Room again: the RTR guards it, then moves it.
+    modify(&h, &lk, &mut sess, &ud_rtr()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(sess.qps[&HANDLE].guarded);
+    let ud = set(&[
+        "tenant_qps 192.168.1.1 . 0x11",
+        "ud_qps 192.168.1.1 . 0x11 : 100",
+    ]);
+    assert_eq!(lk.at_modify.borrow().last().expect("modified").0, ud);
 }
 
 #[test]

@@ -29,11 +29,12 @@
 //! - UD (BTH opcodes 0b011xxxxx): an address handle names a host, not a
 //!   QPN (that is chosen per send), so an endpoint's UD packets pass to
 //!   the hosts of its admitted AHs (set `ud_<endpoint>`). On ingress a UD
-//!   packet to a tenant's UD QP (set `ud_qps`, local address and QPN)
-//!   passes only from a UD QP of the same VNI: the sending QP (host, and
-//!   the DETH's source QPN, which rxe writes from the real QP) maps to its
-//!   VNI's chain (map `ud_from`, filled from the other masqds'
-//!   announcements), which accepts only that VNI's QPs (set `udqp_<vni>`).
+//!   packet to a tenant's UD QP (eBPF map `ud_qps`: local address and QPN
+//!   to its VNI) passes only from a UD QP of the same VNI: the sending QP
+//!   (host, and the DETH's source QPN, which rxe writes from the real QP)
+//!   must be in map `ud_from` (filled from the other masqds'
+//!   announcements) with that VNI. Both are written as a UD QP comes and
+//!   goes, one `bpf()` call each, like `conn_to`.
 //! - a container runtime puts a container's processes in a cgroup of its
 //!   own (podman: `libpod_parent/libpod-<id>`), outside `<cgroupParent>`.
 //!   When an app in such a cgroup opens a session, masqd adopts the cgroup
@@ -61,8 +62,10 @@
 //! ingress sets by QPN alone, under other names (`conn_in`, `tenant_qpns`,
 //! `ud_qpns`, `udq_<vni>`; a set's type cannot change): `start` deletes
 //! them once its chains no longer name them (`old_sets`), carrying their
-//! elements into the new sets at every rail address (what a QPN alone
-//! meant) until the reconcile rewrites them.
+//! elements into the eBPF maps at every rail address (what a QPN alone
+//! meant) until the reconcile rewrites them. So do the nftables sets,
+//! map and chains of the per-connection and UD elements that the eBPF
+//! maps replaced.
 //!
 //! This file sets the table up and serves endpoints and cgroups; `sets`
 //! keeps the sets at run time, `rules` writes the nftables text.
@@ -77,7 +80,7 @@ mod upgrade_tests;
 use crate::config::{BackstopConfig, Config, EndpointConfig};
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::error::{Error, Result};
-use crate::kernel::bpf_backstop::BpfBackstop;
+use crate::kernel::bpf_backstop::{BpfBackstop, Key};
 use crate::kernel::nft::{nft_id, Nft};
 use crate::kernel::nft_counters::NftCounters;
 use crate::kernel::nft_set::{Change, Field, NftSets};
@@ -91,22 +94,15 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use rules::{adopted_element, adopted_maps, cgroups_now, del, depth_of, old_keys, old_sets};
-use rules::{endpoint_rules, lock, map_elements, old_elements_carried, old_sets_gone};
-use rules::{vni_rules, vnis};
+use rules::{endpoint_rules, lock, map_elements, old_chains_gone, old_sets_gone};
 
 pub const TABLE: &str = "masq_backstop";
 /// RoCEv2's UDP port.
 const ROCE_PORT: u16 = 4791;
-/// The BTH's destination QPN: bits 104..128 of the UDP header plus payload
-/// (8 bytes of UDP header, then byte 5..8 of the BTH).
-const BTH_DEST_QPN: &str = "@th,104,24";
 /// The BTH opcode's transport bits (its top 3): 0b011 is UD.
 const BTH_UD: &str = "@th,64,3 3";
 /// Any other transport (RC, UC, and what is no BTH at all).
 const BTH_NOT_UD: &str = "@th,64,3 != 3";
-/// The DETH's source QPN (after 8 bytes of UDP header, 12 of BTH, 4 of
-/// Q_Key and a reserved byte).
-const DETH_SRC_QPN: &str = "@th,200,24";
 /// The deepest cgroup masqd adopts (one verdict map per depth): runtimes
 /// nest containers 2 (podman) to 5 (Kubernetes' QoS slices) deep.
 pub const MAX_ADOPTED_DEPTH: usize = 8;
@@ -116,7 +112,6 @@ pub const MAX_ADOPTED_DEPTH: usize = 8;
 /// maps (`sets::bpf_key`); their elements are written as nftables ones.
 const CONN_TO: &str = "conn_to";
 const TENANT_QPS: &str = "tenant_qps";
-const UD_QPS: &str = "ud_qps";
 
 /// Set elements as masqd keeps them: (host address, QPN), a peer's
 /// (egress) or this host's on the QP's rail (a local QP).
@@ -162,10 +157,11 @@ struct Elements {
     live_ud: HashMap<QpKey, (EpId, Ipv4Addr)>,
     /// endpoint -> peer host of an admitted UD AH -> references
     ud: HashMap<EpId, HashMap<Ipv4Addr, u32>>,
-    /// The local endpoints' UD QPs: (local address, QPN) -> VNI (sets
-    /// ud_qps, udqp_<vni>).
+    /// The local endpoints' UD QPs: (local address, QPN) -> VNI (eBPF map
+    /// ud_qps).
     ud_local: HashMap<Pair, u32>,
-    /// Other hosts' UD QPs as announced: (host, QPN) -> VNI (map ud_from).
+    /// Other hosts' UD QPs as announced: (host, QPN) -> VNI (eBPF map
+    /// ud_from).
     ud_remote: HashMap<Pair, u32>,
     /// cgroups in the verdict map, with the inode they had then.
     cgroups: BTreeMap<EpId, u64>,
@@ -340,49 +336,50 @@ impl Backstop {
             sending: Mutex::new(()),
         };
         // An older masqd's sets, found before the chains naming them change.
-        let old = old_sets(
-            &b.nft
-                .run_terse(&format!("list sets table inet {TABLE}"))
-                .unwrap_or_default(),
-        );
-        // Each listed once, for the eBPF maps and for nftables' sets.
+        let table = b
+            .nft
+            .run_terse(&format!("list table inet {TABLE}"))
+            .unwrap_or_default();
+        let old = old_sets(&table);
         let listings: Vec<(&String, String)> = old
             .iter()
             .filter_map(|name| {
-                let listing = b.nft.run(&format!("list set inet {TABLE} {name}")).ok()?;
+                let kind = if name == "ud_from" { "map" } else { "set" };
+                let listing = b
+                    .nft
+                    .run(&format!("list {kind} inet {TABLE} {name}"))
+                    .ok()?;
                 Some((name, listing))
             })
             .collect();
         let local: Vec<Ipv4Addr> = b.rails.iter().map(|r| r.1).collect();
-        b.carry_into_maps(&listings, &local);
+        b.carry_into_maps(&listings, &local, &rules::vnis(&rules));
         let mut cgroups = cgroups_now(&rules);
         b.guard_new_cgroups(&rules, &mut cgroups, &BTreeMap::new());
         // One transaction: chains and the verdict map are replaced whole, so
-        // a restart never lets a running tenant's packet miss its chain.
+        // a restart never lets a running tenant's packet miss its chain; an
+        // older masqd's chains that read the sets the eBPF maps replaced
+        // go in it too (their elements are in the maps by now).
         b.nft.run(&format!(
-            "{}{}",
+            "{}{}{}",
+            old_chains_gone(&table),
             b.render(&rules),
             map_elements(&rules, &cgroups)
         ))?;
         if !old.is_empty() {
             // A transaction of their own: a leftover that cannot go must
-            // not stop masqd. The new sets take the old ones' elements at
-            // every rail address (what the old key meant), so nothing
-            // guarded before passes; `reconcile` rewrites them exactly.
-            let served = vnis(&rules);
-            let mut cmd = String::new();
-            for (name, listing) in &listings {
-                cmd += &old_elements_carried(name, listing, &local, &served);
-            }
-            cmd += &old_sets_gone(&old, &served);
-            match b.nft.run(&cmd) {
+            // not stop masqd (no chain reads them now). The maps took
+            // their elements at every rail address (what the old key
+            // meant), so nothing guarded before passes; `reconcile`
+            // rewrites them exactly.
+            match b.nft.run(&old_sets_gone(&old)) {
                 Ok(_) => info!(sets = ?old, "backstop: an older masqd's sets replaced"),
                 Err(e) => warn!(sets = ?old, "backstop: an older masqd's sets stay: {e}"),
             }
-            // Its ingress counter: the eBPF program counts those drops now.
-            let _ = b
-                .nft
-                .run(&format!("delete counter inet {TABLE} ingress_drop"));
+            // Its ingress counters: the eBPF program counts those drops now.
+            for c in ["ingress_drop", "ud_ingress_drop"] {
+                let _ = b.nft.run(&format!("delete counter inet {TABLE} {c}"));
+            }
         }
         let mut el = b.lock();
         el.endpoints = rules;
@@ -396,13 +393,23 @@ impl Backstop {
     /// The per-connection elements of an older masqd's sets (their names,
     /// as `old_sets` gives them, and JSON listings) into the eBPF maps, at
     /// every rail address `local` where a set's key had no address (what a
-    /// QPN alone meant); `reconcile` rewrites them exactly.
-    fn carry_into_maps(&self, old: &[(&String, String)], local: &[Ipv4Addr]) {
+    /// QPN alone meant); `reconcile` rewrites them exactly. A UD QP's of a
+    /// VNI no endpoint serves now (`served`) has no successor.
+    fn carry_into_maps(
+        &self,
+        old: &[(&String, String)],
+        local: &[Ipv4Addr],
+        served: &std::collections::BTreeSet<u32>,
+    ) {
         let mut bpf = lock(&self.bpf);
         for (name, listing) in old {
             let number = |id: &str| bpf.endpoint_number(id).ok();
             let keys = old_keys(name, listing, local, number);
-            for k in keys {
+            let gone = |k: &Key| match k {
+                Key::UdQp(_, _, v) | Key::UdFrom(_, _, v) => !served.contains(v),
+                _ => false,
+            };
+            for k in keys.into_iter().filter(|k| !gone(k)) {
                 if let Err(e) = bpf.insert(k) {
                     warn!("backstop: an older masqd's element stays out: {e}");
                 }
@@ -448,12 +455,6 @@ impl Backstop {
         let t = format!("inet {TABLE}");
         let mut s = String::new();
         let _ = writeln!(s, "add table {t}");
-        let local = format!("ip daddr . {BTH_DEST_QPN}");
-        let _ = writeln!(s, "add set {t} {UD_QPS} {{ typeof {local}; }}");
-        let _ = writeln!(
-            s,
-            "add map {t} ud_from {{ typeof ip saddr . {DETH_SRC_QPN} : verdict; }}"
-        );
         let _ = writeln!(
             s,
             "add map {t} endpoint_cgroup {{ typeof socket cgroupv2 level {} : verdict; }}",
@@ -468,29 +469,16 @@ impl Backstop {
                  flush map {t} adopted_l{n}"
             );
         }
-        for c in ["unknown_cgroup_drop", "ud_ingress_drop"] {
-            let _ = writeln!(s, "add counter {t} {c}");
-        }
+        let _ = writeln!(s, "add counter {t} unknown_cgroup_drop");
         // Chains: created if missing, emptied, refilled, all in this one
         // transaction. The caller refills the verdict map after them.
         let _ = writeln!(s, "flush map {t} endpoint_cgroup");
         for id in endpoints.keys() {
             s.push_str(&endpoint_rules(id));
         }
-        for vni in vnis(endpoints) {
-            s.push_str(&vni_rules(vni));
-        }
-        let _ = writeln!(
-            s,
-            "add chain {t} ud_in
-flush chain {t} ud_in
-             add rule {t} ud_in ip saddr . {DETH_SRC_QPN} vmap @ud_from
-             add rule {t} ud_in counter name ud_ingress_drop drop"
-        );
         let hooks = [
             ("prerouting", "prerouting", "raw"),
             ("output", "output", "raw"),
-            ("input", "input", "filter"),
         ];
         for (name, hook, prio) in hooks {
             let _ = writeln!(
@@ -513,12 +501,7 @@ flush chain {t} ud_in
             self.level - 1,
             self.parent
         );
-        // RC and UC: the eBPF ingress program, on the rails' netdevs.
-        let _ = writeln!(
-            s,
-            "add rule {t} input {roce} {BTH_UD} {local} @{UD_QPS} goto ud_in"
-        );
-        let _ = writeln!(s, "add rule {t} input {roce} {BTH_UD} accept");
+        // Ingress, RC and UD alike: the eBPF program on the rails' netdevs.
         s
     }
 
@@ -533,7 +516,6 @@ flush chain {t} ud_in
                 .endpoints
                 .get_mut(&nft_id(p))
                 .ok_or_else(|| Error::Failed(format!("endpoint {p} is not in the backstop")))?;
-            self.nft.run(&vni_rules(e.vni))?;
             rules.at.insert(e.name.clone(), at);
             return Ok(());
         }
@@ -547,9 +529,8 @@ flush chain {t} ud_in
         let one = BTreeMap::from([(id.clone(), EndpointRules::of(&self.parent, e, at))]);
         let cgroups = cgroups_now(&one);
         self.nft.run(&format!(
-            "{}{}{}",
+            "{}{}",
             endpoint_rules(&id),
-            vni_rules(e.vni),
             map_elements(&one, &cgroups)
         ))?;
         el.endpoints.extend(one);

@@ -103,7 +103,8 @@ fn start_with(test: &str, yaml: &str) -> (Backstop, Parent) {
 }
 
 /// The elements of a set that lives in the eBPF maps (`conn_to`,
-/// `tenant_qps`, `eg_<endpoint>`), written as nft lists them, sorted.
+/// `tenant_qps`, `eg_<endpoint>`; `ud_qps` and `ud_from` with their VNI
+/// after a colon), written as nft lists them, sorted.
 pub(super) fn bset(b: &Backstop, name: &str) -> Vec<String> {
     let mut bpf = super::rules::lock(&b.bpf);
     let ep = name
@@ -116,6 +117,8 @@ pub(super) fn bset(b: &Backstop, name: &str) -> Vec<String> {
             Key::ConnTo(p, l, q) if name == "conn_to" => Some(format!("{p} . {l} . {q}")),
             Key::TenantQp(l, q) if name == "tenant_qps" => Some(format!("{l} . {q}")),
             Key::Egress(n, h, q) if Some(n) == ep => Some(format!("{h} . {q}")),
+            Key::UdQp(l, q, v) if name == "ud_qps" => Some(format!("{l} . {q} : {v}")),
+            Key::UdFrom(h, q, v) if name == "ud_from" => Some(format!("{h} . {q} : {v}")),
             _ => None,
         })
         .collect();
@@ -182,9 +185,8 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         };
         b.apply(&[ev(EventKind::New, ah.clone())], Removal::Now);
         flush(&b);
-        assert_eq!(set("udqp_100"), ["198.18.0.1 . 66051"]);
-        assert_eq!(set("ud_qps"), ["198.18.0.1 . 66051"]);
-        assert_eq!(set("ud_from"), ["198.18.0.2 . 658188 : jump udvni_100"]);
+        assert_eq!(bset(&b, "ud_qps"), ["198.18.0.1 . 66051 : 100"]);
+        assert_eq!(bset(&b, "ud_from"), ["198.18.0.2 . 658188 : 100"]);
         assert_eq!(set("ud_acme_a"), ["198.18.0.2"]);
 
         // A policy reset cuts the connection; then everything goes.
@@ -206,10 +208,10 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
         b.ud_local(LOCAL, 100, 0x01_0203, false);
         b.ud_remote(PEER, 0x0a_0b0c, 100, false);
         flush(&b);
-        assert!(bset(&b, "tenant_qps").is_empty());
-        for s in ["udqp_100", "ud_qps", "ud_from", "ud_acme_a"] {
-            assert!(set(s).is_empty(), "{s}: {:?}", set(s));
+        for s in ["tenant_qps", "ud_qps", "ud_from"] {
+            assert!(bset(&b, s).is_empty(), "{s}: {:?}", bset(&b, s));
         }
+        assert!(set("ud_acme_a").is_empty());
     })
 }
 
@@ -217,18 +219,21 @@ fn the_sets_hold_the_keys_of_exactly_what_masqd_admitted() {
 fn an_update_that_fails_costs_only_itself_not_the_updates_batched_with_it() {
     in_netns(|| {
         let (b, _p) = start("absent");
-        b.ud_local(LOCAL, 100, 1, true);
-        b.ud_local(LOCAL, 100, 2, true);
+        let to = |h| ah(h, Ipv4Addr::new(198, 18, 0, h as u8));
+        b.apply(
+            &[ev(EventKind::New, to(2)), ev(EventKind::New, to(3))],
+            Removal::Now,
+        );
         flush(&b);
-        assert_eq!(set("ud_qps"), ["198.18.0.1 . 1", "198.18.0.1 . 2"]);
+        assert_eq!(set("ud_acme_a"), ["198.18.0.2", "198.18.0.3"]);
         // Gone behind masqd's back: deleting it fails, and with it the
         // batch; each update is then tried alone, as with libnftables.
         nft(&format!(
-            "delete element inet {TABLE} ud_qps {{ 198.18.0.1 . 1 }}"
+            "delete element inet {TABLE} ud_acme_a {{ 198.18.0.2 }}"
         ))
         .expect("deleted by hand");
-        b.ud_local(LOCAL, 100, 1, false);
-        b.ud_local(LOCAL, 100, 3, true);
+        b.apply(&[ev(EventKind::Destroy, to(2))], Removal::Now);
+        b.apply(&[ev(EventKind::New, to(4))], Removal::Now);
         // The eBPF maps' elements are not in the transaction: they go in
         // whatever befalls it.
         b.qp_seen(LOCAL, 2);
@@ -237,12 +242,7 @@ fn an_update_that_fails_costs_only_itself_not_the_updates_batched_with_it() {
             Removal::Now,
         );
         flush(&b);
-        assert_eq!(set("ud_qps"), ["198.18.0.1 . 2", "198.18.0.1 . 3"]);
-        // The failed update was both of QP 1's deletions: udqp_100 keeps it.
-        assert_eq!(
-            set("udqp_100"),
-            ["198.18.0.1 . 1", "198.18.0.1 . 2", "198.18.0.1 . 3"]
-        );
+        assert_eq!(set("ud_acme_a"), ["198.18.0.3", "198.18.0.4"]);
         assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 2"]);
         assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 2"]);
         assert_eq!(bset(&b, "eg_acme_a"), ["198.18.0.2 . 7"]);
@@ -318,9 +318,10 @@ fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
             bset(&b, "tenant_qps"),
             ["198.18.0.1 . 17", "203.0.113.1 . 17"]
         );
-        assert_eq!(set("ud_qps"), ["198.18.0.1 . 18", "203.0.113.1 . 18"]);
-        assert_eq!(set("udqp_100"), ["198.18.0.1 . 18"]);
-        assert_eq!(set("udqp_101"), ["203.0.113.1 . 18"]);
+        assert_eq!(
+            bset(&b, "ud_qps"),
+            ["198.18.0.1 . 18 : 100", "203.0.113.1 . 18 : 101"]
+        );
         // Both devices' apps send from a's cgroup: one egress element.
         assert_eq!(bset(&b, "eg_a"), ["198.18.0.2 . 34"]);
 
@@ -332,9 +333,7 @@ fn the_same_qpn_on_two_devices_is_two_elements_one_per_rails_address() {
         let left = || {
             assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 203.0.113.1 . 17"]);
             assert_eq!(bset(&b, "tenant_qps"), ["203.0.113.1 . 17"]);
-            assert_eq!(set("ud_qps"), ["203.0.113.1 . 18"]);
-            assert!(set("udqp_100").is_empty());
-            assert_eq!(set("udqp_101"), ["203.0.113.1 . 18"]);
+            assert_eq!(bset(&b, "ud_qps"), ["203.0.113.1 . 18 : 101"]);
             assert_eq!(bset(&b, "eg_a"), ["198.18.0.2 . 34"]);
         };
         left();
@@ -553,13 +552,16 @@ fn a_gone_qps_deletions_wait_for_company_but_never_outlast_a_reuse_of_its_elemen
         // An admission of another element does not take it along: it
         // waits for its batch, the admission's element is in at once.
         gone(&b, &second);
+        let third = ah(102, Ipv4Addr::new(198, 18, 0, 4));
         b.hold();
-        b.ud_local(LOCAL, 100, 0x33, true);
+        b.apply(&[ev(EventKind::New, third.clone())], Removal::Now);
         assert!(b.wait_applied(Duration::from_secs(5)));
         b.release();
-        assert_eq!(set("ud_qps"), ["198.18.0.1 . 51"]);
-        assert_eq!(set("ud_acme_a"), ["198.18.0.2"]);
+        assert_eq!(set("ud_acme_a"), ["198.18.0.2", "198.18.0.4"]);
         b.flush_updates(Duration::from_secs(5));
+        assert_eq!(set("ud_acme_a"), ["198.18.0.4"]);
+        b.apply(&[ev(EventKind::Destroy, third)], Removal::Now);
+        flush(&b);
         assert!(set("ud_acme_a").is_empty());
 
         // A policy's reset queued behind a gone element's deletion does
@@ -652,7 +654,8 @@ fn one_element_costs() {
         for q in 1..=n {
             let t = std::time::Instant::now();
             nft.run(&format!(
-                "add element inet {TABLE} ud_qps {{ 198.18.0.1 . {q} }}"
+                "add element inet {TABLE} ud_acme_a {{ {} }}",
+                Ipv4Addr::from(q)
             ))
             .unwrap();
             text.push(t.elapsed());
@@ -660,9 +663,10 @@ fn one_element_costs() {
         let mut netlink = Vec::new();
         for q in n + 1..=2 * n {
             let t = std::time::Instant::now();
-            sets.apply(&[crate::kernel::nft_set::Change::Add(
-                super::rules::ud_local_qp(100, (LOCAL, q))[1].clone(),
-            )])
+            sets.apply(&[crate::kernel::nft_set::Change::Add(super::rules::ud_host(
+                "acme_a",
+                Ipv4Addr::from(q),
+            ))])
             .unwrap();
             netlink.push(t.elapsed());
         }
@@ -698,7 +702,7 @@ fn one_element_costs() {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
         });
         eprintln!(
-            "one element, median of {n}: libnftables (ud_qps) {:?}, netlink (ud_qps) {:?}, backstop qp_seen+flush (eBPF) {:?}; \
+            "one element, median of {n}: libnftables (ud_acme_a) {:?}, netlink (ud_acme_a) {:?}, backstop qp_seen+flush (eBPF) {:?}; \
              an admission's three elements and its wait {:?}",
             median(text),
             median(netlink),

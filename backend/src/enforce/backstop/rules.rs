@@ -1,10 +1,10 @@
 //! The backstop's nftables text and element bookkeeping: the rules of an
-//! endpoint and of a VNI, the verdict-map elements of the endpoints' and
+//! endpoint, an older masqd's table's parts, the verdict-map elements of the endpoints' and
 //! the adopted cgroups, the per-connection set elements and the reference
 //! counts behind each.
 
 use super::{At, Conn, Elements, EndpointRules, EpId, Live, Pair, TABLE};
-use super::{BTH_DEST_QPN, BTH_NOT_UD, BTH_UD, CONN_TO, TENANT_QPS, UD_QPS};
+use super::{BTH_NOT_UD, BTH_UD, CONN_TO, TENANT_QPS};
 use crate::config::EndpointConfig;
 use crate::enforce::rdma_cgroup::{cgroup_inode, CGROUP_ROOT};
 use crate::error::{Error, Result};
@@ -80,86 +80,87 @@ pub(super) fn endpoint_rules(id: &str) -> String {
     )
 }
 
-/// One VNI's UD ingress: the set of its local UD QPs (local address,
-/// QPN) and the chain that a datagram from one of the VNI's UD QPs
-/// elsewhere jumps to (created if missing; the set is kept, the chain
-/// rewritten).
-pub(super) fn vni_rules(vni: u32) -> String {
-    let t = format!("inet {TABLE}");
-    format!(
-        "add set {t} udqp_{vni} {{ typeof ip daddr . {BTH_DEST_QPN}; }}
-         add chain {t} udvni_{vni}
-flush chain {t} udvni_{vni}
-         add rule {t} udvni_{vni} ip daddr . {BTH_DEST_QPN} @udqp_{vni} accept
-"
-    )
-}
-
-/// An older masqd's ingress sets, keyed by QPN alone (see the top), as a
-/// terse JSON `list sets` of the table shows them.
-pub(super) fn old_sets(listing: &str) -> Vec<String> {
+/// The `name`s of the `kind` items ("set", "map", "chain", ...) of the
+/// table in its terse JSON listing (none if it is not JSON: no table).
+fn listed_names(listing: &str, kind: &str) -> Vec<String> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
-        return Vec::new(); // no table yet
-    };
-    let old = |n: &str| {
-        ["conn_in", "tenant_qpns", "ud_qpns", CONN_TO, TENANT_QPS].contains(&n)
-            || n.starts_with("eg_")
-            || n.strip_prefix("udq_")
-                .is_some_and(|v| v.parse::<u32>().is_ok())
+        return Vec::new();
     };
     v["nftables"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|i| i.get("set"))
+        .filter_map(|i| i.get(kind))
         .filter(|s| s["family"] == "inet" && s["table"] == TABLE)
         .filter_map(|s| s["name"].as_str())
-        .filter(|n| old(n))
         .map(String::from)
         .collect()
 }
 
-/// An old set's elements (its `list set` in JSON) as elements of the set
-/// that replaces it, once for each of this host's rail addresses `local`:
-/// until the reconcile, a QPN guarded before stays guarded on every rail,
-/// as it was. A UD set of a VNI no endpoint serves now has no successor.
-pub(super) fn old_elements_carried(
-    name: &str,
-    listing: &str,
-    local: &[Ipv4Addr],
-    served: &BTreeSet<u32>,
-) -> String {
-    let new = match name {
-        "ud_qpns" => UD_QPS.to_string(),
-        _ => match name
-            .strip_prefix("udq_")
-            .and_then(|v| v.parse::<u32>().ok())
-        {
-            Some(vni) if served.contains(&vni) => format!("udqp_{vni}"),
-            _ => return String::new(),
-        },
-    };
-    let mut keys = Vec::new();
-    for e in &listed_elements(listing) {
-        // conn_in's (peer, QPN), the others' QPN.
-        let (peer, qpn) = match e["concat"].as_array().map(Vec::as_slice) {
-            Some([peer, qpn]) => (peer.as_str().map(|p| format!("{p} . ")), qpn.as_u64()),
-            _ => (Some(String::new()), e.as_u64()),
-        };
-        if let (Some(peer), Some(qpn)) = (peer, qpn) {
-            keys.extend(local.iter().map(|a| format!("{peer}{a} . {qpn}")));
-        }
-    }
-    if keys.is_empty() {
-        return String::new();
-    }
-    format!("add element inet {TABLE} {new} {{ {} }}\n", keys.join(", "))
+/// Whether `name` ends in a VNI: `<prefix><vni>`.
+fn per_vni(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|v| v.parse::<u32>().is_ok())
 }
 
-/// The elements of an older masqd's set `name` (its `list set` in JSON)
-/// that live in the eBPF maps now: its per-connection sets of nftables
-/// (`conn_to`, `tenant_qps`, `eg_<endpoint>`, whose endpoint `number`
-/// gives), and the QPN-only ones before them (`conn_in`, `tenant_qpns`),
+/// An older masqd's sets and maps that the eBPF maps replace (see the
+/// top), as a terse JSON `list table` shows them: the per-connection ones
+/// (in nftables, or keyed by QPN alone before that) and the UD QPs' ones
+/// (`ud_qps`, `udqp_<vni>`, the map `ud_from`).
+pub(super) fn old_sets(listing: &str) -> Vec<String> {
+    let old = |n: &String| {
+        [
+            "conn_in",
+            "tenant_qpns",
+            "ud_qpns",
+            CONN_TO,
+            TENANT_QPS,
+            "ud_qps",
+            "ud_from",
+        ]
+        .contains(&n.as_str())
+            || n.starts_with("eg_")
+            || per_vni(n, "udq_")
+            || per_vni(n, "udqp_")
+    };
+    let mut all = listed_names(listing, "set");
+    all.extend(listed_names(listing, "map"));
+    all.retain(old);
+    all
+}
+
+/// An older masqd's chains that read the UD QPs' sets (`input`, which
+/// sent a datagram to a tenant's UD QP to `ud_in`, which sent it on by
+/// `ud_from` to its VNI's `udvni_<vni>`), in the order they can go:
+/// flushed and deleted, with `ud_from`'s jumps flushed first.
+pub(super) fn old_chains_gone(listing: &str) -> String {
+    let chains = listed_names(listing, "chain");
+    let t = format!("inet {TABLE}");
+    let mut cmd = String::new();
+    for c in ["input", "ud_in"] {
+        if chains.iter().any(|n| n == c) {
+            let _ = writeln!(cmd, "flush chain {t} {c}\ndelete chain {t} {c}");
+        }
+    }
+    let vnis: Vec<&String> = chains.iter().filter(|n| per_vni(n, "udvni_")).collect();
+    if vnis.is_empty() {
+        return cmd;
+    }
+    if listed_names(listing, "map").iter().any(|n| n == "ud_from") {
+        let _ = writeln!(cmd, "flush map {t} ud_from");
+    }
+    for c in vnis {
+        let _ = writeln!(cmd, "flush chain {t} {c}\ndelete chain {t} {c}");
+    }
+    cmd
+}
+
+/// The elements of an older masqd's set or map `name` (its `list set` or
+/// `list map` in JSON) that live in the eBPF maps now: its per-connection
+/// sets of nftables (`conn_to`, `tenant_qps`, `eg_<endpoint>`, whose
+/// endpoint `number` gives), the UD QPs' (`udqp_<vni>` and the map
+/// `ud_from`, whose jumps name the VNI; `ud_qps` holds nothing more), and
+/// the QPN-only ones before them (`conn_in`, `tenant_qpns`, `udq_<vni>`),
 /// whose QPNs are taken at each of this host's rail addresses `local`.
 pub(super) fn old_keys(
     name: &str,
@@ -170,12 +171,28 @@ pub(super) fn old_keys(
     let addr = |v: &serde_json::Value| v.as_str().and_then(|a| a.parse::<Ipv4Addr>().ok());
     let qpn = |v: &serde_json::Value| v.as_u64().and_then(|q| u32::try_from(q).ok());
     let egress = name.strip_prefix("eg_").and_then(&mut number);
+    let vni_of = |prefix: &str, n: &str| n.strip_prefix(prefix).and_then(|v| v.parse().ok());
+    let ud_vni = vni_of("udqp_", name);
+    let ud_vni_old = vni_of("udq_", name);
     let mut keys = Vec::new();
     for e in &listed_elements(listing) {
-        let fields = e["concat"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        if name == "ud_from" {
+            // A map's element: [key, verdict].
+            let target = e[1]["jump"]["target"].as_str().unwrap_or_default();
+            if let ([h, q], Some(vni)) = (concat(&e[0]), vni_of("udvni_", target)) {
+                keys.extend(addr(h).zip(qpn(q)).map(|(h, q)| Key::UdFrom(h, q, vni)));
+            }
+            continue;
+        }
+        if let (Some(vni), Some(q)) = (ud_vni_old, qpn(e)) {
+            keys.extend(local.iter().map(|&l| Key::UdQp(l, q, vni)));
+            continue;
+        }
+        let fields = concat(e);
+        if let (Some(vni), [l, q]) = (ud_vni, fields) {
+            keys.extend(addr(l).zip(qpn(q)).map(|(l, q)| Key::UdQp(l, q, vni)));
+            continue;
+        }
         match (name, fields) {
             (CONN_TO, [p, l, q]) => keys
                 .extend((addr(p).zip(addr(l)).zip(qpn(q))).map(|((p, l), q)| Key::ConnTo(p, l, q))),
@@ -203,8 +220,16 @@ pub(super) fn old_keys(
     keys
 }
 
-/// A set's elements as its `list set` in JSON shows them (none if the
-/// listing is not JSON: no such set).
+/// The fields of a concatenated key in JSON (none if it is not one).
+fn concat(e: &serde_json::Value) -> &[serde_json::Value] {
+    e["concat"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// A set's or map's elements as its `list set` or `list map` in JSON
+/// shows them (none if the listing is not JSON: no such set).
 fn listed_elements(listing: &str) -> Vec<serde_json::Value> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(listing) else {
         return Vec::new();
@@ -213,29 +238,20 @@ fn listed_elements(listing: &str) -> Vec<serde_json::Value> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|i| i["set"]["elem"].as_array())
+        .filter_map(|i| i.get("set").or_else(|| i.get("map"))?["elem"].as_array())
         .flatten()
         .cloned()
         .collect()
 }
 
-/// Deleting them, once `render` rewrote the chains that named them. The
-/// chain of a VNI no endpoint serves now is not rewritten: it is emptied
-/// (its `ud_from` elements go at the reconcile).
-pub(super) fn old_sets_gone(old: &[String], served: &BTreeSet<u32>) -> String {
+/// Deleting them (`ud_from` is a map), once `render` rewrote the chains
+/// that named them and `old_chains_gone` took the rest.
+pub(super) fn old_sets_gone(old: &[String]) -> String {
     let t = format!("inet {TABLE}");
     let mut cmd = String::new();
     for name in old {
-        let vni = name
-            .strip_prefix("udq_")
-            .and_then(|v| v.parse::<u32>().ok());
-        if let Some(vni) = vni.filter(|v| !served.contains(v)) {
-            let _ = writeln!(
-                cmd,
-                "add chain {t} udvni_{vni}\nflush chain {t} udvni_{vni}"
-            );
-        }
-        let _ = writeln!(cmd, "delete set {t} {name}");
+        let kind = if name == "ud_from" { "map" } else { "set" };
+        let _ = writeln!(cmd, "delete {kind} {t} {name}");
     }
     cmd
 }
@@ -360,25 +376,6 @@ pub(super) fn tenant_qp((local, qpn): Pair) -> Element {
 /// `ud_<endpoint>`: a host the endpoint's UD packets may go to.
 pub(super) fn ud_host(ep: &str, host: Ipv4Addr) -> Element {
     Element::new(format!("ud_{ep}"), &[Field::Ipv4(host)])
-}
-
-/// `udqp_<vni>` and `ud_qps`: a local UD QP of that VNI, (local address,
-/// QPN).
-pub(super) fn ud_local_qp(vni: u32, (local, qpn): Pair) -> [Element; 2] {
-    let key = [Field::Ipv4(local), Field::Bits24(qpn)];
-    [
-        Element::new(format!("udqp_{vni}"), &key),
-        Element::new(UD_QPS, &key),
-    ]
-}
-
-/// `ud_from`: another host's UD QP, to its VNI's chain.
-pub(super) fn ud_from(host: Ipv4Addr, qpn: u32, vni: u32) -> Element {
-    Element::jumping(
-        "ud_from",
-        &[Field::Ipv4(host), Field::Bits24(qpn)],
-        format!("udvni_{vni}"),
-    )
 }
 
 pub(super) fn egress_pair(e: &Entry) -> Pair {

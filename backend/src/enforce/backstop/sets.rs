@@ -5,11 +5,13 @@
 
 use super::rules::{
     add, bump, conn_to, del, del_ud, drop_ref, egress, egress_pair, endpoint_of, ingress, lock,
-    tenant_qp, ud_from, ud_host, ud_local_qp, vnis,
+    tenant_qp, ud_host, vnis,
 };
-use super::{Backstop, CONN_TO, TABLE, TENANT_QPS, UD_QPS};
+use super::{Backstop, CONN_TO, TABLE, TENANT_QPS};
 use crate::error::{Error, Result};
-use crate::kernel::bpf_backstop::{BpfBackstop, Key, DROPS_INGRESS, DROPS_NO_ENDPOINT};
+use crate::kernel::bpf_backstop::{
+    BpfBackstop, Key, DROPS_INGRESS, DROPS_NO_ENDPOINT, DROPS_UD_INGRESS,
+};
 use crate::kernel::nft_set::{Change, Element, Field};
 use crate::pipeline::ports::{Guard, Removal, BATCHED_DELETIONS_WAIT};
 use rconntrack::{Event, EventKind, QpType, State};
@@ -88,56 +90,62 @@ impl Backstop {
     }
 
     /// A UD QP of a local endpoint in `vni`, on the rail of address
-    /// `local`, is about to receive (before its RTR) or gone: from now on
-    /// datagrams reach it only from UD QPs announced in its VNI.
+    /// `local`, is about to receive (from INIT on) or gone: from now on
+    /// datagrams reach it only from UD QPs announced in its VNI (eBPF map
+    /// `ud_qps`, written here: one `bpf()` call, no transaction).
     pub fn ud_local(&self, local: Ipv4Addr, vni: u32, qpn: u32, up: bool) {
         let mut el = self.lock();
-        let mut cmd = Vec::new();
         let qp = (local, qpn);
         let had = if up {
             el.ud_local.insert(qp, vni)
         } else {
             el.ud_local.remove(&qp)
         };
-        if had == Some(vni) && up {
-            return;
+        match (up, had) {
+            (true, Some(old)) if old == vni => {}
+            // A new VNI replaces the old one in the same slot.
+            (true, _) => self.write_key(Key::UdQp(local, qpn, vni), true),
+            (false, Some(old)) => self.write_key(Key::UdQp(local, qpn, old), false),
+            (false, None) => {}
         }
-        if let Some(old) = had {
-            let [udqp, ud_qps] = ud_local_qp(old, qp);
-            cmd.push(Change::Delete(udqp));
-            if !up {
-                cmd.push(Change::Delete(ud_qps));
-            }
-        }
-        if up {
-            cmd.extend(ud_local_qp(vni, qp).map(Change::Add));
-        }
-        self.submit(cmd, Removal::Now);
     }
 
     /// Host `host`'s masqd announced its UD QP `qpn` in `vni` (or its
-    /// end): its datagrams may reach this host's UD QPs of that VNI. A VNI
-    /// with no endpoint here has no chain, and nothing to reach.
+    /// end): its datagrams may reach this host's UD QPs of that VNI (eBPF
+    /// map `ud_from`). A VNI with no endpoint here has nothing to reach:
+    /// its announcements take no room.
     pub fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         let mut el = self.lock();
         let served = vnis(&el.endpoints).contains(&vni);
-        let mut cmd = Vec::new();
         let had = el.ud_remote.get(&(host, qpn)).copied();
         if up && had == Some(vni) {
             return;
         }
-        if let Some(old) = had.filter(|&old| up || old == vni) {
-            el.ud_remote.remove(&(host, qpn));
-            // A map's element is deleted by its key alone.
-            let mut e = ud_from(host, qpn, old);
-            e.jump = None;
-            cmd.push(Change::Delete(e));
-        }
         if up && served {
             el.ud_remote.insert((host, qpn), vni);
-            cmd.push(Change::Add(ud_from(host, qpn, vni)));
+            self.write_key(Key::UdFrom(host, qpn, vni), true);
+        } else if let Some(old) = had.filter(|&old| up || old == vni) {
+            el.ud_remote.remove(&(host, qpn));
+            self.write_key(Key::UdFrom(host, qpn, old), false);
         }
-        self.submit(cmd, Removal::Now);
+    }
+
+    /// One element of the eBPF maps in or out (called under the elements
+    /// lock, as `submit`): a refused add is told to this thread's
+    /// `take_refused`, as `apply_in_maps` tells it.
+    fn write_key(&self, key: Key, add: bool) {
+        let mut bpf = lock(&self.bpf);
+        let r = if add {
+            bpf.insert(key)
+        } else {
+            bpf.remove(key).map(|_| ())
+        };
+        if let Err(e) = r {
+            warn!("backstop: cannot update the eBPF maps: {e}");
+            if add {
+                REFUSED.with(|r| r.set(true));
+            }
+        }
     }
 
     /// The QP is destroyed (or its session ended), or its RTR failed.
@@ -365,22 +373,7 @@ impl Backstop {
         let el = self.lock();
         let (queued, upto) = lock(&self.pending).take();
         let t = format!("inet {TABLE}");
-        let mut cmd = format!("flush set {t} {UD_QPS}\nflush map {t} ud_from\n");
-        let vnis = vnis(&el.endpoints);
-        for vni in &vnis {
-            let _ = writeln!(cmd, "flush set {t} udqp_{vni}");
-        }
-        let mut add = |e| cmd.push_str(&Change::Add(e).nft_command(&t));
-        for (&qp, &vni) in &el.ud_local {
-            if vnis.contains(&vni) {
-                ud_local_qp(vni, qp).into_iter().for_each(&mut add);
-            }
-        }
-        for (&(host, qpn), &vni) in &el.ud_remote {
-            if vnis.contains(&vni) {
-                add(ud_from(host, qpn, vni));
-            }
-        }
+        let mut cmd = String::new();
         for id in el.endpoints.keys() {
             let _ = writeln!(cmd, "flush set {t} ud_{id}");
         }
@@ -396,7 +389,17 @@ impl Backstop {
         }
         wanted.extend(el.conn_to.keys().map(|&c| conn_to(c)));
         wanted.extend(el.tenant_qps.keys().map(|&qp| tenant_qp(qp)));
-        self.reconcile_maps(&wanted);
+        let vnis = vnis(&el.endpoints);
+        let ud_local = el.ud_local.iter().map(|(&(l, q), &v)| Key::UdQp(l, q, v));
+        let ud_remote = el
+            .ud_remote
+            .iter()
+            .map(|(&(h, q), &v)| Key::UdFrom(h, q, v));
+        let ud = ud_local.chain(ud_remote).filter(|k| match k {
+            Key::UdQp(_, _, v) | Key::UdFrom(_, _, v) => vnis.contains(v),
+            _ => false,
+        });
+        self.reconcile_maps(&wanted, ud.collect());
         match self.nft.run(&cmd) {
             Ok(_) => info!(
                 connections = el.conn_to.len(),
@@ -416,11 +419,12 @@ impl Backstop {
     }
 
     /// The eBPF maps made to hold exactly `wanted` (nftables-shaped
-    /// elements of the sets that live there): what is missing added first,
-    /// then what is left over deleted.
-    fn reconcile_maps(&self, wanted: &[Element]) {
+    /// elements of the sets that live there) and the UD QPs' `ud`: what is
+    /// missing added (or its slot's value replaced) first, then what is
+    /// left over deleted.
+    fn reconcile_maps(&self, wanted: &[Element], ud: Vec<Key>) {
         let mut bpf = lock(&self.bpf);
-        let wanted: BTreeSet<Key> = wanted
+        let mut wanted: BTreeSet<Key> = wanted
             .iter()
             .filter_map(|e| match bpf_key(&mut bpf, e)? {
                 Ok(k) => Some(k),
@@ -430,13 +434,19 @@ impl Backstop {
                 }
             })
             .collect();
+        wanted.extend(ud);
+        let slots: BTreeSet<Key> = wanted.iter().map(|k| k.slot()).collect();
         let have: BTreeSet<Key> = bpf.elements().into_iter().collect();
         for &k in wanted.difference(&have) {
             if let Err(e) = bpf.insert(k) {
                 warn!("backstop: {e}");
             }
         }
+        // A slot whose value was replaced above is no leftover.
         for &k in have.difference(&wanted) {
+            if slots.contains(&k.slot()) {
+                continue;
+            }
             if let Err(e) = bpf.remove(k) {
                 warn!("backstop: {e}");
             }
@@ -462,10 +472,12 @@ impl Backstop {
             .map(|c| (c.name, (c.packets, c.bytes)))
             .collect();
         all.entry("ingress_drop".into()).or_default();
+        all.entry("ud_ingress_drop".into()).or_default();
         let bpf = lock(&self.bpf);
         for (n, d) in bpf.drops() {
             let name = match n {
                 DROPS_INGRESS => "ingress_drop".to_string(),
+                DROPS_UD_INGRESS => "ud_ingress_drop".to_string(),
                 DROPS_NO_ENDPOINT => "no_endpoint_drop".to_string(),
                 n => match bpf.endpoint_of(n) {
                     Some(id) => format!("drop_{id}"),

@@ -2,7 +2,7 @@
 //! nftables sets of the per-connection elements that the eBPF maps replace
 //! (in a network namespace of the test's own, as `netns_tests`).
 
-use super::netns_tests::{bset, flush, in_netns, nft, set, start, LOCAL, PEER, TABLE};
+use super::netns_tests::{bset, flush, in_netns, nft, start, LOCAL, PEER, TABLE};
 use crate::kernel::bpf_backstop::Key;
 use std::net::Ipv4Addr;
 
@@ -43,14 +43,14 @@ fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
             let e = nft(&format!("list set inet {TABLE} {old}")).expect_err(old);
             assert!(e.to_string().contains("No such file"), "{old}: {e}");
         }
-        // The new ones hold the old elements at this host's address (what
-        // a QPN alone meant) until the reconcile rewrites them.
+        // The maps hold the old elements at this host's address (what a
+        // QPN alone meant) until the reconcile rewrites them.
         assert_eq!(bset(&b, "conn_to"), ["198.18.0.2 . 198.18.0.1 . 17"]);
         assert_eq!(bset(&b, "tenant_qps"), ["198.18.0.1 . 17"]);
-        assert_eq!(set("ud_qps"), ["198.18.0.1 . 18"]);
-        assert_eq!(set("udqp_100"), ["198.18.0.1 . 18"]);
-        let chain = nft(&format!("list chain inet {TABLE} udvni_200")).expect("kept");
-        assert!(!chain.contains("\"rule\""), "emptied: {chain}");
+        // VNI 200's have no successor: no endpoint serves it now.
+        assert_eq!(bset(&b, "ud_qps"), ["198.18.0.1 . 18 : 100"]);
+        assert_eq!(bset(&b, "ud_from"), ["198.18.0.2 . 100 : 100"]);
+        old_ud_gone();
         b.qp_seen(LOCAL, 0x12);
         flush(&b);
         drop(b);
@@ -60,6 +60,68 @@ fn an_older_masqds_qpn_only_sets_give_way_to_the_new_ones() {
             bset(&b, "tenant_qps"),
             ["198.18.0.1 . 17", "198.18.0.1 . 18"]
         );
+    })
+}
+
+/// No set, map, chain or counter of nftables' UD checks is left.
+fn old_ud_gone() {
+    let t = format!("inet {TABLE}");
+    let table = nft(&format!("list table {t}")).expect("the table");
+    for old in [
+        "ud_qps",
+        "udq",
+        "ud_from",
+        "ud_in",
+        "udvni_",
+        "ud_ingress_drop",
+        "hook input",
+    ] {
+        assert!(!table.contains(old), "{old} is left: {table}");
+    }
+}
+
+/// The table of the masqd before the UD QPs' elements moved into the eBPF
+/// maps: its UD ingress checks in nftables, VNI 100's QP 18 guarded and
+/// host 198.18.0.2's UD QP 5 announced in it.
+const UD_NFT_ERA_TABLE: &str = "add table inet masq_backstop
+add set inet masq_backstop ud_qps { typeof ip daddr . @th,104,24; }
+add map inet masq_backstop ud_from { typeof ip saddr . @th,200,24 : verdict; }
+add counter inet masq_backstop ud_ingress_drop
+add set inet masq_backstop udqp_100 { typeof ip daddr . @th,104,24; }
+add chain inet masq_backstop udvni_100
+add rule inet masq_backstop udvni_100 ip daddr . @th,104,24 @udqp_100 accept
+add chain inet masq_backstop ud_in
+add rule inet masq_backstop ud_in ip saddr . @th,200,24 vmap @ud_from
+add rule inet masq_backstop ud_in counter name ud_ingress_drop drop
+add chain inet masq_backstop input { type filter hook input priority filter; policy accept; }
+add rule inet masq_backstop input udp dport 4791 @th,64,3 3 ip daddr . @th,104,24 @ud_qps goto ud_in
+add rule inet masq_backstop input udp dport 4791 @th,64,3 3 accept
+add element inet masq_backstop ud_qps { 198.18.0.1 . 18 }
+add element inet masq_backstop udqp_100 { 198.18.0.1 . 18 }
+add element inet masq_backstop ud_from { 198.18.0.2 . 5 : jump udvni_100 }
+";
+
+/// An upgrade from it: the UD QPs' elements are in the maps before its
+/// chains stop reading its sets; then its sets, map, chains and counter
+/// go, and the counter's name stays for the metrics.
+#[test]
+fn the_ud_checks_of_an_older_masqd_move_into_the_ebpf_maps() {
+    in_netns(|| {
+        nft(UD_NFT_ERA_TABLE).expect("the older table");
+        let (b, _p) = start("ud-era");
+        assert_eq!(bset(&b, "ud_qps"), ["198.18.0.1 . 18 : 100"]);
+        assert_eq!(bset(&b, "ud_from"), ["198.18.0.2 . 5 : 100"]);
+        old_ud_gone();
+        let names: Vec<String> = b
+            .counters()
+            .expect("counters")
+            .into_iter()
+            .map(|c| c.0)
+            .collect();
+        assert!(names.contains(&"ud_ingress_drop".to_string()), "{names:?}");
+        drop(b);
+        let (b, _p2) = start("ud-era-again");
+        assert_eq!(bset(&b, "ud_from"), ["198.18.0.2 . 5 : 100"]);
     })
 }
 
@@ -114,10 +176,9 @@ fn the_per_connection_sets_of_an_older_masqd_move_into_the_ebpf_maps() {
 
 #[test]
 fn an_old_sets_elements_are_carried_to_every_rail_address() {
-    use super::rules::{old_elements_carried, old_keys};
+    use super::rules::old_keys;
     let rails = [LOCAL, Ipv4Addr::new(203, 0, 113, 1)];
     let rail1 = rails[1];
-    let served = [100].into();
     let conn_in = r#"{"nftables": [{"metainfo": {}}, {"set": {"name": "conn_in",
         "elem": [{"concat": ["198.18.0.2", 17]}]}}]}"#;
     assert_eq!(
@@ -142,20 +203,25 @@ fn an_old_sets_elements_are_carried_to_every_rail_address() {
         old_keys("conn_to", conn_to, &rails, |_| None),
         [Key::ConnTo(PEER, rail1, 17)]
     );
-    assert_eq!(
-        old_elements_carried("conn_in", conn_in, &rails, &served),
-        ""
-    );
     let udq = r#"{"nftables": [{"set": {"name": "udq_100", "elem": [18, 19]}}]}"#;
     assert_eq!(
-        old_elements_carried("udq_100", udq, &rails[..1], &served),
-        "add element inet masq_backstop udqp_100 { 198.18.0.1 . 18, 198.18.0.1 . 19 }\n"
+        old_keys("udq_100", udq, &rails[..1], |_| None),
+        [Key::UdQp(LOCAL, 18, 100), Key::UdQp(LOCAL, 19, 100)]
     );
-    // A VNI no endpoint serves has no successor; an empty set adds nothing.
-    assert_eq!(old_elements_carried("udq_200", udq, &rails, &served), "");
-    let empty = r#"{"nftables": [{"set": {"name": "tenant_qpns"}}]}"#;
+    let udqp = r#"{"nftables": [{"set": {"name": "udqp_7",
+        "elem": [{"concat": ["203.0.113.1", 18]}]}}]}"#;
     assert_eq!(
-        old_elements_carried("tenant_qpns", empty, &rails, &served),
-        ""
+        old_keys("udqp_7", udqp, &rails, |_| None),
+        [Key::UdQp(rail1, 18, 7)]
     );
+    let ud_from = r#"{"nftables": [{"map": {"name": "ud_from", "map": "verdict",
+        "elem": [[{"concat": ["198.18.0.2", 5]}, {"jump": {"target": "udvni_7"}}]]}}]}"#;
+    assert_eq!(
+        old_keys("ud_from", ud_from, &rails, |_| None),
+        [Key::UdFrom(PEER, 5, 7)]
+    );
+    // ud_qps holds nothing the VNIs' sets do not; an empty set, nothing.
+    assert!(old_keys("ud_qps", udqp, &rails, |_| None).is_empty());
+    let empty = r#"{"nftables": [{"set": {"name": "tenant_qpns"}}]}"#;
+    assert!(old_keys("tenant_qpns", empty, &rails, |_| None).is_empty());
 }
