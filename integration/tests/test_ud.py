@@ -9,6 +9,7 @@ import time
 import pytest
 
 from masq_testbed import finish, parse_bw, parse_lat, parse_pingpong, rdma_moved
+from test_backstop import counters
 from test_masq import MASQCTL, PERF, PHYSICAL, pair
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -171,9 +172,9 @@ def test_privileged_qkey_is_refused(ud):
 
 
 def _drops(tb, host):
-    out = tb.run(host, "nft", "-j", "list", "counters", "table", "inet", "masq_backstop").stdout
-    return {c["counter"]["name"]: c["counter"]["packets"]
-            for c in json.loads(out)["nftables"] if "counter" in c}
+    """The backstop's drop counters, nftables' and the eBPF programs' (a
+    UD datagram's at ingress is `ud_ingress_drop`, an eBPF program's)."""
+    return counters(tb, host)
 
 
 def _rogue_send(tb, where, qpn):
