@@ -7,7 +7,6 @@ use super::ud_peers::Announced;
 use super::{fail, Cm, CmHost, Event, PeerRef, State};
 use crate::error::{refuse, Result};
 use crate::kernel::ibv::*;
-use crate::pipeline::ports::Held;
 use masq_policy::netpol::PortSpace;
 use masq_proto::{self as proto, PeerBody};
 use std::net::Ipv4Addr;
@@ -152,7 +151,8 @@ impl Cm {
 
     /// A UD QP announcement from `from`'s masqd: (vni, vip)'s UD QP `qpn`
     /// is up or gone there. An up one is acknowledged (UdQpAck) once the
-    /// backstop has it in force, or after BACKSTOP_WAIT.
+    /// backstop has it in force (its element is an eBPF map's, written
+    /// here).
     pub(super) fn on_ud_qp(
         &self,
         shared: &dyn CmHost,
@@ -197,15 +197,8 @@ impl Cm {
                 placed.map_or_else(|| "no host".to_string(), |(h, _)| h.to_string())
             );
         }
-        if let Some(bs) = shared.guard() {
-            // An up one is waited for below: this thread runs it.
-            let _held = up.then(|| Held::new(bs));
-            if theirs {
-                bs.ud_remote(sender, qpn, vni, up);
-            }
-            if up && !bs.wait_applied(crate::pipeline::ports::BACKSTOP_WAIT) {
-                warn!(%from, qpn, "backstop sets not updated in time for a UD QP");
-            }
+        if let (Some(bs), true) = (shared.guard(), theirs) {
+            bs.ud_remote(sender, qpn, vni, up);
         }
         if up {
             self.send(from, PeerBody::UdQpAck(proto::PeerUdQpAck { vni, qpn }));

@@ -109,10 +109,7 @@ fn an_establish_sends_the_rtu_after_rts() {
     // Timed for the metrics: the CM's steps around the RTR's own.
     assert_eq!(
         *h.timed_steps.borrow(),
-        [
-            "attrs", "route", "owner", "admit", "track", "backstop", "modify", "record", "rtr",
-            "rts", "finish"
-        ]
+        ["attrs", "route", "owner", "admit", "track", "modify", "record", "rtr", "rts", "finish"]
     );
 }
 

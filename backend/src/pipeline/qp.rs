@@ -29,8 +29,7 @@ use crate::kernel::ibv::{
 };
 use crate::kernel::ownership::Verdict;
 use crate::kernel::uverbs;
-use crate::pipeline::ports::BACKSTOP_WAIT;
-use crate::pipeline::ports::{connection_quota, Guard, Held, QpHost, QpKernel, Removal};
+use crate::pipeline::ports::{connection_quota, Guard, QpHost, QpKernel, Removal};
 use crate::pipeline::session::{QpRecord, Session};
 use masq_proto as proto;
 use std::net::Ipv4Addr;
@@ -498,9 +497,11 @@ fn connection(
 }
 
 /// Before the move runs: the QP guarded by the backstop (if `guard`) and
-/// the connection tracked, so that the connection's elements are in the
-/// sets by the RTR too (its app sends once RTR returns). What was tracked
-/// before, for `undo`: `None` if nothing was tracked here.
+/// the connection tracked, so that the connection's elements are in
+/// force by the RTR too (its app sends once RTR returns). Every element
+/// an RTR puts in is an eBPF map's, written by this thread as the table
+/// changes (`Backstop::submit`): there is nothing to wait for. What was
+/// tracked before, for `undo`: `None` if nothing was tracked here.
 fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
     h: &dyn QpHost,
     sess: &Session,
@@ -510,12 +511,7 @@ fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
     clock: &mut StepClock<F>,
 ) -> Option<Option<rconntrack::Entry>> {
     let qpn = m.qp_num;
-    let backstop = h.guard();
-    // This thread runs the transaction it waits for below (see `Held`). A
-    // UD QP guarded at INIT (`ud_in_init`) has its elements in force: its
-    // RTR waits for nothing.
-    let held = backstop.filter(|_| guard || entry.is_some()).map(Held::new);
-    if let (true, Some(b)) = (guard, backstop) {
+    if let (true, Some(b)) = (guard, h.guard()) {
         let ud = m.qp_type == IBV_QPT_UD;
         guard_qp(b, h.underlay(&sess.ep), sess.ep.cfg.vni, m.qp_num, ud, None);
     }
@@ -529,17 +525,6 @@ fn guard_and_track<F: FnMut(&'static str, std::time::Duration)>(
         }
     }
     clock.step("track");
-    if let (Some(_), Some(b)) = (&held, backstop) {
-        if !b.wait_applied(BACKSTOP_WAIT) {
-            warn!(
-                qpn,
-                "backstop sets not updated within {BACKSTOP_WAIT:?}; the QP \
-                 goes to RTR before its elements are in force"
-            );
-        }
-    }
-    drop(held);
-    clock.step("backstop");
     before
 }
 

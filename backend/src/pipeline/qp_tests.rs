@@ -61,7 +61,7 @@ fn an_rtrs_steps_are_timed_in_order_and_nothing_else_is() {
     modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         *h.timed_steps.borrow(),
-        ["route", "owner", "admit", "track", "backstop", "modify", "record"]
+        ["route", "owner", "admit", "track", "modify", "record"]
     );
 }
 
@@ -338,16 +338,7 @@ fn an_rtr_reaches_the_kernel_once_its_qpn_and_its_connection_are_in_the_backstop
     assert!(taken(&log).is_empty(), "INIT cannot receive: not guarded");
     let lk = logged(&k, &h, false);
     modify(&h, &lk, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        taken(&log),
-        [
-            "hold",
-            "qp_seen 192.168.1.1 . 0x11",
-            "wait_applied",
-            "release",
-            "modify"
-        ]
-    );
+    assert_eq!(taken(&log), ["qp_seen 192.168.1.1 . 0x11", "modify"]);
     assert_eq!(
         lk.at_modify.borrow()[0],
         (set(&["tenant_qps 192.168.1.1 . 0x11"]), 1),
@@ -368,10 +359,7 @@ fn a_failed_rtr_leaves_no_element_and_no_connection() {
     assert_eq!(
         taken(&log),
         [
-            "hold",
             "qp_seen 192.168.1.1 . 0x11",
-            "wait_applied",
-            "release",
             "modify",
             "qp_gone 192.168.1.1 . 0x11"
         ]
