@@ -57,13 +57,11 @@ impl fmt::Display for Field {
     }
 }
 
-/// One element of a named set or verdict map of the table.
+/// One element of a named set of the table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Element {
     pub set: String,
     pub key: Vec<Field>,
-    /// A verdict map's element: the chain it jumps to.
-    pub jump: Option<String>,
 }
 
 impl Element {
@@ -71,14 +69,6 @@ impl Element {
         Element {
             set: set.into(),
             key: key.to_vec(),
-            jump: None,
-        }
-    }
-
-    pub fn jumping(set: impl Into<String>, key: &[Field], chain: impl Into<String>) -> Element {
-        Element {
-            jump: Some(chain.into()),
-            ..Element::new(set, key)
         }
     }
 
@@ -97,7 +87,7 @@ impl Element {
     }
 }
 
-/// `ud_from { 10.0.0.2 . 17 : jump udvni_100 }`, as nft writes it.
+/// `eg_acme_a { 10.0.0.2 . 17 }`, as nft writes it.
 impl fmt::Display for Element {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {{ ", self.set)?;
@@ -106,9 +96,6 @@ impl fmt::Display for Element {
                 write!(f, " . ")?;
             }
             write!(f, "{k}")?;
-        }
-        if let Some(c) = &self.jump {
-            write!(f, " : jump {c}")?;
         }
         write!(f, " }}")
     }
@@ -417,12 +404,6 @@ impl ElemMsg {
         let e = change.element();
         let key = e.key_bytes()?;
         let name = CString::new(e.set.as_str()).map_err(|_| "a set name with NUL")?;
-        let chain = e
-            .jump
-            .as_deref()
-            .map(CString::new)
-            .transpose()
-            .map_err(|_| "a chain name with NUL")?;
         // SAFETY: libnftnl's constructors; null means out of memory.
         let set =
             NonNull::new(unsafe { sys::nftnl_set_alloc() }).ok_or("libnftnl: out of memory")?;
@@ -450,14 +431,6 @@ impl ElemMsg {
                 key.as_ptr().cast::<c_void>(),
                 key.len() as u32,
             );
-            if let Some(chain) = &chain {
-                sys::nftnl_set_elem_set_u32(
-                    elem,
-                    sys::NFTNL_SET_ELEM_VERDICT as u16,
-                    libc::NFT_JUMP as u32,
-                );
-                sys::nftnl_set_elem_set_str(elem, sys::NFTNL_SET_ELEM_CHAIN as u16, chain.as_ptr());
-            }
             sys::nftnl_set_elem_add(s, elem);
         }
         Ok(msg)
@@ -512,7 +485,8 @@ pub(crate) fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'st
 }
 
 /// A set's or map's elements as `nft -j list` shows them, each written as
-/// nft writes it (`10.0.0.2 . 17 : jump udvni_100`), sorted.
+/// nft writes it (`10.0.0.2 . 17`; a verdict map's `tenants/a : jump ep_a`),
+/// sorted.
 #[cfg(test)]
 pub(crate) fn listed(table: &str, set: &str) -> Vec<String> {
     use serde_json::Value;
@@ -567,8 +541,6 @@ add set inet t triples { typeof ip saddr . ip daddr . @th,104,24; }
 add set inet t pairs { typeof ip saddr . @th,104,24; }
 add set inet t qpns { typeof @th,104,24; }
 add set inet t hosts { type ipv4_addr; }
-add chain inet t udvni_7
-add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
 ";
 
     fn ip(a: u8, b: u8, c: u8, d: u8) -> Field {
@@ -591,11 +563,6 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
                     "triples",
                     &[ip(10, 1, 2, 3), ip(192, 0, 2, 9), Field::Bits24(0x12_3456)],
                 ),
-                Element::jumping(
-                    "from",
-                    &[ip(10, 4, 5, 6), Field::Bits24(0x01_0203)],
-                    "udvni_7",
-                ),
             ];
             sets.apply(&adds.clone().map(Change::Add)).expect("applied");
             assert_eq!(
@@ -605,22 +572,17 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
             assert_eq!(listed("t", "qpns"), ["11259375"]);
             assert_eq!(listed("t", "hosts"), ["10.1.2.3"]);
             assert_eq!(listed("t", "triples"), ["10.1.2.3 . 192.0.2.9 . 1193046"]);
-            assert_eq!(listed("t", "from"), ["10.4.5.6 . 66051 : jump udvni_7"]);
             // Adding what is there changes nothing and is no error.
             sets.apply(&[Change::Add(adds[2].clone())]).expect("again");
             assert_eq!(listed("t", "qpns"), ["11259375"]);
 
-            let mut key_only = adds[5].clone();
-            key_only.jump = None;
             sets.apply(&[
                 Change::Delete(adds[0].clone()),
                 Change::Delete(adds[2].clone()),
-                Change::Delete(key_only),
             ])
             .expect("deleted");
             assert_eq!(listed("t", "pairs"), ["192.0.2.9 . 1"]);
             assert!(listed("t", "qpns").is_empty());
-            assert!(listed("t", "from").is_empty());
         })
     }
 
@@ -630,22 +592,22 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
             Nft::new().unwrap().run(SETS).expect("the table");
             let sets = NftSets::open("t").expect("a socket");
             let good = Element::new("qpns", &[Field::Bits24(5)]);
-            let bad = Element::jumping("from", &[ip(10, 0, 0, 1), Field::Bits24(6)], "no_chain");
+            let bad = Element::new("no_set", &[ip(10, 0, 0, 1), Field::Bits24(6)]);
             let err = sets
                 .apply(&[
                     Change::Add(good.clone()),
                     Change::Add(bad.clone()),
                     Change::Add(Element::new("hosts", &[ip(10, 0, 0, 1)])),
                 ])
-                .expect_err("a jump to no chain");
+                .expect_err("a set that is not there");
             assert_eq!(err.errno, Some(libc::ENOENT), "{err}");
             assert_eq!(err.change.as_deref(), Some(&Change::Add(bad)));
             assert!(
-                err.to_string().starts_with(
-                    "inet t: cannot add element from { 10.0.0.1 . 6 : jump no_chain }: "
-                ) && err
-                    .to_string()
-                    .ends_with("none of the transaction's 3 change(s) was made"),
+                err.to_string()
+                    .starts_with("inet t: cannot add element no_set { 10.0.0.1 . 6 }: ")
+                    && err
+                        .to_string()
+                        .ends_with("none of the transaction's 3 change(s) was made"),
                 "{err}"
             );
             assert!(listed("t", "qpns").is_empty());
@@ -736,12 +698,11 @@ add map inet t from { typeof ip saddr . @th,200,24 : verdict; }
 
     #[test]
     fn an_element_reads_as_nft_writes_it() {
-        let e = Element::jumping(
-            "ud_from",
+        let e = Element::new(
+            "eg_acme_a",
             &[Field::Ipv4(Ipv4Addr::new(192, 0, 2, 1)), Field::Bits24(17)],
-            "udvni_100",
         );
-        assert_eq!(e.to_string(), "ud_from { 192.0.2.1 . 17 : jump udvni_100 }");
+        assert_eq!(e.to_string(), "eg_acme_a { 192.0.2.1 . 17 }");
         assert_eq!(
             Change::Delete(Element::new("qpns", &[Field::Bits24(5)])).nft_command("inet t"),
             "delete element inet t qpns { 5 }\n"
