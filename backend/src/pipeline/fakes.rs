@@ -39,6 +39,8 @@ pub(super) struct FakeKernel {
     pub(super) ran: RefCell<Vec<uverbs::ModifyQp>>,
     /// The kernel's word on the QPN: None = another process's.
     pub(super) mine: bool,
+    /// The QP is gone from the kernel (destroyed).
+    pub(super) gone: std::cell::Cell<bool>,
     /// How often the kernel was asked who owns the QPN.
     pub(super) owner_lookups: std::cell::Cell<u32>,
     /// How often the QP was queried on the app's file.
@@ -72,6 +74,12 @@ impl QpKernel for FakeKernel {
     }
     fn owner(&self, qpn: u32, qp_type: u32) -> Result<Verdict> {
         self.owner_lookups.set(self.owner_lookups.get() + 1);
+        if self.gone.get() {
+            return Err(refuse(
+                libc::ENOENT,
+                format!("no QP {qpn:#x} on the device"),
+            ));
+        }
         if qpn != QPN || !self.mine {
             return Err(refuse(libc::EPERM, "claimed QPN refused: not the app's"));
         }

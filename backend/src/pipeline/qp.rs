@@ -674,9 +674,23 @@ pub fn moved(
         // notice, and its ibv_destroy_qp of the QP fails with EBUSY while
         // a command of masqd's holds the QP there (a move to ERROR and a
         // destroy right after it is common).
-        match k.owner(m.qp_num, m.qp_type)? {
-            Verdict::Owned(q) => (true, q.state.min(IBV_QPS_ERR)),
-            Verdict::NoPortYet => (false, IBV_QPS_RESET),
+        match k.owner(m.qp_num, m.qp_type) {
+            Ok(Verdict::Owned(q)) => (true, q.state.min(IBV_QPS_ERR)),
+            Ok(Verdict::NoPortYet) => (false, IBV_QPS_RESET),
+            // No such QP: destroyed since the notice was posted (an app
+            // that moves a QP to ERROR and destroys it posts both before
+            // masqd runs; the RDMA CM's teardown does, every connection).
+            // Its QP_DESTROYED follows; there is nothing to record, and
+            // nothing the app did wrong.
+            Err(e) if e.errno() == libc::ENOENT => {
+                debug!(
+                    qpn = m.qp_num,
+                    "QP_MOVED to {}: the kernel has no such QP now (destroyed since)",
+                    state_name(m.qp_state)
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e),
         }
     };
     if state != m.qp_state {

@@ -132,6 +132,30 @@ fn a_notice_never_runs_a_command_on_the_apps_own_file() {
     );
 }
 
+/// An app that moves a QP to ERROR and destroys it at once (the RDMA
+/// CM's teardown does, every connection) posts both notices before masqd
+/// runs: by then the kernel has no such QP. The notice is moot, not a
+/// refusal (it was counted and logged as one, which a busy CM app turned
+/// into a false alert); the QP_DESTROYED that follows cleans up.
+#[test]
+fn a_notice_of_a_qp_destroyed_since_is_moot_not_refused() {
+    let (h, mut sess) = setup(None);
+    let k = kernel();
+    init_on_own_fd(&h, &k, &mut sess);
+    modify(&h, &k, &mut sess, &rtr()).unwrap_or_else(|e| panic!("{e}"));
+    k.gone.set(true);
+    moved(&h, &k, &mut sess, &moved_req(IBV_QPS_ERR)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sess.qps[&HANDLE].state, "RTR", "nothing recorded");
+    assert_eq!(tracked(&h).len(), 1, "untracked by the destroy, not here");
+    destroyed(&h, &mut sess, HANDLE);
+    assert!(tracked(&h).is_empty());
+    // A handle masqd never heard of: nothing recorded either.
+    let mut unknown = moved_req(IBV_QPS_INIT);
+    unknown.qp_handle = 9;
+    moved(&h, &k, &mut sess, &unknown).unwrap_or_else(|e| panic!("{e}"));
+    assert!(sess.qps.is_empty());
+}
+
 #[test]
 fn only_the_rts_after_masqds_own_rtr_is_taken_at_its_word() {
     let (h, mut sess) = setup(None);
