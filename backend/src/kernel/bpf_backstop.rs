@@ -109,6 +109,14 @@ impl Key {
             k => k,
         }
     }
+
+    /// The VNI of a UD QP's element; none for the others.
+    pub fn vni(self) -> Option<u32> {
+        match self {
+            Key::UdQp(_, _, v) | Key::UdFrom(_, _, v) => Some(v),
+            _ => None,
+        }
+    }
 }
 
 pub struct BpfBackstop {

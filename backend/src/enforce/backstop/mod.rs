@@ -405,10 +405,7 @@ impl Backstop {
         for (name, listing) in old {
             let number = |id: &str| bpf.endpoint_number(id).ok();
             let keys = old_keys(name, listing, local, number);
-            let gone = |k: &Key| match k {
-                Key::UdQp(_, _, v) | Key::UdFrom(_, _, v) => !served.contains(v),
-                _ => false,
-            };
+            let gone = |k: &Key| k.vni().is_some_and(|v| !served.contains(&v));
             for k in keys.into_iter().filter(|k| !gone(k)) {
                 if let Err(e) = bpf.insert(k) {
                     warn!("backstop: an older masqd's element stays out: {e}");

@@ -131,21 +131,9 @@ impl Backstop {
     }
 
     /// One element of the eBPF maps in or out (called under the elements
-    /// lock, as `submit`): a refused add is told to this thread's
-    /// `take_refused`, as `apply_in_maps` tells it.
+    /// lock, as `submit`; see `write_map`).
     fn write_key(&self, key: Key, add: bool) {
-        let mut bpf = lock(&self.bpf);
-        let r = if add {
-            bpf.insert(key)
-        } else {
-            bpf.remove(key).map(|_| ())
-        };
-        if let Err(e) = r {
-            warn!("backstop: cannot update the eBPF maps: {e}");
-            if add {
-                REFUSED.with(|r| r.set(true));
-            }
-        }
+        write_map(&mut lock(&self.bpf), Ok(key), add);
     }
 
     /// The QP is destroyed (or its session ended), or its RTR failed.
@@ -395,10 +383,9 @@ impl Backstop {
             .ud_remote
             .iter()
             .map(|(&(h, q), &v)| Key::UdFrom(h, q, v));
-        let ud = ud_local.chain(ud_remote).filter(|k| match k {
-            Key::UdQp(_, _, v) | Key::UdFrom(_, _, v) => vnis.contains(v),
-            _ => false,
-        });
+        let ud = ud_local
+            .chain(ud_remote)
+            .filter(|k| k.vni().is_some_and(|v| vnis.contains(&v)));
         self.reconcile_maps(&wanted, ud.collect());
         match self.nft.run(&cmd) {
             Ok(_) => info!(
@@ -546,24 +533,32 @@ pub(super) fn apply_in_maps(bpf: &mut BpfBackstop, c: &Change) -> bool {
     let Some(key) = bpf_key(bpf, c.element()) else {
         return false;
     };
-    let r = key.and_then(|key| match c {
-        Change::Add(_) => bpf.insert(key),
-        Change::Delete(_) => match bpf.remove(key) {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                warn!("backstop: {key:?} was not in the eBPF maps");
-                Ok(())
-            }
-            Err(e) => Err(e),
-        },
-    });
-    if let Err(e) = r {
-        warn!("backstop: cannot update the eBPF maps: {e}");
-        if matches!(c, Change::Add(_)) {
-            REFUSED.with(|r| r.set(true));
-        }
+    let named = key.as_ref().ok().copied();
+    let there = write_map(bpf, key, matches!(c, Change::Add(_)));
+    if let (false, Some(key)) = (there, named) {
+        warn!("backstop: {key:?} was not in the eBPF maps");
     }
     true
+}
+
+/// `key` put in the eBPF maps (`add`) or taken out; false if one taken
+/// out was not there. A failure is logged, and a refused add is told to
+/// this thread's `take_refused`.
+fn write_map(bpf: &mut BpfBackstop, key: Result<Key>, add: bool) -> bool {
+    let r = key.and_then(|k| {
+        if add {
+            bpf.insert(k).map(|()| true)
+        } else {
+            bpf.remove(k)
+        }
+    });
+    r.unwrap_or_else(|e| {
+        warn!("backstop: cannot update the eBPF maps: {e}");
+        if add {
+            REFUSED.with(|r| r.set(true));
+        }
+        true
+    })
 }
 
 /// `Backstop::sending`, held.
