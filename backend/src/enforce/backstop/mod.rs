@@ -344,7 +344,7 @@ impl Backstop {
         let listings: Vec<(&String, String)> = old
             .iter()
             .filter_map(|name| {
-                let kind = if name == "ud_from" { "map" } else { "set" };
+                let kind = rules::old_kind(name);
                 let listing = b
                     .nft
                     .run(&format!("list {kind} inet {TABLE} {name}"))

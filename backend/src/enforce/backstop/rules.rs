@@ -97,10 +97,19 @@ fn listed_names(listing: &str, kind: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether `name` ends in a VNI: `<prefix><vni>`.
-fn per_vni(name: &str, prefix: &str) -> bool {
-    name.strip_prefix(prefix)
-        .is_some_and(|v| v.parse::<u32>().is_ok())
+/// The VNI that `name` ends in, if it is `<prefix><vni>`.
+fn vni_in(name: &str, prefix: &str) -> Option<u32> {
+    name.strip_prefix(prefix).and_then(|v| v.parse().ok())
+}
+
+/// What kind of nftables object an older masqd's `old_sets` one is: the
+/// map `ud_from`, or a set.
+pub(super) fn old_kind(name: &str) -> &'static str {
+    if name == "ud_from" {
+        "map"
+    } else {
+        "set"
+    }
 }
 
 /// An older masqd's sets and maps that the eBPF maps replace (see the
@@ -120,8 +129,8 @@ pub(super) fn old_sets(listing: &str) -> Vec<String> {
         ]
         .contains(&n.as_str())
             || n.starts_with("eg_")
-            || per_vni(n, "udq_")
-            || per_vni(n, "udqp_")
+            || vni_in(n, "udq_").is_some()
+            || vni_in(n, "udqp_").is_some()
     };
     let mut all = listed_names(listing, "set");
     all.extend(listed_names(listing, "map"));
@@ -142,7 +151,10 @@ pub(super) fn old_chains_gone(listing: &str) -> String {
             let _ = writeln!(cmd, "flush chain {t} {c}\ndelete chain {t} {c}");
         }
     }
-    let vnis: Vec<&String> = chains.iter().filter(|n| per_vni(n, "udvni_")).collect();
+    let vnis: Vec<&String> = chains
+        .iter()
+        .filter(|n| vni_in(n, "udvni_").is_some())
+        .collect();
     if vnis.is_empty() {
         return cmd;
     }
@@ -171,15 +183,14 @@ pub(super) fn old_keys(
     let addr = |v: &serde_json::Value| v.as_str().and_then(|a| a.parse::<Ipv4Addr>().ok());
     let qpn = |v: &serde_json::Value| v.as_u64().and_then(|q| u32::try_from(q).ok());
     let egress = name.strip_prefix("eg_").and_then(&mut number);
-    let vni_of = |prefix: &str, n: &str| n.strip_prefix(prefix).and_then(|v| v.parse().ok());
-    let ud_vni = vni_of("udqp_", name);
-    let ud_vni_old = vni_of("udq_", name);
+    let ud_vni = vni_in(name, "udqp_");
+    let ud_vni_old = vni_in(name, "udq_");
     let mut keys = Vec::new();
     for e in &listed_elements(listing) {
         if name == "ud_from" {
             // A map's element: [key, verdict].
             let target = e[1]["jump"]["target"].as_str().unwrap_or_default();
-            if let ([h, q], Some(vni)) = (concat(&e[0]), vni_of("udvni_", target)) {
+            if let ([h, q], Some(vni)) = (concat(&e[0]), vni_in(target, "udvni_")) {
                 keys.extend(addr(h).zip(qpn(q)).map(|(h, q)| Key::UdFrom(h, q, vni)));
             }
             continue;
@@ -250,8 +261,7 @@ pub(super) fn old_sets_gone(old: &[String]) -> String {
     let t = format!("inet {TABLE}");
     let mut cmd = String::new();
     for name in old {
-        let kind = if name == "ud_from" { "map" } else { "set" };
-        let _ = writeln!(cmd, "delete {kind} {t} {name}");
+        let _ = writeln!(cmd, "delete {} {t} {name}", old_kind(name));
     }
     cmd
 }
