@@ -276,7 +276,7 @@ pub(super) struct FakeGuard {
 }
 
 impl FakeGuard {
-    fn queue(&self, add: bool, element: String) {
+    fn write(&self, add: bool, element: String) {
         if add && self.refuse_next.take() {
             self.log.borrow_mut().push(format!("refused {element}"));
             self.refused.set(true);
@@ -302,13 +302,13 @@ impl Guard for FakeGuard {
         self.log
             .borrow_mut()
             .push(format!("qp_seen {local} . {qpn:#x}"));
-        self.queue(true, format!("tenant_qps {local} . {qpn:#x}"));
+        self.write(true, format!("tenant_qps {local} . {qpn:#x}"));
     }
     fn qp_gone(&self, local: Ipv4Addr, qpn: u32, _when: Removal) {
         self.log
             .borrow_mut()
             .push(format!("qp_gone {local} . {qpn:#x}"));
-        self.queue(false, format!("tenant_qps {local} . {qpn:#x}"));
+        self.write(false, format!("tenant_qps {local} . {qpn:#x}"));
     }
     fn wait_applied(&self, _timeout: Duration) -> bool {
         self.log.borrow_mut().push("wait_applied".into());
@@ -318,7 +318,7 @@ impl Guard for FakeGuard {
         self.log
             .borrow_mut()
             .push(format!("ud_local {vni} {local} . {qpn:#x} {up}"));
-        self.queue(up, format!("ud_qps {local} . {qpn:#x} : {vni}"));
+        self.write(up, format!("ud_qps {local} . {qpn:#x} : {vni}"));
     }
     fn ud_remote(&self, host: Ipv4Addr, qpn: u32, vni: u32, up: bool) {
         self.log
